@@ -1,0 +1,151 @@
+"""The incident field schema in one place: names, Datadog field types, encoding and decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from gpufarm.core.lifecycle import Phase, ReclaimReason
+
+
+class FieldKind(StrEnum):
+    """Datadog incident field value types this project uses."""
+
+    DROPDOWN = "dropdown"
+    MULTISELECT = "multiselect"
+    TEXTBOX = "textbox"
+    TEXTARRAY = "textarray"
+
+    @property
+    def multiple(self) -> bool:
+        """True for kinds whose value is a list."""
+        return self in (FieldKind.MULTISELECT, FieldKind.TEXTARRAY)
+
+
+class FieldTypeCode(IntEnum):
+    """Type codes of user-defined field definitions (`/api/v2/incidents/config/user-defined-fields`)."""
+
+    DROPDOWN = 1
+    MULTISELECT = 2
+    TEXTBOX = 3
+    TEXTARRAY = 4
+
+
+TYPE_CODE: dict[FieldKind, FieldTypeCode] = {
+    FieldKind.DROPDOWN: FieldTypeCode.DROPDOWN,
+    FieldKind.MULTISELECT: FieldTypeCode.MULTISELECT,
+    FieldKind.TEXTBOX: FieldTypeCode.TEXTBOX,
+    FieldKind.TEXTARRAY: FieldTypeCode.TEXTARRAY,
+}
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One incident field gpufarm owns."""
+
+    name: str
+    display_name: str
+    kind: FieldKind
+    description: str
+    # Static choices for dropdowns; None means the choices come from the farm configuration at apply time.
+    valid_values: tuple[str, ...] | None = None
+
+
+# Counts and times are textboxes on purpose: the client's value-type enums lack number/datetime, which
+# would deserialize as `_unparsed` (reference: datadog.md, custom field definitions).
+STATE = "state"
+PHASE = "phase"
+TEAM = "team"
+PROJECT = "project"
+GPU_MODEL = "gpu_model"
+GPU_COUNT = "gpu_count"
+ENVIRONMENT = "environment"
+REQUESTER = "requester"
+PURPOSE = "purpose"
+DURATION_DAYS = "duration_days"
+EXPIRES_AT = "expires_at"
+HOSTS = "hosts"
+HOST_GPUS = "host_gpus"
+APPROVED_BY = "approved_by"
+IDLE_WARNED_AT = "idle_warned_at"
+RECLAIM_REASON = "reclaim_reason"
+REQUEST_ID = "request_id"
+SLACK_CHANNEL = "slack_channel"
+SLACK_MESSAGE = "slack_message"
+
+SCHEMA: tuple[FieldSpec, ...] = (
+    FieldSpec(
+        PHASE, "GPU phase", FieldKind.DROPDOWN, "Where the allocation is in its life", tuple(p.value for p in Phase)
+    ),
+    FieldSpec(TEAM, "Team", FieldKind.DROPDOWN, "Team that owns the allocation"),
+    FieldSpec(PROJECT, "Project", FieldKind.TEXTBOX, "AI project the GPUs are for"),
+    FieldSpec(GPU_MODEL, "GPU model", FieldKind.DROPDOWN, "GPU model requested"),
+    FieldSpec(GPU_COUNT, "GPU count", FieldKind.TEXTBOX, "Number of GPUs requested"),
+    FieldSpec(ENVIRONMENT, "Environment", FieldKind.DROPDOWN, "Pool the GPUs come from"),
+    FieldSpec(REQUESTER, "Requester", FieldKind.TEXTBOX, "Slack user id of the researcher"),
+    FieldSpec(PURPOSE, "Purpose", FieldKind.TEXTBOX, "What the GPUs are for"),
+    FieldSpec(DURATION_DAYS, "Duration (days)", FieldKind.TEXTBOX, "Days the allocation is granted for"),
+    FieldSpec(EXPIRES_AT, "Expires at", FieldKind.TEXTBOX, "ISO 8601 UTC time the allocation ends"),
+    FieldSpec(HOSTS, "GPU hosts", FieldKind.TEXTARRAY, "Hosts tagged with this IR"),
+    FieldSpec(HOST_GPUS, "GPUs per host", FieldKind.TEXTARRAY, "host=count pairs of GPUs held on each host"),
+    FieldSpec(APPROVED_BY, "Approved by", FieldKind.TEXTBOX, "policy, or the Slack user id of the operator"),
+    FieldSpec(IDLE_WARNED_AT, "Idle warned at", FieldKind.TEXTBOX, "ISO 8601 UTC time of the last idle warning"),
+    FieldSpec(
+        RECLAIM_REASON,
+        "Reclaim reason",
+        FieldKind.DROPDOWN,
+        "Why the allocation ended",
+        tuple(r.value for r in ReclaimReason),
+    ),
+    FieldSpec(REQUEST_ID, "Request id", FieldKind.TEXTBOX, "Idempotency key of the Slack request"),
+    FieldSpec(SLACK_CHANNEL, "Slack channel", FieldKind.TEXTBOX, "Channel the request came from"),
+    FieldSpec(SLACK_MESSAGE, "Operator message", FieldKind.TEXTBOX, "channel/ts of the operators' approval message"),
+)
+
+BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}
+
+FieldValue = str | list[str] | None
+
+
+def encode_fields(values: Mapping[str, object]) -> dict[str, dict[str, Any]]:
+    """Encode plain values into Datadog's `{type, value}` field objects; `state` is Datadog's own dropdown."""
+    encoded: dict[str, dict[str, Any]] = {}
+    for name, raw in values.items():
+        kind = FieldKind.DROPDOWN if name == STATE else _spec(name).kind
+        encoded[name] = {"type": kind.value, "value": _encode_value(kind, raw)}
+    return encoded
+
+
+def decode_fields(raw: Mapping[str, Any] | None) -> dict[str, FieldValue]:
+    """Decode Datadog's field objects into plain values, keeping only strings and lists of strings."""
+    decoded: dict[str, FieldValue] = {}
+    for name, obj in (raw or {}).items():
+        value = obj.get("value") if isinstance(obj, Mapping) else obj
+        if value is None:
+            decoded[name] = None
+        elif isinstance(value, list):
+            decoded[name] = [str(v) for v in value]
+        else:
+            decoded[name] = str(value)
+    return decoded
+
+
+def _spec(name: str) -> FieldSpec:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"'{name}' is not a gpufarm incident field") from None
+
+
+def _encode_value(kind: FieldKind, raw: object) -> str | list[str] | None:
+    if raw is None:
+        return None
+    if kind.multiple:
+        if isinstance(raw, str) or not isinstance(raw, (list, tuple, set, frozenset)):
+            raise TypeError(f"a {kind.value} field takes a list of strings")
+        return [str(v) for v in raw]
+    if isinstance(raw, (list, tuple, set)):
+        raise TypeError(f"a {kind.value} field takes a single value")
+    return str(raw)

@@ -1,0 +1,175 @@
+"""Ports: the small interfaces the core needs; adapters implement them per technology."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from gpufarm.core.model import IncidentRecord
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """A host as Datadog lists it: its name and every tag it carries, all sources merged."""
+
+    name: str
+    tags: tuple[str, ...] = ()
+    tags_by_source: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    last_reported: float | None = None
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    """One timestamped value (epoch seconds)."""
+
+    timestamp: int
+    value: float
+
+
+@dataclass(frozen=True)
+class MetricSeries:
+    """A series to submit: Datadog v2 shape, type 0 unspecified, 1 count, 2 rate, 3 gauge."""
+
+    metric: str
+    points: tuple[MetricPoint, ...]
+    tags: tuple[str, ...] = ()
+    host: str | None = None
+    type: int = 3
+    unit: str | None = None
+    interval: int | None = None
+
+
+@dataclass(frozen=True)
+class ScalarResult:
+    """One group of a scalar query: its group tags and the reduced value (None when no data)."""
+
+    group_tags: tuple[str, ...]
+    value: float | None
+
+
+class IncidentStore(Protocol):
+    """Incidents are the allocations; this is the only place their state is kept."""
+
+    def create(
+        self,
+        title: str,
+        fields: Mapping[str, object],
+        *,
+        notification_handles: Sequence[str] = (),
+        initial_note: str | None = None,
+    ) -> IncidentRecord:
+        """Create an incident with gpufarm fields (plain values, encoded by the adapter)."""
+
+    def get(self, incident_id: str) -> IncidentRecord:
+        """Fetch by UUID; raises NotFound."""
+
+    def get_by_ir(self, ir: int) -> IncidentRecord:
+        """Fetch by incident number (public_id); raises NotFound."""
+
+    def update(self, incident_id: str, fields: Mapping[str, object], *, title: str | None = None) -> IncidentRecord:
+        """Write some fields (plain values); others are left as they are."""
+
+    def search(self, query: str) -> Iterator[IncidentRecord]:
+        """Incidents matching a Datadog incident search query, every page."""
+
+    def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
+        """The incident created for a Slack request, so a retried create never makes a second one."""
+
+
+class HostTags(Protocol):
+    """Hosts and their tags (Datadog v1 hosts and tags APIs)."""
+
+    def list_hosts(self, filter_text: str | None = None) -> Iterator[HostInfo]:
+        """Every host matching the filter, across pages."""
+
+    def get_tags(self, host: str, source: str = "user") -> list[str]:
+        """Tags of one source on a host ([] when none)."""
+
+    def add_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
+        """Append tags to a source; returns the source's tags."""
+
+    def replace_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
+        """Replace all tags of a source; an empty list removes them."""
+
+
+class MetricsSink(Protocol):
+    """Where metrics go (Datadog API v2 series)."""
+
+    def submit(self, series: Sequence[MetricSeries]) -> None:
+        """Submit series; raises UpstreamError after bounded retries."""
+
+
+class MetricsQuery(Protocol):
+    """Reading metrics back (Datadog query APIs)."""
+
+    def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> list[ScalarResult]:
+        """Reduce a metrics query to one value per group."""
+
+
+class Chat(Protocol):
+    """Slack, as gpufarm uses it."""
+
+    def post_message(self, channel: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """Post to a channel or DM; returns the message ts."""
+
+    def update_message(
+        self, channel: str, ts: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        """Rewrite a message the app posted."""
+
+    def post_ephemeral(
+        self, channel: str, user: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        """Show a message to one user in a channel."""
+
+    def open_view(self, trigger_id: str, view: Mapping[str, Any]) -> str:
+        """Open a modal; returns the view id."""
+
+    def update_view(self, view_id: str, view: Mapping[str, Any]) -> None:
+        """Replace an open modal."""
+
+    def open_dm(self, user: str) -> str:
+        """The DM channel id with a user."""
+
+    def user_name(self, user: str) -> str:
+        """A user's display name (falls back to the id)."""
+
+    def usergroup_members(self, usergroup: str) -> frozenset[str]:
+        """User ids in a user group (cached by the adapter: the method is Tier 2)."""
+
+    def respond(
+        self,
+        response_url: str,
+        text: str,
+        blocks: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        replace_original: bool = False,
+        in_channel: bool = False,
+    ) -> None:
+        """Answer through a response_url."""
+
+    def tell_user(self, user: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """DM a user (conversations.open + chat.postMessage); returns the ts."""
+
+
+class AsyncInvoker(Protocol):
+    """Hands slow work to another function (Lambda async invoke; in-process locally)."""
+
+    def invoke(self, function: str, payload: Mapping[str, Any]) -> None:
+        """Fire and forget."""
+
+
+class WorkQueue(Protocol):
+    """An ordered queue: messages of one group are processed one at a time (SQS FIFO locally emulated)."""
+
+    def send(self, body: Mapping[str, Any], *, group: str, dedup_id: str) -> None:
+        """Enqueue; the same dedup_id within five minutes is dropped, as SQS FIFO does."""
+
+
+class Clock(Protocol):
+    """What time it is (the sandbox's clock locally, wall time in Lambda)."""
+
+    def now(self) -> datetime:
+        """Timezone-aware now."""

@@ -1,0 +1,11 @@
+"""Sandbox module: dashboards (being built)."""
+
+from __future__ import annotations
+
+from gpufarm.sandbox.base import BaseModule
+
+
+class DashboardsModule(BaseModule):
+    """dashboards API of the sandbox."""
+
+    name = "dashboards"

@@ -1,0 +1,21 @@
+"""Unit tests exercise the pure core: they cannot open sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pytest_socket import disable_socket, enable_socket
+
+
+@pytest.fixture(autouse=True)
+def _no_network() -> Iterator[None]:
+    disable_socket(allow_unix_socket=True)
+    yield
+    enable_socket()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/unit/" in str(item.fspath):
+            item.add_marker(pytest.mark.unit)
