@@ -23,6 +23,7 @@ log = logging.getLogger("gpufarm.sandbox")
 DEFAULT_DD_API_KEY = "sandbox-dd-api-key"
 DEFAULT_DD_APP_KEY = "sandbox-dd-app-key"
 DEFAULT_SLACK_TOKEN = "xoxb-sandbox-token"
+DEFAULT_SLACK_SIGNING_SECRET = "sandbox-signing-secret-0000000000"
 
 
 class Module(Protocol):
@@ -49,6 +50,7 @@ class Sandbox:
         dd_api_keys: Iterable[str] = (DEFAULT_DD_API_KEY,),
         dd_app_keys: Iterable[str] = (DEFAULT_DD_APP_KEY,),
         slack_tokens: Iterable[str] = (DEFAULT_SLACK_TOKEN,),
+        slack_signing_secret: str = DEFAULT_SLACK_SIGNING_SECRET,
         base_url: str = "http://127.0.0.1:8320",
     ) -> None:
         from gpufarm.sandbox.dashboards import DashboardsModule
@@ -62,6 +64,8 @@ class Sandbox:
         self.dd_api_keys = frozenset(dd_api_keys)
         self.dd_app_keys = frozenset(dd_app_keys)
         self.slack_tokens = frozenset(slack_tokens)
+        # Used to sign the slash commands and clicks the sandbox sends to the app on a simulated user's behalf.
+        self.slack_signing_secret = slack_signing_secret
         self.base_url = base_url.rstrip("/")
         self.clock = Clock()
         self.faults = FaultInjector()

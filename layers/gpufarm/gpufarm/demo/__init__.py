@@ -1,0 +1,1 @@
+"""`gpufarm demo`: the whole lifecycle on a local sandbox, every step checked."""
