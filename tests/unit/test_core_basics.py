@@ -6,6 +6,7 @@ import itertools
 from datetime import UTC, datetime
 
 import pytest
+
 from gpufarm.core import fields as f
 from gpufarm.core.errors import InvalidTransition, ValidationFailed
 from gpufarm.core.ir import format_ir, ir_from_tags, ir_tag, parse_ir
