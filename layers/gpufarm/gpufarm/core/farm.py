@@ -1,0 +1,206 @@
+"""The farm configuration: pools (environments), GPU models, team quotas, operators and idle settings.
+
+Operators keep it as YAML: a file locally (GPUFARM_FARM_CONFIG), an SSM parameter in Lambda. It is validated with
+pydantic so a typo (a quota for a model the pool does not offer, an unknown pool) fails loudly with the path of the
+offending key instead of silently granting or refusing GPUs.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpufarm.core.errors import GpufarmError, ValidationFailed
+from gpufarm.core.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, Name
+
+_MODEL_RE = re.compile(GPU_MODEL_PATTERN)
+
+
+class FarmConfigError(GpufarmError):
+    """The farm configuration is missing or invalid; the message says where."""
+
+
+class PoolKind(StrEnum):
+    """How a pool hands out GPUs."""
+
+    # Whole hosts, exclusively: cloud VMs, HPC nodes.
+    DEDICATED = "dedicated"
+    # GPU units (GPUs or MIG slices) without host exclusivity: GPU slicing on a shared cluster.
+    SHARED = "shared"
+
+
+def _model_name(text: str) -> str:
+    value = text.strip().upper()
+    if not _MODEL_RE.match(value):
+        raise ValueError(f"'{text}' is not a GPU model name (letters, digits, '-', '_', '.')")
+    return value
+
+
+ModelName = Annotated[str, AfterValidator(_model_name)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GpuModelSpec(_Strict):
+    """A GPU model the farm offers."""
+
+    description: str = ""
+    memory_gb: int | None = Field(default=None, ge=1, le=4096)
+
+
+class EnvironmentSpec(_Strict):
+    """A pool of GPU hosts: where GPUs come from and how they are shared."""
+
+    kind: PoolKind = PoolKind.DEDICATED
+    description: str = ""
+    gpu_models: tuple[ModelName, ...] = Field(min_length=1)
+    # Known clusters of the pool; placement prefers one cluster, this list only documents (hosts carry cluster tags).
+    clusters: tuple[Name, ...] = ()
+
+
+class ModelQuota(_Strict):
+    """A team's entitlement for one model in one pool."""
+
+    # Granted at once (approved by policy) while the team's live total stays within this.
+    gpus: int = Field(ge=0, le=MAX_GPU_COUNT)
+    # Beyond `gpus` and up to this total, operators decide; above it the request is refused. None: no cap
+    # beyond the pool's size.
+    hard_limit: int | None = Field(default=None, ge=0, le=MAX_GPU_COUNT)
+
+    @model_validator(mode="after")
+    def _limit_covers_quota(self) -> ModelQuota:
+        if self.hard_limit is not None and self.hard_limit < self.gpus:
+            raise ValueError(f"hard_limit ({self.hard_limit}) must be at least gpus ({self.gpus})")
+        return self
+
+
+class TeamSpec(_Strict):
+    """A team: its quotas per pool and model, and the longest allocation it may hold."""
+
+    description: str = ""
+    max_days: int = Field(default=30, ge=1, le=MAX_DURATION_DAYS)
+    quotas: dict[Name, dict[ModelName, ModelQuota]] = Field(default_factory=dict)
+
+
+class IdleSettings(_Strict):
+    """Idle reclaim: how long a warned allocation may stay idle before it is reclaimed."""
+
+    grace_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
+    threshold_percent: float = Field(default=5.0, ge=0, le=100)
+    window_minutes: int = Field(default=60, ge=5, le=24 * 60)
+
+
+class Defaults(_Strict):
+    """Values used when a request leaves them out."""
+
+    duration_days: int = Field(default=7, ge=1, le=MAX_DURATION_DAYS)
+    extend_days: int = Field(default=7, ge=1, le=MAX_DURATION_DAYS)
+
+
+class FarmConfig(_Strict):
+    """The whole farm configuration."""
+
+    operators_usergroup: str | None = Field(default=None, pattern=r"^S[A-Z0-9]{2,20}$")
+    operators_channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,20}$")
+    gpu_models: dict[ModelName, GpuModelSpec] = Field(min_length=1)
+    environments: dict[Name, EnvironmentSpec] = Field(min_length=1)
+    teams: dict[Name, TeamSpec] = Field(default_factory=dict)
+    idle: IdleSettings = IdleSettings()
+    defaults: Defaults = Defaults()
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> FarmConfig:
+        for env_name, env in self.environments.items():
+            for model in env.gpu_models:
+                if model not in self.gpu_models:
+                    raise ValueError(f"environments.{env_name}.gpu_models: '{model}' is not listed in gpu_models")
+        for team_name, team in self.teams.items():
+            for env_name, models in team.quotas.items():
+                pool = self.environments.get(env_name)
+                if pool is None:
+                    raise ValueError(f"teams.{team_name}.quotas: '{env_name}' is not an environment")
+                for model in models:
+                    if model not in pool.gpu_models:
+                        raise ValueError(f"teams.{team_name}.quotas.{env_name}: '{env_name}' offers no '{model}'")
+            if self.defaults.duration_days > team.max_days:
+                raise ValueError(
+                    f"teams.{team_name}.max_days ({team.max_days}) is below defaults.duration_days "
+                    f"({self.defaults.duration_days})"
+                )
+        return self
+
+    # -- lookups that raise errors a Slack user can act on -----------------------------------------
+
+    def environment(self, name: str) -> EnvironmentSpec:
+        """The pool called `name`; ValidationFailed naming the known pools otherwise."""
+        env = self.environments.get(name)
+        if env is None:
+            known = ", ".join(sorted(self.environments))
+            raise ValidationFailed("environment", f"unknown environment '{_short(name)}'; choose one of {known}")
+        return env
+
+    def team(self, name: str) -> TeamSpec:
+        """The team called `name`; ValidationFailed naming the known teams otherwise."""
+        team = self.teams.get(name)
+        if team is None:
+            known = ", ".join(sorted(self.teams)) or "none configured"
+            raise ValidationFailed("team", f"unknown team '{_short(name)}'; teams: {known}")
+        return team
+
+    def model(self, name: str) -> str:
+        """The canonical (upper-case) model name; ValidationFailed naming the known models otherwise."""
+        canonical = name.strip().upper()
+        if canonical not in self.gpu_models:
+            known = ", ".join(sorted(self.gpu_models))
+            raise ValidationFailed("gpu_model", f"unknown GPU model '{_short(name)}'; choose one of {known}")
+        return canonical
+
+    def quota(self, team: str, environment: str, gpu_model: str) -> ModelQuota | None:
+        """The team's quota for a model in a pool, or None when it has none."""
+        spec = self.teams.get(team)
+        if spec is None:
+            return None
+        return spec.quotas.get(environment, {}).get(gpu_model.upper())
+
+    def environments_offering(self, gpu_model: str) -> list[str]:
+        """Pools that offer a model, sorted."""
+        model = gpu_model.upper()
+        return sorted(name for name, env in self.environments.items() if model in env.gpu_models)
+
+    def valid_values(self) -> dict[str, list[str]]:
+        """Dropdown choices for the incident fields whose values come from this file (for `datadog apply`)."""
+        return {
+            "team": sorted(self.teams),
+            "gpu_model": sorted(self.gpu_models),
+            "environment": sorted(self.environments),
+        }
+
+
+def parse_farm(text: str) -> FarmConfig:
+    """Parse and validate farm YAML; FarmConfigError with every problem and its path otherwise."""
+    import yaml
+
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise FarmConfigError(f"farm configuration is not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise FarmConfigError("farm configuration must be a YAML mapping")
+    try:
+        return FarmConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors(include_url=False)
+        )
+        raise FarmConfigError(f"farm configuration is invalid: {problems}") from None
+
+
+def _short(text: str) -> str:
+    value = str(text)[:40]
+    return "".join(ch if ch.isprintable() else "?" for ch in value)

@@ -1,0 +1,388 @@
+"""Slack messages and the request modal as plain Block Kit dicts (no Slack SDK here, so the core stays pure)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufarm.core.farm import FarmConfig, PoolKind
+from gpufarm.core.model import MAX_GPU_COUNT, MAX_PURPOSE, Allocation
+
+REQUEST_CALLBACK = "gpu_request"
+# Block ids of the modal's inputs; they match the request field names so a ValidationFailed(field) maps to a block.
+FORM_BLOCKS = ("gpu_model", "gpu_count", "environment", "team", "project", "duration_days", "purpose")
+
+ACTION_APPROVE = "gpu_approve"
+ACTION_REJECT = "gpu_reject"
+ACTION_RELEASE = "gpu_release"
+ACTION_EXTEND = "gpu_extend"
+ACTION_KEEP = "gpu_keep"
+ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_RELEASE, ACTION_EXTEND, ACTION_KEEP)
+
+MAX_MESSAGE_BLOCKS = 50
+MAX_SECTION_TEXT = 3000
+POD_LABEL = "gpufarm.io/ir"
+
+HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
+• `/gpu request` opens a form; or inline:
+  `/gpu request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="fine-tune"`
+• `/gpu list [mine | team [name] | all]` — allocations
+• `/gpu status IR-123` — one allocation, its hosts and expiry
+• `/gpu release IR-123` — give the GPUs back
+• `/gpu extend IR-123 [days]` — keep them longer
+• `/gpu quota [team]` — quotas and what is in use
+Operators: `/gpu approve IR-123`, `/gpu reject IR-123 [reason]`, `/gpu reclaim IR-123 [reason]`."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """A Slack message: fallback text plus optional blocks."""
+
+    text: str
+    blocks: list[dict[str, Any]] = field(default_factory=list)
+
+    def payload(self) -> dict[str, Any]:
+        """Keyword arguments for chat.postMessage / response_url."""
+        out: dict[str, Any] = {"text": self.text}
+        if self.blocks:
+            out["blocks"] = self.blocks
+        return out
+
+
+# -- building blocks --------------------------------------------------------------------------------
+
+
+def section(text: str) -> dict[str, Any]:
+    """A mrkdwn section, cut to Slack's 3000-character limit."""
+    if len(text) > MAX_SECTION_TEXT:
+        text = text[: MAX_SECTION_TEXT - 2] + " …"
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+def context(text: str) -> dict[str, Any]:
+    """A small grey line."""
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:MAX_SECTION_TEXT]}]}
+
+
+def button(text: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    """A button whose value carries the IR."""
+    out: dict[str, Any] = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text, "emoji": True},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        out["style"] = style
+    return out
+
+
+def actions(block_id: str, *buttons: dict[str, Any]) -> dict[str, Any]:
+    """A row of buttons."""
+    return {"type": "actions", "block_id": block_id, "elements": list(buttons)}
+
+
+def _plain(text: str) -> dict[str, Any]:
+    return {"type": "plain_text", "text": text[:75], "emoji": True}
+
+
+def _option(value: str, text: str) -> dict[str, Any]:
+    return {"text": _plain(text), "value": value}
+
+
+# -- the request modal --------------------------------------------------------------------------------
+
+
+def request_modal(farm: FarmConfig, *, channel: str | None, initial: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The request form; private_metadata keeps the channel the command came from."""
+    init = dict(initial or {})
+    models = [_option(name, f"{name} {spec.description}".strip()) for name, spec in sorted(farm.gpu_models.items())]
+    envs = [
+        _option(name, f"{name} ({'shared slices' if env.kind is PoolKind.SHARED else 'whole hosts'})")
+        for name, env in sorted(farm.environments.items())
+    ]
+    teams = [_option(name, name) for name in sorted(farm.teams)]
+    max_days = max((t.max_days for t in farm.teams.values()), default=farm.defaults.duration_days)
+    return {
+        "type": "modal",
+        "callback_id": REQUEST_CALLBACK,
+        "title": _plain("Request GPUs"),
+        "submit": _plain("Request"),
+        "close": _plain("Cancel"),
+        "notify_on_close": True,
+        "private_metadata": json.dumps({"channel": channel} if channel else {}),
+        "blocks": [
+            _select("gpu_model", "GPU model", models, init.get("gpu_model")),
+            _number("gpu_count", "How many GPUs", 1, MAX_GPU_COUNT, init.get("gpu_count")),
+            _select("environment", "Environment", envs, init.get("environment")),
+            _select("team", "Team", teams, init.get("team")),
+            _text_input("project", "Project", 63, init.get("project"), placeholder="llm-ko"),
+            _number(
+                "duration_days", "Days", 1, max_days, init.get("duration_days") or str(farm.defaults.duration_days)
+            ),
+            _text_input("purpose", "Purpose", MAX_PURPOSE, init.get("purpose"), multiline=True, optional=True),
+        ],
+    }
+
+
+def _select(block_id: str, label: str, options: list[dict[str, Any]], initial: str | None) -> dict[str, Any]:
+    element: dict[str, Any] = {"type": "static_select", "action_id": block_id, "options": options[:100]}
+    chosen = next((o for o in options if o["value"] == initial), None)
+    if chosen is not None:
+        element["initial_option"] = chosen
+    return {"type": "input", "block_id": block_id, "label": _plain(label), "element": element}
+
+
+def _number(block_id: str, label: str, low: int, high: int, initial: str | None) -> dict[str, Any]:
+    element: dict[str, Any] = {
+        "type": "number_input",
+        "action_id": block_id,
+        "is_decimal_allowed": False,
+        "min_value": str(low),
+        "max_value": str(high),
+    }
+    if initial:
+        element["initial_value"] = initial
+    return {"type": "input", "block_id": block_id, "label": _plain(label), "element": element}
+
+
+def _text_input(
+    block_id: str,
+    label: str,
+    max_length: int,
+    initial: str | None,
+    *,
+    multiline: bool = False,
+    optional: bool = False,
+    placeholder: str | None = None,
+) -> dict[str, Any]:
+    element: dict[str, Any] = {
+        "type": "plain_text_input",
+        "action_id": block_id,
+        "max_length": max_length,
+        "multiline": multiline,
+    }
+    if initial:
+        element["initial_value"] = initial
+    if placeholder:
+        element["placeholder"] = _plain(placeholder)
+    return {"type": "input", "block_id": block_id, "label": _plain(label), "optional": optional, "element": element}
+
+
+def form_values(state_values: Mapping[str, Any]) -> dict[str, str | None]:
+    """Read the modal's `view.state.values` into raw strings per field (selects give their option value)."""
+    out: dict[str, str | None] = {}
+    for block_id in FORM_BLOCKS:
+        block = state_values.get(block_id)
+        element = block.get(block_id) if isinstance(block, Mapping) else None
+        if not isinstance(element, Mapping):
+            out[block_id] = None
+            continue
+        selected = element.get("selected_option")
+        value = selected.get("value") if isinstance(selected, Mapping) else element.get("value")
+        out[block_id] = value if isinstance(value, str) else None
+    return out
+
+
+# -- messages ------------------------------------------------------------------------------------------
+
+
+def _what(alloc: Allocation) -> str:
+    return f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
+
+
+def _when(moment: datetime | None) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC") if moment else "unknown"
+
+
+def help_message(unknown: str | None = None) -> Message:
+    """The help text; names the word that was not understood."""
+    lead = f"I don't know `/gpu {unknown}`.\n" if unknown else ""
+    return Message(lead + HELP, [section(lead + HELP)])
+
+
+def error_message(text: str) -> Message:
+    """A user error, said plainly."""
+    return Message(f":warning: {text}", [section(f":warning: {text}")])
+
+
+def working(text: str) -> Message:
+    """The immediate ack while the worker does the slow part."""
+    return Message(f":hourglass_flowing_sand: {text}")
+
+
+def request_created(alloc: Allocation, *, approved: bool, reason: str) -> Message:
+    """To the requester: the IR number and what happens next."""
+    nxt = "Approved by policy; allocating hosts now." if approved else "Sent to the GPU operators for approval."
+    text = f"*{alloc.ir_label}* created: {_what(alloc)}, {alloc.duration_days} days. {nxt}"
+    return Message(text.replace("*", ""), [section(text), context(reason)])
+
+
+def refused(reason: str) -> Message:
+    """To the requester: a request over a hard limit, not created."""
+    text = f":no_entry: Request refused: {reason}. Nothing was created."
+    return Message(text, [section(text)])
+
+
+def operator_request(alloc: Allocation, reason: str, requester_name: str | None = None) -> Message:
+    """To the operators' channel: a request beyond quota with Approve / Reject buttons."""
+    who = f"<@{alloc.requester}>" + (f" ({requester_name})" if requester_name else "")
+    text = f"*{alloc.ir_label}* needs approval: {who} asks for {_what(alloc)}, {alloc.duration_days} days."
+    if alloc.purpose:
+        text += f"\n>{alloc.purpose}"
+    value = alloc.ir_label
+    return Message(
+        f"{alloc.ir_label} needs approval",
+        [
+            section(text),
+            context(reason),
+            actions(
+                f"decide:{alloc.ir}",
+                button("Approve", ACTION_APPROVE, value, "primary"),
+                button("Reject", ACTION_REJECT, value, "danger"),
+            ),
+        ],
+    )
+
+
+def operator_decided(alloc: Allocation, outcome: str) -> Message:
+    """The operators' message once decided: same facts, no buttons."""
+    text = f"*{alloc.ir_label}*: <@{alloc.requester}> asked for {_what(alloc)}, {alloc.duration_days} days."
+    return Message(f"{alloc.ir_label}: {outcome}", [section(text), context(outcome)])
+
+
+def approved_notice(alloc: Allocation, operator: str) -> Message:
+    """To the requester: an operator approved."""
+    text = f"*{alloc.ir_label}* was approved by <@{operator}>; allocating hosts now."
+    return Message(text.replace("*", ""), [section(text)])
+
+
+def rejected_notice(alloc: Allocation, operator: str, reason: str | None) -> Message:
+    """To the requester: an operator rejected."""
+    text = f":x: *{alloc.ir_label}* ({_what(alloc)}) was rejected by <@{operator}>"
+    text += f": {reason}" if reason else "."
+    return Message(text.replace("*", ""), [section(text)])
+
+
+def allocated(alloc: Allocation) -> Message:
+    """To the requester: which hosts, and how to carry the IR in code."""
+    hosts = "\n".join(f"• `{h}` ({alloc.host_gpus.get(h, 0)} GPUs)" for h in alloc.hosts)
+    text = (
+        f":white_check_mark: *{alloc.ir_label}* is allocated: {_what(alloc)}, until {_when(alloc.expires_at)}.\n"
+        f"{hosts}\n"
+        f"Carry the IR in your jobs so usage is attributed: `export GPUFARM_IR={alloc.ir_label}` "
+        f"or the pod label `{POD_LABEL}: {alloc.ir_tag.split(':', 1)[1]}`."
+    )
+    return Message(
+        f"{alloc.ir_label} is allocated on {', '.join(alloc.hosts)}. Use GPUFARM_IR={alloc.ir_label}",
+        [section(text), _owner_buttons(alloc)],
+    )
+
+
+def waiting(alloc: Allocation) -> Message:
+    """To the requester: approved, but the pool is full right now."""
+    text = (
+        f":hourglass: *{alloc.ir_label}* is approved but `{alloc.environment}` has no room for "
+        f"{alloc.gpu_count}x {alloc.gpu_model} right now; it will be allocated as soon as capacity frees."
+    )
+    return Message(text.replace("*", ""), [section(text)])
+
+
+def reclaimed(alloc: Allocation, reason: str, hosts: Sequence[str]) -> Message:
+    """To the requester and the operators: the GPUs are back in the pool."""
+    where = f" from {', '.join(f'`{h}`' for h in hosts)}" if hosts else ""
+    text = f":recycle: *{alloc.ir_label}* ({_what(alloc)}) was reclaimed{where}: {reason}."
+    return Message(text.replace("*", "").replace("`", ""), [section(text)])
+
+
+def idle_warning(alloc: Allocation, grace_minutes: int) -> Message:
+    """To the requester: the GPUs look idle; keep or release them."""
+    text = (
+        f":zzz: *{alloc.ir_label}* ({_what(alloc)}) has been idle. It will be reclaimed in {grace_minutes} minutes "
+        "unless it gets busy again or you keep it."
+    )
+    return Message(
+        f"{alloc.ir_label} is idle and will be reclaimed in {grace_minutes} minutes",
+        [
+            section(text),
+            actions(
+                f"idle:{alloc.ir}",
+                button("Keep", ACTION_KEEP, alloc.ir_label, "primary"),
+                button("Release", ACTION_RELEASE, alloc.ir_label, "danger"),
+            ),
+        ],
+    )
+
+
+def status_message(alloc: Allocation) -> Message:
+    """One allocation in detail."""
+    lines = [
+        f"*{alloc.ir_label}* — {alloc.title}",
+        f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester <@{alloc.requester}>",
+        f"{_what(alloc)}, {alloc.duration_days} days, expires {_when(alloc.expires_at)}",
+    ]
+    if alloc.hosts:
+        lines.append("Hosts: " + ", ".join(f"`{h}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
+    if alloc.approved_by:
+        who = "policy" if alloc.approved_by == "policy" else f"<@{alloc.approved_by}>"
+        lines.append(f"Approved by {who}")
+    if alloc.reclaim_reason:
+        lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
+    if alloc.purpose:
+        lines.append(f">{alloc.purpose}")
+    text = "\n".join(lines)
+    blocks = [section(text)]
+    if alloc.phase.value in ("allocated", "idle-warned"):
+        blocks.append(_owner_buttons(alloc))
+    return Message(text.replace("*", ""), blocks)
+
+
+def list_message(title: str, allocations: Sequence[Allocation]) -> Message:
+    """Allocations, one line each, newest first."""
+    if not allocations:
+        return Message(f"{title}: none.", [section(f"*{title}*: none.")])
+    rows = [
+        f"• *{a.ir_label}* `{a.phase.value}` {a.gpu_count}x {a.gpu_model} `{a.environment}` "
+        f"{a.team}/{a.project} <@{a.requester}>" + (f" on {', '.join(a.hosts)}" if a.hosts else "")
+        for a in allocations
+    ]
+    text = f"*{title}* ({len(allocations)})\n" + "\n".join(rows)
+    return Message(f"{title}: {len(allocations)}", [section(text)])
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    """One line of `/gpu quota`."""
+
+    team: str
+    environment: str
+    gpu_model: str
+    entitled: int
+    hard_limit: int | None
+    used: int
+
+
+def quota_message(rows: Iterable[QuotaRow], inventory: Mapping[tuple[str, str], tuple[int, int]]) -> Message:
+    """Quotas and use per team, plus free/total GPUs per pool and model."""
+    lines = ["*Quotas* (used / quota, hard limit)"]
+    for r in rows:
+        hard = str(r.hard_limit) if r.hard_limit is not None else "pool size"
+        lines.append(f"• `{r.team}` {r.gpu_model} in `{r.environment}`: {r.used} / {r.entitled} (hard {hard})")
+    if len(lines) == 1:
+        lines.append("• no quotas configured")
+    lines.append("*Pools* (free / total GPUs)")
+    for (env, model), (free, total) in sorted(inventory.items()):
+        lines.append(f"• `{env}` {model}: {free} / {total}")
+    text = "\n".join(lines)
+    return Message("GPU quotas", [section(text)])
+
+
+def _owner_buttons(alloc: Allocation) -> dict[str, Any]:
+    return actions(
+        f"owner:{alloc.ir}",
+        button("Extend", ACTION_EXTEND, alloc.ir_label),
+        button("Release", ACTION_RELEASE, alloc.ir_label, "danger"),
+    )
