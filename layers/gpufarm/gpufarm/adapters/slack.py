@@ -1,0 +1,361 @@
+"""Slack adapter: core.ports.Chat over slack_sdk's WebClient and WebhookClient, and request signature checks.
+
+On the Slack ingress path (3-second budget) this module is imported first, so it imports only slack_sdk pieces
+(~70 ms) and nothing from datadog_api_client. 429s are retried a bounded number of times honouring Retry-After
+(slack_sdk does not retry them by default); every failure becomes a SlackError carrying Slack's error code, never
+the token.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import urllib.error
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_handlers import (
+    ConnectionErrorRetryHandler,
+    RateLimitErrorRetryHandler,
+    ServerErrorRetryHandler,
+)
+from slack_sdk.http_retry.handler import RetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
+from slack_sdk.signature import Clock, SignatureVerifier
+from slack_sdk.web.client import WebClient
+
+from gpufarm.core.errors import UpstreamError
+
+if TYPE_CHECKING:
+    from slack_sdk.webhook import WebhookResponse
+
+    from gpufarm.config import Settings
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_MAX_AGE_S = 300  # Slack's documented replay window (slack_sdk enforces the same 5 minutes)
+USERGROUP_TTL_S = 60.0  # usergroups.users.list is Tier 2: cache members for a minute
+DEFAULT_MAX_RETRY_WAIT_S = 30.0
+
+
+class SlackError(UpstreamError):
+    """A Slack call failed after bounded retries; `code` is Slack's error code (e.g. `channel_not_found`)."""
+
+    def __init__(self, method: str, code: str, status: int | None = None) -> None:
+        super().__init__(f"slack {method} failed: {code}" + (f" (HTTP {status})" if status else ""))
+        self.method = method
+        self.code = code
+        self.status = status
+
+
+class BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
+    """Retries 429 after Retry-After seconds (plus jitter), but never waits longer than `max_wait`."""
+
+    def __init__(
+        self,
+        max_retry_count: int = 2,
+        *,
+        max_wait: float = DEFAULT_MAX_RETRY_WAIT_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self.max_wait = max_wait
+        self._sleep = sleep
+
+    def _can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        # Give up at once when Slack asks for a wait beyond our budget (an ingress cannot sleep 30 s).
+        return bool(super()._can_retry(state=state, request=request, response=response, error=error)) and (
+            response is None or _retry_after(response) <= self.max_wait
+        )
+
+    def prepare_for_next_attempt(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        """Sleep for Retry-After (bounded) and count the attempt."""
+        wait = _retry_after(response) if response is not None else 1.0
+        state.next_attempt_requested = True
+        self._sleep(min(wait, self.max_wait) + random.uniform(0, 0.1))  # noqa: S311 - jitter, not crypto
+        state.increment_current_attempt()
+
+
+class GatewayErrorRetryHandler(ServerErrorRetryHandler):
+    """slack_sdk's server-error retry (500, 503) widened to the gateway statuses 502 and 504."""
+
+    def _can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        return response is not None and response.status_code in (500, 502, 503, 504)
+
+
+def _retry_after(response: HttpResponse) -> float:
+    for name, values in response.headers.items():
+        if name.lower() == "retry-after" and values:
+            try:
+                return max(0.0, float(values[0]))
+            except (TypeError, ValueError):
+                return 1.0
+    return 1.0
+
+
+def retry_handlers(max_retries: int, max_wait: float) -> list[RetryHandler]:
+    """Bounded retries: connection errors once, 429 and 5xx up to max_retries times."""
+    return [
+        ConnectionErrorRetryHandler(max_retry_count=1),
+        BoundedRateLimitRetryHandler(max_retry_count=max_retries, max_wait=max_wait),
+        GatewayErrorRetryHandler(max_retry_count=max_retries),
+    ]
+
+
+class SlackChat:
+    """core.ports.Chat over slack_sdk; one instance per container, safe to share between threads."""
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        base_url: str = "https://slack.com/api/",
+        timeout: float = 10.0,
+        max_retries: int = 2,
+        max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT_S,
+        usergroup_ttl: float = USERGROUP_TTL_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not token:
+            raise ValueError("a Slack bot token is required")
+        self.timeout = timeout
+        self._handlers = retry_handlers(max_retries, max_retry_wait)
+        self.client = WebClient(
+            token=token,
+            base_url=base_url if base_url.endswith("/") else base_url + "/",
+            timeout=max(1, round(timeout)),
+            retry_handlers=self._handlers,
+        )
+        self._usergroup_ttl = usergroup_ttl
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._usergroups: dict[str, tuple[float, frozenset[str]]] = {}
+        self._dms: dict[str, str] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, timeout: float | None = None) -> SlackChat:
+        """Build from gpufarm settings (token, API URL, timeout, retries); pass a short timeout on the ingress."""
+        if settings.slack_bot_token is None:
+            raise ValueError("SLACK_BOT_TOKEN (or the secret's slack_bot_token) is not set")
+        return cls(
+            settings.slack_bot_token.get_secret_value(),
+            base_url=settings.slack_api_url,
+            timeout=timeout if timeout is not None else settings.http_timeout,
+            max_retries=min(settings.max_retries, 3),
+        )
+
+    # -- calls -----------------------------------------------------------------------------------------------------
+
+    def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        """One Web API call through slack_sdk's own method; failures become SlackError (the token never appears)."""
+        # slack_sdk's method names: chat.postMessage -> chat_postMessage (it picks JSON or form bodies as Slack does).
+        call = getattr(self.client, method.replace(".", "_"))
+        try:
+            response = call(**{k: v for k, v in kwargs.items() if v is not None})
+        except SlackApiError as exc:
+            raw = exc.response.data
+            code = str(raw.get("error") or "unknown_error") if isinstance(raw, dict) else "invalid_response"
+            raise SlackError(method, code, exc.response.status_code) from None
+        except (SlackClientError, urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise SlackError(method, f"connection_error: {type(exc).__name__}") from None
+        data = response.data
+        if not isinstance(data, dict):
+            raise SlackError(method, "invalid_response")
+        return data
+
+    def auth_test(self) -> dict[str, Any]:
+        """Who the token is (bot user and bot id); a cheap credentials check."""
+        return self._call("auth.test")
+
+    def post_message(
+        self,
+        channel: str,
+        text: str,
+        blocks: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        thread_ts: str | None = None,
+    ) -> str:
+        """Post to a channel or DM; returns the message ts."""
+        data = self._call("chat.postMessage", channel=channel, text=text, blocks=_blocks(blocks), thread_ts=thread_ts)
+        return str(data["ts"])
+
+    def update_message(
+        self, channel: str, ts: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        """Rewrite a message the app posted."""
+        self._call("chat.update", channel=channel, ts=ts, text=text, blocks=_blocks(blocks))
+
+    def post_ephemeral(
+        self, channel: str, user: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        """Show a message to one user in a channel."""
+        self._call("chat.postEphemeral", channel=channel, user=user, text=text, blocks=_blocks(blocks))
+
+    def open_view(self, trigger_id: str, view: Mapping[str, Any]) -> str:
+        """Open a modal (within 3 s of the trigger); returns the view id."""
+        data = self._call("views.open", trigger_id=trigger_id, view=dict(view))
+        return str(data["view"]["id"])
+
+    def update_view(self, view_id: str, view: Mapping[str, Any], *, hash: str | None = None) -> None:  # noqa: A002
+        """Replace an open modal; pass the last hash to fail with `hash_conflict` instead of overwriting."""
+        self._call("views.update", view_id=view_id, view=dict(view), hash=hash)
+
+    def open_dm(self, user: str) -> str:
+        """The DM channel id with a user (stable, so remembered per container)."""
+        with self._lock:
+            cached = self._dms.get(user)
+        if cached:
+            return cached
+        data = self._call("conversations.open", users=user)
+        channel = str(data["channel"]["id"])
+        with self._lock:
+            self._dms[user] = channel
+        return channel
+
+    def user_name(self, user: str) -> str:
+        """A user's display name, else real name, else handle; the id when Slack cannot say."""
+        try:
+            data = self._call("users.info", user=user)
+        except SlackError as exc:
+            log.warning("users.info for %s failed (%s); showing the id", user, exc.code)
+            return user
+        info = data.get("user") or {}
+        profile = info.get("profile") or {}
+        for candidate in (
+            profile.get("display_name"),
+            profile.get("real_name"),
+            info.get("real_name"),
+            info.get("name"),
+        ):
+            if isinstance(candidate, str) and candidate.strip():
+                return candidate.strip()
+        return user
+
+    def usergroup_members(self, usergroup: str) -> frozenset[str]:
+        """User ids in a user group, cached for a minute (the method is Tier 2); failures raise, never 'nobody'."""
+        now = self._monotonic()
+        with self._lock:
+            cached = self._usergroups.get(usergroup)
+        if cached and now - cached[0] < self._usergroup_ttl:
+            return cached[1]
+        data = self._call("usergroups.users.list", usergroup=usergroup)
+        members = frozenset(str(u) for u in data.get("users") or [])
+        with self._lock:
+            self._usergroups[usergroup] = (now, members)
+        return members
+
+    def tell_user(self, user: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """DM a user (conversations.open + chat.postMessage); returns the ts."""
+        return self.post_message(self.open_dm(user), text, blocks)
+
+    # -- response_url ----------------------------------------------------------------------------------------------
+
+    def respond(
+        self,
+        response_url: str,
+        text: str,
+        blocks: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        replace_original: bool = False,
+        in_channel: bool = False,
+    ) -> None:
+        """Answer through a response_url (at most 5 uses in 30 minutes); 429/5xx retried, other failures raise."""
+        self._send(
+            response_url,
+            {
+                "text": text,
+                "blocks": _blocks(blocks),
+                "response_type": "in_channel" if in_channel else None,
+                "replace_original": True if replace_original else None,
+            },
+        )
+
+    def delete_original(self, response_url: str) -> None:
+        """Delete the message that carried the clicked button (`delete_original` must be the only attribute)."""
+        self._send(response_url, {"delete_original": True})
+
+    def _send(self, response_url: str, body: dict[str, Any]) -> None:
+        from slack_sdk.webhook import WebhookClient
+
+        parts = urlsplit(response_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SlackError("response_url", "invalid_response_url")
+        client = WebhookClient(response_url, timeout=max(1, round(self.timeout)), retry_handlers=self._handlers)
+        try:
+            response: WebhookResponse = client.send_dict({k: v for k, v in body.items() if v is not None})
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            raise SlackError("response_url", f"connection_error: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            # Slack answers webhook errors with a short text code (used_url, expired_url, invalid_blocks, ...).
+            code = (response.body or "").strip()[:100] or "http_error"
+            raise SlackError("response_url", code, response.status_code)
+
+
+def _blocks(blocks: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
+    return [dict(b) for b in blocks] if blocks else None
+
+
+class _CallableClock(Clock):
+    """slack_sdk's signature Clock (`now()`) over a plain callable."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self._now = now
+
+    def now(self) -> float:
+        """Epoch seconds."""
+        return self._now()
+
+
+class SignatureCheck:
+    """Verifies Slack's request signature (v0 HMAC-SHA256, 5-minute window) with an injectable clock."""
+
+    def __init__(self, signing_secret: str, *, clock: Callable[[], float] | None = None) -> None:
+        if not signing_secret or not signing_secret.strip():
+            raise ValueError("the Slack signing secret is empty")
+        self._verifier = SignatureVerifier(signing_secret, clock=_CallableClock(clock or time.time))
+
+    def verify(self, body: bytes | str, headers: Mapping[str, str]) -> bool:
+        """True when the headers carry a valid, fresh signature of exactly these body bytes."""
+        normalized = {str(k).lower(): str(v) for k, v in headers.items()}
+        timestamp = normalized.get("x-slack-request-timestamp", "")
+        signature = normalized.get("x-slack-signature", "")
+        if not timestamp.isdigit() or not signature.startswith("v0="):
+            return False
+        try:
+            return bool(self._verifier.is_valid(body=body, timestamp=timestamp, signature=signature))
+        except (ValueError, UnicodeDecodeError):
+            return False
+
+    def sign(self, body: bytes | str, timestamp: int | str) -> dict[str, str]:
+        """The two headers Slack would send with this body at this time (for tests and the sandbox)."""
+        ts = str(timestamp)
+        signature = self._verifier.generate_signature(timestamp=ts, body=body)
+        assert signature is not None
+        return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": signature}
