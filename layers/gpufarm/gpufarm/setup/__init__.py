@@ -1,0 +1,1 @@
+"""Datadog setup for gpufarm: `gpufarm datadog apply` (incident fields, webhooks, secret, notification rules)."""

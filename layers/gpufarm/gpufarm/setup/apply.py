@@ -1,0 +1,558 @@
+"""`gpufarm datadog apply`: plan, then make Datadog hold exactly what gpufarm needs, idempotently.
+
+What it manages: the incident custom fields of gpufarm.core.fields.SCHEMA (on the organization's default
+incident type), the webhooks `gpufarm-incidents` and `gpufarm-idle` with their payload templates and a secret
+header, the secret custom variable GPUFARM_WEBHOOK_SECRET, and the incident notification rules that call the
+incident webhook on create and on state/phase changes. Planning is pure (current state in, changes out);
+executing applies the changes in dependency order. A second run plans nothing but "unchanged".
+
+The secret custom variable cannot be read back (Datadog never returns a secret value), so an existing secret
+variable counts as unchanged; `--rotate-secret` (rotate_secret=True) writes the configured value again.
+A run stopped half-way leaves nothing inconsistent that the next run does not converge.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+from pydantic import SecretStr
+
+from gpufarm.config import Settings
+from gpufarm.core import fields as f
+from gpufarm.core.errors import ValidationFailed
+
+INCIDENT_WEBHOOK = "gpufarm-incidents"
+IDLE_WEBHOOK = "gpufarm-idle"
+INCIDENT_HANDLE = f"@webhook-{INCIDENT_WEBHOOK}"
+IDLE_HANDLE = f"@webhook-{IDLE_WEBHOOK}"
+SECRET_VARIABLE = "GPUFARM_WEBHOOK_SECRET"  # noqa: S105 - the variable's name, not its value
+TOKEN_HEADER = "X-Gpufarm-Token"  # noqa: S105 - a header name
+INCIDENT_WEBHOOK_URL_ENV = "GPUFARM_INCIDENT_WEBHOOK_URL"
+IDLE_WEBHOOK_URL_ENV = "GPUFARM_IDLE_WEBHOOK_URL"
+
+# Payload templates: Datadog substitutes the $VARIABLES when it calls the webhook. $INCIDENT_FIELDS is raw JSON
+# (an object of plain field values), so it stands outside quotes; everything else is a JSON string.
+INCIDENT_PAYLOAD = (
+    '{"event_type": "$EVENT_TYPE", "date": "$DATE", "incident_uuid": "$INCIDENT_UUID", '
+    '"incident_public_id": "$INCIDENT_PUBLIC_ID", "incident_status": "$INCIDENT_STATUS", '
+    '"incident_title": "$INCIDENT_TITLE", "incident_fields": $INCIDENT_FIELDS}'
+)
+IDLE_PAYLOAD = (
+    '{"alert_id": "$ALERT_ID", "alert_transition": "$ALERT_TRANSITION", "alert_scope": "$ALERT_SCOPE", '
+    '"alert_status": "$ALERT_STATUS", "alert_title": "$ALERT_TITLE", "date": "$DATE"}'
+)
+CUSTOM_HEADERS = json.dumps({TOKEN_HEADER: f"${SECRET_VARIABLE}"})
+
+ALL_STATES = ("active", "stable", "resolved")
+# Only state and phase changes concern the lifecycle handler; other field edits (purpose, notes) must not call it.
+RENOTIFY_ON = ("state", "phase")
+MAX_VALID_VALUES = 1000
+
+
+class Action(StrEnum):
+    """What apply does to one object."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    UNCHANGED = "unchanged"
+    BLOCKED = "blocked"  # cannot be applied as things stand; `detail` says what to do
+
+
+@dataclass(frozen=True)
+class Change:
+    """One planned (or applied) change to one Datadog object. `body` never holds a secret value."""
+
+    kind: str
+    name: str
+    action: Action
+    detail: str = ""
+    body: Mapping[str, Any] = field(default_factory=dict)
+    target_id: str | None = None
+
+    def line(self) -> str:
+        """One line of the printed plan."""
+        text = f"{self.action.value:<9} {self.kind} {self.name}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every change apply would make, in the order it makes them."""
+
+    changes: tuple[Change, ...]
+    incident_type_id: str | None = None
+
+    @property
+    def blocked(self) -> list[Change]:
+        """Changes that cannot be applied."""
+        return [c for c in self.changes if c.action is Action.BLOCKED]
+
+    @property
+    def pending(self) -> list[Change]:
+        """Creates and updates."""
+        return [c for c in self.changes if c.action in (Action.CREATE, Action.UPDATE)]
+
+    def counts(self) -> dict[str, int]:
+        """How many objects per action."""
+        out = {a.value: 0 for a in Action}
+        for change in self.changes:
+            out[change.action.value] += 1
+        return out
+
+    def lines(self) -> list[str]:
+        """The plan as printable lines."""
+        return [c.line() for c in self.changes]
+
+
+@dataclass(frozen=True)
+class SetupSpec:
+    """What apply is asked to make true."""
+
+    incident_webhook_url: str
+    idle_webhook_url: str
+    # Dropdown choices for the fields whose values come from the farm configuration (team, gpu_model,
+    # environment); static ones (phase, reclaim_reason) come from the schema.
+    valid_values: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    rotate_secret: bool = False
+    has_secret: bool = False
+    # Name of the incident type the fields belong to; None: the organization's default type.
+    incident_type: str | None = None
+
+
+@dataclass(frozen=True)
+class CurrentState:
+    """What Datadog holds now, as plain JSON-shaped data."""
+
+    incident_types: list[dict[str, Any]]
+    fields: list[dict[str, Any]]
+    webhooks: dict[str, dict[str, Any] | None]
+    variable: dict[str, Any] | None
+    rules: list[dict[str, Any]]
+
+
+class SetupApi(Protocol):
+    """The Datadog calls apply needs (DatadogGateway provides them)."""
+
+    def list_incident_types(self) -> list[dict[str, Any]]:
+        """Incident types."""
+
+    def list_field_definitions(self) -> list[dict[str, Any]]:
+        """User-defined fields."""
+
+    def create_field_definition(self, attributes: Mapping[str, Any], incident_type_id: str) -> dict[str, Any]:
+        """Create a field."""
+
+    def update_field_definition(self, field_id: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        """Update a field."""
+
+    def list_notification_rules(self) -> list[dict[str, Any]]:
+        """Notification rules."""
+
+    def create_notification_rule(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a rule."""
+
+    def update_notification_rule(self, rule_id: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a rule."""
+
+    def get_webhook(self, name: str) -> dict[str, Any] | None:
+        """A webhook or None."""
+
+    def create_webhook(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a webhook."""
+
+    def update_webhook(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """Update a webhook."""
+
+    def get_custom_variable(self, name: str) -> dict[str, Any] | None:
+        """A custom variable or None."""
+
+    def create_custom_variable(self, name: str, value: str, *, is_secret: bool) -> dict[str, Any]:
+        """Create a custom variable."""
+
+    def update_custom_variable(self, name: str, value: str, *, is_secret: bool) -> dict[str, Any]:
+        """Update a custom variable."""
+
+
+# -- desired state ------------------------------------------------------------------------------------------
+
+
+def check_url(name: str, url: str | None) -> str:
+    """A webhook target: an absolute http(s) URL."""
+    text = (url or "").strip()
+    parsed = urlparse(text)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValidationFailed(name, f"{name} must be an absolute http(s) URL")
+    return text
+
+
+def desired_fields(valid_values: Mapping[str, Sequence[str]]) -> list[tuple[f.FieldSpec, dict[str, Any] | None]]:
+    """Each schema field with the attributes it should have (None: dynamic choices not given)."""
+    out: list[tuple[f.FieldSpec, dict[str, Any] | None]] = []
+    for spec in f.SCHEMA:
+        attributes: dict[str, Any] = {
+            "name": spec.name,
+            "display_name": spec.display_name,
+            "type": int(f.TYPE_CODE[spec.kind]),
+        }
+        if spec.kind in (f.FieldKind.DROPDOWN, f.FieldKind.MULTISELECT):
+            values = spec.valid_values if spec.valid_values is not None else valid_values.get(spec.name)
+            if values is None:
+                out.append((spec, None))
+                continue
+            attributes["valid_values"] = [{"value": v, "display_name": v} for v in _checked_values(spec.name, values)]
+        out.append((spec, attributes))
+    return out
+
+
+def _checked_values(name: str, values: Sequence[str]) -> list[str]:
+    if isinstance(values, str):
+        raise ValidationFailed(name, f"valid values of {name} must be a list")
+    seen: list[str] = []
+    for value in values:
+        text = str(value).strip()
+        if not text or len(text) > 100 or any(not ch.isprintable() for ch in text):
+            raise ValidationFailed(name, f"{name}: {text[:40]!r} is not a usable dropdown value")
+        if text not in seen:
+            seen.append(text)
+    if not seen:
+        raise ValidationFailed(name, f"{name} needs at least one valid value")
+    if len(seen) > MAX_VALID_VALUES:
+        raise ValidationFailed(name, f"{name} has {len(seen)} values; Datadog allows {MAX_VALID_VALUES}")
+    return seen
+
+
+def desired_webhooks(spec: SetupSpec) -> list[dict[str, Any]]:
+    """The two webhooks, in Datadog's webhook JSON (URLs as given; planning checks them)."""
+    return [
+        {
+            "name": INCIDENT_WEBHOOK,
+            "url": spec.incident_webhook_url.strip(),
+            "payload": INCIDENT_PAYLOAD,
+            "custom_headers": CUSTOM_HEADERS,
+            "encode_as": "json",
+        },
+        {
+            "name": IDLE_WEBHOOK,
+            "url": spec.idle_webhook_url.strip(),
+            "payload": IDLE_PAYLOAD,
+            "custom_headers": CUSTOM_HEADERS,
+            "encode_as": "json",
+        },
+    ]
+
+
+_URL_SOURCES = {
+    INCIDENT_WEBHOOK: f"--incident-webhook-url or {INCIDENT_WEBHOOK_URL_ENV}",
+    IDLE_WEBHOOK: f"--idle-webhook-url or {IDLE_WEBHOOK_URL_ENV}",
+}
+
+
+def desired_rules() -> list[dict[str, Any]]:
+    """Notification rules: every new incident, and every state or phase change, calls the incident webhook."""
+    base = {
+        "conditions": [{"field": "state", "values": list(ALL_STATES)}],
+        "handles": [INCIDENT_HANDLE],
+        "enabled": True,
+        "visibility": "organization",
+    }
+    return [
+        # renotify_on is left empty on the created rule so a later change is announced once (by the other rule).
+        {**base, "trigger": "incident_created_trigger", "renotify_on": []},
+        {**base, "trigger": "incident_modified_trigger", "renotify_on": list(RENOTIFY_ON)},
+    ]
+
+
+# -- planning (pure) -----------------------------------------------------------------------------------------
+
+
+def plan_setup(current: CurrentState, spec: SetupSpec) -> Plan:
+    """Compare what Datadog holds with what gpufarm needs; nothing is called here."""
+    type_change, type_id = _plan_incident_type(current.incident_types, spec.incident_type)
+    changes: list[Change] = [type_change]
+    changes += _plan_fields(current.fields, type_id, spec.valid_values)
+    changes.append(_plan_variable(current.variable, spec))
+    changes += [_plan_webhook(current.webhooks.get(w["name"]), w) for w in desired_webhooks(spec)]
+    changes += _plan_rules(current.rules)
+    return Plan(tuple(changes), type_id)
+
+
+def _plan_incident_type(types: list[dict[str, Any]], wanted: str | None) -> tuple[Change, str | None]:
+    def name_of(t: dict[str, Any]) -> str:
+        return str((t.get("attributes") or {}).get("name") or "")
+
+    if wanted:
+        chosen = [t for t in types if name_of(t) == wanted]
+        why = f"named {wanted!r}"
+    else:
+        chosen = [t for t in types if (t.get("attributes") or {}).get("is_default")] or (
+            types if len(types) == 1 else []
+        )
+        why = "the default"
+    if not chosen:
+        known = ", ".join(sorted(name_of(t) for t in types)) or "none"
+        detail = f"no incident type {why} (types: {known}); name one with --incident-type"
+        return Change("incident type", wanted or "(default)", Action.BLOCKED, detail), None
+    target = chosen[0]
+    type_id = str(target.get("id"))
+    return Change("incident type", name_of(target), Action.UNCHANGED, f"fields attach to {type_id}"), type_id
+
+
+def _field_type_id(definition: dict[str, Any]) -> str | None:
+    rel = ((definition.get("relationships") or {}).get("incident_type") or {}).get("data") or {}
+    return str(rel["id"]) if rel.get("id") else None
+
+
+def _plan_fields(
+    existing: list[dict[str, Any]], type_id: str | None, valid_values: Mapping[str, Sequence[str]]
+) -> list[Change]:
+    # A field of the same name on another incident type is not ours; one without a type relationship is.
+    by_name: dict[str, dict[str, Any]] = {}
+    for definition in existing:
+        attrs = definition.get("attributes") or {}
+        if attrs.get("deleted"):
+            continue
+        owner = _field_type_id(definition)
+        if owner is not None and type_id is not None and owner != type_id:
+            continue
+        by_name.setdefault(str(attrs.get("name")), definition)
+    changes: list[Change] = []
+    for spec, wanted in desired_fields(valid_values):
+        current = by_name.get(spec.name)
+        if wanted is None:
+            if current is None:
+                detail = "its choices come from the farm configuration: pass --farm-config or set GPUFARM_FARM_CONFIG"
+                changes.append(Change("field", spec.name, Action.BLOCKED, detail))
+            else:
+                changes.append(
+                    Change("field", spec.name, Action.UNCHANGED, "choices kept (no farm configuration given)")
+                )
+            continue
+        if current is None:
+            action = Action.CREATE if type_id is not None else Action.BLOCKED
+            detail = "" if type_id is not None else "needs an incident type"
+            changes.append(Change("field", spec.name, action, detail, wanted))
+            continue
+        attrs = current.get("attributes") or {}
+        if attrs.get("type") != wanted["type"]:
+            detail = (
+                f"exists with type code {attrs.get('type')}, gpufarm needs {wanted['type']}; "
+                "Datadog cannot change a field's type: delete or rename the existing field"
+            )
+            changes.append(Change("field", spec.name, Action.BLOCKED, detail, target_id=str(current.get("id"))))
+            continue
+        differs = _field_differences(attrs, wanted)
+        update = {k: v for k, v in wanted.items() if k in ("display_name", "valid_values")}
+        action = Action.UPDATE if differs else Action.UNCHANGED
+        changes.append(Change("field", spec.name, action, ", ".join(differs), update, str(current.get("id"))))
+    return changes
+
+
+def _field_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    differs = []
+    if attrs.get("display_name") != wanted["display_name"]:
+        differs.append("display name")
+    if "valid_values" in wanted:
+        have = [(v.get("value"), v.get("display_name")) for v in attrs.get("valid_values") or []]
+        want = [(v["value"], v["display_name"]) for v in wanted["valid_values"]]
+        if have != want:
+            added = sorted({w[0] for w in want} - {h[0] for h in have})
+            removed = sorted({str(h[0]) for h in have} - {w[0] for w in want})
+            parts = [f"+{', '.join(added)}" if added else "", f"-{', '.join(removed)}" if removed else ""]
+            differs.append("choices " + " ".join(p for p in parts if p) if added or removed else "choice order")
+    return differs
+
+
+def _plan_variable(current: dict[str, Any] | None, spec: SetupSpec) -> Change:
+    needs_value = "set GPUFARM_WEBHOOK_SECRET (the shared secret the webhook handlers check)"
+    if current is None:
+        if not spec.has_secret:
+            return Change("custom variable", SECRET_VARIABLE, Action.BLOCKED, needs_value)
+        return Change("custom variable", SECRET_VARIABLE, Action.CREATE, "secret", {"is_secret": True})
+    if not current.get("is_secret"):
+        if not spec.has_secret:
+            return Change(
+                "custom variable", SECRET_VARIABLE, Action.BLOCKED, f"exists but is not secret; {needs_value}"
+            )
+        return Change("custom variable", SECRET_VARIABLE, Action.UPDATE, "make it secret", {"is_secret": True})
+    if spec.rotate_secret:
+        if not spec.has_secret:
+            return Change("custom variable", SECRET_VARIABLE, Action.BLOCKED, f"cannot rotate; {needs_value}")
+        return Change("custom variable", SECRET_VARIABLE, Action.UPDATE, "rotate secret value", {"is_secret": True})
+    return Change(
+        "custom variable",
+        SECRET_VARIABLE,
+        Action.UNCHANGED,
+        "secret values cannot be read back; --rotate-secret writes it again",
+    )
+
+
+def _plan_webhook(current: dict[str, Any] | None, wanted: dict[str, Any]) -> Change:
+    name = str(wanted["name"])
+    try:
+        check_url(name, wanted["url"])
+    except ValidationFailed:
+        detail = f"needs an absolute http(s) URL: set {_URL_SOURCES.get(name, 'its URL')}"
+        return Change("webhook", name, Action.BLOCKED, detail)
+    if current is None:
+        return Change("webhook", name, Action.CREATE, wanted["url"], wanted)
+    differs = [
+        key
+        for key in ("url", "payload", "encode_as")
+        if (current.get(key) or ("json" if key == "encode_as" else None)) != wanted[key]
+    ]
+    if _json_or_text(current.get("custom_headers")) != _json_or_text(wanted["custom_headers"]):
+        differs.append("custom_headers")
+    if not differs:
+        return Change("webhook", name, Action.UNCHANGED)
+    update = {k: v for k, v in wanted.items() if k != "name"}
+    return Change("webhook", name, Action.UPDATE, ", ".join(differs), update)
+
+
+def _json_or_text(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _rule_key(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
+    conditions = sorted(
+        (str(c.get("field")), tuple(sorted(str(v) for v in c.get("values") or [])))
+        for c in attrs.get("conditions") or []
+    )
+    return (
+        attrs.get("trigger"),
+        tuple(conditions),
+        tuple(sorted(attrs.get("handles") or [])),
+        tuple(sorted(attrs.get("renotify_on") or [])),
+        bool(attrs.get("enabled", True)),
+        attrs.get("visibility") or "organization",
+    )
+
+
+def _plan_rules(existing: list[dict[str, Any]]) -> list[Change]:
+    changes = []
+    for wanted in desired_rules():
+        trigger = wanted["trigger"]
+        ours = [
+            r
+            for r in existing
+            if (r.get("attributes") or {}).get("trigger") == trigger
+            and INCIDENT_HANDLE in ((r.get("attributes") or {}).get("handles") or [])
+        ]
+        if not ours:
+            changes.append(Change("notification rule", trigger, Action.CREATE, INCIDENT_HANDLE, wanted))
+            continue
+        rule = ours[0]
+        extra = (
+            f" ({len(ours) - 1} more rule(s) call the webhook on this trigger; left as they are)" if ours[1:] else ""
+        )
+        if _rule_key(rule.get("attributes") or {}) == _rule_key(wanted):
+            changes.append(Change("notification rule", trigger, Action.UNCHANGED, extra.strip(), target_id=rule["id"]))
+        else:
+            detail = "conditions, handles, renotify_on or enabled differ" + extra
+            changes.append(Change("notification rule", trigger, Action.UPDATE, detail, wanted, str(rule.get("id"))))
+    return changes
+
+
+# -- reading and executing ------------------------------------------------------------------------------------
+
+
+def read_current(api: SetupApi) -> CurrentState:
+    """Read everything apply manages."""
+    return CurrentState(
+        incident_types=api.list_incident_types(),
+        fields=api.list_field_definitions(),
+        webhooks={name: api.get_webhook(name) for name in (INCIDENT_WEBHOOK, IDLE_WEBHOOK)},
+        variable=api.get_custom_variable(SECRET_VARIABLE),
+        rules=api.list_notification_rules(),
+    )
+
+
+def execute(plan: Plan, api: SetupApi, secret: SecretStr | None) -> list[Change]:
+    """Apply a plan's creates and updates in order; refuses a plan with blocked changes."""
+    if plan.blocked:
+        raise ValidationFailed(plan.blocked[0].kind, "; ".join(c.line() for c in plan.blocked))
+    done: list[Change] = []
+    for change in plan.pending:
+        _execute_one(change, plan, api, secret)
+        done.append(change)
+    return done
+
+
+def _execute_one(change: Change, plan: Plan, api: SetupApi, secret: SecretStr | None) -> None:
+    create = change.action is Action.CREATE
+    if change.kind == "field":
+        if create:
+            assert plan.incident_type_id is not None
+            api.create_field_definition(change.body, plan.incident_type_id)
+        else:
+            assert change.target_id is not None
+            api.update_field_definition(change.target_id, change.body)
+    elif change.kind == "custom variable":
+        if secret is None:
+            raise ValidationFailed("webhook_secret", "GPUFARM_WEBHOOK_SECRET is not set")
+        value = secret.get_secret_value()
+        if create:
+            api.create_custom_variable(change.name, value, is_secret=True)
+        else:
+            api.update_custom_variable(change.name, value, is_secret=True)
+    elif change.kind == "webhook":
+        if create:
+            api.create_webhook(change.body)
+        else:
+            api.update_webhook(change.name, change.body)
+    elif change.kind == "notification rule":
+        if create:
+            api.create_notification_rule(change.body)
+        else:
+            assert change.target_id is not None
+            api.update_notification_rule(change.target_id, change.body)
+    else:
+        raise AssertionError(f"no executor for {change.kind}")
+
+
+def apply_setup(api: SetupApi, spec: SetupSpec, *, secret: SecretStr | None, dry_run: bool = False) -> Plan:
+    """Read, plan and (unless dry_run) execute; returns the plan (raises ValidationFailed if blocked)."""
+    plan = plan_setup(read_current(api), spec)
+    if not dry_run:
+        execute(plan, api, secret)
+    return plan
+
+
+def run_apply(
+    settings: Settings,
+    *,
+    incident_webhook_url: str | None = None,
+    idle_webhook_url: str | None = None,
+    valid_values: Mapping[str, Sequence[str]] | None = None,
+    dry_run: bool = False,
+    rotate_secret: bool = False,
+    incident_type: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Plan:
+    """Apply against the Datadog in settings; webhook URLs default to GPUFARM_INCIDENT/IDLE_WEBHOOK_URL."""
+    from gpufarm.adapters.datadog import DatadogGateway
+
+    environ = env if env is not None else os.environ
+    spec = SetupSpec(
+        incident_webhook_url=incident_webhook_url or environ.get(INCIDENT_WEBHOOK_URL_ENV, ""),
+        idle_webhook_url=idle_webhook_url or environ.get(IDLE_WEBHOOK_URL_ENV, ""),
+        valid_values=dict(valid_values or {}),
+        rotate_secret=rotate_secret,
+        has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
+        incident_type=incident_type,
+    )
+    gateway = DatadogGateway(settings)
+    try:
+        return apply_setup(gateway, spec, secret=settings.webhook_secret, dry_run=dry_run)
+    finally:
+        gateway.close()
