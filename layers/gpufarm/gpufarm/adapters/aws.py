@@ -148,15 +148,24 @@ class SqsFifoQueue:
             raise UpstreamError(f"SQS send failed: {type(exc).__name__}") from None
 
 
-def _post_json(url: str, body: Mapping[str, Any], expected: int, what: str, timeout: float) -> None:
-    data = _payload_bytes(body, what)
-    request = urllib.request.Request(  # noqa: S310 - the URL comes from our own settings, http(s) checked below
-        url, data=data, method="POST", headers={"Content-Type": "application/json"}
-    )
+def _post_json(
+    url: str,
+    body: Mapping[str, Any],
+    expected: int,
+    what: str,
+    *,
+    timeout: float,
+    opener: urllib.request.OpenerDirector | None,
+) -> None:
     if not url.startswith(("http://", "https://")):
         raise ValidationFailed("url", f"{what}: {url[:80]!r} is not an http(s) URL")
+    data = _payload_bytes(body, what)
+    request = urllib.request.Request(  # noqa: S310 - the URL comes from our settings and is http(s), checked above
+        url, data=data, method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - scheme checked above
+        open_url = opener.open if opener is not None else urllib.request.urlopen
+        with open_url(request, timeout=timeout) as response:
             status = response.status
     except urllib.error.HTTPError as exc:
         status = exc.code
@@ -171,22 +180,29 @@ def _post_json(url: str, body: Mapping[str, Any], expected: int, what: str, time
 class LocalInvoker:
     """Async invokes handed to the local function host: POST {base}/{function} → 202."""
 
-    def __init__(self, base_url: str, *, timeout: float = LOCAL_TIMEOUT_S) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = LOCAL_TIMEOUT_S, opener: urllib.request.OpenerDirector | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self._opener = opener
 
     def invoke(self, function: str, payload: Mapping[str, Any]) -> None:
         """Queue an invocation on the local host."""
         name = _checked_function(function)
-        _post_json(f"{self.base_url}/{quote(name, safe='')}", payload, 202, f"invoke of {name}", self.timeout)
+        url = f"{self.base_url}/{quote(name, safe='')}"
+        _post_json(url, payload, 202, f"invoke of {name}", timeout=self.timeout, opener=self._opener)
 
 
 class LocalQueue:
     """A queue of the local function host: POST {queue_url}/messages {"body", "group", "dedup_id"} → 200."""
 
-    def __init__(self, queue_url: str, *, timeout: float = LOCAL_TIMEOUT_S) -> None:
+    def __init__(
+        self, queue_url: str, *, timeout: float = LOCAL_TIMEOUT_S, opener: urllib.request.OpenerDirector | None = None
+    ) -> None:
         self.queue_url = queue_url.rstrip("/")
         self.timeout = timeout
+        self._opener = opener
 
     def send(self, body: Mapping[str, Any], *, group: str, dedup_id: str) -> None:
         """Enqueue one message on the local host."""
@@ -195,7 +211,9 @@ class LocalQueue:
             "group": _checked_sqs_id("group", group),
             "dedup_id": _checked_sqs_id("dedup_id", dedup_id),
         }
-        _post_json(f"{self.queue_url}/messages", message, 200, "queue message", self.timeout)
+        _post_json(
+            f"{self.queue_url}/messages", message, 200, "queue message", timeout=self.timeout, opener=self._opener
+        )
 
 
 def local_invoke_url(env: Mapping[str, str] | None = None) -> str | None:
