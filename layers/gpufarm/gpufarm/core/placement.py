@@ -64,40 +64,46 @@ def free_capacity(
     return out
 
 
-def place(kind: PoolKind, free: list[Capacity], count: int) -> dict[str, int] | None:
-    """Units to take on each chosen host, or None when the pool cannot hold `count` now."""
+def place(
+    kind: PoolKind, free: list[Capacity], count: int, prefer: frozenset[str] = frozenset()
+) -> dict[str, int] | None:
+    """Units to take on each chosen host, or None when the pool cannot hold `count` now.
+
+    `prefer` names hosts already tagged for this allocation (a retry after a partial failure): among equally good
+    choices the one reusing them wins, so the retry converges instead of leaving stray tags.
+    """
     if count < 1 or sum(c.free for c in free) < count:
         return None
     if kind is PoolKind.DEDICATED:
-        return place_dedicated(free, count)
-    return place_shared(free, count)
+        return place_dedicated(free, count, prefer)
+    return place_shared(free, count, prefer)
 
 
-def place_dedicated(free: list[Capacity], count: int) -> dict[str, int] | None:
+def place_dedicated(free: list[Capacity], count: int, prefer: frozenset[str] = frozenset()) -> dict[str, int] | None:
     """Whole hosts: fewest hosts, then least GPUs left unused, one cluster preferred over spanning clusters."""
     best: list[Capacity] | None = None
     for members in _by_cluster(free).values():
-        chosen = _fewest_hosts(members, count)
-        if chosen is not None and (best is None or _cost(chosen, count) < _cost(best, count)):
+        chosen = _fewest_hosts(members, count, prefer)
+        if chosen is not None and (best is None or _cost(chosen, count, prefer) < _cost(best, count, prefer)):
             best = chosen
     if best is None:
         # No single cluster can hold it: span clusters, still with the fewest hosts.
-        best = _fewest_hosts(free, count)
+        best = _fewest_hosts(free, count, prefer)
     if best is None:
         return None
     # The whole host is held, so the incident records every GPU of it.
     return {c.name: c.host.gpu_count for c in sorted(best, key=lambda c: c.name)}
 
 
-def place_shared(free: list[Capacity], count: int) -> dict[str, int] | None:
+def place_shared(free: list[Capacity], count: int, prefer: frozenset[str] = frozenset()) -> dict[str, int] | None:
     """GPU units: best fit on one host when possible (keeps big holes for big requests), else fewest hosts."""
     best: list[tuple[Capacity, int]] | None = None
     for members in _by_cluster(free).values():
-        chosen = _pack(members, count)
-        if chosen is not None and (best is None or _pack_cost(chosen) < _pack_cost(best)):
+        chosen = _pack(members, count, prefer)
+        if chosen is not None and (best is None or _pack_cost(chosen, prefer) < _pack_cost(best, prefer)):
             best = chosen
     if best is None:
-        best = _pack(free, count)
+        best = _pack(free, count, prefer)
     if best is None:
         return None
     return {cap.name: units for cap, units in sorted(best, key=lambda item: item[0].name)}
@@ -110,9 +116,9 @@ def _by_cluster(free: list[Capacity]) -> dict[str, list[Capacity]]:
     return dict(sorted(groups.items()))
 
 
-def _fewest_hosts(members: list[Capacity], count: int) -> list[Capacity] | None:
+def _fewest_hosts(members: list[Capacity], count: int, prefer: frozenset[str]) -> list[Capacity] | None:
     """Largest hosts first until covered, then swap the last one for the smallest host that still covers."""
-    ordered = sorted(members, key=lambda c: (-c.free, c.name))
+    ordered = sorted(members, key=lambda c: (-c.free, c.name not in prefer, c.name))
     chosen: list[Capacity] = []
     total = 0
     for cap in ordered:
@@ -125,22 +131,23 @@ def _fewest_hosts(members: list[Capacity], count: int) -> list[Capacity] | None:
     before_last = total - chosen[-1].free
     rest = [c for c in ordered if c not in chosen[:-1]]
     fits = [c for c in rest if before_last + c.free >= count]
-    chosen[-1] = min(fits, key=lambda c: (c.free, c.name))
+    chosen[-1] = min(fits, key=lambda c: (c.free, c.name not in prefer, c.name))
     return chosen
 
 
-def _cost(chosen: list[Capacity], count: int) -> tuple[int, int, str]:
-    return (len(chosen), sum(c.free for c in chosen) - count, min(c.name for c in chosen))
+def _cost(chosen: list[Capacity], count: int, prefer: frozenset[str]) -> tuple[int, int, int, str]:
+    reused = sum(1 for c in chosen if c.name in prefer)
+    return (len(chosen), sum(c.free for c in chosen) - count, -reused, min(c.name for c in chosen))
 
 
-def _pack(members: list[Capacity], count: int) -> list[tuple[Capacity, int]] | None:
+def _pack(members: list[Capacity], count: int, prefer: frozenset[str]) -> list[tuple[Capacity, int]] | None:
     fitting = [c for c in members if c.free >= count]
     if fitting:
-        best = min(fitting, key=lambda c: (c.free, c.name))
+        best = min(fitting, key=lambda c: (c.free, c.name not in prefer, c.name))
         return [(best, count)]
     out: list[tuple[Capacity, int]] = []
     left = count
-    for cap in sorted(members, key=lambda c: (-c.free, c.name)):
+    for cap in sorted(members, key=lambda c: (-c.free, c.name not in prefer, c.name)):
         take = min(cap.free, left)
         out.append((cap, take))
         left -= take
@@ -149,6 +156,7 @@ def _pack(members: list[Capacity], count: int) -> list[tuple[Capacity, int]] | N
     return None
 
 
-def _pack_cost(chosen: list[tuple[Capacity, int]]) -> tuple[int, int, str]:
+def _pack_cost(chosen: list[tuple[Capacity, int]], prefer: frozenset[str]) -> tuple[int, int, int, str]:
     leftover = sum(cap.free - units for cap, units in chosen)
-    return (len(chosen), leftover, min(cap.name for cap, _ in chosen))
+    reused = sum(1 for cap, _ in chosen if cap.name in prefer)
+    return (len(chosen), leftover, -reused, min(cap.name for cap, _ in chosen))

@@ -350,7 +350,7 @@ def list_message(title: str, allocations: Sequence[Allocation]) -> Message:
         for a in allocations
     ]
     text = f"*{title}* ({len(allocations)})\n" + "\n".join(rows)
-    return Message(f"{title}: {len(allocations)}", [section(text)])
+    return Message(text.replace("*", "").replace("`", ""), [section(text)])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,659 @@
+"""The lifecycle use cases: request, approve, allocate, release, reclaim, expire, idle, sync.
+
+Every method reads the incident fresh, decides, and writes the incident; side effects (host tags, Slack messages)
+follow from what the incident says, so re-running a method on the same input converges instead of doing things
+twice. Allocation and reclaim of one pool must be called one at a time (the incident webhook's FIFO queue groups
+by pool); the methods re-check host tags before writing them so even a lapse there never puts a host in two
+dedicated allocations.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from gpufarm.core import fields as f
+from gpufarm.core import views
+from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.farm import FarmConfig, PoolKind
+from gpufarm.core.inventory import IR_KEY, PROJECT_KEY, TEAM_KEY, GpuHost, normalize_tag, tag_values
+from gpufarm.core.ir import format_ir, ir_tag_value
+from gpufarm.core.lifecycle import Phase, ReclaimReason, State, check_transition, state_for
+from gpufarm.core.model import Allocation, GpuRequest, encode_host_gpus, isoformat
+from gpufarm.core.placement import free_capacity, place, pool_hosts, shared_usage
+from gpufarm.core.policy import (
+    GRANTED_PHASES,
+    POLICY_APPROVER,
+    Action,
+    Verdict,
+    authorize,
+    decide,
+    extension_days,
+    team_usage,
+)
+from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, MetricPoint, MetricSeries, MetricsSink, WorkQueue
+from gpufarm.core.views import Message, QuotaRow
+
+log = logging.getLogger(__name__)
+
+LIVE_QUERY = "state:(active OR stable)"
+MANAGED_FILTER = "gpufarm:managed"
+HOLDING_PHASES = frozenset({Phase.ALLOCATED, Phase.IDLE_WARNED})
+# How many times allocation re-plans after finding a chosen host freshly taken (only a lapse in serialization).
+MAX_REPLANS = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an incident-driven step did, for logs, tests and the sync summary."""
+
+    ir: int
+    action: str
+    hosts: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{format_ir(self.ir)}: {self.action}" + (f" ({', '.join(self.hosts)})" if self.hosts else "")
+
+
+@dataclass
+class SyncReport:
+    """What one scheduled sync did."""
+
+    expired: list[int] = field(default_factory=list)
+    idle_reclaimed: list[int] = field(default_factory=list)
+    tags_removed: list[str] = field(default_factory=list)
+    tags_restored: list[str] = field(default_factory=list)
+    allocated: list[int] = field(default_factory=list)
+    pools_queued: list[str] = field(default_factory=list)
+    series: int = 0
+
+
+class GpuFarm:
+    """The use cases over the ports; built once per container by the handlers."""
+
+    def __init__(
+        self,
+        *,
+        incidents: IncidentStore,
+        hosts: HostTags,
+        chat: Chat,
+        clock: Clock,
+        farm: FarmConfig,
+        operators_usergroup: str | None = None,
+        operators_channel: str | None = None,
+        metrics: MetricsSink | None = None,
+        queue: WorkQueue | None = None,
+    ) -> None:
+        self.incidents = incidents
+        self.hosts = hosts
+        self.chat = chat
+        self.clock = clock
+        self.farm = farm
+        self.operators_usergroup = operators_usergroup or farm.operators_usergroup
+        self.operators_channel = operators_channel or farm.operators_channel
+        self.metrics = metrics
+        self.queue = queue
+
+    # ==== Slack-facing use cases (slack_worker) ==========================================================
+
+    def submit_request(self, request: GpuRequest) -> Message:
+        """Create the incident for a request (once per request_id), approved by policy or sent to operators."""
+        existing = self.incidents.find_by_request_id(request.request_id)
+        if existing is not None:
+            alloc = Allocation.from_record(existing)
+            if alloc.phase is Phase.REQUESTED and not alloc.slack_message:
+                # A previous attempt created the incident but died before asking the operators.
+                self._ask_operators(alloc, "beyond the team's quota; an operator decides")
+            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already requested")
+        live = self._live()
+        used = team_usage(live, request.team, request.environment, request.gpu_model)
+        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(), request.environment, request.gpu_model))
+        decision = decide(request, self.farm, team_used=used, pool_capacity=capacity)
+        if decision.verdict is Verdict.REFUSE:
+            return views.refused(decision.reason)
+        approved = decision.verdict is Verdict.APPROVE
+        values = request.to_fields(Phase.APPROVED if approved else Phase.REQUESTED, self.clock.now())
+        if approved:
+            values[f.APPROVED_BY] = POLICY_APPROVER
+        record = self.incidents.create(
+            request.title(),
+            values,
+            initial_note=f"Requested from Slack by <@{request.requester}>: {decision.reason}",
+        )
+        alloc = Allocation.from_record(record)
+        if approved:
+            self._post_operators(views.operator_decided(alloc, f"Approved by policy: {decision.reason}"))
+        else:
+            self._ask_operators(alloc, decision.reason)
+        return views.request_created(alloc, approved=approved, reason=decision.reason)
+
+    def approve(self, ir: int, actor: str) -> Message:
+        """An operator approves a request beyond quota; the webhook then allocates."""
+        authorize(Action.APPROVE, actor, self._operators())
+        alloc = self._get(ir)
+        self._expect_phase(alloc, Phase.REQUESTED, "approved")
+        updated = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor})
+        self._update_operator_message(updated, f"Approved by <@{actor}>")
+        self._tell(updated.requester, views.approved_notice(updated, actor))
+        return Message(f"{updated.ir_label} approved; allocating hosts now.")
+
+    def reject(self, ir: int, actor: str, reason: str | None = None) -> Message:
+        """An operator rejects a request; the incident is resolved with phase rejected."""
+        authorize(Action.REJECT, actor, self._operators())
+        alloc = self._get(ir)
+        self._expect_phase(alloc, Phase.REQUESTED, "rejected")
+        updated = self._write(alloc, Phase.REJECTED, {})
+        self._update_operator_message(updated, f"Rejected by <@{actor}>" + (f": {reason}" if reason else ""))
+        self._tell(updated.requester, views.rejected_notice(updated, actor, reason))
+        return Message(f"{updated.ir_label} rejected.")
+
+    def release(self, ir: int, actor: str) -> Message:
+        """The requester (or an operator) gives the GPUs back: the incident is resolved; the webhook reclaims."""
+        alloc = self._get(ir)
+        authorize(Action.RELEASE, actor, self._operators(), alloc)
+        reason = ReclaimReason.CANCELLED if alloc.phase is Phase.REQUESTED else ReclaimReason.RELEASED
+        if actor != alloc.requester:
+            reason = ReclaimReason.OPERATOR
+        return self._resolve(alloc, reason, by=actor)
+
+    def force_reclaim(self, ir: int, actor: str, reason: str | None = None) -> Message:
+        """An operator takes an allocation back."""
+        authorize(Action.FORCE_RECLAIM, actor, self._operators())
+        alloc = self._get(ir)
+        return self._resolve(alloc, ReclaimReason.OPERATOR, by=actor, note=reason)
+
+    def extend(self, ir: int, actor: str, days: int | None = None) -> Message:
+        """Push the expiry out, within the team's max_days."""
+        alloc = self._get(ir)
+        authorize(Action.EXTEND, actor, self._operators(), alloc)
+        if alloc.state is State.RESOLVED or alloc.phase not in GRANTED_PHASES | {Phase.REQUESTED}:
+            raise Conflict(f"{alloc.ir_label} has ended ({alloc.phase.value}); request GPUs again instead")
+        add = extension_days(alloc, self.farm, days)
+        base = alloc.expires_at or self.clock.now()
+        expires = base + timedelta(days=add)
+        updated = self._write(
+            alloc,
+            alloc.phase,
+            {f.EXPIRES_AT: isoformat(expires), f.DURATION_DAYS: str((alloc.duration_days or 0) + add)},
+        )
+        return Message(f"{updated.ir_label} extended by {add} days; it now ends {isoformat(expires)}.")
+
+    def keep(self, ir: int, actor: str) -> Message:
+        """The requester answers an idle warning with Keep: back to allocated, warning cleared."""
+        alloc = self._get(ir)
+        authorize(Action.KEEP, actor, self._operators(), alloc)
+        if alloc.phase is not Phase.IDLE_WARNED:
+            return Message(f"{alloc.ir_label} has no idle warning to clear ({alloc.phase.value}).")
+        self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
+        return Message(f"{alloc.ir_label} kept; the idle warning is cleared.")
+
+    def status(self, ir: int) -> Message:
+        """One allocation in detail (anyone may look)."""
+        return views.status_message(self._get(ir))
+
+    def list_allocations(self, scope: str, user: str, team: str | None = None) -> Message:
+        """Live allocations: the user's own, a team's, or all."""
+        live = sorted(self._live(), key=lambda a: -a.ir)
+        if scope == "all":
+            return views.list_message("All live allocations", live)
+        if scope == "team":
+            teams = {team} if team else {a.team for a in live if a.requester == user and a.team}
+            if not teams:
+                raise ValidationFailed("team", "you hold no allocations; say which team: /gpu list team nlp")
+            if team is not None:
+                self.farm.team(team)
+            shown = [a for a in live if a.team in teams]
+            return views.list_message(f"Live allocations of team {', '.join(sorted(t for t in teams if t))}", shown)
+        return views.list_message("Your live allocations", [a for a in live if a.requester == user])
+
+    def quota(self, team: str | None = None) -> Message:
+        """Quotas and use per team, and free/total GPUs per pool."""
+        if team is not None:
+            self.farm.team(team)
+        live = self._live()
+        rows = [
+            QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(live, name, env, model))
+            for name, spec in sorted(self.farm.teams.items())
+            if team is None or name == team
+            for env, models in sorted(spec.quotas.items())
+            for model, q in sorted(models.items())
+        ]
+        return views.quota_message(rows, self._inventory_summary(live))
+
+    # ==== Incident-driven steps (incident_webhook's queue consumer) ======================================
+
+    def process(self, incident_id: str) -> list[Outcome]:
+        """Act on an incident's current state: allocate when approved/waiting, reclaim when resolved, else nothing."""
+        alloc = Allocation.from_record(self.incidents.get(incident_id))
+        if alloc.state is State.RESOLVED:
+            outcomes = [self.reclaim(alloc)]
+            if outcomes[0].action == "reclaimed" and alloc.environment:
+                outcomes += self.allocate_waiting(alloc.environment)
+            return outcomes
+        if alloc.phase in (Phase.APPROVED, Phase.WAITING):
+            return [self.allocate(alloc)]
+        return [Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")]
+
+    def allocate(self, alloc: Allocation) -> Outcome:
+        """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""
+        if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
+            return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
+        env_name, model = alloc.environment or "", (alloc.gpu_model or "").upper()
+        env = self.farm.environments.get(env_name)
+        if env is None or alloc.gpu_count < 1:
+            # Config changed under a live request: nothing can ever be placed; say so rather than loop.
+            log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, env_name)
+            return self._go_waiting(alloc)
+        live = self._live()
+        older = [
+            a
+            for a in live
+            if a.phase is Phase.WAITING and a.environment == env_name and a.gpu_model == model and a.ir < alloc.ir
+        ]
+        if older:
+            # First come, first served per model: a newer request does not overtake a waiting one.
+            return self._go_waiting(alloc)
+        me = ir_tag_value(alloc.ir)
+        excluded: set[str] = set()
+        for _ in range(MAX_REPLANS):
+            hosts = [h for h in pool_hosts(self._inventory(), env_name, model) if h.name not in excluded]
+            used = self._units_used(env.kind, hosts, live, exclude_ir=alloc.ir)
+            free = free_capacity(env.kind, hosts, used, holder_ir=me)
+            already = frozenset(h.name for h in hosts if me in h.irs)
+            plan = place(env.kind, free, alloc.gpu_count, prefer=already)
+            taken = self._tag_hosts(alloc, plan, dedicated=env.kind is PoolKind.DEDICATED) if plan else set()
+            if not taken:
+                others = {a.ir: a for a in live if a.ir != alloc.ir}
+                for stray in sorted(already - set(plan or ())):
+                    # Left by an earlier attempt that chose differently: this IR does not hold it.
+                    self._untag_host(stray, alloc, others)
+                return self._allocated(alloc, plan) if plan else self._go_waiting(alloc)
+            excluded |= taken
+        raise UpstreamError(f"{alloc.ir_label}: hosts kept being taken while allocating; retrying later")
+
+    def reclaim(self, alloc: Allocation) -> Outcome:
+        """Remove exactly this IR's tags, clear its hosts, phase reclaimed, tell the requester and operators."""
+        if alloc.phase in (Phase.REJECTED, Phase.RECLAIMED) and not alloc.hosts:
+            return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
+        if alloc.state is not State.RESOLVED:
+            return Outcome(alloc.ir, f"nothing to do (still {alloc.state.value})")
+        check_transition(alloc.phase, Phase.RECLAIMING)
+        me = ir_tag_value(alloc.ir)
+        live = {a.ir: a for a in self._live() if a.ir != alloc.ir}
+        tagged = {h.name for h in self._inventory() if me in h.irs}
+        hosts = sorted(set(alloc.hosts) | tagged)
+        for host in hosts:
+            self._untag_host(host, alloc, live)
+        reason = alloc.reclaim_reason or ReclaimReason.RESOLVED_IN_DATADOG
+        check_transition(Phase.RECLAIMING, Phase.RECLAIMED)
+        updated = self._write(
+            alloc, Phase.RECLAIMED, {f.HOSTS: [], f.HOST_GPUS: [], f.RECLAIM_REASON: reason.value}, check=False
+        )
+        message = views.reclaimed(updated, _reason_text(reason), hosts)
+        self._tell(updated.requester, message)
+        self._post_operators(message)
+        return Outcome(alloc.ir, "reclaimed", tuple(hosts))
+
+    def allocate_waiting(self, environment: str) -> list[Outcome]:
+        """After capacity frees: allocate approved/waiting incidents of a pool, oldest first per model."""
+        queue = sorted(
+            (a for a in self._live() if a.environment == environment and a.phase in (Phase.APPROVED, Phase.WAITING)),
+            key=lambda a: a.ir,
+        )
+        outcomes: list[Outcome] = []
+        blocked: set[str] = set()
+        for alloc in queue:
+            model = (alloc.gpu_model or "").upper()
+            if model in blocked:
+                continue
+            outcome = self.allocate(alloc)
+            outcomes.append(outcome)
+            if outcome.action.startswith("waiting"):
+                blocked.add(model)
+        return outcomes
+
+    # ==== Idle alerts (idle_alert) ========================================================================
+
+    def idle_triggered(self, ir: int) -> Outcome:
+        """A monitor says the IR's GPUs are idle: warn once, reclaim if still idle after the grace period."""
+        alloc = self._get(ir)
+        if alloc.phase is Phase.ALLOCATED and alloc.state is State.STABLE:
+            updated = self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(self.clock.now())})
+            self._tell(updated.requester, views.idle_warning(updated, self.farm.idle.grace_minutes))
+            return Outcome(ir, "warned")
+        if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
+            self._resolve(alloc, ReclaimReason.IDLE, by=None)
+            return Outcome(ir, "resolved (idle)")
+        return Outcome(ir, f"nothing to do ({alloc.phase.value})")
+
+    def idle_recovered(self, ir: int) -> Outcome:
+        """The GPUs are busy again: drop the warning."""
+        alloc = self._get(ir)
+        if alloc.phase is not Phase.IDLE_WARNED or alloc.state is State.RESOLVED:
+            return Outcome(ir, f"nothing to do ({alloc.phase.value})")
+        updated = self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
+        self._tell(updated.requester, Message(f"{updated.ir_label} is busy again; the idle warning is cleared."))
+        return Outcome(ir, "recovered")
+
+    # ==== Scheduled sync (quota_sync) =====================================================================
+
+    def sync(self) -> SyncReport:
+        """Expire, reclaim idle past grace, repair drift per pool (queued when a queue exists), publish gauges."""
+        report = SyncReport()
+        now = self.clock.now()
+        for alloc in self._live():
+            if alloc.phase in GRANTED_PHASES and alloc.expires_at is not None and alloc.expires_at <= now:
+                self._resolve(alloc, ReclaimReason.EXPIRED, by=None)
+                report.expired.append(alloc.ir)
+            elif alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
+                self._resolve(alloc, ReclaimReason.IDLE, by=None)
+                report.idle_reclaimed.append(alloc.ir)
+        bucket = int(now.timestamp()) // 300
+        for env in sorted(self.farm.environments):
+            if self.queue is not None:
+                # Repairs and late allocations run in the pool's FIFO group so they never race an allocation.
+                self.queue.send({"pool": env, "reason": "sync"}, group=env, dedup_id=f"sync-{env}-{bucket}")
+                report.pools_queued.append(env)
+            else:
+                removed, restored, outcomes = self.reconcile_pool(env)
+                report.tags_removed += removed
+                report.tags_restored += restored
+                report.allocated += [o.ir for o in outcomes if o.action == "allocated"]
+        report.series = self.publish_gauges()
+        return report
+
+    def reconcile_pool(self, environment: str) -> tuple[list[str], list[str], list[Outcome]]:
+        """Make host tags agree with incidents in one pool, then allocate whatever now fits."""
+        live = {a.ir: a for a in self._live()}
+        removed: list[str] = []
+        restored: list[str] = []
+        for host in [h for h in self._inventory() if h.environment == environment]:
+            stale = [v for v in host.irs if not _holds(live, v, host.name)]
+            if stale or (not host.irs and _alloc_tags(host.tags, {PROJECT_KEY, TEAM_KEY})):
+                current = self._user_tags(host.name)
+                if current is None:
+                    continue
+                keep_irs = [v for v in tag_values(current, IR_KEY) if v not in stale]
+                holders = [live[n] for n in _ir_numbers(keep_irs) if n in live]
+                wanted = _allocation_tags(holders)
+                new = [t for t in current if not _is_alloc_tag(t) or t in wanted]
+                if new != current:
+                    self.hosts.replace_tags(host.name, new, source="user")
+                    removed += [f"{host.name}:{t}" for t in current if t not in new]
+        for alloc in live.values():
+            if alloc.environment != environment or alloc.phase not in HOLDING_PHASES:
+                continue
+            for name in alloc.hosts:
+                current = self._user_tags(name)
+                if current is None:
+                    continue
+                missing = [t for t in _allocation_tags([alloc]) if t not in current]
+                if alloc.ir_tag not in current and missing:
+                    self.hosts.replace_tags(name, [*current, *missing], source="user")
+                    restored += [f"{name}:{t}" for t in missing]
+        return removed, restored, self.allocate_waiting(environment)
+
+    def publish_gauges(self) -> int:
+        """Quota (entitled / allocated per team, pool, model) and inventory (total / free per pool, model) gauges."""
+        if self.metrics is None:
+            return 0
+        live = self._live()
+        ts = int(self.clock.now().timestamp())
+        series: list[MetricSeries] = []
+
+        def gauge(name: str, value: float, tags: list[str]) -> None:
+            series.append(MetricSeries(name, (MetricPoint(ts, float(value)),), tuple(tags), type=3))
+
+        for team, spec in sorted(self.farm.teams.items()):
+            for env, models in sorted(spec.quotas.items()):
+                for model, q in sorted(models.items()):
+                    tags = _metric_tags(team=team, environment=env, gpu_model=model)
+                    held = sum(
+                        a.gpu_count
+                        for a in live
+                        if a.phase in HOLDING_PHASES
+                        and a.team == team
+                        and a.environment == env
+                        and (a.gpu_model or "").upper() == model
+                    )
+                    gauge("gpufarm.quota.entitled", q.gpus, tags)
+                    gauge("gpufarm.quota.allocated", held, tags)
+        for (env, model), (free, total) in sorted(self._inventory_summary(live).items()):
+            tags = _metric_tags(environment=env, gpu_model=model)
+            gauge("gpufarm.inventory.gpus.total", total, tags)
+            gauge("gpufarm.inventory.gpus.free", free, tags)
+        if series:
+            self.metrics.submit(series)
+        return len(series)
+
+    # ==== helpers ==========================================================================================
+
+    def _get(self, ir: int) -> Allocation:
+        try:
+            return Allocation.from_record(self.incidents.get_by_ir(ir))
+        except NotFound:
+            raise NotFound(f"{format_ir(ir)} does not exist") from None
+
+    def _live(self) -> list[Allocation]:
+        return [Allocation.from_record(r) for r in self.incidents.search(LIVE_QUERY)]
+
+    def _inventory(self) -> list[GpuHost]:
+        out = []
+        for info in self.hosts.list_hosts(MANAGED_FILTER):
+            host = GpuHost.from_tags(info.name, info.tags)
+            if host is not None:
+                out.append(host)
+        return out
+
+    def _inventory_summary(self, live: Sequence[Allocation]) -> dict[tuple[str, str], tuple[int, int]]:
+        inventory = self._inventory()
+        out: dict[tuple[str, str], tuple[int, int]] = {}
+        for env_name, env in sorted(self.farm.environments.items()):
+            for model in env.gpu_models:
+                hosts = pool_hosts(inventory, env_name, model)
+                used = self._units_used(env.kind, hosts, live)
+                free = sum(c.free for c in free_capacity(env.kind, hosts, used))
+                out[(env_name, model)] = (free, sum(h.gpu_count for h in hosts))
+        return out
+
+    def _units_used(
+        self, kind: PoolKind, hosts: Sequence[GpuHost], live: Iterable[Allocation], exclude_ir: int | None = None
+    ) -> dict[str, int]:
+        if kind is PoolKind.DEDICATED:
+            return {}
+        holders = [a for a in live if a.ir != exclude_ir and a.phase in HOLDING_PHASES | {Phase.APPROVED}]
+        used = shared_usage(holders)
+        known = {ir_tag_value(a.ir) for a in holders}
+        for host in hosts:
+            # An ir: tag whose incident the search does not show yet (index lag, or a half-finished allocation):
+            # count the host as full rather than risk handing out units twice.
+            strangers = [v for v in host.irs if v not in known and v != _tag_of(exclude_ir)]
+            if strangers:
+                used[host.name] = host.gpu_count
+        return used
+
+    def _tag_hosts(self, alloc: Allocation, plan: dict[str, int], *, dedicated: bool) -> set[str]:
+        """Tag the planned hosts; returns hosts found taken by another IR (dedicated pools), which were not tagged."""
+        me = ir_tag_value(alloc.ir)
+        wanted = _allocation_tags([alloc])
+        fresh: dict[str, list[str]] = {}
+        taken: set[str] = set()
+        for host in plan:
+            current = self._user_tags(host)
+            if current is None or (dedicated and any(v != me for v in tag_values(current, IR_KEY))):
+                taken.add(host)
+            else:
+                fresh[host] = current
+        if taken:
+            return taken
+        for host, current in fresh.items():
+            missing = [t for t in wanted if t not in current]
+            if missing:
+                self.hosts.replace_tags(host, [*current, *missing], source="user")
+        return set()
+
+    def _untag_host(self, host: str, alloc: Allocation, others: dict[int, Allocation]) -> None:
+        current = self._user_tags(host)
+        if current is None:
+            return
+        me = alloc.ir_tag
+        remaining = [n for n in _ir_numbers(tag_values(current, IR_KEY)) if n != alloc.ir]
+        holders = [others[n] for n in remaining if n in others]
+        keep = _allocation_tags(holders)
+        mine = _allocation_tags([alloc])
+        new = [t for t in current if t != me and (t not in mine or t in keep)]
+        if new != current:
+            self.hosts.replace_tags(host, new, source="user")
+
+    def _user_tags(self, host: str) -> list[str] | None:
+        try:
+            return list(self.hosts.get_tags(host, source="user"))
+        except NotFound:
+            return None
+
+    def _allocated(self, alloc: Allocation, plan: dict[str, int]) -> Outcome:
+        hosts = sorted(plan)
+        expires = self.clock.now() + timedelta(days=alloc.duration_days or self.farm.defaults.duration_days)
+        updated = self._write(
+            alloc,
+            Phase.ALLOCATED,
+            {f.HOSTS: hosts, f.HOST_GPUS: encode_host_gpus(plan), f.EXPIRES_AT: isoformat(expires)},
+        )
+        self._tell(updated.requester, views.allocated(updated))
+        return Outcome(alloc.ir, "allocated", tuple(hosts))
+
+    def _go_waiting(self, alloc: Allocation) -> Outcome:
+        if alloc.phase is Phase.WAITING:
+            return Outcome(alloc.ir, "waiting (still)")
+        updated = self._write(alloc, Phase.WAITING, {})
+        self._tell(updated.requester, views.waiting(updated))
+        return Outcome(alloc.ir, "waiting")
+
+    def _resolve(self, alloc: Allocation, reason: ReclaimReason, *, by: str | None, note: str | None = None) -> Message:
+        if alloc.state is State.RESOLVED or alloc.phase in (Phase.RECLAIMING, Phase.RECLAIMED, Phase.REJECTED):
+            raise Conflict(f"{alloc.ir_label} has already ended ({alloc.phase.value})")
+        self._write(alloc, Phase.RECLAIMING, {f.RECLAIM_REASON: reason.value})
+        if alloc.phase is Phase.REQUESTED and alloc.slack_message:
+            who = f" by <@{by}>" if by else ""
+            self._update_operator_message(alloc, f"Cancelled{who}" + (f": {note}" if note else ""))
+        log.info("%s resolved (%s)", alloc.ir_label, reason.value)
+        return Message(f"{alloc.ir_label} is being released ({_reason_text(reason)}); its hosts are freed shortly.")
+
+    def _write(self, alloc: Allocation, phase: Phase, values: dict[str, object], *, check: bool = True) -> Allocation:
+        if check:
+            check_transition(alloc.phase, phase)
+        record = self.incidents.update(
+            alloc.incident_id, {f.STATE: state_for(phase).value, f.PHASE: phase.value, **values}
+        )
+        return Allocation.from_record(record)
+
+    def _expect_phase(self, alloc: Allocation, phase: Phase, verb: str) -> None:
+        if alloc.phase is not phase:
+            by = f" by {alloc.approved_by}" if alloc.approved_by and alloc.phase is not Phase.REJECTED else ""
+            raise Conflict(f"{alloc.ir_label} cannot be {verb}: it is already {alloc.phase.value}{by}")
+
+    def _grace_over(self, alloc: Allocation) -> bool:
+        warned = alloc.idle_warned_at
+        return warned is not None and self.clock.now() - warned >= timedelta(minutes=self.farm.idle.grace_minutes)
+
+    def _operators(self) -> frozenset[str]:
+        if not self.operators_usergroup:
+            return frozenset()
+        return self.chat.usergroup_members(self.operators_usergroup)
+
+    def _ask_operators(self, alloc: Allocation, reason: str) -> None:
+        if not self.operators_channel:
+            log.warning("%s needs an operator but no operators channel is configured", alloc.ir_label)
+            return
+        name = self.chat.user_name(alloc.requester) if alloc.requester else None
+        message = views.operator_request(alloc, reason, name)
+        ts = self.chat.post_message(self.operators_channel, message.text, message.blocks)
+        self.incidents.update(alloc.incident_id, {f.SLACK_MESSAGE: f"{self.operators_channel}/{ts}"})
+
+    def _update_operator_message(self, alloc: Allocation, outcome: str) -> None:
+        channel, _, ts = (alloc.slack_message or "").partition("/")
+        if not channel or not ts:
+            return
+        message = views.operator_decided(alloc, outcome)
+        try:
+            self.chat.update_message(channel, ts, message.text, message.blocks)
+        except UpstreamError:
+            # The decision is recorded in the incident; a stale button message must not undo it.
+            log.warning("could not update the operators' message for %s", alloc.ir_label)
+
+    def _post_operators(self, message: Message) -> None:
+        if self.operators_channel:
+            try:
+                self.chat.post_message(self.operators_channel, message.text, message.blocks)
+            except UpstreamError:
+                log.warning("could not post to the operators' channel")
+
+    def _tell(self, user: str | None, message: Message) -> None:
+        if not user:
+            return
+        try:
+            self.chat.tell_user(user, message.text, message.blocks)
+        except UpstreamError:
+            # Incident fields already say what happened; a lost DM must not fail (and replay) the step.
+            log.warning("could not message %s", user)
+
+
+def _reason_text(reason: ReclaimReason) -> str:
+    return {
+        ReclaimReason.RELEASED: "released by the requester",
+        ReclaimReason.EXPIRED: "its time ran out",
+        ReclaimReason.IDLE: "its GPUs stayed idle past the grace period",
+        ReclaimReason.OPERATOR: "reclaimed by an operator",
+        ReclaimReason.RESOLVED_IN_DATADOG: "its incident was resolved in Datadog",
+        ReclaimReason.CANCELLED: "the request was cancelled",
+    }[reason]
+
+
+def _allocation_tags(allocs: Iterable[Allocation]) -> list[str]:
+    """The ir:, project: and team: tags these allocations put on a host, normalized as Datadog stores them."""
+    tags: list[str] = []
+    for a in allocs:
+        wanted = [a.ir_tag]
+        wanted += [f"{PROJECT_KEY}:{a.project}"] if a.project else []
+        wanted += [f"{TEAM_KEY}:{a.team}"] if a.team else []
+        tags += [t for t in (normalize_tag(w) for w in wanted) if t not in tags]
+    return tags
+
+
+def _is_alloc_tag(tag: str) -> bool:
+    return tag.split(":", 1)[0] in (IR_KEY, PROJECT_KEY, TEAM_KEY)
+
+
+def _alloc_tags(tags: Iterable[str], keys: set[str]) -> list[str]:
+    return [t for t in tags if t.split(":", 1)[0] in keys]
+
+
+def _ir_numbers(values: Iterable[str]) -> list[int]:
+    out = []
+    for value in values:
+        digits = value.removeprefix("ir-")
+        if digits.isdigit():
+            out.append(int(digits))
+    return out
+
+
+def _holds(live: dict[int, Allocation], tag_value: str, host: str) -> bool:
+    """True when the tag's incident is live and either holds the host or may be mid-allocation."""
+    numbers = _ir_numbers([tag_value])
+    alloc = live.get(numbers[0]) if numbers else None
+    if alloc is None:
+        return False
+    if alloc.phase in HOLDING_PHASES:
+        return host in alloc.hosts
+    return True
+
+
+def _tag_of(ir: int | None) -> str | None:
+    return ir_tag_value(ir) if ir is not None else None
+
+
+def _metric_tags(**values: Any) -> list[str]:
+    return [normalize_tag(f"{k}:{v}") for k, v in values.items()]

@@ -1,0 +1,297 @@
+"""In-memory implementations of the core's ports, for unit tests of the lifecycle service.
+
+They keep the behaviour the service relies on from the real adapters: fields go through the real encode/decode
+(an unknown field name fails as the sandbox would reject it), host tags are per source and normalized, a search
+with `state:(a OR b)` filters on state, and `get_tags` of an unknown host raises NotFound.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpufarm.core import fields as f
+from gpufarm.core.errors import NotFound, UpstreamError
+from gpufarm.core.inventory import normalize_tag, registration_tags
+from gpufarm.core.model import IncidentRecord
+from gpufarm.core.ports import HostInfo, MetricSeries
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.current = start or datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.current
+
+    def advance(self, **delta: float) -> None:
+        self.current += timedelta(**delta)
+
+
+class FakeIncidents:
+    """IncidentStore in memory; public ids count from 1 as Datadog's do."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.records: dict[str, IncidentRecord] = {}
+        self.creates = 0
+        self.updates: list[tuple[int, dict[str, Any]]] = []
+
+    def create(
+        self,
+        title: str,
+        fields: Mapping[str, object],
+        *,
+        notification_handles: Sequence[str] = (),
+        initial_note: str | None = None,
+    ) -> IncidentRecord:
+        self.creates += 1
+        decoded = f.decode_fields(f.encode_fields(fields))
+        record = IncidentRecord(
+            id=str(uuid.uuid4()),
+            public_id=len(self.records) + 1,
+            title=title,
+            state=str(decoded.get(f.STATE) or "active"),
+            fields=decoded,
+            created=self.clock.now(),
+            modified=self.clock.now(),
+        )
+        self.records[record.id] = record
+        return record
+
+    def get(self, incident_id: str) -> IncidentRecord:
+        try:
+            return self.records[incident_id]
+        except KeyError:
+            raise NotFound(f"incident {incident_id} not found") from None
+
+    def get_by_ir(self, ir: int) -> IncidentRecord:
+        for record in self.records.values():
+            if record.public_id == ir:
+                return record
+        raise NotFound(f"IR-{ir} not found")
+
+    def update(self, incident_id: str, fields: Mapping[str, object], *, title: str | None = None) -> IncidentRecord:
+        record = self.get(incident_id)
+        merged = {**record.fields, **f.decode_fields(f.encode_fields(fields))}
+        state = str(merged.get(f.STATE) or record.state)
+        updated = record.model_copy(
+            update={
+                "fields": merged,
+                "state": state,
+                "title": title or record.title,
+                "modified": self.clock.now(),
+                "resolved": self.clock.now() if state == "resolved" else None,
+            }
+        )
+        self.records[incident_id] = updated
+        self.updates.append((record.public_id, dict(fields)))
+        return updated
+
+    def search(self, query: str) -> Iterator[IncidentRecord]:
+        match = re.fullmatch(r"state:\((.+)\)", query.strip())
+        states = {s.strip() for s in match.group(1).split(" OR ")} if match else None
+        for record in list(self.records.values()):
+            if states is None or record.state in states:
+                yield record
+
+    def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
+        for record in self.records.values():
+            if record.fields.get(f.REQUEST_ID) == request_id:
+                return record
+        return None
+
+    def by_ir(self, ir: int) -> IncidentRecord:
+        """Test helper: the current record of an IR."""
+        return self.get_by_ir(ir)
+
+
+class FakeHosts:
+    """HostTags in memory: tags per host and source, normalized like Datadog."""
+
+    def __init__(self) -> None:
+        self.tags: dict[str, dict[str, list[str]]] = {}
+        self.writes = 0
+
+    def seed(self, name: str, model: str, count: int, env: str, cluster: str = "c1") -> None:
+        """Register an inventory host (its agent's tags)."""
+        self.tags[name] = {"datadog": registration_tags(model, count, env, cluster)}
+
+    def list_hosts(self, filter_text: str | None = None) -> Iterator[HostInfo]:
+        terms = (filter_text or "").split()
+        for name, sources in sorted(self.tags.items()):
+            merged = tuple(dict.fromkeys(t for tags in sources.values() for t in tags))
+            if all(term in merged or term in name for term in terms):
+                yield HostInfo(name, merged, {k: tuple(v) for k, v in sources.items()})
+
+    def get_tags(self, host: str, source: str = "user") -> list[str]:
+        if host not in self.tags:
+            raise NotFound(f"host {host} not found")
+        return list(self.tags[host].get(source, []))
+
+    def add_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
+        current = self.tags.setdefault(host, {}).setdefault(source, [])
+        current += [normalize_tag(t) for t in tags if normalize_tag(t) not in current]
+        self.writes += 1
+        return list(current)
+
+    def replace_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
+        self.tags.setdefault(host, {})[source] = list(dict.fromkeys(normalize_tag(t) for t in tags))
+        self.writes += 1
+        return list(self.tags[host][source])
+
+    def user(self, host: str) -> list[str]:
+        """Test helper: the user-source tags of a host."""
+        return list(self.tags.get(host, {}).get("user", []))
+
+
+@dataclass
+class Sent:
+    """One thing the fake Slack was asked to show."""
+
+    kind: str
+    target: str
+    text: str
+    blocks: list[Mapping[str, Any]] = field(default_factory=list)
+    ts: str = ""
+
+
+class FakeChat:
+    """Chat in memory: every message kept in order; one user group of operators."""
+
+    def __init__(self, operators: frozenset[str] = frozenset(), usergroup: str = "S0000000001") -> None:
+        self.operators = operators
+        self.usergroup = usergroup
+        self.sent: list[Sent] = []
+        self.fail_dms = False
+        self._ts = 1000
+
+    def _next_ts(self) -> str:
+        self._ts += 1
+        return f"1700000000.{self._ts:06d}"
+
+    def post_message(self, channel: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None) -> str:
+        ts = self._next_ts()
+        self.sent.append(Sent("post", channel, text, list(blocks or []), ts))
+        return ts
+
+    def update_message(
+        self, channel: str, ts: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        self.sent.append(Sent("update", channel, text, list(blocks or []), ts))
+
+    def post_ephemeral(
+        self, channel: str, user: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        self.sent.append(Sent("ephemeral", f"{channel}/{user}", text, list(blocks or [])))
+
+    def open_view(self, trigger_id: str, view: Mapping[str, Any]) -> str:
+        self.sent.append(Sent("view", trigger_id, str(view.get("callback_id")), list(view.get("blocks", []))))
+        return "V0000000001"
+
+    def update_view(self, view_id: str, view: Mapping[str, Any]) -> None:
+        self.sent.append(Sent("view_update", view_id, str(view.get("callback_id"))))
+
+    def open_dm(self, user: str) -> str:
+        return "D" + user[1:]
+
+    def user_name(self, user: str) -> str:
+        return f"name-of-{user}"
+
+    def usergroup_members(self, usergroup: str) -> frozenset[str]:
+        return self.operators if usergroup == self.usergroup else frozenset()
+
+    def respond(
+        self,
+        response_url: str,
+        text: str,
+        blocks: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        replace_original: bool = False,
+        in_channel: bool = False,
+    ) -> None:
+        self.sent.append(Sent("respond", response_url, text, list(blocks or [])))
+
+    def tell_user(self, user: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None) -> str:
+        if self.fail_dms:
+            raise UpstreamError("channel_not_found")
+        ts = self._next_ts()
+        self.sent.append(Sent("dm", user, text, list(blocks or []), ts))
+        return ts
+
+    def to(self, target: str, kind: str | None = None) -> list[Sent]:
+        """Test helper: what was sent to one user or channel."""
+        return [s for s in self.sent if s.target == target and (kind is None or s.kind == kind)]
+
+
+class FakeQueue:
+    """WorkQueue that records what was sent, dropping repeated dedup ids as SQS FIFO does."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self._dedup: set[str] = set()
+
+    def send(self, body: Mapping[str, Any], *, group: str, dedup_id: str) -> None:
+        if dedup_id in self._dedup:
+            return
+        self._dedup.add(dedup_id)
+        self.sent.append((group, dict(body)))
+
+
+class FakeMetrics:
+    """MetricsSink that keeps every series."""
+
+    def __init__(self) -> None:
+        self.series: list[MetricSeries] = []
+
+    def submit(self, series: Sequence[MetricSeries]) -> None:
+        self.series += list(series)
+
+    def value(self, metric: str, *tags: str) -> float | None:
+        """Test helper: the latest value of a metric carrying all the given tags."""
+        found = [s for s in self.series if s.metric == metric and all(t in s.tags for t in tags)]
+        return found[-1].points[-1].value if found else None
+
+
+class FakeInvoker:
+    """AsyncInvoker that records hand-offs."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def invoke(self, function: str, payload: Mapping[str, Any]) -> None:
+        self.calls.append((function, dict(payload)))
+
+
+# A small farm for unit tests: two dedicated pools and a shared one.
+FARM_YAML = """
+operators_usergroup: S0000000001
+operators_channel: C0000000001
+gpu_models:
+  H100: {description: NVIDIA H100}
+  A100: {description: NVIDIA A100}
+  L4: {}
+environments:
+  hpc: {kind: dedicated, gpu_models: [H100]}
+  cloud: {kind: dedicated, gpu_models: [H100, A100]}
+  slices: {kind: shared, gpu_models: [A100, L4]}
+teams:
+  nlp:
+    max_days: 30
+    quotas:
+      hpc: {H100: {gpus: 8, hard_limit: 16}}
+      cloud: {A100: {gpus: 8}}
+      slices: {A100: {gpus: 4, hard_limit: 8}}
+  vision:
+    max_days: 14
+    quotas:
+      hpc: {H100: {gpus: 0, hard_limit: 8}}
+idle: {grace_minutes: 60}
+defaults: {duration_days: 7, extend_days: 7}
+"""
