@@ -105,7 +105,8 @@ class DatadogGateway:
         *,
         create_attempts: int | None = None,
         create_backoff_s: float = 0.5,
-        request_id_scan: int = 200,
+        request_id_scan: int = 50,
+        search_page_size: int = SEARCH_PAGE,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if settings.datadog_api_key is None:
@@ -116,9 +117,11 @@ class DatadogGateway:
         # Our own create loop: 1 try plus settings.max_retries more, each preceded by a request_id re-check.
         self.create_attempts = max(1, create_attempts if create_attempts is not None else settings.max_retries + 1)
         self.create_backoff_s = create_backoff_s
-        # How many of the newest incidents find_by_request_id looks through (a retried Slack request comes
-        # minutes after the first, so its incident is among the newest).
-        self.request_id_scan = request_id_scan
+        # How many of the newest incidents find_by_request_id looks through: a retried create or a duplicate
+        # Slack hand-off comes seconds to minutes after the first, when few incidents (GPU requests arrive at
+        # human pace) can have been created in between. One page keeps each create to one extra read.
+        self.request_id_scan = max(1, request_id_scan)
+        self.search_page_size = max(1, min(SEARCH_PAGE, search_page_size))
         self._sleep = sleep
         self._lock = threading.Lock()
         self._client = ApiClient(self._configuration(retry=True))
@@ -282,7 +285,7 @@ class DatadogGateway:
 
     def search(self, query: str, *, newest_first: bool = False) -> Iterator[IncidentRecord]:
         """Incidents matching a Datadog incident search query, every page (newest first when asked)."""
-        kwargs: dict[str, Any] = {"query": query, "page_size": SEARCH_PAGE}
+        kwargs: dict[str, Any] = {"query": query, "page_size": self.search_page_size}
         if newest_first:
             kwargs["sort"] = _newest_first()
         yield from self._search_pages(kwargs, limit=None)
@@ -295,7 +298,7 @@ class DatadogGateway:
         """
         kwargs: dict[str, Any] = {
             "query": ANY_STATE_QUERY,
-            "page_size": min(SEARCH_PAGE, self.request_id_scan),
+            "page_size": min(self.search_page_size, self.request_id_scan),
             "sort": _newest_first(),
         }
         for record in self._search_pages(kwargs, limit=self.request_id_scan):
