@@ -16,6 +16,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -464,9 +465,13 @@ class DatadogGateway:
 
     def update_notification_rule(self, rule_id: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
         """Replace an incident notification rule (PUT semantics: send every attribute)."""
-        body = {"data": {"id": rule_id, "type": "incident_notification_rules", "attributes": dict(attributes)}}
+        try:
+            rule_uuid = uuid.UUID(str(rule_id))
+        except ValueError:
+            raise ValidationFailed("rule_id", f"{str(rule_id)[:60]!r} is not a notification rule id") from None
+        body = {"data": {"id": rule_uuid, "type": "incident_notification_rules", "attributes": dict(attributes)}}
         with self._errors("update notification rule"):
-            response = self._incidents.update_incident_notification_rule(id=rule_id, body=body)
+            response = self._incidents.update_incident_notification_rule(id=rule_uuid, body=body)
         return _plain_dict(response.data)
 
     # -- Webhooks integration -------------------------------------------------------------------------
@@ -701,6 +706,8 @@ def _plain(obj: Any) -> Any:
         return [_plain(v) for v in obj]
     if isinstance(obj, datetime | date):
         return obj.isoformat()
+    if isinstance(obj, uuid.UUID):
+        return str(obj)
     return obj
 
 
