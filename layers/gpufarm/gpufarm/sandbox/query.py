@@ -302,8 +302,9 @@ class _FilterParser:
         token = self._take()
         if token == "(":
             inner = self._or()
-            if self._take() != ")":
+            if self._peek() != ")":
                 raise self._error("missing ')'")
+            self.i += 1
             return inner
         if token in {")", ",", "AND", "OR", "IN"}:
             raise self._error(f"unexpected {token!r}")
