@@ -431,3 +431,53 @@ def test_webhook_and_secret_variable_round_trip(gateway: DatadogGateway) -> None
     assert "s3cret-value" not in json.dumps(read)
     gateway.update_custom_variable("GPUFARM_WEBHOOK_SECRET", "rotated-value", is_secret=True)
     assert gateway.get_custom_variable("MISSING_VARIABLE") is None
+
+
+# -- monitors and dashboards -------------------------------------------------------------------------------------------
+
+IDLE_MONITOR = {
+    "name": "[gpufarm] idle GPU allocation {{ir.name}}",
+    "type": "query alert",
+    "query": "avg(last_1h):avg:gpufarm.gpu.utilization{gpufarm:managed} by {ir} < 5",
+    "message": "{{#is_alert}}{{ir.name}} idle @webhook-gpufarm-idle{{/is_alert}}",
+    "tags": ["service:gpufarm"],
+    "options": {"thresholds": {"critical": 5.0, "warning": 10.0}, "notify_no_data": False, "notify_by": ["ir"]},
+}
+
+
+def test_monitor_validate_create_update_and_list(gateway: DatadogGateway) -> None:
+    gateway.validate_monitor(IDLE_MONITOR)
+    wrong = {**IDLE_MONITOR, "options": {"thresholds": {"critical": 5.0, "warning": 1.0}}}
+    with pytest.raises(ValidationFailed, match="Datadog validate monitor failed: HTTP 400"):
+        gateway.validate_monitor(wrong)
+
+    created = gateway.create_monitor(IDLE_MONITOR)
+    assert isinstance(created["id"], int)
+    assert created["query"] == IDLE_MONITOR["query"]
+    updated = gateway.update_monitor(created["id"], {"message": "{{ir.name}} idle @webhook-gpufarm-idle"})
+    assert updated["message"] == "{{ir.name}} idle @webhook-gpufarm-idle"
+    assert [m["id"] for m in gateway.list_monitors(name="idle GPU")] == [created["id"]]
+    assert gateway.list_monitors(name="no such monitor") == []
+
+
+def test_dashboard_create_update_and_list(gateway: DatadogGateway) -> None:
+    board = {
+        "title": "gpufarm: GPUs per IR",
+        "layout_type": "ordered",
+        "widgets": [
+            {
+                "definition": {
+                    "type": "timeseries",
+                    "requests": [{"q": "avg:gpufarm.gpu.utilization{$project} by {ir}", "display_type": "line"}],
+                }
+            }
+        ],
+        "template_variables": [{"name": "project", "prefix": "project"}],
+    }
+    created = gateway.create_dashboard(board)
+    assert created["title"] == board["title"]
+    updated = gateway.update_dashboard(created["id"], {**board, "title": "gpufarm: GPU usage per IR"})
+    assert updated["title"] == "gpufarm: GPU usage per IR"
+    assert [d["id"] for d in gateway.list_dashboards()] == [created["id"]]
+    with pytest.raises(ValidationFailed):
+        gateway.create_dashboard({"title": "no layout"})

@@ -487,13 +487,13 @@ class DatadogGateway:
 
     def create_webhook(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Create a webhook (`name`, `url`, `payload`, `custom_headers`, `encode_as`)."""
-        with self._errors("create webhook"):
+        with self._errors("create webhook", caller_body=True):
             response = self._webhooks.create_webhooks_integration(body=dict(spec))
         return _plain_dict(response)
 
     def update_webhook(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
         """Update a webhook's URL, payload, headers or encoding."""
-        with self._errors("update webhook"):
+        with self._errors("update webhook", caller_body=True):
             response = self._webhooks.update_webhooks_integration(webhook_name=name, body=dict(spec))
         return _plain_dict(response)
 
@@ -542,19 +542,19 @@ class DatadogGateway:
 
     def create_monitor(self, monitor: Mapping[str, Any]) -> dict[str, Any]:
         """Create a monitor (Datadog's v1 monitor JSON)."""
-        with self._errors("create monitor"):
+        with self._errors("create monitor", caller_body=True):
             response = self._monitors.create_monitor(body=dict(monitor))
         return _plain_dict(response)
 
     def update_monitor(self, monitor_id: int, monitor: Mapping[str, Any]) -> dict[str, Any]:
         """Update a monitor in place (its id and history are kept)."""
-        with self._errors("update monitor"):
+        with self._errors("update monitor", caller_body=True):
             response = self._monitors.update_monitor(monitor_id=monitor_id, body=dict(monitor))
         return _plain_dict(response)
 
     def validate_monitor(self, monitor: Mapping[str, Any]) -> None:
         """Ask Datadog whether a monitor definition is valid; raises ValidationFailed with its reasons."""
-        with self._errors("validate monitor"):
+        with self._errors("validate monitor", caller_body=True):
             self._monitors.validate_monitor(body=dict(monitor))
 
     def list_dashboards(self) -> list[dict[str, Any]]:
@@ -565,29 +565,33 @@ class DatadogGateway:
 
     def create_dashboard(self, dashboard: Mapping[str, Any]) -> dict[str, Any]:
         """Create a dashboard (Datadog's v1 dashboard JSON)."""
-        with self._errors("create dashboard"):
+        with self._errors("create dashboard", caller_body=True):
             response = self._dashboards.create_dashboard(body=dict(dashboard))
         return _plain_dict(response)
 
     def update_dashboard(self, dashboard_id: str, dashboard: Mapping[str, Any]) -> dict[str, Any]:
         """Replace a dashboard's definition, keeping its id and URL."""
-        with self._errors("update dashboard"):
+        with self._errors("update dashboard", caller_body=True):
             response = self._dashboards.update_dashboard(dashboard_id=dashboard_id, body=dict(dashboard))
         return _plain_dict(response)
 
     # -- error translation ----------------------------------------------------------------------------
 
     @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        """Run a client call, raising gpufarm errors instead of client or urllib3 exceptions."""
+    def _errors(self, what: str, *, caller_body: bool = False) -> Iterator[None]:
+        """Run a client call, raising gpufarm errors instead of client or urllib3 exceptions.
+
+        caller_body: the request body is JSON a caller wrote (monitors, dashboards, webhooks); the client's
+        models answer a missing required key with a plain TypeError, which then means "bad body".
+        """
         try:
-            with self._translate(what):
+            with self._translate(what, caller_body=caller_body):
                 yield
         except _Failed as failed:
             raise failed.error() from None
 
     @contextmanager
-    def _translate(self, what: str) -> Iterator[None]:
+    def _translate(self, what: str, *, caller_body: bool = False) -> Iterator[None]:
         try:
             yield
         except GpufarmError:
@@ -600,6 +604,11 @@ class DatadogGateway:
             raise _Failed(what, _Outcome(None, _short(str(exc)), transient=False, not_applied=True)) from None
         except urllib3.exceptions.HTTPError as exc:
             raise _Failed(what, _transport_outcome(exc)) from None
+        except TypeError as exc:
+            # After OpenApiException on purpose: the client's ApiTypeError is a TypeError too.
+            if not caller_body:
+                raise
+            raise _Failed(what, _Outcome(None, _short(str(exc)), transient=False, not_applied=True)) from None
 
 
 class _Failed(Exception):
