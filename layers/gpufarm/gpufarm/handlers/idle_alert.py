@@ -1,0 +1,86 @@
+"""The idle alert webhook (Function URL): Datadog's idle monitor, grouped by `ir`, says an allocation is idle or busy.
+
+Triggered / Re-Triggered / Renotify warn the requester once (Keep / Release buttons, phase idle-warned) and,
+when the warning is older than the farm's grace period, resolve the incident with reason idle; the incident
+webhook then reclaims. Recovered clears the warning. Other transitions (Warn, No Data) change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
+from gpufarm.core.ir import ir_from_tags
+from gpufarm.handlers import http
+from gpufarm.handlers import runtime as rt
+from gpufarm.handlers.incident_webhook import check_token
+
+log = logging.getLogger(__name__)
+
+IDLE_TRANSITIONS = frozenset({"triggered", "re-triggered", "renotify"})
+BUSY_TRANSITIONS = frozenset({"recovered"})
+
+
+class IdleAlert(BaseModel):
+    """The idle webhook's payload (gpufarm.setup.apply.IDLE_PAYLOAD, rendered by Datadog)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    alert_transition: str = Field(min_length=1, max_length=40)
+    alert_scope: str = Field(default="", max_length=2000)
+    alert_id: str | int | None = None
+    alert_status: str = Field(default="", max_length=200)
+    alert_title: str = Field(default="", max_length=500)
+    date: str = Field(default="", max_length=40)
+
+    def ir(self) -> int | None:
+        """The IR of the monitor group (`ir:ir-123` in the comma-separated scope)."""
+        return ir_from_tags([t.strip() for t in self.alert_scope.split(",") if t.strip()])
+
+
+def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
+    """Act on one monitor notification."""
+    try:
+        if not http.is_url_event(event):
+            return http.error(400, "not a Function URL event")
+        if http.method(event) != "POST":
+            return http.error(405, "webhooks are POSTs")
+        runtime = rt.current()
+        denied = check_token(runtime, http.headers(event))
+        if denied is not None:
+            return denied
+        try:
+            alert = IdleAlert.model_validate(http.json_body(event))
+        except ValidationError:
+            return http.error(400, "body is not a gpufarm idle alert payload")
+        return _act(runtime, alert)
+    except http.BadRequest as exc:
+        return http.error(exc.status, exc.reason)
+    except rt.ConfigurationError as exc:
+        log.error("idle alert misconfigured: %s", exc)  # noqa: TRY400 - a missing setting needs no traceback
+        return http.error(500, "gpufarm is not configured")
+
+
+def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
+    ir = alert.ir()
+    transition = alert.alert_transition.strip().lower()
+    if ir is None:
+        return http.respond(200, {"ignored": "the alert scope names no ir"})
+    if transition not in IDLE_TRANSITIONS | BUSY_TRANSITIONS:
+        return http.respond(200, {"ignored": f"transition {alert.alert_transition[:40]}"})
+    svc = runtime.service()
+    try:
+        outcome = svc.idle_triggered(ir) if transition in IDLE_TRANSITIONS else svc.idle_recovered(ir)
+    except NotFound:
+        return http.error(404, f"IR-{ir} does not exist")
+    except UpstreamError as exc:
+        log.error("idle alert for IR-%d failed: %s", ir, exc)  # noqa: TRY400
+        return http.error(503, "upstream failure; retry")
+    except GpufarmError as exc:
+        return http.error(409, str(exc))
+    log.info("%s", outcome)
+    return http.respond(200, {"ir": f"IR-{ir}", "outcome": outcome.action})

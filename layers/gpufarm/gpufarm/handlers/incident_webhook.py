@@ -1,0 +1,188 @@
+"""The incident webhook: Datadog says an incident changed → queue it per pool → allocate or reclaim, one at a time.
+
+Two triggers, one function:
+- Function URL (Datadog's incident notification webhook): the shared secret header is compared in constant
+  time, the body is validated, and {"incident_id", "reason"} is sent to the FIFO AllocationQueue with the pool
+  (environment) as message group and a dedup id derived from the change, so Datadog's retries collapse.
+- SQS (AllocationQueue): messages of one pool arrive one at a time; each reads the incident fresh and lets the
+  core decide (allocate when approved/waiting, reclaim when resolved, else nothing). The webhook body is never
+  trusted beyond the incident id, so duplicate, late and out-of-order webhooks converge. The scheduled sync
+  sends {"pool", "reason": "sync"} through the same groups to repair drift without racing an allocation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
+from gpufarm.core.model import NAME_PATTERN
+from gpufarm.handlers import http
+from gpufarm.handlers import runtime as rt
+
+log = logging.getLogger(__name__)
+
+TOKEN_HEADER = "x-gpufarm-token"  # noqa: S105 - a header name, lower-cased as Function URLs deliver it
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+# Message group for incidents whose pool the webhook does not name (they still never race each other).
+UNASSIGNED_GROUP = "unassigned"
+_POOL_RE = re.compile(NAME_PATTERN)
+
+
+class IncidentEvent(BaseModel):
+    """The incident webhook's payload (gpufarm.setup.apply.INCIDENT_PAYLOAD, rendered by Datadog)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    incident_uuid: str = Field(pattern=UUID_PATTERN)
+    incident_public_id: str | int | None = None
+    incident_status: str = Field(default="", max_length=40)
+    event_type: str = Field(default="", max_length=80)
+    date: str = Field(default="", max_length=40)
+    incident_fields: dict[str, Any] | None = None
+
+    def field(self, name: str) -> str:
+        """A plain field value as text ('' when absent or not a string)."""
+        value = (self.incident_fields or {}).get(name)
+        if isinstance(value, list):
+            value = value[0] if value else None
+        return value if isinstance(value, str) else ""
+
+
+class QueueMessage(BaseModel):
+    """One unit of serialized pool work."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    incident_id: str | None = Field(default=None, pattern=UUID_PATTERN)
+    pool: str | None = Field(default=None, pattern=NAME_PATTERN)
+    reason: str = Field(default="", max_length=120)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> QueueMessage:
+        if (self.incident_id is None) == (self.pool is None):
+            raise ValueError("a message names either an incident_id or a pool")
+        return self
+
+
+def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
+    """Function URL → enqueue; SQS batch → process."""
+    if isinstance(event, Mapping) and isinstance(event.get("Records"), list):
+        return _consume(event, context)
+    return _receive(event)
+
+
+# -- Function URL -----------------------------------------------------------------------------------------------
+
+
+def _receive(event: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        if not http.is_url_event(event):
+            return http.error(400, "not a Function URL event")
+        if http.method(event) != "POST":
+            return http.error(405, "webhooks are POSTs")
+        runtime = rt.current()
+        denied = check_token(runtime, http.headers(event))
+        if denied is not None:
+            return denied
+        try:
+            change = IncidentEvent.model_validate(http.json_body(event))
+        except ValidationError:
+            return http.error(400, "body is not a gpufarm incident webhook payload")
+        return _enqueue(runtime, change)
+    except http.BadRequest as exc:
+        return http.error(exc.status, exc.reason)
+    except rt.ConfigurationError as exc:
+        log.error("incident webhook misconfigured: %s", exc)  # noqa: TRY400 - a missing setting needs no traceback
+        return http.error(500, "gpufarm is not configured")
+
+
+def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
+    queue = runtime.queue()
+    if queue is None:
+        raise rt.ConfigurationError(f"{rt.QUEUE_URL_ENV} is not set")
+    group = _group(change.field("environment"))
+    reason = f"{change.incident_status or change.field('state')}/{change.field('phase')}".strip("/")
+    try:
+        queue.send({"incident_id": change.incident_uuid, "reason": reason}, group=group, dedup_id=_dedup(change))
+    except UpstreamError as exc:
+        # Datadog retries 5xx, which is what we want when the queue is briefly unreachable.
+        log.error("could not queue incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
+        return http.error(503, "queue unavailable")
+    return http.respond(202, {"queued": change.incident_uuid, "group": group})
+
+
+def check_token(runtime: rt.Runtime, headers: Mapping[str, str]) -> dict[str, Any] | None:
+    """401 unless the shared secret header matches (constant time); 500 when no secret is configured."""
+    secret = runtime.settings.webhook_secret
+    if secret is None or not secret.get_secret_value():
+        raise rt.ConfigurationError("GPUFARM_WEBHOOK_SECRET is not set")
+    given = headers.get(TOKEN_HEADER, "")
+    if not hmac.compare_digest(given.encode(), secret.get_secret_value().encode()):
+        log.warning("rejected a webhook call without the right %s header", TOKEN_HEADER)
+        return http.error(401, "missing or wrong token")
+    return None
+
+
+def _group(environment: str) -> str:
+    return environment if _POOL_RE.match(environment) else UNASSIGNED_GROUP
+
+
+def _dedup(change: IncidentEvent) -> str:
+    # Datadog's retries repeat the rendered payload byte for byte (same $DATE); distinct changes differ.
+    key = "|".join((change.incident_uuid, change.incident_status, change.field("phase"), change.date))
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+# -- SQS consumer -----------------------------------------------------------------------------------------------
+
+
+def _consume(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+    from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
+
+    runtime = rt.current()
+    processor = SqsFifoPartialProcessor(skip_group_on_error=True)
+
+    def record_handler(record: Any) -> list[str]:
+        return process_message(runtime, record.body)
+
+    result: dict[str, Any] = dict(
+        process_partial_response(event=dict(event), record_handler=record_handler, processor=processor, context=context)
+    )
+    return result
+
+
+def process_message(runtime: rt.Runtime, body: str) -> list[str]:
+    """Do one queued unit of pool work; raises (→ redelivery) only when retrying can help."""
+    try:
+        message = QueueMessage.model_validate_json(body)
+    except ValidationError:
+        # A message nobody can process must not block its group forever.
+        log.error("dropped a malformed allocation queue message")  # noqa: TRY400
+        return ["dropped: malformed"]
+    svc = runtime.service()
+    try:
+        if message.pool is not None:
+            removed, restored, outcomes = svc.reconcile_pool(message.pool)
+            done = [f"tags removed: {t}" for t in removed] + [f"tags restored: {t}" for t in restored]
+            done += [str(o) for o in outcomes]
+        else:
+            done = [str(o) for o in svc.process(message.incident_id or "")]
+    except NotFound:
+        log.warning("incident %s no longer exists; nothing to do", message.incident_id)
+        return ["gone"]
+    except (UpstreamError, rt.ConfigurationError):
+        raise
+    except GpufarmError:
+        # A state the lifecycle forbids (e.g. a hand-edited phase): retrying cannot fix it; log for operators.
+        log.exception("cannot process %s", message.incident_id or message.pool)
+        return ["failed: invalid state"]
+    for line in done:
+        log.info("%s", line)
+    return done

@@ -1,0 +1,319 @@
+"""Collaborators built once per container from Settings, and domain errors mapped to words for people.
+
+Everything is built lazily: the Slack ingress touches only the signature check, the farm file and the invoker,
+so it never imports datadog_api_client or boto3 (design rule 6). The runtime is rebuilt when the process
+environment changes, which happens only under the local function host and in tests (several local
+environments in one process); a Lambda container builds it once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpufarm.config import Settings
+from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
+
+if TYPE_CHECKING:
+    from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.adapters.slack import SignatureCheck, SlackChat
+    from gpufarm.core.farm import FarmConfig
+    from gpufarm.core.ports import AsyncInvoker, WorkQueue
+    from gpufarm.core.service import GpuFarm
+
+log = logging.getLogger(__name__)
+
+QUEUE_URL_ENV = "GPUFARM_ALLOCATION_QUEUE_URL"
+LOCAL_INVOKE_ENV = "GPUFARM_LOCAL_INVOKE_URL"
+# Only these variables shape the runtime; a change in any of them means "another environment".
+_ENV_PREFIXES = ("GPUFARM_", "DD_", "SLACK_")
+# Slack calls on the ingress must leave room inside Slack's 3 seconds.
+INGRESS_SLACK_TIMEOUT_S = 2.0
+# The example farm file `gpufarm local` and the demo fall back to when none is configured.
+EXAMPLE_FARM = Path("config") / "farm.example.yaml"
+
+
+class SystemClock:
+    """Wall time (Lambda)."""
+
+    def now(self) -> datetime:
+        """Timezone-aware now."""
+        return datetime.now(UTC)
+
+    def epoch(self) -> float:
+        """Epoch seconds."""
+        return time.time()
+
+
+class SandboxClock:
+    """The sandbox's virtual clock, read over HTTP: under `gpufarm local` time is what the sandbox says.
+
+    Slack signatures from the sandbox carry sandbox time and expiries are judged on it, so handlers running
+    against the sandbox must agree with it even after a demo or test has moved it forward.
+    """
+
+    def __init__(self, url: str, timeout: float = 2.0) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    def epoch(self) -> float:
+        """Sandbox epoch seconds; wall time if the sandbox cannot be asked."""
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:  # noqa: S310 - local sandbox URL
+                value = json.loads(response.read()).get("now")
+            return float(value)
+        except (OSError, ValueError, TypeError, AttributeError):
+            log.warning("sandbox clock unreachable at %s; using wall time", self.url)
+            return time.time()
+
+    def now(self) -> datetime:
+        """Timezone-aware sandbox now."""
+        return datetime.fromtimestamp(self.epoch(), UTC)
+
+
+class Runtime:
+    """Lazily built collaborators for one environment."""
+
+    def __init__(self, settings: Settings, environ: dict[str, str]) -> None:
+        self.settings = settings
+        self.environ = environ
+        self._lock = threading.RLock()
+        self._parts: dict[str, Any] = dict(_overrides)
+        self._farm: tuple[str, FarmConfig] | None = None
+
+    @property
+    def local(self) -> bool:
+        """True under the local function host."""
+        return bool(self.environ.get(LOCAL_INVOKE_ENV))
+
+    def _get(self, name: str, build: Any) -> Any:
+        with self._lock:
+            if name not in self._parts:
+                self._parts[name] = build()
+            return self._parts[name]
+
+    def clock(self) -> SystemClock | SandboxClock:
+        """Wall time in AWS, the sandbox's clock locally."""
+
+        def build() -> SystemClock | SandboxClock:
+            if self.local:
+                return SandboxClock(f"{self.settings.datadog_base_url()}/_sandbox/clock")
+            return SystemClock()
+
+        clock: SystemClock | SandboxClock = self._get("clock", build)
+        return clock
+
+    def signature_check(self) -> SignatureCheck:
+        """Slack request verification with the signing secret, on this runtime's clock."""
+
+        def build() -> SignatureCheck:
+            from gpufarm.adapters.slack import SignatureCheck
+
+            secret = self.settings.slack_signing_secret
+            if secret is None or not secret.get_secret_value():
+                raise ConfigurationError("SLACK_SIGNING_SECRET is not set")
+            return SignatureCheck(secret.get_secret_value(), clock=self.clock().epoch)
+
+        check: SignatureCheck = self._get("signature_check", build)
+        return check
+
+    def chat(self) -> SlackChat:
+        """Slack Web API and response_url."""
+
+        def build() -> SlackChat:
+            from gpufarm.adapters.slack import SlackChat
+
+            if self.settings.slack_bot_token is None:
+                raise ConfigurationError("SLACK_BOT_TOKEN is not set")
+            return SlackChat.from_settings(self.settings)
+
+        chat: SlackChat = self._get("chat", build)
+        return chat
+
+    def ingress_chat(self) -> SlackChat:
+        """Slack for the ingress: short timeouts, no long retry waits (views.open must finish inside 3 s)."""
+
+        def build() -> SlackChat:
+            from gpufarm.adapters.slack import SlackChat
+
+            if self.settings.slack_bot_token is None:
+                raise ConfigurationError("SLACK_BOT_TOKEN is not set")
+            return SlackChat(
+                self.settings.slack_bot_token.get_secret_value(),
+                base_url=self.settings.slack_api_url,
+                timeout=INGRESS_SLACK_TIMEOUT_S,
+                max_retries=1,
+                max_retry_wait=0.5,
+            )
+
+        chat: SlackChat = self._get("ingress_chat", build)
+        return chat
+
+    def gateway(self) -> DatadogGateway:
+        """Datadog: incidents, hosts and tags, metrics."""
+
+        def build() -> DatadogGateway:
+            from gpufarm.adapters.datadog import DatadogGateway
+
+            return DatadogGateway(self.settings)
+
+        gateway: DatadogGateway = self._get("gateway", build)
+        return gateway
+
+    def invoker(self) -> AsyncInvoker:
+        """Async hand-off to another function (Lambda, or the local function host)."""
+
+        def build() -> AsyncInvoker:
+            from gpufarm.adapters.aws import make_invoker
+
+            return make_invoker(self.settings, env=self.environ)
+
+        invoker: AsyncInvoker = self._get("invoker", build)
+        return invoker
+
+    def queue(self) -> WorkQueue | None:
+        """The allocation FIFO queue when this function is wired to it."""
+
+        def build() -> WorkQueue | None:
+            url = self.environ.get(QUEUE_URL_ENV, "").strip()
+            if not url:
+                return None
+            from gpufarm.adapters.aws import make_queue
+
+            return make_queue(self.settings, url, env=self.environ)
+
+        queue: WorkQueue | None = self._get("queue", build)
+        return queue
+
+    def farm(self) -> FarmConfig:
+        """The farm configuration (SSM in Lambda, a file locally), parsed once per distinct text."""
+        override = self._parts.get("farm")
+        if override is not None:
+            farm: FarmConfig = override
+            return farm
+        from gpufarm.core.farm import parse_farm
+
+        text = self._farm_text()
+        with self._lock:
+            if self._farm is None or self._farm[0] != text:
+                self._farm = (text, parse_farm(text))
+            return self._farm[1]
+
+    def _farm_text(self) -> str:
+        from gpufarm.adapters.aws import load_farm_text
+
+        settings = self.settings
+        if not settings.farm_config and not settings.farm_config_parameter and self.local:
+            example = _find_example_farm()
+            if example is not None:
+                settings = settings.model_copy(update={"farm_config": str(example)})
+        return load_farm_text(settings)
+
+    def worker_function(self) -> str:
+        """The slack_worker function name (GPUFARM_WORKER_FUNCTION)."""
+        name = self.settings.worker_function
+        if not name:
+            raise ConfigurationError("GPUFARM_WORKER_FUNCTION is not set")
+        return name
+
+    def service(self) -> GpuFarm:
+        """The lifecycle use cases wired to this environment's adapters (farm re-read when it changes)."""
+        from gpufarm.core.service import GpuFarm
+
+        farm = self.farm()
+        with self._lock:
+            svc: GpuFarm | None = self._parts.get("service")
+            if svc is None:
+                gateway = self.gateway()
+                svc = GpuFarm(
+                    incidents=self._parts.get("incidents", gateway),
+                    hosts=self._parts.get("hosts", gateway),
+                    chat=self.chat(),
+                    clock=self.clock(),
+                    farm=farm,
+                    operators_usergroup=self.settings.operators_usergroup,
+                    operators_channel=self.settings.operators_channel,
+                    metrics=self._parts.get("metrics", gateway),
+                    queue=self.queue(),
+                )
+                self._parts["service"] = svc
+            elif svc.farm is not farm:
+                svc.farm = farm
+                svc.operators_usergroup = self.settings.operators_usergroup or farm.operators_usergroup
+                svc.operators_channel = self.settings.operators_channel or farm.operators_channel
+            return svc
+
+
+class ConfigurationError(GpufarmError):
+    """A required setting is missing; operators must fix the deployment."""
+
+
+_lock = threading.Lock()
+_current: tuple[tuple[tuple[str, str], ...], Runtime] | None = None
+_overrides: dict[str, Any] = {}
+
+
+def current() -> Runtime:
+    """The runtime for the present environment, built on first use and reused while the environment holds."""
+    global _current  # noqa: PLW0603 - one runtime per container is the point
+    environ = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+    key = tuple(sorted(environ.items()))
+    with _lock:
+        if _current is None or _current[0] != key:
+            settings = _load_settings()
+            _current = (key, Runtime(settings, environ))
+        return _current[1]
+
+
+def override(**parts: Any) -> None:
+    """Replace collaborators (tests, benchmarks): clock, invoker, chat, ingress_chat, farm, incidents, ..."""
+    global _current  # noqa: PLW0603
+    with _lock:
+        _overrides.update(parts)
+        _current = None
+
+
+def reset() -> None:
+    """Forget the runtime and every override (tests)."""
+    global _current  # noqa: PLW0603
+    with _lock:
+        _overrides.clear()
+        _current = None
+
+
+def _load_settings() -> Settings:
+    from gpufarm.config import load_settings
+
+    return load_settings()
+
+
+def _find_example_farm() -> Path | None:
+    for base in (Path.cwd(), *Path(__file__).resolve().parents):
+        candidate = base / EXAMPLE_FARM
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def describe(exc: Exception) -> str:
+    """What to tell a Slack user about a failure, never a key or a traceback."""
+    if isinstance(exc, ValidationFailed):
+        return exc.message
+    if isinstance(exc, (NotAllowed, NotFound, Conflict)):
+        return str(exc)
+    if isinstance(exc, ConfigurationError):
+        return "gpufarm is not fully configured; the GPU operators have been told (see the function logs)"
+    if isinstance(exc, UpstreamError):
+        return f"gpufarm could not finish because a service failed ({exc}); try again in a minute"
+    from gpufarm.core.farm import FarmConfigError
+
+    if isinstance(exc, FarmConfigError):
+        return "the farm configuration is invalid; the GPU operators must fix it (see the function logs)"
+    return "something went wrong inside gpufarm; the GPU operators can find the details in the function logs"

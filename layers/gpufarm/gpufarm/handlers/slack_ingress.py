@@ -1,0 +1,265 @@
+"""The Slack ingress (Function URL): verify, answer inside 3 seconds, hand the slow part to slack_worker.
+
+Order matters: `ssl_check` pings are answered before the signature check (Slack may send them unsigned, as Bolt
+handles them); every other request must carry a valid, fresh signature or gets 401 and nothing happens. A bare
+`/gpu request` opens the modal here, because its trigger_id expires after 3 seconds. Everything that touches
+Datadog goes to the worker through the async invoker. This module never imports datadog_api_client
+(tests/unit/test_ingress_imports.py checks it in a fresh process).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qs
+
+from pydantic import ValidationError
+
+from gpufarm.core import views
+from gpufarm.core.commands import Command, Verb, parse_command
+from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
+from gpufarm.core.ir import parse_ir
+from gpufarm.core.policy import build_request
+from gpufarm.handlers import http
+from gpufarm.handlers import runtime as rt
+from gpufarm.handlers.slack_events import (
+    BlockActions,
+    Job,
+    SlashCommand,
+    ViewClosed,
+    ViewSubmission,
+    request_id,
+)
+
+log = logging.getLogger(__name__)
+
+SLASH_COMMAND = "/gpu"
+# Errors shown under a modal field must name an input block; anything else lands on the first one.
+_FIELD_BLOCK = {name: name for name in views.FORM_BLOCKS} | {"request": "project", "text": "project"}
+
+
+def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
+    """Answer one Slack request (slash command or interactivity payload)."""
+    try:
+        if not http.is_url_event(event):
+            return http.error(400, "not a Function URL event")
+        if http.method(event) != "POST":
+            return http.error(405, "Slack requests are POSTs")
+        body = http.raw_body(event)
+        headers = http.headers(event)
+        form = _form(body)
+        if form.get("ssl_check") == "1":
+            return http.respond(200)
+        runtime = rt.current()
+        if not runtime.signature_check().verify(body, headers):
+            log.warning("rejected a Slack request with a missing, forged or stale signature")
+            return http.error(401, "invalid signature")
+        if "payload" in form:
+            return _interaction(runtime, form["payload"])
+        if "command" in form:
+            return _slash_command(runtime, form)
+        return http.error(400, "neither a slash command nor an interactivity payload")
+    except http.BadRequest as exc:
+        return http.error(exc.status, exc.reason)
+    except rt.ConfigurationError as exc:
+        log.error("slack ingress misconfigured: %s", exc)  # noqa: TRY400 - no traceback for a missing setting
+        return http.error(500, "gpufarm is not configured")
+
+
+# -- slash commands ---------------------------------------------------------------------------------------------
+
+
+def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
+    try:
+        cmd_form = SlashCommand.model_validate(form)
+    except ValidationError:
+        return http.error(400, "malformed slash command")
+    if cmd_form.command != SLASH_COMMAND:
+        return _ephemeral(f"gpufarm only answers {SLASH_COMMAND}, not {cmd_form.command[:20]}")
+    try:
+        command = parse_command(cmd_form.text)
+    except ValidationFailed as exc:
+        return _ephemeral(views.error_message(exc.message).text + "\nTry `/gpu help`.")
+    if command.verb is Verb.HELP:
+        return _ephemeral(views.help_message(command.unknown).text)
+    if command.opens_modal:
+        return _open_modal(runtime, cmd_form)
+    if command.verb is Verb.REQUEST:
+        return _inline_request(runtime, cmd_form, command)
+    job = Job(
+        kind="command",
+        user=cmd_form.user_id,
+        channel=cmd_form.channel_id,
+        response_url=cmd_form.response_url,
+        command=command.to_payload(),
+    )
+    return _hand_off(runtime, job, _working_text(command))
+
+
+def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
+    try:
+        view = views.request_modal(runtime.farm(), channel=form.channel_id)
+        runtime.ingress_chat().open_view(form.trigger_id, view)
+    except UpstreamError as exc:
+        log.warning("views.open failed: %s", exc)
+        return _ephemeral(
+            "I could not open the request form in time. Try again, or use the inline form: "
+            "`/gpu request 8 H100 project=... team=... env=...`"
+        )
+    except GpufarmError as exc:
+        return _ephemeral(views.error_message(rt.describe(exc)).text)
+    return http.respond(200)
+
+
+def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -> dict[str, Any]:
+    try:
+        request = build_request(
+            command.args or {},
+            runtime.farm(),
+            requester=form.user_id,
+            channel=form.channel_id,
+            request_id=request_id("cmd", form.trigger_id),
+        )
+    except GpufarmError as exc:
+        return _ephemeral(views.error_message(rt.describe(exc)).text)
+    job = Job(
+        kind="request",
+        user=form.user_id,
+        channel=form.channel_id,
+        response_url=form.response_url,
+        request=request.model_dump(mode="json"),
+    )
+    what = f"{request.gpu_count}x {request.gpu_model} in {request.environment} for {request.team}/{request.project}"
+    return _hand_off(runtime, job, f"Requesting {what}…")
+
+
+def _working_text(command: Command) -> str:
+    target = f" IR-{command.ir}" if command.ir else ""
+    return {
+        Verb.RELEASE: f"Releasing{target}…",
+        Verb.EXTEND: f"Extending{target}…",
+        Verb.APPROVE: f"Approving{target}…",
+        Verb.REJECT: f"Rejecting{target}…",
+        Verb.RECLAIM: f"Reclaiming{target}…",
+    }.get(command.verb, "Looking that up…")
+
+
+# -- interactivity ----------------------------------------------------------------------------------------------
+
+
+def _interaction(runtime: rt.Runtime, raw: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return http.error(400, "payload is not JSON")
+    if not isinstance(payload, dict):
+        return http.error(400, "payload must be an object")
+    kind = payload.get("type")
+    try:
+        if kind == "block_actions":
+            return _block_actions(runtime, BlockActions.model_validate(payload))
+        if kind == "view_submission":
+            return _view_submission(runtime, ViewSubmission.model_validate(payload))
+        if kind == "view_closed":
+            closed = ViewClosed.model_validate(payload)
+            log.info("request form %s closed by %s", closed.view.id, closed.user.id)
+            return http.respond(200)
+    except ValidationError:
+        return http.error(400, f"malformed {kind} payload")
+    return http.error(400, "unsupported interactivity payload type")
+
+
+def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]:
+    action = payload.actions[0]
+    if action.action_id not in views.ACTIONS:
+        log.info("ignored click on %s", action.action_id[:60])
+        return http.respond(200)
+    try:
+        ir = parse_ir(action.value or "")
+    except ValidationFailed:
+        return http.error(400, "the button carries no incident number")
+    container = payload.container
+    channel = payload.channel.id if payload.channel else (container.channel_id if container else None)
+    job = Job(
+        kind="action",
+        user=payload.user.id,
+        channel=channel,
+        response_url=payload.response_url,
+        action=action.action_id,
+        ir=ir,
+        message_ts=container.message_ts if container else None,
+    )
+    try:
+        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
+    except UpstreamError as exc:
+        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400 - the adapter's message says it all
+        return http.error(503, "gpufarm is unavailable; nothing was changed")
+    return http.respond(200)
+
+
+def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
+    view = payload.view
+    if view.callback_id != views.REQUEST_CALLBACK:
+        return http.error(400, "unknown view")
+    values = views.form_values(view.state.values)
+    try:
+        request = build_request(
+            values,
+            runtime.farm(),
+            requester=payload.user.id,
+            channel=_metadata_channel(view.private_metadata),
+            request_id=request_id("view", view.id),
+        )
+    except ValidationFailed as exc:
+        block = _FIELD_BLOCK.get(exc.field, "project")
+        return http.respond(200, {"response_action": "errors", "errors": {block: exc.message[:150]}})
+    except GpufarmError as exc:
+        return http.respond(200, {"response_action": "errors", "errors": {"project": rt.describe(exc)[:150]}})
+    job = Job(kind="request", user=payload.user.id, channel=request.channel, request=request.model_dump(mode="json"))
+    try:
+        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
+    except UpstreamError as exc:
+        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400
+        return http.respond(
+            200, {"response_action": "errors", "errors": {"project": "gpufarm is unavailable; try again"}}
+        )
+    return http.respond(200)
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------
+
+
+def _hand_off(runtime: rt.Runtime, job: Job, working: str) -> dict[str, Any]:
+    try:
+        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
+    except UpstreamError as exc:
+        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400
+        return _ephemeral(views.error_message("gpufarm is unavailable right now; nothing was changed").text)
+    return _ephemeral(views.working(working).text)
+
+
+def _ephemeral(text: str) -> dict[str, Any]:
+    return http.respond(200, {"response_type": "ephemeral", "text": text})
+
+
+def _form(body: bytes) -> dict[str, str]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise http.BadRequest("body is not UTF-8") from None
+    try:
+        parsed = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text), max_num_fields=64)
+    except ValueError:
+        raise http.BadRequest("body is not form-encoded") from None
+    return {k: v[-1] for k, v in parsed.items()}
+
+
+def _metadata_channel(metadata: str) -> str | None:
+    try:
+        value = json.loads(metadata) if metadata else {}
+    except ValueError:
+        return None
+    channel = value.get("channel") if isinstance(value, dict) else None
+    return channel if isinstance(channel, str) and channel[:1] in ("C", "D", "G") and channel.isalnum() else None
