@@ -206,6 +206,10 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, "Invalid parameter 'widgets': must be a list of widget objects")
     if body["layout_type"] == "free" and any("layout" not in w for w in widgets):
         raise ApiError(400, "Invalid parameter 'widgets': every widget of a free layout needs a 'layout'")
+    tags = body.get("tags")
+    if tags is not None and (not isinstance(tags, list) or not all(_team_tag(t) for t in tags)):
+        # Recorded: dashboards take only `team:` tags.
+        raise ApiError(400, "Invalid tag format. Valid tag keys are: team.")
     problem = _model_problem(body)
     if problem:
         raise ApiError(400, problem)
@@ -310,3 +314,7 @@ def _slug(title: str) -> str:
 
 def _now_iso(now: datetime) -> str:
     return now.isoformat(timespec="microseconds")
+
+
+def _team_tag(tag: Any) -> bool:
+    return isinstance(tag, str) and tag.startswith("team:") and len(tag) > len("team:")

@@ -790,7 +790,8 @@ class IncidentsModule(BaseModule):
                     "incidents_relationship": {"data": [{"type": "incidents", "id": i.id} for i in page]}
                 },
             },
-            "meta": {"pagination": _pagination(offset, len(page), len(found))},
+            # Recorded: search answers carry next_offset on every page, the last one included.
+            "meta": {"pagination": {"offset": offset, "next_offset": offset + len(page), "size": len(page)}},
         }
 
     def _facets(self, found: list[IncidentRecordSb]) -> dict[str, Any]:
