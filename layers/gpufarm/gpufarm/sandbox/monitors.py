@@ -474,8 +474,11 @@ class MonitorsModule(BaseModule):
                 mon.pending[key] = first
                 if now - first < float(opts.get("new_group_delay") or 0):
                     continue  # still a new group: Datadog skips it for new_group_delay seconds
-            if opts.get("require_full_window") and series.points[0][0] > start + step:
-                continue  # not a full window of data yet
+            # A window counts as full when data starts within one reporting gap of its start (at most a minute).
+            if opts.get("require_full_window") and series.points[0][0] > start + max(
+                step, min(60, parsed.window_s / 4)
+            ):
+                continue
             value = reduce_points(series.points, parsed.time_agg, step)
             if value is None:
                 continue
@@ -756,7 +759,8 @@ def _validated(body: dict[str, Any], monitor_id: int | None) -> tuple[dict[str, 
     roles = body.get("restricted_roles")
     if roles is not None and (not isinstance(roles, list) or not all(isinstance(r, str) for r in roles)):
         raise ApiError(400, "The value provided for parameter 'restricted_roles' is invalid")
-    options = body.get("options") or {}
+    options = body.get("options")
+    options = {} if options is None else options
     if not isinstance(options, dict):
         raise ApiError(400, "The value provided for parameter 'options' is invalid: expected an object")
     stored_type = "query alert" if mtype == "metric alert" else mtype
