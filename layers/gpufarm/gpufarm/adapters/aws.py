@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpufarm.config import Settings
@@ -268,3 +268,12 @@ def _farm_text_from_ssm(name: str) -> str:
     if not value.strip():
         raise NotFound(f"SSM parameter {name} is empty")
     return value
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_ports(
+        a: LambdaInvoker, b: LocalInvoker, c: SqsFifoQueue, d: LocalQueue
+    ) -> tuple[AsyncInvoker, AsyncInvoker, WorkQueue, WorkQueue]:
+        """mypy proves here that each class satisfies the port it is used as."""
+        return a, b, c, d

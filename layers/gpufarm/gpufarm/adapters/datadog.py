@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import urllib3
 from datadog_api_client import ApiClient, Configuration
@@ -35,9 +35,11 @@ from gpufarm.core.errors import Conflict, GpufarmError, NotFound, UpstreamError,
 from gpufarm.core.model import IncidentRecord
 from gpufarm.core.ports import HostInfo, MetricSeries, ScalarResult
 
+if TYPE_CHECKING:
+    from gpufarm.core.ports import HostTags, IncidentStore, MetricsQuery, MetricsSink
+
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
 # Every incident operation is beta in the client and refused unless enabled (reference: datadog.md, fact 1).
 # Only the operations this adapter calls are enabled, so a new call site fails loudly until it is listed.
@@ -896,3 +898,10 @@ def _without_secret(variable: dict[str, Any]) -> dict[str, Any]:
     if variable.get("is_secret"):
         variable.pop("value", None)
     return variable
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_ports(gateway: DatadogGateway) -> tuple[IncidentStore, HostTags, MetricsSink, MetricsQuery]:
+        """mypy proves here that DatadogGateway satisfies every port it is used as."""
+        return gateway, gateway, gateway, gateway
