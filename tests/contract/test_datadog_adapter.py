@@ -164,13 +164,16 @@ def test_create_survives_5xx_on_the_create_path_with_exactly_one_incident(
     assert record.fields[f.REQUEST_ID] == "req-fault-1"
 
 
+@pytest.mark.parametrize("attempts", [1, 3])
 def test_create_whose_answer_is_lost_after_datadog_created_it_is_not_repeated(
-    gateway: DatadogGateway, fields_defined: None, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+    attempts: int, settings: Settings, fields_defined: None, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The case the client's own POST retry gets wrong: the server created it, then the answer failed."""
+    """The case the client's own POST retry gets wrong: the server created it, then the answer failed.
+    With a single attempt the re-check after the failure still finds it."""
     from datadog_api_client.exceptions import ServiceException
 
-    api = gateway._incidents_no_retry
+    gw = DatadogGateway(settings, create_attempts=attempts, create_backoff_s=0.01)
+    api = gw._incidents_no_retry
     real_create = api.create_incident
     calls = []
 
@@ -180,7 +183,8 @@ def test_create_whose_answer_is_lost_after_datadog_created_it_is_not_repeated(
         raise ServiceException(status=502, reason="Bad Gateway")
 
     monkeypatch.setattr(api, "create_incident", create_then_fail)
-    record = gateway.create("GPU request", _request_fields("req-lost-1"))
+    record = gw.create("GPU request", _request_fields("req-lost-1"))
+    gw.close()
     assert len(calls) == 1
     assert _incident_count(sandbox) == 1
     assert record.fields[f.REQUEST_ID] == "req-lost-1"

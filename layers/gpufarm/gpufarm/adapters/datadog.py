@@ -230,16 +230,24 @@ class DatadogGateway:
                 outcome = failed.outcome
                 # Without a request_id a 5xx or a timeout leaves us unable to tell whether Datadog created
                 # it, so only a plain refusal (429/408/connection refused) may be sent again.
-                retryable = outcome.transient and (rid is not None or outcome.not_applied)
-                if not retryable or attempt == self.create_attempts:
+                if not (outcome.transient and (rid is not None or outcome.not_applied)):
+                    raise failed.error() from None
+                last = attempt == self.create_attempts
+                if last and (rid is None or outcome.not_applied):
                     raise failed.error() from None
                 delay = self.create_backoff_s * 2 ** (attempt - 1)
-                log.warning("create incident failed (%s); retry %d in %.1fs", outcome.message, attempt, delay)
+                log.warning(
+                    "create incident failed (%s); attempt %d, re-check in %.1fs", outcome.message, attempt, delay
+                )
                 self._sleep(delay)
+                # Re-check before sending again, and once more after the last failure: the server may have
+                # created it before its answer was lost.
                 if rid:
                     existing = self.find_by_request_id(rid)
                     if existing is not None:
                         return existing
+                if last:
+                    raise failed.error() from None
         raise AssertionError("unreachable: the loop returns or raises")
 
     def get(self, incident_id: str) -> IncidentRecord:
