@@ -361,6 +361,11 @@ def build_events() -> dict[str, Any]:
     return events
 
 
+def load_event(name: str) -> Any:
+    """A sample event from events/ (what tests/conftest.py's load_event reads, importable from here)."""
+    return json.loads((EVENTS / name).read_text())
+
+
 def render(event: Any) -> str:
     """How an event file is written."""
     return json.dumps(event, indent=2) + "\n"

@@ -53,8 +53,9 @@ def test_inline_request_accepts_typographic_quotes_and_key_synonyms() -> None:
     ("text", "field"),
     [
         ("request 8 H100 colour=red", "text"),
-        ("request 8 9 H100", "gpu_count"),
-        ("request 8 H100 A100", "gpu_model"),
+        ("request 8 9 H100", "text"),
+        ("request 8 H100 A100", "text"),
+        ("request 8 H100 count=4", "gpu_count"),
         ('request 8 H100 purpose="unterminated', "text"),
         ("request count=2 gpus=3", "gpu_count"),
     ],
@@ -69,6 +70,9 @@ def test_counts_are_kept_raw_for_the_policy_to_judge() -> None:
     # Zero, negative and huge counts parse; build_request turns them into clear errors (tested in test_policy).
     assert parse_command("request -3 H100").args == {"gpu_count": "-3", "gpu_model": "H100"}
     assert parse_command("request count=abc").args == {"gpu_count": "abc"}
+    assert parse_command("request many H100").args == {"gpu_count": "many", "gpu_model": "H100"}
+    assert parse_command("request H100").args == {"gpu_model": "H100"}
+    assert parse_command("request 4").args == {"gpu_count": "4"}
 
 
 @pytest.mark.parametrize(

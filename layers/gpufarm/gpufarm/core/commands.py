@@ -150,22 +150,31 @@ def parse_command(text: str) -> Command:
 
 
 def parse_request_args(words: list[str]) -> dict[str, str]:
-    """The inline request form: `8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="..."`."""
+    """The inline request form: `8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="..."`.
+
+    Bare words are `<count> <model>` in that order; a single bare word is the count when it looks like a number,
+    else the model. Values stay raw text: the policy judges them against the farm configuration.
+    """
     args: dict[str, str] = {}
+    bare: list[str] = []
     for word in words:
         key, sep, value = word.partition("=")
-        if sep:
-            name = REQUEST_KEYS.get(key.strip().lower())
-            if name is None:
-                raise ValidationFailed(
-                    "text", f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose"
-                )
-            _put(args, name, value.strip())
-        elif word.strip().isdigit() or word.strip().lstrip("+-").isdigit():
-            _put(args, "gpu_count", word.strip())
-        else:
-            # A bare word that is not a number names the model (`/gpu request 8 H100 ...`).
-            _put(args, "gpu_model", word.strip())
+        if not sep:
+            bare.append(word.strip())
+            continue
+        name = REQUEST_KEYS.get(key.strip().lower())
+        if name is None:
+            raise ValidationFailed(
+                "text", f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose"
+            )
+        _put(args, name, value.strip())
+    if len(bare) > 2:
+        raise ValidationFailed("text", "use /gpu request <count> <model> project=... team=... env=...")
+    if len(bare) == 2:
+        _put(args, "gpu_count", bare[0])
+        _put(args, "gpu_model", bare[1])
+    elif bare:
+        _put(args, "gpu_count" if bare[0].lstrip("+-").isdigit() else "gpu_model", bare[0])
     return args
 
 

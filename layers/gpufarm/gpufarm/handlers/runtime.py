@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 QUEUE_URL_ENV = "GPUFARM_ALLOCATION_QUEUE_URL"
 LOCAL_INVOKE_ENV = "GPUFARM_LOCAL_INVOKE_URL"
+SANDBOX_URL_ENV = "GPUFARM_SANDBOX_URL"
 # Only these variables shape the runtime; a change in any of them means "another environment".
 _ENV_PREFIXES = ("GPUFARM_", "DD_", "SLACK_")
 # Slack calls on the ingress must leave room inside Slack's 3 seconds.
@@ -104,7 +105,8 @@ class Runtime:
 
         def build() -> SystemClock | SandboxClock:
             if self.local:
-                return SandboxClock(f"{self.settings.datadog_base_url()}/_sandbox/clock")
+                base = self.environ.get(SANDBOX_URL_ENV) or self.settings.datadog_base_url()
+                return SandboxClock(f"{base.rstrip('/')}/_sandbox/clock")
             return SystemClock()
 
         clock: SystemClock | SandboxClock = self._get("clock", build)
@@ -231,16 +233,15 @@ class Runtime:
         with self._lock:
             svc: GpuFarm | None = self._parts.get("service")
             if svc is None:
-                gateway = self.gateway()
                 svc = GpuFarm(
-                    incidents=self._parts.get("incidents", gateway),
-                    hosts=self._parts.get("hosts", gateway),
+                    incidents=self._port("incidents"),
+                    hosts=self._port("hosts"),
                     chat=self.chat(),
                     clock=self.clock(),
                     farm=farm,
                     operators_usergroup=self.settings.operators_usergroup,
                     operators_channel=self.settings.operators_channel,
-                    metrics=self._parts.get("metrics", gateway),
+                    metrics=self._port("metrics"),
                     queue=self.queue(),
                 )
                 self._parts["service"] = svc
@@ -249,6 +250,10 @@ class Runtime:
                 svc.operators_usergroup = self.settings.operators_usergroup or farm.operators_usergroup
                 svc.operators_channel = self.settings.operators_channel or farm.operators_channel
             return svc
+
+    def _port(self, name: str) -> Any:
+        """A Datadog-backed port: the override when a test set one, else the gateway."""
+        return self._parts[name] if name in self._parts else self.gateway()
 
 
 class ConfigurationError(GpufarmError):

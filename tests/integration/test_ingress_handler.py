@@ -1,0 +1,383 @@
+"""The Slack ingress with the sample events: signatures, acks, the modal, hand-offs, and every kind of bad input.
+
+In-process (the Lambda entry point called with events/*.json); Slack and the hand-off are recorded fakes, the
+verifier's clock is frozen at the events' timestamp. The end-to-end path through the sandbox and the local
+function host is in test_lifecycle_*.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_plus
+
+import pytest
+from gpufarm.core.errors import UpstreamError
+from gpufarm.handlers import runtime
+from test_ingress_events import (
+    TEST_SIGNING_SECRET,
+    TEST_TIMESTAMP,
+    command_body,
+    load_event,
+    payload_body,
+    sign,
+    slack_event,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "functions" / "slack_ingress"))
+import slack_ingress  # noqa: E402 - the Lambda entry point, imported as Lambda does
+
+
+class FrozenClock:
+    def __init__(self, epoch: float = TEST_TIMESTAMP) -> None:
+        self.value = epoch
+
+    def epoch(self) -> float:
+        return self.value
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.value, UTC)
+
+
+class Recorder:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.fail = fail
+
+    def invoke(self, function: str, payload: dict[str, Any]) -> None:
+        if self.fail:
+            raise UpstreamError("Lambda invoke of SlackWorkerFunction failed: TooManyRequestsException")
+        self.calls.append((function, payload))
+
+
+class ModalChat:
+    def __init__(self, fail: bool = False) -> None:
+        self.views: list[tuple[str, dict[str, Any]]] = []
+        self.fail = fail
+
+    def open_view(self, trigger_id: str, view: dict[str, Any]) -> str:
+        if self.fail:
+            raise UpstreamError("slack views.open failed: expired_trigger_id")
+        self.views.append((trigger_id, view))
+        return "V0000000001"
+
+
+@pytest.fixture
+def ingress(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Recorder, ModalChat, FrozenClock]]:
+    for name in list(os.environ):
+        if name.startswith(("GPUFARM_", "DD_", "SLACK_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("GPUFARM_SLACK_SIGNING_SECRET", TEST_SIGNING_SECRET)
+    monkeypatch.setenv("GPUFARM_SLACK_BOT_TOKEN", "xoxb-test")
+    monkeypatch.setenv("GPUFARM_WORKER_FUNCTION", "SlackWorkerFunction")
+    monkeypatch.setenv("GPUFARM_FARM_CONFIG", str(ROOT / "config" / "farm.example.yaml"))
+    invoker, chat, clock = Recorder(), ModalChat(), FrozenClock()
+    runtime.reset()
+    runtime.override(invoker=invoker, ingress_chat=chat, clock=clock)
+    yield invoker, chat, clock
+    runtime.reset()
+
+
+def call(event: dict[str, Any]) -> tuple[int, Any]:
+    answer = slack_ingress.handler(event, None)
+    body = answer["body"]
+    return answer["statusCode"], (json.loads(body) if body else None)
+
+
+# -- signatures ---------------------------------------------------------------------------------------------------
+
+
+def test_ssl_check_is_answered_before_any_signature_check(ingress: Any) -> None:
+    assert call(load_event("slack_ssl_check.json")) == (200, None)
+
+
+def test_forged_signature_is_401_and_nothing_happens(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    status, body = call(load_event("slack_command_forged_signature.json"))
+    assert status == 401 and body == {"error": "invalid signature"}
+    assert invoker.calls == []
+
+
+def test_stale_signature_is_401(ingress: Any) -> None:
+    invoker, _, clock = ingress
+    clock.value = TEST_TIMESTAMP + 301
+    assert call(load_event("slack_command_release.json"))[0] == 401
+    clock.value = TEST_TIMESTAMP + 299
+    assert call(load_event("slack_command_release.json"))[0] == 200
+    assert len(invoker.calls) == 1
+
+
+def test_missing_signature_headers_and_tampered_body_are_401(ingress: Any) -> None:
+    event = load_event("slack_command_release.json")
+    unsigned = copy.deepcopy(event)
+    del unsigned["headers"]["x-slack-signature"]
+    assert call(unsigned)[0] == 401
+    tampered = copy.deepcopy(event)
+    tampered["body"] = tampered["body"].replace("IR-1", "IR-2")
+    assert call(tampered)[0] == 401
+
+
+def test_header_names_are_case_insensitive(ingress: Any) -> None:
+    event = load_event("slack_command_status.json")
+    event["headers"] = {k.title(): v for k, v in event["headers"].items()}
+    assert call(event)[0] == 200
+
+
+# -- slash commands -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["slack_command_request_inline.json", "slack_command_request_inline_base64.json"])
+def test_inline_request_is_validated_acked_and_handed_off(ingress: Any, name: str) -> None:
+    invoker, _, _ = ingress
+    status, body = call(load_event(name))
+    assert status == 200
+    assert body["response_type"] == "ephemeral"
+    assert "Requesting 8x H100 in onprem-hpc for nlp/llm-ko" in body["text"]
+    [(function, job)] = invoker.calls
+    assert function == "SlackWorkerFunction"
+    assert job["kind"] == "request" and job["user"] == "U0000000001" and job["response_url"].startswith("https://")
+    request = job["request"]
+    assert (request["gpu_count"], request["gpu_model"], request["environment"], request["duration_days"]) == (
+        8,
+        "H100",
+        "onprem-hpc",
+        14,
+    )
+    assert request["request_id"].startswith("slack-cmd-") and request["purpose"] == "fine-tune the Korean LLM"
+
+
+def test_the_same_trigger_gives_the_same_request_id(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    call(load_event("slack_command_request_inline.json"))
+    call(load_event("slack_command_request_inline_base64.json"))
+    ids = {job["request"]["request_id"] for _, job in invoker.calls}
+    assert len(ids) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("request 0 H100 project=llm-ko team=nlp env=onprem-hpc", "at least 1"),
+        ("request -4 H100 project=llm-ko team=nlp env=onprem-hpc", "at least 1"),
+        ("request 99999 H100 project=llm-ko team=nlp env=onprem-hpc", "at most"),
+        ("request many H100 project=llm-ko team=nlp env=onprem-hpc", "whole number"),
+        ("request 2 V100 project=llm-ko team=nlp env=onprem-hpc", "unknown GPU model"),
+        ("request 2 H100 project=llm-ko team=nlp env=mars", "unknown environment"),
+        ("request 2 L4 project=llm-ko team=nlp env=onprem-hpc", "offers no L4"),
+        ('request 2 H100 project="llm ko" team=nlp env=onprem-hpc', "project"),
+        ("request 2 H100 project=llm,ko team=nlp env=onprem-hpc", "project"),
+        ("request 2 H100 project=llm-ko team=marketing env=onprem-hpc", "unknown team"),
+        ("request 2 H100 project=llm-ko team=nlp env=onprem-hpc days=90", "at most 30 days"),
+        ("request 2 H100 colour=red", "unknown option"),
+        ("status IR-abc", "not an incident number"),
+        ("extend IR-1 zero", "whole number"),
+    ],
+)
+def test_bad_command_input_is_an_ephemeral_error_and_nothing_is_handed_off(ingress: Any, text: str, says: str) -> None:
+    invoker, _, _ = ingress
+    status, body = call(slack_event(command_body(text)))
+    assert status == 200
+    assert body["response_type"] == "ephemeral"
+    assert says in body["text"]
+    assert invoker.calls == []
+
+
+def test_control_characters_in_a_project_are_refused(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    status, body = call(slack_event(command_body("request 2 H100 project=llm\x07ko team=nlp env=onprem-hpc")))
+    assert status == 200 and "project" in body["text"] and "\x07" not in body["text"]
+    assert invoker.calls == []
+
+
+def test_help_and_unknown_subcommands_answer_help_ephemerally(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    status, body = call(load_event("slack_command_help.json"))
+    assert status == 200 and body["response_type"] == "ephemeral" and "/gpu request" in body["text"]
+    status, body = call(load_event("slack_command_unknown.json"))
+    assert body["response_type"] == "ephemeral" and "I don't know `/gpu reserve`" in body["text"]
+    assert invoker.calls == []
+
+
+@pytest.mark.parametrize(
+    ("name", "command"),
+    [
+        ("slack_command_list.json", {"verb": "list", "scope": "mine"}),
+        ("slack_command_status.json", {"verb": "status", "ir": 1}),
+        ("slack_command_release.json", {"verb": "release", "ir": 1}),
+        ("slack_command_extend.json", {"verb": "extend", "ir": 1, "days": 7}),
+        ("slack_command_quota.json", {"verb": "quota", "team": "nlp"}),
+    ],
+)
+def test_other_commands_are_handed_to_the_worker(ingress: Any, name: str, command: dict[str, Any]) -> None:
+    invoker, _, _ = ingress
+    status, body = call(load_event(name))
+    assert status == 200 and body["response_type"] == "ephemeral"
+    [(_, job)] = invoker.calls
+    assert job["kind"] == "command" and job["command"] == command
+
+
+def test_bare_request_opens_the_modal_inside_the_ingress(ingress: Any) -> None:
+    invoker, chat, _ = ingress
+    assert call(load_event("slack_command_request_modal.json")) == (200, None)
+    [(trigger, view)] = chat.views
+    assert trigger == "1111111111111.0000000001.0123456789abcdef0123456789abcdef"
+    assert view["callback_id"] == "gpu_request"
+    assert [b["block_id"] for b in view["blocks"]] == [
+        "gpu_model",
+        "gpu_count",
+        "environment",
+        "team",
+        "project",
+        "duration_days",
+        "purpose",
+    ]
+    assert json.loads(view["private_metadata"]) == {"channel": "C0000000002"}
+    assert invoker.calls == []
+
+
+def test_modal_failure_falls_back_to_the_inline_form(ingress: Any) -> None:
+    runtime.override(ingress_chat=ModalChat(fail=True))
+    status, body = call(load_event("slack_command_request_modal.json"))
+    assert status == 200 and "inline form" in body["text"]
+
+
+def test_hand_off_failure_says_nothing_was_changed(ingress: Any) -> None:
+    runtime.override(invoker=Recorder(fail=True))
+    status, body = call(load_event("slack_command_release.json"))
+    assert status == 200 and "nothing was changed" in body["text"]
+
+
+def test_another_slash_command_is_not_ours(ingress: Any) -> None:
+    body = command_body("help").replace("command=%2Fgpu", "command=%2Fdeploy")
+    status, answer = call(slack_event(body))
+    assert status == 200 and "only answers /gpu" in answer["text"]
+
+
+# -- interactivity ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "action", "user"),
+    [
+        ("slack_block_actions_approve.json", "gpu_approve", "U0000000002"),
+        ("slack_block_actions_reject.json", "gpu_reject", "U0000000002"),
+        ("slack_block_actions_release.json", "gpu_release", "U0000000001"),
+        ("slack_block_actions_extend.json", "gpu_extend", "U0000000001"),
+    ],
+)
+def test_button_clicks_are_acked_empty_and_handed_off(ingress: Any, name: str, action: str, user: str) -> None:
+    invoker, _, _ = ingress
+    assert call(load_event(name)) == (200, None)
+    [(_, job)] = invoker.calls
+    assert (job["kind"], job["action"], job["ir"], job["user"]) == ("action", action, 1, user)
+    assert job["channel"] == "C0000000001" and job["message_ts"] == "1700000000.000100"
+
+
+def test_view_submission_is_validated_and_handed_off(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    assert call(load_event("slack_view_submission.json")) == (200, None)
+    [(_, job)] = invoker.calls
+    assert job["kind"] == "request" and "response_url" not in job
+    assert job["request"]["request_id"].startswith("slack-view-")
+    assert job["request"]["channel"] == "C0000000002"
+
+
+def test_invalid_view_submission_names_the_block(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    status, body = call(load_event("slack_view_submission_invalid.json"))
+    assert status == 200
+    assert body["response_action"] == "errors"
+    assert list(body["errors"]) == ["project"]
+    assert invoker.calls == []
+
+
+def test_view_submission_count_errors_land_on_the_count_block(ingress: Any) -> None:
+    payload = json.loads(unquote_plus(load_event("slack_view_submission.json")["body"].removeprefix("payload=")))
+    payload["view"]["state"]["values"]["gpu_count"]["gpu_count"]["value"] = "0"
+    status, body = call(slack_event(payload_body(payload)))
+    assert status == 200 and list(body["errors"]) == ["gpu_count"]
+
+
+def test_view_closed_is_acknowledged(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    assert call(load_event("slack_view_closed.json")) == (200, None)
+    assert invoker.calls == []
+
+
+def test_unknown_button_is_ignored(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    payload = {
+        "type": "block_actions",
+        "user": {"id": "U0000000001"},
+        "actions": [{"action_id": "other", "value": "x"}],
+    }
+    assert call(slack_event(payload_body(payload))) == (200, None)
+    assert invoker.calls == []
+
+
+# -- malformed bodies -------------------------------------------------------------------------------------------------
+
+
+def _signed(body: str) -> dict[str, Any]:
+    return slack_event(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "payload=%7Bnot+json",
+        "payload=%5B1%2C2%5D",
+        "payload=" + json.dumps({"type": "block_actions", "actions": []}),
+        "payload=" + json.dumps({"type": "block_actions", "user": {"id": "bob"}, "actions": [{"action_id": "a"}]}),
+        "payload=" + json.dumps({"type": "shortcut", "user": {"id": "U0000000001"}}),
+        "payload="
+        + json.dumps(
+            {
+                "type": "block_actions",
+                "user": {"id": "U0000000001"},
+                "actions": [{"action_id": "gpu_release", "value": "not-an-ir"}],
+            }
+        ),
+        "payload=" + json.dumps({"type": "view_submission", "user": {"id": "U0000000001"}, "view": {"id": "V1"}}),
+        "command=%2Fgpu&text=help",
+        "text=hello",
+        "a=1&&&b",
+    ],
+)
+def test_malformed_but_signed_bodies_are_400(ingress: Any, body: str) -> None:
+    invoker, _, _ = ingress
+    status, answer = call(_signed(body))
+    assert status == 400 and "error" in answer
+    assert invoker.calls == []
+
+
+def test_not_a_url_event_wrong_method_bad_base64_and_huge_bodies(ingress: Any) -> None:
+    assert call({"hello": "world"})[0] == 400
+    event = load_event("slack_command_help.json")
+    event["requestContext"]["http"]["method"] = "GET"
+    assert call(event)[0] == 405
+    event = load_event("slack_command_help.json")
+    event["isBase64Encoded"] = True
+    event["body"] = "***"
+    assert call(event)[0] == 400
+    huge = "text=" + "x" * 300_000
+    assert call(slack_event(huge))[0] == 413
+    raw = base64.b64encode(b"\xff\xfe").decode()
+    event = slack_event("x")
+    event.update(body=raw, isBase64Encoded=True)
+    event["headers"]["x-slack-signature"] = sign(b"\xff\xfe")
+    assert call(event)[0] == 400
+
+
+def test_missing_signing_secret_is_a_500_without_details(ingress: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUFARM_SLACK_SIGNING_SECRET")
+    status, body = call(load_event("slack_command_help.json"))
+    assert status == 500 and body == {"error": "gpufarm is not configured"}
