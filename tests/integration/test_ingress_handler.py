@@ -19,8 +19,6 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 import pytest
-from gpufarm.core.errors import UpstreamError
-from gpufarm.handlers import runtime
 from test_ingress_events import (
     TEST_SIGNING_SECRET,
     TEST_TIMESTAMP,
@@ -30,6 +28,9 @@ from test_ingress_events import (
     sign,
     slack_event,
 )
+
+from gpufarm.core.errors import UpstreamError
+from gpufarm.handlers import runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "functions" / "slack_ingress"))
