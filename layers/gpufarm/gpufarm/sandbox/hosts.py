@@ -357,26 +357,25 @@ def _sort_key(h: _Host, sort_field: str, now: float) -> tuple[Any, str]:
 
 
 def _meta(h: _Host, full: bool) -> dict[str, Any]:
-    """Host metadata shaped as the agent reports it; the agent/platform details only with include_hosts_metadata."""
-    meta: dict[str, Any] = {
-        "socket-hostname": h.name,
-        "nixV": ["ubuntu", "22.04", ""],
-        "cpuCores": 0,
-        "network": None,
-        "macV": ["", "", ""],
-        "timezones": ["UTC"],
-        "winV": ["", "", ""],
-        "pythonV": "3.11",
-        "fbsdV": ["", "", ""],
-        "gohai": "{}",
-        "host_id": h.id,
-        "socket-fqdn": h.name,
-        "logs_agent": {"transport": ""},
-        "agent_checks": [],
-    }
+    """Host metadata as the agent reports it; the full agent/platform details only with include_hosts_metadata.
+
+    The lean default also keeps client-side deserialization of 1000-host pages cheap.
+    """
+    meta: dict[str, Any] = {"socket-hostname": h.name, "socket-fqdn": h.name, "host_id": h.id}
     if full:
         meta.update(
             {
+                "nixV": ["ubuntu", "22.04", ""],
+                "cpuCores": 0,
+                "network": None,
+                "macV": ["", "", ""],
+                "timezones": ["UTC"],
+                "winV": ["", "", ""],
+                "pythonV": "3.11",
+                "fbsdV": ["", "", ""],
+                "gohai": "{}",
+                "logs_agent": {"transport": ""},
+                "agent_checks": [],
                 "agent_flavor": "agent",
                 "platform": "linux",
                 "machine": "amd64",
