@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 from typing import Any
 
 import pytest
 
+from gpufarm.adapters import aws
+from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
+from gpufarm.core.errors import UpstreamError
 from gpufarm.core.inventory import ALLOCATION_KEYS
 from gpufarm.demo import foundation_stage as stage
 from gpufarm.demo.context import DemoContext
+from gpufarm.localhost.host import start_local
 from gpufarm.sandbox.app import Sandbox
 
 pytestmark = pytest.mark.integration
@@ -65,8 +70,6 @@ def test_stage_uses_the_farm_configuration_choices_too(
     stage.run(ctx)
 
     assert ctx.failures == [], "\n".join(lines)
-    from gpufarm.adapters.datadog import DatadogGateway
-
     gateway = DatadogGateway(stage.stage_settings(ctx))
     choices = {
         d["attributes"]["name"]: [v["value"] for v in d["attributes"].get("valid_values") or []]
@@ -104,3 +107,69 @@ def _post(url: str, body: Any) -> Any:
     )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
+
+
+# -- the AWS adapters' local variants against the real local function host (over loopback) ----------------------------
+
+RECORDER_TEMPLATE = """
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  RecorderFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      CodeUri: recorder/
+      Handler: recorder.handler
+      Runtime: python3.12
+      Events:
+        Work:
+          Type: SQS
+          Properties:
+            Queue: !GetAtt WorkQueue.Arn
+  WorkQueue:
+    Type: AWS::SQS::Queue
+    Properties:
+      FifoQueue: true
+"""
+
+RECORDER = """
+import json
+
+EVENTS = []
+
+
+def handler(event, context):
+    EVENTS.append(event)
+    return {"batchItemFailures": []} if "Records" in event else None
+"""
+
+
+def test_local_invoker_and_queue_reach_the_local_function_host(tmp_path: Any) -> None:
+    (tmp_path / "recorder").mkdir()
+    (tmp_path / "recorder" / "recorder.py").write_text(RECORDER)
+    template = tmp_path / "template.yaml"
+    template.write_text(RECORDER_TEMPLATE)
+
+    with start_local(template=template, root=tmp_path) as env:
+        settings = Settings()
+        invoker = aws.make_invoker(settings, env=os.environ)
+        queue = aws.make_queue(settings, f"{env.url}/_local/queues/WorkQueue", env=os.environ)
+        assert isinstance(invoker, aws.LocalInvoker)
+        assert isinstance(queue, aws.LocalQueue)
+
+        invoker.invoke("RecorderFunction", {"kind": "request", "n": 8})
+        queue.send({"incident_id": "a"}, group="pool:cloud", dedup_id="a-1")
+        queue.send({"incident_id": "a"}, group="pool:cloud", dedup_id="a-1")  # a duplicate within 5 minutes
+        assert env.host.drain(15)
+
+        events = env.host.module("RecorderFunction").EVENTS
+        assert {"kind": "request", "n": 8} in events
+        records = [r for e in events for r in e.get("Records", [])]
+        assert [json.loads(r["body"]) for r in records] == [{"incident_id": "a"}]
+        assert records[0]["attributes"]["MessageGroupId"] == "pool:cloud"
+
+        with pytest.raises(UpstreamError, match="answered 404"):
+            invoker.invoke("NoSuchFunction", {})
+        with pytest.raises(UpstreamError, match="answered 400"):
+            aws.LocalQueue(f"{env.url}/_local/queues/NoSuchQueue").send({}, group="g", dedup_id="d")
+    with pytest.raises(UpstreamError, match="local function host failed"):
+        invoker.invoke("RecorderFunction", {})  # the host is gone: connection refused
