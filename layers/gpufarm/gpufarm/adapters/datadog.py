@@ -257,12 +257,10 @@ class DatadogGateway:
         return _record(response.data)
 
     def get_by_ir(self, ir: int) -> IncidentRecord:
-        """Fetch by incident number (public_id); raises NotFound.
-
-        The API's incident path takes the UUID only (public_id there is UNCONFIRMED, reference: datadog.md),
-        so this searches: live incidents first (few, and the usual target), then resolved ones newest first,
-        stopping once the numbers drop below the one asked for (public_id grows with creation time).
-        """
+        """Fetch by incident number (public_id); raises NotFound."""
+        # The API's incident path takes the UUID only (public_id there is UNCONFIRMED, reference: datadog.md),
+        # so this searches: live incidents first (few, and the usual target), then resolved ones newest first,
+        # stopping once the numbers drop below the one asked for (public_id grows with creation time).
         if isinstance(ir, bool) or not isinstance(ir, int) or ir <= 0:
             raise ValidationFailed("ir", "an incident number is a positive integer")
         for record in self.search(LIVE_QUERY):
@@ -302,11 +300,9 @@ class DatadogGateway:
         yield from self._search_pages(kwargs, limit=None)
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
-        """The incident created for a Slack request, so a retried create never makes a second one.
-
-        Search by a custom field is UNCONFIRMED in Datadog (reference: datadog.md), so this reads the newest
-        incidents in any state (`request_id_scan` of them) and compares the field itself.
-        """
+        """The incident created for a Slack request, so a retried create never makes a second one."""
+        # Search by a custom field is UNCONFIRMED in Datadog (reference: datadog.md), so this reads the newest
+        # incidents in any state (`request_id_scan` of them) and compares the field itself.
         kwargs: dict[str, Any] = {
             "query": ANY_STATE_QUERY,
             "page_size": min(self.search_page_size, self.request_id_scan),

@@ -284,6 +284,7 @@ def plan_setup(current: CurrentState, spec: SetupSpec) -> Plan:
 
 def _plan_incident_type(types: list[dict[str, Any]], wanted: str | None) -> tuple[Change, str | None]:
     def name_of(t: dict[str, Any]) -> str:
+        """An incident type's name."""
         return str((t.get("attributes") or {}).get("name") or "")
 
     if wanted:
