@@ -14,7 +14,6 @@ import importlib
 import json
 import logging
 import math
-import threading
 import time
 import uuid
 import warnings
@@ -64,7 +63,7 @@ ANY_STATE_QUERY = "state:(active OR stable OR resolved)"
 SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 HOSTS_PAGE = 1000  # Datadog's maximum `count` for the hosts list
 FIELDS_PAGE = 1000  # maximum page[size] for user-defined fields
-MONITORS_PAGE = 1000
+MONITORS_PAGE = 1000  # page_size for the monitors list (unpaged when `page` is absent)
 
 # Series payload limits: 512,000 bytes compressed, 5,242,880 decompressed (reference: datadog.md, Metrics).
 # Batches aim well below both so the client's own compression (same zlib level) never crosses them.
@@ -77,9 +76,9 @@ _ERROR_TEXT_LIMIT = 300
 
 
 def _quiet_unstable_warnings() -> None:
-    """Ignore the client's per-call 'Using unstable operation' UserWarning (it fires on every call and
-    breaks `-W error` runs); the operations are enabled on purpose. Re-adding an identical filter is a
-    no-op, so calling this per gateway never grows the filter list."""
+    """Ignore the client's 'Using unstable operation' UserWarning: the operations are enabled on purpose."""
+    # It fires on every call (and fails `-W error` runs). Re-adding an identical filter replaces it, so
+    # calling this per gateway never grows the filter list.
     warnings.filterwarnings(
         "ignore",
         message=r"Using unstable operation",
@@ -126,7 +125,6 @@ class DatadogGateway:
         self.request_id_scan = max(1, request_id_scan)
         self.search_page_size = max(1, min(SEARCH_PAGE, search_page_size))
         self._sleep = sleep
-        self._lock = threading.Lock()
         self._client = ApiClient(self._configuration(retry=True))
         # Retries off: the client would retry POST after a 5xx and could create a second incident
         # (reference: datadog.md, "The client"); create() retries itself after re-checking.
@@ -201,12 +199,7 @@ class DatadogGateway:
         initial_note: str | None = None,
     ) -> IncidentRecord:
         """Create an incident once: a request_id field makes retries (ours and the caller's) find the first one."""
-        request_id = fields.get(f.REQUEST_ID)
-        rid = str(request_id) if request_id else None
-        if rid:
-            existing = self.find_by_request_id(rid)
-            if existing is not None:
-                return existing
+        # Input is checked before anything is read or written.
         attributes: dict[str, Any] = {
             "title": _checked_title(title),
             "customer_impacted": False,
@@ -221,6 +214,12 @@ class DatadogGateway:
                 {"cell_type": "markdown", "content": {"content": initial_note}, "important": False}
             ]
         body = {"data": {"type": "incidents", "attributes": attributes}}
+        request_id = fields.get(f.REQUEST_ID)
+        rid = str(request_id) if request_id else None
+        if rid:
+            existing = self.find_by_request_id(rid)
+            if existing is not None:
+                return existing
         for attempt in range(1, self.create_attempts + 1):
             try:
                 with self._translate("create incident"):
