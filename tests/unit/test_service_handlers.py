@@ -1,0 +1,313 @@
+"""The worker, incident webhook, idle alert and quota sync handlers over in-memory ports (no sockets)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue
+
+from gpufarm.core import fields as f
+from gpufarm.core.errors import UpstreamError
+from gpufarm.core.farm import parse_farm
+from gpufarm.core.lifecycle import Phase
+from gpufarm.core.model import Allocation
+from gpufarm.handlers import idle_alert, incident_webhook, quota_sync, runtime, slack_worker
+
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+SECRET = "test-webhook-secret-0000"
+OPS = "U0000000OPS"
+RESPONSE_URL = "https://hooks.slack.com/commands/T0000000001/1111111111111/FAKEfakeFAKEfakeFAKEfake"
+
+
+def event(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return data
+
+
+class Parts:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.incidents = FakeIncidents(self.clock)
+        self.hosts = FakeHosts()
+        for i in (1, 2):
+            self.hosts.seed(f"hpc-{i}", "H100", 8, "hpc")
+        self.chat = FakeChat(operators=frozenset({OPS}))
+        self.metrics = FakeMetrics()
+        self.queue = FakeQueue()
+
+    def alloc(self, ir: int) -> Allocation:
+        return Allocation.from_record(self.incidents.get_by_ir(ir))
+
+
+@pytest.fixture
+def parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Parts]:
+    for name in ("GPUFARM_ALLOCATION_QUEUE_URL", "GPUFARM_LOCAL_INVOKE_URL", "GPUFARM_OPERATORS_USERGROUP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GPUFARM_WEBHOOK_SECRET", SECRET)
+    p = Parts()
+    runtime.reset()
+    runtime.override(
+        clock=p.clock,
+        incidents=p.incidents,
+        hosts=p.hosts,
+        metrics=p.metrics,
+        chat=p.chat,
+        farm=parse_farm(FARM_YAML),
+        queue=p.queue,
+    )
+    yield p
+    runtime.reset()
+
+
+def job(kind: str, user: str = "U0000000001", **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "user": user, "channel": "C0000000002", "response_url": RESPONSE_URL, **extra}
+
+
+def request_job(count: int = 8, user: str = "U0000000001", rid: str = "slack-cmd-00000001") -> dict[str, Any]:
+    request = {
+        "team": "nlp",
+        "project": "llm-ko",
+        "gpu_model": "H100",
+        "gpu_count": count,
+        "environment": "hpc",
+        "duration_days": 7,
+        "purpose": "",
+        "requester": user,
+        "channel": "C0000000002",
+        "request_id": rid,
+    }
+    return job("request", user=user, request=request)
+
+
+# -- worker ---------------------------------------------------------------------------------------------------------
+
+
+def test_worker_creates_the_incident_and_answers_with_the_ir(parts: Parts) -> None:
+    result = slack_worker.handle(request_job())
+    assert result["ok"] is True
+    assert parts.alloc(1).phase is Phase.APPROVED
+    [answer] = parts.chat.to(RESPONSE_URL)
+    assert "IR-1" in answer.text
+
+
+def test_duplicate_worker_invocations_create_one_incident(parts: Parts) -> None:
+    slack_worker.handle(request_job())
+    slack_worker.handle(request_job())
+    assert parts.incidents.creates == 1
+
+
+def test_worker_answers_by_dm_without_a_response_url(parts: Parts) -> None:
+    payload = request_job()
+    del payload["response_url"]
+    slack_worker.handle(payload)
+    assert "IR-1" in parts.chat.to("U0000000001", "dm")[-1].text
+
+
+def test_worker_refuses_a_request_naming_someone_else(parts: Parts) -> None:
+    payload = request_job(user="U0000000002")
+    payload["user"] = "U0000000001"
+    result = slack_worker.handle(payload)
+    assert result["ok"] is False and "another requester" in result["text"]
+    assert parts.incidents.creates == 0
+
+
+def test_worker_explains_domain_errors_to_the_user(parts: Parts) -> None:
+    result = slack_worker.handle(job("command", command={"verb": "status", "ir": 42}))
+    assert result["ok"] is False
+    assert "IR-42 does not exist" in parts.chat.to(RESPONSE_URL)[-1].text
+
+
+def test_non_operator_clicking_approve_changes_nothing(parts: Parts) -> None:
+    slack_worker.handle(request_job(8))
+    slack_worker.handle(request_job(4, rid="slack-cmd-00000002"))
+    assert parts.alloc(2).phase is Phase.REQUESTED
+    result = slack_worker.handle(job("action", action="gpu_approve", ir=2))
+    assert result["ok"] is False and "only GPU operators" in result["text"]
+    assert parts.alloc(2).phase is Phase.REQUESTED
+    result = slack_worker.handle(job("action", user=OPS, action="gpu_approve", ir=2))
+    assert result["ok"] is True and parts.alloc(2).phase is Phase.APPROVED
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"kind": "request", "user": "bob"},
+        {"kind": "nonsense", "user": "U0000000001"},
+        {"kind": "command", "user": "U0000000001", "surprise": 1},
+    ],
+)
+def test_malformed_worker_payloads_do_nothing(parts: Parts, payload: dict[str, Any]) -> None:
+    assert slack_worker.handle(payload) == {"ok": False, "error": "malformed payload"}
+    assert parts.chat.sent == []
+
+
+def test_malformed_command_or_request_inside_a_valid_job(parts: Parts) -> None:
+    assert slack_worker.handle(job("command", command={"verb": "boom"}))["ok"] is False
+    assert slack_worker.handle(job("request", request={"team": "nlp"}))["ok"] is False
+    assert slack_worker.handle(job("action", action="gpu_explode", ir=1))["ok"] is False
+    assert parts.incidents.creates == 0
+
+
+def test_the_sample_worker_event_runs(parts: Parts) -> None:
+    sample = event("slack_worker_request.json")
+    sample["request"]["environment"] = "hpc"  # the unit farm's pool name
+    assert slack_worker.handle(sample)["ok"] is True
+
+
+def test_an_upstream_failure_is_explained_and_logged(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(query: str) -> Any:
+        raise UpstreamError("datadog search incidents failed: HTTP 503")
+
+    monkeypatch.setattr(parts.incidents, "search", boom)
+    result = slack_worker.handle(job("command", command={"verb": "list", "scope": "all"}))
+    assert result["ok"] is False and "try again" in result["text"]
+
+
+# -- incident webhook -----------------------------------------------------------------------------------------------
+
+
+def test_webhook_enqueues_per_pool_with_a_dedup_id(parts: Parts) -> None:
+    answer = incident_webhook.handle(event("incident_webhook_approved.json"))
+    assert answer["statusCode"] == 202
+    [(group, body)] = parts.queue.sent
+    assert group == "onprem-hpc"
+    assert body == {"incident_id": "3f1b9c2e-8a4d-4c6f-9e2a-1b2c3d4e5f60", "reason": "active/approved"}
+    # Datadog's retry of the same delivery has the same dedup id and is dropped by the FIFO queue.
+    assert incident_webhook.handle(event("incident_webhook_approved_duplicate.json"))["statusCode"] == 202
+    incident_webhook.handle(event("incident_webhook_resolved.json"))
+    assert len(parts.queue.sent) == 2
+
+
+def test_webhook_token_is_checked(parts: Parts) -> None:
+    answer = incident_webhook.handle(event("incident_webhook_bad_token.json"))
+    assert answer["statusCode"] == 401
+    missing = event("incident_webhook_approved.json")
+    del missing["headers"]["x-gpufarm-token"]
+    assert incident_webhook.handle(missing)["statusCode"] == 401
+    assert parts.queue.sent == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["", "not json", "[]", '{"incident_uuid": "not-a-uuid"}', '{"incident_public_id": "1"}'],
+)
+def test_webhook_malformed_bodies_are_400(parts: Parts, body: str) -> None:
+    bad = event("incident_webhook_approved.json")
+    bad["body"] = body
+    answer = incident_webhook.handle(bad)
+    assert answer["statusCode"] == 400 and "error" in json.loads(answer["body"])
+    assert parts.queue.sent == []
+
+
+def test_webhook_without_a_pool_uses_the_unassigned_group(parts: Parts) -> None:
+    odd = event("incident_webhook_approved.json")
+    body = json.loads(odd["body"])
+    body["incident_fields"]["environment"] = "Not A Pool!"
+    odd["body"] = json.dumps(body)
+    incident_webhook.handle(odd)
+    assert parts.queue.sent[0][0] == "unassigned"
+
+
+def test_webhook_without_secret_or_queue_is_a_500(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime.override(queue=None)
+    assert incident_webhook.handle(event("incident_webhook_approved.json"))["statusCode"] == 500
+    monkeypatch.delenv("GPUFARM_WEBHOOK_SECRET")
+    assert incident_webhook.handle(event("incident_webhook_approved.json"))["statusCode"] == 500
+
+
+def _sqs(body: dict[str, Any]) -> dict[str, Any]:
+    sample = event("sqs_allocation_message.json")
+    sample["Records"][0]["body"] = json.dumps(body)
+    return sample
+
+
+def test_queue_consumer_allocates_and_reclaims(parts: Parts) -> None:
+    slack_worker.handle(request_job())
+    incident_id = parts.alloc(1).incident_id
+    assert incident_webhook.handle(_sqs({"incident_id": incident_id, "reason": "active/approved"})) == {
+        "batchItemFailures": []
+    }
+    assert parts.alloc(1).hosts == ("hpc-1",)
+    parts.incidents.update(incident_id, {f.STATE: "resolved"})
+    incident_webhook.handle(_sqs({"incident_id": incident_id, "reason": "resolved/allocated"}))
+    assert parts.alloc(1).phase is Phase.RECLAIMED and parts.hosts.user("hpc-1") == []
+
+
+def test_queue_consumer_reports_upstream_failures_for_redelivery(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    slack_worker.handle(request_job())
+    incident_id = parts.alloc(1).incident_id
+
+    def boom(host: str, tags: Any, source: str = "user") -> list[str]:
+        raise UpstreamError("datadog update host tags failed: HTTP 503")
+
+    monkeypatch.setattr(parts.hosts, "replace_tags", boom)
+    result = incident_webhook.handle(_sqs({"incident_id": incident_id}))
+    assert result == {"batchItemFailures": [{"itemIdentifier": "059f36b4-87a3-44ab-83d2-661975830a7d"}]}
+    assert parts.alloc(1).phase is Phase.APPROVED
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"incident_id": "3f1b9c2e-8a4d-4c6f-9e2a-1b2c3d4e5f60"},
+        {"pool": "hpc", "reason": "sync"},
+        {"nonsense": True},
+        {"incident_id": "x", "pool": "hpc"},
+    ],
+)
+def test_queue_consumer_drops_what_can_never_succeed(parts: Parts, body: dict[str, Any]) -> None:
+    # An unknown incident, a sync with nothing to do, and malformed messages all complete without redelivery.
+    assert incident_webhook.handle(_sqs(body)) == {"batchItemFailures": []}
+
+
+def test_sample_sqs_events_parse(parts: Parts) -> None:
+    assert incident_webhook.handle(event("sqs_allocation_message.json")) == {"batchItemFailures": []}
+    assert incident_webhook.handle(event("sqs_pool_sync_message.json")) == {"batchItemFailures": []}
+
+
+# -- idle alert and sync --------------------------------------------------------------------------------------------
+
+
+def _allocated(parts: Parts) -> None:
+    slack_worker.handle(request_job())
+    incident_webhook.handle(_sqs({"incident_id": parts.alloc(1).incident_id}))
+
+
+def test_idle_alert_warns_then_recovers(parts: Parts) -> None:
+    _allocated(parts)
+    answer = idle_alert.handle(event("idle_alert_triggered.json"))
+    assert answer["statusCode"] == 200 and json.loads(answer["body"])["outcome"] == "warned"
+    assert parts.alloc(1).phase is Phase.IDLE_WARNED
+    answer = idle_alert.handle(event("idle_alert_recovered.json"))
+    assert json.loads(answer["body"])["outcome"] == "recovered"
+
+
+def test_idle_alert_bad_input(parts: Parts) -> None:
+    assert idle_alert.handle(event("idle_alert_triggered.json"))["statusCode"] == 404
+    wrong = event("idle_alert_triggered.json")
+    wrong["headers"]["x-gpufarm-token"] = "nope"
+    assert idle_alert.handle(wrong)["statusCode"] == 401
+    for body in ("{}", "nope", json.dumps({"alert_transition": ""})):
+        bad = event("idle_alert_triggered.json")
+        bad["body"] = body
+        assert idle_alert.handle(bad)["statusCode"] == 400
+    scopeless = event("idle_alert_triggered.json")
+    scopeless["body"] = json.dumps({"alert_transition": "Triggered", "alert_scope": "host:x"})
+    assert json.loads(idle_alert.handle(scopeless)["body"]) == {"ignored": "the alert scope names no ir"}
+    warn = copy.deepcopy(event("idle_alert_triggered.json"))
+    warn["body"] = json.dumps({"alert_transition": "Warn", "alert_scope": "ir:ir-1"})
+    assert "ignored" in json.loads(idle_alert.handle(warn)["body"])
+
+
+def test_quota_sync_queues_pool_repairs_and_publishes_gauges(parts: Parts) -> None:
+    _allocated(parts)
+    summary = quota_sync.handle(event("quota_sync_schedule.json"))
+    assert summary["pools_queued"] == ["cloud", "hpc", "slices"]
+    assert summary["series"] > 0
+    assert parts.metrics.value("gpufarm.quota.allocated", "team:nlp", "environment:hpc", "gpu_model:h100") == 8
