@@ -185,6 +185,8 @@ class MetricsModule(BaseModule):
     def dump(self) -> dict[str, Any]:
         """A summary: series and point counts, and the series count per metric."""
         with self.sb.lock:
+            for series in self._series.values():
+                series.compact()  # resent points count once
             return {
                 "series": len(self._series),
                 "points": sum(len(s.ts) for s in self._series.values()),
