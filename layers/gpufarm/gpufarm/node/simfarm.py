@@ -1,0 +1,356 @@
+"""Simulated GPU nodes: the real agent on fake NVML, one per host, pushing to a Datadog URL (the sandbox).
+
+    farm = start_simulated_farm(12, sandbox_url, DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, clock=sandbox.clock.now)
+    farm.assign("gpu-slc-002", 1300, gpus=["0/0", "0/1"])   # IR-1300 on two MIG slices
+    farm.step_all()                                         # one synchronous cycle on every node
+    farm.stop()
+
+Nodes are spread over three pools: a cloud pool (aws-cloud, 8 x H100), an HPC pool (onprem-hpc, 8 x H200) and a
+slicing pool (onprem-slicing, 2 x A100 each in MIG 7 x 1g.10gb), with workload profiles busy, idle, idle-held
+and unattributed. An assignment plays the part kubelet's pod-resources plays on a Kubernetes node (the device
+belongs to the IR) and restarts the device's processes with GPUFARM_IR set, as a researcher's job would be.
+Time comes from `clock` (the sandbox's virtual clock), so fake samples and point timestamps follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gpufarm.core.ir import ir_tag_value, parse_ir
+from gpufarm.node.agent import Agent, CycleReport
+from gpufarm.node.attribution import Attributor, DeviceOwner, ProcFs, StaticOwners
+from gpufarm.node.collect import CollectOptions
+from gpufarm.node.datadog import DatadogTarget, api_client, metrics_api, tags_api
+from gpufarm.node.fake_nvml import FakeHost, FakeNvml
+from gpufarm.node.nvml_source import NvmlSource
+from gpufarm.node.registration import HostRegistrar
+from gpufarm.node.sender import DatadogSender
+from gpufarm.node.topology import (
+    ProcessSpec,
+    TopologyError,
+    container_id,
+    device_memory_mib,
+    parse_device,
+    topology_from_dict,
+    workload_profiles,
+)
+
+log = logging.getLogger("gpufarm.node.simfarm")
+
+PROFILES = ("busy", "idle", "idle-held", "unattributed")
+MAX_NODES = 2000
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A kind of simulated node."""
+
+    name: str
+    environment: str
+    cluster: str
+    model: str
+    gpus: int
+    mig_profile: str | None = None
+    mig_count: int = 0
+
+
+POOLS = (
+    Pool("cloud", "aws-cloud", "aws-us-east-1", "H100", 8),
+    Pool("hpc", "onprem-hpc", "hpc-a", "H200", 8),
+    Pool("slicing", "onprem-slicing", "slicing-a", "A100", 2, "1g.10gb", 7),
+)
+_HOST_PREFIX = {"cloud": "gpu-aws", "hpc": "gpu-hpc", "slicing": "gpu-slc"}
+
+
+@dataclass
+class SimulatedNode:
+    """One simulated host: its fake GPUs and host files, and the real agent reading them."""
+
+    hostname: str
+    pool: Pool
+    profile: str
+    fake: FakeNvml
+    host: FakeHost
+    owners: StaticOwners
+    agent: Agent
+    rng: random.Random
+    # (gpu, mig slot) -> IR tag value
+    assignments: dict[tuple[int, int | None], str] = field(default_factory=dict)
+    profiles: dict[tuple[int, int | None], str] = field(default_factory=dict)
+    _next_pid: int = 10_000
+
+    @property
+    def environment(self) -> str:
+        """The node's environment tag value."""
+        return self.pool.environment
+
+    def devices(self) -> list[tuple[int, int | None]]:
+        """(gpu, slot) of every schedulable device: whole GPUs, or the slices of MIG GPUs."""
+        out: list[tuple[int, int | None]] = []
+        for gpu in self.fake.topology.gpus:
+            if gpu.mig is None:
+                out.append((gpu.index, None))
+            else:
+                out.extend((gpu.index, slot) for slot in range(len(gpu.mig)))
+        return out
+
+    def device_uuid(self, device: tuple[int, int | None]) -> str:
+        """NVML UUID of a device."""
+        gpu = self.fake.gpu_spec(device[0])
+        return gpu.uuid if device[1] is None else gpu.mig_uuids[device[1]]
+
+    def resolve(self, gpus: Sequence[int | str] | None) -> list[tuple[int, int | None]]:
+        """Devices named by GPU index (a MIG GPU means all its slices) or `gpu/slot`; None means all."""
+        if gpus is None:
+            return self.devices()
+        out: list[tuple[int, int | None]] = []
+        specs = self.fake.topology.gpus
+        for item in gpus:
+            try:
+                gpu, slot = parse_device(item, f"{self.hostname} device", specs)
+            except TopologyError as exc:
+                raise ValueError(str(exc)) from exc
+            if slot is None and specs[gpu].mig is not None:
+                out.extend((gpu, s) for s in range(len(specs[gpu].mig or ())))
+            else:
+                out.append((gpu, slot))
+        return out
+
+    def restart(self, device: tuple[int, int | None]) -> None:
+        """Replace the device's processes with what its profile and assignment call for."""
+        gpu_index, slot = device
+        fake = self.fake
+        for proc in fake.alive():
+            if (proc.gpu, proc.mig) == device:
+                fake.end_process(proc.pid)
+        profile = self.profiles.get(device, self.profile)
+        if profile == "idle":
+            return
+        workload = "idle-held" if profile == "idle-held" else "busy"
+        memory, sm = workload_profiles(workload, device_memory_mib(fake.gpu_spec(gpu_index), slot))
+        if sm.kind == "square":
+            sm = replace(sm, phase=self.rng.uniform(0, sm.period))
+        ir = self.assignments.get(device)
+        env = {"GPUFARM_IR": ir.upper()} if ir and profile != "unattributed" else {}
+        self._next_pid += 1
+        fake.add_process(
+            ProcessSpec(
+                pid=self._next_pid,
+                gpu=gpu_index,
+                mig=slot,
+                memory_mib=memory,
+                sm=sm,
+                start=fake.now(),
+                env=env,
+                docker=container_id(f"{self.hostname}/{self._next_pid}") if profile == "unattributed" else None,
+            )
+        )
+
+
+class SimulatedFarm:
+    """A set of simulated nodes; cycles run in a background thread and/or synchronously through `step_all`."""
+
+    def __init__(
+        self, nodes: list[SimulatedNode], *, interval: float, workdir: Path, cleanup: bool, client: Any = None
+    ) -> None:
+        self.nodes = nodes
+        self._client = client
+        self.interval = interval
+        self._by_host = {n.hostname: n for n in nodes}
+        self._workdir = workdir
+        self._cleanup = cleanup
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(nodes))), thread_name_prefix="simnode")
+
+    def node(self, hostname: str) -> SimulatedNode:
+        """A node by host name."""
+        try:
+            return self._by_host[hostname]
+        except KeyError:
+            raise ValueError(f"no simulated host {hostname!r}") from None
+
+    @property
+    def hosts(self) -> list[str]:
+        """Host names, in creation order."""
+        return [n.hostname for n in self.nodes]
+
+    def assign(self, hostname: str, ir: int | str, gpus: Sequence[int | str] | None = None) -> list[str]:
+        """Give devices (default: the whole host) to an IR; returns the device UUIDs assigned."""
+        node = self.node(hostname)
+        value = ir_tag_value(parse_ir(str(ir)) if isinstance(ir, str) else ir)
+        with self._lock:
+            devices = node.resolve(gpus)
+            for device in devices:
+                node.assignments[device] = value
+                node.owners.set(node.device_uuid(device), DeviceOwner(ir=value))
+                node.restart(device)
+        return [node.device_uuid(d) for d in devices]
+
+    def release(self, hostname: str, gpus: Sequence[int | str] | None = None) -> None:
+        """Take devices (default: all) away from their IRs."""
+        node = self.node(hostname)
+        with self._lock:
+            for device in node.resolve(gpus):
+                node.assignments.pop(device, None)
+                node.owners.set(node.device_uuid(device), None)
+                node.restart(device)
+
+    def set_profile(self, hostname: str, profile: str, gpus: Sequence[int | str] | None = None) -> None:
+        """Change the workload on devices (default: all): busy, idle, idle-held or unattributed."""
+        if profile not in PROFILES:
+            raise ValueError(f"profile must be one of {', '.join(PROFILES)}")
+        node = self.node(hostname)
+        with self._lock:
+            for device in node.resolve(gpus):
+                node.profiles[device] = profile
+                node.restart(device)
+
+    def step_all(self, now: float | None = None) -> list[CycleReport]:
+        """One synchronous cycle on every node (each flushes to Datadog); `now` defaults to each node's clock."""
+        with self._lock:
+            return list(self._pool.map(lambda n: n.agent.cycle(now), self.nodes))
+
+    def start(self) -> SimulatedFarm:
+        """Cycle every `interval` real seconds in a background thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="simfarm", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.step_all()
+            except Exception:
+                # The simulation keeps going when one step fails (a sandbox restart, a fault being injected).
+                log.exception("simulated farm step failed")
+
+    def stop(self) -> None:
+        """Stop cycling, close every agent and remove the fake host files."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, self.interval))
+        self._pool.shutdown(wait=True)
+        for node in self.nodes:
+            try:
+                node.agent.close()
+            except Exception:  # closing the rest matters more than one failure
+                log.exception("closing %s failed", node.hostname)
+        if self._client is not None:
+            self._client.close()
+        if self._cleanup:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def __enter__(self) -> SimulatedFarm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_simulated_farm(
+    n: int,
+    datadog_url: str,
+    api_key: str,
+    app_key: str,
+    *,
+    interval: float = 15.0,
+    clock: Callable[[], float] | None = None,
+    seed: int = 0,
+    background: bool = True,
+    register: bool = True,
+    per_process: bool = False,
+    workdir: str | Path | None = None,
+) -> SimulatedFarm:
+    """Start `n` simulated nodes sending to `datadog_url`; with `background`, they cycle every `interval` s."""
+    if not 1 <= n <= MAX_NODES:
+        raise ValueError(f"n must be between 1 and {MAX_NODES}")
+    if not datadog_url.startswith(("http://", "https://")):
+        raise ValueError("datadog_url must be an http(s) URL")
+    if interval <= 0:
+        raise ValueError("interval must be positive")
+    clock = clock or time.time
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="gpufarm-simfarm-"))
+    # One client (one connection pool) for all nodes; few retries so a failing sandbox does not stall steps.
+    client = api_client(DatadogTarget(datadog_url.rstrip("/"), api_key, app_key), read_timeout=10.0, max_retries=1)
+    rng = random.Random(seed)  # noqa: S311 - simulated workloads, not secrets
+    nodes = []
+    try:
+        for i in range(n):
+            pool = POOLS[i % len(POOLS)]
+            profile = PROFILES[(i // len(POOLS) + seed) % len(PROFILES)]
+            nodes.append(
+                _make_node(
+                    i,
+                    pool,
+                    profile,
+                    client=client,
+                    root=root,
+                    clock=clock,
+                    rng=rng,
+                    register=register,
+                    per_process=per_process,
+                )
+            )
+    except Exception:
+        for node in nodes:
+            node.agent.close()
+        client.close()
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    farm = SimulatedFarm(nodes, interval=interval, workdir=root, cleanup=workdir is None, client=client)
+    return farm.start() if background else farm
+
+
+def _make_node(
+    i: int,
+    pool: Pool,
+    profile: str,
+    *,
+    client: Any,
+    root: Path,
+    clock: Callable[[], float],
+    rng: random.Random,
+    register: bool,
+    per_process: bool,
+) -> SimulatedNode:
+    hostname = f"{_HOST_PREFIX[pool.name]}-{i + 1:03d}"
+    gpu: dict[str, Any] = {"model": pool.model, "count": pool.gpus}
+    if pool.mig_profile:
+        gpu["mig"] = {"profile": pool.mig_profile, "count": pool.mig_count}
+    topology = topology_from_dict({"name": pool.name, "gpus": [gpu]}, seed=hostname)
+    fake = FakeNvml(topology, clock=clock)
+    host = FakeHost(fake, root / hostname)
+    owners = StaticOwners()
+    source = NvmlSource(fake, clock=clock, xid_mode="poll")
+    registrar = None
+    if register:
+        registrar = HostRegistrar(tags_api(client), hostname, pool.environment, pool.cluster)
+    agent = Agent(
+        source,
+        Attributor(ProcFs(host.proc_root), owners=owners),
+        DatadogSender(metrics_api(client), hostname, clock=clock),
+        hostname=hostname,
+        environment=pool.environment,
+        cluster=pool.cluster,
+        options=CollectOptions(per_process=per_process),
+        registrar=registrar,
+        clock=clock,
+    )
+    node = SimulatedNode(hostname, pool, profile, fake, host, owners, agent, random.Random(rng.random()))  # noqa: S311
+    for device in node.devices():
+        node.restart(device)
+    agent.start()
+    return node
