@@ -25,6 +25,7 @@ MAX_COUNT = 1000
 DEFAULT_COUNT = 100
 MAX_HOST_NAME = 255
 MAX_TAGS_PER_SOURCE = 1000
+MAX_EPOCH_S = 2**42  # far beyond any real timestamp, well inside float range
 _FIRST_HOST_ID = 1_000_000_001
 _SORT_FIELDS = {"name", "host_name", "id", "apps", "status", "up", "last_reported_time", "cpu", "iowait", "load"}
 _TAG_RUNS = re.compile(r"__+")
@@ -159,7 +160,7 @@ class HostsModule(BaseModule):
     def _list_hosts(self, request: Request) -> Response:
         start = query_int(request, "start", 0) or 0
         count = query_int(request, "count", DEFAULT_COUNT, maximum=MAX_COUNT)
-        since = query_int(request, "from", None)
+        since = query_int(request, "from", None, maximum=MAX_EPOCH_S)
         sort_field = (request.args.get("sort_field") or "name").strip().lower()
         sort_dir = (request.args.get("sort_dir") or "asc").strip().lower()
         if sort_field not in _SORT_FIELDS:
@@ -329,7 +330,9 @@ def _parse_seed(i: int, item: Any) -> tuple[str, dict[str, list[str]], float | N
         str(src).strip() or DEFAULT_SOURCE: normalize_tags(t, f"hosts[{i}].tags.{src}") for src, t in tags.items()
     }
     last = item.get("last_reported")
-    if last is not None and (isinstance(last, bool) or not isinstance(last, (int, float)) or last < 0):
+    if last is not None and (
+        isinstance(last, bool) or not isinstance(last, (int, float)) or not 0 <= last <= MAX_EPOCH_S  # NaN fails too
+    ):
         raise ApiError(400, f"hosts[{i}].last_reported: expected epoch seconds")
     reporting = item.get("reporting", False)
     if not isinstance(reporting, bool):

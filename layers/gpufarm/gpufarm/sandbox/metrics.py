@@ -43,6 +43,7 @@ MAX_FUTURE_S = 600  # ... and so are points more than ten minutes ahead
 V1_MAX_BYTES = 3_200_000  # v1 series payload limit (v1.yaml)
 RETENTION_S = 15 * 30 * 86400  # Datadog keeps metrics 15 months; queries ending before that are refused
 MAX_METRIC_NAME = 200
+MAX_EPOCH_MS = 2**53  # larger numbers are not timestamps (and would not survive float conversion)
 _V1_TYPES = {"": 0, "gauge": 3, "count": 1, "rate": 2}
 _COUNT = 1
 
@@ -420,6 +421,8 @@ class _FormulaRequest:
         start_ms, end_ms = attrs.get("from"), attrs.get("to")
         if not isinstance(start_ms, int) or not isinstance(end_ms, int) or not _is_int(start_ms) or not _is_int(end_ms):
             raise ApiError(400, "API input validation failed: from and to are required integers (milliseconds)")
+        if abs(start_ms) > MAX_EPOCH_MS or abs(end_ms) > MAX_EPOCH_MS:
+            raise ApiError(400, "API input validation failed: from and to must be epoch milliseconds")
         if end_ms <= start_ms:
             raise ApiError(400, "Invalid time range: 'from' must be before 'to'")
         if end_ms / 1000 < now - RETENTION_S:
@@ -427,7 +430,7 @@ class _FormulaRequest:
         req.start, req.end = start_ms / 1000, (end_ms - 1) / 1000  # `to` is exclusive
         if kind == "timeseries" and attrs.get("interval") is not None:
             interval = attrs["interval"]
-            if not _is_int(interval) or interval <= 0:
+            if not _is_int(interval) or not 0 < interval <= MAX_EPOCH_MS:
                 raise ApiError(400, "API input validation failed: interval must be a positive integer (milliseconds)")
             req.interval = interval / 1000
         queries = attrs.get("queries")
@@ -522,10 +525,10 @@ def _int_param(request: Request, name: str) -> int:
     raw = request.args.get(name)
     if raw is None or not raw.strip():
         raise ApiError(400, f"Missing required parameter: {name}")
-    try:
-        return int(float(raw))
-    except ValueError:
-        raise ApiError(400, f"The value provided for parameter '{name}' is invalid: not a number") from None
+    value = _finite(raw.strip())
+    if value is None or abs(value) > MAX_EPOCH_MS:
+        raise ApiError(400, f"The value provided for parameter '{name}' is invalid: not a number of seconds")
+    return int(value)
 
 
 def _check_size(request: Request, limit: int) -> None:
@@ -545,13 +548,28 @@ def _metric_name(raw: Any, i: int, errors: list[str]) -> str | None:
     return name
 
 
+def _finite(value: Any) -> float | None:
+    """A finite float, or None for anything that is not one (NaN, infinities, integers beyond float range)."""
+    try:
+        v = float(value)
+    except (ValueError, OverflowError, TypeError):
+        return None
+    return v if math.isfinite(v) else None
+
+
 def _point_value(value: Any, i: int) -> float | None:
     if value is None:
         return None
     if not _is_number(value):
         raise ApiError(400, f"Invalid payload: series[{i}] has a non-numeric point value")
-    v = float(value)
-    return v if math.isfinite(v) else None
+    return _finite(value)  # NaN and infinities are dropped, as no graph can show them
+
+
+def _timestamp(value: Any, i: int) -> float:
+    ts = _finite(value) if _is_number(value) else None
+    if ts is None or abs(ts) > MAX_EPOCH_MS:
+        raise ApiError(400, f"Invalid payload: series[{i}].points need epoch-second timestamps")
+    return ts
 
 
 def _parse_v2(i: int, raw: Any, errors: list[str]) -> _Parsed | None:
@@ -566,11 +584,12 @@ def _parse_v2(i: int, raw: Any, errors: list[str]) -> _Parsed | None:
         raise ApiError(400, f"Invalid payload: series[{i}].points is required")
     points: list[tuple[float, float]] = []
     for p in points_raw:
-        if not isinstance(p, dict) or not _is_number(p.get("timestamp")):
+        if not isinstance(p, dict):
             raise ApiError(400, f"Invalid payload: series[{i}].points need an integer timestamp and a value")
+        ts = _timestamp(p.get("timestamp"), i)
         v = _point_value(p.get("value"), i)
         if v is not None:
-            points.append((float(p["timestamp"]), v))
+            points.append((ts, v))
     tags = normalize_tags(raw.get("tags", []) or [], f"series[{i}].tags")
     host: str | None = None
     resources = raw.get("resources", []) or []
@@ -606,11 +625,12 @@ def _parse_v1(i: int, raw: Any, errors: list[str]) -> _Parsed | None:
         raise ApiError(400, f"Invalid payload: series[{i}].points is required")
     points: list[tuple[float, float]] = []
     for p in points_raw:
-        if not isinstance(p, Sequence) or isinstance(p, str) or len(p) != 2 or not _is_number(p[0]):
+        if not isinstance(p, Sequence) or isinstance(p, str) or len(p) != 2:
             raise ApiError(400, f"Invalid payload: series[{i}].points must be [timestamp, value] pairs")
+        ts = _timestamp(p[0], i)
         v = _point_value(p[1], i)
         if v is not None:
-            points.append((float(p[0]), v))
+            points.append((ts, v))
     tags = normalize_tags(raw.get("tags", []) or [], f"series[{i}].tags")
     host = raw.get("host")
     if host is not None and not isinstance(host, str):

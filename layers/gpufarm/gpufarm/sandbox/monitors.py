@@ -48,6 +48,7 @@ _ON_MISSING = frozenset({"default", "show_no_data", "show_and_notify_no_data", "
 _RENOTIFY_STATUSES = {"alert": ALERT, "warn": WARN, "no data": NO_DATA}
 _FIRST_ID = 100_000_001
 EVENT_LOG_SIZE = 5000
+MAX_OPTION = 10**9  # bound for integer options (seconds, minutes, hours): keeps time arithmetic in float range
 ORG_ID = 1
 CREATOR = {"name": None, "handle": "sandbox@gpufarm.local", "email": "sandbox@gpufarm.local", "id": 1}
 
@@ -103,6 +104,9 @@ def parse_monitor_query(text: str) -> MonitorQuery:
         raise _invalid_query(f"invalid time window {kind}_{n}{unit}")
     if kind == "current" and (n != 1 or unit not in {"d", "w", "mo", "y"}):
         raise _invalid_query(f"invalid time window {kind}_{n}{unit}")
+    threshold = _finite(m.group("threshold"))
+    if threshold is None:
+        raise _invalid_query(f"threshold {m.group('threshold')[:20]} is not a finite number")
     try:
         metric = parse_query(m.group("query"))
     except QueryError as exc:
@@ -113,7 +117,7 @@ def parse_monitor_query(text: str) -> MonitorQuery:
         window_text=f"{n}{unit}",
         metric=metric,
         op=m.group("op"),
-        threshold=float(m.group("threshold")),
+        threshold=threshold,
     )
 
 
@@ -801,8 +805,12 @@ def _validated_options(options: dict[str, Any], parsed: MonitorQuery | None, que
     for key in ("renotify_interval", "new_group_delay", "new_host_delay", "evaluation_delay", "no_data_timeframe",
                 "timeout_h", "renotify_occurrences"):  # fmt: skip
         value = opts.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ApiError(400, f"The value provided for parameter '{key}' is invalid: expected a non-negative integer")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OPTION
+        ):
+            raise ApiError(
+                400, f"The value provided for parameter '{key}' is invalid: expected an integer 0-{MAX_OPTION}"
+            )
     if opts.get("on_missing_data") is not None and opts["on_missing_data"] not in _ON_MISSING:
         raise ApiError(400, "The value provided for parameter 'on_missing_data' is invalid")
     statuses = opts.get("renotify_statuses")
@@ -838,13 +846,16 @@ def _validated_thresholds(raw: Any, parsed: MonitorQuery | None, query: str) -> 
             continue  # a null threshold is dropped, as Datadog answers
         if key in {"critical_query", "critical_recovery_query"}:
             raise ApiError(400, f"Dynamic thresholds ({key}) are not supported by the sandbox")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        number = _finite(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        if number is None:
             raise ApiError(400, f"The value provided for parameter 'thresholds.{key}' is invalid: expected a number")
-        out[key] = float(value)
+        out[key] = number
     match = _TRAILING_OP.search(query)
     if match is None:
         return out
-    op, threshold = match.group(1), float(match.group(2))
+    op, threshold = match.group(1), _finite(match.group(2))
+    if threshold is None:
+        raise _invalid_query(f"threshold {match.group(2)[:20]} is not a finite number")
     if parsed is None and "critical" not in out:
         return out  # non-metric monitors keep the thresholds they were given (none, as recorded)
     critical = out.setdefault("critical", threshold)
@@ -882,6 +893,14 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return value
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _csv(raw: str | None) -> list[str]:
