@@ -11,6 +11,9 @@ Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
 - A device's IR is its owner's (pod-resources or assignment), else that of the processes holding most of its
   memory, else the host's single `ir:` tag, else `none`. A process's IR is its own (environment or pod label),
   else its device's.
+- That attribution is the `gpu_ir` tag (`ir-123` or `none`) on every device, container, process and IR series,
+  plus `ir` when there is one. Datadog attaches host tags to every series, so on a shared sliced host tagged
+  with two IRs `ir` carries both; `gpu_ir` is the agent's own key and stays exact: group by it for slices.
 - Per-container values are rolled up per (container, device), with zeros for a container that holds a device
   but runs nothing on it (dcgm-exporter's idle pod values). PIDs appear only on opt-in per-process series.
 """
@@ -21,6 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import NamedTuple
 
 from gpufarm.core.inventory import normalize_tag
@@ -147,14 +151,14 @@ class SeriesBuilder:
         if not gpu.healthy:
             owner = cycle.owners.get(gpu.uuid)
             ir = (owner.ir if owner else None) or cycle.host_ir or NO_IR
-            out.append(Series("gpufarm.gpu.unhealthy", 1.0, (*tags, f"ir:{ir}")))
+            out.append(Series("gpufarm.gpu.unhealthy", 1.0, (*tags, *_ir_tags(ir))))
             cycle.totals(ir).devices["unhealthy"] += 1
             return
         if not gpu.mig_enabled:
             device = _Device(gpu.uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
             ir = self._device(device, cycle)
             # Whole GPUs carry their IR on parent values too (energy and power per IR); slices share theirs.
-            tags = (*tags, f"ir:{ir}")
+            tags = (*tags, *_ir_tags(ir))
             out.append(Series("gpufarm.gpu.unhealthy", 0.0, tags))
         else:
             out.append(Series("gpufarm.gpu.unhealthy", 0.0, tags))
@@ -173,7 +177,7 @@ class SeriesBuilder:
                 device = _Device(mig.uuid, mig_tags, mig.memory, None, mig.processes, activity)
                 ir = self._device(device, cycle)
                 for name, value in (mig.activity or {}).items():
-                    out.append(Series(f"gpufarm.gpu.activity.{name}", value, (*mig_tags, f"ir:{ir}")))
+                    out.append(Series(f"gpufarm.gpu.activity.{name}", value, (*mig_tags, *_ir_tags(ir))))
         self._parent_values(gpu, tags, out)
 
     def _device(self, device: _Device, cycle: _Cycle) -> str:
@@ -181,7 +185,7 @@ class SeriesBuilder:
         out = cycle.out
         owner = cycle.owners.get(device.uuid)
         ir = (owner.ir if owner else None) or _majority_ir(device.processes, cycle.workloads) or cycle.host_ir or NO_IR
-        tags = (*device.tags, f"ir:{ir}")
+        tags = (*device.tags, *_ir_tags(ir))
         memory = device.memory
         if memory is not None:
             out.append(Series("gpufarm.gpu.memory.total", float(memory.total), tags))
@@ -231,7 +235,7 @@ class SeriesBuilder:
             totals.memory += proc.used_memory or 0
             totals.processes += 1
             if self.options.per_process:
-                ptags = (*self.common, device_tag, f"pid:{proc.pid}", f"ir:{ir}", *_container_tags(workload))
+                ptags = (*self.common, device_tag, f"pid:{proc.pid}", *_ir_tags(ir), *_container_tags(workload))
                 if proc.used_memory is not None:
                     out.append(Series("gpufarm.process.memory.used", float(proc.used_memory), ptags))
                 if proc.sm_util is not None:
@@ -239,13 +243,13 @@ class SeriesBuilder:
             if workload is None or workload.container_id is None:
                 continue
             named.add((workload.namespace, workload.pod_name, workload.container_name))
-            key = (*self.common, device_tag, f"ir:{ir}", *_container_tags(workload))
+            key = (*self.common, device_tag, *_ir_tags(ir), *_container_tags(workload))
             groups.setdefault(key, []).append(proc)
         for ctags, members in groups.items():
             self._container_values(ctags, members, out)
         if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
             # A container holds this device but runs nothing on it: zeros, the idle signal (nvml.md 2.9).
-            otags = (*self.common, device_tag, f"ir:{owner.ir or device_ir}", *_owner_tags(owner))
+            otags = (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner))
             self._container_values(otags, [], out)
 
     @staticmethod
@@ -295,7 +299,7 @@ class SeriesBuilder:
 
     def _ir_rollups(self, irs: dict[str, _IrTotals], out: list[Series]) -> None:
         for ir, totals in sorted(irs.items()):
-            tags = (*self.common, f"ir:{ir}")
+            tags = (*self.common, *_ir_tags(ir))
             devices = totals.devices
             out.append(Series("gpufarm.ir.gpus", float(devices["busy"] + devices["idle"] + devices["idle_held"]), tags))
             out.append(Series("gpufarm.ir.gpus_busy", float(devices["busy"]), tags))
@@ -318,6 +322,12 @@ class SeriesBuilder:
                 out.append(Series("gpufarm.node.points_dropped", float(count), (*common, f"reason:{reason}")))
         if snap.events_dropped:
             out.append(Series("gpufarm.node.events_dropped", float(snap.events_dropped), common))
+
+
+@lru_cache(maxsize=4096)
+def _ir_tags(ir: str) -> tuple[str, ...]:
+    """`gpu_ir` always (the agent's attribution, which hosts never carry); `ir` too when there is one."""
+    return (f"gpu_ir:{ir}",) if ir == NO_IR else (f"gpu_ir:{ir}", f"ir:{ir}")
 
 
 def _majority_ir(processes: list[ProcessSample], workloads: Mapping[int, Workload | None]) -> str | None:
