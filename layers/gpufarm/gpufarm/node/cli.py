@@ -209,42 +209,20 @@ def main(**opts: Any) -> None:
 @contextmanager
 def _agent(opts: dict[str, Any]) -> Iterator[Any]:
     """Build the agent from options; yields it started, closes it after."""
-    from gpufarm.node.agent import Agent
-    from gpufarm.node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
-    from gpufarm.node.collect import CollectOptions
-
     try:
-        from gpufarm.node.nvml_source import NvmlSource, NvmlUnavailable
+        from gpufarm.node.nvml_source import NvmlUnavailable
     except ImportError as exc:
         click.echo(f"gpufarm-node: nvidia-ml-py is missing ({exc}); install gpufarm[node]", err=True)
         sys.exit(EXIT_NO_NVML)
 
     workdir: Path | None = None
     try:
+        sender, registrar = _outputs(opts)
         if opts["fake"]:
             workdir = Path(tempfile.mkdtemp(prefix="gpufarm-node-fake-"))
-            source, proc_root, pods_file, lister = _fake_parts(opts["fake"], workdir, opts)
+            agent = _fake_agent(opts, workdir, sender, registrar)
         else:
-            from gpufarm.node.podresources import kubelet_lister
-
-            source = NvmlSource(interval=opts["interval"], pcie=opts["pcie"])
-            proc_root, pods_file = opts["proc_root"], opts["pod_metadata"]
-            lister = kubelet_lister(opts["pod_resources_socket"])
-        pods = PodMetadataFile(pods_file) if pods_file else None
-        owners = PodResourcesOwners(lister, pods) if lister else None
-        attributor = Attributor(ProcFs(proc_root), pods=pods, owners=owners)
-        sender, registrar = _outputs(opts)
-        agent = Agent(
-            source,
-            attributor,
-            sender,
-            hostname=opts["hostname"],
-            environment=opts["environment"],
-            cluster=opts["cluster"],
-            options=CollectOptions(opts["idle_threshold"], opts["held_memory_mib"] << 20, opts["per_process"]),
-            registrar=registrar,
-            flush_interval=0.0 if opts["once"] else opts["flush_interval"],
-        )
+            agent = _nvml_agent(opts, sender, registrar)
         try:
             agent.start()
         except NvmlUnavailable as exc:
@@ -259,20 +237,58 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _fake_parts(name: str, workdir: Path, opts: dict[str, Any]) -> tuple[Any, str, str, Any]:
-    from gpufarm.node.fake_nvml import FakeHost, FakeNvml
+def _agent_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """Agent keyword arguments shared by the NVML and the fake wiring."""
+    from gpufarm.node.collect import CollectOptions
+
+    return {
+        "hostname": opts["hostname"],
+        "environment": opts["environment"],
+        "cluster": opts["cluster"],
+        "options": CollectOptions(opts["idle_threshold"], opts["held_memory_mib"] << 20, opts["per_process"]),
+        "flush_interval": 0.0 if opts["once"] else opts["flush_interval"],
+    }
+
+
+def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any) -> Any:
+    from gpufarm.node.agent import Agent
+    from gpufarm.node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
     from gpufarm.node.nvml_source import NvmlSource
+    from gpufarm.node.podresources import kubelet_lister
+
+    pods = PodMetadataFile(opts["pod_metadata"]) if opts["pod_metadata"] else None
+    lister = kubelet_lister(opts["pod_resources_socket"])
+    owners = PodResourcesOwners(lister, pods) if lister else None
+    return Agent(
+        NvmlSource(interval=opts["interval"], pcie=opts["pcie"]),
+        Attributor(ProcFs(opts["proc_root"]), pods=pods, owners=owners),
+        sender,
+        registrar=registrar,
+        **_agent_options(opts),
+    )
+
+
+def _fake_agent(opts: dict[str, Any], workdir: Path, sender: Any, registrar: Any) -> Any:
+    from gpufarm.node.fakenode import fake_node
     from gpufarm.node.topology import TopologyError, load_topology, packaged_topology
 
+    name = opts["fake"]
     try:
         path = Path(name) if Path(name).is_file() else packaged_topology(name)
         topology = load_topology(path, seed=opts["hostname"])
     except TopologyError as exc:
         raise click.BadParameter(str(exc), param_hint="--fake") from exc
-    fake = FakeNvml(topology)
-    host = FakeHost(fake, workdir)
-    source = NvmlSource(fake, interval=opts["interval"], pcie=opts["pcie"])
-    return source, str(host.proc_root), str(host.pods_file), host.pod_resources
+    node = fake_node(
+        topology,
+        workdir,
+        sender,
+        registrar=registrar,
+        xid_mode="thread",
+        pcie=opts["pcie"],
+        interval=opts["interval"],
+        **_agent_options(opts),
+    )
+    return node.agent
 
 
 def _outputs(opts: dict[str, Any]) -> tuple[Any, Any]:

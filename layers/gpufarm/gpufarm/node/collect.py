@@ -319,7 +319,7 @@ class SeriesBuilder:
             out.append(Series("gpufarm.node.nvml_errors", float(count), (*common, f"function:{function.lower()}")))
         for reason, count in sorted(stats.points_dropped.items()):
             if count:
-                out.append(Series("gpufarm.node.points_dropped", float(count), (*common, f"reason:{reason}")))
+                out.append(Series("gpufarm.node.points_dropped", float(count), (*common, f"drop_reason:{reason}")))
         if snap.events_dropped:
             out.append(Series("gpufarm.node.events_dropped", float(snap.events_dropped), common))
 

@@ -1,11 +1,13 @@
 """Where series go: Datadog API v2 (buffered, batched, gzip), DogStatsD on a local Datadog Agent, or stdout.
 
 The Datadog sender keeps a bounded buffer of cycles: an outage fills it, the oldest points are dropped first
-(counted as `gpufarm.node.points_dropped{reason:overflow}`), points Datadog would refuse as older than an hour
-are dropped (`reason:expired`), and a payload Datadog rejects as malformed is dropped (`reason:rejected`) rather
-than retried forever. Batches are cut so the JSON stays under 500,000 bytes: gzip can only grow incompressible
-input by a few bytes per 16 KB block, so the compressed payload is then certainly under Datadog's 512,000-byte
-limit (and far under the 5 MB decompressed one) without compressing twice to check.
+(counted as `gpufarm.node.points_dropped{drop_reason:overflow}`), points Datadog would refuse as older than an
+hour are dropped (`drop_reason:expired`), and a payload Datadog rejects as malformed is dropped
+(`drop_reason:rejected`) rather than retried forever.
+
+Batches are cut so the JSON stays under 500,000 bytes: gzip can only grow incompressible input by a few bytes
+per 16 KB block, so the compressed payload is then certainly under Datadog's 512,000-byte limit (and far under
+the 5 MB decompressed one) without compressing twice to check.
 """
 
 from __future__ import annotations

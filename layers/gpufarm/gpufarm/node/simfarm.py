@@ -28,11 +28,11 @@ from typing import Any
 
 from gpufarm.core.ir import ir_tag_value, parse_ir
 from gpufarm.node.agent import Agent, CycleReport
-from gpufarm.node.attribution import Attributor, DeviceOwner, ProcFs, StaticOwners
+from gpufarm.node.attribution import DeviceOwner, StaticOwners
 from gpufarm.node.collect import CollectOptions
 from gpufarm.node.datadog import DatadogTarget, api_client, metrics_api, tags_api
 from gpufarm.node.fake_nvml import FakeHost, FakeNvml
-from gpufarm.node.nvml_source import NvmlSource
+from gpufarm.node.fakenode import fake_node
 from gpufarm.node.registration import HostRegistrar
 from gpufarm.node.sender import DatadogSender
 from gpufarm.node.topology import (
@@ -52,10 +52,24 @@ MAX_NODES = 2000
 
 
 @dataclass(frozen=True)
+class HostSpec:
+    """One simulated host: where it sits in the farm, its GPUs, and its starting workload profile."""
+
+    hostname: str
+    environment: str
+    cluster: str
+    model: str
+    gpus: int
+    mig_profile: str | None = None
+    mig_count: int = 0
+    profile: str = "idle"
+
+
+@dataclass(frozen=True)
 class Pool:
     """A kind of simulated node."""
 
-    name: str
+    prefix: str
     environment: str
     cluster: str
     model: str
@@ -63,22 +77,32 @@ class Pool:
     mig_profile: str | None = None
     mig_count: int = 0
 
+    def host(self, number: int, profile: str) -> HostSpec:
+        """The pool's `number`th host."""
+        return HostSpec(
+            f"{self.prefix}-{number:03d}",
+            self.environment,
+            self.cluster,
+            self.model,
+            self.gpus,
+            self.mig_profile,
+            self.mig_count,
+            profile,
+        )
+
 
 POOLS = (
-    Pool("cloud", "aws-cloud", "aws-us-east-1", "H100", 8),
-    Pool("hpc", "onprem-hpc", "hpc-a", "H200", 8),
-    Pool("slicing", "onprem-slicing", "slicing-a", "A100", 2, "1g.10gb", 7),
+    Pool("gpu-aws", "aws-cloud", "aws-us-east-1", "H100", 8),
+    Pool("gpu-hpc", "onprem-hpc", "hpc-a", "H200", 8),
+    Pool("gpu-slc", "onprem-slicing", "slicing-a", "A100", 2, "1g.10gb", 7),
 )
-_HOST_PREFIX = {"cloud": "gpu-aws", "hpc": "gpu-hpc", "slicing": "gpu-slc"}
 
 
 @dataclass
 class SimulatedNode:
     """One simulated host: its fake GPUs and host files, and the real agent reading them."""
 
-    hostname: str
-    pool: Pool
-    profile: str
+    spec: HostSpec
     fake: FakeNvml
     host: FakeHost
     owners: StaticOwners
@@ -90,9 +114,14 @@ class SimulatedNode:
     _next_pid: int = 10_000
 
     @property
+    def hostname(self) -> str:
+        """The host name it reports as."""
+        return self.spec.hostname
+
+    @property
     def environment(self) -> str:
         """The node's environment tag value."""
-        return self.pool.environment
+        return self.spec.environment
 
     def devices(self) -> list[tuple[int, int | None]]:
         """(gpu, slot) of every schedulable device: whole GPUs, or the slices of MIG GPUs."""
@@ -133,7 +162,7 @@ class SimulatedNode:
         for proc in fake.alive():
             if (proc.gpu, proc.mig) == device:
                 fake.end_process(proc.pid)
-        profile = self.profiles.get(device, self.profile)
+        profile = self.profiles.get(device, self.spec.profile)
         if profile == "idle":
             return
         workload = "idle-held" if profile == "idle-held" else "busy"
@@ -172,7 +201,8 @@ class SimulatedFarm:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool = ThreadPoolExecutor(max_workers=min(8, max(1, len(nodes))), thread_name_prefix="simnode")
+        # datadog-api-client keeps 4 connections per host; more workers would only churn connections.
+        self._pool = ThreadPoolExecutor(max_workers=min(4, max(1, len(nodes))), thread_name_prefix="simnode")
 
     def node(self, hostname: str) -> SimulatedNode:
         """A node by host name."""
@@ -274,9 +304,51 @@ def start_simulated_farm(
     per_process: bool = False,
     workdir: str | Path | None = None,
 ) -> SimulatedFarm:
-    """Start `n` simulated nodes sending to `datadog_url`; with `background`, they cycle every `interval` s."""
+    """Start `n` nodes spread over the cloud, HPC and slicing pools and the four workload profiles."""
     if not 1 <= n <= MAX_NODES:
         raise ValueError(f"n must be between 1 and {MAX_NODES}")
+    specs = []
+    for i in range(n):
+        pool = POOLS[i % len(POOLS)]
+        # 3 pools x 4 profiles: every combination appears once in any 12 consecutive nodes.
+        specs.append(pool.host(i + 1, PROFILES[(i + seed) % len(PROFILES)]))
+    return simulate_hosts(
+        specs,
+        datadog_url,
+        api_key,
+        app_key,
+        interval=interval,
+        clock=clock,
+        seed=seed,
+        background=background,
+        register=register,
+        per_process=per_process,
+        workdir=workdir,
+    )
+
+
+def simulate_hosts(
+    hosts: Sequence[HostSpec],
+    datadog_url: str,
+    api_key: str,
+    app_key: str,
+    *,
+    interval: float = 15.0,
+    clock: Callable[[], float] | None = None,
+    seed: int = 0,
+    background: bool = True,
+    register: bool = True,
+    per_process: bool = False,
+    workdir: str | Path | None = None,
+) -> SimulatedFarm:
+    """Simulate exactly these hosts (e.g. the ones an allocation stage tagged)."""
+    if not 1 <= len(hosts) <= MAX_NODES:
+        raise ValueError(f"between 1 and {MAX_NODES} hosts")
+    if len({h.hostname for h in hosts}) != len(hosts):
+        raise ValueError("host names must be unique")
+    for spec in hosts:
+        if spec.profile not in PROFILES:
+            raise ValueError(f"{spec.hostname}: profile must be one of {', '.join(PROFILES)}")
     if not datadog_url.startswith(("http://", "https://")):
         raise ValueError("datadog_url must be an http(s) URL")
     if interval <= 0:
@@ -286,20 +358,17 @@ def start_simulated_farm(
     # One client (one connection pool) for all nodes; few retries so a failing sandbox does not stall steps.
     client = api_client(DatadogTarget(datadog_url.rstrip("/"), api_key, app_key), read_timeout=10.0, max_retries=1)
     rng = random.Random(seed)  # noqa: S311 - simulated workloads, not secrets
-    nodes = []
+    nodes: list[SimulatedNode] = []
     try:
-        for i in range(n):
-            pool = POOLS[i % len(POOLS)]
-            profile = PROFILES[(i // len(POOLS) + seed) % len(PROFILES)]
+        for spec in hosts:
+            node_rng = random.Random(rng.random())  # noqa: S311
             nodes.append(
                 _make_node(
-                    i,
-                    pool,
-                    profile,
+                    spec,
                     client=client,
                     root=root,
                     clock=clock,
-                    rng=rng,
+                    rng=node_rng,
                     register=register,
                     per_process=per_process,
                 )
@@ -315,9 +384,7 @@ def start_simulated_farm(
 
 
 def _make_node(
-    i: int,
-    pool: Pool,
-    profile: str,
+    spec: HostSpec,
     *,
     client: Any,
     root: Path,
@@ -326,31 +393,31 @@ def _make_node(
     register: bool,
     per_process: bool,
 ) -> SimulatedNode:
-    hostname = f"{_HOST_PREFIX[pool.name]}-{i + 1:03d}"
-    gpu: dict[str, Any] = {"model": pool.model, "count": pool.gpus}
-    if pool.mig_profile:
-        gpu["mig"] = {"profile": pool.mig_profile, "count": pool.mig_count}
-    topology = topology_from_dict({"name": pool.name, "gpus": [gpu]}, seed=hostname)
-    fake = FakeNvml(topology, clock=clock)
-    host = FakeHost(fake, root / hostname)
+    gpu: dict[str, Any] = {"model": spec.model, "count": spec.gpus}
+    if spec.mig_profile:
+        gpu["mig"] = {"profile": spec.mig_profile, "count": spec.mig_count}
+    try:
+        topology = topology_from_dict({"name": spec.hostname, "gpus": [gpu]}, seed=spec.hostname)
+    except TopologyError as exc:
+        raise ValueError(f"{spec.hostname}: {exc}") from exc
     owners = StaticOwners()
-    source = NvmlSource(fake, clock=clock, xid_mode="poll")
     registrar = None
     if register:
-        registrar = HostRegistrar(tags_api(client), hostname, pool.environment, pool.cluster)
-    agent = Agent(
-        source,
-        Attributor(ProcFs(host.proc_root), owners=owners),
-        DatadogSender(metrics_api(client), hostname, clock=clock),
-        hostname=hostname,
-        environment=pool.environment,
-        cluster=pool.cluster,
-        options=CollectOptions(per_process=per_process),
-        registrar=registrar,
+        registrar = HostRegistrar(tags_api(client), spec.hostname, spec.environment, spec.cluster)
+    built = fake_node(
+        topology,
+        root / spec.hostname,
+        DatadogSender(metrics_api(client), spec.hostname, clock=clock),
+        hostname=spec.hostname,
+        environment=spec.environment,
+        cluster=spec.cluster,
         clock=clock,
+        options=CollectOptions(per_process=per_process),
+        owners=owners,
+        registrar=registrar,
     )
-    node = SimulatedNode(hostname, pool, profile, fake, host, owners, agent, random.Random(rng.random()))  # noqa: S311
+    node = SimulatedNode(spec, built.fake, built.host, owners, built.agent, rng)
     for device in node.devices():
         node.restart(device)
-    agent.start()
+    built.agent.start()
     return node

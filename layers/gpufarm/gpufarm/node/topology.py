@@ -41,6 +41,8 @@ MODELS: dict[str, tuple[str, int, float, float, int, int, bool]] = {
     "H200": ("NVIDIA H200", 143771, 700.0, 75.0, 1980, 3201, True),
     "B200": ("NVIDIA B200", 183359, 1000.0, 120.0, 1965, 3996, True),
     "L40S": ("NVIDIA L40S", 46068, 350.0, 35.0, 2520, 9001, False),
+    "L4": ("NVIDIA L4", 23034, 72.0, 16.0, 2040, 6251, False),
+    "A10G": ("NVIDIA A10G", 23028, 300.0, 25.0, 1710, 6251, False),
 }
 MIG_PROFILE_RE = re.compile(r"^(\d)g\.(\d+)gb$")
 ERROR_NAMES = frozenset(
