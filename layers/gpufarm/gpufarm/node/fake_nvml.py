@@ -598,7 +598,9 @@ class FakeHost:
         directory = self.proc_root / str(proc.pid)
         directory.mkdir(parents=True, exist_ok=True)
         start_ticks = int((self.fake.t0 + proc.start - BOOT_TIME) * CLK_TCK)
-        fields = ["S", "1", str(proc.pid), str(proc.pid), "0", "-1", "4194560"] + ["0"] * 10
+        # Fields 3-9 (state .. flags), 10-17 (fault counts and times), 18-21 (priority, nice, threads,
+        # itrealvalue), 22 starttime, then the rest up to field 52 (proc(5)).
+        fields = ["S", "1", str(proc.pid), str(proc.pid), "0", "-1", "4194560"] + ["0"] * 8
         fields += ["20", "0", "1", "0", str(start_ticks)] + ["0"] * 30
         (directory / "stat").write_text(f"{proc.pid} ({proc.comm}) {' '.join(fields)}\n")
         (directory / "cgroup").write_text(self._cgroup(proc))
