@@ -494,3 +494,48 @@ def test_a_lost_dm_does_not_fail_the_step(world: World) -> None:
     world.chat.fail_dms = True
     assert world.process(1) == ["allocated"]
     assert world.alloc(1).phase is Phase.ALLOCATED
+
+
+def test_concurrent_duplicates_of_one_request_leave_one_live_incident(world: World) -> None:
+    # Both worker invocations miss each other's incident in the request_id check (they ran at the same time).
+    world.incidents.find_by_request_id = lambda request_id: None  # type: ignore[method-assign]
+    req = world.request(gpu_count="8")
+    first = world.svc.submit_request(req)
+    second = world.svc.submit_request(req)
+    assert "IR-1" in first.text and "IR-1" in second.text
+    assert (world.alloc(1).phase, world.alloc(2).phase) == (Phase.APPROVED, Phase.REJECTED)
+    assert "duplicate of IR-1" in world.alloc(2).title
+    assert len(world.chat.to(OPS_CHANNEL, "post")) == 1
+    assert world.process(2) == ["nothing to do (rejected)"]
+
+
+def test_a_double_claimed_dedicated_host_is_reported_not_shared(world: World) -> None:
+    world.svc.submit_request(world.request(gpu_count="8"))
+    world.process(1)
+    world.approved(gpu_count="8", user=OTHER, team="vision")
+    world.process(2)
+    # Corrupt state no serialized run produces: IR-2 claims IR-1's host and its own tag is gone.
+    host1, host2 = world.alloc(1).hosts[0], world.alloc(2).hosts[0]
+    world.incidents.update(world.alloc(2).incident_id, {f.HOSTS: [host1], f.HOST_GPUS: [f"{host1}=8"]})
+    world.hosts.tags[host2]["user"] = [t for t in world.hosts.user(host2) if not t.startswith("ir:")]
+    repair = world.svc.reconcile_pool("hpc")
+    assert repair.conflicts == [f"{host1}: IR-2 and ir-1"]
+    assert world.ir_tags(host1) == ["ir:ir-1"]
+    assert "claimed by two allocations" in world.chat.to(OPS_CHANNEL, "post")[-1].text
+
+
+def test_verify_after_write_backs_off_a_host_another_writer_took(world: World) -> None:
+    world.svc.submit_request(world.request(gpu_count="8"))
+    original = world.hosts.replace_tags
+
+    def racing_write(host: str, tags: list[str], source: str = "user") -> list[str]:
+        out = original(host, tags, source)
+        if host == "hpc-1" and "ir:ir-1" in tags:
+            # Someone outside this pool's queue tags the same host right after us.
+            original(host, [*world.hosts.user(host), "ir:ir-42"], source)
+        return out
+
+    world.hosts.replace_tags = racing_write  # type: ignore[method-assign]
+    assert world.process(1) == ["allocated"]
+    assert world.alloc(1).hosts == ("hpc-2",)
+    assert world.ir_tags("hpc-1") == ["ir:ir-42"]

@@ -172,16 +172,43 @@ def test_an_upstream_failure_is_explained_and_logged(parts: Parts, monkeypatch: 
 # -- incident webhook -----------------------------------------------------------------------------------------------
 
 
+def _webhook_for(parts: Parts, name: str, ir: int = 1, **fields: str) -> dict[str, Any]:
+    """A sample webhook event re-aimed at an incident the fakes hold."""
+    sample = event(name)
+    body = json.loads(sample["body"])
+    body["incident_uuid"] = parts.alloc(ir).incident_id
+    body["incident_fields"].update(fields)
+    sample["body"] = json.dumps(body)
+    return sample
+
+
 def test_webhook_enqueues_per_pool_with_a_dedup_id(parts: Parts) -> None:
-    answer = incident_webhook.handle(event("incident_webhook_approved.json"))
+    slack_worker.handle(request_job())
+    incident_id = parts.alloc(1).incident_id
+    answer = incident_webhook.handle(_webhook_for(parts, "incident_webhook_approved.json"))
     assert answer["statusCode"] == 202
     [(group, body)] = parts.queue.sent
-    assert group == "onprem-hpc"
-    assert body == {"incident_id": "3f1b9c2e-8a4d-4c6f-9e2a-1b2c3d4e5f60", "reason": "active/approved"}
-    # Datadog's retry of the same delivery has the same dedup id and is dropped by the FIFO queue.
-    assert incident_webhook.handle(event("incident_webhook_approved_duplicate.json"))["statusCode"] == 202
-    incident_webhook.handle(event("incident_webhook_resolved.json"))
-    assert len(parts.queue.sent) == 2
+    assert group == "hpc"
+    assert body == {"incident_id": incident_id, "reason": "active/approved"}
+    # A duplicate delivery of the same change has the same dedup id and is dropped by the FIFO queue.
+    assert incident_webhook.handle(_webhook_for(parts, "incident_webhook_approved_duplicate.json"))["statusCode"] == 202
+    assert len(parts.queue.sent) == 1
+    # A new change of the incident is a new message.
+    parts.clock.advance(seconds=5)
+    parts.incidents.update(incident_id, {f.STATE: "resolved"})
+    incident_webhook.handle(_webhook_for(parts, "incident_webhook_resolved.json"))
+    assert len(parts.queue.sent) == 2 and parts.queue.sent[1][1]["reason"] == "resolved/approved"
+
+
+def test_webhook_takes_the_pool_from_the_incident_not_the_body(parts: Parts) -> None:
+    slack_worker.handle(request_job())
+    incident_webhook.handle(_webhook_for(parts, "incident_webhook_approved.json", environment="slices"))
+    assert parts.queue.sent[0][0] == "hpc"
+
+
+def test_webhook_for_an_unknown_incident_is_404(parts: Parts) -> None:
+    answer = incident_webhook.handle(event("incident_webhook_approved.json"))
+    assert answer["statusCode"] == 404 and parts.queue.sent == []
 
 
 def test_webhook_token_is_checked(parts: Parts) -> None:
@@ -203,15 +230,6 @@ def test_webhook_malformed_bodies_are_400(parts: Parts, body: str) -> None:
     answer = incident_webhook.handle(bad)
     assert answer["statusCode"] == 400 and "error" in json.loads(answer["body"])
     assert parts.queue.sent == []
-
-
-def test_webhook_without_a_pool_uses_the_unassigned_group(parts: Parts) -> None:
-    odd = event("incident_webhook_approved.json")
-    body = json.loads(odd["body"])
-    body["incident_fields"]["environment"] = "Not A Pool!"
-    odd["body"] = json.dumps(body)
-    incident_webhook.handle(odd)
-    assert parts.queue.sent[0][0] == "unassigned"
 
 
 def test_webhook_without_secret_or_queue_is_a_500(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> None:

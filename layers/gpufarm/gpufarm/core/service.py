@@ -22,12 +22,13 @@ from gpufarm.core.farm import FarmConfig, PoolKind
 from gpufarm.core.inventory import IR_KEY, PROJECT_KEY, TEAM_KEY, GpuHost, normalize_tag, tag_values
 from gpufarm.core.ir import format_ir, ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State, check_transition, state_for
-from gpufarm.core.model import Allocation, GpuRequest, encode_host_gpus, isoformat
+from gpufarm.core.model import Allocation, GpuRequest, IncidentRecord, encode_host_gpus, isoformat
 from gpufarm.core.placement import free_capacity, place, pool_hosts, shared_usage
 from gpufarm.core.policy import (
     GRANTED_PHASES,
     POLICY_APPROVER,
     Action,
+    Decision,
     Verdict,
     authorize,
     decide,
@@ -59,6 +60,16 @@ class Outcome:
 
 
 @dataclass
+class Repair:
+    """What reconciling one pool did."""
+
+    removed: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+
+
+@dataclass
 class SyncReport:
     """What one scheduled sync did."""
 
@@ -66,6 +77,7 @@ class SyncReport:
     idle_reclaimed: list[int] = field(default_factory=list)
     tags_removed: list[str] = field(default_factory=list)
     tags_restored: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
     allocated: list[int] = field(default_factory=list)
     pools_queued: list[str] = field(default_factory=list)
     series: int = 0
@@ -100,35 +112,60 @@ class GpuFarm:
     # ==== Slack-facing use cases (slack_worker) ==========================================================
 
     def submit_request(self, request: GpuRequest) -> Message:
-        """Create the incident for a request (once per request_id), approved by policy or sent to operators."""
-        existing = self.incidents.find_by_request_id(request.request_id)
-        if existing is not None:
-            alloc = Allocation.from_record(existing)
-            if alloc.phase is Phase.REQUESTED and not alloc.slack_message:
-                # A previous attempt created the incident but died before asking the operators.
-                self._ask_operators(alloc, "beyond the team's quota; an operator decides")
-            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already requested")
-        live = self._live()
-        used = team_usage(live, request.team, request.environment, request.gpu_model)
-        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(), request.environment, request.gpu_model))
-        decision = decide(request, self.farm, team_used=used, pool_capacity=capacity)
-        if decision.verdict is Verdict.REFUSE:
-            return views.refused(decision.reason)
-        approved = decision.verdict is Verdict.APPROVE
-        values = request.to_fields(Phase.APPROVED if approved else Phase.REQUESTED, self.clock.now())
-        if approved:
-            values[f.APPROVED_BY] = POLICY_APPROVER
-        record = self.incidents.create(
-            request.title(),
-            values,
-            initial_note=f"Requested from Slack by <@{request.requester}>: {decision.reason}",
-        )
+        """Create the incident for a request (once per request_id), approved by policy or sent to operators.
+
+        The incident is created in phase requested and decided in a second write, so a concurrent duplicate of
+        the same request (two worker invocations) can be retired before anything is allocated: the lowest IR
+        carrying the request_id wins and only its creator acts on it.
+        """
+        record = self.incidents.find_by_request_id(request.request_id)
+        decision: Decision | None = None
+        act = record is not None  # a retry of an attempt that may have died before deciding
+        if record is None:
+            decision = self._decide(request)
+            if decision.verdict is Verdict.REFUSE:
+                return views.refused(decision.reason)
+            created = self.incidents.create(
+                request.title(),
+                request.to_fields(Phase.REQUESTED, self.clock.now()),
+                initial_note=f"Requested from Slack by <@{request.requester}>: {decision.reason}",
+            )
+            record = self._first_for(request.request_id, created)
+            act = record.id == created.id
+            if not act:
+                self.incidents.update(
+                    created.id,
+                    {f.STATE: State.RESOLVED.value, f.PHASE: Phase.REJECTED.value},
+                    title=f"{request.title()} (duplicate of {format_ir(record.public_id)})"[:250],
+                )
         alloc = Allocation.from_record(record)
-        if approved:
+        if not (act and alloc.phase is Phase.REQUESTED and not alloc.approved_by and not alloc.slack_message):
+            approved = alloc.phase is not Phase.REQUESTED
+            return views.request_created(alloc, approved=approved, reason="already requested")
+        decision = decision or self._decide(request)
+        if decision.verdict is Verdict.REFUSE:
+            # Only on a late retry: the farm changed since the request; close it with the reason.
+            self._write(alloc, Phase.REJECTED, {})
+            return views.refused(decision.reason)
+        if decision.verdict is Verdict.APPROVE:
+            alloc = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER})
             self._post_operators(views.operator_decided(alloc, f"Approved by policy: {decision.reason}"))
         else:
             self._ask_operators(alloc, decision.reason)
-        return views.request_created(alloc, approved=approved, reason=decision.reason)
+        return views.request_created(alloc, approved=decision.verdict is Verdict.APPROVE, reason=decision.reason)
+
+    def _decide(self, request: GpuRequest) -> Decision:
+        live = self._live()
+        used = team_usage(live, request.team, request.environment, request.gpu_model)
+        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(), request.environment, request.gpu_model))
+        return decide(request, self.farm, team_used=used, pool_capacity=capacity)
+
+    def _first_for(self, request_id: str, created: IncidentRecord) -> IncidentRecord:
+        """The oldest live incident carrying this request_id (ours when the search does not show it yet)."""
+        same = [r for r in self.incidents.search(LIVE_QUERY) if r.fields.get(f.REQUEST_ID) == request_id]
+        if all(r.id != created.id for r in same):
+            same.append(created)
+        return min(same, key=lambda r: r.public_id)
 
     def approve(self, ir: int, actor: str) -> Message:
         """An operator approves a request beyond quota; the webhook then allocates."""
@@ -358,18 +395,25 @@ class GpuFarm:
                 self.queue.send({"pool": env, "reason": "sync"}, group=env, dedup_id=f"sync-{env}-{bucket}")
                 report.pools_queued.append(env)
             else:
-                removed, restored, outcomes = self.reconcile_pool(env)
-                report.tags_removed += removed
-                report.tags_restored += restored
-                report.allocated += [o.ir for o in outcomes if o.action == "allocated"]
+                repair = self.reconcile_pool(env)
+                report.tags_removed += repair.removed
+                report.tags_restored += repair.restored
+                report.conflicts += repair.conflicts
+                report.allocated += [o.ir for o in repair.outcomes if o.action == "allocated"]
         report.series = self.publish_gauges()
         return report
 
-    def reconcile_pool(self, environment: str) -> tuple[list[str], list[str], list[Outcome]]:
-        """Make host tags agree with incidents in one pool, then allocate whatever now fits."""
+    def reconcile_pool(self, environment: str) -> Repair:
+        """Make host tags agree with incidents in one pool, then allocate whatever now fits.
+
+        Tags of incidents that are gone, resolved, or do not hold the host are removed; a holding incident whose
+        tags are missing gets them back, except on a dedicated host another live incident's tag already holds:
+        that double claim is never "repaired" into a shared host but reported to the operators.
+        """
+        repair = Repair()
         live = {a.ir: a for a in self._live()}
-        removed: list[str] = []
-        restored: list[str] = []
+        env = self.farm.environments.get(environment)
+        dedicated = env is None or env.kind is PoolKind.DEDICATED
         for host in [h for h in self._inventory() if h.environment == environment]:
             stale = [v for v in host.irs if not _holds(live, v, host.name)]
             if stale or (not host.irs and _alloc_tags(host.tags, {PROJECT_KEY, TEAM_KEY})):
@@ -382,19 +426,31 @@ class GpuFarm:
                 new = [t for t in current if not _is_alloc_tag(t) or t in wanted]
                 if new != current:
                     self.hosts.replace_tags(host.name, new, source="user")
-                    removed += [f"{host.name}:{t}" for t in current if t not in new]
-        for alloc in live.values():
+                    repair.removed += [f"{host.name}:{t}" for t in current if t not in new]
+        for alloc in sorted(live.values(), key=lambda a: a.ir):
             if alloc.environment != environment or alloc.phase not in HOLDING_PHASES:
                 continue
             for name in alloc.hosts:
                 current = self._user_tags(name)
-                if current is None:
+                if current is None or alloc.ir_tag in current:
+                    continue
+                others = [v for v in tag_values(current, IR_KEY) if v != ir_tag_value(alloc.ir)]
+                if dedicated and others:
+                    repair.conflicts.append(f"{name}: {alloc.ir_label} and {', '.join(others)}")
                     continue
                 missing = [t for t in _allocation_tags([alloc]) if t not in current]
-                if alloc.ir_tag not in current and missing:
-                    self.hosts.replace_tags(name, [*current, *missing], source="user")
-                    restored += [f"{name}:{t}" for t in missing]
-        return removed, restored, self.allocate_waiting(environment)
+                self.hosts.replace_tags(name, [*current, *missing], source="user")
+                repair.restored += [f"{name}:{t}" for t in missing]
+        if repair.conflicts:
+            log.error("dedicated hosts claimed by two incidents: %s", "; ".join(repair.conflicts))
+            self._post_operators(
+                Message(
+                    ":rotating_light: gpufarm found dedicated hosts claimed by two allocations; "
+                    "resolve one of them: " + "; ".join(repair.conflicts)
+                )
+            )
+        repair.outcomes = self.allocate_waiting(environment)
+        return repair
 
     def publish_gauges(self) -> int:
         """Quota (entitled / allocated per team, pool, model) and inventory (total / free per pool, model) gauges."""
@@ -493,7 +549,18 @@ class GpuFarm:
             missing = [t for t in wanted if t not in current]
             if missing:
                 self.hosts.replace_tags(host, [*current, *missing], source="user")
-        return set()
+        if dedicated:
+            # Verify after write: the tag API has no compare-and-set, so a writer outside this pool's queue
+            # could have raced us. Whoever finds a second ir: tag backs off; a lost tag means try again later.
+            others = {a.ir: a for a in self._live() if a.ir != alloc.ir}
+            for host in fresh:
+                after = self._user_tags(host) or []
+                if alloc.ir_tag not in after:
+                    raise UpstreamError(f"{alloc.ir_label}: the tags of {host} changed while allocating; retrying")
+                if any(v != me for v in tag_values(after, IR_KEY)):
+                    self._untag_host(host, alloc, others)
+                    taken.add(host)
+        return taken
 
     def _untag_host(self, host: str, alloc: Allocation, others: dict[int, Allocation]) -> None:
         current = self._user_tags(host)
@@ -552,7 +619,8 @@ class GpuFarm:
 
     def _expect_phase(self, alloc: Allocation, phase: Phase, verb: str) -> None:
         if alloc.phase is not phase:
-            by = f" by {alloc.approved_by}" if alloc.approved_by and alloc.phase is not Phase.REJECTED else ""
+            who = alloc.approved_by
+            by = f" (approved by {who if who == POLICY_APPROVER else f'<@{who}>'})" if who else ""
             raise Conflict(f"{alloc.ir_label} cannot be {verb}: it is already {alloc.phase.value}{by}")
 
     def _grace_over(self, alloc: Allocation) -> bool:

@@ -2,8 +2,9 @@
 
 Two triggers, one function:
 - Function URL (Datadog's incident notification webhook): the shared secret header is compared in constant
-  time, the body is validated, and {"incident_id", "reason"} is sent to the FIFO AllocationQueue with the pool
-  (environment) as message group and a dedup id derived from the change, so Datadog's retries collapse.
+  time, the body is validated, the incident is read to learn its pool, and {"incident_id", "reason"} is sent
+  to the FIFO AllocationQueue with the pool (environment) as message group and a dedup id derived from the
+  incident's state and modification time, so Datadog's retries and duplicate deliveries collapse.
 - SQS (AllocationQueue): messages of one pool arrive one at a time; each reads the incident fresh and lets the
   core decide (allocate when approved/waiting, reclaim when resolved, else nothing). The webhook body is never
   trusted beyond the incident id, so duplicate, late and out-of-order webhooks converge. The scheduled sync
@@ -22,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
-from gpufarm.core.model import NAME_PATTERN
+from gpufarm.core.model import NAME_PATTERN, Allocation
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
 
@@ -107,10 +108,22 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
     queue = runtime.queue()
     if queue is None:
         raise rt.ConfigurationError(f"{rt.QUEUE_URL_ENV} is not set")
-    group = _group(change.field("environment"))
-    reason = f"{change.incident_status or change.field('state')}/{change.field('phase')}".strip("/")
     try:
-        queue.send({"incident_id": change.incident_uuid, "reason": reason}, group=group, dedup_id=_dedup(change))
+        # The pool (message group) comes from the incident itself, never from the body: a body naming the wrong
+        # pool (or none) would put two allocations of one pool in different groups and let them interleave.
+        alloc = Allocation.from_record(runtime.incidents().get(change.incident_uuid))
+    except NotFound:
+        return http.error(404, "no such incident")
+    except UpstreamError as exc:
+        log.error("could not read incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
+        return http.error(503, "Datadog unavailable")
+    group = _group(alloc.environment or "")
+    reason = f"{alloc.state.value}/{alloc.phase.value}"
+    # One message per incident change: Datadog's retries and duplicate deliveries of the same change collapse.
+    modified = alloc.modified.isoformat() if alloc.modified else change.date
+    dedup = hashlib.sha256(f"{change.incident_uuid}|{reason}|{modified}".encode()).hexdigest()
+    try:
+        queue.send({"incident_id": change.incident_uuid, "reason": reason}, group=group, dedup_id=dedup)
     except UpstreamError as exc:
         # Datadog retries 5xx, which is what we want when the queue is briefly unreachable.
         log.error("could not queue incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
@@ -132,12 +145,6 @@ def check_token(runtime: rt.Runtime, headers: Mapping[str, str]) -> dict[str, An
 
 def _group(environment: str) -> str:
     return environment if _POOL_RE.match(environment) else UNASSIGNED_GROUP
-
-
-def _dedup(change: IncidentEvent) -> str:
-    # Datadog's retries repeat the rendered payload byte for byte (same $DATE); distinct changes differ.
-    key = "|".join((change.incident_uuid, change.incident_status, change.field("phase"), change.date))
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 # -- SQS consumer -----------------------------------------------------------------------------------------------
@@ -172,9 +179,9 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
     svc = runtime.service()
     try:
         if message.pool is not None:
-            removed, restored, outcomes = svc.reconcile_pool(message.pool)
-            done = [f"tags removed: {t}" for t in removed] + [f"tags restored: {t}" for t in restored]
-            done += [str(o) for o in outcomes]
+            repair = svc.reconcile_pool(message.pool)
+            done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
+            done += [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]
         else:
             done = [str(o) for o in svc.process(message.incident_id or "")]
     except NotFound:

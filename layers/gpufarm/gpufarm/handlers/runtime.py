@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
     from gpufarm.core.farm import FarmConfig
-    from gpufarm.core.ports import AsyncInvoker, WorkQueue
+    from gpufarm.core.ports import AsyncInvoker, IncidentStore, WorkQueue
     from gpufarm.core.service import GpuFarm
 
 log = logging.getLogger(__name__)
@@ -250,6 +250,11 @@ class Runtime:
                 svc.operators_usergroup = self.settings.operators_usergroup or farm.operators_usergroup
                 svc.operators_channel = self.settings.operators_channel or farm.operators_channel
             return svc
+
+    def incidents(self) -> IncidentStore:
+        """Incidents (Datadog), for handlers that read one before queueing work."""
+        store: IncidentStore = self._port("incidents")
+        return store
 
     def _port(self, name: str) -> Any:
         """A Datadog-backed port: the override when a test set one, else the gateway."""
