@@ -156,9 +156,11 @@ class NvmlSource:
         pcie: bool = False,
         xid_mode: Literal["thread", "poll", "off"] = "thread",
         event_queue_size: int = 1000,
+        event_wait_ms: int = 1000,
         reinit_after: float = 60.0,
     ) -> None:
         self._n = nvml
+        self._event_wait_ms = event_wait_ms
         self._clock = clock
         self._interval = interval
         self._pcie = pcie
@@ -603,7 +605,8 @@ class NvmlSource:
     def _start_watcher(self) -> None:
         if self._xid_mode == "off":
             return
-        watcher = _XidWatcher(self._n, [d for d in self._devices if not d.lost], self._queue_size, self._log_once)
+        devices = [d for d in self._devices if not d.lost]
+        watcher = _XidWatcher(self._n, devices, self._queue_size, self._log_once, self._event_wait_ms)
         if watcher.start(threaded=self._xid_mode == "thread"):
             self._watcher = watcher
 
@@ -616,8 +619,12 @@ class NvmlSource:
 class _XidWatcher:
     """XID events into a bounded queue; drops (and counts) events when the queue is full."""
 
-    def __init__(self, nvml: Any, devices: list[_Device], size: int, log_once: Callable[..., None]) -> None:
+    def __init__(
+        self, nvml: Any, devices: list[_Device], size: int, log_once: Callable[..., None], wait_ms: int
+    ) -> None:
         self._n = nvml
+        # The Datadog Agent waits 1 s per call; the thread notices a stop request within that.
+        self._wait_ms = wait_ms
         self._devices = devices
         self._queue: queue.Queue[XidEvent] = queue.Queue(maxsize=size)
         self._stop = threading.Event()
@@ -662,8 +669,7 @@ class _XidWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self._wait_one(1000):
-                continue
+            self._wait_one(self._wait_ms)
 
     def _wait_one(self, timeout_ms: int) -> bool:
         try:
