@@ -338,7 +338,8 @@ def build_events() -> dict[str, Any]:
             {"incident_id": INCIDENT_UUID, "reason": "active/approved"}, "onprem-hpc", "a" * 64
         ),
         "sqs_pool_sync_message.json": sqs_event({"pool": "onprem-hpc", "reason": "sync"}, "onprem-hpc", "sync-1"),
-        "quota_sync_schedule.json": {"source": "gpufarm.schedule", "task": "quota-sync"},
+        # ScheduleV2 delivers the template's Input as-is, with no envelope.
+        "quota_sync_schedule.json": {"job": "quota_sync"},
         "slack_worker_request.json": {
             "kind": "request",
             "user": "U0000000001",
