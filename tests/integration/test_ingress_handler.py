@@ -382,3 +382,29 @@ def test_missing_signing_secret_is_a_500_without_details(ingress: Any, monkeypat
     monkeypatch.delenv("GPUFARM_SLACK_SIGNING_SECRET")
     status, body = call(load_event("slack_command_help.json"))
     assert status == 500 and body == {"error": "gpufarm is not configured"}
+
+
+def test_the_slack_app_manifest_points_both_endpoints_at_the_ingress() -> None:
+    import yaml
+
+    manifest = yaml.safe_load((ROOT / "slack" / "manifest.yaml").read_text())
+    [command] = manifest["features"]["slash_commands"]
+    assert command["command"] == slack_ingress_module_command()
+    assert command["url"] == manifest["settings"]["interactivity"]["request_url"]
+    assert command["should_escape"] is False  # the ingress parses the raw text
+    assert manifest["settings"]["interactivity"]["is_enabled"] is True
+    assert manifest["settings"]["socket_mode_enabled"] is False
+    assert set(manifest["oauth_config"]["scopes"]["bot"]) == {
+        "commands",
+        "chat:write",
+        "im:write",
+        "users:read",
+        "usergroups:read",
+    }
+    assert manifest["features"]["bot_user"]["display_name"]
+
+
+def slack_ingress_module_command() -> str:
+    from gpufarm.handlers.slack_ingress import SLASH_COMMAND
+
+    return SLASH_COMMAND
