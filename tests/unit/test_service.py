@@ -539,3 +539,24 @@ def test_verify_after_write_backs_off_a_host_another_writer_took(world: World) -
     assert world.process(1) == ["allocated"]
     assert world.alloc(1).hosts == ("hpc-2",)
     assert world.ir_tags("hpc-1") == ["ir:ir-42"]
+
+
+def test_operator_force_reclaim(world: World) -> None:
+    world.svc.submit_request(world.request(gpu_count="8"))
+    world.process(1)
+    with pytest.raises(NotAllowed):
+        world.svc.force_reclaim(1, USER, "mine anyway")
+    world.svc.force_reclaim(1, OPS, "maintenance window")
+    assert world.alloc(1).reclaim_reason is ReclaimReason.OPERATOR
+    assert world.process(1) == ["reclaimed"]
+    assert world.alloc(1).hosts == () and world.ir_tags("hpc-1") == []
+
+
+def test_an_approval_webhook_arriving_after_the_release_changes_nothing(world: World) -> None:
+    world.svc.submit_request(world.request(gpu_count="8"))
+    world.svc.release(1, USER)
+    # The webhooks arrive late and out of order: "resolved" first, then the older "approved" one.
+    assert world.process(1) == ["reclaimed"]
+    assert world.process(1) == ["nothing to do (reclaimed)"]
+    assert all(world.ir_tags(h) == [] for h in ("hpc-1", "hpc-2", "hpc-3", "hpc-4"))
+    assert world.alloc(1).reclaim_reason is ReclaimReason.RELEASED
