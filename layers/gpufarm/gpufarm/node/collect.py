@@ -4,10 +4,10 @@ Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
 - A *device* is a whole GPU or a MIG slice. Parent-only values of a MIG-enabled GPU (power, clocks, thermals,
   ECC, XID) are emitted once for the physical GPU (`gpu_slicing_mode:mig-parent`); slice series carry
   `gpu_parent_uuid` so they join with them.
-- Each device is `busy`, `idle` (no process, or processes holding less than `held_memory_bytes`) or `idle_held`
-  (memory held, activity under `idle_util_threshold`), as 0/1 gauges `gpufarm.gpu.idle_state{state:...}`. A
-  device whose activity NVML cannot measure (a MIG slice without GPM) counts as busy while it has processes:
-  the agent never calls idle what it cannot see.
+- Each device is `busy` (activity at or over `idle_util_threshold`), `idle` (no process, or processes holding
+  less than `held_memory_bytes`) or `idle_held` (memory held, activity under the threshold), as 0/1 gauges
+  `gpufarm.gpu.idle_state{state:...}`. A device whose activity NVML cannot measure (a MIG slice without GPM)
+  counts as busy while it has processes: the agent never calls idle what it cannot see.
 - A device's IR is its owner's (pod-resources or assignment), else that of the processes holding most of its
   memory, else the host's single `ir:` tag, else `none`. A process's IR is its own (environment or pod label),
   else its device's.
@@ -214,10 +214,12 @@ class SeriesBuilder:
 
     def _idle_state(self, processes: list[ProcessSample], activity: float | None) -> str:
         opts = self.options
-        if not processes:
-            return "idle"
+        # Measured activity wins: a busy GPU whose process list came back empty (a failed or partial read)
+        # must never look idle to the reclaimer.
         if activity is not None and activity >= opts.idle_util_threshold:
             return "busy"
+        if not processes:
+            return "idle"
         held = sum(opts.held_memory_bytes if p.used_memory is None else p.used_memory for p in processes)
         if held < opts.held_memory_bytes:
             return "idle"
