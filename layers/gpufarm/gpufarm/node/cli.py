@@ -216,11 +216,12 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
         sys.exit(EXIT_NO_NVML)
 
     workdir: Path | None = None
+    topology = _fake_topology(opts) if opts["fake"] else None
     try:
         sender, registrar = _outputs(opts)
-        if opts["fake"]:
+        if topology is not None:
             workdir = Path(tempfile.mkdtemp(prefix="gpufarm-node-fake-"))
-            agent = _fake_agent(opts, workdir, sender, registrar)
+            agent = _fake_agent(opts, topology, workdir, sender, registrar)
         else:
             agent = _nvml_agent(opts, sender, registrar)
         try:
@@ -250,6 +251,11 @@ def _agent_options(opts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _xid_mode(opts: dict[str, Any]) -> Any:
+    """A background XID thread for a running agent; one poll is enough for --once."""
+    return "poll" if opts["once"] else "thread"
+
+
 def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any) -> Any:
     from gpufarm.node.agent import Agent
     from gpufarm.node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
@@ -260,7 +266,7 @@ def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any) -> Any:
     lister = kubelet_lister(opts["pod_resources_socket"])
     owners = PodResourcesOwners(lister, pods) if lister else None
     return Agent(
-        NvmlSource(interval=opts["interval"], pcie=opts["pcie"]),
+        NvmlSource(interval=opts["interval"], pcie=opts["pcie"], xid_mode=_xid_mode(opts)),
         Attributor(ProcFs(opts["proc_root"]), pods=pods, owners=owners),
         sender,
         registrar=registrar,
@@ -268,22 +274,26 @@ def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any) -> Any:
     )
 
 
-def _fake_agent(opts: dict[str, Any], workdir: Path, sender: Any, registrar: Any) -> Any:
-    from gpufarm.node.fakenode import fake_node
+def _fake_topology(opts: dict[str, Any]) -> Any:
     from gpufarm.node.topology import TopologyError, load_topology, packaged_topology
 
     name = opts["fake"]
     try:
         path = Path(name) if Path(name).is_file() else packaged_topology(name)
-        topology = load_topology(path, seed=opts["hostname"])
+        return load_topology(path, seed=opts["hostname"])
     except TopologyError as exc:
         raise click.BadParameter(str(exc), param_hint="--fake") from exc
+
+
+def _fake_agent(opts: dict[str, Any], topology: Any, workdir: Path, sender: Any, registrar: Any) -> Any:
+    from gpufarm.node.fakenode import fake_node
+
     node = fake_node(
         topology,
         workdir,
         sender,
         registrar=registrar,
-        xid_mode="thread",
+        xid_mode=_xid_mode(opts),
         pcie=opts["pcie"],
         interval=opts["interval"],
         **_agent_options(opts),

@@ -1,0 +1,97 @@
+"""`gpufarm-node` arguments, the fake mode, and the exit status when there is no NVML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pynvml
+import pytest
+from click.testing import CliRunner
+
+from gpufarm.node.cli import EXIT_NO_NVML, EXIT_USAGE, main
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    for name in ("DD_API_KEY", "DD_APP_KEY", "DD_API_KEY_FILE", "DD_APP_KEY_FILE", "GPUFARM_DATADOG_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    return CliRunner()
+
+
+def test_fake_once_dry_run_prints_the_cycle_as_api_v2_json(runner: CliRunner) -> None:
+    args = [
+        "--fake",
+        str(FIXTURES / "tiny.yaml"),
+        "--once",
+        "--dry-run",
+        "--hostname",
+        "node-7",
+        "--environment",
+        "onprem-hpc",
+    ]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout.strip().splitlines()[-1])
+    util = [s for s in payload["series"] if s["metric"] == "gpufarm.gpu.utilization"]
+    assert len(util) == 2 and util[0]["resources"] == [{"name": "node-7", "type": "host"}]
+    assert {t for s in util for t in s["tags"] if t.startswith("gpu_ir:")} == {"gpu_ir:ir-70", "gpu_ir:none"}
+    assert "environment:onprem-hpc" in util[0]["tags"]
+
+
+def test_packaged_topologies_are_found_by_name(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["--fake", "a100-mig-slicing", "--once", "--dry-run", "--per-process"])
+    assert result.exit_code == 0, result.output
+    assert "gpufarm.process.memory.used" in result.stdout
+
+
+def test_no_nvml_library_is_a_clear_message_and_exit_3(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["--fake", str(FIXTURES / "no-library.yaml"), "--once", "--dry-run"])
+    assert result.exit_code == EXIT_NO_NVML
+    assert "NVML unavailable" in result.stderr and "libnvidia-ml.so.1" in result.stderr
+
+
+def test_the_real_nvml_path_without_a_driver_exits_3(runner: CliRunner) -> None:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        pass
+    else:
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    result = runner.invoke(main, ["--once", "--dry-run"])
+    assert result.exit_code == EXIT_NO_NVML and "NVML unavailable" in result.stderr
+
+
+def test_without_an_api_key_the_agent_says_which_variable_to_set(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["--fake", str(FIXTURES / "tiny.yaml"), "--once"])
+    assert result.exit_code == EXIT_USAGE and "DD_API_KEY" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--interval", "0"], "--interval"),
+        (["--dogstatsd", "localhost"], "HOST:PORT"),
+        (["--dogstatsd", "localhost:99999"], "HOST:PORT"),
+        (["--environment", "9lives"], "starts with a letter"),
+        (["--hostname", "bad host"], "not a host name"),
+        (["--fake", "nope"], "no packaged topology"),
+        (["--fake", "tiny", "--proc-root", "/tmp"], "drop --proc-root"),
+        (["--dry-run", "--dogstatsd", "127.0.0.1:8125"], "exclude each other"),
+        (["--idle-threshold", "101"], "--idle-threshold"),
+    ],
+)
+def test_bad_arguments_exit_2_with_the_reason(runner: CliRunner, args: list[str], message: str) -> None:
+    result = runner.invoke(main, [*args, "--once"])
+    assert result.exit_code == EXIT_USAGE
+    assert message in result.output
+
+
+def test_help_lists_the_options(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["--help"])
+    assert result.exit_code == 0
+    for option in ("--interval", "--once", "--fake", "--per-process", "--dogstatsd", "--dry-run", "--environment"):
+        assert option in result.output
