@@ -15,6 +15,7 @@ import click
 
 from gpufarm.localhost.env import redacted
 from gpufarm.localhost.host import LocalEnv, start_local
+from gpufarm.localhost.template import TemplateError
 
 Cleanup = Callable[[], None]
 Hook = Callable[[LocalEnv], Cleanup | None]
@@ -80,5 +81,7 @@ def local(host: str, port: int, template: Path | None, show_secrets: bool) -> No
     hooks: list[Hook] = []
     try:
         run_local(host, port, template=template, hooks=hooks, show_secrets=show_secrets)
+    except (TemplateError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise click.ClickException(f"cannot start on {host}:{port}: {exc.strerror or exc}") from None

@@ -273,6 +273,9 @@ class LocalHost:
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gpufarm-fn")
         self._stop = threading.Event()
         sandbox.add_routes(self.routes())
+        # Registered as a sandbox module too, so `POST /_sandbox/reset` restarts the timetable and the
+        # sandbox's state dump shows the host.
+        sandbox.modules.append(_SandboxModule(self))
         sandbox.clock.subscribe(self._on_clock)
         self._ticker = threading.Thread(target=self._tick_loop, name="gpufarm-schedules", daemon=True)
         self._ticker.start()
@@ -361,6 +364,16 @@ class LocalHost:
         if problem:
             raise ValueError(problem[2])
         return self._enqueue(queue, text, group, dedup_id)
+
+    def reset(self, *, now: float | None = None) -> None:
+        """Forget logs, dead letters and deduplication ids, and restart schedules from now (queued work stays)."""
+        start = self.sb.clock.now() if now is None else now
+        with self._lock:
+            self.invocations.clear()
+            self.dead_letters.clear()
+            for queue in self.queues.values():
+                queue.dedup.clear()
+            self._rebase(start)
 
     def drain(self, timeout: float = 15.0) -> bool:
         """Wait until invokes, queues with a consumer, and the sandbox's webhook deliveries are idle."""
@@ -651,7 +664,8 @@ class LocalHost:
             if queue.spec.fifo:
                 dedup = dedup_id or hashlib.sha256(text.encode()).hexdigest()
                 for key, (seen, _) in list(queue.dedup.items()):
-                    if now - seen >= DEDUP_WINDOW_S:
+                    # Expired, or recorded "in the future" because the sandbox clock was reset since.
+                    if now - seen >= DEDUP_WINDOW_S or seen > now + 1:
                         del queue.dedup[key]
                 if dedup in queue.dedup:
                     # SQS FIFO accepts the duplicate and drops it within the 5-minute window.
@@ -804,6 +818,12 @@ class LocalHost:
             except RuntimeError:
                 return
 
+    def _rebase(self, start: float) -> None:
+        for trigger in self.schedules:
+            trigger.start = start
+            if trigger.expression is not None and trigger.spec.enabled:
+                trigger.next_due = trigger.expression.next_after(start, start=start)
+
     def _schedule_event(self, trigger: ScheduledTrigger, now: float) -> Any:
         """ScheduleV2 passes its Input as-is ({} without one); a classic Schedule wraps it in a Scheduled Event."""
         spec = trigger.spec
@@ -872,6 +892,27 @@ class LocalHost:
         return Response(json.dumps(self.state()), status=200, content_type="application/json")
 
 
+class _SandboxModule:
+    """The host as one of the sandbox's modules (name "local"): reset with it, dumped with it."""
+
+    name = "local"
+
+    def __init__(self, host: LocalHost) -> None:
+        self._host = host
+
+    def routes(self) -> list[Route]:
+        """None here: the host mounts its routes with add_routes."""
+        return []
+
+    def reset(self) -> None:
+        """Sandbox.reset() resets the clock to real time right after its modules, so restart from real now."""
+        self._host.reset(now=time.time())
+
+    def dump(self) -> dict[str, Any]:
+        """The host's state (no secrets)."""
+        return self._host.state()
+
+
 def find_template(root: Path | None = None) -> Path:
     """template.yaml under root, else in the current directory, else in this source checkout."""
     candidates = [root / "template.yaml"] if root else []
@@ -922,7 +963,8 @@ def start_local(
     from gpufarm.sandbox.server import ServerThread
 
     sandbox = Sandbox()
-    server = ServerThread(sandbox, host, port)
+    # Started before the host mounts its routes (stop() needs a running server); nobody knows the URL yet.
+    server = ServerThread(sandbox, host, port).start()
     url = f"http://{_connect_host(host)}:{server.port}"
     sandbox.base_url = url
     try:
@@ -937,7 +979,6 @@ def start_local(
         os.environ.pop(name, None)
     _clear_process_caches()
     try:
-        server.start()
         yield LocalEnv(sandbox=sandbox, host=local, url=url, env=dict(local.env), server=server)
     finally:
         local.close()
