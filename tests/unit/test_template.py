@@ -1,0 +1,276 @@
+"""template.yaml: cfn-lint clean, and the structure the local function host relies on; template and schedule parsing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cfnlint.api import lint, lint_file
+
+from gpufarm.localhost.env import Resolver, Urls, build_environment, local_parameters, redacted
+from gpufarm.localhost.schedule import Expression, ScheduleError
+from gpufarm.localhost.template import TemplateError, load_template, load_yaml
+from gpufarm.sandbox.app import Sandbox
+
+REPO = Path(__file__).resolve().parent.parent.parent
+TEMPLATE = REPO / "template.yaml"
+FUNCTIONS = ("slack_ingress", "slack_worker", "incident_webhook", "idle_alert", "quota_sync")
+BASE = "http://127.0.0.1:8320"
+SECRETS_POLICY = "AWSSecretsManagerGetSecretValuePolicy"
+FN = "  F:\n    Type: AWS::Serverless::Function\n    Properties:"
+
+
+@pytest.fixture(scope="module")
+def raw() -> dict[str, Any]:
+    data = load_yaml(TEMPLATE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def resources(raw: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in raw["Resources"].items() if v["Type"] == kind}
+
+
+def test_cfn_lint_passes_without_errors_or_warnings() -> None:
+    assert [f"{m.rule.id} {m.message} (line {m.linenumber})" for m in lint_file(TEMPLATE)] == []
+
+
+def test_cfn_lint_really_runs_the_sam_transform() -> None:
+    # The classic mistake the reference warns about: a bare OFF is YAML false and must fail the lint.
+    broken = TEMPLATE.read_text().replace('Mode: "OFF"', "Mode: OFF")
+    assert "E3017" in {m.rule.id for m in lint(broken)}
+
+
+def test_globals_layer_and_parameters(raw: dict[str, Any]) -> None:
+    fn = raw["Globals"]["Function"]
+    assert (fn["Runtime"], fn["Architectures"]) == ("python3.12", ["arm64"])
+    assert fn["Layers"] == [{"Ref": "GpufarmLayer"}]
+    variables = fn["Environment"]["Variables"]
+    assert variables["GPUFARM_SECRETS_NAME"] == {"Ref": "SecretsName"}
+    assert variables["GPUFARM_DATADOG_SITE"] == {"Ref": "DatadogSite"}
+    assert variables["GPUFARM_FARM_CONFIG_PARAMETER"] == {"Fn::Sub": "/${FarmConfigParameter}"}
+    assert {"POWERTOOLS_SERVICE_NAME", "LOG_LEVEL"} <= set(variables)
+    layer = raw["Resources"]["GpufarmLayer"]
+    assert layer["Type"] == "AWS::Serverless::LayerVersion"
+    assert layer["Properties"]["ContentUri"] == "layers/gpufarm"
+    assert layer["Properties"]["CompatibleRuntimes"] == ["python3.12"]
+    assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+    assert layer["Metadata"] == {"BuildMethod": "python3.12", "BuildArchitecture": "arm64"}
+    assert {"DatadogSite", "SecretsName", "FarmConfigParameter", "OperatorsUsergroup", "OperatorsChannel"} <= set(
+        raw["Parameters"]
+    )
+    assert (REPO / "layers" / "gpufarm" / "requirements.txt").is_file()
+
+
+def test_functions_handlers_and_folders() -> None:
+    template = load_template(TEMPLATE)
+    assert {f.dir_name for f in template.functions.values()} == set(FUNCTIONS)
+    for spec in template.functions.values():
+        assert spec.handler == f"{spec.dir_name}.handler" and spec.code_uri == f"functions/{spec.dir_name}"
+        requirements = REPO / spec.code_uri / "requirements.txt"
+        assert requirements.is_file()
+        # Dependencies come from the layer: the function's own requirements stay comment-only.
+        assert all(not line.strip() or line.startswith("#") for line in requirements.read_text().splitlines())
+    ingress = template.functions["SlackIngressFunction"]
+    assert (ingress.url, ingress.memory, ingress.timeout) == (True, 512, 10)
+    assert ingress.environment["GPUFARM_WORKER_FUNCTION"] == {"Ref": "SlackWorkerFunction"}
+    worker = template.functions["SlackWorkerFunction"]
+    assert (worker.url, worker.max_retries, worker.max_event_age, worker.timeout) == (False, 0, 900, 60)
+    assert template.functions["IdleAlertFunction"].url is True
+    webhook = template.functions["IncidentWebhookFunction"]
+    assert webhook.url is True
+    (event,) = webhook.queues
+    assert (event.queue, event.batch_size, event.report_failures) == ("AllocationQueue", 1, True)
+    assert webhook.environment["GPUFARM_ALLOCATION_QUEUE_URL"] == {"Ref": "AllocationQueue"}
+    (schedule,) = template.functions["QuotaSyncFunction"].schedules
+    assert (schedule.kind, schedule.expression, schedule.enabled) == ("ScheduleV2", "rate(15 minutes)", True)
+
+
+def test_allocation_queue_is_fifo_with_a_dead_letter_queue(raw: dict[str, Any]) -> None:
+    template = load_template(TEMPLATE)
+    queue = template.queues["AllocationQueue"]
+    assert (queue.fifo, queue.content_dedup, queue.max_receives) == (True, False, 3)
+    assert queue.visibility_timeout >= 6 * template.functions["IncidentWebhookFunction"].timeout
+    assert queue.dead_letter_queue == "AllocationDeadLetterQueue"
+    assert template.queues["AllocationDeadLetterQueue"].fifo is True
+
+
+def test_schedule_quotes_off_and_has_a_dead_letter_queue(raw: dict[str, Any]) -> None:
+    props = raw["Resources"]["QuotaSyncFunction"]["Properties"]["Events"]["Every15Minutes"]["Properties"]
+    assert props["FlexibleTimeWindow"] == {"Mode": "OFF"}  # a string, not YAML's false
+    assert props["DeadLetterConfig"] == {"Type": "SQS"}
+
+
+def test_least_privilege_policies(raw: dict[str, Any]) -> None:
+    for logical_id, resource in resources(raw, "AWS::Serverless::Function").items():
+        policies = resource["Properties"]["Policies"]
+        secret = next(
+            p["AWSSecretsManagerGetSecretValuePolicy"] for p in policies if "AWSSecretsManagerGetSecretValuePolicy" in p
+        )
+        assert secret["SecretArn"]["Fn::Sub"].endswith(":secret:${SecretsName}-*"), logical_id
+        ssm = next(p["SSMParameterReadPolicy"] for p in policies if "SSMParameterReadPolicy" in p)
+        assert ssm == {"ParameterName": {"Ref": "FarmConfigParameter"}}, logical_id
+        assert resource["Properties"]["LoggingConfig"]["LogGroup"]["Ref"] in raw["Resources"]
+    ingress = raw["Resources"]["SlackIngressFunction"]["Properties"]["Policies"]
+    assert {"LambdaInvokePolicy": {"FunctionName": {"Ref": "SlackWorkerFunction"}}} in ingress
+    webhook = raw["Resources"]["IncidentWebhookFunction"]["Properties"]["Policies"]
+    assert {"SQSSendMessagePolicy": {"QueueName": {"Fn::GetAtt": ["AllocationQueue", "QueueName"]}}} in webhook
+    sync = raw["Resources"]["QuotaSyncFunction"]["Properties"]["Policies"]
+    assert {"EC2DescribePolicy": {}} in sync
+    (inline,) = [p for p in sync if "Statement" in p]
+    assert {"servicequotas:GetServiceQuota", "servicequotas:ListServiceQuotas"} <= set(inline["Statement"][0]["Action"])
+    for group in resources(raw, "AWS::Logs::LogGroup").values():
+        assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_outputs(raw: dict[str, Any]) -> None:
+    outputs = {k: v["Value"] for k, v in raw["Outputs"].items()}
+    assert outputs["SlackIngressUrl"] == {"Fn::GetAtt": ["SlackIngressFunctionUrl", "FunctionUrl"]}
+    assert outputs["IncidentWebhookUrl"] == {"Fn::GetAtt": ["IncidentWebhookFunctionUrl", "FunctionUrl"]}
+    assert outputs["IdleAlertUrl"] == {"Fn::GetAtt": ["IdleAlertFunctionUrl", "FunctionUrl"]}
+    assert outputs["AllocationQueueUrl"] == {"Ref": "AllocationQueue"}
+    assert outputs["GpufarmLayerArn"] == {"Ref": "GpufarmLayer"}
+
+
+# -- local resolution of the real template -------------------------------------------------------------------------
+
+
+def test_local_environment_of_the_real_template() -> None:
+    template = load_template(TEMPLATE)
+    sandbox = Sandbox(base_url=BASE)
+    env = build_environment(template, sandbox, Urls(BASE), REPO)
+    assert env["GPUFARM_WORKER_FUNCTION"] == "SlackWorkerFunction"
+    assert env["GPUFARM_ALLOCATION_QUEUE_URL"] == f"{BASE}/_local/queues/AllocationQueue"
+    assert (env["GPUFARM_OPERATORS_USERGROUP"], env["GPUFARM_OPERATORS_CHANNEL"]) == ("S0000000001", "C0000000001")
+    assert "GPUFARM_SECRETS_NAME" not in env and "GPUFARM_FARM_CONFIG_PARAMETER" not in env
+    assert env["GPUFARM_SLACK_API_URL"] == f"{BASE}/slack/api/"
+    assert env["SLACK_SIGNING_SECRET"] == sandbox.slack_signing_secret
+    assert env["GPUFARM_IDLE_WEBHOOK_URL"] == f"{BASE}/fn/idle_alert/"
+    shown = redacted(env)
+    assert shown["SLACK_SIGNING_SECRET"] == shown["DD_API_KEY"] == shown["GPUFARM_WEBHOOK_SECRET"] == "***"
+    resolver = Resolver(template, Urls(BASE), local_parameters(template))
+    assert resolver.resolve({"Fn::GetAtt": ["SlackIngressFunctionUrl", "FunctionUrl"]}) == f"{BASE}/fn/slack_ingress/"
+    assert resolver.queue_name("AllocationQueue") == "gpufarm-local-allocation.fifo"
+    assert resolver.unresolved == set()
+
+
+# -- template parsing ------------------------------------------------------------------------------------------------
+
+
+def test_short_tags_become_long_form() -> None:
+    data = load_yaml(
+        "a: !Ref X\nb: !GetAtt Q.Arn\nc: !Sub '${X}-y'\nd: !If [C, 1, 2]\ne: !GetAtt [Q, QueueName]\nf: !Condition C\n"
+    )
+    assert data == {
+        "a": {"Ref": "X"},
+        "b": {"Fn::GetAtt": ["Q", "Arn"]},
+        "c": {"Fn::Sub": "${X}-y"},
+        "d": {"Fn::If": ["C", 1, 2]},
+        "e": {"Fn::GetAtt": ["Q", "QueueName"]},
+        "f": {"Condition": "C"},
+    }
+
+
+def write(tmp_path: Path, resources_yaml: str) -> Path:
+    path = tmp_path / "template.yaml"
+    path.write_text("Transform: AWS::Serverless-2016-10-31\nResources:\n" + resources_yaml)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("resources_yaml", "message"),
+    [
+        (
+            "  F:\n    Type: AWS::Serverless::Function\n    Properties: {CodeUri: f, Handler: nodot}\n",
+            "module.function",
+        ),
+        ("  F:\n    Type: AWS::Serverless::Function\n    Properties: {Handler: f.handler}\n", "CodeUri"),
+        (
+            "  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      CodeUri: f\n      Handler: f.handler\n"
+            "      Events: {Q: {Type: SQS, Properties: {Queue: !GetAtt Nope.Arn}}}\n",
+            "Queue must be",
+        ),
+        (
+            "  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      CodeUri: f\n      Handler: f.handler\n"
+            "      Timeout: soon\n",
+            "whole number",
+        ),
+        (
+            "  A:\n    Type: AWS::Serverless::Function\n    Properties: {CodeUri: x/f, Handler: f.h}\n"
+            "  B:\n    Type: AWS::Serverless::Function\n    Properties: {CodeUri: y/f, Handler: f.h}\n",
+            "share a folder",
+        ),
+    ],
+)
+def test_bad_templates_are_refused_with_a_reason(tmp_path: Path, resources_yaml: str, message: str) -> None:
+    with pytest.raises(TemplateError, match=message):
+        load_template(write(tmp_path, resources_yaml))
+
+
+def test_unreadable_template(tmp_path: Path) -> None:
+    with pytest.raises(TemplateError, match="cannot read"):
+        load_template(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("Resources: [unclosed\n")
+    with pytest.raises(TemplateError):
+        load_template(bad)
+
+
+# -- schedule expressions --------------------------------------------------------------------------------------------
+
+
+def epoch(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp()
+
+
+def test_rate_expressions() -> None:
+    every = Expression.parse("rate(15 minutes)")
+    start = epoch("2025-01-01T00:00:00")
+    assert every.next_after(start, start=start) == start + 900
+    assert every.next_after(start + 899, start=start) == start + 900
+    assert every.next_after(start + 900, start=start) == start + 1800
+    assert every.next_after(start + 86_400 + 1, start=start) == start + 86_400 + 900
+    assert Expression.parse("rate(1 hour)").interval == 3600
+    assert Expression.parse("rate(2 days)").interval == 172_800
+
+
+def test_cron_and_at_expressions() -> None:
+    nightly = Expression.parse("cron(0 3 * * ? *)")
+    assert nightly.next_after(epoch("2025-01-01T02:59:00"), start=0) == epoch("2025-01-01T03:00:00")
+    assert nightly.next_after(epoch("2025-01-01T03:00:00"), start=0) == epoch("2025-01-02T03:00:00")
+    weekdays = Expression.parse("cron(30 9 ? * MON-FRI *)")
+    assert weekdays.next_after(epoch("2025-01-03T10:00:00"), start=0) == epoch("2025-01-06T09:30:00")  # Fri -> Mon
+    quarter = Expression.parse("cron(0/15 * * * ? *)")
+    assert quarter.next_after(epoch("2025-01-01T00:07:00"), start=0) == epoch("2025-01-01T00:15:00")
+    first = Expression.parse("cron(0 0 1 JAN,JUL ? 2026)")
+    assert first.next_after(epoch("2025-03-01T00:00:00"), start=0) == epoch("2026-01-01T00:00:00")
+    berlin = Expression.parse("cron(0 9 * * ? *)", "Europe/Berlin")
+    assert berlin.next_after(epoch("2025-01-01T00:00:00"), start=0) == epoch("2025-01-01T08:00:00")
+    once = Expression.parse("at(2025-06-01T12:00:00)")
+    assert once.next_after(epoch("2025-01-01T00:00:00"), start=0) == epoch("2025-06-01T12:00:00")
+    assert once.next_after(epoch("2025-07-01T00:00:00"), start=0) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "rate(0 minutes)",
+        "rate(5 minute)",
+        "rate(1 minutes)",
+        "cron(0 3 * *)",
+        "cron(0 25 * * ? *)",
+        "cron(0 3 L * ? *)",
+        "every day",
+        "cron(0 3 * * ? */0)",
+    ],
+)
+def test_bad_schedule_expressions(text: str) -> None:
+    with pytest.raises(ScheduleError):
+        Expression.parse(text)
+
+
+def test_unknown_timezone() -> None:
+    with pytest.raises(ScheduleError, match="timezone"):
+        Expression.parse("rate(5 minutes)", "Mars/Olympus")
