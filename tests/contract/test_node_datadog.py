@@ -16,10 +16,10 @@ from datadog_api_client.v1.api.metrics_api import MetricsApi as MetricsApiV1
 from datadog_api_client.v1.model.host_tags import HostTags
 from recorded import interactions, key_paths
 
-from gpufarm.node.datadog import DatadogTarget, api_client, metrics_api, tags_api
+from gpufarm.node.datadog import DatadogTarget, api_client, tags_api
 from gpufarm.node.fakenode import fake_node
 from gpufarm.node.registration import HostRegistrar
-from gpufarm.node.sender import DatadogSender
+from gpufarm.node.sender import DatadogSender, IntakeError, SeriesIntake
 from gpufarm.node.topology import load_topology
 from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm.sandbox.faults import FaultSpec
@@ -77,7 +77,7 @@ def test_series_go_gzip_in_the_recorded_v2_shape_and_read_back_by_ir(
     rec, url = recorder
     client = _client(url)
     node = _node(
-        tmp_path, DatadogSender(metrics_api(client), "gpu-contract-01", clock=sandbox.clock.now), sandbox.clock.now
+        tmp_path, DatadogSender(SeriesIntake(client), "gpu-contract-01", clock=sandbox.clock.now), sandbox.clock.now
     )
     for _ in range(3):
         report = node.agent.cycle()
@@ -108,7 +108,7 @@ def test_series_go_gzip_in_the_recorded_v2_shape_and_read_back_by_ir(
 def test_an_outage_is_buffered_and_delivered_once_the_api_is_back(
     sandbox: Sandbox, sandbox_url: str, tmp_path: Path
 ) -> None:
-    sender = DatadogSender(metrics_api(_client(sandbox_url)), "gpu-contract-01", clock=sandbox.clock.now)
+    sender = DatadogSender(SeriesIntake(_client(sandbox_url)), "gpu-contract-01", clock=sandbox.clock.now)
     node = _node(tmp_path, sender, sandbox.clock.now)
     sandbox.faults.configure(FaultSpec(rate=1.0, statuses=[503], paths="^/api/v2/series"))
     for _ in range(2):
@@ -140,3 +140,23 @@ def test_registration_appends_then_replaces_stale_values_keeping_allocation_tags
     user = set(tags.get_host_tags(host_name="gpu-contract-02", source="user").tags)
     assert user == (expected - {"gpu_count:8"}) | {"gpu_count:7", "ir:ir-31", "team:nlp"}
     assert registrar.host_ir() == "ir-31"
+
+
+def test_series_intake_uses_the_client_s_host_auth_header_timeouts_and_gzip() -> None:
+    client = api_client(DatadogTarget("http://127.0.0.1:9", "the-key", None), connect_timeout=2, read_timeout=7)
+    intake = SeriesIntake(client)
+    assert intake.url == "http://127.0.0.1:9/api/v2/series"
+    assert intake._headers["DD-API-KEY"] == "the-key" and intake._headers["Content-Encoding"] == "gzip"
+    assert (intake._timeout.connect_timeout, intake._timeout.read_timeout) == (2, 7)
+    client.close()
+
+
+def test_a_rejected_payload_is_dropped_and_counted(sandbox: Sandbox, sandbox_url: str) -> None:
+    intake = SeriesIntake(_client(sandbox_url))
+    with pytest.raises(IntakeError) as raised:
+        intake.post(gzip.compress(b'{"series": "not a list"}'))
+    assert raised.value.status == 400 and raised.value.retry is False and "series" in raised.value.reason
+    bad_key = SeriesIntake(api_client(DatadogTarget(sandbox_url, "wrong-key", None), max_retries=0))
+    with pytest.raises(IntakeError) as raised:
+        bad_key.post(gzip.compress(b'{"series": []}'))
+    assert raised.value.status == 403 and raised.value.retry is True

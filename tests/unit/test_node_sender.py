@@ -1,174 +1,186 @@
-"""The Datadog sender: size-bounded batches, merging, the outage buffer and its drop accounting."""
+"""The Datadog sender: the JSON it writes, size-bounded batches, merging, the outage buffer and drop accounting."""
 
 from __future__ import annotations
 
 import gzip
 import io
 import json
+import math
 import random
 import string
 from typing import Any
 
 import pytest
-from datadog_api_client.exceptions import ApiException
-from urllib3.exceptions import MaxRetryError
 
+from gpufarm.node.catalog import METRICS
 from gpufarm.node.collect import Series
-from gpufarm.node.sender import MAX_BATCH_JSON_BYTES, DatadogSender, JsonLinesSender, json_size_bound
+from gpufarm.node.sender import DatadogSender, IntakeError, JsonLinesSender, series_json
 
 NOW = 1_700_000_000
 
 
-class FakeMetricsApi:
-    """Records submit_metrics calls; can fail with a queue of exceptions first."""
+class FakeIntake:
+    """Keeps the payloads posted to it (decompressed); can fail with a queue of errors first."""
 
     def __init__(self, failures: list[Exception] | None = None) -> None:
         self.failures = failures or []
         self.bodies: list[dict[str, Any]] = []
-        self.encodings: list[Any] = []
+        self.sizes: list[tuple[int, int]] = []
 
-    def submit_metrics(self, *, body: dict[str, Any], content_encoding: Any) -> None:
+    def post(self, gzipped: bytes) -> None:
         if self.failures:
             raise self.failures.pop(0)
-        self.bodies.append(body)
-        self.encodings.append(content_encoding)
-
-
-def _api_error(status: int) -> ApiException:
-    exc = ApiException(status=status, reason="x")
-    exc.body = b'{"errors":["nope"]}'
-    return exc
+        raw = gzip.decompress(gzipped)
+        self.sizes.append((len(gzipped), len(raw)))
+        self.bodies.append(json.loads(raw))
 
 
 def _cycle(n: int, value: float = 1.0, metric: str = "gpufarm.gpu.utilization") -> list[Series]:
     return [Series(metric, value, ("environment:e", f"gpu_uuid:gpu-{i}", "gpu_ir:none")) for i in range(n)]
 
 
-def test_series_json_size_bound_is_an_upper_bound_even_for_unicode() -> None:
+def _points(intake: FakeIntake) -> list[tuple[str, str, float]]:
+    return [
+        (s["metric"], ",".join(s["tags"]), p["value"]) for b in intake.bodies for s in b["series"] for p in s["points"]
+    ]
+
+
+def test_the_payload_is_exactly_the_v2_series_shape_for_any_tag_text() -> None:
     rng = random.Random(3)
-    for _ in range(300):
-        alphabet = string.ascii_letters + "é漢😀_:-"
-        tags = tuple(
-            "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40))) for _ in range(rng.randint(0, 12))
-        )
-        series = Series("gpufarm.gpu.energy", rng.uniform(-1e300, 1e300), tags)
-        body = {
-            "metric": series.metric,
-            "type": 1,
-            "points": [{"timestamp": NOW, "value": series.value}],
-            "resources": [{"name": "node-é", "type": "host"}],
-            "tags": list(tags),
-            "unit": "joule",
-            "interval": 15,
-        }
-        assert json_size_bound(series, "node-é") + 64 >= len(json.dumps(body)) + 2
+    alphabet = string.ascii_letters + 'é漢😀_:-"\\/'
+    series = []
+    for i in range(200):
+        tags = tuple("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(rng.randint(0, 8)))
+        metric = rng.choice(sorted(METRICS))
+        series.append(Series(metric, rng.choice([0.0, 1.5, -2.25e300, 12345678901.0, float(i)]), (*tags, f"n:{i}")))
+    intake = FakeIntake()
+    sender = DatadogSender(intake, "node-é", interval=15, clock=lambda: NOW)
+    sender.send(series, NOW)
+    assert sender.flush() is True
+    (body,) = intake.bodies
+    expected = [series_json(s, NOW, "node-é", 15) for s in series]
+
+    def order(item: dict[str, Any]) -> str:
+        return json.dumps(item, sort_keys=True)
+
+    assert sorted(body["series"], key=order) == sorted(expected, key=order)
 
 
-def test_points_of_later_cycles_merge_into_one_series_and_gzip_is_asked_for() -> None:
-    api = FakeMetricsApi()
-    sender = DatadogSender(api, "node-1", clock=lambda: NOW)
+def test_points_of_later_cycles_merge_into_one_series() -> None:
+    intake = FakeIntake()
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW)
     sender.send(_cycle(3, 1.0), NOW - 30)
     sender.send(_cycle(3, 2.0), NOW - 15)
     assert sender.flush() is True
-    (body,) = api.bodies
+    (body,) = intake.bodies
     assert len(body["series"]) == 3
     assert body["series"][0]["points"] == [{"timestamp": NOW - 30, "value": 1.0}, {"timestamp": NOW - 15, "value": 2.0}]
     assert body["series"][0]["resources"] == [{"name": "node-1", "type": "host"}]
     assert body["series"][0]["unit"] == "percent" and body["series"][0]["type"] == 3
-    assert str(api.encodings[0]) == "gzip"
     assert sender.buffered == 0 and sender.take_dropped() == {}
+    assert sender.stats["requests"] == 1 and sender.stats["points"] == 6
 
 
-def test_batches_stay_under_the_payload_limits() -> None:
-    api = FakeMetricsApi()
-    sender = DatadogSender(api, "node-1", clock=lambda: NOW, max_points=1_000_000)
+def test_batches_stay_under_the_payload_limits_and_lose_nothing() -> None:
+    intake = FakeIntake()
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW, max_points=1_000_000, max_raw_bytes=400_000)
     long_tags = tuple(f"tag{i}:{'x' * 150}" for i in range(10))
     for cycle in range(4):
         sender.send(
             [Series("gpufarm.gpu.utilization", float(i), (*long_tags, f"n:{i}")) for i in range(1500)], NOW - 60 + cycle
         )
     assert sender.flush() is True
-    assert len(api.bodies) > 1
-    assert sum(len(p["points"]) for b in api.bodies for p in b["series"]) == 6000
-    for body in api.bodies:
-        raw = json.dumps(body).encode()
-        assert len(raw) <= MAX_BATCH_JSON_BYTES
-        assert len(gzip.compress(raw)) < 512_000
+    assert len(intake.bodies) > 1 and all(raw <= 400_000 for _, raw in intake.sizes)
+    assert sum(len(s["points"]) for b in intake.bodies for s in b["series"]) == 6000
 
 
-@pytest.mark.parametrize(
-    "failure", [_api_error(503), _api_error(429), _api_error(403), MaxRetryError(None, "/", "down")]
-)
-def test_an_outage_keeps_the_points_for_the_next_flush(failure: Exception) -> None:
-    api = FakeMetricsApi([failure])
-    sender = DatadogSender(api, "node-1", clock=lambda: NOW)
+def test_a_batch_that_compresses_badly_is_cut_smaller() -> None:
+    rng = random.Random(5)
+    intake = FakeIntake()
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW, max_compressed_bytes=20_000)
+    noise = [Series("gpufarm.gpu.utilization", 1.0, (f"r:{rng.getrandbits(256):064x}",)) for _ in range(2000)]
+    sender.send(noise, NOW)
+    assert sender.flush() is True
+    assert len(intake.bodies) >= 4 and all(zipped < 20_000 for zipped, _ in intake.sizes)
+    assert len(_points(intake)) == 2000
+
+
+@pytest.mark.parametrize("status", [0, 401, 403, 429, 500, 503])
+def test_an_outage_keeps_the_points_for_the_next_flush(status: int) -> None:
+    intake = FakeIntake([IntakeError(status, "x", retry=True)])
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW)
     sender.send(_cycle(5), NOW)
     assert sender.flush() is False and sender.buffered == 5
     assert sender.flush() is True and sender.buffered == 0
-    assert len(api.bodies) == 1 and sender.stats["failures"] == 1
+    assert len(intake.bodies) == 1 and sender.stats["failures"] == 1
 
 
-def test_a_full_buffer_drops_the_oldest_and_counts_them() -> None:
-    api = FakeMetricsApi([OSError("refused")] * 10)
-    sender = DatadogSender(api, "node-1", clock=lambda: NOW, max_points=12)
+def test_a_full_buffer_drops_the_oldest_cycles_and_counts_them() -> None:
+    intake = FakeIntake([IntakeError(0, "refused", retry=True)] * 10)
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW, max_points=12)
     for i in range(4):
         sender.send(_cycle(5, float(i)), NOW - 40 + i)
         sender.flush()
     # Whole oldest cycles go first until the rest fits: 20 points -> 10.
     assert sender.buffered == 10 and sender.take_dropped() == {"overflow": 10}
-    api.failures.clear()
+    intake.failures.clear()
     assert sender.flush() is True
-    values = sorted({p["value"] for s in api.bodies[0]["series"] for p in s["points"]})
-    assert values == [2.0, 3.0]
+    assert sorted({v for _, _, v in _points(intake)}) == [2.0, 3.0]
 
 
 def test_one_cycle_bigger_than_the_buffer_keeps_its_newest_points() -> None:
-    sender = DatadogSender(FakeMetricsApi(), "node-1", clock=lambda: NOW, max_points=3)
+    sender = DatadogSender(FakeIntake(), "node-1", clock=lambda: NOW, max_points=3)
     sender.send(_cycle(5), NOW)
     assert sender.buffered == 3 and sender.take_dropped() == {"overflow": 2}
 
 
 def test_points_older_than_datadog_accepts_are_dropped_as_expired() -> None:
     now = [NOW]
-    api = FakeMetricsApi([OSError("refused")])
-    sender = DatadogSender(api, "node-1", clock=lambda: now[0])
+    intake = FakeIntake([IntakeError(0, "refused", retry=True)])
+    sender = DatadogSender(intake, "node-1", clock=lambda: now[0])
     sender.send(_cycle(4), NOW)
     sender.flush()
     now[0] += 3600
     sender.send(_cycle(2), now[0])
     assert sender.flush() is True
-    assert sender.take_dropped() == {"expired": 4}
-    assert sum(len(s["points"]) for s in api.bodies[0]["series"]) == 2
+    assert sender.take_dropped() == {"expired": 4} and len(_points(intake)) == 2
 
 
 def test_a_rejected_payload_is_dropped_not_retried_forever() -> None:
-    api = FakeMetricsApi([_api_error(400)])
-    sender = DatadogSender(api, "node-1", clock=lambda: NOW)
+    intake = FakeIntake([IntakeError(400, '{"errors":["bad"]}', retry=False)])
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW)
     sender.send(_cycle(3), NOW)
     assert sender.flush() is True
-    assert sender.take_dropped() == {"rejected": 3} and sender.buffered == 0 and api.bodies == []
+    assert sender.take_dropped() == {"rejected": 3} and sender.buffered == 0 and intake.bodies == []
+
+
+def test_non_finite_values_are_dropped_because_json_cannot_carry_them() -> None:
+    intake = FakeIntake()
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW)
+    sender.send([*_cycle(2), Series("gpufarm.gpu.utilization", math.nan, ("a:b",))], NOW)
+    assert sender.flush() is True
+    assert len(_points(intake)) == 2 and sender.take_dropped() == {"rejected": 1}
 
 
 def test_a_partly_sent_buffer_resumes_where_it_stopped() -> None:
-    api = FakeMetricsApi()
-    sender = DatadogSender(api, "node-1", clock=lambda: NOW, max_batch_bytes=2_000)
+    intake = FakeIntake()
+    sender = DatadogSender(intake, "node-1", clock=lambda: NOW, max_raw_bytes=2_000)
     for i in range(3):
         sender.send(_cycle(10, float(i)), NOW - 30 + i)
-    original = api.submit_metrics
+    real_post = intake.post
     calls = {"n": 0}
 
-    def flaky(**kwargs: Any) -> None:
+    def flaky(gzipped: bytes) -> None:
         calls["n"] += 1
         if calls["n"] == 3:
-            raise OSError("reset")
-        original(**kwargs)
+            raise IntakeError(503, "busy", retry=True)
+        real_post(gzipped)
 
-    api.submit_metrics = flaky  # type: ignore[method-assign]
+    intake.post = flaky  # type: ignore[method-assign]
     assert sender.flush() is False
-    sent = sum(len(s["points"]) for b in api.bodies for s in b["series"])
-    assert sender.buffered == 30 - sent
+    assert sender.buffered == 30 - len(_points(intake))
     assert sender.flush() is True
-    points = [(s["tags"][1], p["value"]) for b in api.bodies for s in b["series"] for p in s["points"]]
+    points = _points(intake)
     assert len(points) == 30 and len(set(points)) == 30
 
 

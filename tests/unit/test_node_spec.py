@@ -13,7 +13,7 @@ import yaml
 from gpufarm.node.catalog import COUNT, GAUGE, METRICS
 from gpufarm.node.collect import CollectOptions, Series
 from gpufarm.node.fakenode import fake_node
-from gpufarm.node.sender import DatadogSender, series_json
+from gpufarm.node.sender import DatadogSender, IntakeError, series_json
 from gpufarm.node.topology import TOPOLOGY_DIR, load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,10 +23,10 @@ START = 1_700_000_000.0
 
 
 class _Outage:
-    """A metrics API that is always down, so the sender's buffer overflows and drops get reported."""
+    """An intake that is always down, so the sender's buffer overflows and drops get reported."""
 
-    def submit_metrics(self, **kwargs: Any) -> None:
-        raise OSError("connection refused")
+    def post(self, gzipped: bytes) -> None:
+        raise IntakeError(0, "ConnectionRefusedError", retry=True)
 
 
 def _run(topology: Path, workdir: Path, cycles: int = 9) -> Iterator[Series]:

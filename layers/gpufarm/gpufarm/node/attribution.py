@@ -159,9 +159,18 @@ class ProcFs:
 
     def starttime(self, pid: int) -> int | None:
         """Start time in clock ticks after boot; None when the process is gone."""
-        data = self._read(pid, "stat", 4096)
-        if not data:
+        # Read every cycle for every GPU process (PID reuse), so one read() call: procfs hands a file this
+        # small over whole.
+        try:
+            fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY)
+        except OSError:
             return None
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
         # comm may hold spaces and parentheses: the fields start after the last ')'.
         fields = data.rpartition(b")")[2].split()
         try:
@@ -206,6 +215,8 @@ class PodMetadataFile:
         self._by_uid: dict[str, PodInfo] = {}
         self._by_name: dict[tuple[str, str], PodInfo] = {}
         self._warned = False
+        # Bumped on every reload, so callers can cache what they joined with the pod list.
+        self.generation = 0
 
     def refresh(self) -> None:
         """Reload when the file changed; a broken file keeps the last good pod list."""
@@ -229,6 +240,7 @@ class PodMetadataFile:
         self._by_uid = {p.uid: p for p in pods}
         self._by_name = {(p.namespace, p.name): p for p in pods}
         self._warned = False
+        self.generation += 1
 
     def by_uid(self, uid: str) -> PodInfo | None:
         """A pod by UID."""
@@ -352,8 +364,10 @@ class Attributor:
         self._owners_source = owners
         self._ir_env = ir_env
         self._cache_size = cache_size
-        # pid -> (start time, what /proc said: container id, pod uid, IR from the environment)
+        # pid -> (start time, what /proc said (container id, pod uid), IR from the environment)
         self._cache: dict[int, tuple[int, CgroupIdentity, str | None]] = {}
+        # pid -> (start time, pod list generation, the joined workload): the per-cycle fast path.
+        self._joined: dict[int, tuple[int, int, Workload]] = {}
         self._seen: set[int] = set()
         self._bad_ir: set[int] = set()
         self.device_owners: Mapping[str, DeviceOwner] = {}
@@ -371,20 +385,35 @@ class Attributor:
         start = self.proc.starttime(pid)
         if start is None:
             self._cache.pop(pid, None)
+            self._joined.pop(pid, None)
             return None
+        generation = self.pods.generation if self.pods is not None else 0
+        joined = self._joined.get(pid)
+        if joined is not None and joined[0] == start and joined[1] == generation:
+            return joined[2]
         cached = self._cache.get(pid)
         if cached is None or cached[0] != start:
-            cgroup = self.proc.cgroup(pid) or CgroupIdentity()
-            raw_ir = self.proc.environ_value(pid, self._ir_env)
-            env_ir = ir_value(raw_ir)
-            if raw_ir and env_ir is None and pid not in self._bad_ir:
-                self._bad_ir.add(pid)
-                log.warning("pid %d: %s=%r is not an incident number; ignored", pid, self._ir_env, raw_ir[:40])
-            cached = (start, cgroup, env_ir)
+            cached = (start, *self._read_process(pid))
             if len(self._cache) >= self._cache_size:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[pid] = cached
         _, cgroup, ir = cached
+        workload = self._join(cgroup, ir)
+        if len(self._joined) >= self._cache_size:
+            self._joined.pop(next(iter(self._joined)))
+        self._joined[pid] = (start, generation, workload)
+        return workload
+
+    def _read_process(self, pid: int) -> tuple[CgroupIdentity, str | None]:
+        cgroup = self.proc.cgroup(pid) or CgroupIdentity()
+        raw_ir = self.proc.environ_value(pid, self._ir_env)
+        env_ir = ir_value(raw_ir)
+        if raw_ir and env_ir is None and pid not in self._bad_ir:
+            self._bad_ir.add(pid)
+            log.warning("pid %d: %s=%r is not an incident number; ignored", pid, self._ir_env, raw_ir[:40])
+        return cgroup, env_ir
+
+    def _join(self, cgroup: CgroupIdentity, ir: str | None) -> Workload:
         pod = self.pods.by_uid(cgroup.pod_uid) if self.pods is not None and cgroup.pod_uid else None
         if pod is None:
             return Workload(cgroup.container_id, cgroup.pod_uid, ir=ir)
@@ -393,8 +422,9 @@ class Attributor:
 
     def end_cycle(self) -> None:
         """Forget processes not seen this cycle."""
-        for pid in [p for p in self._cache if p not in self._seen]:
-            del self._cache[pid]
+        for cache in (self._cache, self._joined):
+            for pid in [p for p in cache if p not in self._seen]:
+                del cache[pid]
         self._bad_ir &= self._seen
 
     @property

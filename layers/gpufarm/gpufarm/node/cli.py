@@ -303,9 +303,9 @@ def _fake_agent(opts: dict[str, Any], topology: Any, workdir: Path, sender: Any,
 
 def _outputs(opts: dict[str, Any]) -> tuple[Any, Any]:
     """The sender and (when keys allow) the registrar."""
-    from gpufarm.node.datadog import api_client, metrics_api, tags_api, target_from_env
+    from gpufarm.node.datadog import api_client, tags_api, target_from_env
     from gpufarm.node.registration import HostRegistrar
-    from gpufarm.node.sender import DatadogSender, DogStatsdSender, JsonLinesSender
+    from gpufarm.node.sender import DatadogSender, DogStatsdSender, JsonLinesSender, SeriesIntake
 
     interval = round(opts["interval"])
     if opts["dry_run"]:
@@ -317,7 +317,7 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any]:
         sender: Any = DogStatsdSender(endpoint.host, endpoint.port)
     else:
         sender = DatadogSender(
-            metrics_api(client), opts["hostname"], interval=interval, max_points=opts["buffer_points"]
+            SeriesIntake(client), opts["hostname"], interval=interval, max_points=opts["buffer_points"]
         )
     registrar = None
     if opts["no_register"]:

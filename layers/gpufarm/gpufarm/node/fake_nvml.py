@@ -187,19 +187,21 @@ class FakeNvml:
 
     def nvmlDeviceGetProcessUtilization(self, handle: FakeHandle, timeStamp: int) -> list[Any]:
         gpu = self._physical("nvmlDeviceGetProcessUtilization", handle, mig_ok=False)
+        times = self._sample_times(timeStamp)
         out = []
-        for t in self._sample_times(timeStamp):
-            for proc in self._on_device(gpu.index, None, t):
-                sm = proc.sm.at(t - proc.start)
-                # NVML reports only processes with non-zero utilization in a sample period (nvml.h).
-                if sm <= 0:
-                    continue
-                sample = pynvml.c_nvmlProcessUtilizationSample_t()
-                sample.pid = proc.pid
-                sample.timeStamp = self._us(t)
-                sample.smUtil = round(min(sm, 100.0))
-                sample.memUtil = round(min(sm, 100.0) * 0.5)
-                out.append(sample)
+        # One sample per process, aggregated since timeStamp (nvml.h: the count returned is the number of
+        # processes; nvtop#91: an old timestamp widens the period), and only for processes that did something.
+        for proc in self._on_device(gpu.index, None, self.now()):
+            active = [t for t in times if proc.alive(t)]
+            sm = sum(min(proc.sm.at(t - proc.start), 100.0) for t in active) / len(active) if active else 0.0
+            if sm <= 0:
+                continue
+            sample = pynvml.c_nvmlProcessUtilizationSample_t()
+            sample.pid = proc.pid
+            sample.timeStamp = self._us(active[-1])
+            sample.smUtil = round(sm)
+            sample.memUtil = round(sm * 0.5)
+            out.append(sample)
         if not out:
             raise pynvml.NVMLError_NotFound()
         return out

@@ -30,11 +30,11 @@ from gpufarm.core.ir import ir_tag_value, parse_ir
 from gpufarm.node.agent import Agent, CycleReport
 from gpufarm.node.attribution import DeviceOwner, StaticOwners
 from gpufarm.node.collect import CollectOptions
-from gpufarm.node.datadog import DatadogTarget, api_client, metrics_api, tags_api
+from gpufarm.node.datadog import DatadogTarget, api_client, tags_api
 from gpufarm.node.fake_nvml import FakeHost, FakeNvml
 from gpufarm.node.fakenode import fake_node
 from gpufarm.node.registration import HostRegistrar
-from gpufarm.node.sender import DatadogSender
+from gpufarm.node.sender import DatadogSender, SeriesIntake
 from gpufarm.node.topology import (
     ProcessSpec,
     TopologyError,
@@ -407,7 +407,7 @@ def _make_node(
     built = fake_node(
         topology,
         root / spec.hostname,
-        DatadogSender(metrics_api(client), spec.hostname, clock=clock),
+        DatadogSender(SeriesIntake(client), spec.hostname, clock=clock),
         hostname=spec.hostname,
         environment=spec.environment,
         cluster=spec.cluster,

@@ -1,0 +1,234 @@
+"""Node agent cost on the fake NVML: 8 GPUs (one in MIG 7 x 1g.10gb) and 200 processes in 40 containers.
+
+    .venv/bin/python benchmarks/node.py [--cycles 40] [--json]
+
+The agent runs in a child process (so its peak RSS is its own) against a local HTTP receiver standing in for
+Datadog's /api/v2/series (202, counting bytes), through the real datadog-api-client. Reported per cycle:
+- CPU time of the agent thread, minus the CPU time spent inside fake NVML calls (which a real node spends in
+  libnvidia-ml instead; the fake's /proc generation is inside those calls too), for two push cadences: every
+  cycle, and the default 60 s flush (one push per four 15 s cycles);
+- peak RSS of the agent process;
+- bytes sent per cycle, gzip-compressed (on the wire) and raw JSON.
+Targets (issue 4): <= 5 ms CPU per cycle excluding NVML, <= 60 MB RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+CYCLE_S = 15.0
+
+
+def topology() -> dict[str, Any]:
+    """8 x H100, GPU 7 as 7 x 1g.10gb; 200 processes: 189 on whole GPUs in 38 pods, 11 on slices."""
+    pods = []
+    processes = []
+    pid = 20_000
+    for p in range(38):
+        gpu = p % 7
+        labels = {"gpufarm.io/ir": f"IR-{1000 + p % 12}"} if p % 5 else {}
+        pods.append(
+            {
+                "name": f"job-{p}",
+                "namespace": f"team-{p % 6}",
+                "labels": labels,
+                "containers": [{"name": "main", "devices": [str(gpu)]}],
+            }
+        )
+        for k in range(5 if p < 37 else 4):
+            pid += 1
+            env = {"GPUFARM_IR": f"IR-{2000 + p}"} if p % 5 == 0 and k == 0 else {}
+            workload = ("busy", "light", "bursty", "idle-held")[(p + k) % 4]
+            processes.append(
+                {
+                    "pid": pid,
+                    "gpu": gpu,
+                    "pod": f"job-{p}",
+                    "workload": workload,
+                    "env": env,
+                    "memory_mib": 1000 + 100 * k,
+                }
+            )
+    for s in range(11):
+        pid += 1
+        processes.append(
+            {
+                "pid": pid,
+                "gpu": 7,
+                "mig": s % 7,
+                "docker": "auto" if s % 3 == 0 else None,
+                "env": {"GPUFARM_IR": f"IR-{3000 + s % 7}"},
+                "workload": ("busy", "idle-held")[s % 2],
+            }
+        )
+    for proc in processes:
+        if proc.get("docker") is None:
+            proc.pop("docker", None)
+    return {
+        "name": "bench",
+        "gpus": [{"model": "H100", "count": 7}, {"model": "H100", "mig": {"profile": "1g.10gb", "count": 7}}],
+        "pods": pods,
+        "processes": processes,
+    }
+
+
+class TimedNvml:
+    """Forwards to the fake NVML and adds up the thread CPU time spent inside it."""
+
+    def __init__(self, fake: Any) -> None:
+        self._fake = fake
+        self.spent = 0.0
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._fake, name)
+        if not callable(target) or not name.startswith("nvml"):
+            return target
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return target(*args, **kwargs)
+            finally:
+                self.spent += time.thread_time() - started
+
+        return timed
+
+
+def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
+    """Run the agent; returns CPU per cycle (excluding the fake) and peak RSS."""
+    from gpufarm.node.agent import Agent
+    from gpufarm.node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
+    from gpufarm.node.datadog import DatadogTarget, api_client
+    from gpufarm.node.fake_nvml import FakeHost, FakeNvml
+    from gpufarm.node.nvml_source import NvmlSource
+    from gpufarm.node.sender import DatadogSender, SeriesIntake
+    from gpufarm.node.topology import topology_from_dict
+
+    now = [time.time()]
+    clock = lambda: now[0]  # noqa: E731 - a one-line clock
+    fake = FakeNvml(topology_from_dict(topology(), seed="bench"), clock=clock)
+    timed = TimedNvml(fake)
+    with tempfile.TemporaryDirectory() as workdir:
+        host = FakeHost(fake, workdir)
+        pods = PodMetadataFile(host.pods_file)
+        client = api_client(DatadogTarget(url, "bench-api-key", "bench-app-key"), max_retries=0)
+        sender = DatadogSender(SeriesIntake(client), "gpu-bench-01", clock=clock)
+        agent = Agent(
+            NvmlSource(timed, clock=clock, xid_mode="poll"),
+            Attributor(ProcFs(host.proc_root), pods=pods, owners=PodResourcesOwners(host.pod_resources, pods)),
+            sender,
+            hostname="gpu-bench-01",
+            environment="aws-cloud",
+            cluster="bench",
+            clock=clock,
+            flush_interval=flush_interval,
+        )
+        agent.start()
+        costs, series = [], []
+        for i in range(cycles + 3):
+            now[0] += CYCLE_S
+            timed.spent = 0.0
+            started = time.thread_time()
+            report = agent.cycle()
+            total = time.thread_time() - started
+            if i >= 3:  # warm-up: first sightings fill caches, the first GPM sample has no pair yet
+                costs.append(total - timed.spent)
+                series.append(report.series)
+        agent.close()
+    return {
+        "cpu_ms": [c * 1000 for c in costs],
+        "series": statistics.mean(series),
+        "processes": len(topology()["processes"]),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "requests": sender.stats["requests"],
+    }
+
+
+class Receiver:
+    """Datadog's series intake, reduced to counting bytes."""
+
+    def __init__(self) -> None:
+        self.compressed = 0
+        self.raw = 0
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        raw = gzip.decompress(body) if environ.get("HTTP_CONTENT_ENCODING") == "gzip" else body
+        json.loads(raw)
+        with self.lock:
+            self.compressed += len(body)
+            self.raw += len(raw)
+            self.requests += 1
+        start_response("202 Accepted", [("Content-Type", "application/json")])
+        return [b'{"errors":[]}']
+
+
+def run(cycles: int, flush_interval: float) -> dict[str, Any]:
+    """One measured run in a child process; adds the bytes the receiver saw."""
+    from gpufarm.sandbox.server import ServerThread
+
+    receiver = Receiver()
+    with ServerThread(receiver, "127.0.0.1", 0) as server:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", server.url, "--cycles", str(cycles), "--flush", str(flush_interval)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    result = json.loads(out.stdout)
+    measured_cycles = cycles + 3
+    result["bytes_compressed_per_cycle"] = receiver.compressed / measured_cycles
+    result["bytes_raw_per_cycle"] = receiver.raw / measured_cycles
+    result["receiver_requests"] = receiver.requests
+    return result
+
+
+def main() -> None:
+    """Measure and print."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cycles", type=int, default=40)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--flush", type=float, default=60.0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.cycles, args.flush)))
+        return
+    figures = {"flush every cycle": run(args.cycles, 0.0), "flush every 60 s (default)": run(args.cycles, 60.0)}
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    first = next(iter(figures.values()))
+    print(
+        f"gpufarm-node on the fake NVML: 8 GPUs (7 whole + 7 MIG slices), {first['processes']} processes, "
+        f"{first['series']:.0f} series per cycle, {args.cycles} measured cycles of {CYCLE_S:.0f} s"
+    )
+    for name, r in figures.items():
+        cpu = sorted(r["cpu_ms"])
+        print(f"\n  {name}:")
+        print(
+            f"    CPU per cycle, NVML excluded: mean {statistics.mean(cpu):.2f} ms, "
+            f"median {statistics.median(cpu):.2f} ms, p95 {cpu[int(0.95 * (len(cpu) - 1))]:.2f} ms, "
+            f"max {cpu[-1]:.2f} ms   (target <= 5 ms)"
+        )
+        print(f"    peak RSS: {r['peak_rss_mb']:.1f} MB   (target <= 60 MB)")
+        print(
+            f"    sent per cycle: {r['bytes_compressed_per_cycle'] / 1024:.1f} KiB gzip, "
+            f"{r['bytes_raw_per_cycle'] / 1024:.1f} KiB JSON ({r['receiver_requests']} requests)"
+        )
+
+
+if __name__ == "__main__":
+    main()
