@@ -298,8 +298,9 @@ def _value_matches(actual: str, pattern: str) -> bool:
 
 
 def _text_matches(title: str, pattern: str) -> bool:
+    # Free text finds words anywhere in the title, with or without wildcards.
     if "*" in pattern:
-        return fnmatch.fnmatchcase(title.lower(), _glob(pattern))
+        return fnmatch.fnmatchcase(title.lower(), f"*{_glob(pattern)}*")
     return pattern.lower() in title.lower()
 
 
