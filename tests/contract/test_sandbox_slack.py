@@ -581,3 +581,47 @@ def test_concurrent_posts_keep_unique_ordered_ts(client: WebClient, sandbox_url:
     logged = messages(sandbox_url, channel="C0000000001")
     assert len({m["ts"] for m in logged}) == 8
     assert [m["ts"] for m in logged] == sorted((m["ts"] for m in logged), key=lambda ts: int(ts.split(".")[1]))
+
+
+def test_buttons_on_ephemeral_messages(app: tuple[SlackApp, str], client: WebClient, sandbox_url: str) -> None:
+    receiver, url = app
+    ts = client.chat_postEphemeral(channel="C0000000001", user="U0000000001", text="confirm?", blocks=BUTTONS)[
+        "message_ts"
+    ]
+    assert api_error(lambda: client.chat_update(channel="C0000000001", ts=ts, text="x"))["error"] == (
+        "message_not_found"
+    )
+    _, result = control(
+        sandbox_url,
+        "/_sandbox/slack/interactions",
+        {
+            "type": "block_actions",
+            "user": "U0000000001",
+            "url": url,
+            "channel": "C0000000001",
+            "message_ts": ts,
+            "action_id": "gpu_release",
+        },
+    )
+    assert result["status"] == 200
+    payload = receiver.requests[0]["payload"]
+    assert payload["container"]["is_ephemeral"] is True and payload["actions"][0]["style"] == "danger"
+    assert post_raw(result["response_url"], b'{"replace_original": true, "text": "released"}')[0] == 200
+    (shown,) = messages(sandbox_url, kind="ephemeral")
+    assert shown["text"] == "released" and shown["history"][0]["text"] == "confirm?"
+
+
+def test_view_errors_must_name_input_blocks(app: tuple[SlackApp, str], client: WebClient, sandbox_url: str) -> None:
+    receiver, url = app
+    receiver.answer = lambda req: Response(
+        json.dumps({"response_action": "errors", "errors": {"not_an_input": "bad"}}), content_type="application/json"
+    )
+    _, minted = control(sandbox_url, "/_sandbox/slack/triggers", {"user": "U0000000001"})
+    view_id = client.views_open(trigger_id=minted["trigger_id"], view=modal())["view"]["id"]
+    values = {"gpu_type_block": {"gpu_type": "l4-24gb"}, "gpu_count_block": {"gpu_count": "1"}}
+    _, result = control(
+        sandbox_url,
+        "/_sandbox/slack/interactions",
+        {"type": "view_submission", "url": url, "view_id": view_id, "values": values},
+    )
+    assert result["outcome"] == "failed" and result["view"]["status"] == "open" and result["view"]["errors"] == {}

@@ -782,10 +782,16 @@ class SlackModule(BaseModule):
         return message
 
     def _find_message(self, channel: str, ts: str) -> StoredMessage | None:
+        """Any message shown in a channel (ephemeral ones too: their buttons and response_urls work)."""
         for message in reversed(self.messages):
-            if message.channel == channel and message.ts == ts and message.kind in ("message", "dm", "ack", "response"):
+            if message.channel == channel and message.ts == ts:
                 return message
         return None
+
+    @staticmethod
+    def _updatable(message: StoredMessage) -> bool:
+        # chat.update edits what the bot posted for everyone; ephemeral messages only change via response_url.
+        return message.kind in ("message", "dm") or message.response_type == "in_channel"
 
     def _new_message(
         self,
@@ -880,7 +886,7 @@ class SlackModule(BaseModule):
         if not isinstance(ts, str) or not ts:
             raise SlackFailure("message_not_found")
         message = self._find_message(channel, ts)
-        if message is None or message.deleted:
+        if message is None or message.deleted or not self._updatable(message):
             raise SlackFailure("message_not_found")
         if message.user != BOT_USER:
             raise SlackFailure("cant_update_message")
@@ -1417,6 +1423,10 @@ class SlackModule(BaseModule):
         ack = result.json_body()
         action = ack.get("response_action") if isinstance(ack, dict) else None
         if action == "errors" and isinstance(ack, dict) and isinstance(ack.get("errors"), dict):
+            inputs = {b.get("block_id") for b in stored.view.get("blocks", []) if b.get("type") == "input"}
+            if not ack["errors"] or not set(ack["errors"]) <= inputs:
+                # Slack rejects errors keyed by anything but the view's input block_ids.
+                return "failed"
             stored.errors = {str(k): str(v) for k, v in ack["errors"].items()}
             return "errors"
         if action in ("update", "push") and isinstance(ack, dict):
