@@ -19,7 +19,6 @@ from __future__ import annotations
 import gzip
 import json
 import logging
-import math
 import socket
 import sys
 import time
@@ -193,7 +192,8 @@ class DatadogSender:
         limit = self._max_raw
         while self._pending:
             parts, consumed, raw = self._next_batch(limit)
-            gzipped = gzip.compress(f'{{"series":[{",".join(parts)}]}}'.encode(), compresslevel=6)
+            # Level 1: half the CPU of the default for ~10 % more bytes on this very repetitive JSON.
+            gzipped = gzip.compress(f'{{"series":[{",".join(parts)}]}}'.encode(), compresslevel=1)
             if len(gzipped) >= self._max_compressed and consumed > 1:
                 # Rare (our JSON compresses ~25x): cut a smaller batch from the same front of the queue.
                 limit //= 2
@@ -241,21 +241,20 @@ class DatadogSender:
         size = 16
         consumed = 0
         offset = self._offset
+        # The hot loop of a push (hundreds of series per cycle): locals and tuple indexes, no attribute lookups.
         for timestamp, series in self._pending:
-            for item in series[offset:]:
-                value = item.value
-                if not math.isfinite(value):
-                    # JSON has no NaN or infinity; NVML does not produce them, a bug upstream could.
+            head = f'{{"timestamp":{timestamp},"value":'
+            for item in series[offset:] if offset else series:
+                value = item[1]
+                if value - value:  # NaN or infinity (x - x is 0.0 for every finite x): JSON cannot carry them
                     consumed += 1
                     self._dropped["rejected"] += 1
                     continue
-                point = f'{{"timestamp":{timestamp},"value":{value!r}}}'
-                key = (item.metric, item.tags)
+                point = f"{head}{value!r}}}"
+                key = (item[0], item[2])
                 points = merged.get(key)
                 if points is None:
-                    prefix = prefixes.get(key)
-                    if prefix is None:
-                        prefix = self._prefix(item)
+                    prefix = prefixes.get(key) or self._prefix(item)
                     cost = len(prefix) + len(point) + 4
                 else:
                     cost = len(point) + 1
