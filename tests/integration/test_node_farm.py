@@ -58,9 +58,10 @@ def test_twelve_nodes_cover_every_pool_and_profile_and_register_into_the_invento
     states = _scalar(sandbox, "sum:gpufarm.ir.gpus_idle_held{*} by {host}")
     held = {n.hostname for n in farm.nodes if n.spec.profile == "idle-held" and n.spec.model != "A100"}
     assert {g[0].removeprefix("host:") for g, v in states.items() if v > 0} == held
-    busy_unattributed = _scalar(sandbox, "sum:gpufarm.container.processes{gpu_ir:none} by {host}")
-    assert {g[0].removeprefix("host:") for g in busy_unattributed} == {
-        n.hostname for n in farm.nodes if n.spec.profile == "unattributed"
+    # Nothing is assigned yet: every running container's usage is unattributed.
+    containers = _scalar(sandbox, "sum:gpufarm.container.processes{gpu_ir:none} by {host}")
+    assert {g[0].removeprefix("host:") for g in containers} == {
+        n.hostname for n in farm.nodes if n.spec.profile != "idle"
     }
 
 
@@ -78,6 +79,11 @@ def test_two_irs_on_one_sliced_node_are_told_apart_per_slice(farm: SimulatedFarm
     assert len(slices) == 3 and all(v == 1.0 for v in slices.values())
     idle = _scalar(sandbox, "sum:gpufarm.ir.gpus_idle{gpu_ir:ir-4103}")
     assert idle == {(): 8.0}  # assigned but nothing runs there: the reclaim signal
+    per_container = _scalar(
+        sandbox, f"sum:gpufarm.container.processes{{host:{sliced.hostname}}} by {{gpu_ir,container_id}}"
+    )
+    assert {g[0] for g in per_container} == {"gpu_ir:ir-4101", "gpu_ir:ir-4102", "gpu_ir:none"}
+    assert len({g[1] for g in per_container}) == 3  # one container per job on the shared node
     farm.release(sliced.hostname, gpus=["0/3", "0/4", "1"])
     _steps(farm, sandbox, 1)
     # Only the last cycle (15 s ago; the one before is 30 s ago).

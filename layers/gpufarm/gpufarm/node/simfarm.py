@@ -181,7 +181,8 @@ class SimulatedNode:
                 sm=sm,
                 start=fake.now(),
                 env=env,
-                docker=container_id(f"{self.hostname}/{self._next_pid}") if profile == "unattributed" else None,
+                # One container per job (IR) on the host, as a researcher's container would hold its GPUs.
+                docker=container_id(f"{self.hostname}/{ir or 'unattributed'}"),
             )
         )
 
