@@ -283,16 +283,22 @@ def test_using_the_gateway_never_imports_the_aggregate_models(dd_env: str) -> No
     code = """
 import sys
 from datetime import UTC, datetime, timedelta
+from pydantic import SecretStr
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.setup.apply import SetupSpec, apply_setup
 gw = DatadogGateway(Settings(max_retries=0))
+values = {"team": ["nlp"], "gpu_model": ["H100"], "environment": ["hpc"]}
+apply_setup(gw, SetupSpec("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", values, has_secret=True),
+            secret=SecretStr("s"))
+rec = gw.create("t", {"state": "active", "team": "nlp", "request_id": "req-imports"})
+gw.update(rec.id, {"phase": "approved"}); gw.get_by_ir(rec.public_id); gw.find_by_request_id("none")
 now = datetime.now(UTC)
-list(gw.search("state:active")); gw.find_by_request_id("none")
 list(gw.list_hosts()); gw.add_tags("h1", ["a:b"]); gw.get_tags("h1"); gw.replace_tags("h1", [])
 gw.submit([MetricSeries("gpufarm.gpu.utilization", (MetricPoint(int(now.timestamp()), 1.0),), host="h1")])
 gw.scalar("avg:gpufarm.gpu.utilization{*} by {host}", now - timedelta(minutes=5), now)
-gw.get_webhook("nope"); gw.get_custom_variable("NOPE"); gw.list_incident_types()
+gw.list_monitors(); gw.list_dashboards()
 print("datadog_api_client.v2.models" in sys.modules, "datadog_api_client.v1.models" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
