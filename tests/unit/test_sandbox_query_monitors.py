@@ -255,6 +255,16 @@ def test_missing_data_without_notify_keeps_state_and_resolve_policy_recovers(sb:
     ]
 
 
+def test_timeout_h_resolves_a_group_that_stopped_reporting(sb: Sandbox, fired: Fired) -> None:
+    tag(sb, "gpu-a", "ir:ir-1")
+    create(sb, f"avg(last_5m):avg:{METRIC}{{*}} by {{ir}} < 5", "@webhook-x", timeout_h=1)
+    step(sb, {"gpu-a": 1.0})
+    sb.clock.advance(1800)  # silent for half an hour: still alerting
+    assert fired.transitions() == [("Triggered", "ir:ir-1")]
+    sb.clock.advance(1800)
+    assert fired.transitions() == [("Triggered", "ir:ir-1"), ("Recovered", "ir:ir-1")]
+
+
 def test_renotify_while_still_alerting(sb: Sandbox, fired: Fired) -> None:
     tag(sb, "gpu-a", "ir:ir-1")
     create(

@@ -56,6 +56,7 @@ class _Host:
     merged: tuple[str, ...] | None = None  # cache of tags_for(); reset on every tag change
 
     def reported_at(self, now: float) -> float | None:
+        """When the host last reported (now, for a seeded host whose agent keeps reporting)."""
         return now if self.reporting else self.last_reported
 
 

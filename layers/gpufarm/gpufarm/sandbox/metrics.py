@@ -99,6 +99,7 @@ class _Series:
         self.dirty = False
 
     def add(self, t: float, v: float) -> None:
+        """Append a point; appending in time order (the usual case) stays O(1)."""
         ts = self.ts
         if ts and t <= ts[-1]:
             if t == ts[-1]:
@@ -121,6 +122,7 @@ class _Series:
         self.dirty = False
 
     def view(self) -> SeriesData:
+        """The series as the query engine reads it (compacted first)."""
         self.compact()
         return SeriesData(self.tags, self.ts, self.vals, self.is_count)
 
@@ -417,6 +419,7 @@ class _FormulaRequest:
 
     @classmethod
     def parse(cls, attrs: dict[str, Any], kind: str, now: float) -> _FormulaRequest:
+        """Validate `data.attributes` of a timeseries or scalar request; ApiError(400) on anything wrong."""
         req = cls()
         start_ms, end_ms = attrs.get("from"), attrs.get("to")
         if not isinstance(start_ms, int) or not isinstance(end_ms, int) or not _is_int(start_ms) or not _is_int(end_ms):

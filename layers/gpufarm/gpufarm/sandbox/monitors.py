@@ -178,6 +178,7 @@ class _Group:
     cycle_key: str | None = None
     cycle_alerted: bool = False
     value: float | None = None
+    last_data: float = 0.0  # sandbox time of the last evaluation that had data for this group
 
 
 @dataclass
@@ -490,6 +491,7 @@ class MonitorsModule(BaseModule):
                 group = mon.groups[key] = _Group(status="", first_seen=mon.pending.pop(key, now))
             status = _classify(value, group.status, parsed, opts.get("thresholds") or {})
             group.value = value
+            group.last_data = now
             notices.extend(self._transition(mon, key, group, status, now))
         for key, group in mon.groups.items():
             if key not in seen:
@@ -502,6 +504,10 @@ class MonitorsModule(BaseModule):
         policy = opts.get("on_missing_data") or "default"
         group.value = None
         if policy == "resolve":
+            return self._transition(mon, key, group, OK, now)
+        timeout_h = opts.get("timeout_h")
+        if timeout_h and group.status not in {"", OK} and now - group.last_data >= timeout_h * 3600:
+            # Datadog auto-resolves a triggered group that has not reported for timeout_h hours.
             return self._transition(mon, key, group, OK, now)
         if policy in {"show_no_data", "show_and_notify_no_data"} or opts.get("notify_no_data"):
             return self._transition(mon, key, group, NO_DATA, now)

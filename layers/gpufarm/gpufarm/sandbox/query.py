@@ -242,6 +242,7 @@ class _FilterParser:
         self.i = 0
 
     def parse(self) -> Matcher:
+        """The whole scope as one matcher; leftover tokens are an error."""
         if not self.tokens:
             raise QueryError("Error parsing query: empty scope")
         matcher = self._or()
@@ -519,12 +520,15 @@ class _FormulaParser:
             pos = m.end()
 
     def error(self, what: str) -> QueryError:
+        """An error naming the formula."""
         return QueryError(f"Invalid formula {self.text!r}: {what}")
 
     def peek(self) -> tuple[str, str] | None:
+        """The next token, not consumed."""
         return self.tokens[self.i] if self.i < len(self.tokens) else None
 
     def take(self) -> tuple[str, str]:
+        """Consume the next token."""
         tok = self.peek()
         if tok is None:
             raise self.error("unexpected end")
@@ -532,6 +536,7 @@ class _FormulaParser:
         return tok
 
     def expr(self) -> Node:
+        """Sums and differences."""
         node = self.term()
         while (tok := self.peek()) and tok[0] == "op" and tok[1] in "+-":
             self.take()
@@ -539,6 +544,7 @@ class _FormulaParser:
         return node
 
     def term(self) -> Node:
+        """Products and quotients."""
         node = self.unary()
         while (tok := self.peek()) and tok[0] == "op" and tok[1] in "*/":
             self.take()
@@ -546,6 +552,7 @@ class _FormulaParser:
         return node
 
     def unary(self) -> Node:
+        """A signed operand."""
         tok = self.peek()
         if tok == ("op", "-"):
             self.take()
@@ -556,6 +563,7 @@ class _FormulaParser:
         return self.atom()
 
     def atom(self) -> Node:
+        """A number, a query name or a parenthesised expression."""
         kind, value = self.take()
         if kind == "num":
             return ("num", float(value))
