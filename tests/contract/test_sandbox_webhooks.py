@@ -540,6 +540,9 @@ def test_form_encoding_and_basic_auth(
     entry = sandbox.webhooks.deliveries[0]
     assert entry["url"].startswith("http://bot:***@")
     assert SECRET not in json.dumps(entry)
+    # A password typed into the URL itself stays out of the state dump as well.
+    hooks.create_webhooks_integration(body={"name": "literal", "url": url.replace("http://", f"http://bot:{SECRET}@")})
+    assert SECRET not in json.dumps(sandbox.dump())
 
 
 def test_delivery_happens_off_the_request_thread_without_the_sandbox_lock(

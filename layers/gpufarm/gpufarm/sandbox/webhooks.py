@@ -177,7 +177,8 @@ class WebhooksModule(BaseModule):
         """Configuration, custom variables (secret values never shown) and the recent delivery log."""
         log_entries = self.deliveries
         return {
-            "webhooks": {name: dict(hook) for name, hook in self._webhooks.items()},
+            # A password typed straight into a URL is a secret too.
+            "webhooks": {name: {**hook, "url": _safe_url(str(hook["url"]))} for name, hook in self._webhooks.items()},
             "custom_variables": {name: _variable_view(var) for name, var in self._variables.items()},
             "deliveries": len(log_entries),
             "pending": self.pending,
