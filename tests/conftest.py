@@ -71,7 +71,13 @@ def dd_configuration(sandbox_url: str) -> Any:
     cfg = Configuration(host=sandbox_url)
     cfg.api_key["apiKeyAuth"] = DEFAULT_DD_API_KEY
     cfg.api_key["appKeyAuth"] = DEFAULT_DD_APP_KEY
-    for name in list(cfg.unstable_operations.keys()):
-        if "incident" in name:
-            cfg.unstable_operations[name] = True
+    for name in (
+        "create_incident",
+        "get_incident",
+        "list_incidents",
+        "search_incidents",
+        "update_incident",
+        "delete_incident",
+    ):
+        cfg.unstable_operations[name] = True
     return cfg
