@@ -261,6 +261,7 @@ def test_custom_variables_hide_secrets_as_recorded(hooks: WebhooksIntegrationApi
         ("webhooks", {"url": "https://example.com"}, "name"),
         ("webhooks", {"name": "x"}, "url"),
         ("webhooks", {"name": "x", "url": "ftp://example.com"}, "http"),
+        ("webhooks", {"name": "x", "url": "https://example.com:port/"}, "http"),
         ("webhooks", {"name": "has space", "url": "https://example.com"}, "name"),
         ("webhooks", {"name": "x", "url": "https://example.com", "encode_as": "xml"}, "encode_as"),
         ("webhooks", {"name": "x", "url": "https://example.com", "custom_headers": "{nope"}, "custom_headers"),

@@ -214,7 +214,7 @@ class WebhooksModule(BaseModule):
             return
         try:
             job = self._render(hook, variables, custom, secrets, origin=origin, ids=(delivery_id, generation))
-        except _RenderError as exc:
+        except ValueError as exc:  # _RenderError, or a URL whose port does not parse
             entry = _failure(delivery_id, name, origin, redact(str(exc), secrets))
             entry["url"] = _safe_url(redact(str(hook["url"]), secrets))
             self._record(generation, entry)
@@ -332,7 +332,7 @@ class WebhooksModule(BaseModule):
         except urllib.error.HTTPError as exc:
             body = exc.read(_RESPONSE_SNIPPET * 4) if exc.fp is not None else b""
             return int(exc.code), _snippet(body), None
-        except ValueError as exc:
+        except (ValueError, http.client.InvalidURL) as exc:
             return None, "", _Permanent(f"request could not be built: {exc}")
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
             reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
@@ -635,8 +635,13 @@ def _url(value: Any) -> str:
         raise ApiError(400, "Invalid request: missing required parameter 'url'")
     if not isinstance(value, str):
         raise ApiError(400, "Invalid parameter 'url': must be a string")
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(value.strip())
+        valid = parts.scheme in ("http", "https") and bool(parts.netloc)
+        _ = parts.port  # raises on a port that is not a number (unless it is a $VARIABLE filled in later)
+    except ValueError:
+        valid = "$" in value
+    if not valid:
         raise ApiError(400, "Invalid parameter 'url': must be an http or https URL")
     return value.strip()
 
