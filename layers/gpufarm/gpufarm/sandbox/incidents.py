@@ -370,7 +370,7 @@ class RuleRecord:
 
 
 @dataclass
-class IncidentRecordSb:
+class StoredIncident:
     """One incident as the sandbox stores it; `fields` holds only values that were set."""
 
     id: str
@@ -423,7 +423,7 @@ class IncidentsModule(BaseModule):
 
     def __init__(self, sandbox: Any) -> None:
         super().__init__(sandbox)
-        self._incidents: dict[str, IncidentRecordSb] = {}
+        self._incidents: dict[str, StoredIncident] = {}
         self._types: dict[str, IncidentTypeRecord] = {}
         self._fields: dict[str, FieldDef] = {}
         self._rules: dict[str, RuleRecord] = {}
@@ -484,6 +484,8 @@ class IncidentsModule(BaseModule):
                     "state": inc.state,
                     "is_test": inc.is_test,
                     "fields": self._plain_fields(inc),
+                    # There is no public timeline API; the dump is where the initial note can be read.
+                    "initial_cells": inc.initial_cells,
                     "created": _iso(inc.created),
                     "modified": _iso(inc.modified),
                 }
@@ -581,7 +583,7 @@ class IncidentsModule(BaseModule):
 
     # -- incidents: state changes -----------------------------------------------------------------------
 
-    def _new_incident(self, data: Mapping[str, Any], attrs: Mapping[str, Any]) -> IncidentRecordSb:
+    def _new_incident(self, data: Mapping[str, Any], attrs: Mapping[str, Any]) -> StoredIncident:
         title = _title(attrs.get("title"), required=True)
         if "customer_impacted" not in attrs:
             raise ApiError(400, "data.attributes.customer_impacted is required")
@@ -597,7 +599,7 @@ class IncidentsModule(BaseModule):
         values = self._validate_fields(attrs.get("fields"), current=None)
         commander = _commander(_object(data.get("relationships"), "relationships"))
         now = self.sb.clock.now_dt()
-        incident = IncidentRecordSb(
+        incident = StoredIncident(
             id=str(uuid.uuid4()),
             public_id=self._next_public_id,
             title=title,
@@ -624,7 +626,7 @@ class IncidentsModule(BaseModule):
         return incident
 
     def _apply_update(
-        self, incident: IncidentRecordSb, attrs: Mapping[str, Any], relationships: Mapping[str, Any]
+        self, incident: StoredIncident, attrs: Mapping[str, Any], relationships: Mapping[str, Any]
     ) -> set[str]:
         before = self._snapshot(incident)
         values = self._validate_fields(attrs.get("fields"), current=incident)
@@ -666,7 +668,7 @@ class IncidentsModule(BaseModule):
         return changed
 
     @staticmethod
-    def _state_changed(incident: IncidentRecordSb, old_state: str, now: datetime) -> None:
+    def _state_changed(incident: StoredIncident, old_state: str, now: datetime) -> None:
         if incident.state_spans and incident.state_spans[-1][2] is None:
             incident.state_spans[-1][2] = now.timestamp()
         incident.state_spans.append([incident.state, now.timestamp(), None])
@@ -676,7 +678,7 @@ class IncidentsModule(BaseModule):
         else:
             incident.resolved = None
 
-    def _snapshot(self, incident: IncidentRecordSb) -> dict[str, Any]:
+    def _snapshot(self, incident: StoredIncident) -> dict[str, Any]:
         out: dict[str, Any] = dict(self._plain_fields(incident))
         out.update(
             title=incident.title,
@@ -709,7 +711,7 @@ class IncidentsModule(BaseModule):
                 out[definition.name] = [definition.default_value] if multi else definition.default_value
         return out
 
-    def _validate_fields(self, raw: Any, *, current: IncidentRecordSb | None) -> dict[str, FieldValue]:
+    def _validate_fields(self, raw: Any, *, current: StoredIncident | None) -> dict[str, FieldValue]:
         if raw is None:
             return {}
         if not isinstance(raw, dict):
@@ -730,14 +732,14 @@ class IncidentsModule(BaseModule):
             out[name] = _field_value(name, obj, *spec)
         return out
 
-    def _plain_fields(self, incident: IncidentRecordSb) -> dict[str, FieldValue]:
+    def _plain_fields(self, incident: StoredIncident) -> dict[str, FieldValue]:
         out: dict[str, FieldValue] = {name: incident.fields.get(name) for name in BUILTIN_FIELDS}
         for definition in self._fields.values():
             out[definition.name] = incident.fields.get(definition.name)
         out[SLUG] = incident.slug
         return out
 
-    def _encoded_fields(self, incident: IncidentRecordSb) -> dict[str, dict[str, Any]]:
+    def _encoded_fields(self, incident: StoredIncident) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for name, (kind, _) in BUILTIN_FIELDS.items():
             out[name] = {"type": kind, "value": incident.fields.get(name)}
@@ -752,7 +754,7 @@ class IncidentsModule(BaseModule):
         builtin = ("title", "public_id", "id", "customer_impacted", "is_test", "incident_type", "commander", SLUG)
         return facet in builtin or self._field_kind(facet) is not None
 
-    def _facet_reader(self, incident: IncidentRecordSb) -> Callable[[str | None], list[str]]:
+    def _facet_reader(self, incident: StoredIncident) -> Callable[[str | None], list[str]]:
         def values_of(facet: str | None) -> list[str]:
             if facet is None or facet == "title":
                 return [incident.title]
@@ -776,9 +778,7 @@ class IncidentsModule(BaseModule):
 
         return values_of
 
-    def _search_answer(
-        self, found: list[IncidentRecordSb], page: list[IncidentRecordSb], offset: int
-    ) -> dict[str, Any]:
+    def _search_answer(self, found: list[StoredIncident], page: list[StoredIncident], offset: int) -> dict[str, Any]:
         return {
             "data": {
                 "type": "incidents_search_results",
@@ -795,7 +795,7 @@ class IncidentsModule(BaseModule):
             "meta": {"pagination": {"offset": offset, "next_offset": offset + len(page), "size": len(page)}},
         }
 
-    def _facets(self, found: list[IncidentRecordSb]) -> dict[str, Any]:
+    def _facets(self, found: list[StoredIncident]) -> dict[str, Any]:
         n = len(found)
         users = [_user_facet(SANDBOX_USER_ID, n)] if n else []
         return {
@@ -821,7 +821,7 @@ class IncidentsModule(BaseModule):
             ],
         }
 
-    def _field_facets(self, found: list[IncidentRecordSb]) -> list[dict[str, Any]]:
+    def _field_facets(self, found: list[StoredIncident]) -> list[dict[str, Any]]:
         specs: list[tuple[str, tuple[str, ...] | None]] = [
             (name, allowed) for name, (_, allowed) in BUILTIN_FIELDS.items() if name not in ("severity", "state")
         ]
@@ -838,13 +838,13 @@ class IncidentsModule(BaseModule):
 
     # -- incidents: rendering ---------------------------------------------------------------------------
 
-    def _incident(self, incident_id: str) -> IncidentRecordSb:
+    def _incident(self, incident_id: str) -> StoredIncident:
         incident = self._incidents.get(incident_id)
         if incident is None:
             raise ApiError(404, f"incident {incident_id} not found")
         return incident
 
-    def _incident_view(self, incident: IncidentRecordSb, *, full: bool, analytics: bool = False) -> dict[str, Any]:
+    def _incident_view(self, incident: StoredIncident, *, full: bool, analytics: bool = False) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             "public_id": incident.public_id,
             "incident_type_uuid": incident.incident_type_id,
@@ -889,7 +889,7 @@ class IncidentsModule(BaseModule):
             "relationships": self._relationships(incident),
         }
 
-    def _relationships(self, incident: IncidentRecordSb) -> dict[str, Any]:
+    def _relationships(self, incident: StoredIncident) -> dict[str, Any]:
         me = {"data": _user_ref(SANDBOX_USER_ID)}
         return {
             "created_by_user": me,
@@ -911,7 +911,7 @@ class IncidentsModule(BaseModule):
         }
 
     @staticmethod
-    def _included_users(incidents: Iterable[IncidentRecordSb]) -> list[dict[str, Any]]:
+    def _included_users(incidents: Iterable[StoredIncident]) -> list[dict[str, Any]]:
         ids = [SANDBOX_USER_ID]
         for incident in incidents:
             if incident.commander_id and incident.commander_id not in ids:
@@ -921,7 +921,7 @@ class IncidentsModule(BaseModule):
     # -- notifications ----------------------------------------------------------------------------------
 
     def _notifications_for(
-        self, incident: IncidentRecordSb, trigger: str, changed: set[str] | None
+        self, incident: StoredIncident, trigger: str, changed: set[str] | None
     ) -> list[Notification]:
         """Webhook firings for this change; computed under the lock, fired after it is released."""
         if incident.is_test:
@@ -949,7 +949,7 @@ class IncidentsModule(BaseModule):
                 out.append((handle[len(WEBHOOK_HANDLE) :], self._variables(incident, event)))
         return out
 
-    def _conditions_match(self, rule: RuleRecord, incident: IncidentRecordSb) -> bool:
+    def _conditions_match(self, rule: RuleRecord, incident: StoredIncident) -> bool:
         read = self._facet_reader(incident)
         for condition in rule.conditions:
             actual = {v.lower() for v in read(str(condition["field"]))}
@@ -957,7 +957,7 @@ class IncidentsModule(BaseModule):
                 return False
         return True
 
-    def _variables(self, incident: IncidentRecordSb, event_type: str) -> dict[str, str]:
+    def _variables(self, incident: StoredIncident, event_type: str) -> dict[str, str]:
         plain = {k: v for k, v in self._plain_fields(incident).items() if v is not None}
         url = f"{self.sb.base_url}/incidents/{incident.public_id}"
         message = f"{incident.slug}: {incident.title}\nState: {incident.state}\nSeverity: {incident.severity}\n{url}"
@@ -1573,19 +1573,19 @@ def _aggregate(name: str, values: list[int]) -> dict[str, Any]:
     }
 
 
-def _time_to_resolve(incident: IncidentRecordSb) -> int:
+def _time_to_resolve(incident: StoredIncident) -> int:
     if incident.resolved is None:
         return 0
     return max(0, int((incident.resolved - incident.created).total_seconds()))
 
 
-def _impact_duration(incident: IncidentRecordSb) -> int:
+def _impact_duration(incident: StoredIncident) -> int:
     if incident.customer_impact_start is None or incident.customer_impact_end is None:
         return 0
     return max(0, int((incident.customer_impact_end - incident.customer_impact_start).total_seconds()))
 
 
-def _field_analytics(incident: IncidentRecordSb, now: float) -> dict[str, Any]:
+def _field_analytics(incident: StoredIncident, now: float) -> dict[str, Any]:
     states: dict[str, dict[str, Any]] = {}
     for state, start, end in incident.state_spans:
         entry = states.setdefault(state, {"duration": 0, "spans": []})
