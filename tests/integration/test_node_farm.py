@@ -154,15 +154,38 @@ def test_dogstatsd_datagrams_reach_a_local_agent() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DD_")}
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
+    # The agent has exited: every datagram it sent is already queued on the socket.
     lines: list[str] = []
-    receiver.settimeout(0.5)
+    receiver.setblocking(False)
     try:
         while True:
             lines += receiver.recv(65535).decode().split("\n")
-    except TimeoutError:
+    except BlockingIOError:
         pass
     finally:
         receiver.close()
     util = [line for line in lines if line.startswith("gpufarm.gpu.utilization:")]
     assert len(util) == 2 and all("|g|#" in line and "gpu_ir:" in line for line in util)
     assert any(line.startswith("gpufarm.node.gpus:2.0|g|#") for line in lines)
+
+
+def test_the_local_hook_starts_background_nodes_and_returns_their_stop(sandbox: Sandbox, sandbox_url: str) -> None:
+    from types import SimpleNamespace
+
+    from gpufarm.node.simfarm import local_nodes_hook
+
+    hosts = ("gpu-aws-001", "gpu-hpc-002", "gpu-slc-003")
+
+    def registered() -> bool:
+        return all(GpuHost.from_tags(h, sandbox.hosts.tags_for(h)) for h in hosts)
+
+    stop = local_nodes_hook(3, interval=0.05)(SimpleNamespace(url=sandbox_url, sandbox=sandbox))
+    try:
+        deadline = time.monotonic() + 10
+        while not registered() and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        stop()
+    assert registered()
+    with pytest.raises(ValueError, match="--nodes"):
+        local_nodes_hook(0)

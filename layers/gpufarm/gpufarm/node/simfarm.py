@@ -422,3 +422,32 @@ def _make_node(
         node.restart(device)
     built.agent.start()
     return node
+
+
+def local_nodes_hook(
+    n: int, *, interval: float = 15.0, seed: int = 0, per_process: bool = False
+) -> Callable[[Any], Callable[[], None]]:
+    """A `gpufarm local` hook: `n` background nodes on the local sandbox, following its clock; returns their stop.
+
+    For `gpufarm local --nodes N`: `hooks.append(local_nodes_hook(N))` (the env needs `.url` and `.sandbox`).
+    """
+    if not 1 <= n <= MAX_NODES:
+        raise ValueError(f"--nodes must be between 1 and {MAX_NODES}")
+
+    def hook(env: Any) -> Callable[[], None]:
+        from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+
+        farm = start_simulated_farm(
+            n,
+            env.url,
+            DEFAULT_DD_API_KEY,
+            DEFAULT_DD_APP_KEY,
+            interval=interval,
+            clock=env.sandbox.clock.now,
+            seed=seed,
+            per_process=per_process,
+        )
+        log.info("%d simulated GPU nodes: %s", n, ", ".join(farm.hosts))
+        return farm.stop
+
+    return hook
