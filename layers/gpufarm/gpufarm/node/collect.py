@@ -146,8 +146,13 @@ class SeriesBuilder:
         uuid = gpu.uuid.lower()
         model = gpu_model(gpu.name).lower()
         mode = "mig-parent" if gpu.mig_enabled else "none"
-        tags = (*self.common, f"gpu_uuid:{uuid}", f"gpu_index:{gpu.index}", f"gpu_model:{model}")
-        tags = (*tags, f"gpu_slicing_mode:{mode}")
+        tags = (
+            *self.common,
+            f"gpu_uuid:{uuid}",
+            f"gpu_index:{gpu.index}",
+            f"gpu_model:{model}",
+            f"gpu_slicing_mode:{mode}",
+        )
         if not gpu.healthy:
             owner = cycle.owners.get(gpu.uuid)
             ir = (owner.ir if owner else None) or cycle.host_ir or NO_IR

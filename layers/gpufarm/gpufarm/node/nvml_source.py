@@ -213,15 +213,6 @@ class NvmlSource:
             except pynvml.NVMLError as exc:
                 log.debug("nvmlShutdown failed: %s", exc)
 
-    @property
-    def gpu_count(self) -> int:
-        """Physical GPUs found at the last enumeration."""
-        return len(self._devices)
-
-    def gpu_models(self) -> list[str]:
-        """NVML names of the GPUs, in index order."""
-        return [d.name for d in self._devices]
-
     # -- one cycle -------------------------------------------------------------------------------------
 
     def snapshot(self) -> NodeSnapshot:
@@ -568,6 +559,7 @@ class NvmlSource:
                 dev.unsupported, dev.util_ts, dev.proc_ts = old.unsupported, old.util_ts, old.proc_ts
                 dev.memory_checked = old.memory_checked
             if not dev.lost:
+                self._logged.discard(f"lost:{dev.uuid}")  # back: a later loss is news again
                 support = self._query_quiet(dev, "nvmlGpmQueryDeviceSupport", dev.handle)
                 dev.gpm = support is not None and support is not _NA and bool(support.isSupportedDevice)
                 dev.util_ts = dev.util_ts or int((self._clock() - self._interval) * 1_000_000)
