@@ -95,3 +95,20 @@ def test_help_lists_the_options(runner: CliRunner) -> None:
     assert result.exit_code == 0
     for option in ("--interval", "--once", "--fake", "--per-process", "--dogstatsd", "--dry-run", "--environment"):
         assert option in result.output
+
+
+def test_the_agent_imports_nothing_heavy() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gpufarm.node.cli, gpufarm.node.agent, gpufarm.node.sender, gpufarm.node.registration, "
+        "gpufarm.node.nvml_source, gpufarm.node.fakenode, gpufarm.node.podresources\n"
+        "from gpufarm.node.datadog import DatadogTarget, api_client, tags_api\n"
+        "from gpufarm.node.sender import SeriesIntake\n"
+        "SeriesIntake(api_client(DatadogTarget('http://127.0.0.1:9', 'k')))\n"
+        "banned = ('pydantic', 'slack_sdk', 'boto3', 'aws_lambda_powertools', 'datadog_api_client.v2.models')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in banned or m in banned))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "[]"
