@@ -33,6 +33,8 @@ cfn-lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sandbox.py
+	$(BIN)/python benchmarks/node.py
+	$(BIN)/python benchmarks/ingress.py
 
 local: $(STAMP)
 	$(BIN)/gpufarm local

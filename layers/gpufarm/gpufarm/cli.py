@@ -58,13 +58,14 @@ def sandbox(host: str, port: int) -> None:
     app = Sandbox()
     server = ServerThread(app, host, port).start()
     app.base_url = server.url
+    app.monitors.start_ticker(5.0)
     click.echo(f"gpufarm sandbox on {server.url} (ready in {time.perf_counter() - started:.2f}s)")
     click.echo(f"  export GPUFARM_DATADOG_HOST={server.url}")
     click.echo(f"  export GPUFARM_SLACK_API_URL={server.url}/slack/api/")
     click.echo(f"  export DD_API_KEY={DEFAULT_DD_API_KEY} DD_APP_KEY={DEFAULT_DD_APP_KEY}")
     click.echo(f"  export SLACK_BOT_TOKEN={DEFAULT_SLACK_TOKEN}")
     click.echo("  inspect: GET /_sandbox/state, /_sandbox/slack/messages, /_sandbox/webhooks/deliveries")
-    wait_for_interrupt(server.stop)
+    wait_for_interrupt(lambda: (app.monitors.stop_ticker(), server.stop()))
 
 
 def wait_for_interrupt(stop: Any) -> None:

@@ -66,6 +66,12 @@ def run_local(
         (wait or wait_for_interrupt)(lambda: None)
 
 
+def monitor_ticker_hook(env: LocalEnv) -> Cleanup:
+    """Evaluate monitors as real time passes too, not only when the sandbox clock is advanced."""
+    env.sandbox.monitors.start_ticker(5.0)
+    return env.sandbox.monitors.stop_ticker
+
+
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (loopback by default).")
 @click.option("--port", default=8320, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port.")
@@ -76,9 +82,21 @@ def run_local(
     help="SAM template (default: ./template.yaml).",
 )
 @click.option("--show-secrets", is_flag=True, help="Print the sandbox credentials instead of ***.")
-def local(host: str, port: int, template: Path | None, show_secrets: bool) -> None:
+@click.option(
+    "--nodes",
+    type=click.IntRange(0, 64),
+    default=0,
+    show_default=True,
+    help="Simulated GPU nodes running gpufarm-node on fake NVML (cloud, HPC and slicing pools).",
+)
+@click.option("--node-interval", type=click.FloatRange(1, 300), default=15.0, show_default=True, help="Seconds.")
+def local(*, host: str, port: int, template: Path | None, show_secrets: bool, nodes: int, node_interval: float) -> None:
     """Run the sandbox and every function of template.yaml locally (Function URLs, invokes, queues, schedules)."""
-    hooks: list[Hook] = []
+    hooks: list[Hook] = [monitor_ticker_hook]
+    if nodes:
+        from gpufarm.node.simfarm import local_nodes_hook
+
+        hooks.append(local_nodes_hook(nodes, interval=node_interval))
     try:
         run_local(host, port, template=template, hooks=hooks, show_secrets=show_secrets)
     except (TemplateError, FileNotFoundError) as exc:
