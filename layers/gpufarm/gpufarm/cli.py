@@ -65,7 +65,12 @@ def sandbox(host: str, port: int) -> None:
     click.echo(f"  export DD_API_KEY={DEFAULT_DD_API_KEY} DD_APP_KEY={DEFAULT_DD_APP_KEY}")
     click.echo(f"  export SLACK_BOT_TOKEN={DEFAULT_SLACK_TOKEN}")
     click.echo("  inspect: GET /_sandbox/state, /_sandbox/slack/messages, /_sandbox/webhooks/deliveries")
-    wait_for_interrupt(lambda: (app.monitors.stop_ticker(), server.stop()))
+
+    def stop() -> None:
+        app.monitors.stop_ticker()
+        server.stop()
+
+    wait_for_interrupt(stop)
 
 
 def wait_for_interrupt(stop: Any) -> None:
