@@ -49,12 +49,12 @@ def test_twelve_nodes_cover_every_pool_and_profile_and_register_into_the_invento
 ) -> None:
     assert {(n.spec.environment, n.spec.profile) for n in farm.nodes} == {
         (env, profile)
-        for env in ("aws-cloud", "onprem-hpc", "onprem-slicing")
+        for env in ("cloud-aws", "onprem-hpc", "shared-slices")
         for profile in ("busy", "idle", "idle-held", "unattributed")
     }
     _steps(farm, sandbox, 2)
     hosts = [GpuHost.from_tags(h, sandbox.hosts.tags_for(h)) for h in farm.hosts]
-    assert all(hosts) and {h.gpu_model for h in hosts if h} == {"H100", "H200", "A100"}
+    assert all(hosts) and {h.gpu_model for h in hosts if h} == {"H100", "A100"}
     states = _scalar(sandbox, "sum:gpufarm.ir.gpus_idle_held{*} by {host}")
     held = {n.hostname for n in farm.nodes if n.spec.profile == "idle-held" and n.spec.model != "A100"}
     assert {g[0].removeprefix("host:") for g, v in states.items() if v > 0} == held
@@ -66,11 +66,11 @@ def test_twelve_nodes_cover_every_pool_and_profile_and_register_into_the_invento
 
 
 def test_two_irs_on_one_sliced_node_are_told_apart_per_slice(farm: SimulatedFarm, sandbox: Sandbox) -> None:
-    sliced = next(n for n in farm.nodes if n.spec.environment == "onprem-slicing" and n.spec.profile == "busy")
+    sliced = next(n for n in farm.nodes if n.spec.environment == "shared-slices" and n.spec.profile == "busy")
     first = farm.assign(sliced.hostname, 4101, gpus=["0/0", "0/1", "0/2"])
     second = farm.assign(sliced.hostname, "IR-4102", gpus=["0/3", "0/4", "1"])
     assert len(first) == 3 and len(second) == 2 + 7
-    whole = next(n for n in farm.nodes if n.spec.environment == "aws-cloud" and n.spec.profile == "idle")
+    whole = next(n for n in farm.nodes if n.spec.environment == "cloud-aws" and n.spec.profile == "idle")
     farm.assign(whole.hostname, 4103)
     _steps(farm, sandbox)
     devices = _scalar(sandbox, f"sum:gpufarm.ir.gpus{{host:{sliced.hostname}}} by {{gpu_ir}}")

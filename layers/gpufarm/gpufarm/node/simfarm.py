@@ -5,8 +5,9 @@
     farm.step_all()                                         # one synchronous cycle on every node
     farm.stop()
 
-Nodes are spread over three pools: a cloud pool (aws-cloud, 8 x H100), an HPC pool (onprem-hpc, 8 x H200) and a
-slicing pool (onprem-slicing, 2 x A100 each in MIG 7 x 1g.10gb), with workload profiles busy, idle, idle-held
+Nodes are spread over the three pools of config/farm.example.yaml, so the lifecycle can allocate them: a cloud pool
+(cloud-aws, 8 x H100), an HPC pool (onprem-hpc, 8 x H100) and a slicing pool (shared-slices, 2 x A100 each in MIG
+7 x 1g.10gb), with workload profiles busy, idle, idle-held
 and unattributed. An assignment plays the part kubelet's pod-resources plays on a Kubernetes node (the device
 belongs to the IR) and restarts the device's processes with GPUFARM_IR set, as a researcher's job would be.
 Time comes from `clock` (the sandbox's virtual clock), so fake samples and point timestamps follow it.
@@ -92,9 +93,9 @@ class Pool:
 
 
 POOLS = (
-    Pool("gpu-aws", "aws-cloud", "aws-us-east-1", "H100", 8),
-    Pool("gpu-hpc", "onprem-hpc", "hpc-a", "H200", 8),
-    Pool("gpu-slc", "onprem-slicing", "slicing-a", "A100", 2, "1g.10gb", 7),
+    Pool("gpu-aws", "cloud-aws", "aws-use1", "H100", 8),
+    Pool("gpu-hpc", "onprem-hpc", "hpc-a", "H100", 8),
+    Pool("gpu-slc", "shared-slices", "k8s-shared", "A100", 2, "1g.10gb", 7),
 )
 
 
