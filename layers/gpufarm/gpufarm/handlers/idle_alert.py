@@ -11,13 +11,12 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.ir import ir_from_tags
-from gpufarm.handlers import http
+from gpufarm.handlers import http, webhook
 from gpufarm.handlers import runtime as rt
-from gpufarm.handlers.incident_webhook import check_token
 
 log = logging.getLogger(__name__)
 
@@ -44,25 +43,7 @@ class IdleAlert(BaseModel):
 
 def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     """Act on one monitor notification."""
-    try:
-        if not http.is_url_event(event):
-            return http.error(400, "not a Function URL event")
-        if http.method(event) != "POST":
-            return http.error(405, "webhooks are POSTs")
-        runtime = rt.current()
-        denied = check_token(runtime, http.headers(event))
-        if denied is not None:
-            return denied
-        try:
-            alert = IdleAlert.model_validate(http.json_body(event))
-        except ValidationError:
-            return http.error(400, "body is not a gpufarm idle alert payload")
-        return _act(runtime, alert)
-    except http.BadRequest as exc:
-        return http.error(exc.status, exc.reason)
-    except rt.ConfigurationError as exc:
-        log.error("idle alert misconfigured: %s", exc)  # noqa: TRY400 - a missing setting needs no traceback
-        return http.error(500, "gpufarm is not configured")
+    return webhook.receive(event, IdleAlert, "idle alert", _act)
 
 
 def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:

@@ -14,7 +14,6 @@ Two triggers, one function:
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 import re
 from collections.abc import Mapping
@@ -24,12 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.model import NAME_PATTERN, Allocation
-from gpufarm.handlers import http
+from gpufarm.handlers import http, webhook
 from gpufarm.handlers import runtime as rt
 
 log = logging.getLogger(__name__)
 
-TOKEN_HEADER = "x-gpufarm-token"  # noqa: S105 - a header name, lower-cased as Function URLs deliver it
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 # Message group for incidents whose pool the webhook does not name (they still never race each other).
 UNASSIGNED_GROUP = "unassigned"
@@ -83,25 +81,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def _receive(event: Mapping[str, Any]) -> dict[str, Any]:
-    try:
-        if not http.is_url_event(event):
-            return http.error(400, "not a Function URL event")
-        if http.method(event) != "POST":
-            return http.error(405, "webhooks are POSTs")
-        runtime = rt.current()
-        denied = check_token(runtime, http.headers(event))
-        if denied is not None:
-            return denied
-        try:
-            change = IncidentEvent.model_validate(http.json_body(event))
-        except ValidationError:
-            return http.error(400, "body is not a gpufarm incident webhook payload")
-        return _enqueue(runtime, change)
-    except http.BadRequest as exc:
-        return http.error(exc.status, exc.reason)
-    except rt.ConfigurationError as exc:
-        log.error("incident webhook misconfigured: %s", exc)  # noqa: TRY400 - a missing setting needs no traceback
-        return http.error(500, "gpufarm is not configured")
+    return webhook.receive(event, IncidentEvent, "incident webhook", _enqueue)
 
 
 def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
@@ -129,18 +109,6 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
         log.error("could not queue incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
         return http.error(503, "queue unavailable")
     return http.respond(202, {"queued": change.incident_uuid, "group": group})
-
-
-def check_token(runtime: rt.Runtime, headers: Mapping[str, str]) -> dict[str, Any] | None:
-    """401 unless the shared secret header matches (constant time); 500 when no secret is configured."""
-    secret = runtime.settings.webhook_secret
-    if secret is None or not secret.get_secret_value():
-        raise rt.ConfigurationError("GPUFARM_WEBHOOK_SECRET is not set")
-    given = headers.get(TOKEN_HEADER, "")
-    if not hmac.compare_digest(given.encode(), secret.get_secret_value().encode()):
-        log.warning("rejected a webhook call without the right %s header", TOKEN_HEADER)
-        return http.error(401, "missing or wrong token")
-    return None
 
 
 def _group(environment: str) -> str:
