@@ -130,8 +130,10 @@ def test_create_get_update_and_find_by_number(gateway: DatadogGateway, fields_de
 
 def test_search_walks_every_page(settings: Settings, fields_defined: None) -> None:
     gw = DatadogGateway(settings, search_page_size=10)
-    ids = {gw.create(f"GPU request {i:02d}", _request_fields(None)).id for i in range(25)}
-    gw.update(sorted(ids)[0], {f.STATE: "resolved"})
+    created = [gw.create(f"GPU request {i:02d}", _request_fields(None)).id for i in range(25)]
+    ids = set(created)
+    # Resolve the oldest, so the newest live incident is still the last one created.
+    gw.update(created[0], {f.STATE: "resolved"})
     found = [r.id for r in gw.search("state:(active OR resolved)")]
     assert sorted(found) == sorted(ids)  # three pages (10, 10, 5), nothing twice
     assert len({r.id for r in gw.search("state:active")}) == 24
