@@ -27,6 +27,18 @@ def response_json(interaction: dict[str, Any]) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
+def recorded(file: str, scenario: str, index: int) -> tuple[int, Any]:
+    """Status and JSON body of one recorded answer."""
+    interaction = interactions(file, scenario)[index]
+    return interaction["response"]["status"], response_json(interaction)
+
+
+def recorded_request(file: str, scenario: str, index: int) -> dict[str, Any]:
+    """The JSON body of one recorded request."""
+    body = interactions(file, scenario)[index]["request"]["body"]["value"]
+    return dict(json.loads(body) if isinstance(body, str) else body)
+
+
 def key_paths(obj: Any, prefix: str = "") -> set[str]:
     """Every key path in a JSON document; list items are merged under `[]`."""
     paths: set[str] = set()

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from datadog_api_client import ApiClient, Configuration
-from datadog_api_client.exceptions import ApiException
-from datadog_api_client.model_utils import OpenApiModel
+from datadog_api_client import ApiClient
 from datadog_api_client.v1.api.dashboards_api import DashboardsApi
-from recorded import interactions, missing_keys, response_json
+from helpers import call, http
+from recorded import missing_keys, recorded, recorded_request
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm.sandbox.app import Sandbox
 
 pytestmark = pytest.mark.contract
 
@@ -67,78 +62,13 @@ GPUFARM_DASHBOARD: dict[str, Any] = {
 }
 
 
-# -- helpers ----------------------------------------------------------------------------------------------
-
-
-def unparsed_paths(node: Any, path: str = "$") -> list[str]:
-    """Where the client could not type an answer."""
-    found: list[str] = []
-    if isinstance(node, OpenApiModel):
-        if getattr(node, "_unparsed", False):
-            found.append(path)
-        for key, value in node._data_store.items():
-            found += unparsed_paths(value, f"{path}.{key}")
-    elif isinstance(node, (list, tuple)):
-        for index, item in enumerate(node):
-            found += unparsed_paths(item, f"{path}[{index}]")
-    return found
-
-
-def call(api: Any, operation: str, **kwargs: Any) -> tuple[int, Any, Any]:
-    """(status, raw JSON, typed model) of one client operation; errors as (status, body, None)."""
-    cfg = api.api_client.configuration
-    cfg.preload_content = False
-    try:
-        answer = getattr(api, operation)(**kwargs)
-    except ApiException as exc:
-        return int(exc.status), exc.body or None, None
-    finally:
-        cfg.preload_content = True
-    raw = json.loads(answer.data) if answer.data else None
-    model = None
-    response_type = getattr(api, f"_{operation}_endpoint").settings["response_type"]
-    if raw is not None and response_type:
-        model = api.api_client.deserialize(answer.data.decode(), response_type, True)
-        assert unparsed_paths(model) == []
-    return answer.status, raw, model
-
-
-def recorded(scenario: str, index: int) -> tuple[int, Any]:
-    """Status and JSON body of one recorded answer."""
-    interaction = interactions(RECORDING, scenario)[index]
-    return interaction["response"]["status"], response_json(interaction)
-
-
-def recorded_request(scenario: str, index: int) -> dict[str, Any]:
-    """The JSON body of one recorded request."""
-    body = interactions(RECORDING, scenario)[index]["request"]["body"]["value"]
-    return dict(json.loads(body) if isinstance(body, str) else body)
-
-
-def http(url: str, method: str, path: str, body: Any = None, *, keys: bool = True) -> tuple[int, Any]:
-    """Plain HTTP, for bodies the client refuses to build."""
-    headers = {"Content-Type": "application/json"}
-    if keys:
-        headers.update({"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY})
-    data = body.encode() if isinstance(body, str) else json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            text = answer.read()
-            return answer.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        return exc.code, json.loads(text) if text else None
+# -- fixtures ---------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def api(sandbox_url: str) -> Iterator[DashboardsApi]:
+def api(client: ApiClient) -> DashboardsApi:
     """DashboardsApi of the real client, aimed at a freshly reset sandbox."""
-    cfg = Configuration(host=sandbox_url, check_return_type=True)
-    cfg.api_key["apiKeyAuth"] = DEFAULT_DD_API_KEY
-    cfg.api_key["appKeyAuth"] = DEFAULT_DD_APP_KEY
-    with ApiClient(cfg) as client:
-        yield DashboardsApi(client)
+    return DashboardsApi(client)
 
 
 # -- tests ------------------------------------------------------------------------------------------------
@@ -146,9 +76,9 @@ def api(sandbox_url: str) -> Iterator[DashboardsApi]:
 
 @pytest.mark.parametrize("scenario", [CREATE, NOTE])
 def test_create_answers_as_recorded(api: DashboardsApi, scenario: str) -> None:
-    body = recorded_request(scenario, 0)
+    body = recorded_request(RECORDING, scenario, 0)
     status, raw, model = call(api, "create_dashboard", body=body)
-    want_status, want = recorded(scenario, 0)
+    want_status, want = recorded(RECORDING, scenario, 0)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     assert model.title == body["title"]
@@ -170,14 +100,16 @@ def test_gpufarm_dashboard_round_trip(api: DashboardsApi) -> None:
 
 
 def test_get_update_delete_as_recorded(api: DashboardsApi, sandbox: Sandbox) -> None:
-    created = api.create_dashboard(body=recorded_request(GET, 0))
+    created = api.create_dashboard(body=recorded_request(RECORDING, GET, 0))
     status, raw, _ = call(api, "get_dashboard", dashboard_id=created.id)
-    want_status, want = recorded(GET, 1)
+    want_status, want = recorded(RECORDING, GET, 1)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     sandbox.clock.advance(30)
-    status, raw, model = call(api, "update_dashboard", dashboard_id=created.id, body=recorded_request(UPDATE, 1))
-    want_status, want = recorded(UPDATE, 1)
+    status, raw, model = call(
+        api, "update_dashboard", dashboard_id=created.id, body=recorded_request(RECORDING, UPDATE, 1)
+    )
+    want_status, want = recorded(RECORDING, UPDATE, 1)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     assert model.description == "Updated description"
@@ -187,17 +119,17 @@ def test_get_update_delete_as_recorded(api: DashboardsApi, sandbox: Sandbox) -> 
     status, raw, _ = call(api, "delete_dashboard", dashboard_id=created.id)
     assert (status, raw) == (200, {"deleted_dashboard_id": created.id})
     status, raw, _ = call(api, "delete_dashboard", dashboard_id=created.id)
-    want_status, want = recorded(DELETE, 2)
+    want_status, want = recorded(RECORDING, DELETE, 2)
     assert status == want_status == 404
     assert raw == {"errors": [f"Dashboard with ID {created.id} not found"]}
     assert call(api, "get_dashboard", dashboard_id=created.id)[0] == 404
 
 
 def test_list_summaries_as_recorded(api: DashboardsApi) -> None:
-    first = api.create_dashboard(body=recorded_request(LIST, 0))
+    first = api.create_dashboard(body=recorded_request(RECORDING, LIST, 0))
     second = api.create_dashboard(body=GPUFARM_DASHBOARD)
     status, raw, model = call(api, "list_dashboards", filter_shared=False)
-    want_status, want = recorded(LIST, 1)
+    want_status, want = recorded(RECORDING, LIST, 1)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     assert [d.id for d in model.dashboards] == [first.id, second.id]
@@ -219,12 +151,14 @@ def test_bulk_delete_and_restore(api: DashboardsApi, sandbox_url: str) -> None:
     assert call(api, "restore_dashboards", body=items)[0] == 204
     assert sorted(d.id for d in api.list_dashboards().dashboards) == sorted(ids)
     missing = {"data": [{"id": "abc-def-ghi", "type": "dashboard"}]}
-    assert http(sandbox_url, "DELETE", "/api/v1/dashboard", missing)[0] == 404
-    assert http(sandbox_url, "DELETE", "/api/v1/dashboard", {"data": []})[0] == 400
+    assert http(f"{sandbox_url}/api/v1/dashboard", "DELETE", missing)[0] == 404
+    assert http(f"{sandbox_url}/api/v1/dashboard", "DELETE", {"data": []})[0] == 400
 
 
 def test_invalid_team_tags_as_recorded(sandbox_url: str) -> None:
-    assert http(sandbox_url, "POST", "/api/v1/dashboard", recorded_request(BAD_TAGS, 0)) == recorded(BAD_TAGS, 0)
+    assert http(f"{sandbox_url}/api/v1/dashboard", "POST", recorded_request(RECORDING, BAD_TAGS, 0)) == recorded(
+        RECORDING, BAD_TAGS, 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -253,17 +187,17 @@ def test_invalid_team_tags_as_recorded(sandbox_url: str) -> None:
     ],
 )
 def test_bodies_the_client_model_rejects_get_400s(sandbox_url: str, body: Any, message: str) -> None:
-    status, answer = http(sandbox_url, "POST", "/api/v1/dashboard", body)
+    status, answer = http(f"{sandbox_url}/api/v1/dashboard", "POST", body)
     assert status == 400
     assert message in answer["errors"][0]
-    assert http(sandbox_url, "GET", "/api/v1/dashboard")[1] == {"dashboards": []}
+    assert http(f"{sandbox_url}/api/v1/dashboard", "GET")[1] == {"dashboards": []}
 
 
 def test_auth_and_unknown_ids(sandbox_url: str) -> None:
-    assert http(sandbox_url, "GET", "/api/v1/dashboard", keys=False) == (403, {"errors": ["Forbidden"]})
-    assert http(sandbox_url, "PUT", "/api/v1/dashboard/abc-def-ghi", GPUFARM_DASHBOARD) == (
+    assert http(f"{sandbox_url}/api/v1/dashboard", "GET", keys=False) == (403, {"errors": ["Forbidden"]})
+    assert http(f"{sandbox_url}/api/v1/dashboard/abc-def-ghi", "PUT", GPUFARM_DASHBOARD) == (
         404,
         {"errors": ["Dashboard with ID abc-def-ghi not found"]},
     )
-    assert http(sandbox_url, "GET", "/api/v1/dashboard?count=101")[0] == 400
-    assert http(sandbox_url, "GET", "/api/v1/dashboard?filter[deleted]=maybe")[0] == 400
+    assert http(f"{sandbox_url}/api/v1/dashboard?count=101", "GET")[0] == 400
+    assert http(f"{sandbox_url}/api/v1/dashboard?filter[deleted]=maybe", "GET")[0] == 400

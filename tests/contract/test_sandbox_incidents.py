@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from datadog_api_client import ApiClient, Configuration
 from datadog_api_client.exceptions import ApiException
-from datadog_api_client.model_utils import OpenApiModel
 from datadog_api_client.v2.api.incidents_api import IncidentsApi
-from recorded import interactions, missing_keys, response_json
+from helpers import call, http
+from recorded import missing_keys, recorded, recorded_request
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm.sandbox.app import Sandbox
 
 pytestmark = pytest.mark.contract
 
@@ -49,85 +45,6 @@ SEARCH_PAGES_IGNORE = (*SEARCH_IGNORE, "data.attributes.incidents[].data.relatio
 # -- helpers ----------------------------------------------------------------------------------------------
 
 
-def configuration(url: str) -> Configuration:
-    """A client Configuration aimed at the sandbox with every incident operation enabled, type checks on."""
-    cfg = Configuration(host=url, check_return_type=True)
-    cfg.api_key["apiKeyAuth"] = DEFAULT_DD_API_KEY
-    cfg.api_key["appKeyAuth"] = DEFAULT_DD_APP_KEY
-    # `_UnstableOperations` keeps its flags in `.values` ("v2.create_incident"); set them by operation name.
-    for name in list(cfg.unstable_operations.values):
-        if "incident" in name:
-            cfg.unstable_operations[name.split(".", 1)[1]] = True
-    return cfg
-
-
-def unparsed_paths(node: Any, path: str = "$") -> list[str]:
-    """Every place in a deserialized answer the client could not type (it marks them `_unparsed`)."""
-    found: list[str] = []
-    if isinstance(node, OpenApiModel):
-        if getattr(node, "_unparsed", False):
-            found.append(path)
-        for key, value in node._data_store.items():
-            found += unparsed_paths(value, f"{path}.{key}")
-    elif isinstance(node, (list, tuple)):
-        for index, item in enumerate(node):
-            found += unparsed_paths(item, f"{path}[{index}]")
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            found += unparsed_paths(value, f"{path}.{key}")
-    return found
-
-
-def call(api: Any, operation: str, **kwargs: Any) -> tuple[int, Any, Any]:
-    """One client operation: (status, raw JSON answer, model deserialized by the client with type checks).
-
-    Error answers come back as (status, decoded body, None), the body as the client decoded it.
-    """
-    cfg = api.api_client.configuration
-    cfg.preload_content = False
-    try:
-        answer = getattr(api, operation)(**kwargs)
-    except ApiException as exc:
-        return int(exc.status), exc.body or None, None
-    finally:
-        cfg.preload_content = True
-    raw = json.loads(answer.data) if answer.data else None
-    model = None
-    response_type = getattr(api, f"_{operation}_endpoint").settings["response_type"]
-    if raw is not None and response_type and 200 <= answer.status < 300:
-        model = api.api_client.deserialize(answer.data.decode(), response_type, True)
-        assert unparsed_paths(model) == []
-    return answer.status, raw, model
-
-
-def recorded(scenario: str, index: int) -> tuple[int, Any]:
-    """Status and JSON body of one recorded answer."""
-    interaction = interactions(RECORDING, scenario)[index]
-    return interaction["response"]["status"], response_json(interaction)
-
-
-def recorded_request(scenario: str, index: int) -> dict[str, Any]:
-    """The JSON body of one recorded request."""
-    body = interactions(RECORDING, scenario)[index]["request"]["body"]["value"]
-    return dict(json.loads(body) if isinstance(body, str) else body)
-
-
-def raw_request(url: str, method: str, path: str, body: Any = None, *, keys: bool = True) -> tuple[int, Any]:
-    """A request the client would refuse to build (malformed bodies), sent as plain HTTP."""
-    headers = {"Content-Type": "application/json"}
-    if keys:
-        headers.update({"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY})
-    data = body.encode() if isinstance(body, str) else json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            text = answer.read()
-            return answer.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        return exc.code, json.loads(text) if text else None
-
-
 def incident_body(title: str, fields: dict[str, Any] | None = None, **attributes: Any) -> dict[str, Any]:
     """A create body in the client's JSON shape."""
     attrs: dict[str, Any] = {"title": title, "customer_impacted": False, **attributes}
@@ -150,10 +67,9 @@ def dropdown(value: str | None) -> dict[str, Any]:
 
 
 @pytest.fixture
-def api(sandbox_url: str) -> Iterator[IncidentsApi]:
+def api(client: ApiClient) -> IncidentsApi:
     """IncidentsApi of the real client, aimed at a freshly reset sandbox."""
-    with ApiClient(configuration(sandbox_url)) as client:
-        yield IncidentsApi(client)
+    return IncidentsApi(client)
 
 
 @pytest.fixture
@@ -210,8 +126,8 @@ def mixed(api: IncidentsApi, gpufarm_fields: None) -> list[str]:
 
 
 def test_create_answers_as_recorded(api: IncidentsApi, gpufarm_fields: None) -> None:
-    status, raw, model = call(api, "create_incident", body=recorded_request(CREATE, 1))
-    want_status, want = recorded(CREATE, 1)
+    status, raw, model = call(api, "create_incident", body=recorded_request(RECORDING, CREATE, 1))
+    want_status, want = recorded(RECORDING, CREATE, 1)
     assert status == want_status == 201
     assert missing_keys(raw, want) == set()
     attributes = model.data.attributes
@@ -228,9 +144,9 @@ def test_create_answers_as_recorded(api: IncidentsApi, gpufarm_fields: None) -> 
 
 
 def test_get_answers_as_recorded(api: IncidentsApi, gpufarm_fields: None) -> None:
-    created = api.create_incident(body=recorded_request(GET, 0))
+    created = api.create_incident(body=recorded_request(RECORDING, GET, 0))
     status, raw, model = call(api, "get_incident", incident_id=created.data.id)
-    want_status, want = recorded(GET, 1)
+    want_status, want = recorded(RECORDING, GET, 1)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     assert model.data.id == created.data.id
@@ -244,13 +160,13 @@ def test_get_answers_as_recorded(api: IncidentsApi, gpufarm_fields: None) -> Non
 def test_patch_answers_as_recorded_and_tracks_resolution(
     api: IncidentsApi, gpufarm_fields: None, sandbox: Sandbox
 ) -> None:
-    created = api.create_incident(body=recorded_request(UPDATE, 0))
+    created = api.create_incident(body=recorded_request(RECORDING, UPDATE, 0))
     incident_id = created.data.id
     sandbox.clock.advance(90)
-    body = recorded_request(UPDATE, 1)
+    body = recorded_request(RECORDING, UPDATE, 1)
     body["data"]["id"] = incident_id
     status, raw, model = call(api, "update_incident", incident_id=incident_id, body=body)
-    want_status, want = recorded(UPDATE, 1)
+    want_status, want = recorded(RECORDING, UPDATE, 1)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     attributes = model.data.attributes
@@ -284,11 +200,11 @@ def test_patch_merges_fields_and_keeps_the_rest(api: IncidentsApi, gpufarm_field
 
 
 def test_delete_twice_is_404_as_recorded(api: IncidentsApi) -> None:
-    incident_id = api.create_incident(body=recorded_request(DELETE, 0)).data.id
+    incident_id = api.create_incident(body=recorded_request(RECORDING, DELETE, 0)).data.id
     status, raw, _ = call(api, "delete_incident", incident_id=incident_id)
-    assert (status, raw) == (recorded(DELETE, 1)[0], None)
+    assert (status, raw) == (recorded(RECORDING, DELETE, 1)[0], None)
     status, raw, _ = call(api, "delete_incident", incident_id=incident_id)
-    want_status, want = recorded(DELETE, 2)
+    want_status, want = recorded(RECORDING, DELETE, 2)
     assert status == want_status == 404
     assert raw == {"errors": [f"incident {incident_id} not found"]}
     assert want == {"errors": [want["errors"][0]]} and want["errors"][0].startswith("incident ")
@@ -299,12 +215,12 @@ def test_delete_twice_is_404_as_recorded(api: IncidentsApi) -> None:
 
 def test_list_pages_are_short_at_the_end_as_recorded(api: IncidentsApi, mixed: list[str]) -> None:
     status, first, _ = call(api, "list_incidents", page_size=2)
-    want_status, want_first = recorded(LIST_PAGES, 0)
+    want_status, want_first = recorded(RECORDING, LIST_PAGES, 0)
     assert status == want_status == 200
     assert missing_keys(first, want_first) == set()
     assert first["meta"]["pagination"] == {"offset": 0, "size": 2, "next_offset": 2}
     status, last, _ = call(api, "list_incidents", page_size=2, page_offset=2)
-    _, want_last = recorded(LIST_PAGES, 1)
+    _, want_last = recorded(RECORDING, LIST_PAGES, 1)
     assert missing_keys(last, want_last) == set()
     assert last["meta"]["pagination"] == want_last["meta"]["pagination"] == {"offset": 2, "size": 1}
     assert [i.id for i in api.list_incidents_with_pagination(page_size=2)] == mixed
@@ -312,7 +228,7 @@ def test_list_pages_are_short_at_the_end_as_recorded(api: IncidentsApi, mixed: l
 
 def test_search_answers_as_recorded(api: IncidentsApi, mixed: list[str]) -> None:
     status, raw, model = call(api, "search_incidents", query="state:(active OR stable OR resolved)")
-    want_status, want = recorded(SEARCH, 1)
+    want_status, want = recorded(RECORDING, SEARCH, 1)
     assert status == want_status == 200
     assert missing_keys(raw, want, ignore=SEARCH_IGNORE) == set()
     attributes = model.data.attributes
@@ -330,12 +246,12 @@ def test_search_answers_as_recorded(api: IncidentsApi, mixed: list[str]) -> None
 def test_search_pages_end_short(api: IncidentsApi, mixed: list[str]) -> None:
     query = "state:(active OR stable OR resolved)"
     status, first, _ = call(api, "search_incidents", query=query, page_size=2)
-    _, want_first = recorded(SEARCH_PAGES, 0)
+    _, want_first = recorded(RECORDING, SEARCH_PAGES, 0)
     assert status == 200
     assert missing_keys(first, want_first, ignore=SEARCH_PAGES_IGNORE) == set()
     assert first["meta"]["pagination"] == want_first["meta"]["pagination"] == {"offset": 0, "next_offset": 2, "size": 2}
     _, last, _ = call(api, "search_incidents", query=query, page_size=2, page_offset=2)
-    _, want_last = recorded(SEARCH_PAGES, 1)
+    _, want_last = recorded(RECORDING, SEARCH_PAGES, 1)
     assert missing_keys(last, want_last, ignore=SEARCH_PAGES_IGNORE) == set()
     assert last["meta"]["pagination"] == {"offset": 2, "next_offset": 3, "size": 1}
     found = [i.data.attributes.public_id for i in api.search_incidents_with_pagination(query=query, page_size=2)]
@@ -410,17 +326,17 @@ def test_search_query_language(api: IncidentsApi, gpufarm_fields: None, query: s
 )
 def test_search_rejects_bad_queries(sandbox_url: str, query: str, message: str) -> None:
     path = "/api/v2/incidents/search?" + urllib.parse.urlencode({"query": query})
-    status, body = raw_request(sandbox_url, "GET", path)
+    status, body = http(f"{sandbox_url}{path}", "GET")
     assert status == 400
     assert message in body["errors"][0]
 
 
 def test_search_needs_a_query_and_a_known_sort(sandbox_url: str) -> None:
-    assert raw_request(sandbox_url, "GET", "/api/v2/incidents/search")[0] == 400
-    status, body = raw_request(sandbox_url, "GET", "/api/v2/incidents/search?query=state:active&sort=newest")
+    assert http(f"{sandbox_url}/api/v2/incidents/search", "GET")[0] == 400
+    status, body = http(f"{sandbox_url}/api/v2/incidents/search?query=state:active&sort=newest", "GET")
     assert status == 400
     assert "sort" in body["errors"][0]
-    assert raw_request(sandbox_url, "GET", "/api/v2/incidents?page[size]=101")[0] == 400
+    assert http(f"{sandbox_url}/api/v2/incidents?page[size]=101", "GET")[0] == 400
 
 
 @pytest.mark.parametrize(
@@ -444,11 +360,11 @@ def test_search_needs_a_query_and_a_known_sort(sandbox_url: str) -> None:
     ],
 )
 def test_bad_incident_bodies_get_datadog_400s(sandbox_url: str, gpufarm_fields: None, body: Any, message: str) -> None:
-    status, answer = raw_request(sandbox_url, "POST", "/api/v2/incidents", body)
+    status, answer = http(f"{sandbox_url}/api/v2/incidents", "POST", body)
     assert status == 400
     assert isinstance(answer["errors"], list)
     assert message in answer["errors"][0]
-    status, listing = raw_request(sandbox_url, "GET", "/api/v2/incidents")
+    status, listing = http(f"{sandbox_url}/api/v2/incidents", "GET")
     assert (status, listing["data"]) == (200, [])  # a bad request changes nothing
 
 
@@ -456,20 +372,19 @@ def test_bad_patch_changes_nothing(api: IncidentsApi, gpufarm_fields: None, sand
     created = api.create_incident(body=incident_body("keep", {"team": dropdown("nlp")}))
     incident_id = created.data.id
     body = patch_body(incident_id, title="changed", fields={"team": dropdown("vision"), "phase": dropdown("bogus")})
-    status, _ = raw_request(sandbox_url, "PATCH", f"/api/v2/incidents/{incident_id}", body)
+    status, _ = http(f"{sandbox_url}/api/v2/incidents/{incident_id}", "PATCH", body)
     assert status == 400
     after = api.get_incident(incident_id=incident_id).data.attributes
     assert (after.title, after.fields["team"].value) == ("keep", "nlp")
     other = patch_body("00000000-0000-0000-0000-000000000000", title="x")
-    assert raw_request(sandbox_url, "PATCH", f"/api/v2/incidents/{incident_id}", other)[0] == 400
-    assert raw_request(sandbox_url, "PATCH", "/api/v2/incidents/nope", patch_body("nope", title="x"))[0] == 404
+    assert http(f"{sandbox_url}/api/v2/incidents/{incident_id}", "PATCH", other)[0] == 400
+    assert http(f"{sandbox_url}/api/v2/incidents/nope", "PATCH", patch_body("nope", title="x"))[0] == 404
 
 
-def test_auth_is_required(sandbox_url: str) -> None:
-    assert raw_request(sandbox_url, "GET", "/api/v2/incidents", keys=False) == (403, {"errors": ["Forbidden"]})
-    cfg = configuration(sandbox_url)
-    cfg.api_key["appKeyAuth"] = "wrong"
-    with ApiClient(cfg) as client, pytest.raises(ApiException) as denied:
+def test_auth_is_required(sandbox_url: str, dd_configuration: Configuration) -> None:
+    assert http(f"{sandbox_url}/api/v2/incidents", "GET", keys=False) == (403, {"errors": ["Forbidden"]})
+    dd_configuration.api_key["appKeyAuth"] = "wrong"
+    with ApiClient(dd_configuration) as client, pytest.raises(ApiException) as denied:
         IncidentsApi(client).list_incidents()
     assert denied.value.status == 403
 
@@ -485,8 +400,8 @@ def test_test_incidents_and_states_show_in_dump(api: IncidentsApi, sandbox: Sand
 
 
 def test_incident_types(api: IncidentsApi) -> None:
-    status, raw, model = call(api, "create_incident_type", body=recorded_request(TYPE_CREATE, 0))
-    want_status, want = recorded(TYPE_CREATE, 0)
+    status, raw, model = call(api, "create_incident_type", body=recorded_request(RECORDING, TYPE_CREATE, 0))
+    want_status, want = recorded(RECORDING, TYPE_CREATE, 0)
     assert status == want_status == 201
     assert missing_keys(raw, want) == set()
     assert model.data.attributes.name == "Security Incident"
@@ -557,18 +472,18 @@ def test_bad_field_definitions(
             "relationships": {"incident_type": {"data": {"id": type_id, "type": "incident_types"}}},
         }
     }
-    got_status, answer = raw_request(sandbox_url, "POST", "/api/v2/incidents/config/user-defined-fields", body)
+    got_status, answer = http(f"{sandbox_url}/api/v2/incidents/config/user-defined-fields", "POST", body)
     assert got_status == status
     assert message in answer["errors"][0]["detail"]
 
 
 def test_field_definition_needs_an_existing_incident_type(sandbox_url: str) -> None:
     body: dict[str, Any] = {"data": {"type": "user_defined_field", "attributes": {"name": "x", "type": 3}}}
-    status, answer = raw_request(sandbox_url, "POST", "/api/v2/incidents/config/user-defined-fields", body)
+    status, answer = http(f"{sandbox_url}/api/v2/incidents/config/user-defined-fields", "POST", body)
     assert status == 400
     assert "incident_type" in answer["errors"][0]["detail"]
     body["data"]["relationships"] = {"incident_type": {"data": {"id": "nope", "type": "incident_types"}}}
-    status, _ = raw_request(sandbox_url, "POST", "/api/v2/incidents/config/user-defined-fields", body)
+    status, _ = http(f"{sandbox_url}/api/v2/incidents/config/user-defined-fields", "POST", body)
     assert status == 404
 
 
@@ -577,14 +492,14 @@ def test_field_definition_needs_an_existing_incident_type(sandbox_url: str) -> N
 
 def rule_request(scenario: str, index: int, type_id: str) -> dict[str, Any]:
     """A recorded rule request, pointed at the sandbox's incident type."""
-    body = recorded_request(scenario, index)
+    body = recorded_request(RECORDING, scenario, index)
     body["data"]["relationships"]["incident_type"]["data"]["id"] = type_id
     return body
 
 
 def test_notification_rules_answer_as_recorded(api: IncidentsApi, type_id: str) -> None:
     status, raw, model = call(api, "create_incident_notification_rule", body=rule_request(RULE_CREATE, 1, type_id))
-    want_status, want = recorded(RULE_CREATE, 1)
+    want_status, want = recorded(RECORDING, RULE_CREATE, 1)
     assert status == want_status == 201
     assert missing_keys(raw, want) == set()
     rule_id = model.data.id
@@ -593,33 +508,37 @@ def test_notification_rules_answer_as_recorded(api: IncidentsApi, type_id: str) 
     assert status == 200
     assert missing_keys(raw, want) == set()
     status, raw, _ = call(api, "list_incident_notification_rules")
-    want_status, want = recorded(RULE_LIST, 2)
+    want_status, want = recorded(RECORDING, RULE_LIST, 2)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     assert raw["meta"]["pagination"] == {"offset": 0, "next_offset": 1, "size": 1}
     body = rule_request(RULE_UPDATE, 2, type_id)
     body["data"]["id"] = rule_id
     status, raw, updated = call(api, "update_incident_notification_rule", id=rule_id, body=body)
-    want_status, want = recorded(RULE_UPDATE, 2)
+    want_status, want = recorded(RECORDING, RULE_UPDATE, 2)
     assert status == want_status == 200
     assert missing_keys(raw, want) == set()
     assert (updated.data.attributes.enabled, updated.data.attributes.trigger) == (False, "incident_modified_trigger")
-    assert call(api, "delete_incident_notification_rule", id=rule_id)[0] == recorded(RULE_DELETE, 2)[0] == 204
+    assert (
+        call(api, "delete_incident_notification_rule", id=rule_id)[0] == recorded(RECORDING, RULE_DELETE, 2)[0] == 204
+    )
     status, raw, _ = call(api, "delete_incident_notification_rule", id=rule_id)
-    assert (status, raw) == recorded(RULE_DELETE, 3)
+    assert (status, raw) == recorded(RECORDING, RULE_DELETE, 3)
 
 
 def test_notification_rule_errors_match_recordings(sandbox_url: str, api: IncidentsApi, type_id: str) -> None:
-    bad = recorded_request(RULE_BAD, 0)
-    assert raw_request(sandbox_url, "POST", "/api/v2/incidents/config/notification-rules", bad) == recorded(RULE_BAD, 0)
+    bad = recorded_request(RECORDING, RULE_BAD, 0)
+    assert http(f"{sandbox_url}/api/v2/incidents/config/notification-rules", "POST", bad) == recorded(
+        RECORDING, RULE_BAD, 0
+    )
     missing = "/api/v2/incidents/config/notification-rules/00000000-0000-0000-0000-000000000001"
-    assert raw_request(sandbox_url, "GET", missing) == recorded(RULE_MISSING, 0)
-    assert raw_request(sandbox_url, "PUT", missing, recorded_request(RULE_UPDATE_MISSING, 0)) == recorded(
-        RULE_UPDATE_MISSING, 0
+    assert http(f"{sandbox_url}{missing}", "GET") == recorded(RECORDING, RULE_MISSING, 0)
+    assert http(f"{sandbox_url}{missing}", "PUT", recorded_request(RECORDING, RULE_UPDATE_MISSING, 0)) == recorded(
+        RECORDING, RULE_UPDATE_MISSING, 0
     )
     # Known incident type, unknown rule.
     body = rule_request(RULE_UPDATE_MISSING, 0, type_id)
-    assert raw_request(sandbox_url, "PUT", missing, body) == (
+    assert http(f"{sandbox_url}{missing}", "PUT", body) == (
         404,
         {"errors": [{"title": "Generic Error", "detail": "rule not found"}]},
     )
@@ -660,7 +579,7 @@ def test_notification_rule_without_incident_type_uses_the_default(api: Incidents
 )
 def test_bad_notification_rules(sandbox_url: str, attributes: dict[str, Any], message: str) -> None:
     body = {"data": {"type": "incident_notification_rules", "attributes": attributes}}
-    status, answer = raw_request(sandbox_url, "POST", "/api/v2/incidents/config/notification-rules", body)
+    status, answer = http(f"{sandbox_url}/api/v2/incidents/config/notification-rules", "POST", body)
     assert status == 400
     assert answer["errors"][0]["title"] == "Bad Request"
     assert message in answer["errors"][0]["detail"]

@@ -6,13 +6,11 @@ import copy
 import gzip
 import json
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
-from datadog_api_client import ApiClient, Configuration
+from datadog_api_client import ApiClient
 from datadog_api_client.exceptions import ApiException
 from datadog_api_client.v1.api.metrics_api import MetricsApi as MetricsApiV1
 from datadog_api_client.v1.model.intake_payload_accepted import IntakePayloadAccepted as V1Accepted
@@ -47,36 +45,17 @@ from datadog_api_client.v2.model.timeseries_formula_request import TimeseriesFor
 from datadog_api_client.v2.model.timeseries_formula_request_attributes import TimeseriesFormulaRequestAttributes
 from datadog_api_client.v2.model.timeseries_formula_request_queries import TimeseriesFormulaRequestQueries
 from datadog_api_client.v2.model.timeseries_formula_request_type import TimeseriesFormulaRequestType
+from helpers import http as plain_http
 from recorded import interactions, missing_keys, response_json
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm.sandbox.app import Sandbox
 
 pytestmark = pytest.mark.contract
 
-KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 UTIL = "gpufarm.gpu.utilization"
 
-
-@pytest.fixture
-def client(sandbox_url: str) -> Iterator[ApiClient]:
-    """The real client aimed at the sandbox with return type checks on."""
-    cfg = Configuration(host=sandbox_url, check_return_type=True)
-    cfg.api_key["apiKeyAuth"] = DEFAULT_DD_API_KEY
-    cfg.api_key["appKeyAuth"] = DEFAULT_DD_APP_KEY
-    with ApiClient(cfg) as api_client:
-        yield api_client
-
-
-def http(url: str, method: str = "GET", body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-    all_headers = {"Content-Type": "application/json", **KEYS, **(headers or {})}
-    request = urllib.request.Request(url, data=data, method=method, headers=all_headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+# The shared helper with the 30 s a request these tests always had.
+http = partial(plain_http, timeout=30)
 
 
 def submit(client: ApiClient, *series: MetricSeries, encoding: MetricContentEncoding | None = None) -> list[str]:

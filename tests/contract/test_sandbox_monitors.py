@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
-from datadog_api_client import ApiClient, Configuration
+from datadog_api_client import ApiClient
 from datadog_api_client.exceptions import ApiException
 from datadog_api_client.v1.api.monitors_api import MonitorsApi
 from datadog_api_client.v1.api.webhooks_integration_api import WebhooksIntegrationApi
@@ -30,15 +28,15 @@ from datadog_api_client.v2.model.metric_payload import MetricPayload
 from datadog_api_client.v2.model.metric_point import MetricPoint
 from datadog_api_client.v2.model.metric_resource import MetricResource
 from datadog_api_client.v2.model.metric_series import MetricSeries
+from helpers import http as plain_http
 from recorded import interactions, missing_keys, response_json
 from werkzeug.wrappers import Request, Response
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm.sandbox.app import Sandbox
 from gpufarm.sandbox.server import ServerThread
 
 pytestmark = pytest.mark.contract
 
-KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 UTIL = "gpufarm.gpu.utilization"
 IDLE_QUERY = f"avg(last_1h):avg:{UTIL}{{gpufarm:managed}} by {{ir}} < 5"
 IDLE_MESSAGE = (
@@ -46,28 +44,8 @@ IDLE_MESSAGE = (
     "{{#is_recovery}}{{ir.name}} busy again @webhook-gpufarm-idle{{/is_recovery}}"
 )
 
-
-@pytest.fixture
-def client(sandbox_url: str) -> Iterator[ApiClient]:
-    """The real client aimed at the sandbox with return type checks on."""
-    cfg = Configuration(host=sandbox_url, check_return_type=True)
-    cfg.api_key["apiKeyAuth"] = DEFAULT_DD_API_KEY
-    cfg.api_key["appKeyAuth"] = DEFAULT_DD_APP_KEY
-    with ApiClient(cfg) as api_client:
-        yield api_client
-
-
-def http(url: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(
-        url, data=data, method=method, headers={"Content-Type": "application/json", **KEYS}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
+# The shared helper with the 30 s a request these tests always had.
+http = partial(plain_http, timeout=30)
 
 
 def deserialize(client: ApiClient, body: Any, model: type) -> Any:

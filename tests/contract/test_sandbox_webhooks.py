@@ -5,23 +5,20 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
-from datadog_api_client import ApiClient, Configuration
-from datadog_api_client.exceptions import ApiException
-from datadog_api_client.model_utils import OpenApiModel
+from datadog_api_client import ApiClient
 from datadog_api_client.v1.api.webhooks_integration_api import WebhooksIntegrationApi
 from datadog_api_client.v2.api.incidents_api import IncidentsApi
-from recorded import interactions, missing_keys, response_json
+from helpers import call, http
+from recorded import missing_keys, recorded, recorded_request
 from werkzeug.wrappers import Request, Response
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm.sandbox.app import Sandbox
 from gpufarm.sandbox.server import ServerThread
 from gpufarm.sandbox.webhooks import DEFAULT_PAYLOAD
 
@@ -45,78 +42,6 @@ PAYLOAD = (
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
-
-
-def configuration(url: str) -> Configuration:
-    """A client Configuration aimed at the sandbox, incident operations enabled, type checks on."""
-    cfg = Configuration(host=url, check_return_type=True)
-    cfg.api_key["apiKeyAuth"] = DEFAULT_DD_API_KEY
-    cfg.api_key["appKeyAuth"] = DEFAULT_DD_APP_KEY
-    for name in list(cfg.unstable_operations.values):
-        if "incident" in name:
-            cfg.unstable_operations[name.split(".", 1)[1]] = True
-    return cfg
-
-
-def unparsed_paths(node: Any, path: str = "$") -> list[str]:
-    """Where the client could not type an answer."""
-    found: list[str] = []
-    if isinstance(node, OpenApiModel):
-        if getattr(node, "_unparsed", False):
-            found.append(path)
-        for key, value in node._data_store.items():
-            found += unparsed_paths(value, f"{path}.{key}")
-    elif isinstance(node, (list, tuple)):
-        for index, item in enumerate(node):
-            found += unparsed_paths(item, f"{path}[{index}]")
-    return found
-
-
-def call(api: Any, operation: str, **kwargs: Any) -> tuple[int, Any, Any]:
-    """(status, raw JSON, typed model) of one client operation; errors as (status, body, None)."""
-    cfg = api.api_client.configuration
-    cfg.preload_content = False
-    try:
-        answer = getattr(api, operation)(**kwargs)
-    except ApiException as exc:
-        return int(exc.status), exc.body or None, None
-    finally:
-        cfg.preload_content = True
-    raw = json.loads(answer.data) if answer.data else None
-    model = None
-    response_type = getattr(api, f"_{operation}_endpoint").settings["response_type"]
-    if raw is not None and response_type:
-        model = api.api_client.deserialize(answer.data.decode(), response_type, True)
-        assert unparsed_paths(model) == []
-    return answer.status, raw, model
-
-
-def recorded(scenario: str, index: int) -> tuple[int, Any]:
-    """Status and JSON body of one recorded answer."""
-    interaction = interactions(RECORDING, scenario)[index]
-    return interaction["response"]["status"], response_json(interaction)
-
-
-def recorded_request(scenario: str, index: int) -> dict[str, Any]:
-    """The JSON body of one recorded request."""
-    body = interactions(RECORDING, scenario)[index]["request"]["body"]["value"]
-    return dict(json.loads(body) if isinstance(body, str) else body)
-
-
-def http(url: str, method: str, path: str, body: Any = None, *, keys: bool = True) -> tuple[int, Any]:
-    """Plain HTTP for what the client refuses to send (malformed bodies) and for /_sandbox endpoints."""
-    headers = {"Content-Type": "application/json"}
-    if keys:
-        headers.update({"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY})
-    data = body.encode() if isinstance(body, str) else json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            text = answer.read()
-            return answer.status, json.loads(text) if text else None
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        return exc.code, json.loads(text) if text else None
 
 
 @dataclass
@@ -146,13 +71,6 @@ class Receiver:
 
 
 # -- fixtures ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def client(sandbox_url: str) -> Iterator[ApiClient]:
-    """The real client aimed at a freshly reset sandbox."""
-    with ApiClient(configuration(sandbox_url)) as api_client:
-        yield api_client
 
 
 @pytest.fixture
@@ -197,61 +115,63 @@ def fast_retries(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
 
 
 def test_webhook_crud_answers_as_recorded(hooks: WebhooksIntegrationApi) -> None:
-    body = recorded_request(HOOK_CREATE, 0)
+    body = recorded_request(RECORDING, HOOK_CREATE, 0)
     status, raw, model = call(hooks, "create_webhooks_integration", body=body)
-    assert (status, raw) == recorded(HOOK_CREATE, 0)
+    assert (status, raw) == recorded(RECORDING, HOOK_CREATE, 0)
     assert model.payload == DEFAULT_PAYLOAD
     name = body["name"]
     status, raw, _ = call(hooks, "get_webhooks_integration", webhook_name=name)
     assert status == 200
-    assert raw == recorded(HOOK_CREATE, 0)[1]
+    assert raw == recorded(RECORDING, HOOK_CREATE, 0)[1]
     status, raw, _ = call(
-        hooks, "update_webhooks_integration", webhook_name=name, body=recorded_request(HOOK_UPDATE, 1)
+        hooks, "update_webhooks_integration", webhook_name=name, body=recorded_request(RECORDING, HOOK_UPDATE, 1)
     )
-    want_status, want = recorded(HOOK_UPDATE, 1)
+    want_status, want = recorded(RECORDING, HOOK_UPDATE, 1)
     assert status == want_status
     assert missing_keys(raw, want) == set()
     assert raw["url"] == "https://example.com/webhook-updated"
     status, raw, _ = call(hooks, "delete_webhooks_integration", webhook_name=name)
-    assert (status, raw) == recorded(HOOK_DELETE, 1)
+    assert (status, raw) == recorded(RECORDING, HOOK_DELETE, 1)
     status, raw, _ = call(hooks, "delete_webhooks_integration", webhook_name=name)
-    assert (status, raw) == recorded(HOOK_DELETE, 2)
+    assert (status, raw) == recorded(RECORDING, HOOK_DELETE, 2)
     status, _, _ = call(hooks, "get_webhooks_integration", webhook_name=name)
     assert status == 404
 
 
 def test_get_answers_as_recorded(hooks: WebhooksIntegrationApi) -> None:
-    body = recorded_request(HOOK_GET, 0)
+    body = recorded_request(RECORDING, HOOK_GET, 0)
     hooks.create_webhooks_integration(body=body)
     status, raw, _ = call(hooks, "get_webhooks_integration", webhook_name=body["name"])
-    assert (status, raw) == recorded(HOOK_GET, 1)
+    assert (status, raw) == recorded(RECORDING, HOOK_GET, 1)
 
 
 def test_custom_variables_hide_secrets_as_recorded(hooks: WebhooksIntegrationApi, sandbox: Sandbox) -> None:
-    secret = recorded_request(VAR_CREATE, 0)
+    secret = recorded_request(RECORDING, VAR_CREATE, 0)
     status, raw, _ = call(hooks, "create_webhooks_integration_custom_variable", body=secret)
-    assert (status, raw) == recorded(VAR_CREATE, 0)
+    assert (status, raw) == recorded(RECORDING, VAR_CREATE, 0)
     assert "value" not in raw
     status, raw, _ = call(hooks, "get_webhooks_integration_custom_variable", custom_variable_name=secret["name"])
     assert (status, raw) == (200, {"is_secret": True, "name": secret["name"]})
-    plain = recorded_request(VAR_UPDATE, 0)
-    assert call(hooks, "create_webhooks_integration_custom_variable", body=plain)[:2] == recorded(VAR_UPDATE, 0)
+    plain = recorded_request(RECORDING, VAR_UPDATE, 0)
+    assert call(hooks, "create_webhooks_integration_custom_variable", body=plain)[:2] == recorded(
+        RECORDING, VAR_UPDATE, 0
+    )
     status, raw, _ = call(
         hooks,
         "update_webhooks_integration_custom_variable",
         custom_variable_name=plain["name"],
-        body=recorded_request(VAR_UPDATE, 1),
+        body=recorded_request(RECORDING, VAR_UPDATE, 1),
     )
-    assert (status, raw) == recorded(VAR_UPDATE, 1)
+    assert (status, raw) == recorded(RECORDING, VAR_UPDATE, 1)
     assert secret["value"] not in json.dumps(sandbox.dump())
-    deleted = recorded_request(VAR_DELETE, 0)
+    deleted = recorded_request(RECORDING, VAR_DELETE, 0)
     hooks.create_webhooks_integration_custom_variable(body=deleted)
     name = deleted["name"]
     assert call(hooks, "delete_webhooks_integration_custom_variable", custom_variable_name=name)[:2] == recorded(
-        VAR_DELETE, 1
+        RECORDING, VAR_DELETE, 1
     )
     assert call(hooks, "delete_webhooks_integration_custom_variable", custom_variable_name=name)[:2] == recorded(
-        VAR_DELETE, 2
+        RECORDING, VAR_DELETE, 2
     )
 
 
@@ -274,7 +194,7 @@ def test_custom_variables_hide_secrets_as_recorded(hooks: WebhooksIntegrationApi
     ],
 )
 def test_bad_bodies_get_datadog_400s(sandbox_url: str, path: str, body: Any, message: str) -> None:
-    status, answer = http(sandbox_url, "POST", f"/api/v1/integration/webhooks/configuration/{path}", body)
+    status, answer = http(f"{sandbox_url}/api/v1/integration/webhooks/configuration/{path}", "POST", body)
     assert status == 400
     assert message in answer["errors"][0]
 
@@ -294,8 +214,8 @@ def test_duplicates_and_renames(hooks: WebhooksIntegrationApi, sandbox_url: str)
 
 def test_auth_is_required(sandbox_url: str) -> None:
     path = "/api/v1/integration/webhooks/configuration/webhooks/any"
-    assert http(sandbox_url, "GET", path, keys=False) == (403, {"errors": ["Forbidden"]})
-    assert http(sandbox_url, "GET", "/_sandbox/webhooks/deliveries", keys=False)[0] == 200
+    assert http(f"{sandbox_url}{path}", "GET", keys=False) == (403, {"errors": ["Forbidden"]})
+    assert http(f"{sandbox_url}/_sandbox/webhooks/deliveries", "GET", keys=False)[0] == 200
 
 
 # -- delivery engine -------------------------------------------------------------------------------------------
@@ -405,7 +325,7 @@ def test_rules_deliver_rendered_webhooks_retrying_5xx(
     assert payload["event"] == "incident_created"
     assert payload["note"] == f"token is {SECRET}"
 
-    status, log = http(sandbox_url, "GET", "/_sandbox/webhooks/deliveries?webhook=gpufarm-incidents")
+    status, log = http(f"{sandbox_url}/_sandbox/webhooks/deliveries?webhook=gpufarm-incidents", "GET")
     assert status == 200
     attempts = log["deliveries"]
     assert [(a["attempt"], a["status"], a["ok"], a["final"]) for a in attempts] == [
@@ -571,14 +491,14 @@ def test_drain_endpoint_and_reset_drop_pending_work(
     hooks.create_webhooks_integration(body={"name": "slow", "url": url + "/slow"})
     app.gate = threading.Event()
     sandbox.webhooks.fire("slow", {}, origin="test")
-    assert http(sandbox_url, "POST", "/_sandbox/webhooks/drain", {"timeout": 0.05}) == (
+    assert http(f"{sandbox_url}/_sandbox/webhooks/drain", "POST", {"timeout": 0.05}) == (
         200,
         {"drained": False, "pending": 1},
     )
-    assert http(sandbox_url, "POST", "/_sandbox/webhooks/drain", {"timeout": "soon"})[0] == 400
+    assert http(f"{sandbox_url}/_sandbox/webhooks/drain", "POST", {"timeout": "soon"})[0] == 400
     sandbox.reset()
     app.gate.set()
-    assert http(sandbox_url, "POST", "/_sandbox/webhooks/drain", {"timeout": 10}) == (
+    assert http(f"{sandbox_url}/_sandbox/webhooks/drain", "POST", {"timeout": 10}) == (
         200,
         {"drained": True, "pending": 0},
     )

@@ -1,0 +1,85 @@
+"""Client-side helpers shared by the contract tests: typed client calls and plain HTTP against the sandbox."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
+
+from datadog_api_client.exceptions import ApiException
+from datadog_api_client.model_utils import OpenApiModel
+
+from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+
+KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
+
+
+def unparsed_paths(node: Any, path: str = "$") -> list[str]:
+    """Every place in a deserialized answer the client could not type (it marks them `_unparsed`)."""
+    found: list[str] = []
+    if isinstance(node, OpenApiModel):
+        if getattr(node, "_unparsed", False):
+            found.append(path)
+        for key, value in node._data_store.items():
+            found += unparsed_paths(value, f"{path}.{key}")
+    elif isinstance(node, (list, tuple)):
+        for index, item in enumerate(node):
+            found += unparsed_paths(item, f"{path}[{index}]")
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            found += unparsed_paths(value, f"{path}.{key}")
+    return found
+
+
+def call(api: Any, operation: str, **kwargs: Any) -> tuple[int, Any, Any]:
+    """One client operation: (status, raw JSON answer, model deserialized by the client with type checks).
+
+    Error answers come back as (status, decoded body, None), the body as the client decoded it: the client
+    raises ApiException for every status outside 2xx, so only successful answers are deserialized here.
+    """
+    cfg = api.api_client.configuration
+    cfg.preload_content = False
+    try:
+        answer = getattr(api, operation)(**kwargs)
+    except ApiException as exc:
+        return int(exc.status), exc.body or None, None
+    finally:
+        cfg.preload_content = True
+    raw = json.loads(answer.data) if answer.data else None
+    model = None
+    response_type = getattr(api, f"_{operation}_endpoint").settings["response_type"]
+    if raw is not None and response_type:
+        model = api.api_client.deserialize(answer.data.decode(), response_type, True)
+        assert unparsed_paths(model) == []
+    return answer.status, raw, model
+
+
+def http(
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    headers: Mapping[str, str] | None = None,
+    *,
+    keys: bool = True,
+    timeout: float = 10,
+) -> tuple[int, Any]:
+    """Plain HTTP for what the client refuses to send (malformed bodies) and for /_sandbox endpoints.
+
+    A bytes body goes as is, a str as UTF-8, anything else as JSON. `keys` adds the default Datadog keys;
+    `headers` go on top of them, so a test can replace or blank one. The answer is (status, decoded JSON or None).
+    """
+    if body is None or isinstance(body, bytes):
+        data = body
+    else:
+        data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    all_headers = {"Content-Type": "application/json", **(KEYS if keys else {}), **(headers or {})}
+    request = urllib.request.Request(url, data=data, headers=all_headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            text = answer.read()
+            return answer.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        return exc.code, json.loads(text) if text else None
