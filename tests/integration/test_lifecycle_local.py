@@ -64,7 +64,9 @@ def answer_ir(farm: LocalFarm, user: str, contains: str = "IR-") -> int:
 
 def request(farm: LocalFarm, who: Any, text: str) -> int:
     sent = farm.slash(who, text)
-    assert sent["status"] == 200 and sent["latency_ms"] < 3000
+    # Slack's 3 seconds are kept by construction (nothing slow on the ingress path, see test_ingress_imports);
+    # the ack latency itself is measured by benchmarks/ingress.py, not asserted on a shared CI machine.
+    assert sent["status"] == 200
     assert farm.settle()
     return answer_ir(farm, who.id)
 
