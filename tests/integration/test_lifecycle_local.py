@@ -385,8 +385,11 @@ def test_idle_warning_keep_and_reclaim_after_grace(farm: LocalFarm) -> None:
     assert farm.allocation(ir).phase is Phase.ALLOCATED
     farm.post("/fn/idle_alert/", alert, token)
     assert farm.settle()
+    # Past the grace period the 15-minute sync would reclaim it too; pause schedules so this proves the webhook path.
+    farm.host.schedules_paused = True
     farm.post("/_sandbox/clock", {"advance": 61 * 60})
     status, body = farm.post("/fn/idle_alert/", {**alert, "alert_transition": "Renotify"}, token)
+    farm.host.schedules_paused = False
     assert body["outcome"] == "resolved (idle)"
     assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.RECLAIMED)
     assert farm.allocation(ir).reclaim_reason is ReclaimReason.IDLE
