@@ -352,26 +352,15 @@ def _majority_ir(processes: list[ProcessSample], workloads: Mapping[int, Workloa
 def _container_tags(workload: Workload | None) -> tuple[str, ...]:
     if workload is None or workload.container_id is None:
         return ()
-    tags = [f"container_id:{workload.container_id}"]
-    if workload.pod_uid:
-        tags.append(f"pod_uid:{workload.pod_uid}")
-    if workload.pod_name:
-        tags.append(f"pod_name:{workload.pod_name}")
-    if workload.namespace:
-        tags.append(f"kube_namespace:{workload.namespace}")
-    if workload.container_name:
-        tags.append(f"kube_container_name:{workload.container_name}")
-    return tuple(tags)
+    pod = _pod_tags(workload.pod_uid, workload.pod_name, workload.namespace, workload.container_name)
+    return (f"container_id:{workload.container_id}", *pod)
 
 
 def _owner_tags(owner: DeviceOwner) -> tuple[str, ...]:
-    tags = []
-    if owner.pod_uid:
-        tags.append(f"pod_uid:{owner.pod_uid}")
-    if owner.pod:
-        tags.append(f"pod_name:{owner.pod}")
-    if owner.namespace:
-        tags.append(f"kube_namespace:{owner.namespace}")
-    if owner.container:
-        tags.append(f"kube_container_name:{owner.container}")
-    return tuple(tags)
+    return _pod_tags(owner.pod_uid, owner.pod, owner.namespace, owner.container)
+
+
+def _pod_tags(uid: str | None, name: str | None, namespace: str | None, container: str | None) -> tuple[str, ...]:
+    """Kubernetes tags, Datadog's names, for whatever of the pod is known."""
+    pairs = (("pod_uid", uid), ("pod_name", name), ("kube_namespace", namespace), ("kube_container_name", container))
+    return tuple(f"{key}:{value}" for key, value in pairs if value)
