@@ -160,15 +160,23 @@ class SlackChat:
         self._dms: dict[str, str] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, timeout: float | None = None) -> SlackChat:
-        """Build from gpufarm settings (token, API URL, timeout, retries); pass a short timeout on the ingress."""
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        timeout: float | None = None,
+        max_retries: int | None = None,
+        max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT_S,
+    ) -> SlackChat:
+        """Build from gpufarm settings (token, API URL, timeout, retries); the ingress passes tighter bounds."""
         if settings.slack_bot_token is None:
             raise ValueError("SLACK_BOT_TOKEN (or the secret's slack_bot_token) is not set")
         return cls(
             settings.slack_bot_token.get_secret_value(),
             base_url=settings.slack_api_url,
             timeout=timeout if timeout is not None else settings.http_timeout,
-            max_retries=min(settings.max_retries, 3),
+            max_retries=max_retries if max_retries is not None else min(settings.max_retries, 3),
+            max_retry_wait=max_retry_wait,
         )
 
     # -- calls -----------------------------------------------------------------------------------------------------

@@ -132,12 +132,15 @@ class Runtime:
         def build() -> SlackChat:
             from gpufarm.adapters.slack import SlackChat
 
-            if self.settings.slack_bot_token is None:
-                raise ConfigurationError("SLACK_BOT_TOKEN is not set")
+            self._require_bot_token()
             return SlackChat.from_settings(self.settings)
 
         chat: SlackChat = self._get("chat", build)
         return chat
+
+    def _require_bot_token(self) -> None:
+        if self.settings.slack_bot_token is None:
+            raise ConfigurationError("SLACK_BOT_TOKEN is not set")
 
     def ingress_chat(self) -> SlackChat:
         """Slack for the ingress: short timeouts, no long retry waits (views.open must finish inside 3 s)."""
@@ -145,14 +148,9 @@ class Runtime:
         def build() -> SlackChat:
             from gpufarm.adapters.slack import SlackChat
 
-            if self.settings.slack_bot_token is None:
-                raise ConfigurationError("SLACK_BOT_TOKEN is not set")
-            return SlackChat(
-                self.settings.slack_bot_token.get_secret_value(),
-                base_url=self.settings.slack_api_url,
-                timeout=INGRESS_SLACK_TIMEOUT_S,
-                max_retries=1,
-                max_retry_wait=0.5,
+            self._require_bot_token()
+            return SlackChat.from_settings(
+                self.settings, timeout=INGRESS_SLACK_TIMEOUT_S, max_retries=1, max_retry_wait=0.5
             )
 
         chat: SlackChat = self._get("ingress_chat", build)
