@@ -102,8 +102,8 @@ def end_to_end(runs: int) -> dict[str, Any]:
 
     from gpufarm.config import Settings
     from gpufarm.core.farm import parse_farm
-    from gpufarm.demo.lifecycle_stage import ALICE, LocalFarm
-    from gpufarm.localhost import start_local
+    from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm
+    from gpufarm_sandbox.localhost import start_local
 
     with start_local(port=0) as env:
         farm = LocalFarm(env.url, env.host, Settings())

@@ -106,13 +106,13 @@ class TimedNvml:
 
 def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
     """Run the agent; returns CPU per cycle (excluding the fake) and peak RSS."""
-    from gpufarm.node.agent import Agent
-    from gpufarm.node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
-    from gpufarm.node.datadog import DatadogTarget, api_client
-    from gpufarm.node.fake_nvml import FakeHost, FakeNvml
-    from gpufarm.node.nvml_source import NvmlSource
-    from gpufarm.node.sender import DatadogSender, SeriesIntake
-    from gpufarm.node.topology import topology_from_dict
+    from gpufarm_node.agent import Agent
+    from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
+    from gpufarm_node.datadog import DatadogTarget, api_client
+    from gpufarm_node.fake_nvml import FakeHost, FakeNvml
+    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.sender import DatadogSender, SeriesIntake
+    from gpufarm_node.topology import topology_from_dict
 
     now = [time.time()]
     clock = lambda: now[0]  # noqa: E731 - a one-line clock
@@ -177,7 +177,7 @@ class Receiver:
 
 def run(cycles: int, flush_interval: float) -> dict[str, Any]:
     """One measured run in a child process; adds the bytes the receiver saw."""
-    from gpufarm.sandbox.server import ServerThread
+    from gpufarm_sandbox.emulator.server import ServerThread
 
     receiver = Receiver()
     with ServerThread(receiver, "127.0.0.1", 0) as server:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, DEFAULT_SLACK_TOKEN, Sandbox
-from gpufarm.sandbox.server import ServerThread
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, DEFAULT_SLACK_TOKEN, Sandbox
+from gpufarm_sandbox.emulator.server import ServerThread
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EVENTS = Path(__file__).resolve().parent.parent / "events"

@@ -11,7 +11,7 @@ from typing import Any
 from datadog_api_client.exceptions import ApiException
 from datadog_api_client.model_utils import OpenApiModel
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 

@@ -19,9 +19,9 @@ from gpufarm.cli import cli
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import ValidationFailed
-from gpufarm.sandbox.app import Sandbox
-from gpufarm.sandbox.server import ServerThread
 from gpufarm.setup import apply as setup
+from gpufarm_sandbox.emulator.app import Sandbox
+from gpufarm_sandbox.emulator.server import ServerThread
 
 pytestmark = pytest.mark.contract
 

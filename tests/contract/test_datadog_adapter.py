@@ -21,8 +21,8 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.ports import MetricPoint, MetricSeries
-from gpufarm.sandbox.app import Sandbox
 from gpufarm.setup.apply import desired_fields
+from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
 

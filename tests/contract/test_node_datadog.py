@@ -16,14 +16,14 @@ from datadog_api_client.v1.api.metrics_api import MetricsApi as MetricsApiV1
 from datadog_api_client.v1.model.host_tags import HostTags
 from recorded import interactions, key_paths
 
-from gpufarm.node.datadog import DatadogTarget, api_client, tags_api
-from gpufarm.node.fakenode import fake_node
-from gpufarm.node.registration import HostRegistrar
-from gpufarm.node.sender import DatadogSender, IntakeError, SeriesIntake
-from gpufarm.node.topology import load_topology
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
-from gpufarm.sandbox.faults import FaultSpec
-from gpufarm.sandbox.server import ServerThread
+from gpufarm_node.datadog import DatadogTarget, api_client, tags_api
+from gpufarm_node.fakenode import fake_node
+from gpufarm_node.registration import HostRegistrar
+from gpufarm_node.sender import DatadogSender, IntakeError, SeriesIntake
+from gpufarm_node.topology import load_topology
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm_sandbox.emulator.faults import FaultSpec
+from gpufarm_sandbox.emulator.server import ServerThread
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
 

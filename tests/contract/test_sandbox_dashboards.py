@@ -10,7 +10,7 @@ from datadog_api_client.v1.api.dashboards_api import DashboardsApi
 from helpers import call, http
 from recorded import missing_keys, recorded, recorded_request
 
-from gpufarm.sandbox.app import Sandbox
+from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
 

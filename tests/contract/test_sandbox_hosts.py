@@ -18,7 +18,7 @@ from helpers import KEYS
 from helpers import http as plain_http
 from recorded import interactions, missing_keys, response_json
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 
 pytestmark = pytest.mark.contract
 

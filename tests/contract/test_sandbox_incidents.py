@@ -12,7 +12,7 @@ from datadog_api_client.v2.api.incidents_api import IncidentsApi
 from helpers import call, http
 from recorded import missing_keys, recorded, recorded_request
 
-from gpufarm.sandbox.app import Sandbox
+from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
 

@@ -47,7 +47,7 @@ from datadog_api_client.v2.model.timeseries_formula_request_type import Timeseri
 from helpers import http as plain_http
 from recorded import interactions, missing_keys, response_json
 
-from gpufarm.sandbox.app import Sandbox
+from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
 

@@ -32,8 +32,8 @@ from helpers import http as plain_http
 from recorded import interactions, missing_keys, response_json
 from werkzeug.wrappers import Request, Response
 
-from gpufarm.sandbox.app import Sandbox
-from gpufarm.sandbox.server import ServerThread
+from gpufarm_sandbox.emulator.app import Sandbox
+from gpufarm_sandbox.emulator.server import ServerThread
 
 pytestmark = pytest.mark.contract
 

@@ -18,9 +18,9 @@ from slack_sdk.errors import SlackApiError
 from werkzeug.wrappers import Request, Response
 
 from gpufarm.adapters.slack import SignatureCheck
-from gpufarm.sandbox.app import DEFAULT_SLACK_TOKEN, Sandbox
-from gpufarm.sandbox.server import ServerThread
-from gpufarm.sandbox.slack import encode_form, encode_payload, sign
+from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN, Sandbox
+from gpufarm_sandbox.emulator.server import ServerThread
+from gpufarm_sandbox.emulator.slack import encode_form, encode_payload, sign
 
 pytestmark = pytest.mark.contract
 

@@ -18,9 +18,9 @@ from helpers import call, http
 from recorded import missing_keys, recorded, recorded_request
 from werkzeug.wrappers import Request, Response
 
-from gpufarm.sandbox.app import Sandbox
-from gpufarm.sandbox.server import ServerThread
-from gpufarm.sandbox.webhooks import DEFAULT_PAYLOAD
+from gpufarm_sandbox.emulator.app import Sandbox
+from gpufarm_sandbox.emulator.server import ServerThread
+from gpufarm_sandbox.emulator.webhooks import DEFAULT_PAYLOAD
 
 pytestmark = pytest.mark.contract
 

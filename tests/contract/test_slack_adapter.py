@@ -18,8 +18,8 @@ from gpufarm.adapters.slack import SignatureCheck, SlackChat, SlackError
 from gpufarm.config import Settings
 from gpufarm.core.errors import UpstreamError
 from gpufarm.core.ports import Chat
-from gpufarm.sandbox.app import DEFAULT_SLACK_TOKEN, Sandbox
-from gpufarm.sandbox.server import ServerThread
+from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN, Sandbox
+from gpufarm_sandbox.emulator.server import ServerThread
 
 pytestmark = pytest.mark.contract
 

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 from typing import Any
 
 import pytest
 
-from gpufarm.adapters import aws
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.errors import UpstreamError
 from gpufarm.core.inventory import ALLOCATION_KEYS
-from gpufarm.demo import foundation_stage as stage
-from gpufarm.demo.context import DemoContext
-from gpufarm.localhost.host import start_local
-from gpufarm.sandbox.app import Sandbox
+from gpufarm.handlers import runtime
+from gpufarm_sandbox.demo import foundation_stage as stage
+from gpufarm_sandbox.demo.context import DemoContext
+from gpufarm_sandbox.emulator.app import Sandbox
+from gpufarm_sandbox.localhost import seams
+from gpufarm_sandbox.localhost.host import start_local
 
 pytestmark = pytest.mark.integration
 
@@ -150,11 +150,9 @@ def test_local_invoker_and_queue_reach_the_local_function_host(tmp_path: Any) ->
     template.write_text(RECORDER_TEMPLATE)
 
     with start_local(template=template, root=tmp_path) as env:
-        settings = Settings()
-        invoker = aws.make_invoker(settings, env=os.environ)
-        queue = aws.make_queue(settings, f"{env.url}/_local/queues/WorkQueue", env=os.environ)
-        assert isinstance(invoker, aws.LocalInvoker)
-        assert isinstance(queue, aws.LocalQueue)
+        invoker = runtime.current().invoker()  # the local host's seam, in place of the Lambda invoker
+        queue = seams.HostQueue(f"{env.url}/_local/queues/WorkQueue")
+        assert isinstance(invoker, seams.HostInvoker)
 
         invoker.invoke("RecorderFunction", {"kind": "request", "n": 8})
         queue.send({"incident_id": "a"}, group="pool:cloud", dedup_id="a-1")
@@ -170,6 +168,6 @@ def test_local_invoker_and_queue_reach_the_local_function_host(tmp_path: Any) ->
         with pytest.raises(UpstreamError, match="answered 404"):
             invoker.invoke("NoSuchFunction", {})
         with pytest.raises(UpstreamError, match="answered 400"):
-            aws.LocalQueue(f"{env.url}/_local/queues/NoSuchQueue").send({}, group="g", dedup_id="d")
+            seams.HostQueue(f"{env.url}/_local/queues/NoSuchQueue").send({}, group="g", dedup_id="d")
     with pytest.raises(UpstreamError, match="local function host failed"):
         invoker.invoke("RecorderFunction", {})  # the host is gone: connection refused

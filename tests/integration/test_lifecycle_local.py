@@ -17,7 +17,8 @@ from gpufarm.core import fields as f
 from gpufarm.core.farm import parse_farm
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.model import GpuRequest
-from gpufarm.demo.lifecycle_stage import (
+from gpufarm.handlers import runtime
+from gpufarm_sandbox.demo.lifecycle_stage import (
     ALICE,
     BOB,
     CAROL,
@@ -26,8 +27,7 @@ from gpufarm.demo.lifecycle_stage import (
     LocalFarm,
     ir_in,
 )
-from gpufarm.handlers import runtime
-from gpufarm.localhost import LocalEnv, start_local
+from gpufarm_sandbox.localhost import LocalEnv, start_local
 
 pytestmark = pytest.mark.integration
 

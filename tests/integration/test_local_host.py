@@ -20,12 +20,11 @@ import pytest
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, LambdaFunctionUrlModel, SqsModel
 from click.testing import CliRunner
 
-from gpufarm.adapters.aws import make_invoker, make_queue
-from gpufarm.config import Settings
-from gpufarm.localhost import LocalEnv, start_local
-from gpufarm.localhost.cli import describe, local, run_local
-from gpufarm.localhost.env import LOCAL_WEBHOOK_SECRET
-from gpufarm.localhost.host import FunctionTimeout
+from gpufarm.handlers import runtime
+from gpufarm_sandbox.localhost import LocalEnv, seams, start_local
+from gpufarm_sandbox.localhost.cli import describe, local, run_local
+from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
+from gpufarm_sandbox.localhost.host import FunctionTimeout
 
 pytestmark = pytest.mark.integration
 
@@ -134,7 +133,7 @@ def test_function_url_results_map_to_http(local_env: LocalEnv) -> None:
 def test_handler_errors_are_502_and_logged_and_the_host_keeps_serving(
     local_env: LocalEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.ERROR, logger="gpufarm.localhost"):
+    with caplog.at_level(logging.ERROR, logger="gpufarm_sandbox.localhost"):
         status, data, _ = http("GET", f"{local_env.url}/fn/echo/boom")
     assert (status, json.loads(data)) == (502, {"Message": "Internal Server Error"})
     assert "boom on purpose" in caplog.text and "Traceback" in caplog.text
@@ -214,7 +213,7 @@ def test_environment_is_restored_after_the_run(monkeypatch: pytest.MonkeyPatch) 
 def test_async_invoke_runs_the_worker_which_reaches_the_sandbox(local_env: LocalEnv) -> None:
     status, _ = post_json(f"{local_env.url}/_local/invoke/WorkerFunction", {"n": 1})
     assert status == 202
-    make_invoker(Settings()).invoke("WorkerFunction", {"n": 2})  # the AWS adapter's local variant
+    runtime.current().invoker().invoke("WorkerFunction", {"n": 2})  # the runtime's invoker, seamed by the host
     assert local_env.host.drain(10)
     worker = local_env.host.module("WorkerFunction")
     assert sorted(e["n"] for e in worker.SEEN) == [1, 2]
@@ -248,7 +247,7 @@ def test_invoke_endpoint_validates(local_env: LocalEnv) -> None:
 
 
 def test_fifo_groups_are_ordered_one_at_a_time(local_env: LocalEnv) -> None:
-    queue = make_queue(Settings(), os.environ["FIXTURE_QUEUE_URL"])  # the AWS adapter's local variant
+    queue = seams.HostQueue(os.environ["FIXTURE_QUEUE_URL"])  # what the runtime's queue seam posts through
 
     def send(group: str) -> None:
         for i in range(5):

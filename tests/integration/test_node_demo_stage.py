@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gpufarm.config import Settings
-from gpufarm.core.inventory import registration_tags
-from gpufarm.demo import metrics_stage as stage
-from gpufarm.demo.context import DemoContext
-from gpufarm.node.datadog import DatadogTarget, api_client, tags_api
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm_node.datadog import DatadogTarget, api_client, tags_api
+from gpufarm_node.tags import registration_tags
+from gpufarm_sandbox.demo import metrics_stage as stage
+from gpufarm_sandbox.demo.context import DemoContext
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gpufarm.core.inventory import GpuHost
-from gpufarm.node.simfarm import HostSpec, SimulatedFarm, simulate_hosts, start_simulated_farm
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm_sandbox.simfarm import HostSpec, SimulatedFarm, simulate_hosts, start_simulated_farm
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
 AGENT = Path(sys.executable).parent / "gpufarm-node"
@@ -172,7 +172,7 @@ def test_dogstatsd_datagrams_reach_a_local_agent() -> None:
 def test_the_local_hook_starts_background_nodes_and_returns_their_stop(sandbox: Sandbox, sandbox_url: str) -> None:
     from types import SimpleNamespace
 
-    from gpufarm.node.simfarm import local_nodes_hook
+    from gpufarm_sandbox.simfarm import local_nodes_hook
 
     hosts = ("gpu-aws-001", "gpu-hpc-002", "gpu-slc-003")
 

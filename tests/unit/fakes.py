@@ -16,9 +16,10 @@ from typing import Any
 
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError
-from gpufarm.core.inventory import normalize_tag, registration_tags
+from gpufarm.core.inventory import normalize_tag
 from gpufarm.core.model import IncidentRecord
 from gpufarm.core.ports import HostInfo, MetricSeries
+from gpufarm_node.tags import registration_tags
 
 
 class FakeClock:

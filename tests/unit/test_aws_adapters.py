@@ -1,14 +1,11 @@
-"""AWS adapters: Lambda invokes (botocore Stubber), SQS FIFO and SSM / Secrets Manager (moto), local variants."""
+"""AWS adapters: Lambda invokes (botocore Stubber), SQS FIFO and SSM / Secrets Manager (moto)."""
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
-from email.message import Message
 from pathlib import Path
 from typing import Any
 
@@ -43,26 +40,17 @@ def _aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 # -- choosing the implementation -------------------------------------------------------------------------
 
 
-def test_factories_pick_the_local_host_when_its_url_is_set() -> None:
-    env = {"GPUFARM_LOCAL_INVOKE_URL": "http://127.0.0.1:8320/_local/invoke"}
-    invoker = aws.make_invoker(Settings(), env=env)
-    queue = aws.make_queue(Settings(), "http://127.0.0.1:8320/_local/queues/Alloc", env=env)
-    assert isinstance(invoker, aws.LocalInvoker)
-    assert invoker.base_url == "http://127.0.0.1:8320/_local/invoke"
-    assert isinstance(queue, aws.LocalQueue)
-
-
-def test_factories_pick_lambda_and_sqs_otherwise() -> None:
+def test_factories_build_lambda_and_sqs() -> None:
     url = f"https://sqs.{REGION}.amazonaws.com/123456789012/alloc.fifo"
-    assert isinstance(aws.make_invoker(Settings(), env={}), aws.LambdaInvoker)
-    assert isinstance(aws.make_queue(Settings(), url, env={}), aws.SqsFifoQueue)
+    assert isinstance(aws.make_invoker(Settings()), aws.LambdaInvoker)
+    assert isinstance(aws.make_queue(Settings(), url), aws.SqsFifoQueue)
 
 
 def test_building_an_invoker_does_not_import_boto3() -> None:
     """The Slack ingress builds its invoker at start and must stay fast: boto3 loads on the first invoke."""
     code = (
         "import sys; from gpufarm.config import Settings; from gpufarm.adapters.aws import make_invoker; "
-        "make_invoker(Settings(), env={}); print('boto3' in sys.modules)"
+        "make_invoker(Settings()); print('boto3' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
@@ -124,7 +112,7 @@ def test_lambda_invoke_rejects_bad_input_before_calling_aws(function: str, paylo
 def test_sqs_fifo_keeps_group_and_drops_duplicates() -> None:
     sqs = boto3.client("sqs", region_name=REGION)
     url = sqs.create_queue(QueueName="alloc.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
-    queue = aws.make_queue(Settings(), url, env={})
+    queue = aws.make_queue(Settings(), url)
     queue.send({"incident_id": "a", "action": "allocate"}, group="pool:onprem-hpc", dedup_id="a-approved")
     queue.send({"incident_id": "a", "action": "allocate"}, group="pool:onprem-hpc", dedup_id="a-approved")
     queue.send({"incident_id": "b", "action": "allocate"}, group="pool:onprem-hpc", dedup_id="b-approved")
@@ -219,58 +207,3 @@ def test_load_settings_fills_keys_from_secrets_manager(monkeypatch: pytest.Monke
     assert settings.webhook_secret.get_secret_value() == "hook-from-secret"
     assert "from-secret" not in repr(settings)
     assert "from-secret" not in settings.model_dump_json()
-
-
-# -- local variants (an in-process urllib handler plays the local function host: unit tests have no sockets) ------
-
-
-class _Receiver(urllib.request.BaseHandler):
-    """Answers http(s) requests in-process and records them."""
-
-    handler_order = 100  # ahead of urllib's own HTTPHandler
-
-    def __init__(self, status: int) -> None:
-        self.status = status
-        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
-
-    def http_open(self, req: urllib.request.Request) -> Any:
-        body = req.data if isinstance(req.data, bytes) else b""
-        self.requests.append((req.get_method(), req.full_url, dict(req.header_items()), json.loads(body)))
-        response = urllib.request.addinfourl(io.BytesIO(b""), Message(), req.full_url, self.status)  # type: ignore[attr-defined]
-        response.msg = "OK"
-        return response
-
-
-def _opener(status: int) -> tuple[urllib.request.OpenerDirector, _Receiver]:
-    receiver = _Receiver(status)
-    return urllib.request.build_opener(receiver), receiver
-
-
-def test_local_invoker_posts_the_payload_to_the_function_url() -> None:
-    opener, receiver = _opener(202)
-    invoker = aws.LocalInvoker("http://127.0.0.1:8320/_local/invoke/", opener=opener)
-    invoker.invoke("SlackWorkerFunction", {"user": "U1", "n": 8})
-    method, url, headers, body = receiver.requests[0]
-    assert (method, url) == ("POST", "http://127.0.0.1:8320/_local/invoke/SlackWorkerFunction")
-    assert headers["Content-type"] == "application/json"
-    assert body == {"n": 8, "user": "U1"}
-
-
-def test_local_queue_posts_body_group_and_dedup_id() -> None:
-    opener, receiver = _opener(200)
-    queue = aws.LocalQueue("http://127.0.0.1:8320/_local/queues/AllocationQueue", opener=opener)
-    queue.send({"incident_id": "x"}, group="pool:cloud", dedup_id="x-1")
-    method, url, _, body = receiver.requests[0]
-    assert (method, url) == ("POST", "http://127.0.0.1:8320/_local/queues/AllocationQueue/messages")
-    assert body == {"body": {"incident_id": "x"}, "group": "pool:cloud", "dedup_id": "x-1"}
-
-
-def test_local_variants_report_wrong_statuses_and_bad_urls() -> None:
-    opener, _ = _opener(500)
-    with pytest.raises(UpstreamError, match="answered 500, expected 202"):
-        aws.LocalInvoker("http://127.0.0.1:1/_local/invoke", opener=opener).invoke("Fn", {})
-    opener, _ = _opener(404)
-    with pytest.raises(UpstreamError, match="answered 404, expected 200"):
-        aws.LocalQueue("http://127.0.0.1:1/_local/queues/Q", opener=opener).send({}, group="g", dedup_id="d")
-    with pytest.raises(ValidationFailed, match="http"):
-        aws.LocalInvoker("file:///etc").invoke("Fn", {})

@@ -6,10 +6,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gpufarm.node.collect import Series
-from gpufarm.node.fakenode import fake_node
-from gpufarm.node.registration import HostRegistrar
-from gpufarm.node.topology import topology_from_dict
+from gpufarm_node.collect import Series
+from gpufarm_node.fakenode import fake_node
+from gpufarm_node.registration import HostRegistrar
+from gpufarm_node.topology import topology_from_dict
 
 START = 1_700_000_000.0
 

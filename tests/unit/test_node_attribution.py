@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufarm.node.attribution import (
+from gpufarm_node.attribution import (
     Attributor,
     CgroupIdentity,
     DeviceOwner,
@@ -19,7 +19,7 @@ from gpufarm.node.attribution import (
     parse_cgroup,
     parse_pod_list,
 )
-from gpufarm.node.podresources import WireError, decode_list_response, kubelet_lister
+from gpufarm_node.podresources import WireError, decode_list_response, kubelet_lister
 
 CID = "0123456789abcdef" * 4
 UID = "a9c80282-3f6b-4d5b-84d5-a137a6668011"

@@ -9,7 +9,7 @@ import pynvml
 import pytest
 from click.testing import CliRunner
 
-from gpufarm.node.cli import EXIT_NO_NVML, EXIT_USAGE, main
+from gpufarm_node.cli import EXIT_NO_NVML, EXIT_USAGE, main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
 
@@ -102,10 +102,10 @@ def test_the_agent_imports_nothing_heavy() -> None:
     import sys
 
     code = (
-        "import sys, gpufarm.node.cli, gpufarm.node.agent, gpufarm.node.sender, gpufarm.node.registration, "
-        "gpufarm.node.nvml_source, gpufarm.node.fakenode, gpufarm.node.podresources\n"
-        "from gpufarm.node.datadog import DatadogTarget, api_client, tags_api\n"
-        "from gpufarm.node.sender import SeriesIntake\n"
+        "import sys, gpufarm_node.cli, gpufarm_node.agent, gpufarm_node.sender, gpufarm_node.registration, "
+        "gpufarm_node.nvml_source, gpufarm_node.fakenode, gpufarm_node.podresources\n"
+        "from gpufarm_node.datadog import DatadogTarget, api_client, tags_api\n"
+        "from gpufarm_node.sender import SeriesIntake\n"
         "SeriesIntake(api_client(DatadogTarget('http://127.0.0.1:9', 'k')))\n"
         "banned = ('pydantic', 'slack_sdk', 'boto3', 'aws_lambda_powertools', 'datadog_api_client.v2.models')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in banned or m in banned))"

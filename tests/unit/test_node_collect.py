@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpufarm.node.attribution import DeviceOwner, Workload
-from gpufarm.node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
-from gpufarm.node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
+from gpufarm_node.attribution import DeviceOwner, Workload
+from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
+from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
 
 GIB = 1 << 30
 UUID0 = "GPU-00000000-0000-0000-0000-000000000000"

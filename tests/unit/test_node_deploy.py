@@ -9,7 +9,7 @@ from typing import Any
 import click
 import yaml
 
-from gpufarm.node.cli import main
+from gpufarm_node.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "deploy" / "systemd" / "gpufarm-node.service"

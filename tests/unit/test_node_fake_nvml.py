@@ -9,9 +9,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpufarm.node import nvml_source
-from gpufarm.node.fake_nvml import CLK_TCK, FakeHandle, FakeHost, FakeNvml
-from gpufarm.node.topology import topology_from_dict
+from gpufarm_node import nvml_source
+from gpufarm_node.fake_nvml import CLK_TCK, FakeHandle, FakeHost, FakeNvml
+from gpufarm_node.topology import topology_from_dict
 
 START = 1_700_000_000.0
 

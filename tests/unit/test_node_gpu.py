@@ -11,9 +11,9 @@ import pynvml
 import pytest
 from test_node_spec import _problems
 
-from gpufarm.node.attribution import Attributor
-from gpufarm.node.collect import CollectOptions, SeriesBuilder, identity_tags
-from gpufarm.node.nvml_source import NvmlSource
+from gpufarm_node.attribution import Attributor
+from gpufarm_node.collect import CollectOptions, SeriesBuilder, identity_tags
+from gpufarm_node.nvml_source import NvmlSource
 
 
 def _has_nvml() -> bool:

@@ -8,10 +8,10 @@ from typing import Any
 import pynvml
 import pytest
 
-from gpufarm.node.fake_nvml import FakeNvml
-from gpufarm.node.model import NodeSnapshot
-from gpufarm.node.nvml_source import NvmlSource, NvmlUnavailable
-from gpufarm.node.topology import topology_from_dict
+from gpufarm_node.fake_nvml import FakeNvml
+from gpufarm_node.model import NodeSnapshot
+from gpufarm_node.nvml_source import NvmlSource, NvmlUnavailable
+from gpufarm_node.topology import topology_from_dict
 
 START = 1_700_000_000.0
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from datadog_api_client.exceptions import ApiException
 
-from gpufarm.node.datadog import DatadogConfigError, target_from_env
-from gpufarm.node.registration import HostRegistrar, merge_registration
+from gpufarm_node.datadog import DatadogConfigError, target_from_env
+from gpufarm_node.registration import HostRegistrar, merge_registration
 
 WANTED = ["gpufarm:managed", "gpu_model:h100", "gpu_count:8", "environment:aws-cloud", "cluster:c1"]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpufarm.node.catalog import METRICS
-from gpufarm.node.collect import Series
-from gpufarm.node.sender import DatadogSender, IntakeError, JsonLinesSender, series_json
+from gpufarm_node.catalog import METRICS
+from gpufarm_node.collect import Series
+from gpufarm_node.sender import DatadogSender, IntakeError, JsonLinesSender, series_json
 
 NOW = 1_700_000_000
 

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufarm.node.catalog import COUNT, GAUGE, METRICS
-from gpufarm.node.collect import CollectOptions, Series
-from gpufarm.node.fakenode import fake_node
-from gpufarm.node.sender import DatadogSender, IntakeError, series_json
-from gpufarm.node.topology import TOPOLOGY_DIR, load_topology
+from gpufarm_node.catalog import COUNT, GAUGE, METRICS
+from gpufarm_node.collect import CollectOptions, Series
+from gpufarm_node.fakenode import fake_node
+from gpufarm_node.sender import DatadogSender, IntakeError, series_json
+from gpufarm_node.topology import TOPOLOGY_DIR, load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC: dict[str, Any] = yaml.safe_load((ROOT / "spec" / "metrics.yaml").read_text())

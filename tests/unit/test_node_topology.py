@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufarm.node.topology import (
+from gpufarm_node.topology import (
     TOPOLOGY_DIR,
     Profile,
     TopologyError,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufarm.sandbox.query import (
+from gpufarm_sandbox.emulator.query import (
     GroupSeries,
     QueryError,
     SeriesData,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
-from gpufarm.sandbox.monitors import render_template, webhook_mentions
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm_sandbox.emulator.monitors import render_template, webhook_mentions
 
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 METRIC = "gpufarm.gpu.utilization"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from werkzeug.test import Client
 
-from gpufarm.sandbox.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 
 HEADERS = {
     "DD-API-KEY": DEFAULT_DD_API_KEY,

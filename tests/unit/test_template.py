@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from cfnlint.api import lint, lint_file
 
-from gpufarm.localhost.env import Resolver, Urls, build_environment, local_parameters, redacted
-from gpufarm.localhost.schedule import Expression, ScheduleError
-from gpufarm.localhost.template import TemplateError, load_template, load_yaml
-from gpufarm.sandbox.app import Sandbox
+from gpufarm_sandbox.emulator.app import Sandbox
+from gpufarm_sandbox.localhost.env import Resolver, Urls, build_environment, local_parameters, redacted
+from gpufarm_sandbox.localhost.schedule import Expression, ScheduleError
+from gpufarm_sandbox.localhost.template import TemplateError, load_template, load_yaml
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TEMPLATE = REPO / "template.yaml"

@@ -1,24 +1,19 @@
 """AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the farm configuration (SSM or a file).
 
-boto3 is imported only when a client is first needed: it costs ~200 ms (reference: slack-lambda.md, import
-costs) and the Slack ingress, which builds an invoker at start, must answer within Slack's 3 seconds.
-When GPUFARM_LOCAL_INVOKE_URL is set, invokes and queue messages go over HTTP to the local function host
-(`gpufarm local`) instead, so the same handlers run on a laptop without AWS.
+boto3 is imported only when a client is first needed: it costs about 200 ms (docs/design.md, "Slack's
+3 seconds") and the Slack ingress, which builds an invoker at start, must answer within Slack's 3 seconds.
+The local function host (`gpufarm-sandbox`) injects its own invoker and queue through the runtime's seams.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from gpufarm.config import Settings
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
@@ -26,8 +21,6 @@ from gpufarm.core.ports import AsyncInvoker, WorkQueue
 
 log = logging.getLogger(__name__)
 
-LOCAL_INVOKE_ENV = "GPUFARM_LOCAL_INVOKE_URL"
-LOCAL_TIMEOUT_S = 5.0
 # Lambda's async invoke payload limit is 256 KB (1 MB since 2025 in some regions); SQS's message limit is
 # 256 KiB. The lower figure keeps a payload valid for both hand-off paths.
 MAX_PAYLOAD_BYTES = 262_144
@@ -148,92 +141,13 @@ class SqsFifoQueue:
             raise UpstreamError(f"SQS send failed: {type(exc).__name__}") from None
 
 
-def _post_json(
-    url: str,
-    body: Mapping[str, Any],
-    expected: int,
-    what: str,
-    *,
-    timeout: float,
-    opener: urllib.request.OpenerDirector | None,
-) -> None:
-    if not url.startswith(("http://", "https://")):
-        raise ValidationFailed("url", f"{what}: {url[:80]!r} is not an http(s) URL")
-    data = _payload_bytes(body, what)
-    request = urllib.request.Request(  # noqa: S310 - the URL comes from our settings and is http(s), checked above
-        url, data=data, method="POST", headers={"Content-Type": "application/json"}
-    )
-    try:
-        open_url = opener.open if opener is not None else urllib.request.urlopen
-        with open_url(request, timeout=timeout) as response:
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-        exc.close()
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise UpstreamError(f"{what} to the local function host failed: {reason}") from None
-    if status != expected:
-        raise UpstreamError(f"{what} to the local function host answered {status}, expected {expected}")
-
-
-class LocalInvoker:
-    """Async invokes handed to the local function host: POST {base}/{function} → 202."""
-
-    def __init__(
-        self, base_url: str, *, timeout: float = LOCAL_TIMEOUT_S, opener: urllib.request.OpenerDirector | None = None
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self._opener = opener
-
-    def invoke(self, function: str, payload: Mapping[str, Any]) -> None:
-        """Queue an invocation on the local host."""
-        name = _checked_function(function)
-        url = f"{self.base_url}/{quote(name, safe='')}"
-        _post_json(url, payload, 202, f"invoke of {name}", timeout=self.timeout, opener=self._opener)
-
-
-class LocalQueue:
-    """A queue of the local function host: POST {queue_url}/messages {"body", "group", "dedup_id"} → 200."""
-
-    def __init__(
-        self, queue_url: str, *, timeout: float = LOCAL_TIMEOUT_S, opener: urllib.request.OpenerDirector | None = None
-    ) -> None:
-        self.queue_url = queue_url.rstrip("/")
-        self.timeout = timeout
-        self._opener = opener
-
-    def send(self, body: Mapping[str, Any], *, group: str, dedup_id: str) -> None:
-        """Enqueue one message on the local host."""
-        message = {
-            "body": dict(body),
-            "group": _checked_sqs_id("group", group),
-            "dedup_id": _checked_sqs_id("dedup_id", dedup_id),
-        }
-        _post_json(
-            f"{self.queue_url}/messages", message, 200, "queue message", timeout=self.timeout, opener=self._opener
-        )
-
-
-def local_invoke_url(env: Mapping[str, str] | None = None) -> str | None:
-    """The local function host's invoke URL when running under `gpufarm local`, else None."""
-    value = (env if env is not None else os.environ).get(LOCAL_INVOKE_ENV, "").strip()
-    return value or None
-
-
-def make_invoker(settings: Settings, *, env: Mapping[str, str] | None = None) -> AsyncInvoker:
-    """The invoker for this environment: the local function host if configured, else Lambda."""
-    local = local_invoke_url(env)
-    if local:
-        return LocalInvoker(local)
+def make_invoker(settings: Settings) -> AsyncInvoker:
+    """Lambda async invokes."""
     return LambdaInvoker(settings)
 
 
-def make_queue(settings: Settings, queue_url: str, *, env: Mapping[str, str] | None = None) -> WorkQueue:
-    """The work queue at queue_url: the local function host's queue if configured, else SQS FIFO."""
-    if local_invoke_url(env):
-        return LocalQueue(queue_url)
+def make_queue(settings: Settings, queue_url: str) -> WorkQueue:
+    """The SQS FIFO work queue at queue_url."""
     return SqsFifoQueue(settings, queue_url)
 
 
@@ -272,8 +186,6 @@ def _farm_text_from_ssm(name: str) -> str:
 
 if TYPE_CHECKING:
 
-    def _implements_the_ports(
-        a: LambdaInvoker, b: LocalInvoker, c: SqsFifoQueue, d: LocalQueue
-    ) -> tuple[AsyncInvoker, AsyncInvoker, WorkQueue, WorkQueue]:
+    def _implements_the_ports(a: LambdaInvoker, c: SqsFifoQueue) -> tuple[AsyncInvoker, WorkQueue]:
         """mypy proves here that each class satisfies the port it is used as."""
-        return a, b, c, d
+        return a, c

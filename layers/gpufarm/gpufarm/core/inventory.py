@@ -66,14 +66,3 @@ class GpuHost:
             return None
         cluster = tag_value(tag_list, CLUSTER_KEY) or "default"
         return cls(name, model.upper(), int(count), env, cluster, tag_list)
-
-
-def registration_tags(gpu_model: str, gpu_count: int, environment: str, cluster: str) -> list[str]:
-    """The tags a node sets on itself so it joins the inventory."""
-    return [
-        MANAGED_TAG,
-        normalize_tag(f"{GPU_MODEL_KEY}:{gpu_model}"),
-        f"{GPU_COUNT_KEY}:{gpu_count}",
-        normalize_tag(f"{ENVIRONMENT_KEY}:{environment}"),
-        normalize_tag(f"{CLUSTER_KEY}:{cluster}"),
-    ]

@@ -1,21 +1,23 @@
 """Collaborators built once per container from Settings, and domain errors mapped to words for people.
 
 Everything is built lazily: the Slack ingress touches only the signature check, the farm file and the invoker,
-so it never imports datadog_api_client or boto3 (design rule 6). The runtime is rebuilt when the process
-environment changes, which happens only under the local function host and in tests (several local
-environments in one process); a Lambda container builds it once.
+so it never imports datadog_api_client on that path (docs/design.md, "Slack's 3 seconds"). The runtime is rebuilt
+when the process environment changes, which happens only under the local function host and in tests (several
+local environments in one process); a Lambda container builds it once.
+
+Seams: a development tool may install a provider (`install_seams`) that replaces production collaborators (the
+clock, the invoker, the queue, a default farm file) for the environments it recognises. The local function host
+of `gpufarm-sandbox` does; the runtime itself knows nothing of the sandbox.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-import urllib.request
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.config import Settings
@@ -25,20 +27,19 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
     from gpufarm.core.farm import FarmConfig
-    from gpufarm.core.ports import AsyncInvoker, IncidentStore, WorkQueue
+    from gpufarm.core.ports import AsyncInvoker, Clock, IncidentStore, WorkQueue
     from gpufarm.core.service import GpuFarm
 
 log = logging.getLogger(__name__)
 
 QUEUE_URL_ENV = "GPUFARM_ALLOCATION_QUEUE_URL"
-LOCAL_INVOKE_ENV = "GPUFARM_LOCAL_INVOKE_URL"
-SANDBOX_URL_ENV = "GPUFARM_SANDBOX_URL"
 # Only these variables shape the runtime; a change in any of them means "another environment".
 _ENV_PREFIXES = ("GPUFARM_", "DD_", "SLACK_")
 # Slack calls on the ingress must leave room inside Slack's 3 seconds.
 INGRESS_SLACK_TIMEOUT_S = 2.0
-# The example farm file `gpufarm local` and the demo fall back to when none is configured.
-EXAMPLE_FARM = Path("config") / "farm.example.yaml"
+# A seam provider: given the settings and the environment, the collaborators to use instead of production ones
+# ("clock", "invoker", "queue", "farm_config" (a file path)), or {} for an environment it does not know.
+SeamProvider = Callable[[Settings, Mapping[str, str]], Mapping[str, Any]]
 
 
 class SystemClock:
@@ -53,32 +54,6 @@ class SystemClock:
         return time.time()
 
 
-class SandboxClock:
-    """The sandbox's virtual clock, read over HTTP: under `gpufarm local` time is what the sandbox says.
-
-    Slack signatures from the sandbox carry sandbox time and expiries are judged on it, so handlers running
-    against the sandbox must agree with it even after a demo or test has moved it forward.
-    """
-
-    def __init__(self, url: str, timeout: float = 2.0) -> None:
-        self.url = url
-        self.timeout = timeout
-
-    def epoch(self) -> float:
-        """Sandbox epoch seconds; wall time if the sandbox cannot be asked."""
-        try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout) as response:  # noqa: S310 - local sandbox URL
-                value = json.loads(response.read()).get("now")
-            return float(value)
-        except (OSError, ValueError, TypeError, AttributeError):
-            log.warning("sandbox clock unreachable at %s; using wall time", self.url)
-            return time.time()
-
-    def now(self) -> datetime:
-        """Timezone-aware sandbox now."""
-        return datetime.fromtimestamp(self.epoch(), UTC)
-
-
 class Runtime:
     """Lazily built collaborators for one environment."""
 
@@ -86,13 +61,14 @@ class Runtime:
         self.settings = settings
         self.environ = environ
         self._lock = threading.RLock()
-        self._parts: dict[str, Any] = dict(_overrides)
+        seams: dict[str, Any] = {}
+        for provider in _seam_providers:
+            seams.update(provider(settings, environ))
+        farm_config = seams.pop("farm_config", None)
+        if farm_config and not settings.farm_config and not settings.farm_config_parameter:
+            self.settings = settings.model_copy(update={"farm_config": str(farm_config)})
+        self._parts: dict[str, Any] = {**seams, **_overrides}
         self._farm: tuple[str, FarmConfig] | None = None
-
-    @property
-    def local(self) -> bool:
-        """True under the local function host."""
-        return bool(self.environ.get(LOCAL_INVOKE_ENV))
 
     def _get(self, name: str, build: Any) -> Any:
         with self._lock:
@@ -100,16 +76,9 @@ class Runtime:
                 self._parts[name] = build()
             return self._parts[name]
 
-    def clock(self) -> SystemClock | SandboxClock:
-        """Wall time in AWS, the sandbox's clock locally."""
-
-        def build() -> SystemClock | SandboxClock:
-            if self.local:
-                base = self.environ.get(SANDBOX_URL_ENV) or self.settings.datadog_base_url()
-                return SandboxClock(f"{base.rstrip('/')}/_sandbox/clock")
-            return SystemClock()
-
-        clock: SystemClock | SandboxClock = self._get("clock", build)
+    def clock(self) -> Clock:
+        """Wall time (a seam may put the sandbox's clock here)."""
+        clock: Clock = self._get("clock", SystemClock)
         return clock
 
     def signature_check(self) -> SignatureCheck:
@@ -121,7 +90,8 @@ class Runtime:
             secret = self.settings.slack_signing_secret
             if secret is None or not secret.get_secret_value():
                 raise ConfigurationError("SLACK_SIGNING_SECRET is not set")
-            return SignatureCheck(secret.get_secret_value(), clock=self.clock().epoch)
+            clock = self.clock()
+            return SignatureCheck(secret.get_secret_value(), clock=lambda: clock.now().timestamp())
 
         check: SignatureCheck = self._get("signature_check", build)
         return check
@@ -173,7 +143,7 @@ class Runtime:
         def build() -> AsyncInvoker:
             from gpufarm.adapters.aws import make_invoker
 
-            return make_invoker(self.settings, env=self.environ)
+            return make_invoker(self.settings)
 
         invoker: AsyncInvoker = self._get("invoker", build)
         return invoker
@@ -187,7 +157,7 @@ class Runtime:
                 return None
             from gpufarm.adapters.aws import make_queue
 
-            return make_queue(self.settings, url, env=self.environ)
+            return make_queue(self.settings, url)
 
         queue: WorkQueue | None = self._get("queue", build)
         return queue
@@ -209,12 +179,7 @@ class Runtime:
     def _farm_text(self) -> str:
         from gpufarm.adapters.aws import load_farm_text
 
-        settings = self.settings
-        if not settings.farm_config and not settings.farm_config_parameter and self.local:
-            example = _find_example_farm()
-            if example is not None:
-                settings = settings.model_copy(update={"farm_config": str(example)})
-        return load_farm_text(settings)
+        return load_farm_text(self.settings)
 
     def worker_function(self) -> str:
         """The slack_worker function name (GPUFARM_WORKER_FUNCTION)."""
@@ -266,6 +231,16 @@ class ConfigurationError(GpufarmError):
 _lock = threading.Lock()
 _current: tuple[tuple[tuple[str, str], ...], Runtime] | None = None
 _overrides: dict[str, Any] = {}
+_seam_providers: list[SeamProvider] = []
+
+
+def install_seams(provider: SeamProvider) -> None:
+    """Let a development tool replace production collaborators in the environments it recognises (idempotent)."""
+    global _current  # noqa: PLW0603
+    with _lock:
+        if provider not in _seam_providers:
+            _seam_providers.append(provider)
+        _current = None
 
 
 def current() -> Runtime:
@@ -300,14 +275,6 @@ def _load_settings() -> Settings:
     from gpufarm.config import load_settings
 
     return load_settings()
-
-
-def _find_example_farm() -> Path | None:
-    for base in (Path.cwd(), *Path(__file__).resolve().parents):
-        candidate = base / EXAMPLE_FARM
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def describe(exc: Exception) -> str:

@@ -1,0 +1,127 @@
+"""One node's agent: snapshot -> attribution -> series -> sender, every interval; registration on its own schedule."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpufarm_node.attribution import Attributor, Workload
+from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
+from gpufarm_node.model import NodeSnapshot, SnapshotSource
+from gpufarm_node.registration import HostRegistrar
+from gpufarm_node.sender import Sender
+
+log = logging.getLogger("gpufarm_node.agent")
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """What one cycle did."""
+
+    timestamp: int
+    series: int
+    collect_seconds: float
+    flushed: bool | None
+
+
+class Agent:
+    """Runs cycles for one node; `cycle()` is synchronous so simulations and tests drive it step by step."""
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        attributor: Attributor,
+        sender: Sender,
+        *,
+        hostname: str,
+        environment: str,
+        cluster: str,
+        options: CollectOptions | None = None,
+        registrar: HostRegistrar | None = None,
+        clock: Callable[[], float] = time.time,
+        flush_interval: float = 0.0,
+    ) -> None:
+        self.source = source
+        self.attributor = attributor
+        self.sender = sender
+        self.hostname = hostname
+        self.environment = environment
+        self.cluster = cluster
+        self.registrar = registrar
+        self.builder = SeriesBuilder(identity_tags(environment, cluster), options)
+        self._clock = clock
+        self._flush_interval = flush_interval
+        self._last_flush: float | None = None
+        self._dropped: Counter[str] = Counter()
+        self.last_series: list[Series] = []
+
+    def start(self) -> None:
+        """Initialise the source (NVML); raises NvmlUnavailable when there is none."""
+        self.source.start()
+
+    def cycle(self, now: float | None = None) -> CycleReport:
+        """Collect, attribute, build and hand one cycle to the sender; flush when due."""
+        started = time.perf_counter()
+        snap = self.source.snapshot()
+        workloads = self._attribute(snap)
+        collect_seconds = time.perf_counter() - started
+        if self.registrar is not None and self.registrar.due() and snap.gpus:
+            self.registrar.refresh(_main_model(snap), len(snap.gpus))
+        host_ir = self.registrar.host_ir() if self.registrar is not None else None
+        self._dropped.update(self.sender.take_dropped())
+        stats = AgentStats(collect_seconds, dict(self._dropped))
+        self._dropped.clear()
+        series = self.builder.build(snap, workloads, self.attributor.device_owners, host_ir, stats)
+        self.last_series = series
+        timestamp = int(self._clock() if now is None else now)
+        self.sender.send(series, timestamp)
+        flushed = None
+        if self._last_flush is None or timestamp - self._last_flush >= self._flush_interval:
+            self._last_flush = timestamp
+            flushed = self.sender.flush()
+        return CycleReport(timestamp, len(series), collect_seconds, flushed)
+
+    def _attribute(self, snap: NodeSnapshot) -> dict[int, Workload | None]:
+        attributor = self.attributor
+        attributor.begin_cycle()
+        workloads: dict[int, Workload | None] = {}
+        for gpu in snap.gpus:
+            for proc in gpu.processes:
+                workloads[proc.pid] = attributor.workload(proc.pid)
+            for mig in gpu.migs:
+                for proc in mig.processes:
+                    workloads[proc.pid] = attributor.workload(proc.pid)
+        attributor.end_cycle()
+        return workloads
+
+    def run(self, stop: threading.Event, interval: float) -> None:
+        """Cycle every `interval` seconds until `stop` is set; a late cycle skips ahead instead of bunching up."""
+        next_at = time.monotonic()
+        while not stop.is_set():
+            try:
+                self.cycle()
+            except Exception:
+                # One bad cycle (a driver hiccup, a malformed /proc entry) must not stop the agent.
+                log.exception("collection cycle failed")
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay < 0:
+                next_at = time.monotonic()
+                delay = 0.0
+            stop.wait(delay)
+
+    def close(self) -> None:
+        """Flush what is pending and release NVML and connections."""
+        try:
+            self.sender.close()
+        finally:
+            self.source.close()
+
+
+def _main_model(snap: NodeSnapshot) -> str:
+    models = Counter(gpu_model(g.name) for g in snap.gpus)
+    return models.most_common(1)[0][0]

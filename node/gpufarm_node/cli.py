@@ -1,0 +1,339 @@
+"""`gpufarm-node`: the node agent's command line.
+
+Exit status: 0 done, 2 bad arguments or Datadog settings, 3 NVML unavailable (no driver, no library).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpufarm_node import __version__
+
+log = logging.getLogger("gpufarm_node")
+
+EXIT_USAGE = 2
+EXIT_NO_NVML = 3
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_TAG_VALUE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:/-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    host: str
+    port: int
+
+
+def _hostport(ctx: click.Context, param: click.Parameter, value: str | None) -> _Endpoint | None:
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise click.BadParameter("use HOST:PORT, e.g. 127.0.0.1:8125")
+    return _Endpoint(host, int(port))
+
+
+def _tag_value(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not _TAG_VALUE.match(value):
+        raise click.BadParameter("starts with a letter; letters, digits and _ . : / - only (it becomes a tag)")
+    return value
+
+
+def _hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    name = value or socket.gethostname()
+    if not _HOSTNAME.match(name):
+        raise click.BadParameter(f"{name[:60]!r} is not a host name")
+    return name
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="gpufarm-node")
+@click.option(
+    "--interval",
+    type=click.FloatRange(1, 3600),
+    default=15.0,
+    show_default=True,
+    envvar="GPUFARM_NODE_INTERVAL",
+    help="Seconds between collections.",
+)
+@click.option(
+    "--flush-interval",
+    type=click.FloatRange(0, 600),
+    default=60.0,
+    show_default=True,
+    envvar="GPUFARM_NODE_FLUSH_INTERVAL",
+    help="Seconds between pushes to Datadog (0: every cycle).",
+)
+@click.option("--once", is_flag=True, help="Collect and send one cycle, then exit.")
+@click.option(
+    "--fake",
+    "fake",
+    metavar="TOPOLOGY",
+    help="Run on the fake NVML: a topology YAML file or a packaged name (e.g. h100x8-mig).",
+)
+@click.option(
+    "--environment",
+    default="default",
+    show_default=True,
+    envvar="GPUFARM_ENVIRONMENT",
+    callback=_tag_value,
+    help="Environment tag of this node (e.g. aws-cloud, onprem-hpc).",
+)
+@click.option(
+    "--cluster",
+    default="default",
+    show_default=True,
+    envvar="GPUFARM_CLUSTER",
+    callback=_tag_value,
+    help="Cluster tag of this node.",
+)
+@click.option(
+    "--hostname",
+    envvar=["GPUFARM_HOSTNAME", "DD_HOSTNAME"],
+    callback=_hostname,
+    help="Host name to report as (default: this machine's; match the Datadog Agent's).",
+)
+@click.option(
+    "--per-process",
+    is_flag=True,
+    envvar="GPUFARM_NODE_PER_PROCESS",
+    help="Also emit per-process series tagged with pid (more cardinality).",
+)
+@click.option(
+    "--dogstatsd",
+    metavar="HOST:PORT",
+    callback=_hostport,
+    help="Send to a local Datadog Agent's DogStatsD instead of the API.",
+)
+@click.option("--dry-run", is_flag=True, help="Print each cycle's series as JSON lines; send nothing.")
+@click.option(
+    "--proc-root",
+    type=click.Path(file_okay=False),
+    envvar="GPUFARM_PROC_ROOT",
+    default="/proc",
+    show_default=True,
+    help="Where /proc is (the host's /proc mounted into a container).",
+)
+@click.option(
+    "--pod-metadata",
+    type=click.Path(dir_okay=False),
+    envvar="GPUFARM_POD_METADATA",
+    help="Kubelet /pods-shaped JSON file with pod labels (gpufarm.io/ir).",
+)
+@click.option(
+    "--pod-resources-socket",
+    envvar="GPUFARM_POD_RESOURCES_SOCKET",
+    default="/var/lib/kubelet/pod-resources/kubelet.sock",
+    show_default=True,
+    help="kubelet pod-resources socket (used when present and grpcio is installed).",
+)
+@click.option(
+    "--idle-threshold",
+    type=click.FloatRange(0, 100),
+    default=5.0,
+    show_default=True,
+    help="Activity (%) under which a device holding memory counts as idle-held.",
+)
+@click.option(
+    "--held-memory-mib",
+    type=click.IntRange(0, 1 << 20),
+    default=64,
+    show_default=True,
+    help="Process memory (MiB) under which a device counts as idle, not idle-held.",
+)
+@click.option(
+    "--register-interval",
+    type=click.FloatRange(30, 86400),
+    default=300.0,
+    show_default=True,
+    help="Seconds between host tag registrations.",
+)
+@click.option("--no-register", is_flag=True, help="Do not set inventory host tags.")
+@click.option("--pcie", is_flag=True, help="Read PCIe throughput (each read blocks ~20 ms in the driver).")
+@click.option(
+    "--buffer-points",
+    type=click.IntRange(1000, 10_000_000),
+    default=100_000,
+    show_default=True,
+    help="Points kept through a Datadog outage; the oldest are dropped beyond this.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    envvar="GPUFARM_NODE_LOG_LEVEL",
+)
+def main(**opts: Any) -> None:
+    """gpufarm-node: NVML metrics per GPU, MIG slice, process and container, attributed to IRs, sent to Datadog."""
+    logging.basicConfig(
+        level=getattr(logging, opts["log_level"].upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if opts["dry_run"] and opts["dogstatsd"]:
+        raise click.UsageError("--dry-run and --dogstatsd exclude each other")
+    if opts["fake"] and opts["proc_root"] != "/proc":
+        raise click.UsageError("--fake generates its own /proc; drop --proc-root")
+    from gpufarm_node.datadog import DatadogConfigError
+
+    try:
+        with _agent(opts) as agent:
+            if opts["once"]:
+                agent.cycle()
+                return
+            stop = threading.Event()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: stop.set())
+            log.info("collecting every %.0fs on %s", opts["interval"], agent.hostname)
+            agent.run(stop, opts["interval"])
+    except DatadogConfigError as exc:
+        click.echo(f"gpufarm-node: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+@contextmanager
+def _agent(opts: dict[str, Any]) -> Iterator[Any]:
+    """Build the agent from options; yields it started, closes it after."""
+    try:
+        from gpufarm_node.nvml_source import NvmlUnavailable
+    except ImportError as exc:
+        click.echo(f"gpufarm-node: nvidia-ml-py is missing ({exc}); install gpufarm[node]", err=True)
+        sys.exit(EXIT_NO_NVML)
+
+    workdir: Path | None = None
+    topology = _fake_topology(opts) if opts["fake"] else None
+    try:
+        sender, registrar = _outputs(opts)
+        if topology is not None:
+            workdir = Path(tempfile.mkdtemp(prefix="gpufarm-node-fake-"))
+            agent = _fake_agent(opts, topology, workdir, sender, registrar)
+        else:
+            agent = _nvml_agent(opts, sender, registrar)
+        try:
+            agent.start()
+        except NvmlUnavailable as exc:
+            click.echo(f"gpufarm-node: NVML unavailable: {exc}", err=True)
+            sys.exit(EXIT_NO_NVML)
+        try:
+            yield agent
+        finally:
+            agent.close()
+    finally:
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _agent_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """Agent keyword arguments shared by the NVML and the fake wiring."""
+    from gpufarm_node.collect import CollectOptions
+
+    return {
+        "hostname": opts["hostname"],
+        "environment": opts["environment"],
+        "cluster": opts["cluster"],
+        "options": CollectOptions(opts["idle_threshold"], opts["held_memory_mib"] << 20, opts["per_process"]),
+        "flush_interval": 0.0 if opts["once"] else opts["flush_interval"],
+    }
+
+
+def _xid_mode(opts: dict[str, Any]) -> Any:
+    """A background XID thread for a running agent; one poll is enough for --once."""
+    return "poll" if opts["once"] else "thread"
+
+
+def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any) -> Any:
+    from gpufarm_node.agent import Agent
+    from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
+    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.podresources import kubelet_lister
+
+    pods = PodMetadataFile(opts["pod_metadata"]) if opts["pod_metadata"] else None
+    lister = kubelet_lister(opts["pod_resources_socket"])
+    owners = PodResourcesOwners(lister, pods) if lister else None
+    return Agent(
+        NvmlSource(interval=opts["interval"], pcie=opts["pcie"], xid_mode=_xid_mode(opts)),
+        Attributor(ProcFs(opts["proc_root"]), pods=pods, owners=owners),
+        sender,
+        registrar=registrar,
+        **_agent_options(opts),
+    )
+
+
+def _fake_topology(opts: dict[str, Any]) -> Any:
+    from gpufarm_node.topology import TopologyError, load_topology, packaged_topology
+
+    name = opts["fake"]
+    try:
+        path = Path(name) if Path(name).is_file() else packaged_topology(name)
+        return load_topology(path, seed=opts["hostname"])
+    except TopologyError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fake") from exc
+
+
+def _fake_agent(opts: dict[str, Any], topology: Any, workdir: Path, sender: Any, registrar: Any) -> Any:
+    from gpufarm_node.fakenode import fake_node
+
+    node = fake_node(
+        topology,
+        workdir,
+        sender,
+        registrar=registrar,
+        xid_mode=_xid_mode(opts),
+        pcie=opts["pcie"],
+        interval=opts["interval"],
+        **_agent_options(opts),
+    )
+    return node.agent
+
+
+def _outputs(opts: dict[str, Any]) -> tuple[Any, Any]:
+    """The sender and (when keys allow) the registrar."""
+    from gpufarm_node.datadog import api_client, tags_api, target_from_env
+    from gpufarm_node.registration import HostRegistrar
+    from gpufarm_node.sender import DatadogSender, DogStatsdSender, JsonLinesSender, SeriesIntake
+
+    interval = round(opts["interval"])
+    if opts["dry_run"]:
+        return JsonLinesSender(opts["hostname"], interval=interval), None
+    endpoint = opts["dogstatsd"]
+    target = target_from_env(need_api_key=endpoint is None)
+    client = api_client(target) if target.api_key else None
+    if endpoint is not None:
+        sender: Any = DogStatsdSender(endpoint.host, endpoint.port)
+    else:
+        sender = DatadogSender(
+            SeriesIntake(client), opts["hostname"], interval=interval, max_points=opts["buffer_points"]
+        )
+    registrar = None
+    if opts["no_register"]:
+        log.info("host registration is off (--no-register)")
+    elif client is None or not target.app_key:
+        log.warning("no DD_APP_KEY: this node will not register its inventory host tags")
+    else:
+        registrar = HostRegistrar(
+            tags_api(client),
+            opts["hostname"],
+            opts["environment"],
+            opts["cluster"],
+            interval=opts["register_interval"],
+        )
+    return sender, registrar
+
+
+if __name__ == "__main__":
+    main()

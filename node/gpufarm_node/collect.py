@@ -1,0 +1,366 @@
+"""NodeSnapshot + attribution -> series: device metrics, the idle taxonomy, container and IR rollups.
+
+Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
+- A *device* is a whole GPU or a MIG slice. Parent-only values of a MIG-enabled GPU (power, clocks, thermals,
+  ECC, XID) are emitted once for the physical GPU (`gpu_slicing_mode:mig-parent`); slice series carry
+  `gpu_parent_uuid` so they join with them.
+- Each device is `busy` (activity at or over `idle_util_threshold`), `idle` (no process, or processes holding
+  less than `held_memory_bytes`) or `idle_held` (memory held, activity under the threshold), as 0/1 gauges
+  `gpufarm.gpu.idle_state{state:...}`. A device whose activity NVML cannot measure (a MIG slice without GPM)
+  counts as busy while it has processes: the agent never calls idle what it cannot see.
+- A device's IR is its owner's (pod-resources or assignment), else that of the processes holding most of its
+  memory, else the host's single `ir:` tag, else `none`. A process's IR is its own (environment or pod label),
+  else its device's.
+- That attribution is the `gpu_ir` tag (`ir-123` or `none`) on every device, container, process and IR series,
+  plus `ir` when there is one. Datadog attaches host tags to every series, so on a shared sliced host tagged
+  with two IRs `ir` carries both; `gpu_ir` is the agent's own key and stays exact: group by it for slices.
+- Per-container values are rolled up per (container, device), with zeros for a container that holds a device
+  but runs nothing on it (dcgm-exporter's idle pod values). PIDs appear only on opt-in per-process series.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import NamedTuple
+
+from gpufarm_node.attribution import DeviceOwner, Workload
+from gpufarm_node.catalog import CLOCK_EVENT_REASONS, IDLE_STATES
+from gpufarm_node.model import GpuSnapshot, MemoryInfo, NodeSnapshot, ProcessSample
+from gpufarm_node.tags import normalize_tag
+
+NO_IR = "none"
+_MODEL_PREFIXES = ("NVIDIA", "TESLA", "GEFORCE", "QUADRO")
+
+
+class Series(NamedTuple):
+    """One value of one metric with its tags; type and unit come from the catalogue."""
+
+    metric: str
+    value: float
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CollectOptions:
+    """Thresholds of the idle taxonomy and what to emit."""
+
+    idle_util_threshold: float = 5.0
+    held_memory_bytes: int = 64 << 20
+    per_process: bool = False
+
+
+@dataclass
+class AgentStats:
+    """What the agent itself reports alongside the GPU data."""
+
+    cycle_time: float = 0.0
+    points_dropped: Mapping[str, int] = field(default_factory=dict)
+
+
+def gpu_model(name: str) -> str:
+    """A short model from an NVML name: `NVIDIA H100 80GB HBM3` -> `H100`, `NVIDIA A100-SXM4-80GB` -> `A100`."""
+    words = [w for w in re.split(r"\s+", name.strip()) if w]
+    while words and words[0].upper() in _MODEL_PREFIXES:
+        words.pop(0)
+    picked: list[str] = []
+    for word in words:
+        picked.append(word.split("-")[0])
+        if any(ch.isdigit() for ch in word):
+            break
+    return "-".join(picked).upper() or "UNKNOWN"
+
+
+def identity_tags(environment: str, cluster: str) -> tuple[str, ...]:
+    """Tags on every series of a node."""
+    return (normalize_tag(f"environment:{environment}"), normalize_tag(f"cluster:{cluster}"))
+
+
+@dataclass(slots=True)
+class _Device:
+    uuid: str
+    tags: tuple[str, ...]
+    memory: MemoryInfo | None
+    utilization: float | None
+    processes: list[ProcessSample]
+    activity: float | None = None
+
+
+@dataclass
+class _IrTotals:
+    devices: Counter[str] = field(default_factory=Counter)
+    activity: list[float] = field(default_factory=list)
+    memory: int = 0
+    processes: int = 0
+
+
+@dataclass
+class _Cycle:
+    """What one build() works with and accumulates."""
+
+    workloads: Mapping[int, Workload | None]
+    owners: Mapping[str, DeviceOwner]
+    host_ir: str | None
+    out: list[Series] = field(default_factory=list)
+    irs: dict[str, _IrTotals] = field(default_factory=dict)
+
+    def totals(self, ir: str) -> _IrTotals:
+        """The rollup of one IR."""
+        found = self.irs.get(ir)
+        if found is None:
+            found = self.irs[ir] = _IrTotals()
+        return found
+
+
+class SeriesBuilder:
+    """Turns snapshots into series; keeps the little state rollups need across cycles (energy counters)."""
+
+    def __init__(self, common_tags: Sequence[str], options: CollectOptions | None = None) -> None:
+        self.common = tuple(common_tags)
+        self.options = options or CollectOptions()
+        self._energy: dict[str, float] = {}
+
+    def build(
+        self,
+        snap: NodeSnapshot,
+        workloads: Mapping[int, Workload | None],
+        owners: Mapping[str, DeviceOwner],
+        host_ir: str | None = None,
+        stats: AgentStats | None = None,
+    ) -> list[Series]:
+        """Every series of one cycle."""
+        cycle = _Cycle(workloads, owners, host_ir)
+        for gpu in snap.gpus:
+            self._gpu(gpu, cycle)
+        self._ir_rollups(cycle.irs, cycle.out)
+        self._node(snap, stats or AgentStats(), cycle.out)
+        return cycle.out
+
+    # -- devices -----------------------------------------------------------------------------------------------
+
+    def _gpu(self, gpu: GpuSnapshot, cycle: _Cycle) -> None:
+        out = cycle.out
+        uuid = gpu.uuid.lower()
+        model = gpu_model(gpu.name).lower()
+        mode = "mig-parent" if gpu.mig_enabled else "none"
+        tags = (
+            *self.common,
+            f"gpu_uuid:{uuid}",
+            f"gpu_index:{gpu.index}",
+            f"gpu_model:{model}",
+            f"gpu_slicing_mode:{mode}",
+        )
+        if not gpu.healthy:
+            owner = cycle.owners.get(gpu.uuid)
+            ir = (owner.ir if owner else None) or cycle.host_ir or NO_IR
+            out.append(Series("gpufarm.gpu.unhealthy", 1.0, (*tags, *_ir_tags(ir))))
+            cycle.totals(ir).devices["unhealthy"] += 1
+            return
+        if not gpu.mig_enabled:
+            device = _Device(gpu.uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
+            ir = self._device(device, cycle)
+            # Whole GPUs carry their IR on parent values too (energy and power per IR); slices share theirs.
+            tags = (*tags, *_ir_tags(ir))
+            out.append(Series("gpufarm.gpu.unhealthy", 0.0, tags))
+        else:
+            out.append(Series("gpufarm.gpu.unhealthy", 0.0, tags))
+            for mig in gpu.migs:
+                mig_tags = (
+                    *self.common,
+                    f"gpu_uuid:{mig.uuid.lower()}",
+                    f"gpu_index:{gpu.index}",
+                    f"gpu_model:{model}",
+                    "gpu_slicing_mode:mig",
+                    f"gpu_parent_uuid:{uuid}",
+                    f"mig_profile:{mig.profile}",
+                    f"gpu_instance_id:{mig.gpu_instance_id}",
+                )
+                activity = mig.activity.get("graphics") if mig.activity else None
+                device = _Device(mig.uuid, mig_tags, mig.memory, None, mig.processes, activity)
+                ir = self._device(device, cycle)
+                for name, value in (mig.activity or {}).items():
+                    out.append(Series(f"gpufarm.gpu.activity.{name}", value, (*mig_tags, *_ir_tags(ir))))
+        self._parent_values(gpu, tags, out)
+
+    def _device(self, device: _Device, cycle: _Cycle) -> str:
+        """Emit one device's series and rollups; returns the IR it is attributed to."""
+        out = cycle.out
+        owner = cycle.owners.get(device.uuid)
+        ir = (owner.ir if owner else None) or _majority_ir(device.processes, cycle.workloads) or cycle.host_ir or NO_IR
+        tags = (*device.tags, *_ir_tags(ir))
+        memory = device.memory
+        if memory is not None:
+            out.append(Series("gpufarm.gpu.memory.total", float(memory.total), tags))
+            out.append(Series("gpufarm.gpu.memory.used", float(memory.used), tags))
+            out.append(Series("gpufarm.gpu.memory.free", float(memory.free), tags))
+            if memory.reserved is not None:
+                out.append(Series("gpufarm.gpu.memory.reserved", float(memory.reserved), tags))
+        if device.utilization is not None:
+            out.append(Series("gpufarm.gpu.utilization", device.utilization, tags))
+        processes = device.processes
+        out.append(Series("gpufarm.gpu.processes", float(len(processes)), tags))
+        measured = device.utilization if device.utilization is not None else device.activity
+        if measured is None and processes and all(p.sm_util is not None for p in processes):
+            measured = min(100.0, sum(p.sm_util or 0.0 for p in processes))
+        state = self._idle_state(processes, measured)
+        out.extend(
+            Series("gpufarm.gpu.idle_state", 1.0 if name == state else 0.0, (*tags, f"state:{name}"))
+            for name in IDLE_STATES
+        )
+        totals = cycle.totals(ir)
+        totals.devices[state] += 1
+        if measured is not None:
+            totals.activity.append(measured)
+        self._containers(ir, device, owner, cycle)
+        return ir
+
+    def _idle_state(self, processes: list[ProcessSample], activity: float | None) -> str:
+        opts = self.options
+        # Measured activity wins: a busy GPU whose process list came back empty (a failed or partial read)
+        # must never look idle to the reclaimer.
+        if activity is not None and activity >= opts.idle_util_threshold:
+            return "busy"
+        if not processes:
+            return "idle"
+        held = sum(opts.held_memory_bytes if p.used_memory is None else p.used_memory for p in processes)
+        if held < opts.held_memory_bytes:
+            return "idle"
+        return "busy" if activity is None else "idle_held"
+
+    def _containers(self, device_ir: str, device: _Device, owner: DeviceOwner | None, cycle: _Cycle) -> None:
+        out = cycle.out
+        groups: dict[tuple[str, ...], list[ProcessSample]] = {}
+        named: set[tuple[str | None, str | None, str | None]] = set()
+        device_tag = f"gpu_uuid:{device.uuid.lower()}"
+        for proc in device.processes:
+            workload = cycle.workloads.get(proc.pid)
+            ir = (workload.ir if workload else None) or device_ir
+            totals = cycle.totals(ir)
+            totals.memory += proc.used_memory or 0
+            totals.processes += 1
+            if self.options.per_process:
+                ptags = (*self.common, device_tag, f"pid:{proc.pid}", *_ir_tags(ir), *_container_tags(workload))
+                if proc.used_memory is not None:
+                    out.append(Series("gpufarm.process.memory.used", float(proc.used_memory), ptags))
+                if proc.sm_util is not None:
+                    out.append(Series("gpufarm.process.sm_utilization", proc.sm_util, ptags))
+            if workload is None or workload.container_id is None:
+                continue
+            named.add((workload.namespace, workload.pod_name, workload.container_name))
+            key = (*self.common, device_tag, *_ir_tags(ir), *_container_tags(workload))
+            groups.setdefault(key, []).append(proc)
+        for ctags, members in groups.items():
+            self._container_values(ctags, members, out)
+        if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
+            # A container holds this device but runs nothing on it: zeros, the idle signal (nvml.md 2.9).
+            otags = (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner))
+            self._container_values(otags, [], out)
+
+    @staticmethod
+    def _container_values(tags: tuple[str, ...], members: list[ProcessSample], out: list[Series]) -> None:
+        out.append(Series("gpufarm.container.memory.used", float(sum(p.used_memory or 0 for p in members)), tags))
+        out.append(Series("gpufarm.container.processes", float(len(members)), tags))
+        if all(p.sm_util is not None for p in members):
+            out.append(Series("gpufarm.container.sm_utilization", sum(p.sm_util or 0.0 for p in members), tags))
+
+    def _parent_values(self, gpu: GpuSnapshot, tags: tuple[str, ...], out: list[Series]) -> None:
+        """Values only the physical GPU has (for a MIG GPU, shared by all its slices)."""
+        for metric, value in (
+            ("gpufarm.gpu.power.usage", gpu.power_w),
+            ("gpufarm.gpu.power.limit", gpu.power_limit_w),
+            ("gpufarm.gpu.temperature", gpu.temperature_c),
+            ("gpufarm.gpu.clock.sm", gpu.clock_sm_mhz),
+            ("gpufarm.gpu.clock.memory", gpu.clock_mem_mhz),
+            ("gpufarm.gpu.pcie.tx_throughput", gpu.pcie_tx_kib_s),
+            ("gpufarm.gpu.pcie.rx_throughput", gpu.pcie_rx_kib_s),
+        ):
+            if value is not None:
+                out.append(Series(metric, value, tags))
+        if gpu.energy_j is not None:
+            previous = self._energy.get(gpu.uuid)
+            self._energy[gpu.uuid] = gpu.energy_j
+            # The counter restarts when the driver reloads; a drop is a restart, not negative energy.
+            if previous is not None and gpu.energy_j >= previous:
+                out.append(Series("gpufarm.gpu.energy", gpu.energy_j - previous, tags))
+        if gpu.clock_event_reasons is not None:
+            bits = gpu.clock_event_reasons
+            out.extend(
+                Series("gpufarm.gpu.clock_event_reason", 1.0 if bits & bit else 0.0, (*tags, f"reason:{reason}"))
+                for bit, reason in CLOCK_EVENT_REASONS
+            )
+        if gpu.ecc_uncorrected is not None:
+            out.append(Series("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags))
+        if gpu.remapped_rows is not None:
+            correctable, uncorrectable, pending, failure = gpu.remapped_rows
+            out.append(Series("gpufarm.gpu.remapped_rows.correctable", float(correctable), tags))
+            out.append(Series("gpufarm.gpu.remapped_rows.uncorrectable", float(uncorrectable), tags))
+            out.append(Series("gpufarm.gpu.remapped_rows.pending", 1.0 if pending else 0.0, tags))
+            out.append(Series("gpufarm.gpu.remapped_rows.failure", 1.0 if failure else 0.0, tags))
+        for xid, count in sorted(Counter(gpu.xids).items()):
+            out.append(Series("gpufarm.gpu.xid_errors", float(count), (*tags, f"xid:{xid}")))
+
+    # -- rollups --------------------------------------------------------------------------------------------
+
+    def _ir_rollups(self, irs: dict[str, _IrTotals], out: list[Series]) -> None:
+        for ir, totals in sorted(irs.items()):
+            tags = (*self.common, *_ir_tags(ir))
+            devices = totals.devices
+            out.append(Series("gpufarm.ir.gpus", float(devices["busy"] + devices["idle"] + devices["idle_held"]), tags))
+            out.append(Series("gpufarm.ir.gpus_busy", float(devices["busy"]), tags))
+            out.append(Series("gpufarm.ir.gpus_idle", float(devices["idle"]), tags))
+            out.append(Series("gpufarm.ir.gpus_idle_held", float(devices["idle_held"]), tags))
+            out.append(Series("gpufarm.ir.gpus_unhealthy", float(devices["unhealthy"]), tags))
+            out.append(Series("gpufarm.ir.memory.used", float(totals.memory), tags))
+            out.append(Series("gpufarm.ir.processes", float(totals.processes), tags))
+            if totals.activity:
+                out.append(Series("gpufarm.ir.utilization", sum(totals.activity) / len(totals.activity), tags))
+
+    def _node(self, snap: NodeSnapshot, stats: AgentStats, out: list[Series]) -> None:
+        common = self.common
+        out.append(Series("gpufarm.node.gpus", float(len(snap.gpus)), common))
+        out.append(Series("gpufarm.node.cycle_time", stats.cycle_time, common))
+        for function, count in sorted(snap.errors.items()):
+            out.append(Series("gpufarm.node.nvml_errors", float(count), (*common, f"function:{function.lower()}")))
+        for reason, count in sorted(stats.points_dropped.items()):
+            if count:
+                out.append(Series("gpufarm.node.points_dropped", float(count), (*common, f"drop_reason:{reason}")))
+        if snap.events_dropped:
+            out.append(Series("gpufarm.node.events_dropped", float(snap.events_dropped), common))
+
+
+@lru_cache(maxsize=4096)
+def _ir_tags(ir: str) -> tuple[str, ...]:
+    """`gpu_ir` always (the agent's attribution, which hosts never carry); `ir` too when there is one."""
+    return (f"gpu_ir:{ir}",) if ir == NO_IR else (f"gpu_ir:{ir}", f"ir:{ir}")
+
+
+def _majority_ir(processes: list[ProcessSample], workloads: Mapping[int, Workload | None]) -> str | None:
+    """The IR whose processes hold most of a device's memory; ties go to the lowest IR, for stable answers."""
+    held: Counter[str] = Counter()
+    for proc in processes:
+        workload = workloads.get(proc.pid)
+        if workload is not None and workload.ir:
+            held[workload.ir] += (proc.used_memory or 0) + 1
+    if not held:
+        return None
+    return min(held, key=lambda ir: (-held[ir], ir))
+
+
+def _container_tags(workload: Workload | None) -> tuple[str, ...]:
+    if workload is None or workload.container_id is None:
+        return ()
+    pod = _pod_tags(workload.pod_uid, workload.pod_name, workload.namespace, workload.container_name)
+    return (f"container_id:{workload.container_id}", *pod)
+
+
+def _owner_tags(owner: DeviceOwner) -> tuple[str, ...]:
+    return _pod_tags(owner.pod_uid, owner.pod, owner.namespace, owner.container)
+
+
+def _pod_tags(uid: str | None, name: str | None, namespace: str | None, container: str | None) -> tuple[str, ...]:
+    """Kubernetes tags, Datadog's names, for whatever of the pod is known."""
+    pairs = (("pod_uid", uid), ("pod_name", name), ("kube_namespace", namespace), ("kube_container_name", container))
+    return tuple(f"{key}:{value}" for key, value in pairs if value)

@@ -1,0 +1,394 @@
+"""Where series go: Datadog API v2 (buffered, batched, gzip), DogStatsD on a local Datadog Agent, or stdout.
+
+The Datadog sender keeps a bounded buffer of cycles: an outage fills it, the oldest points are dropped first
+(counted as `gpufarm.node.points_dropped{drop_reason:overflow}`), points Datadog would refuse as older than an
+hour are dropped (`drop_reason:expired`), and a payload Datadog rejects as malformed is dropped
+(`drop_reason:rejected`) rather than retried forever.
+
+It goes through datadog-api-client's configuration, auth settings, connection pool and retry policy
+(`ClientRetry`, which honours X-RateLimit-Reset), but writes the JSON itself: `MetricsApi.submit_metrics` deep
+copies the body (`data_to_dict`) and re-encodes it on every push, about 8 ms of CPU per 700 series, more than
+the whole collection cycle. Here each series' fixed part is encoded once and cached, so a push costs its points,
+one gzip and one request (benchmarks/node.py). The payload is exactly what the client would send: the same
+fields, gzip as `MetricContentEncoding.GZIP`, POST /api/v2/series. Batches stay under 5,000,000 JSON bytes and
+are split until the gzip body is under Datadog's 512,000-byte limit.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import socket
+import sys
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from typing import IO, Any, Protocol
+
+from gpufarm_node.catalog import COUNT, METRICS
+from gpufarm_node.collect import Series
+
+log = logging.getLogger("gpufarm_node.sender")
+
+MAX_POINT_AGE_S = 3600
+MAX_RAW_BYTES = 5_000_000  # Datadog: 5,242,880 decompressed
+MAX_COMPRESSED_BYTES = 512_000
+_PREFIX_CACHE = 50_000
+
+
+class Sender(Protocol):
+    """Accepts each cycle's series; `flush` pushes what is pending."""
+
+    def send(self, series: Sequence[Series], timestamp: int) -> None:
+        """Queue one cycle's series, all stamped `timestamp` (epoch seconds)."""
+
+    def flush(self) -> bool:
+        """Push pending series; False when something is left for later (an outage)."""
+
+    def take_dropped(self) -> dict[str, int]:
+        """Points dropped since the last call, by reason."""
+
+    def close(self) -> None:
+        """Flush and release connections."""
+
+
+class IntakeError(Exception):
+    """A series POST failed; `status` is the HTTP status (0: no answer), `retry` whether to keep the data."""
+
+    def __init__(self, status: int, reason: str, *, retry: bool) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.retry = retry
+
+
+class Intake(Protocol):
+    """Something that accepts one gzip-compressed API v2 series payload."""
+
+    def post(self, gzipped: bytes) -> None:
+        """Send; raises IntakeError."""
+
+
+class SeriesIntake:
+    """POST /api/v2/series through a datadog-api-client ApiClient's pool, retries, timeouts and API key."""
+
+    def __init__(self, client: Any) -> None:
+        import urllib3
+        from datadog_api_client.v2.model.metric_content_encoding import MetricContentEncoding
+
+        cfg = client.configuration
+        auth = cfg.auth_settings()["apiKeyAuth"]
+        self.url = f"{cfg.host.rstrip('/')}/api/v2/series"
+        self._headers = {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "Content-Encoding": str(MetricContentEncoding.GZIP),
+            "User-Agent": client.user_agent,
+            auth["key"]: auth["value"],
+        }
+        connect, read = cfg.request_timeout if isinstance(cfg.request_timeout, tuple) else (None, None)
+        self._timeout = urllib3.Timeout(connect=connect, read=read)
+        self._pool = client.rest_client.pool_manager
+
+    def post(self, gzipped: bytes) -> None:
+        """Send one payload; 2xx or IntakeError."""
+        from urllib3.exceptions import HTTPError
+
+        try:
+            response = self._pool.request(
+                "POST", self.url, body=gzipped, headers=self._headers, timeout=self._timeout, preload_content=True
+            )
+        except (HTTPError, OSError) as exc:
+            raise IntakeError(0, type(exc).__name__, retry=True) from exc
+        if 200 <= response.status <= 299:
+            return
+        reason = response.data[:200].decode(errors="replace")
+        # A malformed or oversized payload will be refused again: drop it. Anything else (auth, throttling,
+        # outage) may heal: keep it.
+        raise IntakeError(response.status, reason, retry=response.status not in (400, 413, 422))
+
+
+def series_json(series: Series, timestamp: int, host: str | None, interval: int) -> dict[str, Any]:
+    """One series in the API v2 intake shape (what --dry-run prints)."""
+    definition = METRICS[series.metric]
+    body: dict[str, Any] = {
+        "metric": series.metric,
+        "type": definition.type,
+        "points": [{"timestamp": timestamp, "value": series.value}],
+        "tags": list(series.tags),
+    }
+    if host:
+        body["resources"] = [{"name": host, "type": "host"}]
+    if definition.unit:
+        body["unit"] = definition.unit
+    if definition.type == COUNT:
+        body["interval"] = interval
+    return body
+
+
+class DatadogSender:
+    """Datadog API v2 series, gzip-encoded, with an outage buffer and drop accounting."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        hostname: str,
+        *,
+        interval: int = 15,
+        max_points: int = 100_000,
+        max_age: float = MAX_POINT_AGE_S,
+        max_raw_bytes: int = MAX_RAW_BYTES,
+        max_compressed_bytes: int = MAX_COMPRESSED_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._intake = intake
+        self.hostname = hostname
+        self._resources = json.dumps([{"name": hostname, "type": "host"}], separators=(",", ":"))
+        self._interval = interval
+        self._max_points = max_points
+        self._max_age = max_age
+        self._max_raw = max_raw_bytes
+        self._max_compressed = max_compressed_bytes
+        self._clock = clock
+        # Cycles waiting to be sent: (timestamp, series); `_offset` series of the first are already sent.
+        self._pending: deque[tuple[int, Sequence[Series]]] = deque()
+        self._offset = 0
+        self._points = 0
+        self._dropped: Counter[str] = Counter()
+        self._failing = False
+        # (metric, tags) -> the series' JSON up to its points, built once.
+        self._prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
+        # What was sent, for the benchmark and the demo.
+        self.stats: Counter[str] = Counter()
+
+    @property
+    def buffered(self) -> int:
+        """Points waiting to be sent."""
+        return self._points
+
+    def send(self, series: Sequence[Series], timestamp: int) -> None:
+        """Queue a cycle; when the buffer is full the oldest points go first."""
+        if not series:
+            return
+        self._pending.append((timestamp, series))
+        self._points += len(series)
+        while self._points > self._max_points and len(self._pending) > 1:
+            self._drop_first("overflow")
+        if self._points > self._max_points:
+            # A single cycle larger than the whole buffer: keep its newest points.
+            timestamp, only = self._pending[0]
+            excess = self._points - self._max_points
+            self._pending[0] = (timestamp, only[self._offset + excess :])
+            self._offset = 0
+            self._points = self._max_points
+            self._dropped["overflow"] += excess
+
+    def flush(self) -> bool:
+        """Send pending series in size-bounded batches; stops at the first failure and keeps the rest."""
+        horizon = self._clock() - self._max_age + 60  # a minute of slack for the request itself
+        while self._pending and self._pending[0][0] < horizon:
+            self._drop_first("expired")
+        limit = self._max_raw
+        while self._pending:
+            parts, consumed, raw = self._next_batch(limit)
+            # Level 1: half the CPU of the default for ~10 % more bytes on this very repetitive JSON.
+            gzipped = gzip.compress(f'{{"series":[{",".join(parts)}]}}'.encode(), compresslevel=1)
+            if len(gzipped) >= self._max_compressed and consumed > 1:
+                # Rare (our JSON compresses ~25x): cut a smaller batch from the same front of the queue.
+                limit //= 2
+                continue
+            limit = self._max_raw
+            try:
+                self._intake.post(gzipped)
+            except IntakeError as exc:
+                if exc.retry:
+                    self._note_failure(exc)
+                    return False
+                # The status and Datadog's reason say it all; a traceback would add nothing.
+                log.error("Datadog rejected a metrics payload (%s): %s", exc.status, exc.reason)  # noqa: TRY400
+                self._dropped["rejected"] += consumed
+            else:
+                self.stats["requests"] += 1
+                self.stats["series"] += len(parts)
+                self.stats["points"] += consumed
+                self.stats["raw_bytes"] += raw
+                self.stats["compressed_bytes"] += len(gzipped)
+                if self._failing:
+                    log.warning("metrics submission recovered")
+                    self._failing = False
+            self._advance(consumed)
+        return True
+
+    def take_dropped(self) -> dict[str, int]:
+        """Points dropped since the last call, by reason (overflow, expired, rejected)."""
+        dropped = dict(self._dropped)
+        self._dropped.clear()
+        return dropped
+
+    def close(self) -> None:
+        """Try a last flush; what cannot be sent is lost with the process."""
+        if self._pending and not self.flush():
+            log.warning("%d points could not be sent before exit", self._points)
+
+    # -- internals ------------------------------------------------------------------------------------------
+
+    def _next_batch(self, limit: int) -> tuple[list[str], int, int]:
+        """Series JSON from the front of the queue (points of one series merged), at most `limit` bytes; also
+        the number of queued points it holds and its size."""
+        merged: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        prefixes = self._prefixes
+        size = 16
+        consumed = 0
+        offset = self._offset
+        # The hot loop of a push (hundreds of series per cycle): locals and tuple indexes, no attribute lookups.
+        for timestamp, series in self._pending:
+            head = f'{{"timestamp":{timestamp},"value":'
+            for item in series[offset:] if offset else series:
+                value = item[1]
+                if value - value:  # NaN or infinity (x - x is 0.0 for every finite x): JSON cannot carry them
+                    consumed += 1
+                    self._dropped["rejected"] += 1
+                    continue
+                point = f"{head}{value!r}}}"
+                key = (item[0], item[2])
+                points = merged.get(key)
+                if points is None:
+                    prefix = prefixes.get(key) or self._prefix(item)
+                    cost = len(prefix) + len(point) + 4
+                else:
+                    cost = len(point) + 1
+                if consumed and size + cost > limit:
+                    return self._render(merged), consumed, size
+                size += cost
+                consumed += 1
+                if points is None:
+                    merged[key] = [point]
+                else:
+                    points.append(point)
+            offset = 0
+        return self._render(merged), consumed, size
+
+    def _prefix(self, item: Series) -> str:
+        definition = METRICS[item.metric]
+        head = {"metric": item.metric, "type": definition.type, "tags": list(item.tags)}
+        if definition.unit:
+            head["unit"] = definition.unit
+        if definition.type == COUNT:
+            head["interval"] = self._interval
+        encoded = json.dumps(head, separators=(",", ":"))
+        prefix = f'{encoded[:-1]},"resources":{self._resources},"points":['
+        if len(self._prefixes) >= _PREFIX_CACHE:
+            self._prefixes.clear()  # series churn (pids, containers): start over rather than grow forever
+        self._prefixes[(item.metric, item.tags)] = prefix
+        return prefix
+
+    def _render(self, merged: dict[tuple[str, tuple[str, ...]], list[str]]) -> list[str]:
+        prefixes = self._prefixes
+        return [f"{prefixes[key]}{','.join(points)}]}}" for key, points in merged.items()]
+
+    def _note_failure(self, exc: IntakeError) -> None:
+        if not self._failing:
+            log.warning(
+                "metrics submission failing (%s); buffering up to %d points", exc.status or exc.reason, self._max_points
+            )
+            self._failing = True
+        self.stats["failures"] += 1
+
+    def _advance(self, consumed: int) -> None:
+        while consumed and self._pending:
+            available = len(self._pending[0][1]) - self._offset
+            if consumed >= available:
+                self._pending.popleft()
+                self._points -= available
+                consumed -= available
+                self._offset = 0
+            else:
+                self._offset += consumed
+                self._points -= consumed
+                consumed = 0
+
+    def _drop_first(self, reason: str) -> None:
+        _, series = self._pending.popleft()
+        lost = len(series) - self._offset
+        self._offset = 0
+        self._points -= lost
+        self._dropped[reason] += lost
+
+
+class DogStatsdSender:
+    """DogStatsD datagrams (`metric:value|g|#tag1,tag2`) to a local Datadog Agent over UDP."""
+
+    def __init__(self, host: str, port: int, *, max_datagram: int = 1432) -> None:
+        self.address = (host, port)
+        self._max = max_datagram
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_DGRAM)
+        self._socket.setblocking(False)
+        self._dropped: Counter[str] = Counter()
+        self.stats: Counter[str] = Counter()
+
+    def send(self, series: Sequence[Series], timestamp: int) -> None:
+        """Send right away (the Agent aggregates and stamps); lines are packed into datagrams."""
+        buffer: list[bytes] = []
+        size = 0
+        for item in series:
+            kind = "c" if METRICS[item.metric].type == COUNT else "g"
+            line = f"{item.metric}:{item.value!r}|{kind}|#{','.join(item.tags)}".encode()
+            if buffer and size + len(line) + 1 > self._max:
+                self._write(buffer)
+                buffer, size = [], 0
+            buffer.append(line)
+            size += len(line) + 1
+        if buffer:
+            self._write(buffer)
+
+    def _write(self, lines: list[bytes]) -> None:
+        try:
+            self._socket.sendto(b"\n".join(lines), self.address)
+            self.stats["datagrams"] += 1
+        except OSError as exc:
+            # UDP to a local Agent: nothing to retry; count what was lost.
+            self._dropped["send_error"] += len(lines)
+            log.debug("DogStatsD send failed: %s", exc)
+
+    def flush(self) -> bool:
+        """Nothing is buffered."""
+        return True
+
+    def take_dropped(self) -> dict[str, int]:
+        """Lines that could not be sent."""
+        dropped = dict(self._dropped)
+        self._dropped.clear()
+        return dropped
+
+    def close(self) -> None:
+        """Close the socket."""
+        self._socket.close()
+
+
+class JsonLinesSender:
+    """--dry-run: each cycle's API v2 payload as one JSON line on a stream."""
+
+    def __init__(self, hostname: str | None, *, stream: IO[str] | None = None, interval: int = 15) -> None:
+        self.hostname = hostname
+        self._stream = stream
+        self._interval = interval
+
+    def send(self, series: Sequence[Series], timestamp: int) -> None:
+        """Write the payload now."""
+        payload = {"series": [series_json(s, timestamp, self.hostname, self._interval) for s in series]}
+        stream = self._stream or sys.stdout
+        stream.write(json.dumps(payload, separators=(",", ":")) + "\n")
+        stream.flush()
+
+    def flush(self) -> bool:
+        """Nothing is buffered."""
+        return True
+
+    def take_dropped(self) -> dict[str, int]:
+        """Nothing is dropped."""
+        return {}
+
+    def close(self) -> None:
+        """Nothing to release."""

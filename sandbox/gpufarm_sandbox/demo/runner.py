@@ -1,0 +1,47 @@
+"""`gpufarm demo`: start the local environment in-process and run every stage, checking each step."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from collections.abc import Callable
+
+import click
+
+from gpufarm_sandbox.demo.context import DemoContext
+
+# Stages run in this order; each is `run(ctx: DemoContext) -> None` in its own module.
+STAGES: tuple[tuple[str, str], ...] = (
+    ("foundation: incidents, host tags and metrics through the adapters", "gpufarm_sandbox.demo.foundation_stage"),
+    ("lifecycle: request, approve, allocate, release from Slack", "gpufarm_sandbox.demo.lifecycle_stage"),
+    ("node agents: NVML metrics attributed to each IR", "gpufarm_sandbox.demo.metrics_stage"),
+)
+
+
+def run_demo(out: Callable[[str], None] = click.echo, *, stages: tuple[tuple[str, str], ...] = STAGES) -> DemoContext:
+    """Run the stages against a fresh local environment; returns the context with its checks and failures."""
+    from gpufarm.config import Settings
+    from gpufarm_sandbox.localhost import start_local
+
+    started = time.perf_counter()
+    with start_local(port=0) as env:
+        ctx = DemoContext(sandbox=env.sandbox, base_url=env.url, settings=Settings(), out=out, local=env)
+        out(f"gpufarm demo: sandbox and functions on {env.url}")
+        for title, module_name in stages:
+            out(f"\n#### {title}")
+            run: Callable[[DemoContext], None] = importlib.import_module(module_name).run
+            with ctx.step(f"stage {module_name.rsplit('.', 1)[-1]}"):
+                run(ctx)
+    elapsed = time.perf_counter() - started
+    out(f"\n{ctx.checks - len(ctx.failures)}/{ctx.checks} checks passed in {elapsed:.1f}s")
+    for failure in ctx.failures:
+        out(f"  FAILED: {failure}")
+    return ctx
+
+
+@click.command()
+def demo() -> None:
+    """Run the whole lifecycle on a local sandbox (no cloud account needed); exit 0 only if every check passed."""
+    ctx = run_demo()
+    sys.exit(1 if ctx.failures or ctx.checks == 0 else 0)

@@ -1,0 +1,260 @@
+"""The sandbox WSGI application: routing, auth, fault injection and the `/_sandbox/` control plane."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+from werkzeug.exceptions import MethodNotAllowed, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from gpufarm_sandbox.emulator.clock import Clock
+from gpufarm_sandbox.emulator.faults import FaultInjector, FaultSpec
+from gpufarm_sandbox.emulator.web import (
+    ApiError,
+    Auth,
+    Route,
+    dd_error,
+    json_body,
+    json_object,
+    json_response,
+    slack_error,
+)
+
+log = logging.getLogger("gpufarm_sandbox.emulator")
+
+DEFAULT_DD_API_KEY = "sandbox-dd-api-key"
+DEFAULT_DD_APP_KEY = "sandbox-dd-app-key"
+DEFAULT_SLACK_TOKEN = "xoxb-sandbox-token"
+DEFAULT_SLACK_SIGNING_SECRET = "sandbox-signing-secret-0000000000"
+
+
+class Module(Protocol):
+    """One API area of the sandbox."""
+
+    name: str
+
+    def routes(self) -> list[Route]:
+        """Endpoints this module serves."""
+
+    def reset(self) -> None:
+        """Forget everything."""
+
+    def dump(self) -> dict[str, Any]:
+        """State for `GET /_sandbox/state`."""
+
+
+class Sandbox:
+    """Datadog + Slack in one WSGI app; every module shares the clock, the lock and the fault plan."""
+
+    def __init__(
+        self,
+        *,
+        dd_api_keys: Iterable[str] = (DEFAULT_DD_API_KEY,),
+        dd_app_keys: Iterable[str] = (DEFAULT_DD_APP_KEY,),
+        slack_tokens: Iterable[str] = (DEFAULT_SLACK_TOKEN,),
+        slack_signing_secret: str = DEFAULT_SLACK_SIGNING_SECRET,
+        base_url: str = "http://127.0.0.1:8320",
+    ) -> None:
+        from gpufarm_sandbox.emulator.dashboards import DashboardsModule
+        from gpufarm_sandbox.emulator.hosts import HostsModule
+        from gpufarm_sandbox.emulator.incidents import IncidentsModule
+        from gpufarm_sandbox.emulator.metrics import MetricsModule
+        from gpufarm_sandbox.emulator.monitors import MonitorsModule
+        from gpufarm_sandbox.emulator.slack import SlackModule
+        from gpufarm_sandbox.emulator.webhooks import WebhooksModule
+
+        self.dd_api_keys = frozenset(dd_api_keys)
+        self.dd_app_keys = frozenset(dd_app_keys)
+        self.slack_tokens = frozenset(slack_tokens)
+        # Used to sign the slash commands and clicks the sandbox sends to the app on a simulated user's behalf.
+        self.slack_signing_secret = slack_signing_secret
+        self.base_url = base_url.rstrip("/")
+        self.clock = Clock()
+        self.faults = FaultInjector()
+        # One lock for all state: the sandbox favours being obviously right over being fast under contention.
+        self.lock = threading.RLock()
+        self.webhooks = WebhooksModule(self)
+        self.hosts = HostsModule(self)
+        self.metrics = MetricsModule(self)
+        self.incidents = IncidentsModule(self)
+        self.monitors = MonitorsModule(self)
+        self.dashboards = DashboardsModule(self)
+        self.slack = SlackModule(self)
+        self.modules: list[Module] = [
+            self.webhooks,
+            self.hosts,
+            self.metrics,
+            self.incidents,
+            self.monitors,
+            self.dashboards,
+            self.slack,
+        ]
+        self._extra: list[Route] = []
+        self._build_map()
+
+    # -- wiring -----------------------------------------------------------------------------------
+
+    def add_routes(self, routes: Iterable[Route]) -> None:
+        """Serve more endpoints (the local function host mounts `/fn/...` this way)."""
+        self._extra.extend(routes)
+        self._build_map()
+
+    def _control_routes(self) -> list[Route]:
+        return [
+            Route("/_sandbox/health", ("GET",), self._health, Auth.NONE),
+            Route("/_sandbox/state", ("GET",), self._state, Auth.NONE),
+            Route("/_sandbox/reset", ("POST",), self._reset, Auth.NONE),
+            Route("/_sandbox/clock", ("GET",), self._clock_get, Auth.NONE),
+            Route("/_sandbox/clock", ("POST",), self._clock_post, Auth.NONE),
+            Route("/_sandbox/faults", ("GET",), self._faults_get, Auth.NONE),
+            Route("/_sandbox/faults", ("POST",), self._faults_post, Auth.NONE),
+            Route("/_sandbox/faults", ("DELETE",), self._faults_delete, Auth.NONE),
+        ]
+
+    def _build_map(self) -> None:
+        routes = self._control_routes() + [r for m in self.modules for r in m.routes()] + self._extra
+        self._map = Map([Rule(r.path, methods=list(r.methods), endpoint=r) for r in routes], strict_slashes=False)
+
+    # -- WSGI ---------------------------------------------------------------------------------------
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = Request(environ)
+        response = self.handle(request)
+        return response(environ, start_response)
+
+    def handle(self, request: Request) -> Response:
+        """Route one request through auth, faults and its handler; errors always come in the API's dialect."""
+        path = request.path
+        slack = path.startswith("/slack/")
+        try:
+            adapter = self._map.bind_to_environ(request.environ)
+            route, args = adapter.match()
+        except NotFound:
+            return slack_error("unknown_method", 404) if slack else dd_error(404, "Not found")
+        except MethodNotAllowed:
+            return slack_error("method_not_supported", 405) if slack else dd_error(405, "Method Not Allowed")
+        assert isinstance(route, Route)
+        denied = self._check_auth(route.auth, request)
+        if denied is not None:
+            return denied
+        if path.startswith(("/api/", "/slack/api/")):
+            delay = self.faults.latency_s(path)
+            if delay:
+                time.sleep(delay)
+            status = self.faults.pick(path)
+            if status is not None:
+                return self._fault_response(status, slack)
+        try:
+            return route.handler(request, **args)
+        except ApiError as exc:
+            return slack_error(exc.messages[0], exc.status) if slack else dd_error(exc.status, *exc.messages)
+        except ValidationError as exc:
+            return slack_error("invalid_arguments", 200) if slack else dd_error(400, *_pydantic_messages(exc))
+        except Exception:
+            log.exception("sandbox handler failed for %s %s", request.method, path)
+            return slack_error("internal_error", 500) if slack else dd_error(500, "Internal Server Error")
+
+    def _check_auth(self, auth: Auth, request: Request) -> Response | None:
+        if auth is Auth.NONE:
+            return None
+        if auth is Auth.SLACK:
+            header = request.headers.get("Authorization", "")
+            token = header[7:].strip() if header.lower().startswith("bearer ") else request.values.get("token", "")
+            if not token:
+                return slack_error("not_authed")
+            if not _known(token, self.slack_tokens):
+                return slack_error("invalid_auth")
+            return None
+        api_key = request.headers.get("DD-API-KEY", "")
+        if not _known(api_key, self.dd_api_keys):
+            return dd_error(403, "Forbidden")
+        if auth is Auth.DD_APP and not _known(request.headers.get("DD-APPLICATION-KEY", ""), self.dd_app_keys):
+            return dd_error(403, "Forbidden")
+        return None
+
+    def _fault_response(self, status: int, slack: bool) -> Response:
+        if slack:
+            if status == 429:
+                response = slack_error("ratelimited", 429)
+                response.headers["Retry-After"] = "1"
+                return response
+            return slack_error("fatal_error", status)
+        headers: dict[str, str] = {}
+        if status == 429:
+            headers = {
+                "X-RateLimit-Limit": "100",
+                "X-RateLimit-Period": "10",
+                "X-RateLimit-Remaining": "0",
+                "X-RateLimit-Reset": "1",
+                "X-RateLimit-Name": "sandbox_fault",
+            }
+        return dd_error(status, "Too many requests" if status == 429 else "Internal Server Error", headers=headers)
+
+    # -- control plane ------------------------------------------------------------------------------
+
+    def dump(self) -> dict[str, Any]:
+        """Every module's state, the clock and the fault plan."""
+        with self.lock:
+            out: dict[str, Any] = {m.name: m.dump() for m in self.modules}
+        out["clock"] = self._clock_dict()
+        out["faults"] = self.faults.dump()
+        return out
+
+    def reset(self) -> None:
+        """Forget all state, clear faults and return to real time."""
+        with self.lock:
+            for module in self.modules:
+                module.reset()
+        self.faults.clear()
+        self.clock.reset()
+
+    def _health(self, request: Request) -> Response:
+        return json_response({"ok": True})
+
+    def _state(self, request: Request) -> Response:
+        return json_response(self.dump())
+
+    def _reset(self, request: Request) -> Response:
+        self.reset()
+        return json_response({"ok": True})
+
+    def _clock_dict(self) -> dict[str, Any]:
+        return {"now": self.clock.now(), "iso": self.clock.now_dt().isoformat(), "offset": self.clock.offset}
+
+    def _clock_get(self, request: Request) -> Response:
+        return json_response(self._clock_dict())
+
+    def _clock_post(self, request: Request) -> Response:
+        body = json_object(request)
+        advance = body.get("advance")
+        if isinstance(advance, bool) or not isinstance(advance, (int, float)) or advance < 0:
+            raise ApiError(400, 'body must be {"advance": <non-negative seconds>}')
+        self.clock.advance(float(advance))
+        return json_response(self._clock_dict())
+
+    def _faults_get(self, request: Request) -> Response:
+        return json_response(self.faults.dump())
+
+    def _faults_post(self, request: Request) -> Response:
+        body = json_body(request)
+        self.faults.configure(FaultSpec.model_validate(body))
+        return json_response(self.faults.dump())
+
+    def _faults_delete(self, request: Request) -> Response:
+        self.faults.clear()
+        return json_response(self.faults.dump())
+
+
+def _known(secret: str, allowed: frozenset[str]) -> bool:
+    return bool(secret) and any(hmac.compare_digest(secret.encode(), key.encode()) for key in allowed)
+
+
+def _pydantic_messages(exc: ValidationError) -> list[str]:
+    return [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()] or ["Bad Request"]

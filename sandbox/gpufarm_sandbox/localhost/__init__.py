@@ -1,0 +1,5 @@
+"""The local function host: template.yaml's functions served in-process against the sandbox (`gpufarm local`)."""
+
+from gpufarm_sandbox.localhost.host import LocalEnv, LocalHost, start_local
+
+__all__ = ["LocalEnv", "LocalHost", "start_local"]
