@@ -11,7 +11,7 @@ Sources, in the order they win for a process's IR:
 
 /proc reads go through a configurable root (GPUFARM_PROC_ROOT) so tests run on a generated tree. What /proc
 tells about a process is cached by (pid, start time), so a reused pid is re-read (dcgm-exporter's cache is keyed
-by pid alone and mis-attributes reused pids, nvml.md 2.5).
+by pid alone and mis-attributes reused pids, docs/nvml.md §5).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ log = logging.getLogger("gpufarm_node.attribution")
 
 IR_ENV = "GPUFARM_IR"
 IR_LABEL = "gpufarm.io/ir"
-# Cgroup path patterns, after dd-trace-py's container.py and dcgm-exporter's pidmapper (nvml.md 2.5).
+# Cgroup path patterns, after dd-trace-py's container.py and dcgm-exporter's pidmapper (docs/nvml.md §5).
 _UUID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
 _LINE = re.compile(r"^(\d+):([^:]*):(.+)$")
 _POD = re.compile(rf"pod({_UUID})(?:\.slice)?$")

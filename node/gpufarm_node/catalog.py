@@ -13,7 +13,7 @@ PREFIX: Final = "gpufarm."
 GAUGE: Final = 3
 COUNT: Final = 1
 
-# NVML clock event reason bits (nvml.h nvmlClocksEventReason*; nvml.md 2.2), one 0/1 series each.
+# NVML clock event reason bits (nvml.h nvmlClocksEventReason*; docs/nvml.md §2), one 0/1 series each.
 CLOCK_EVENT_REASONS: Final = (
     (0x1, "gpu_idle"),
     (0x2, "applications_clocks_setting"),

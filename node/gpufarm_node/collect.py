@@ -255,7 +255,7 @@ class SeriesBuilder:
         for ctags, members in groups.items():
             self._container_values(ctags, members, out)
         if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
-            # A container holds this device but runs nothing on it: zeros, the idle signal (nvml.md 2.9).
+            # A container holds this device but runs nothing on it: zeros, the idle signal (docs/nvml.md §9).
             otags = (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner))
             self._container_values(otags, [], out)
 

@@ -3,7 +3,7 @@
 `FakeNvml` exposes those functions under their pynvml names with pynvml's exact signatures (a test compares
 `inspect.signature` for every function `nvml_source` uses), returns pynvml's own ctypes structs where they
 hold no device handle, and raises the real `pynvml.NVMLError_*` classes: pynvml imports without a driver, only
-its calls fail (nvml.md 2.7). It is the one module besides `nvml_source` that imports pynvml, because it *is*
+its calls fail (docs/nvml.md §7). It is the one module besides `nvml_source` that imports pynvml, because it *is*
 pynvml's double.
 
 Values follow the topology's workload profiles on the given clock, so a simulation on the sandbox's virtual
@@ -459,7 +459,7 @@ class FakeNvml:
         return self.topology.gpus[handle.gpu]
 
     def _physical(self, name: str, handle: Any, *, mig_ok: bool = True) -> GpuSpec:
-        """A call that only a physical GPU answers (power, clocks, events: 'parent GPU only', nvml.md 2.4)."""
+        """A call that only a physical GPU answers (power, clocks, events: 'parent GPU only', docs/nvml.md §4)."""
         gpu = self._device(name, handle)
         if handle.mig is not None:
             raise pynvml.NVMLError_NotSupported()

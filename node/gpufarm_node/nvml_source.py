@@ -1,7 +1,7 @@
-"""NVML -> NodeSnapshot. The only agent module that imports pynvml (nvml.md 2.7, style.md House style).
+"""NVML -> NodeSnapshot. The only agent module that imports pynvml (docs/nvml.md §7, docs/design.md "House style").
 
-How it reads NVML, following nvml.md:
-- `nvmlInit` once at start, `nvmlShutdown` at close (2.8: re-initialising every cycle is slow without
+How it reads NVML, following docs/nvml.md:
+- `nvmlInit` once at start, `nvmlShutdown` at close (§8: re-initialising every cycle is slow without
   persistence mode); a lost GPU triggers a re-init on a later cycle, never on every one.
 - One query helper with a sentinel default (`_query`, after nvitop's `nvmlQuery`): `NotSupported` and
   `FunctionNotFound` switch that signal off for that device the first time they are seen (the Datadog Agent
@@ -97,7 +97,7 @@ _UNSUPPORTED: Final = (
 _LOST: Final = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)
 _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb)", re.IGNORECASE)
 # The Datadog Agent retries event registration: "watching device events seems to require specific
-# permission/status ... data races at initialization" (nvml.md 2.2).
+# permission/status ... data races at initialization" (docs/nvml.md §2).
 _REGISTER_ATTEMPTS = 5
 _LOG_ONCE_LIMIT = 1024
 _NA: Final = object()
@@ -398,7 +398,7 @@ class NvmlSource:
                 f"memcheck:{dev.uuid}",
                 logging.WARNING,
                 "GPU %d: processes hold %d MiB but the GPU reports %d MiB used; nvidia-ml-py and the driver may "
-                "disagree on the process struct version (nvml.md 2.3)",
+                "disagree on the process struct version (docs/nvml.md §3)",
                 dev.index,
                 total >> 20,
                 snap.memory.used >> 20,

@@ -34,7 +34,7 @@ from typing import Any
 TOPOLOGY_DIR = Path(__file__).resolve().parent / "topologies"
 
 # Model shorthand -> (NVML name, memory MiB, power limit W, idle power W, max SM MHz, max memory MHz, GPM support).
-# GPM (GPU performance monitoring) exists on Hopper and later only (nvml.md 2.4).
+# GPM (GPU performance monitoring) exists on Hopper and later only (docs/nvml.md §4).
 MODELS: dict[str, tuple[str, int, float, float, int, int, bool]] = {
     "A100": ("NVIDIA A100-SXM4-80GB", 81920, 400.0, 55.0, 1410, 1593, False),
     "H100": ("NVIDIA H100 80GB HBM3", 81559, 700.0, 70.0, 1980, 2619, True),

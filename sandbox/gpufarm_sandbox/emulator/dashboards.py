@@ -1,7 +1,7 @@
 """Sandbox module: Datadog Dashboards v1 (create, get, update, delete, list, bulk delete and restore).
 
 A body is accepted only if datadog-api-client's own `Dashboard` model takes it with type checks on and nothing
-`_unparsed` (reference: datadog.md, "Validating JSON with the client's own models"), so whatever the sandbox
+`_unparsed` (docs/datadog.md, "Validating JSON with the client's own models"), so whatever the sandbox
 stores, every client can read back. Widgets are kept verbatim; each gets an `id` as Datadog assigns one.
 """
 

@@ -57,7 +57,7 @@ BUILTIN_DEFAULTS = {"severity": "UNKNOWN", "state": "active", "detection_method"
 SLUG = "slug"
 
 # User-defined field type codes. 7 (number) and 8 (datetime) exist in Datadog but datadog-api-client's value-type
-# enums lack them, so incidents carrying them would deserialize `_unparsed` (reference: datadog.md); refused here.
+# enums lack them, so incidents carrying them would deserialize `_unparsed` (docs/datadog.md, "Custom field"); refused.
 TYPE_KINDS = {1: "dropdown", 2: "multiselect", 3: "textbox", 4: "textarray", 5: "metrictag", 6: "autocomplete"}
 VALUED_KINDS = ("dropdown", "multiselect")
 FIELD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")

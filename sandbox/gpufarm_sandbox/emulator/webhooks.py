@@ -3,7 +3,7 @@
 Webhooks and custom variables are configured as on Datadog. `fire()` renders the webhook's payload template,
 custom headers and URL with the event's variables and the custom variables, then a background worker POSTs it:
 15 s timeout, retried on 5xx and connection errors (5 attempts, exponential backoff), 2xx/4xx end it
-(reference: datadog.md "Delivery"). Every attempt is logged with secret custom variable values redacted.
+(docs/datadog.md, "Delivery"). Every attempt is logged with secret custom variable values redacted.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Request bodies are written in Datadog's documented JSON shape; the client conver
 against its own models before anything is sent (`check_input_type`), and answers come back through its
 models (`check_return_type`), converted here into gpufarm's own types. Only the API modules used here are
 imported: never the aggregate `datadog_api_client.v2.models` package, which costs ~1.3 s and 93 MB
-(reference: datadog.md, "Import cost").
+(docs/datadog.md, "Import cost").
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# Every incident operation is beta in the client and refused unless enabled (reference: datadog.md, fact 1).
+# Every incident operation is beta in the client and refused unless enabled (docs/datadog.md, "Three facts").
 # Only the operations this adapter calls are enabled, so a new call site fails loudly until it is listed.
 UNSTABLE_OPERATIONS = (
     "create_incident",
@@ -65,7 +65,7 @@ HOSTS_PAGE = 1000  # Datadog's maximum `count` for the hosts list
 FIELDS_PAGE = 1000  # maximum page[size] for user-defined fields
 MONITORS_PAGE = 1000  # page_size for the monitors list (unpaged when `page` is absent)
 
-# Series payload limits: 512,000 bytes compressed, 5,242,880 decompressed (reference: datadog.md, Metrics).
+# Series payload limits: 512,000 bytes compressed, 5,242,880 decompressed (docs/datadog.md, "Metrics").
 # Batches aim well below both so the client's own compression (same zlib level) never crosses them.
 MAX_COMPRESSED_BYTES = 500_000
 MAX_RAW_BATCH_BYTES = 3_000_000
@@ -127,7 +127,7 @@ class DatadogGateway:
         self._sleep = sleep
         self._client = ApiClient(self._configuration(retry=True))
         # Retries off: the client would retry POST after a 5xx and could create a second incident
-        # (reference: datadog.md, "The client"); create() retries itself after re-checking.
+        # (docs/datadog.md, "The client"); create() retries itself after re-checking.
         self._create_client = ApiClient(self._configuration(retry=False))
 
     def _configuration(self, *, retry: bool) -> Any:
@@ -257,7 +257,7 @@ class DatadogGateway:
 
     def get_by_ir(self, ir: int) -> IncidentRecord:
         """Fetch by incident number (public_id); raises NotFound."""
-        # The API's incident path takes the UUID only (public_id there is UNCONFIRMED, reference: datadog.md),
+        # The API's incident path takes the UUID (public_id is unconfirmed; docs/datadog.md, "Incidents (v2)"),
         # so this searches: live incidents first (few, and the usual target), then resolved ones newest first,
         # stopping once the numbers drop below the one asked for (public_id grows with creation time).
         if isinstance(ir, bool) or not isinstance(ir, int) or ir <= 0:
@@ -300,7 +300,7 @@ class DatadogGateway:
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
         """The incident created for a Slack request, so a retried create never makes a second one."""
-        # Search by a custom field is UNCONFIRMED in Datadog (reference: datadog.md), so this reads the newest
+        # Search by a custom field is unconfirmed (docs/datadog.md, "Incidents (v2)"), so this reads the newest
         # incidents in any state (`request_id_scan` of them) and compares the field itself.
         kwargs: dict[str, Any] = {
             "query": ANY_STATE_QUERY,

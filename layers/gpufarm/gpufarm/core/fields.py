@@ -54,7 +54,7 @@ class FieldSpec:
 
 
 # Counts and times are textboxes on purpose: the client's value-type enums lack number/datetime, which
-# would deserialize as `_unparsed` (reference: datadog.md, custom field definitions).
+# would deserialize as `_unparsed` (docs/datadog.md, "Custom field definitions").
 STATE = "state"
 PHASE = "phase"
 TEAM = "team"
