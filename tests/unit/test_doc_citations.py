@@ -24,7 +24,7 @@ _LOOSE_RULE = re.compile(r"\bdesign rule\s+\d+", re.IGNORECASE)
 
 
 def _text_files(root: Path) -> list[Path]:
-    files = []
+    files: list[Path] = []
     for path in root.rglob("*"):
         rel = path.relative_to(root).parts
         if any(part.startswith(".") or part in _SKIP_DIRS or part.endswith(".egg-info") for part in rel[:-1]):
@@ -49,7 +49,7 @@ def _resolve(root: Path, citing: Path, cited: str) -> Path | None:
 
 def citation_problems(root: Path) -> list[str]:
     """One line per citation under `root` that names a missing document or a section it does not hold."""
-    problems = []
+    problems: list[str] = []
     for path in _text_files(root):
         try:
             raw = path.read_text(encoding="utf-8")
