@@ -47,6 +47,15 @@ class Settings(BaseSettings):
     operators_channel: str | None = None
     worker_function: str | None = None
     public_url: str | None = Field(default=None, description="Base URL Datadog webhooks call (Function URLs)")
+    incident_type: str = Field(
+        default="GPU allocation",
+        min_length=1,
+        max_length=100,
+        description="Name of gpufarm's own incident type (made by `gpufarm datadog apply`; its incidents only)",
+    )
+    incident_type_id: str | None = Field(
+        default=None, description="Id of that incident type; when set, no lookup by name per container"
+    )
     http_timeout: float = Field(default=10.0, gt=0, le=120)
     max_retries: int = Field(default=3, ge=0, le=10)
 
