@@ -78,3 +78,29 @@ def dd_configuration(sandbox_url: str) -> Any:
         if "incident" in name:
             cfg.unstable_operations[name.split(".", 1)[1]] = True
     return cfg
+
+
+COST_MARKERS = ("unit", "contract", "integration")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the cost of its folder, so `-m unit|contract|integration` split the suite between them.
+
+    A test outside those folders, or one whose module claims another folder's cost, fails collection: each test
+    carries exactly one cost marker.
+    """
+    tests_root = Path(__file__).parent
+    wrong: list[str] = []
+    for item in items:
+        parts = item.path.relative_to(tests_root).parts if item.path.is_relative_to(tests_root) else ()
+        folder = parts[0] if len(parts) > 1 and parts[0] in COST_MARKERS else None
+        if folder is not None and item.get_closest_marker(folder) is None:
+            item.add_marker(folder)
+        costs = sorted(name for name in COST_MARKERS if item.get_closest_marker(name) is not None)
+        if folder is None:
+            wrong.append(f"{item.nodeid}: not under tests/unit, tests/contract or tests/integration")
+        elif costs != [folder]:
+            wrong.append(f"{item.nodeid}: cost markers {costs}, expected only {folder!r}")
+    if wrong:
+        raise pytest.UsageError("tests must carry exactly one cost marker:\n" + "\n".join(wrong))

@@ -13,9 +13,3 @@ def _no_network() -> Iterator[None]:
     disable_socket(allow_unix_socket=True)
     yield
     enable_socket()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/unit/" in str(item.fspath):
-            item.add_marker(pytest.mark.unit)
