@@ -32,6 +32,7 @@ cfn-lint: $(STAMP)
 	$(BIN)/cfn-lint template.yaml
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python benchmarks/sandbox.py
 	$(BIN)/python benchmarks/node.py
 	$(BIN)/python benchmarks/ingress.py
