@@ -1,8 +1,10 @@
 """In-memory implementations of the core's ports, for unit tests of the lifecycle service.
 
-They keep the behaviour the service relies on from the real adapters: fields go through the real encode/decode
-(an unknown field name fails as the sandbox would reject it), host tags are per source and normalized, a search
-with `state:(a OR b)` filters on state, and `get_tags` of an unknown host raises NotFound.
+They keep the behaviour the service relies on from the real adapters, and `tests/contract/test_port_fakes.py` runs
+the same port contract against them and against the real gateway on the sandbox: fields go through the real
+encode/decode (an unknown field name is refused as ValidationFailed), a create with a known request id returns the
+first incident, host tags are per source and normalized, a search with `state:(a OR b)` filters on state, and a
+host never seen has no tags.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound, UpstreamError
+from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.inventory import normalize_tag
 from gpufarm.core.model import IncidentRecord
 from gpufarm.core.ports import HostInfo, MetricSeries
@@ -35,6 +37,14 @@ class FakeClock:
         self.current += timedelta(**delta)
 
 
+def _stored(fields: Mapping[str, object]) -> dict[str, f.FieldValue]:
+    """Fields as Datadog stores them; a name or value the schema refuses fails as the gateway's check does."""
+    try:
+        return f.decode_fields(f.encode_fields(fields))
+    except (KeyError, TypeError) as exc:
+        raise ValidationFailed("fields", str(exc.args[0])) from None
+
+
 class FakeIncidents:
     """IncidentStore in memory; public ids count from 1 as Datadog's do."""
 
@@ -52,8 +62,12 @@ class FakeIncidents:
         notification_handles: Sequence[str] = (),
         initial_note: str | None = None,
     ) -> IncidentRecord:
+        decoded = _stored(fields)
+        request_id = decoded.get(f.REQUEST_ID)
+        existing = self.find_by_request_id(str(request_id)) if request_id else None
+        if existing is not None:
+            return existing
         self.creates += 1
-        decoded = f.decode_fields(f.encode_fields(fields))
         record = IncidentRecord(
             id=str(uuid.uuid4()),
             public_id=len(self.records) + 1,
@@ -80,7 +94,7 @@ class FakeIncidents:
 
     def update(self, incident_id: str, fields: Mapping[str, object], *, title: str | None = None) -> IncidentRecord:
         record = self.get(incident_id)
-        merged = {**record.fields, **f.decode_fields(f.encode_fields(fields))}
+        merged = {**record.fields, **_stored(fields)}
         state = str(merged.get(f.STATE) or record.state)
         updated = record.model_copy(
             update={
@@ -132,9 +146,7 @@ class FakeHosts:
                 yield HostInfo(name, merged, {k: tuple(v) for k, v in sources.items()})
 
     def get_tags(self, host: str, source: str = "user") -> list[str]:
-        if host not in self.tags:
-            raise NotFound(f"host {host} not found")
-        return list(self.tags[host].get(source, []))
+        return list(self.tags.get(host, {}).get(source, []))
 
     def add_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
         current = self.tags.setdefault(host, {}).setdefault(source, [])

@@ -1,0 +1,149 @@
+"""The behaviour the core relies on from its Datadog ports, written once and run against every implementation.
+
+`tests/contract/test_port_fakes.py` runs these against the real gateway on the sandbox and against the in-memory
+fakes the unit tests use (`tests/fakes.py`), so a fake that drifts from the adapter fails here, not in a unit test
+that trusts it (docs/design.md, rule 12). Subclasses provide the `incidents` fixture, or `hosts` and `seed_hosts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import pytest
+
+from gpufarm.core import fields as f
+from gpufarm.core.errors import NotFound, ValidationFailed
+from gpufarm.core.ports import HostTags, IncidentStore
+
+# Makes hosts known with tags per source, as their agents' reports would: {host: {source: [tags]}}.
+SeedHosts = Callable[[Mapping[str, Mapping[str, Sequence[str]]]], None]
+UNKNOWN_UUID = "00000000-0000-4000-8000-000000000000"
+
+
+def request_fields(request_id: str | None = "req-0001", **overrides: object) -> dict[str, object]:
+    """The fields of a fresh GPU request, as the service writes them."""
+    values: dict[str, object] = {
+        f.STATE: "active",
+        f.PHASE: "requested",
+        f.TEAM: "nlp",
+        f.PROJECT: "llm-ko",
+        f.GPU_MODEL: "H100",
+        f.GPU_COUNT: 8,
+        f.ENVIRONMENT: "onprem-hpc",
+        f.REQUESTER: "U0000000001",
+        f.REQUEST_ID: request_id,
+    }
+    values.update(overrides)
+    return values
+
+
+class IncidentStoreContract:
+    """What the lifecycle service relies on from an IncidentStore."""
+
+    def test_create_gives_a_numbered_active_incident_with_its_fields(self, incidents: IncidentStore) -> None:
+        created = incidents.create("GPU request: nlp/llm-ko 8xH100", request_fields())
+        assert created.public_id >= 1
+        assert created.state == "active"
+        assert created.title == "GPU request: nlp/llm-ko 8xH100"
+        # Plain values come back as the strings and string lists Datadog stores.
+        assert created.fields[f.GPU_COUNT] == "8"
+        assert created.fields[f.TEAM] == "nlp"
+        assert created.fields[f.REQUEST_ID] == "req-0001"
+
+    def test_numbers_grow_with_creation_and_find_their_incident(self, incidents: IncidentStore) -> None:
+        first = incidents.create("first", request_fields("req-a"))
+        second = incidents.create("second", request_fields("req-b"))
+        assert second.public_id > first.public_id
+        assert incidents.get_by_ir(first.public_id).id == first.id
+        assert incidents.get(second.id).title == "second"
+
+    def test_unknown_incidents_raise_not_found(self, incidents: IncidentStore) -> None:
+        with pytest.raises(NotFound):
+            incidents.get(UNKNOWN_UUID)
+        with pytest.raises(NotFound, match="IR-999"):
+            incidents.get_by_ir(999)
+
+    def test_update_writes_some_fields_and_keeps_the_others(self, incidents: IncidentStore) -> None:
+        created = incidents.create("GPU request", request_fields())
+        updated = incidents.update(
+            created.id, {f.STATE: "stable", f.PHASE: "allocated", f.HOSTS: ["gpu-node-01", "gpu-node-02"]}
+        )
+        assert updated.state == "stable"
+        assert updated.fields[f.HOSTS] == ["gpu-node-01", "gpu-node-02"]
+        assert updated.fields[f.TEAM] == "nlp"
+        assert updated.title == "GPU request"
+        assert incidents.get(created.id).fields[f.PHASE] == "allocated"
+        retitled = incidents.update(created.id, {}, title="GPU request (extended)")
+        assert retitled.title == "GPU request (extended)"
+        assert retitled.state == "stable"
+
+    def test_resolving_stamps_the_resolution_time(self, incidents: IncidentStore) -> None:
+        created = incidents.create("GPU request", request_fields())
+        assert created.resolved is None
+        incidents.update(created.id, {f.STATE: "resolved", f.RECLAIM_REASON: "released"})
+        resolved = incidents.get_by_ir(created.public_id)
+        assert resolved.state == "resolved"
+        assert resolved.resolved is not None
+
+    def test_search_by_state(self, incidents: IncidentStore) -> None:
+        live = incidents.create("live", request_fields("req-live"))
+        held = incidents.create("held", request_fields("req-held"))
+        ended = incidents.create("ended", request_fields("req-ended"))
+        incidents.update(held.id, {f.STATE: "stable"})
+        incidents.update(ended.id, {f.STATE: "resolved"})
+        assert {r.id for r in incidents.search("state:(active OR stable)")} == {live.id, held.id}
+        assert [r.id for r in incidents.search("state:(resolved)")] == [ended.id]
+
+    def test_a_request_id_finds_its_incident_and_a_repeated_create_returns_it(self, incidents: IncidentStore) -> None:
+        first = incidents.create("GPU request", request_fields("req-dup"))
+        assert incidents.find_by_request_id("req-dup") == first
+        assert incidents.find_by_request_id("req-unknown") is None
+        again = incidents.create("GPU request", request_fields("req-dup"))
+        assert again.id == first.id
+        assert [r.id for r in incidents.search("state:(active)")] == [first.id]
+
+    def test_an_unknown_field_is_refused_and_nothing_is_created(self, incidents: IncidentStore) -> None:
+        with pytest.raises(ValidationFailed, match="no_such_field"):
+            incidents.create("GPU request", {**request_fields(), "no_such_field": "x"})
+        assert list(incidents.search("state:(active OR stable OR resolved)")) == []
+
+
+class HostTagsContract:
+    """What placement, allocation and reclaim rely on from HostTags."""
+
+    def test_tags_are_kept_per_source(self, hosts: HostTags, seed_hosts: SeedHosts) -> None:
+        seed_hosts({"gpu-node-01": {"datadog": ["gpu_model:h100"], "user": ["gpufarm:managed"]}})
+        assert hosts.get_tags("gpu-node-01") == ["gpufarm:managed"]
+        assert hosts.get_tags("gpu-node-01", source="datadog") == ["gpu_model:h100"]
+
+    def test_add_appends_normalized_tags_once(self, hosts: HostTags, seed_hosts: SeedHosts) -> None:
+        seed_hosts({"gpu-node-01": {"user": ["gpufarm:managed"]}})
+        added = hosts.add_tags("gpu-node-01", ["ir:IR-7", "project:llm-ko"])
+        assert added == ["gpufarm:managed", "ir:ir-7", "project:llm-ko"]
+        assert hosts.add_tags("gpu-node-01", ["ir:ir-7"]) == added
+        assert hosts.get_tags("gpu-node-01") == added
+
+    def test_replace_sets_a_source_and_an_empty_list_clears_it(self, hosts: HostTags, seed_hosts: SeedHosts) -> None:
+        seed_hosts({"gpu-node-01": {"user": ["gpufarm:managed", "ir:ir-7"], "datadog": ["gpu_model:h100"]}})
+        assert hosts.replace_tags("gpu-node-01", ["gpufarm:managed"]) == ["gpufarm:managed"]
+        assert hosts.get_tags("gpu-node-01") == ["gpufarm:managed"]
+        assert hosts.replace_tags("gpu-node-01", []) == []
+        assert hosts.get_tags("gpu-node-01") == []
+        assert hosts.get_tags("gpu-node-01", source="datadog") == ["gpu_model:h100"]
+
+    def test_a_host_never_seen_has_no_tags(self, hosts: HostTags, seed_hosts: SeedHosts) -> None:
+        assert hosts.get_tags("never-seen-host") == []
+
+    def test_list_hosts_merges_sources_and_filters(self, hosts: HostTags, seed_hosts: SeedHosts) -> None:
+        seed_hosts(
+            {
+                "gpu-node-01": {"datadog": ["gpu_model:h100"], "user": ["ir:ir-7"]},
+                "gpu-node-02": {"datadog": ["gpu_model:a100"]},
+            }
+        )
+        listed = {h.name: h for h in hosts.list_hosts()}
+        assert set(listed) == {"gpu-node-01", "gpu-node-02"}
+        assert set(listed["gpu-node-01"].tags) == {"gpu_model:h100", "ir:ir-7"}
+        assert listed["gpu-node-01"].tags_by_source["user"] == ("ir:ir-7",)
+        assert [h.name for h in hosts.list_hosts("gpu_model:a100")] == ["gpu-node-02"]
+        assert [h.name for h in hosts.list_hosts("node-01")] == ["gpu-node-01"]

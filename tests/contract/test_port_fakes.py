@@ -1,0 +1,85 @@
+"""One port contract, two implementations: the real Datadog gateway on the sandbox and the unit tests' fakes."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+
+import pytest
+from fakes import FakeClock, FakeHosts, FakeIncidents
+from port_contract import HostTagsContract, IncidentStoreContract, SeedHosts
+
+from gpufarm.adapters.datadog import DatadogGateway
+from gpufarm.config import Settings
+from gpufarm.core.ports import HostTags, IncidentStore
+from gpufarm.setup.apply import run_apply
+
+VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}
+
+
+@pytest.fixture
+def gateway(dd_env: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[DatadogGateway]:
+    """The real gateway on a sandbox set up as `gpufarm datadog apply` leaves an organisation."""
+    monkeypatch.setenv("GPUFARM_WEBHOOK_SECRET", "hook-secret-for-port-contract-0123")
+    settings = Settings(max_retries=1, http_timeout=5)
+    run_apply(
+        settings,
+        incident_webhook_url="http://127.0.0.1:9/fn/incident_webhook/",
+        idle_webhook_url="http://127.0.0.1:9/fn/idle_alert/",
+        valid_values=VALID_VALUES,
+    )
+    gw = DatadogGateway(settings, create_backoff_s=0.05)
+    yield gw
+    gw.close()
+
+
+class TestDatadogIncidents(IncidentStoreContract):
+    @pytest.fixture
+    def incidents(self, gateway: DatadogGateway) -> IncidentStore:
+        return gateway
+
+
+class TestFakeIncidents(IncidentStoreContract):
+    @pytest.fixture
+    def incidents(self) -> IncidentStore:
+        return FakeIncidents(FakeClock())
+
+
+class TestDatadogHosts(HostTagsContract):
+    @pytest.fixture
+    def hosts(self, gateway: DatadogGateway) -> HostTags:
+        return gateway
+
+    @pytest.fixture
+    def seed_hosts(self, sandbox_url: str) -> SeedHosts:
+        def seed(hosts: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+            body = {"hosts": [{"name": name, "tags": dict(tags)} for name, tags in hosts.items()]}
+            request = urllib.request.Request(
+                f"{sandbox_url}/_sandbox/hosts",
+                data=json.dumps(body).encode(),
+                method="POST",
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=10):
+                pass
+
+        return seed
+
+
+class TestFakeHosts(HostTagsContract):
+    @pytest.fixture
+    def fake(self) -> FakeHosts:
+        return FakeHosts()
+
+    @pytest.fixture
+    def hosts(self, fake: FakeHosts) -> HostTags:
+        return fake
+
+    @pytest.fixture
+    def seed_hosts(self, fake: FakeHosts) -> SeedHosts:
+        def seed(hosts: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+            for name, tags in hosts.items():
+                fake.tags[name] = {source: list(values) for source, values in tags.items()}
+
+        return seed
