@@ -1,5 +1,6 @@
-"""The Datadog adapter against the sandbox through the real datadog-api-client: incidents, hosts, tags, metrics,
-webhooks, monitors, dashboards; idempotent create under injected faults; errors mapped with no secrets."""
+"""The Datadog adapters against the sandbox through the real datadog-api-client: the runtime gateway (incidents of
+gpufarm's type, hosts, tags, metrics; idempotent create under injected faults; errors mapped with no secrets) and
+the setup-time admin adapter (incident types, webhooks, monitors, dashboards)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ import pytest
 
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters.datadog import DatadogGateway
+from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.ports import MetricPoint, MetricSeries
-from gpufarm.setup.apply import desired_fields
+from gpufarm.setup.apply import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -61,14 +63,21 @@ def gateway(settings: Settings) -> Iterator[DatadogGateway]:
 
 
 @pytest.fixture
-def fields_defined(gateway: DatadogGateway) -> None:
-    """The sandbox refuses unknown incident fields, as Datadog does before `datadog apply`: define them."""
-    types = gateway.list_incident_types()
-    default = next(t for t in types if t["attributes"].get("is_default")) if types else None
-    assert default is not None, "the sandbox must offer a default incident type"
+def admin(settings: Settings) -> Iterator[DatadogAdmin]:
+    """The setup-time adapter."""
+    adm = DatadogAdmin(settings)
+    yield adm
+    adm.close()
+
+
+@pytest.fixture
+def fields_defined(admin: DatadogAdmin, settings: Settings) -> str:
+    """gpufarm's incident type with its fields (the sandbox refuses unknown fields, as Datadog does); its id."""
+    made = admin.create_incident_type(settings.incident_type, INCIDENT_TYPE_DESCRIPTION)
     for _, attributes in desired_fields(VALID_VALUES):
         assert attributes is not None
-        gateway.create_field_definition(attributes, str(default["id"]))
+        admin.create_field_definition(attributes, str(made["id"]))
+    return str(made["id"])
 
 
 def _request_fields(request_id: str | None = "req-0001", **overrides: object) -> dict[str, object]:
@@ -96,7 +105,7 @@ def _incident_count(sandbox: Sandbox) -> int:
 # -- incidents ---------------------------------------------------------------------------------------------------
 
 
-def test_create_get_update_and_find_by_number(gateway: DatadogGateway, fields_defined: None) -> None:
+def test_create_get_update_and_find_by_number(gateway: DatadogGateway, fields_defined: str) -> None:
     created = gateway.create(
         "GPU request: nlp/llm-ko 8xH100 (onprem-hpc)",
         _request_fields(),
@@ -128,7 +137,7 @@ def test_create_get_update_and_find_by_number(gateway: DatadogGateway, fields_de
         gateway.get_by_ir(999)
 
 
-def test_search_walks_every_page(settings: Settings, fields_defined: None) -> None:
+def test_search_walks_every_page(settings: Settings, fields_defined: str) -> None:
     gw = DatadogGateway(settings, search_page_size=10)
     created = [gw.create(f"GPU request {i:02d}", _request_fields(None)).id for i in range(25)]
     ids = set(created)
@@ -143,7 +152,7 @@ def test_search_walks_every_page(settings: Settings, fields_defined: None) -> No
 
 
 def test_create_with_a_known_request_id_returns_the_first_incident(
-    gateway: DatadogGateway, fields_defined: None, sandbox: Sandbox
+    gateway: DatadogGateway, fields_defined: str, sandbox: Sandbox
 ) -> None:
     first = gateway.create("GPU request", _request_fields("req-dup-1"))
     second = gateway.create("GPU request", _request_fields("req-dup-1"))
@@ -154,7 +163,7 @@ def test_create_with_a_known_request_id_returns_the_first_incident(
 
 
 def test_create_survives_5xx_on_the_create_path_with_exactly_one_incident(
-    dd_env: str, fields_defined: None, sandbox: Sandbox, sandbox_url: str
+    dd_env: str, fields_defined: str, sandbox: Sandbox, sandbox_url: str
 ) -> None:
     # Default settings: three retries of our own, each after re-checking the request_id.
     gw = DatadogGateway(Settings(), create_backoff_s=0.05)
@@ -168,7 +177,7 @@ def test_create_survives_5xx_on_the_create_path_with_exactly_one_incident(
 
 @pytest.mark.parametrize("attempts", [1, 3])
 def test_create_whose_answer_is_lost_after_datadog_created_it_is_not_repeated(
-    attempts: int, settings: Settings, fields_defined: None, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+    attempts: int, settings: Settings, fields_defined: str, sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The case the client's own POST retry gets wrong: the server created it, then the answer failed.
     With a single attempt the re-check after the failure still finds it."""
@@ -193,7 +202,7 @@ def test_create_whose_answer_is_lost_after_datadog_created_it_is_not_repeated(
 
 
 def test_create_that_times_out_while_datadog_creates_it_is_not_repeated(
-    dd_env: str, fields_defined: None, sandbox: Sandbox, sandbox_url: str
+    dd_env: str, fields_defined: str, sandbox: Sandbox, sandbox_url: str
 ) -> None:
     gw = DatadogGateway(Settings(max_retries=1, http_timeout=0.2), create_backoff_s=0.6)
     try:
@@ -208,7 +217,7 @@ def test_create_that_times_out_while_datadog_creates_it_is_not_repeated(
 
 
 def test_create_without_request_id_is_not_retried_after_a_5xx(
-    gateway: DatadogGateway, fields_defined: None, sandbox_url: str
+    gateway: DatadogGateway, fields_defined: str, sandbox_url: str
 ) -> None:
     _faults(sandbox_url, rate=1.0, statuses=[503], paths="^/api/v2/incidents$", max_faults=1)
     with pytest.raises(UpstreamError, match="503"):
@@ -217,7 +226,7 @@ def test_create_without_request_id_is_not_retried_after_a_5xx(
 
 
 def test_create_retries_a_429_without_request_id(
-    gateway: DatadogGateway, fields_defined: None, sandbox: Sandbox, sandbox_url: str
+    gateway: DatadogGateway, fields_defined: str, sandbox: Sandbox, sandbox_url: str
 ) -> None:
     """A 429 means Datadog refused before acting, so sending it again cannot duplicate."""
     _faults(sandbox_url, rate=1.0, statuses=[429], paths="^/api/v2/incidents$", max_faults=1)
@@ -234,7 +243,7 @@ def test_reads_give_up_after_bounded_retries(gateway: DatadogGateway, sandbox_ur
     assert time.monotonic() - started < 3
 
 
-def test_errors_are_domain_errors(gateway: DatadogGateway, fields_defined: None) -> None:
+def test_errors_are_domain_errors(gateway: DatadogGateway, fields_defined: str) -> None:
     with pytest.raises(NotFound):
         gateway.get("00000000-0000-0000-0000-000000000001")
     with pytest.raises(ValidationFailed) as unknown:
@@ -290,9 +299,11 @@ from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.ports import MetricPoint, MetricSeries
 from gpufarm.setup.apply import SetupSpec, apply_setup
+from gpufarm.adapters.datadog_admin import DatadogAdmin
 gw = DatadogGateway(Settings(max_retries=0))
+adm = DatadogAdmin(Settings(max_retries=0))
 values = {"team": ["nlp"], "gpu_model": ["H100"], "environment": ["hpc"]}
-apply_setup(gw, SetupSpec("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", values, has_secret=True),
+apply_setup(adm, SetupSpec("http://127.0.0.1:9/a", "http://127.0.0.1:9/b", values, has_secret=True),
             secret=SecretStr("s"))
 rec = gw.create("t", {"state": "active", "team": "nlp", "request_id": "req-imports"})
 gw.update(rec.id, {"phase": "approved"}); gw.get_by_ir(rec.public_id); gw.find_by_request_id("none")
@@ -300,7 +311,7 @@ now = datetime.now(UTC)
 list(gw.list_hosts()); gw.add_tags("h1", ["a:b"]); gw.get_tags("h1"); gw.replace_tags("h1", [])
 gw.submit([MetricSeries("gpufarm.gpu.utilization", (MetricPoint(int(now.timestamp()), 1.0),), host="h1")])
 gw.scalar("avg:gpufarm.gpu.utilization{*} by {host}", now - timedelta(minutes=5), now)
-gw.list_monitors(); gw.list_dashboards()
+adm.list_monitors(); adm.list_dashboards()
 print("datadog_api_client.v2.models" in sys.modules, "datadog_api_client.v1.models" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
@@ -421,8 +432,8 @@ def test_submit_rejects_bad_series_before_sending(gateway: DatadogGateway) -> No
 # -- webhooks and custom variables -------------------------------------------------------------------------------------
 
 
-def test_webhook_and_secret_variable_round_trip(gateway: DatadogGateway) -> None:
-    assert gateway.get_webhook("gpufarm-incidents") is None
+def test_webhook_and_secret_variable_round_trip(admin: DatadogAdmin) -> None:
+    assert admin.get_webhook("gpufarm-incidents") is None
     spec = {
         "name": "gpufarm-incidents",
         "url": "http://127.0.0.1:9/fn/incident_webhook/",
@@ -430,19 +441,19 @@ def test_webhook_and_secret_variable_round_trip(gateway: DatadogGateway) -> None
         "custom_headers": '{"X-Gpufarm-Token": "$GPUFARM_WEBHOOK_SECRET"}',
         "encode_as": "json",
     }
-    created = gateway.create_webhook(spec)
+    created = admin.create_webhook(spec)
     assert created["url"] == spec["url"]
-    updated = gateway.update_webhook("gpufarm-incidents", {"url": "http://127.0.0.1:9/other/"})
+    updated = admin.update_webhook("gpufarm-incidents", {"url": "http://127.0.0.1:9/other/"})
     assert updated["url"] == "http://127.0.0.1:9/other/"
-    assert gateway.get_webhook("gpufarm-incidents")["payload"] == spec["payload"]  # type: ignore[index]
+    assert admin.get_webhook("gpufarm-incidents")["payload"] == spec["payload"]  # type: ignore[index]
 
-    made = gateway.create_custom_variable("GPUFARM_WEBHOOK_SECRET", "s3cret-value", is_secret=True)
+    made = admin.create_custom_variable("GPUFARM_WEBHOOK_SECRET", "s3cret-value", is_secret=True)
     assert made == {"name": "GPUFARM_WEBHOOK_SECRET", "is_secret": True}
-    read = gateway.get_custom_variable("GPUFARM_WEBHOOK_SECRET")
+    read = admin.get_custom_variable("GPUFARM_WEBHOOK_SECRET")
     assert read is not None
     assert "s3cret-value" not in json.dumps(read)
-    gateway.update_custom_variable("GPUFARM_WEBHOOK_SECRET", "rotated-value", is_secret=True)
-    assert gateway.get_custom_variable("MISSING_VARIABLE") is None
+    admin.update_custom_variable("GPUFARM_WEBHOOK_SECRET", "rotated-value", is_secret=True)
+    assert admin.get_custom_variable("MISSING_VARIABLE") is None
 
 
 # -- monitors and dashboards -------------------------------------------------------------------------------------------
@@ -457,22 +468,22 @@ IDLE_MONITOR = {
 }
 
 
-def test_monitor_validate_create_update_and_list(gateway: DatadogGateway) -> None:
-    gateway.validate_monitor(IDLE_MONITOR)
+def test_monitor_validate_create_update_and_list(admin: DatadogAdmin) -> None:
+    admin.validate_monitor(IDLE_MONITOR)
     wrong = {**IDLE_MONITOR, "options": {"thresholds": {"critical": 5.0, "warning": 1.0}}}
     with pytest.raises(ValidationFailed, match="Datadog validate monitor failed: HTTP 400"):
-        gateway.validate_monitor(wrong)
+        admin.validate_monitor(wrong)
 
-    created = gateway.create_monitor(IDLE_MONITOR)
+    created = admin.create_monitor(IDLE_MONITOR)
     assert isinstance(created["id"], int)
     assert created["query"] == IDLE_MONITOR["query"]
-    updated = gateway.update_monitor(created["id"], {"message": "{{ir.name}} idle @webhook-gpufarm-idle"})
+    updated = admin.update_monitor(created["id"], {"message": "{{ir.name}} idle @webhook-gpufarm-idle"})
     assert updated["message"] == "{{ir.name}} idle @webhook-gpufarm-idle"
-    assert [m["id"] for m in gateway.list_monitors(name="idle GPU")] == [created["id"]]
-    assert gateway.list_monitors(name="no such monitor") == []
+    assert [m["id"] for m in admin.list_monitors(name="idle GPU")] == [created["id"]]
+    assert admin.list_monitors(name="no such monitor") == []
 
 
-def test_dashboard_create_update_and_list(gateway: DatadogGateway) -> None:
+def test_dashboard_create_update_and_list(admin: DatadogAdmin) -> None:
     board = {
         "title": "gpufarm: GPUs per IR",
         "layout_type": "ordered",
@@ -486,10 +497,10 @@ def test_dashboard_create_update_and_list(gateway: DatadogGateway) -> None:
         ],
         "template_variables": [{"name": "project", "prefix": "project"}],
     }
-    created = gateway.create_dashboard(board)
+    created = admin.create_dashboard(board)
     assert created["title"] == board["title"]
-    updated = gateway.update_dashboard(created["id"], {**board, "title": "gpufarm: GPU usage per IR"})
+    updated = admin.update_dashboard(created["id"], {**board, "title": "gpufarm: GPU usage per IR"})
     assert updated["title"] == "gpufarm: GPU usage per IR"
-    assert [d["id"] for d in gateway.list_dashboards()] == [created["id"]]
+    assert [d["id"] for d in admin.list_dashboards()] == [created["id"]]
     with pytest.raises(ValidationFailed):
-        gateway.create_dashboard({"title": "no layout"})
+        admin.create_dashboard({"title": "no layout"})

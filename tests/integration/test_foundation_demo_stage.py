@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpufarm.adapters.datadog import DatadogGateway
+from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core.errors import UpstreamError
 from gpufarm.core.inventory import ALLOCATION_KEYS
@@ -70,12 +70,12 @@ def test_stage_uses_the_farm_configuration_choices_too(
     stage.run(ctx)
 
     assert ctx.failures == [], "\n".join(lines)
-    gateway = DatadogGateway(stage.stage_settings(ctx))
+    admin = DatadogAdmin(stage.stage_settings(ctx))
     choices = {
         d["attributes"]["name"]: [v["value"] for v in d["attributes"].get("valid_values") or []]
-        for d in gateway.list_field_definitions()
+        for d in admin.list_field_definitions()
     }
-    gateway.close()
+    admin.close()
     assert choices["team"] == ["foundation-demo", "nlp"]
     assert choices["environment"] == ["cloud", "foundation-lab"]
     assert choices["gpu_model"] == ["A100", "H100"]

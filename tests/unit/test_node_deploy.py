@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -108,3 +111,158 @@ def test_the_sidecar_may_only_read_pods() -> None:
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
     (binding,) = [d for d in _docs() if d["kind"] == "ClusterRoleBinding"]
     assert binding["subjects"][0]["name"] == "gpufarm-node" and binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_systemd_unit_runs_non_root_and_opens_only_the_nvidia_devices() -> None:
+    service = _unit()["Service"]
+    assert service["DynamicUser"] == ["yes"] and "User" not in service
+    assert set(service["AmbientCapabilities"][0].split()) == set(service["CapabilityBoundingSet"][0].split())
+    assert service["DevicePolicy"] == ["closed"] and service["PrivateDevices"] == ["no"]
+    allowed = {entry.split()[0] for entry in service["DeviceAllow"]}
+    assert {"char-nvidia-frontend", "char-nvidia-caps"} <= allowed
+    assert all(entry.startswith("char-nvidia") for entry in allowed)
+    # Attribution reads other processes' /proc entries; NVML reads /proc/driver/nvidia.
+    assert "ProtectProc" not in service and "ProcSubset" not in service
+    assert "pip install ./node" in UNIT.read_text()
+
+
+def _daemonset_pod() -> dict[str, Any]:
+    (ds,) = [d for d in _docs() if d["kind"] == "DaemonSet"]
+    pod: dict[str, Any] = ds["spec"]["template"]["spec"]
+    return pod
+
+
+def test_daemonset_containers_are_locked_down() -> None:
+    pod = _daemonset_pod()
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not pod.get("hostNetwork") and not pod.get("hostIPC")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for container in pod["containers"]:
+        security = container["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True, container["name"]
+        assert security["allowPrivilegeEscalation"] is False and security["privileged"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        for mount in container["volumeMounts"]:
+            volume = volumes[mount["name"]]
+            # The only writable mount is an emptyDir; host paths are read-only.
+            assert mount.get("readOnly") or "emptyDir" in volume, (container["name"], mount["name"])
+    host_paths = {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
+    assert host_paths == {"/proc", "/var/lib/kubelet/pod-resources"}
+
+
+def test_daemonset_agent_is_root_only_for_the_kubelet_socket_and_holds_no_api_token() -> None:
+    pod = _daemonset_pod()
+    containers = {c["name"]: c for c in pod["containers"]}
+    agent, sidecar = containers["agent"], containers["pods"]
+    security = agent["securityContext"]
+    assert set(security["capabilities"]["add"]) == {"SYS_PTRACE", "DAC_READ_SEARCH"}
+    if security.get("runAsUser") == 0:
+        # Root is for the root-owned pod-resources socket, so the socket must be what the agent is given.
+        assert {m["name"] for m in agent["volumeMounts"]} >= {"pod-resources", "host-proc"}
+        assert security["runAsNonRoot"] is False
+    else:
+        assert security["runAsNonRoot"] is True
+    assert sidecar["securityContext"]["runAsNonRoot"] is True and sidecar["securityContext"]["runAsUser"] != 0
+    assert "add" not in sidecar["securityContext"]["capabilities"]
+    # The API token reaches the sidecar (kubectl) only.
+    assert pod["automountServiceAccountToken"] is False
+    token = next(v["name"] for v in pod["volumes"] if "projected" in v)
+    assert [c["name"] for c in pod["containers"] if token in {m["name"] for m in c["volumeMounts"]}] == ["pods"]
+    (mount,) = [m for m in sidecar["volumeMounts"] if m["name"] == token]
+    assert mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount" and mount["readOnly"] is True
+
+
+NODE = ROOT / "node"
+DOCKERFILE = NODE / "Dockerfile"
+
+
+def _dockerfile() -> list[list[tuple[str, str]]]:
+    """The Dockerfile's instructions, stage by stage (ARGs before the first FROM form stage 0)."""
+    stages: list[list[tuple[str, str]]] = [[]]
+    logical = ""
+    for raw in DOCKERFILE.read_text().splitlines():
+        line = raw.strip()
+        if not logical and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            logical += line[:-1] + " "
+            continue
+        logical += line
+        instruction, _, args = logical.partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((instruction.upper(), args.strip()))
+        logical = ""
+    return stages
+
+
+def _args(stage: list[tuple[str, str]], instruction: str) -> list[str]:
+    return [args for name, args in stage if name == instruction]
+
+
+def _node_project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((NODE / "pyproject.toml").read_text())["project"]
+    return project
+
+
+def _daemonset_image() -> str:
+    pod = _daemonset_pod()
+    image: str = next(c for c in pod["containers"] if c["name"] == "agent")["image"]
+    return image
+
+
+def test_dockerfile_builds_the_image_the_daemonset_runs() -> None:
+    project = _node_project()
+    image = _daemonset_image()
+    assert image.rpartition(":")[2] == project["version"] and image.rpartition(":")[0].endswith("/gpufarm-node")
+    header = DOCKERFILE.read_text()
+    assert f"docker build -t {image} node/" in header
+    preamble, build, final = _dockerfile()
+    (base,) = _args(preamble, "ARG")
+    assert base.startswith("PYTHON_IMAGE=python:3.12-slim")
+    assert _args(build, "FROM") == ["${PYTHON_IMAGE} AS build"] and _args(final, "FROM") == ["${PYTHON_IMAGE}"]
+    labels = " ".join(_args(final, "LABEL"))
+    assert 'org.opencontainers.image.version="${VERSION}"' in labels
+    assert _args(final, "ARG") == [f"VERSION={project['version']}"]
+    assert f'org.opencontainers.image.licenses="{project["license"]}"' in labels
+
+
+def test_dockerfile_installs_only_the_node_distribution_with_its_k8s_extra() -> None:
+    project = _node_project()
+    _, build, final = _dockerfile()
+    # The build context is node/: the distribution's pyproject.toml and package, nothing else.
+    copied = {shlex.split(args)[0] for args in _args(build, "COPY")}
+    assert copied == {"pyproject.toml", "gpufarm_node"} and all((NODE / c).exists() for c in copied)
+    ignore = [line for line in (NODE / ".dockerignore").read_text().splitlines() if line and not line.startswith("#")]
+    assert ignore[:3] == ["*", "!pyproject.toml", "!gpufarm_node/"]
+    (venv,) = [shlex.split(a)[-1] for a in _args(build, "RUN") if "-m venv" in a]
+    (install,) = [a for a in _args(build, "RUN") if " install " in a]
+    words = shlex.split(install)
+    target = next(w for w in words if w.startswith("/src"))
+    assert target == "/src[k8s]" and "k8s" in project["optional-dependencies"]
+    assert words[words.index("--python") + 1] == f"{venv}/bin/python"
+    # The build runs the installed agent once on fake NVML: a broken install fails the build.
+    assert f"{venv}/bin/gpufarm-node --fake" in install
+    # The runtime stage takes the venv alone from the build stage.
+    assert _args(final, "COPY") == [f"--from=build {venv} {venv}"]
+    (entrypoint,) = _args(final, "ENTRYPOINT")
+    (script,) = json.loads(entrypoint)
+    assert script == f"{venv}/bin/gpufarm-node" and "gpufarm-node" in project["scripts"]
+
+
+def test_dockerfile_runs_non_root_from_a_read_only_filesystem() -> None:
+    _, _, final = _dockerfile()
+    (user,) = _args(final, "USER")
+    uid, _, gid = user.partition(":")
+    # Numeric, so that the kubelet can check runAsNonRoot against it.
+    assert uid.isdigit() and int(uid) != 0 and gid.isdigit() and int(gid) != 0
+    env = dict(pair.split("=", 1) for args in _args(final, "ENV") for pair in shlex.split(args))
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+    # The same NVIDIA runtime settings as the DaemonSet gives the agent.
+    agent = next(c for c in _daemonset_pod()["containers"] if c["name"] == "agent")
+    daemonset_env = {e["name"]: e.get("value") for e in agent["env"]}
+    for name in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"):
+        assert env[name] == daemonset_env[name]
+    # The sidecar and the image agree on the non-root uid.
+    sidecar = next(c for c in _daemonset_pod()["containers"] if c["name"] == "pods")
+    assert sidecar["securityContext"]["runAsUser"] == int(uid)

@@ -10,7 +10,16 @@ import pytest
 from werkzeug.test import Client
 
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
-from gpufarm_sandbox.emulator.incidents import All, AnyOf, Not, QueryError, Term, matches, parse_query, query_facets
+from gpufarm_sandbox.emulator.incidents_search import (
+    All,
+    AnyOf,
+    Not,
+    QueryError,
+    Term,
+    matches,
+    parse_query,
+    query_facets,
+)
 
 HEADERS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 

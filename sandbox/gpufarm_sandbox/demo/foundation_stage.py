@@ -47,13 +47,16 @@ DEMO_VALUES: Mapping[str, Sequence[str]] = {"team": [TEAM], "gpu_model": [GPU_MO
 def run(ctx: DemoContext) -> None:
     """Apply the Datadog setup, create an incident, tag hosts, push and query metrics, then release."""
     from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.adapters.datadog_admin import DatadogAdmin
 
     settings = stage_settings(ctx)
     gateway = DatadogGateway(settings)
+    admin = DatadogAdmin(settings)
     try:
-        _run(ctx, settings, gateway)
+        _run(ctx, settings, gateway, admin)
     finally:
         gateway.close()
+        admin.close()
 
 
 def stage_settings(ctx: DemoContext) -> Settings:
@@ -73,12 +76,12 @@ def stage_settings(ctx: DemoContext) -> Settings:
     )
 
 
-def _run(ctx: DemoContext, settings: Settings, gateway: Any) -> None:
-    if not _setup(ctx, settings, gateway):
+def _run(ctx: DemoContext, settings: Settings, gateway: Any, admin: Any) -> None:
+    if not _setup(ctx, settings, admin):
         return
     if not _seed_hosts(ctx, gateway):
         return
-    record = _create_incident(ctx, gateway)
+    record = _create_incident(ctx, gateway, admin)
     if record is None:
         return
     if not _allocate(ctx, gateway, record.id, record.public_id):
@@ -87,7 +90,7 @@ def _run(ctx: DemoContext, settings: Settings, gateway: Any) -> None:
     _release(ctx, gateway, record.id, record.public_id)
 
 
-def _setup(ctx: DemoContext, settings: Settings, gateway: Any) -> bool:
+def _setup(ctx: DemoContext, settings: Settings, admin: Any) -> bool:
     from gpufarm.setup.apply import SetupSpec, apply_setup
 
     done = False
@@ -99,20 +102,25 @@ def _setup(ctx: DemoContext, settings: Settings, gateway: Any) -> bool:
             valid_values=_valid_values(settings, ctx),
             has_secret=True,
         )
-        plan = apply_setup(gateway, spec, secret=settings.webhook_secret)
+        plan = apply_setup(admin, spec, secret=settings.webhook_secret)
         counts = plan.counts()
         ctx.info(", ".join(f"{n} {action}" for action, n in counts.items() if n))
         ctx.check(not plan.blocked, "setup plan has nothing blocked")
-        names = {d["attributes"]["name"] for d in gateway.list_field_definitions()}
+        types = [t for t in admin.list_incident_types() if t["attributes"]["name"] == settings.incident_type]
+        type_id = str(types[0]["id"]) if len(types) == 1 else ""
+        ctx.check(bool(type_id), f"gpufarm has its own incident type {settings.incident_type!r}", type_id)
+        names = {d["attributes"]["name"] for d in admin.list_field_definitions(type_id)} if type_id else set()
         ctx.check(
-            {s.name for s in f.SCHEMA} <= names, "every gpufarm incident field is defined", f"{len(names)} fields"
+            {s.name for s in f.SCHEMA} <= names,
+            "every gpufarm incident field is defined on that type",
+            f"{len(names)} fields",
         )
-        hook = gateway.get_webhook("gpufarm-incidents")
+        hook = admin.get_webhook("gpufarm-incidents")
         ctx.check(
             hook is not None and "X-Gpufarm-Token" in (hook.get("custom_headers") or ""),
             "incident webhook carries the secret header",
         )
-        again = apply_setup(gateway, spec, secret=settings.webhook_secret)
+        again = apply_setup(admin, spec, secret=settings.webhook_secret)
         done = ctx.check(
             not again.pending, "a second apply changes nothing", f"{again.counts()['unchanged']} unchanged"
         )
@@ -152,7 +160,7 @@ def _seed_hosts(ctx: DemoContext, gateway: Any) -> bool:
     return ok
 
 
-def _create_incident(ctx: DemoContext, gateway: Any) -> Any:
+def _create_incident(ctx: DemoContext, gateway: Any, admin: Any) -> Any:
     record: Any = None
     with ctx.step("Create the allocation incident"):
         request = GpuRequest(
@@ -175,6 +183,12 @@ def _create_incident(ctx: DemoContext, gateway: Any) -> Any:
             initial_note="Created by the gpufarm foundation demo stage",
         )
         ctx.info(f"{format_ir(created.public_id)} ({created.id}): {created.title}")
+        default = next(t["id"] for t in admin.list_incident_types() if t["attributes"]["is_default"])
+        ctx.check(
+            gateway.incident_type_id != default,
+            "the allocation is of gpufarm's incident type, not among the org's own incidents",
+            f"{gateway.incident_type_name} ({gateway.incident_type_id})",
+        )
         ctx.check(
             created.fields.get("slug") == format_ir(created.public_id),
             "incident number is the IR",

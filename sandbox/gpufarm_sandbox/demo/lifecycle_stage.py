@@ -22,6 +22,7 @@ from gpufarm_node.tags import registration_tags
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.adapters.datadog_admin import DatadogAdmin
     from gpufarm.config import Settings
     from gpufarm_sandbox.demo.context import DemoContext
 
@@ -68,6 +69,7 @@ class LocalFarm:
         self.host = host
         self.settings = settings
         self._gateway: DatadogGateway | None = None
+        self._admin: DatadogAdmin | None = None
 
     @property
     def gateway(self) -> DatadogGateway:
@@ -78,10 +80,21 @@ class LocalFarm:
             self._gateway = DatadogGateway(self.settings)
         return self._gateway
 
+    @property
+    def admin(self) -> DatadogAdmin:
+        """gpufarm's setup-time Datadog adapter aimed at the sandbox."""
+        if self._admin is None:
+            from gpufarm.adapters.datadog_admin import DatadogAdmin
+
+            self._admin = DatadogAdmin(self.settings)
+        return self._admin
+
     def close(self) -> None:
         """Release HTTP pools."""
         if self._gateway is not None:
             self._gateway.close()
+        if self._admin is not None:
+            self._admin.close()
 
     # -- HTTP --------------------------------------------------------------------------------------------------------
 
@@ -129,7 +142,7 @@ class LocalFarm:
         self._ok(self.post("/_sandbox/hosts", {"hosts": body}))
 
     def apply_setup(self, farm_values: dict[str, list[str]]) -> Any:
-        """`gpufarm datadog apply` against the sandbox: fields, webhooks with the secret header, rules."""
+        """`gpufarm datadog apply` against the sandbox: gpufarm's incident type, its fields and rules, webhooks."""
         from gpufarm.setup.apply import SetupSpec, apply_setup
 
         env = self.host.env
@@ -139,7 +152,7 @@ class LocalFarm:
             valid_values=farm_values,
             has_secret=True,
         )
-        return apply_setup(self.gateway, spec, secret=self.settings.webhook_secret)
+        return apply_setup(self.admin, spec, secret=self.settings.webhook_secret)
 
     @staticmethod
     def _ok(answer: tuple[int, Any]) -> None:
@@ -270,7 +283,11 @@ def run(ctx: DemoContext) -> None:
             farm.seed_hosts()
             plan = farm.apply_setup(_merged_values(farm, farm_values))
             counts = ", ".join(f"{n} {action}" for action, n in plan.counts().items() if n)
-            ctx.check(not plan.blocked, "datadog apply: fields, webhooks, secret variable, notification rules", counts)
+            ctx.check(
+                not plan.blocked,
+                "datadog apply: incident type, fields, webhooks, secret variable, notification rules",
+                counts,
+            )
             ctx.info(f"{len(HOSTS)} hosts in 3 pools; operators group {OPERATORS_GROUP} = <@{DANA.id}> ({DANA.name})")
         alice_ir = _policy_approved(ctx, farm)
         bob_ir = _operator_approved(ctx, farm)
@@ -300,8 +317,13 @@ def run(ctx: DemoContext) -> None:
 
 def _merged_values(farm: LocalFarm, values: dict[str, list[str]]) -> dict[str, list[str]]:
     """The farm's dropdown choices plus any already defined (an earlier stage's own pool stays valid)."""
+    from gpufarm.setup.apply import gpufarm_types
+
     merged = {k: list(v) for k, v in values.items()}
-    for definition in farm.gateway.list_field_definitions():
+    ours = gpufarm_types(farm.admin.list_incident_types(), farm.settings.incident_type)
+    if len(ours) != 1:
+        return merged
+    for definition in farm.admin.list_field_definitions(str(ours[0]["id"])):
         attrs = definition.get("attributes", {})
         name = attrs.get("name")
         if name in merged:

@@ -1,17 +1,16 @@
-"""Sandbox module: Datadog Incidents v2, incident types, custom field definitions and notification rules.
+"""Sandbox module: Datadog Incidents v2: incidents, their search, and the configuration and rules they use.
 
 Answers follow the recorded real traffic (tests/fixtures/datadog/v2-incidents.json): create/patch/search show
-expanded user objects with `*_uuid` null, get/list show only the uuids. Notification rules fire the webhooks
-module (`@webhook-<name>` handles) after the change is stored and outside the sandbox lock.
+expanded user objects with `*_uuid` null, get/list show only the uuids. Every incident has an incident type
+(`incident_type_uuid`; the org's default when none is given) and carries the user-defined fields of that type
+only. The parts live beside this module: the search language (incidents_search), incident types and fields
+(incidents_config), notification rules and the webhook calls they make (incidents_notifications).
 """
 
 from __future__ import annotations
 
-import fnmatch
-import json
-import re
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,353 +19,31 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.incidents_config import (
+    BUILTIN_DEFAULTS,
+    BUILTIN_FIELDS,
+    ENDED_STATES,
+    MULTI_KINDS,
+    SANDBOX_USER_ID,
+    SEVERITIES,
+    SLUG,
+    STATES,
+    IncidentConfig,
+    iso,
+    user_attributes,
+    user_expanded,
+    user_ref,
+)
+from gpufarm_sandbox.emulator.incidents_notifications import CREATED_TRIGGER, MODIFIED_TRIGGER, NotificationRules
+from gpufarm_sandbox.emulator.incidents_search import QueryError, matches, parse_query, query_facets
 from gpufarm_sandbox.emulator.web import ApiError, Route, empty_response, json_object, json_response, query_int
 
 INCIDENTS = "/api/v2/incidents"
-CONFIG = "/api/v2/incidents/config"
-
-# The one user the sandbox's API keys belong to: creator and modifier of everything.
-SANDBOX_USER_ID = "3f2e7c1a-0b5d-4e8f-9a61-5c0d7e2b9f10"
-SANDBOX_USER = {
-    "uuid": SANDBOX_USER_ID,
-    "handle": "sandbox@gpufarm.local",
-    "email": "sandbox@gpufarm.local",
-    "name": "gpufarm sandbox",
-    "icon": "https://secure.gravatar.com/avatar/00000000000000000000000000000000?s=48&d=retro",
-}
-
-SEVERITIES = ("UNKNOWN", "SEV-0", "SEV-1", "SEV-2", "SEV-3", "SEV-4", "SEV-5")
-STATES = ("active", "stable", "resolved", "completed")
-ENDED_STATES = ("resolved", "completed")
-DETECTION_METHODS = ("customer", "employee", "monitor", "other", "unknown")
-
-SINGLE_KINDS = ("dropdown", "textbox")
-MULTI_KINDS = ("multiselect", "textarray", "metrictag", "autocomplete")
-
-# Built-in fields every incident carries (recorded order), their kind and closed value set.
-BUILTIN_FIELDS: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "teams": ("autocomplete", None),
-    "severity": ("dropdown", SEVERITIES),
-    "state": ("dropdown", STATES),
-    "detection_method": ("dropdown", DETECTION_METHODS),
-    "root_cause": ("textbox", None),
-    "summary": ("textbox", None),
-    "services": ("autocomplete", None),
-}
-BUILTIN_DEFAULTS = {"severity": "UNKNOWN", "state": "active", "detection_method": "unknown"}
-SLUG = "slug"
-
-# User-defined field type codes. 7 (number) and 8 (datetime) exist in Datadog but datadog-api-client's value-type
-# enums lack them, so incidents carrying them would deserialize `_unparsed` (docs/datadog.md, "Custom field"); refused.
-TYPE_KINDS = {1: "dropdown", 2: "multiselect", 3: "textbox", 4: "textarray", 5: "metrictag", 6: "autocomplete"}
-VALUED_KINDS = ("dropdown", "multiselect")
-FIELD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
-MAX_VALID_VALUES = 1000
-COLLECTED = ("active", "stable", "resolved", "completed")
-CATEGORIES = ("what_happened", "why_it_happened")
-
-CREATED_TRIGGER = "incident_created_trigger"
-MODIFIED_TRIGGER = "incident_modified_trigger"
-TRIGGERS = (CREATED_TRIGGER, MODIFIED_TRIGGER)
-VISIBILITIES = ("all", "organization", "private")
-WEBHOOK_HANDLE = "@webhook-"
-
 PAGE_DEFAULT = 10
 PAGE_MAX = 100
 SORTS = ("created", "-created")
 
 FieldValue = str | list[str] | None
-
-
-class JsonApiError(Exception):
-    """An error answered in JSON:API shape, as the config endpoints do (recorded)."""
-
-    def __init__(self, status: int, title: str, detail: str | None = None, *, with_status: bool = True) -> None:
-        super().__init__(detail or title)
-        self.status = status
-        self.title = title
-        self.detail = detail
-        self.with_status = with_status
-
-    def response(self) -> Response:
-        """The `{"errors":[{status,title,detail}]}` answer."""
-        error: dict[str, str] = {}
-        if self.with_status:
-            error["status"] = str(self.status)
-        error["title"] = self.title
-        if self.detail is not None:
-            error["detail"] = self.detail
-        return json_response({"errors": [error]}, self.status)
-
-
-def _jsonapi_bad(detail: str) -> JsonApiError:
-    return JsonApiError(400, "Bad Request", detail)
-
-
-def _generic_not_found(detail: str) -> JsonApiError:
-    return JsonApiError(404, "Generic Error", detail, with_status=False)
-
-
-# -- search query language ----------------------------------------------------------------------------
-
-
-class QueryError(ValueError):
-    """A search query the sandbox cannot parse."""
-
-
-@dataclass(frozen=True)
-class Term:
-    """`facet:value`, `facet:(a OR b)`, or free text on the title when facet is None."""
-
-    facet: str | None
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Not:
-    """Negation: `-facet:value` or `NOT term`."""
-
-    child: Node
-
-
-@dataclass(frozen=True)
-class All:
-    """Conjunction (`AND`, or terms side by side)."""
-
-    children: tuple[Node, ...]
-
-
-@dataclass(frozen=True)
-class AnyOf:
-    """Disjunction (`OR`)."""
-
-    children: tuple[Node, ...]
-
-
-Node = Term | Not | All | AnyOf
-
-_TOKEN = re.compile(r'\s*(?:(?P<lp>\()|(?P<rp>\))|(?P<q>"(?:[^"\\]|\\.)*")|(?P<w>[^\s()"]+))')
-
-
-def _tokenize(text: str) -> list[tuple[str, str]]:
-    tokens: list[tuple[str, str]] = []
-    pos = 0
-    text = text.rstrip()
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None or match.end() == pos:
-            raise QueryError(f"unexpected character at position {pos}")
-        kind = match.lastgroup or ""
-        tokens.append((kind, match.group(kind)))
-        pos = match.end()
-    return tokens
-
-
-class _Parser:
-    """Recursive descent over: expr := and (OR and)*; and := unary ((AND)? unary)*; unary := NOT unary | primary."""
-
-    def __init__(self, tokens: list[tuple[str, str]]) -> None:
-        self.tokens = tokens
-        self.pos = 0
-
-    def parse(self) -> Node:
-        if not self.tokens:
-            raise QueryError("the query is empty")
-        node = self._expr()
-        if self.pos != len(self.tokens):
-            raise QueryError(f"unexpected {self.tokens[self.pos][1]!r}")
-        return node
-
-    def _peek(self) -> tuple[str, str] | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def _next(self) -> tuple[str, str]:
-        token = self._peek()
-        if token is None:
-            raise QueryError("the query ends too early")
-        self.pos += 1
-        return token
-
-    def _expr(self) -> Node:
-        nodes = [self._and()]
-        while self._peek() == ("w", "OR"):
-            self.pos += 1
-            nodes.append(self._and())
-        return nodes[0] if len(nodes) == 1 else AnyOf(tuple(nodes))
-
-    def _and(self) -> Node:
-        nodes = [self._unary()]
-        while (token := self._peek()) is not None and token[0] != "rp" and token != ("w", "OR"):
-            if token == ("w", "AND"):
-                self.pos += 1
-            nodes.append(self._unary())
-        return nodes[0] if len(nodes) == 1 else All(tuple(nodes))
-
-    def _unary(self) -> Node:
-        if self._peek() == ("w", "NOT"):
-            self.pos += 1
-            return Not(self._unary())
-        return self._primary()
-
-    def _primary(self) -> Node:
-        kind, text = self._next()
-        if kind == "lp":
-            inner = self._expr()
-            if self._next()[0] != "rp":
-                raise QueryError("missing ')'")
-            return inner
-        if kind == "q":
-            return Term(None, (_unquote(text),))
-        if kind == "rp" or text in ("AND", "OR"):
-            raise QueryError(f"unexpected {text!r}")
-        negated = text.startswith("-") and len(text) > 1
-        word = text[1:] if negated else text
-        facet, colon, value = word.partition(":")
-        node: Node = Term(facet.lower(), self._values(value)) if colon and facet else Term(None, (word,))
-        return Not(node) if negated else node
-
-    def _values(self, inline: str) -> tuple[str, ...]:
-        if inline:
-            return (inline,)
-        kind, text = self._next()
-        if kind == "q":
-            return (_unquote(text),)
-        if kind == "w":
-            return (text,)
-        if kind != "lp":
-            raise QueryError("a facet needs a value")
-        values: list[str] = []
-        while True:
-            kind, text = self._next()
-            if kind not in ("w", "q") or text in ("AND", "OR", "NOT"):
-                raise QueryError("a facet group holds values joined by OR")
-            values.append(_unquote(text) if kind == "q" else text)
-            kind, text = self._next()
-            if kind == "rp":
-                return tuple(values)
-            if (kind, text) != ("w", "OR"):
-                raise QueryError("values inside a facet group are joined by OR")
-
-
-def _unquote(text: str) -> str:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise QueryError(f"bad quoted value {text}") from None
-    return str(value)
-
-
-def parse_query(text: str) -> Node:
-    """Parse Datadog's incident search syntax: `state:(active OR stable) AND team:nlp -severity:SEV-1`."""
-    return _Parser(_tokenize(text)).parse()
-
-
-def query_facets(node: Node) -> set[str]:
-    """Every facet name a query uses."""
-    if isinstance(node, Term):
-        return {node.facet} if node.facet is not None else set()
-    if isinstance(node, Not):
-        return query_facets(node.child)
-    out: set[str] = set()
-    for child in node.children:
-        out |= query_facets(child)
-    return out
-
-
-def matches(node: Node, values_of: Callable[[str | None], list[str]]) -> bool:
-    """Evaluate a parsed query; `values_of(facet)` gives an incident's values for a facet (None: the title)."""
-    if isinstance(node, Term):
-        actual = values_of(node.facet)
-        if node.facet is None:
-            return any(_text_matches(a, p) for a in actual for p in node.values)
-        return any(_value_matches(a, p) for a in actual for p in node.values)
-    if isinstance(node, Not):
-        return not matches(node.child, values_of)
-    if isinstance(node, All):
-        return all(matches(child, values_of) for child in node.children)
-    return any(matches(child, values_of) for child in node.children)
-
-
-def _glob(pattern: str) -> str:
-    return pattern.lower().replace("[", "[[]")
-
-
-def _value_matches(actual: str, pattern: str) -> bool:
-    if "*" in pattern:
-        return fnmatch.fnmatchcase(actual.lower(), _glob(pattern))
-    return actual.lower() == pattern.lower()
-
-
-def _text_matches(title: str, pattern: str) -> bool:
-    # Free text finds words anywhere in the title, with or without wildcards.
-    if "*" in pattern:
-        return fnmatch.fnmatchcase(title.lower(), f"*{_glob(pattern)}*")
-    return pattern.lower() in title.lower()
-
-
-# -- stored objects -------------------------------------------------------------------------------------
-
-
-@dataclass
-class IncidentTypeRecord:
-    """An incident type (the org's default one is created at reset)."""
-
-    id: str
-    name: str
-    description: str
-    is_default: bool
-    prefix: str
-    created: datetime
-    modified: datetime
-
-
-@dataclass
-class FieldDef:
-    """A user-defined incident field."""
-
-    id: str
-    name: str
-    type_code: int
-    display_name: str
-    incident_type_id: str
-    created: datetime
-    modified: datetime
-    valid_values: list[dict[str, str]] | None = None
-    required: bool = False
-    collected: str | None = None
-    category: str | None = None
-    default_value: str | None = None
-    ordinal: str | None = None
-    tag_key: str | None = None
-
-    @property
-    def kind(self) -> str:
-        """The incident field value type (`dropdown`, `textbox`, ...)."""
-        return TYPE_KINDS[self.type_code]
-
-    @property
-    def allowed(self) -> tuple[str, ...] | None:
-        """Closed value set for dropdown/multiselect fields with valid values, else None."""
-        if self.kind in VALUED_KINDS and self.valid_values:
-            return tuple(v["value"] for v in self.valid_values)
-        return None
-
-
-@dataclass
-class RuleRecord:
-    """An incident notification rule."""
-
-    id: str
-    conditions: list[dict[str, Any]]
-    handles: list[str]
-    trigger: str
-    enabled: bool
-    renotify_on: list[str]
-    visibility: str
-    incident_type_id: str
-    created: datetime
-    modified: datetime
-    notification_template: dict[str, Any] | None = None
 
 
 @dataclass
@@ -413,9 +90,6 @@ class StoredIncident:
 # -- the module -------------------------------------------------------------------------------------------
 
 
-Notification = tuple[str, dict[str, str]]
-
-
 class IncidentsModule(BaseModule):
     """Incidents API of the sandbox: incidents, search, types, custom fields and notification rules."""
 
@@ -424,20 +98,15 @@ class IncidentsModule(BaseModule):
     def __init__(self, sandbox: Any) -> None:
         super().__init__(sandbox)
         self._incidents: dict[str, StoredIncident] = {}
-        self._types: dict[str, IncidentTypeRecord] = {}
-        self._fields: dict[str, FieldDef] = {}
-        self._rules: dict[str, RuleRecord] = {}
         self._next_public_id = 1
-        self._notifications: deque[dict[str, Any]] = deque(maxlen=500)
+        self.config = IncidentConfig(sandbox)
+        self.rules = NotificationRules(sandbox, self.config)
         self.reset()
 
     # -- module protocol ----------------------------------------------------------------------------
 
     def routes(self) -> list[Route]:
-        """Incidents, search, incident types, user-defined fields, notification rules."""
-        fields = f"{CONFIG}/user-defined-fields"
-        rules = f"{CONFIG}/notification-rules"
-        types = f"{CONFIG}/types"
+        """Incidents and search, plus incident types, user-defined fields and notification rules."""
         return [
             Route(INCIDENTS, ("POST",), self._create),
             Route(INCIDENTS, ("GET",), self._list),
@@ -445,33 +114,16 @@ class IncidentsModule(BaseModule):
             Route(f"{INCIDENTS}/<incident_id>", ("GET",), self._get),
             Route(f"{INCIDENTS}/<incident_id>", ("PATCH",), self._update),
             Route(f"{INCIDENTS}/<incident_id>", ("DELETE",), self._delete),
-            Route(types, ("GET",), _jsonapi(self._types_list)),
-            Route(types, ("POST",), _jsonapi(self._type_create)),
-            Route(f"{types}/<type_id>", ("GET",), _jsonapi(self._type_get)),
-            Route(f"{types}/<type_id>", ("PATCH",), _jsonapi(self._type_update)),
-            Route(f"{types}/<type_id>", ("DELETE",), _jsonapi(self._type_delete)),
-            Route(fields, ("GET",), _jsonapi(self._fields_list)),
-            Route(fields, ("POST",), _jsonapi(self._field_create)),
-            Route(f"{fields}/<field_id>", ("GET",), _jsonapi(self._field_get)),
-            Route(f"{fields}/<field_id>", ("PATCH",), _jsonapi(self._field_update)),
-            Route(f"{fields}/<field_id>", ("DELETE",), _jsonapi(self._field_delete)),
-            Route(rules, ("GET",), _jsonapi(self._rules_list)),
-            Route(rules, ("POST",), _jsonapi(self._rule_create)),
-            Route(f"{rules}/<rule_id>", ("GET",), _jsonapi(self._rule_get)),
-            Route(f"{rules}/<rule_id>", ("PUT",), _jsonapi(self._rule_update)),
-            Route(f"{rules}/<rule_id>", ("DELETE",), _jsonapi(self._rule_delete)),
+            *self.config.routes(),
+            *self.rules.routes(),
         ]
 
     def reset(self) -> None:
         """Forget everything; the organization keeps one default incident type, as a real org does."""
         self._incidents.clear()
-        self._fields.clear()
-        self._rules.clear()
-        self._notifications.clear()
         self._next_public_id = 1
-        now = self.sb.clock.now_dt()
-        default = IncidentTypeRecord(str(uuid.uuid4()), "Incident", "", True, "IR", now, now)
-        self._types = {default.id: default}
+        self.config.reset()
+        self.rules.reset()
 
     def dump(self) -> dict[str, Any]:
         """Incidents (plain field values), types, fields, rules and the recent notifications."""
@@ -483,21 +135,18 @@ class IncidentsModule(BaseModule):
                     "title": inc.title,
                     "state": inc.state,
                     "is_test": inc.is_test,
+                    "incident_type_id": inc.incident_type_id,
                     "fields": self._plain_fields(inc),
                     # There is no public timeline API; the dump is where the initial note can be read.
                     "initial_cells": inc.initial_cells,
-                    "created": _iso(inc.created),
-                    "modified": _iso(inc.modified),
+                    "created": iso(inc.created),
+                    "modified": iso(inc.modified),
                 }
                 for inc in self._incidents.values()
             ],
-            "incident_types": [{"id": t.id, "name": t.name, "is_default": t.is_default} for t in self._types.values()],
-            "fields": [
-                {"id": f.id, "name": f.name, "kind": f.kind, "allowed": f.allowed} for f in self._fields.values()
-            ],
-            "notification_rules": [self._rule_view(r)["attributes"] | {"id": r.id} for r in self._rules.values()],
+            **self.config.dump(),
+            **self.rules.dump(),
             "next_public_id": self._next_public_id,
-            "notifications": list(self._notifications),
         }
 
     # -- incidents: handlers -------------------------------------------------------------------------
@@ -509,8 +158,8 @@ class IncidentsModule(BaseModule):
         with self.sb.lock:
             incident = self._new_incident(data, attrs)
             view = {"data": self._incident_view(incident, full=True)}
-            fired = self._notifications_for(incident, CREATED_TRIGGER, changed=None)
-        self._fire(fired)
+            fired = self._notifications_for(incident, CREATED_TRIGGER, None)
+        self.rules.fire(fired)
         return json_response(view, 201)
 
     def _get(self, request: Request, incident_id: str) -> Response:
@@ -532,8 +181,8 @@ class IncidentsModule(BaseModule):
             incident = self._incident(incident_id)
             changed = self._apply_update(incident, attrs, _object(data.get("relationships"), "relationships"))
             view = {"data": self._incident_view(incident, full=True)}
-            fired = self._notifications_for(incident, MODIFIED_TRIGGER, changed=changed) if changed else []
-        self._fire(fired)
+            fired = self._notifications_for(incident, MODIFIED_TRIGGER, changed) if changed else []
+        self.rules.fire(fired)
         return json_response(view)
 
     def _delete(self, request: Request, incident_id: str) -> Response:
@@ -593,10 +242,10 @@ class IncidentsModule(BaseModule):
             raise ApiError(400, "customer_impact_scope is required when customer_impacted is true")
         type_id = attrs.get("incident_type_uuid")
         if type_id is None:
-            type_id = self._default_type().id
-        elif not isinstance(type_id, str) or type_id not in self._types:
+            type_id = self.config.default_type().id
+        elif not isinstance(type_id, str) or type_id not in self.config.types:
             raise ApiError(404, f"incident type {type_id} not found")
-        values = self._validate_fields(attrs.get("fields"), current=None)
+        values = self._validate_fields(attrs.get("fields"), type_id, current=None)
         commander = _commander(_object(data.get("relationships"), "relationships"))
         now = self.sb.clock.now_dt()
         incident = StoredIncident(
@@ -617,7 +266,7 @@ class IncidentsModule(BaseModule):
         )
         if incident.commander_id:
             incident.responders.append(incident.commander_id)
-        incident.fields = {**BUILTIN_DEFAULTS, **self._field_defaults(), **values}
+        incident.fields = {**BUILTIN_DEFAULTS, **self._field_defaults(type_id), **values}
         incident.state_spans.append([incident.state, now.timestamp(), None])
         if incident.state in ENDED_STATES:
             incident.resolved = now
@@ -629,7 +278,7 @@ class IncidentsModule(BaseModule):
         self, incident: StoredIncident, attrs: Mapping[str, Any], relationships: Mapping[str, Any]
     ) -> set[str]:
         before = self._snapshot(incident)
-        values = self._validate_fields(attrs.get("fields"), current=incident)
+        values = self._validate_fields(attrs.get("fields"), incident.incident_type_id, current=incident)
         title = _title(attrs["title"], required=True) if "title" in attrs else incident.title
         impacted = _bool(attrs["customer_impacted"], "customer_impacted") if "customer_impacted" in attrs else None
         times = {
@@ -694,24 +343,15 @@ class IncidentsModule(BaseModule):
 
     # -- incidents: fields ------------------------------------------------------------------------------
 
-    def _field_kind(self, name: str) -> tuple[str, tuple[str, ...] | None] | None:
-        if name in BUILTIN_FIELDS:
-            return BUILTIN_FIELDS[name]
-        definition = self._field_by_name(name)
-        return (definition.kind, definition.allowed) if definition else None
-
-    def _field_by_name(self, name: str) -> FieldDef | None:
-        return next((f for f in self._fields.values() if f.name == name), None)
-
-    def _field_defaults(self) -> dict[str, FieldValue]:
+    def _field_defaults(self, type_id: str) -> dict[str, FieldValue]:
         out: dict[str, FieldValue] = {}
-        for definition in self._fields.values():
+        for definition in self.config.fields_of(type_id):
             if definition.default_value is not None:
                 multi = definition.kind in MULTI_KINDS
                 out[definition.name] = [definition.default_value] if multi else definition.default_value
         return out
 
-    def _validate_fields(self, raw: Any, *, current: StoredIncident | None) -> dict[str, FieldValue]:
+    def _validate_fields(self, raw: Any, type_id: str, *, current: StoredIncident | None) -> dict[str, FieldValue]:
         if raw is None:
             return {}
         if not isinstance(raw, dict):
@@ -724,17 +364,20 @@ class IncidentsModule(BaseModule):
                 if not isinstance(obj, dict) or obj.get("value") not in (None, expected):
                     raise ApiError(400, "Invalid field 'slug': the slug is set by Datadog and read-only")
                 continue
-            spec = self._field_kind(name)
+            spec = self.config.field_kind(type_id, name)
             if spec is None:
+                type_name = self.config.type_name(type_id)
                 raise ApiError(
-                    400, f"Invalid field '{name}': no such incident field is defined (run `gpufarm datadog apply`)"
+                    400,
+                    f"Invalid field '{name}': incident type '{type_name}' defines no such field "
+                    "(run `gpufarm datadog apply`)",
                 )
             out[name] = _field_value(name, obj, *spec)
         return out
 
     def _plain_fields(self, incident: StoredIncident) -> dict[str, FieldValue]:
         out: dict[str, FieldValue] = {name: incident.fields.get(name) for name in BUILTIN_FIELDS}
-        for definition in self._fields.values():
+        for definition in self.config.fields_of(incident.incident_type_id):
             out[definition.name] = incident.fields.get(definition.name)
         out[SLUG] = incident.slug
         return out
@@ -743,16 +386,27 @@ class IncidentsModule(BaseModule):
         out: dict[str, dict[str, Any]] = {}
         for name, (kind, _) in BUILTIN_FIELDS.items():
             out[name] = {"type": kind, "value": incident.fields.get(name)}
-        for definition in self._fields.values():
+        for definition in self.config.fields_of(incident.incident_type_id):
             out[definition.name] = {"type": definition.kind, "value": incident.fields.get(definition.name)}
         out[SLUG] = {"type": "textbox", "value": incident.slug}
         return out
+
+    def _notifications_for(
+        self, incident: StoredIncident, trigger: str, changed: set[str] | None
+    ) -> list[tuple[str, dict[str, str]]]:
+        return self.rules.for_change(
+            incident,
+            trigger,
+            changed,
+            values_of=self._facet_reader(incident),
+            plain_fields=self._plain_fields(incident),
+        )
 
     # -- incidents: search support --------------------------------------------------------------------
 
     def _is_facet(self, facet: str) -> bool:
         builtin = ("title", "public_id", "id", "customer_impacted", "is_test", "incident_type", "commander", SLUG)
-        return facet in builtin or self._field_kind(facet) is not None
+        return facet in builtin or self.config.is_field_name(facet)
 
     def _facet_reader(self, incident: StoredIncident) -> Callable[[str | None], list[str]]:
         def values_of(facet: str | None) -> list[str]:
@@ -763,9 +417,10 @@ class IncidentsModule(BaseModule):
                 "id": [incident.id],
                 "customer_impacted": [str(incident.customer_impacted).lower()],
                 "is_test": [str(incident.is_test).lower()],
-                "incident_type": [incident.incident_type_id, self._types[incident.incident_type_id].name]
-                if incident.incident_type_id in self._types
-                else [incident.incident_type_id],
+                # By id or by name: `incident_type:<uuid>` or `incident_type:"GPU allocation"`.
+                "incident_type": list(
+                    dict.fromkeys([incident.incident_type_id, self.config.type_name(incident.incident_type_id)])
+                ),
                 "commander": [incident.commander_id] if incident.commander_id else [],
                 SLUG: [incident.slug],
             }
@@ -816,7 +471,7 @@ class IncidentsModule(BaseModule):
             "last_modified_by": users,
             "commander": _user_facets(i.commander_id for i in found if i.commander_id),
             "incident_type": [
-                {"name": self._types[t].name if t in self._types else t, "count": c, "id": t}
+                {"name": self.config.type_name(t), "count": c, "id": t}
                 for t, c in Counter(i.incident_type_id for i in found).most_common()
             ],
         }
@@ -825,7 +480,11 @@ class IncidentsModule(BaseModule):
         specs: list[tuple[str, tuple[str, ...] | None]] = [
             (name, allowed) for name, (_, allowed) in BUILTIN_FIELDS.items() if name not in ("severity", "state")
         ]
-        specs += [(f.name, f.allowed) for f in self._fields.values()]
+        # One facet per field name, whichever types define it (the first definition's choices order it).
+        named: dict[str, tuple[str, ...] | None] = {}
+        for definition in self.config.fields.values():
+            named.setdefault(definition.name, definition.allowed)
+        specs += list(named.items())
         specs.append((SLUG, None))
         out = []
         for name, allowed in sorted(specs):
@@ -849,15 +508,15 @@ class IncidentsModule(BaseModule):
             "public_id": incident.public_id,
             "incident_type_uuid": incident.incident_type_id,
             "title": incident.title,
-            "resolved": _iso(incident.resolved),
+            "resolved": iso(incident.resolved),
             "customer_impact_scope": incident.customer_impact_scope,
-            "customer_impact_start": _iso(incident.customer_impact_start),
-            "customer_impact_end": _iso(incident.customer_impact_end),
+            "customer_impact_start": iso(incident.customer_impact_start),
+            "customer_impact_end": iso(incident.customer_impact_end),
             "customer_impacted": incident.customer_impacted,
             "notification_handles": incident.notification_handles,
-            "created": _iso(incident.created),
-            "modified": _iso(incident.modified),
-            "detected": _iso(incident.detected),
+            "created": iso(incident.created),
+            "modified": iso(incident.modified),
+            "detected": iso(incident.detected),
             "creation_idempotency_key": None,
             "customer_impact_duration": _impact_duration(incident),
             "time_to_detect": 0,
@@ -866,7 +525,7 @@ class IncidentsModule(BaseModule):
             "time_to_resolve": _time_to_resolve(incident) if incident.resolved else 0,
             "archived": None,
             "is_test": incident.is_test,
-            "declared": _iso(incident.created),
+            "declared": iso(incident.created),
             "fields": self._encoded_fields(incident),
             "field_analytics": _field_analytics(incident, self.sb.clock.now()) if analytics else None,
             "severity": incident.severity,
@@ -878,10 +537,10 @@ class IncidentsModule(BaseModule):
         # Create/patch/search answers expand the users; get/list answers carry only their uuids (recorded).
         for key in ("created_by", "last_modified_by", "declared_by"):
             if full:
-                attributes[key] = _user_expanded(SANDBOX_USER_ID)
+                attributes[key] = user_expanded(SANDBOX_USER_ID)
             attributes[f"{key}_uuid"] = None if full else SANDBOX_USER_ID
         if full:
-            attributes["commander"] = _user_expanded(incident.commander_id) if incident.commander_id else None
+            attributes["commander"] = user_expanded(incident.commander_id) if incident.commander_id else None
         return {
             "type": "incidents",
             "id": incident.id,
@@ -890,14 +549,16 @@ class IncidentsModule(BaseModule):
         }
 
     def _relationships(self, incident: StoredIncident) -> dict[str, Any]:
-        me = {"data": _user_ref(SANDBOX_USER_ID)}
+        me = {"data": user_ref(SANDBOX_USER_ID)}
         return {
             "created_by_user": me,
             "last_modified_by_user": me,
-            "commander_user": {"data": _user_ref(incident.commander_id) if incident.commander_id else None},
+            "commander_user": {"data": user_ref(incident.commander_id) if incident.commander_id else None},
             "declared_by_user": me,
             "user_defined_fields": {
-                "data": [{"type": "user_defined_field", "id": f.id} for f in self._fields.values()]
+                "data": [
+                    {"type": "user_defined_field", "id": f.id} for f in self.config.fields_of(incident.incident_type_id)
+                ]
             },
             "integrations": {"data": []},
             "attachments": {"data": []},
@@ -916,330 +577,10 @@ class IncidentsModule(BaseModule):
         for incident in incidents:
             if incident.commander_id and incident.commander_id not in ids:
                 ids.append(incident.commander_id)
-        return [_user_expanded(uid)["data"] for uid in ids]
-
-    # -- notifications ----------------------------------------------------------------------------------
-
-    def _notifications_for(
-        self, incident: StoredIncident, trigger: str, changed: set[str] | None
-    ) -> list[Notification]:
-        """Webhook firings for this change; computed under the lock, fired after it is released."""
-        if incident.is_test:
-            return []
-        handles: list[tuple[str, str]] = []
-        for rule in self._rules.values():
-            if not rule.enabled or rule.trigger != trigger or rule.incident_type_id != incident.incident_type_id:
-                continue
-            if not self._conditions_match(rule, incident):
-                continue
-            if trigger == MODIFIED_TRIGGER and rule.renotify_on and not set(rule.renotify_on) & (changed or set()):
-                continue
-            handles += [(rule.id, h) for h in rule.handles]
-        if trigger == CREATED_TRIGGER:
-            handles += [("notification_handles", h["handle"]) for h in incident.notification_handles or []]
-        out: list[Notification] = []
-        seen: set[str] = set()
-        event = "incident_created" if trigger == CREATED_TRIGGER else "incident_modified"
-        for source, handle in handles:
-            self._notifications.append(
-                {"incident": incident.slug, "trigger": trigger, "source": source, "handle": handle}
-            )
-            if handle.startswith(WEBHOOK_HANDLE) and handle not in seen:
-                seen.add(handle)
-                out.append((handle[len(WEBHOOK_HANDLE) :], self._variables(incident, event)))
-        return out
-
-    def _conditions_match(self, rule: RuleRecord, incident: StoredIncident) -> bool:
-        read = self._facet_reader(incident)
-        for condition in rule.conditions:
-            actual = {v.lower() for v in read(str(condition["field"]))}
-            if not actual & {str(v).lower() for v in condition["values"]}:
-                return False
-        return True
-
-    def _variables(self, incident: StoredIncident, event_type: str) -> dict[str, str]:
-        plain = {k: v for k, v in self._plain_fields(incident).items() if v is not None}
-        url = f"{self.sb.base_url}/incidents/{incident.public_id}"
-        message = f"{incident.slug}: {incident.title}\nState: {incident.state}\nSeverity: {incident.severity}\n{url}"
-        commander = _user_expanded(incident.commander_id)["data"]["attributes"] if incident.commander_id else None
-        impact = {
-            "customer_impacted": incident.customer_impacted,
-            "customer_impact_scope": incident.customer_impact_scope,
-            "customer_impact_start": _iso(incident.customer_impact_start),
-            "customer_impact_end": _iso(incident.customer_impact_end),
-        }
-        return {
-            "INCIDENT_PUBLIC_ID": str(incident.public_id),
-            "INCIDENT_UUID": incident.id,
-            "INCIDENT_TITLE": incident.title,
-            "INCIDENT_STATUS": incident.state,
-            "INCIDENT_SEVERITY": incident.severity,
-            "INCIDENT_FIELDS": json.dumps(plain),
-            "INCIDENT_URL": url,
-            "INCIDENT_MSG": message,
-            "INCIDENT_COMMANDER": json.dumps(commander),
-            "INCIDENT_CUSTOMER_IMPACT": json.dumps(impact),
-            "INCIDENT_TODOS": "[]",
-            "INCIDENT_INTEGRATIONS": "[]",
-            "INCIDENT_ATTACHMENTS": "[]",
-            "EVENT_TYPE": event_type,
-            "EVENT_TITLE": f"{incident.slug}: {incident.title}",
-            "EVENT_MSG": message,
-            "LINK": url,
-            "LAST_UPDATED": str(int(incident.modified.timestamp() * 1000)),
-        }
-
-    def _fire(self, notifications: list[Notification]) -> None:
-        for webhook, variables in notifications:
-            self.sb.webhooks.fire(webhook, variables, origin="incident")
-
-    # -- incident types -----------------------------------------------------------------------------------
-
-    def _default_type(self) -> IncidentTypeRecord:
-        return next(t for t in self._types.values() if t.is_default)
-
-    def _type(self, type_id: str) -> IncidentTypeRecord:
-        record = self._types.get(type_id)
-        if record is None:
-            raise JsonApiError(404, "Not Found")
-        return record
-
-    def _types_list(self, request: Request) -> Response:
-        with self.sb.lock:
-            return json_response({"data": [_type_view(t) for t in self._types.values()]})
-
-    def _type_get(self, request: Request, type_id: str) -> Response:
-        with self.sb.lock:
-            return json_response({"data": _type_view(self._type(type_id))})
-
-    def _type_create(self, request: Request) -> Response:
-        data = _jsonapi_data(json_object(request), "incident_types")
-        attrs = _jsonapi_object(data.get("attributes"), "attributes")
-        name = attrs.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise _jsonapi_bad("attributes.name is required")
-        description = _jsonapi_str(attrs.get("description", ""), "description")
-        is_default = attrs.get("is_default", False)
-        if not isinstance(is_default, bool):
-            raise _jsonapi_bad("attributes.is_default must be a boolean")
-        now = self.sb.clock.now_dt()
-        record = IncidentTypeRecord(str(uuid.uuid4()), name, description, is_default, "IR", now, now)
-        with self.sb.lock:
-            if is_default:
-                for other in self._types.values():
-                    other.is_default = False
-            self._types[record.id] = record
-            return json_response({"data": _type_view(record)}, 201)
-
-    def _type_update(self, request: Request, type_id: str) -> Response:
-        data = _jsonapi_data(json_object(request), "incident_types")
-        attrs = _jsonapi_object(data.get("attributes"), "attributes")
-        with self.sb.lock:
-            record = self._type(type_id)
-            name = attrs.get("name", record.name)
-            if not isinstance(name, str) or not name.strip():
-                raise _jsonapi_bad("attributes.name must be a non-empty string")
-            description = _jsonapi_str(attrs.get("description", record.description), "description")
-            is_default = attrs.get("is_default", record.is_default)
-            if not isinstance(is_default, bool):
-                raise _jsonapi_bad("attributes.is_default must be a boolean")
-            if record.is_default and not is_default:
-                raise _jsonapi_bad("make another incident type the default instead")
-            if is_default:
-                for other in self._types.values():
-                    other.is_default = False
-            record.name, record.description, record.is_default = name, description, is_default
-            record.modified = self.sb.clock.now_dt()
-            return json_response({"data": _type_view(record)})
-
-    def _type_delete(self, request: Request, type_id: str) -> Response:
-        with self.sb.lock:
-            record = self._type(type_id)
-            if record.is_default:
-                raise _jsonapi_bad("the default incident type cannot be deleted")
-            del self._types[type_id]
-        return empty_response(204)
-
-    # -- user-defined fields ------------------------------------------------------------------------------
-
-    def _field(self, field_id: str) -> FieldDef:
-        definition = self._fields.get(field_id)
-        if definition is None:
-            raise JsonApiError(404, "Not Found", "user-defined field not found")
-        return definition
-
-    def _fields_list(self, request: Request) -> Response:
-        size = _jsonapi_int(request, "page[size]", 1000, maximum=1000)
-        number = _jsonapi_int(request, "page[number]", 0)
-        wanted_type = request.args.get("filter[incident-type]")
-        with self.sb.lock:
-            chosen = [f for f in self._fields.values() if wanted_type in (None, "", f.incident_type_id)]
-            page = chosen[number * size : number * size + size]
-            return json_response(
-                {"data": [_field_view(f) for f in page], "meta": {"offset": number * size, "size": len(page)}}
-            )
-
-    def _field_get(self, request: Request, field_id: str) -> Response:
-        with self.sb.lock:
-            return json_response({"data": _field_view(self._field(field_id))})
-
-    def _field_create(self, request: Request) -> Response:
-        data = _jsonapi_data(json_object(request), "user_defined_field")
-        attrs = _jsonapi_object(data.get("attributes"), "attributes")
-        name = attrs.get("name")
-        if not isinstance(name, str) or not FIELD_NAME.match(name):
-            raise _jsonapi_bad("attributes.name must start with a letter or digit and hold letters, digits, _ or .")
-        type_code = attrs.get("type")
-        if isinstance(type_code, bool) or not isinstance(type_code, int) or not 1 <= type_code <= 8:
-            raise _jsonapi_bad("attributes.type must be an integer from 1 to 8")
-        if type_code not in TYPE_KINDS:
-            raise _jsonapi_bad("number (7) and datetime (8) fields are not supported by the sandbox; use a textbox")
-        type_id = _relationship_id(data.get("relationships"), "incident_type", required=True)
-        with self.sb.lock:
-            if type_id not in self._types:
-                raise JsonApiError(404, "Not Found", "incident type not found")
-            if name in BUILTIN_FIELDS or name == SLUG or self._field_by_name(name):
-                raise _jsonapi_bad(f"a field named '{name}' already exists")
-            now = self.sb.clock.now_dt()
-            definition = FieldDef(
-                id=str(uuid.uuid4()),
-                name=name,
-                type_code=type_code,
-                display_name=name.replace("_", " ").replace(".", " ").title(),
-                incident_type_id=type_id,
-                created=now,
-                modified=now,
-                ordinal=str(len(self._fields) + 1),
-            )
-            _apply_field_attributes(definition, attrs)
-            self._fields[definition.id] = definition
-            return json_response({"data": _field_view(definition)}, 201)
-
-    def _field_update(self, request: Request, field_id: str) -> Response:
-        data = _jsonapi_data(json_object(request), "user_defined_field")
-        if "id" in data and data["id"] != field_id:
-            raise _jsonapi_bad("data.id does not match the field id in the path")
-        attrs = _jsonapi_object(data.get("attributes"), "attributes")
-        with self.sb.lock:
-            current = self._field(field_id)
-            updated = FieldDef(**current.__dict__)
-            _apply_field_attributes(updated, attrs)
-            updated.modified = self.sb.clock.now_dt()
-            self._fields[field_id] = updated
-            return json_response({"data": _field_view(updated)})
-
-    def _field_delete(self, request: Request, field_id: str) -> Response:
-        with self.sb.lock:
-            self._field(field_id)
-            del self._fields[field_id]
-        return empty_response(204)
-
-    # -- notification rules -------------------------------------------------------------------------------
-
-    def _rule(self, rule_id: str) -> RuleRecord:
-        rule = self._rules.get(rule_id)
-        if rule is None:
-            raise _generic_not_found("rule not found")
-        return rule
-
-    def _rules_list(self, request: Request) -> Response:
-        with self.sb.lock:
-            rules = [self._rule_view(r) for r in self._rules.values()]
-        # Recorded: a single full page still carries next_offset.
-        return json_response(
-            {"data": rules, "meta": {"pagination": {"offset": 0, "next_offset": len(rules), "size": len(rules)}}}
-        )
-
-    def _rule_get(self, request: Request, rule_id: str) -> Response:
-        with self.sb.lock:
-            return json_response({"data": self._rule_view(self._rule(rule_id))})
-
-    def _rule_create(self, request: Request) -> Response:
-        data = _jsonapi_data(json_object(request), "incident_notification_rules")
-        parsed = _rule_attributes(_jsonapi_object(data.get("attributes"), "attributes"))
-        with self.sb.lock:
-            type_id = self._rule_type(data.get("relationships"))
-            now = self.sb.clock.now_dt()
-            rule = RuleRecord(id=str(uuid.uuid4()), incident_type_id=type_id, created=now, modified=now, **parsed)
-            rule.notification_template = _template_ref(data.get("relationships"))
-            self._rules[rule.id] = rule
-            return json_response({"data": self._rule_view(rule)}, 201)
-
-    def _rule_update(self, request: Request, rule_id: str) -> Response:
-        data = _jsonapi_data(json_object(request), "incident_notification_rules")
-        if "id" in data and data["id"] != rule_id:
-            raise _jsonapi_bad("data.id does not match the rule id in the path")
-        parsed = _rule_attributes(_jsonapi_object(data.get("attributes"), "attributes"))
-        with self.sb.lock:
-            # Recorded: an unknown incident type is reported before an unknown rule.
-            type_id = self._rule_type(data.get("relationships"))
-            current = self._rule(rule_id)
-            rule = RuleRecord(
-                id=rule_id,
-                incident_type_id=type_id,
-                created=current.created,
-                modified=self.sb.clock.now_dt(),
-                **parsed,
-            )
-            rule.notification_template = _template_ref(data.get("relationships"))
-            self._rules[rule_id] = rule
-            return json_response({"data": self._rule_view(rule)})
-
-    def _rule_delete(self, request: Request, rule_id: str) -> Response:
-        with self.sb.lock:
-            self._rule(rule_id)
-            del self._rules[rule_id]
-        return empty_response(204)
-
-    def _rule_type(self, relationships: Any) -> str:
-        type_id = _relationship_id(relationships, "incident_type", required=False)
-        if type_id is None:
-            return self._default_type().id
-        if type_id not in self._types:
-            raise _generic_not_found("incident type doesn't exist")
-        return type_id
-
-    @staticmethod
-    def _rule_view(rule: RuleRecord) -> dict[str, Any]:
-        me = {"data": {"id": SANDBOX_USER_ID, "type": "users"}}
-        relationships: dict[str, Any] = {
-            "created_by_user": me,
-            "incident_type": {"data": {"id": rule.incident_type_id, "type": "incident_types"}},
-            "last_modified_by_user": me,
-        }
-        if rule.notification_template is not None:
-            relationships["notification_template"] = {"data": rule.notification_template}
-        return {
-            "id": rule.id,
-            "type": "incident_notification_rules",
-            "attributes": {
-                "conditions": rule.conditions,
-                "created": _iso(rule.created),
-                "enabled": rule.enabled,
-                "handles": rule.handles,
-                "modified": _iso(rule.modified),
-                "renotify_on": rule.renotify_on,
-                "trigger": rule.trigger,
-                "visibility": rule.visibility,
-            },
-            "relationships": relationships,
-        }
+        return [user_expanded(uid)["data"] for uid in ids]
 
 
-# -- helpers: request parsing ---------------------------------------------------------------------------
-
-
-def _jsonapi(handler: Callable[..., Response]) -> Callable[..., Response]:
-    """Answer JsonApiError in the config endpoints' JSON:API error shape."""
-
-    def wrapped(request: Request, **kwargs: Any) -> Response:
-        try:
-            return handler(request, **kwargs)
-        except JsonApiError as exc:
-            return exc.response()
-
-    wrapped.__name__ = getattr(handler, "__name__", "handler")
-    return wrapped
+# -- helpers ----------------------------------------------------------------------------------------------
 
 
 def _data(body: Mapping[str, Any], expected: str) -> dict[str, Any]:
@@ -1249,55 +590,6 @@ def _data(body: Mapping[str, Any], expected: str) -> dict[str, Any]:
     if data.get("type") != expected:
         raise ApiError(400, f'got type "{data.get("type")}" expected one of "{expected}"')
     return data
-
-
-def _jsonapi_data(body: Mapping[str, Any], expected: str) -> dict[str, Any]:
-    data = body.get("data")
-    if not isinstance(data, dict):
-        raise _jsonapi_bad("data is required and must be an object")
-    if data.get("type") != expected:
-        raise _jsonapi_bad(f'got type "{data.get("type")}" expected one of "{expected}"')
-    return data
-
-
-def _jsonapi_object(value: Any, name: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _jsonapi_bad(f"data.{name} is required and must be an object")
-    return value
-
-
-def _jsonapi_str(value: Any, name: str) -> str:
-    if not isinstance(value, str):
-        raise _jsonapi_bad(f"attributes.{name} must be a string")
-    return value
-
-
-def _jsonapi_int(request: Request, name: str, default: int, *, maximum: int | None = None) -> int:
-    try:
-        value = query_int(request, name, default, maximum=maximum)
-    except ApiError as exc:
-        raise _jsonapi_bad(exc.messages[0]) from None
-    return default if value is None else value
-
-
-def _relationship_id(relationships: Any, name: str, *, required: bool) -> str | None:
-    if relationships is None and not required:
-        return None
-    rel = relationships.get(name) if isinstance(relationships, dict) else None
-    if rel is None and not required:
-        return None
-    data = rel.get("data") if isinstance(rel, dict) else None
-    if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
-        raise _jsonapi_bad(f"relationships.{name}.data.id is required")
-    return str(data["id"])
-
-
-def _template_ref(relationships: Any) -> dict[str, Any] | None:
-    rel = relationships.get("notification_template") if isinstance(relationships, dict) else None
-    data = rel.get("data") if isinstance(rel, dict) else None
-    if not isinstance(data, dict):
-        return None
-    return {"id": str(data.get("id")), "type": "notification_templates"}
 
 
 def _object(value: Any, name: str, *, required: bool = False) -> dict[str, Any]:
@@ -1429,118 +721,8 @@ def _pagination(offset: int, count: int, total: int) -> dict[str, int]:
     return out
 
 
-def _apply_field_attributes(definition: FieldDef, attrs: Mapping[str, Any]) -> None:
-    """Validate and set the updatable attributes of a field definition (create and PATCH)."""
-    if "display_name" in attrs:
-        definition.display_name = _jsonapi_str(attrs["display_name"], "display_name")
-    for key in ("ordinal", "default_value", "tag_key"):
-        if key in attrs:
-            value = attrs[key]
-            if value is not None and not isinstance(value, str):
-                raise _jsonapi_bad(f"attributes.{key} must be a string or null")
-            setattr(definition, key, value)
-    if "required" in attrs:
-        if attrs["required"] is not None and not isinstance(attrs["required"], bool):
-            raise _jsonapi_bad("attributes.required must be a boolean")
-        definition.required = bool(attrs["required"])
-    for key, choices in (("collected", COLLECTED), ("category", CATEGORIES)):
-        if key in attrs:
-            if attrs[key] is not None and attrs[key] not in choices:
-                raise _jsonapi_bad(f"attributes.{key} must be one of {', '.join(choices)} or null")
-            setattr(definition, key, attrs[key])
-    if "valid_values" in attrs:
-        definition.valid_values = _valid_values(attrs["valid_values"], definition.kind)
-    if definition.required and definition.collected is not None:
-        raise _jsonapi_bad("collected cannot be set on required fields")
-    allowed = definition.allowed
-    if definition.default_value is not None and allowed is not None and definition.default_value not in allowed:
-        raise _jsonapi_bad("default_value must be one of the valid values")
-
-
-def _valid_values(value: Any, kind: str) -> list[dict[str, str]] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise _jsonapi_bad("attributes.valid_values must be a list")
-    if value and kind not in VALUED_KINDS:
-        raise _jsonapi_bad(f"valid_values apply to dropdown and multiselect fields, not {kind}")
-    if len(value) > MAX_VALID_VALUES:
-        raise _jsonapi_bad(f"at most {MAX_VALID_VALUES} valid values")
-    out: list[dict[str, str]] = []
-    for item in value:
-        if not isinstance(item, dict) or not isinstance(item.get("value"), str) or not item["value"]:
-            raise _jsonapi_bad("each valid value needs a non-empty 'value' string")
-        entry = {"display_name": str(item.get("display_name") or item["value"]), "value": item["value"]}
-        for key in ("description", "short_description"):
-            if isinstance(item.get(key), str):
-                entry[key] = item[key]
-        out.append(entry)
-    names = [v["value"] for v in out]
-    if len(set(names)) != len(names):
-        raise _jsonapi_bad("valid values must be unique")
-    return out
-
-
-def _rule_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    conditions = attrs.get("conditions")
-    if not isinstance(conditions, list):
-        raise _jsonapi_bad("attributes.conditions is required and must be a list")
-    for condition in conditions:
-        if not isinstance(condition, dict) or not isinstance(condition.get("field"), str) or not condition["field"]:
-            raise _jsonapi_bad("each condition needs a 'field' string")
-        values = condition.get("values")
-        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
-            raise _jsonapi_bad("each condition needs a non-empty 'values' list of strings")
-    handles = attrs.get("handles")
-    if not isinstance(handles, list) or not handles or not all(isinstance(h, str) and h for h in handles):
-        raise _jsonapi_bad("attributes.handles is required and must be a non-empty list of strings")
-    trigger = attrs.get("trigger")
-    if trigger not in TRIGGERS:
-        raise _jsonapi_bad(f"attributes.trigger must be one of {', '.join(TRIGGERS)}")
-    renotify = attrs.get("renotify_on", [])
-    if not isinstance(renotify, list) or not all(isinstance(v, str) for v in renotify):
-        raise _jsonapi_bad("attributes.renotify_on must be a list of field names")
-    # Spec default: a rule is disabled unless `enabled` says otherwise.
-    enabled = attrs.get("enabled", False)
-    if not isinstance(enabled, bool):
-        raise _jsonapi_bad("attributes.enabled must be a boolean")
-    visibility = attrs.get("visibility", "organization")
-    if visibility not in VISIBILITIES:
-        raise _jsonapi_bad(f"attributes.visibility must be one of {', '.join(VISIBILITIES)}")
-    return {
-        "conditions": [{"field": c["field"], "values": list(c["values"])} for c in conditions],
-        "handles": list(handles),
-        "trigger": trigger,
-        "enabled": enabled,
-        "renotify_on": list(renotify),
-        "visibility": visibility,
-    }
-
-
-# -- helpers: rendering ------------------------------------------------------------------------------------
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="microseconds") if value is not None else None
-
-
-def _user_ref(user_id: str) -> dict[str, str]:
-    return {"type": "users", "id": user_id}
-
-
-def _user_attributes(user_id: str) -> dict[str, Any]:
-    if user_id == SANDBOX_USER_ID:
-        return dict(SANDBOX_USER)
-    # A commander named by id only: the sandbox has no users API, so it knows no more than the id.
-    return {"uuid": user_id, "handle": user_id, "email": "", "name": None, "icon": ""}
-
-
-def _user_expanded(user_id: str) -> dict[str, Any]:
-    return {"data": {"type": "users", "id": user_id, "attributes": _user_attributes(user_id)}}
-
-
 def _user_facet(user_id: str, count: int) -> dict[str, Any]:
-    attrs = _user_attributes(user_id)
+    attrs = user_attributes(user_id)
     return {
         "name": attrs["name"] or attrs["handle"],
         "count": count,
@@ -1592,63 +774,3 @@ def _field_analytics(incident: StoredIncident, now: float) -> dict[str, Any]:
         entry["spans"].append({"start": int(start), "end": int(end) if end is not None else None})
         entry["duration"] += int((end if end is not None else now) - start)
     return {"state": states}
-
-
-def _type_view(record: IncidentTypeRecord) -> dict[str, Any]:
-    me = {"data": {"id": SANDBOX_USER_ID, "type": "users"}}
-    return {
-        "id": record.id,
-        "type": "incident_types",
-        "attributes": {
-            "createdAt": _iso(record.created),
-            "createdBy": SANDBOX_USER_ID,
-            "description": record.description,
-            "is_default": record.is_default,
-            "lastModifiedBy": SANDBOX_USER_ID,
-            "modifiedAt": _iso(record.modified),
-            "name": record.name,
-            "prefix": record.prefix,
-        },
-        "relationships": {
-            "created_by_user": me,
-            "google_chat_configuration": {"data": None},
-            "google_meet_configuration": {"data": None},
-            "last_modified_by_user": me,
-            "microsoft_teams_configuration": {"data": None},
-            "zoom_configuration": {"data": None},
-        },
-    }
-
-
-def _field_view(definition: FieldDef) -> dict[str, Any]:
-    me = {"data": {"id": SANDBOX_USER_ID, "type": "users"}}
-    valued = definition.kind in VALUED_KINDS
-    return {
-        "id": definition.id,
-        "type": "user_defined_field",
-        "attributes": {
-            "attached_to": "incidents",
-            "category": definition.category,
-            "collected": definition.collected,
-            "created": _iso(definition.created),
-            "default_value": definition.default_value,
-            "deleted": None,
-            "display_name": definition.display_name,
-            "metadata": None,
-            "modified": _iso(definition.modified),
-            "name": definition.name,
-            "ordinal": definition.ordinal,
-            "prerequisite": None,
-            "required": definition.required,
-            "reserved": False,
-            "table_id": 0,
-            "tag_key": definition.tag_key,
-            "type": definition.type_code,
-            "valid_values": (definition.valid_values or []) if valued else None,
-        },
-        "relationships": {
-            "created_by_user": me,
-            "incident_type": {"data": {"id": definition.incident_type_id, "type": "incident_types"}},
-            "last_modified_by_user": me,
-        },
-    }

@@ -1,36 +1,32 @@
-"""Datadog adapter: incidents, hosts and tags, metrics, and the setup APIs over datadog-api-client.
+"""Datadog runtime gateway: the incidents, hosts and tags, and metrics the handlers use, over datadog-api-client.
 
 Request bodies are written in Datadog's documented JSON shape; the client converts and type-checks them
 against its own models before anything is sent (`check_input_type`), and answers come back through its
-models (`check_return_type`), converted here into gpufarm's own types. Only the API modules used here are
-imported: never the aggregate `datadog_api_client.v2.models` package, which costs ~1.3 s and 93 MB
-(docs/datadog.md, "Import cost").
+models (`check_return_type`), converted here into gpufarm's own types. Setup-time administration (incident
+types, field definitions, notification rules, webhooks, monitors, dashboards) is `gpufarm.adapters.datadog_admin`;
+the client configuration and error mapping both use live in `gpufarm.adapters.datadog_client`.
+
+Every incident this gateway creates carries gpufarm's incident type, and every read, search and count sees
+that type only: the organization's other incidents are never treated as GPU allocations, changed or counted.
 """
 
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import logging
 import math
 import time
-import uuid
-import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-import urllib3
-from datadog_api_client import ApiClient, Configuration
-from datadog_api_client.exceptions import ApiException, OpenApiException
-
+from gpufarm.adapters import datadog_client as dc
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
-from gpufarm.core.errors import Conflict, GpufarmError, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.model import IncidentRecord
 from gpufarm.core.ports import HostInfo, MetricSeries, ScalarResult
 
@@ -39,83 +35,45 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-
-# Every incident operation is beta in the client and refused unless enabled (docs/datadog.md, "Three facts").
-# Only the operations this adapter calls are enabled, so a new call site fails loudly until it is listed.
-UNSTABLE_OPERATIONS = (
-    "create_incident",
-    "get_incident",
-    "update_incident",
-    "delete_incident",
-    "search_incidents",
-    "list_incident_types",
-    "list_incident_user_defined_fields",
-    "create_incident_user_defined_field",
-    "update_incident_user_defined_field",
-    "list_incident_notification_rules",
-    "create_incident_notification_rule",
-    "update_incident_notification_rule",
-)
-
 LIVE_QUERY = "state:(active OR stable)"
 RESOLVED_QUERY = "state:resolved"
 ANY_STATE_QUERY = "state:(active OR stable OR resolved)"
 SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 HOSTS_PAGE = 1000  # Datadog's maximum `count` for the hosts list
-FIELDS_PAGE = 1000  # maximum page[size] for user-defined fields
-MONITORS_PAGE = 1000  # page_size for the monitors list (unpaged when `page` is absent)
+# How many incident ids a gateway remembers as gpufarm's own, so an update right after a read costs no re-check.
+KNOWN_IDS = 4096
 
 # Series payload limits: 512,000 bytes compressed, 5,242,880 decompressed (docs/datadog.md, "Metrics").
 # Batches aim well below both so the client's own compression (same zlib level) never crosses them.
 MAX_COMPRESSED_BYTES = 500_000
 MAX_RAW_BATCH_BYTES = 3_000_000
 
-# Statuses after which nothing was created: safe to send the same create again.
-_REJECTED_STATUSES = frozenset({408, 429})
-_ERROR_TEXT_LIMIT = 300
-
-
-def _quiet_unstable_warnings() -> None:
-    """Ignore the client's 'Using unstable operation' UserWarning: the operations are enabled on purpose."""
-    # It fires on every call (and fails `-W error` runs). Re-adding an identical filter replaces it, so
-    # calling this per gateway never grows the filter list.
-    warnings.filterwarnings(
-        "ignore",
-        message=r"Using unstable operation",
-        category=UserWarning,
-        module=r"datadog_api_client\.api_client",
-    )
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    """How a failed call ended, classified once for error mapping and create's retry decision."""
-
-    status: int | None
-    message: str
-    transient: bool
-    # True when the server certainly did not act on the request (refused before handling it).
-    not_applied: bool
-
 
 class DatadogGateway:
-    """IncidentStore, HostTags, MetricsSink and MetricsQuery over Datadog, plus setup-object CRUD."""
+    """IncidentStore, HostTags, MetricsSink and MetricsQuery over Datadog: what the handlers use at run time.
+
+    Incidents are gpufarm's own incident type only. The type's id comes from `incident_type_id` (or the
+    GPUFARM_INCIDENT_TYPE_ID setting); without one it is looked up by name (GPUFARM_INCIDENT_TYPE, default
+    "GPU allocation") on the first incident call and kept for the gateway's life, which is the container's
+    (handlers build their collaborators once): one extra read per cold container, none per request.
+    """
 
     def __init__(
         self,
         settings: Settings,
         *,
+        incident_type_id: str | None = None,
         create_attempts: int | None = None,
         create_backoff_s: float = 0.5,
         request_id_scan: int = 50,
         search_page_size: int = SEARCH_PAGE,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        if settings.datadog_api_key is None:
-            raise ValidationFailed("datadog_api_key", "set GPUFARM_DATADOG_API_KEY (or DD_API_KEY) to reach Datadog")
-        _quiet_unstable_warnings()
+        dc.require_api_key(settings)
         self.settings = settings
         self.base_url = settings.datadog_base_url()
+        self.incident_type_name = settings.incident_type
+        self._type_id = incident_type_id or settings.incident_type_id
         # Our own create loop: 1 try plus settings.max_retries more, each preceded by a request_id re-check.
         self.create_attempts = max(1, create_attempts if create_attempts is not None else settings.max_retries + 1)
         self.create_backoff_s = create_backoff_s
@@ -125,29 +83,12 @@ class DatadogGateway:
         self.request_id_scan = max(1, request_id_scan)
         self.search_page_size = max(1, min(SEARCH_PAGE, search_page_size))
         self._sleep = sleep
-        self._client = ApiClient(self._configuration(retry=True))
+        # Ids already read back as gpufarm's type: updating them needs no re-check (bounded, oldest dropped).
+        self._own_ids: OrderedDict[str, None] = OrderedDict()
+        self._client = dc.api_client(settings, retry=True)
         # Retries off: the client would retry POST after a 5xx and could create a second incident
         # (docs/datadog.md, "The client"); create() retries itself after re-checking.
-        self._create_client = ApiClient(self._configuration(retry=False))
-
-    def _configuration(self, *, retry: bool) -> Any:
-        s = self.settings
-        # The client's constructor is untyped; the Any alias keeps mypy strict everywhere else.
-        configuration: Any = Configuration
-        cfg = configuration(
-            host=self.base_url,
-            request_timeout=(min(5.0, s.http_timeout), s.http_timeout),
-            enable_retry=retry and s.max_retries > 0,
-            max_retries=s.max_retries,
-            retry_backoff_factor=2,  # the client refuses factors below 2
-        )
-        assert s.datadog_api_key is not None
-        cfg.api_key["apiKeyAuth"] = s.datadog_api_key.get_secret_value()
-        if s.datadog_app_key is not None:
-            cfg.api_key["appKeyAuth"] = s.datadog_app_key.get_secret_value()
-        for operation in UNSTABLE_OPERATIONS:
-            cfg.unstable_operations[operation] = True
-        return cfg
+        self._create_client = dc.api_client(settings, retry=False)
 
     def close(self) -> None:
         """Release the HTTP connection pools."""
@@ -158,35 +99,74 @@ class DatadogGateway:
 
     @cached_property
     def _incidents(self) -> Any:
-        return _build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._client)
+        return dc.build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._client)
 
     @cached_property
     def _incidents_no_retry(self) -> Any:
-        return _build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._create_client)
+        return dc.build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._create_client)
 
     @cached_property
     def _hosts(self) -> Any:
-        return _build("datadog_api_client.v1.api.hosts_api", "HostsApi", self._client)
+        return dc.build("datadog_api_client.v1.api.hosts_api", "HostsApi", self._client)
 
     @cached_property
     def _tags(self) -> Any:
-        return _build("datadog_api_client.v1.api.tags_api", "TagsApi", self._client)
+        return dc.build("datadog_api_client.v1.api.tags_api", "TagsApi", self._client)
 
     @cached_property
     def _metrics(self) -> Any:
-        return _build("datadog_api_client.v2.api.metrics_api", "MetricsApi", self._client)
+        return dc.build("datadog_api_client.v2.api.metrics_api", "MetricsApi", self._client)
 
-    @cached_property
-    def _webhooks(self) -> Any:
-        return _build("datadog_api_client.v1.api.webhooks_integration_api", "WebhooksIntegrationApi", self._client)
+    # -- gpufarm's incident type ----------------------------------------------------------------------
 
-    @cached_property
-    def _monitors(self) -> Any:
-        return _build("datadog_api_client.v1.api.monitors_api", "MonitorsApi", self._client)
+    @property
+    def incident_type_id(self) -> str:
+        """The id of gpufarm's incident type (looked up by name once, then kept)."""
+        if self._type_id is None:
+            self._type_id = self._find_type_id()
+        return self._type_id
 
-    @cached_property
-    def _dashboards(self) -> Any:
-        return _build("datadog_api_client.v1.api.dashboards_api", "DashboardsApi", self._client)
+    def _find_type_id(self) -> str:
+        name = self.incident_type_name
+        with dc.errors("list incident types"):
+            response = self._incidents.list_incident_types()
+        found = [dc.plain_dict(t) for t in (dc.get(response, "data") or [])]
+        named = [t for t in found if (t.get("attributes") or {}).get("name") == name]
+        # UpstreamError, not NotFound: the setup is missing, not an incident, and callers retry upstream errors
+        # (a queued change is redelivered once `gpufarm datadog apply` has made the type).
+        if len(named) != 1:
+            why = "no incident type" if not named else f"{len(named)} incident types"
+            raise UpstreamError(f"Datadog has {why} named {name!r}: run `gpufarm datadog apply`")
+        if (named[0].get("attributes") or {}).get("is_default"):
+            raise UpstreamError(
+                f"incident type {name!r} is the organization's default type; gpufarm needs a type of its own "
+                "(run `gpufarm datadog apply`)"
+            )
+        type_id = str(named[0]["id"])
+        log.info("gpufarm incident type %r is %s", name, type_id)
+        return type_id
+
+    def _scoped(self, query: str) -> str:
+        # The search facet keeps other types' incidents off the wire; _own() still checks each answer.
+        return f"incident_type:{self.incident_type_id} AND ({query})"
+
+    def _own(self, data: Any) -> IncidentRecord | None:
+        """The record when the incident is of gpufarm's type, else None (another team's incident)."""
+        plain = dc.plain_dict(data)
+        # Checked before anything else is read: another type's fields are none of gpufarm's business.
+        if (plain.get("attributes") or {}).get("incident_type_uuid") != self.incident_type_id:
+            return None
+        record = _record(plain)
+        self._own_ids[record.id] = None
+        self._own_ids.move_to_end(record.id)
+        while len(self._own_ids) > KNOWN_IDS:
+            self._own_ids.popitem(last=False)
+        return record
+
+    def _check_own(self, incident_id: str) -> None:
+        """Raise NotFound unless the incident is gpufarm's (one read when this gateway has not seen it yet)."""
+        if incident_id not in self._own_ids:
+            self.get(incident_id)
 
     # -- IncidentStore --------------------------------------------------------------------------------
 
@@ -204,6 +184,7 @@ class DatadogGateway:
             "title": _checked_title(title),
             "customer_impacted": False,
             "fields": _encode(fields),
+            "incident_type_uuid": self.incident_type_id,
         }
         if notification_handles:
             attributes["notification_handles"] = [
@@ -222,10 +203,10 @@ class DatadogGateway:
                 return existing
         for attempt in range(1, self.create_attempts + 1):
             try:
-                with self._translate("create incident"):
+                with dc.classified("create incident"):
                     response = self._incidents_no_retry.create_incident(body=body)
-                return _record(response.data)
-            except _Failed as failed:
+                return self._created(response.data)
+            except dc.Failed as failed:
                 outcome = failed.outcome
                 # Without a request_id a 5xx or a timeout leaves us unable to tell whether Datadog created
                 # it, so only a plain refusal (429/408/connection refused) may be sent again.
@@ -249,14 +230,24 @@ class DatadogGateway:
                     raise failed.error() from None
         raise AssertionError("unreachable: the loop returns or raises")
 
+    def _created(self, data: Any) -> IncidentRecord:
+        record = self._own(data)
+        if record is None:
+            # Datadog ignored the type it was sent: an answer gpufarm cannot trust, not a lease.
+            raise UpstreamError("Datadog created the incident on another incident type than gpufarm's")
+        return record
+
     def get(self, incident_id: str) -> IncidentRecord:
-        """Fetch by UUID; raises NotFound."""
-        with self._errors("get incident"):
+        """Fetch by UUID; raises NotFound (also for an incident of another type: it is not an allocation)."""
+        with dc.errors("get incident"):
             response = self._incidents.get_incident(incident_id=incident_id)
-        return _record(response.data)
+        record = self._own(response.data)
+        if record is None:
+            raise NotFound(f"incident {incident_id} is not a gpufarm allocation")
+        return record
 
     def get_by_ir(self, ir: int) -> IncidentRecord:
-        """Fetch by incident number (public_id); raises NotFound."""
+        """Fetch by incident number (public_id) among gpufarm's incidents; raises NotFound."""
         # The API's incident path takes the UUID (public_id is unconfirmed; docs/datadog.md, "Incidents (v2)"),
         # so this searches: live incidents first (few, and the usual target), then resolved ones newest first,
         # stopping once the numbers drop below the one asked for (public_id grows with creation time).
@@ -270,10 +261,10 @@ class DatadogGateway:
                 return record
             if record.public_id < ir:
                 break
-        raise NotFound(f"IR-{ir} does not exist")
+        raise NotFound(f"IR-{ir} is not a gpufarm allocation")
 
     def update(self, incident_id: str, fields: Mapping[str, object], *, title: str | None = None) -> IncidentRecord:
-        """Write some fields (plain values); others are left as they are."""
+        """Write some fields (plain values); others are left as they are. Only gpufarm's incidents."""
         attributes: dict[str, Any] = {}
         if fields:
             attributes["fields"] = _encode(fields)
@@ -281,29 +272,35 @@ class DatadogGateway:
             attributes["title"] = _checked_title(title)
         if not attributes:
             return self.get(incident_id)
+        self._check_own(incident_id)
         body = {"data": {"id": incident_id, "type": "incidents", "attributes": attributes}}
-        with self._errors("update incident"):
+        with dc.errors("update incident"):
             response = self._incidents.update_incident(incident_id=incident_id, body=body)
-        return _record(response.data)
+        record = self._own(response.data)
+        if record is None:
+            raise UpstreamError(f"incident {incident_id} changed incident type while gpufarm updated it")
+        return record
 
     def delete(self, incident_id: str) -> None:
-        """Delete an incident (tests and cleanup; allocations end by resolving, never by deleting)."""
-        with self._errors("delete incident"):
+        """Delete one of gpufarm's incidents (tests and cleanup; allocations end by resolving, never by deleting)."""
+        self._check_own(incident_id)
+        with dc.errors("delete incident"):
             self._incidents.delete_incident(incident_id=incident_id)
+        self._own_ids.pop(incident_id, None)
 
     def search(self, query: str, *, newest_first: bool = False) -> Iterator[IncidentRecord]:
-        """Incidents matching a Datadog incident search query, every page (newest first when asked)."""
-        kwargs: dict[str, Any] = {"query": query, "page_size": self.search_page_size}
+        """gpufarm's incidents matching a Datadog incident search query, every page (newest first when asked)."""
+        kwargs: dict[str, Any] = {"query": self._scoped(query), "page_size": self.search_page_size}
         if newest_first:
             kwargs["sort"] = _newest_first()
         yield from self._search_pages(kwargs, limit=None)
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
         """The incident created for a Slack request, so a retried create never makes a second one."""
-        # Search by a custom field is unconfirmed (docs/datadog.md, "Incidents (v2)"), so this reads the newest
-        # incidents in any state (`request_id_scan` of them) and compares the field itself.
+        # Search by a custom field is unconfirmed (docs/datadog.md, "Incidents (v2)"), so this reads gpufarm's
+        # newest incidents in any state (`request_id_scan` of them) and compares the field itself.
         kwargs: dict[str, Any] = {
-            "query": ANY_STATE_QUERY,
+            "query": self._scoped(ANY_STATE_QUERY),
             "page_size": min(self.search_page_size, self.request_id_scan),
             "sort": _newest_first(),
         }
@@ -316,17 +313,20 @@ class DatadogGateway:
         offset = 0
         seen = 0
         while True:
-            with self._errors("search incidents"):
+            with dc.errors("search incidents"):
                 response = self._incidents.search_incidents(page_offset=offset, **kwargs)
             attributes = response.data.attributes
             page = list(attributes.incidents or [])
             for item in page:
-                yield _record(item.data)
+                record = self._own(item.data)
+                if record is None:
+                    continue
+                yield record
                 seen += 1
                 if limit is not None and seen >= limit:
                     return
             offset += len(page)
-            total = _get(attributes, "total")
+            total = dc.get(attributes, "total")
             # Stop on a short page, as the client's own pagination does, or once `total` is reached.
             if len(page) < kwargs["page_size"] or (isinstance(total, int) and offset >= total):
                 return
@@ -340,34 +340,34 @@ class DatadogGateway:
             kwargs: dict[str, Any] = {"start": start, "count": HOSTS_PAGE}
             if filter_text:
                 kwargs["filter"] = filter_text
-            with self._errors("list hosts"):
+            with dc.errors("list hosts"):
                 response = self._hosts.list_hosts(**kwargs)
-            page = list(_get(response, "host_list") or [])
+            page = list(dc.get(response, "host_list") or [])
             for host in page:
                 info = _host_info(host)
                 if info is not None:
                     yield info
             start += len(page)
-            total = _get(response, "total_matching")
+            total = dc.get(response, "total_matching")
             if len(page) < HOSTS_PAGE or (isinstance(total, int) and start >= total):
                 return
 
     def get_tags(self, host: str, source: str = "user") -> list[str]:
         """Tags of one source on a host ([] when none, or when Datadog does not know the host)."""
         try:
-            with self._errors("get host tags"):
+            with dc.errors("get host tags"):
                 response = self._tags.get_host_tags(host_name=_checked_host(host), source=source)
         except NotFound:
             return []
-        return [str(t) for t in (_get(response, "tags") or [])]
+        return [str(t) for t in (dc.get(response, "tags") or [])]
 
     def add_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
         """Append tags to a source; returns the tags Datadog answers with."""
         name = _checked_host(host)
         body = {"host": name, "tags": _checked_tags(tags)}
-        with self._errors("add host tags"):
+        with dc.errors("add host tags"):
             response = self._tags.create_host_tags(host_name=name, body=body, source=source)
-        return [str(t) for t in (_get(response, "tags") or [])]
+        return [str(t) for t in (dc.get(response, "tags") or [])]
 
     def replace_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
         """Replace all tags of a source; an empty list removes them (Datadog's DELETE for that source)."""
@@ -375,24 +375,24 @@ class DatadogGateway:
         wanted = _checked_tags(tags)
         if not wanted:
             try:
-                with self._errors("remove host tags"):
+                with dc.errors("remove host tags"):
                     self._tags.delete_host_tags(host_name=name, source=source)
             except NotFound:
                 pass  # nothing to remove is the state we wanted
             return []
         body = {"host": name, "tags": wanted}
-        with self._errors("replace host tags"):
+        with dc.errors("replace host tags"):
             response = self._tags.update_host_tags(host_name=name, body=body, source=source)
-        return [str(t) for t in (_get(response, "tags") or [])]
+        return [str(t) for t in (dc.get(response, "tags") or [])]
 
     # -- MetricsSink / MetricsQuery -------------------------------------------------------------------
 
     def submit(self, series: Sequence[MetricSeries]) -> None:
         """Submit series through API v2, gzip-compressed, in batches under Datadog's payload limits."""
-        gzip_encoding = _build("datadog_api_client.v2.model.metric_content_encoding", "MetricContentEncoding", "gzip")
+        gzip_encoding = dc.build("datadog_api_client.v2.model.metric_content_encoding", "MetricContentEncoding", "gzip")
         payloads = [_series_json(s) for s in series]
         for batch in split_batches(payloads):
-            with self._errors("submit metrics"):
+            with dc.errors("submit metrics"):
                 self._metrics.submit_metrics(body={"series": batch}, content_encoding=gzip_encoding)
 
     def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> list[ScalarResult]:
@@ -409,343 +409,21 @@ class DatadogGateway:
                 },
             }
         }
-        with self._errors("query metrics"):
+        with dc.errors("query metrics"):
             response = self._metrics.query_scalar_data(body=body)
-        columns = list(_get(_get(_get(response, "data"), "attributes"), "columns") or [])
-        return scalar_results([_plain_dict(c) for c in columns])
-
-    # -- Incident setup: types, user-defined fields, notification rules --------------------------------
-
-    def list_incident_types(self) -> list[dict[str, Any]]:
-        """Incident types of the organization (`id`, `attributes.name`, `attributes.is_default`)."""
-        with self._errors("list incident types"):
-            response = self._incidents.list_incident_types()
-        return [_plain_dict(item) for item in (_get(response, "data") or [])]
-
-    def list_field_definitions(self) -> list[dict[str, Any]]:
-        """Every incident user-defined field (`id`, `attributes{name,type,display_name,valid_values...}`)."""
-        out: list[dict[str, Any]] = []
-        page = 0
-        while True:
-            with self._errors("list incident fields"):
-                response = self._incidents.list_incident_user_defined_fields(page_size=FIELDS_PAGE, page_number=page)
-            items = [_plain_dict(item) for item in (_get(response, "data") or [])]
-            out.extend(items)
-            if len(items) < FIELDS_PAGE:
-                return out
-            page += 1
-
-    def create_field_definition(self, attributes: Mapping[str, Any], incident_type_id: str) -> dict[str, Any]:
-        """Define a custom incident field on an incident type."""
-        body = {
-            "data": {
-                "type": "user_defined_field",
-                "attributes": dict(attributes),
-                "relationships": {"incident_type": {"data": {"id": incident_type_id, "type": "incident_types"}}},
-            }
-        }
-        with self._errors("create incident field"):
-            response = self._incidents.create_incident_user_defined_field(body=body)
-        return _plain_dict(response.data)
-
-    def update_field_definition(self, field_id: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        """Change a custom incident field's display name, choices or collection settings."""
-        body = {"data": {"id": field_id, "type": "user_defined_field", "attributes": dict(attributes)}}
-        with self._errors("update incident field"):
-            response = self._incidents.update_incident_user_defined_field(field_id=field_id, body=body)
-        return _plain_dict(response.data)
-
-    def list_notification_rules(self) -> list[dict[str, Any]]:
-        """Incident notification rules (`id`, `attributes{trigger,conditions,handles,renotify_on,...}`)."""
-        with self._errors("list notification rules"):
-            response = self._incidents.list_incident_notification_rules()
-        return [_plain_dict(item) for item in (_get(response, "data") or [])]
-
-    def create_notification_rule(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        """Create an incident notification rule."""
-        body = {"data": {"type": "incident_notification_rules", "attributes": dict(attributes)}}
-        with self._errors("create notification rule"):
-            response = self._incidents.create_incident_notification_rule(body=body)
-        return _plain_dict(response.data)
-
-    def update_notification_rule(self, rule_id: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        """Replace an incident notification rule (PUT semantics: send every attribute)."""
-        try:
-            rule_uuid = uuid.UUID(str(rule_id))
-        except ValueError:
-            raise ValidationFailed("rule_id", f"{str(rule_id)[:60]!r} is not a notification rule id") from None
-        body = {"data": {"id": rule_uuid, "type": "incident_notification_rules", "attributes": dict(attributes)}}
-        with self._errors("update notification rule"):
-            response = self._incidents.update_incident_notification_rule(id=rule_uuid, body=body)
-        return _plain_dict(response.data)
-
-    # -- Webhooks integration -------------------------------------------------------------------------
-
-    def get_webhook(self, name: str) -> dict[str, Any] | None:
-        """A webhook of the Webhooks integration, or None."""
-        try:
-            with self._errors("get webhook"):
-                response = self._webhooks.get_webhooks_integration(webhook_name=name)
-        except NotFound:
-            return None
-        return _plain_dict(response)
-
-    def create_webhook(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a webhook (`name`, `url`, `payload`, `custom_headers`, `encode_as`)."""
-        with self._errors("create webhook", caller_body=True):
-            response = self._webhooks.create_webhooks_integration(body=dict(spec))
-        return _plain_dict(response)
-
-    def update_webhook(self, name: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """Update a webhook's URL, payload, headers or encoding."""
-        with self._errors("update webhook", caller_body=True):
-            response = self._webhooks.update_webhooks_integration(webhook_name=name, body=dict(spec))
-        return _plain_dict(response)
-
-    def get_custom_variable(self, name: str) -> dict[str, Any] | None:
-        """A webhooks custom variable (a secret one comes back without its value), or None."""
-        try:
-            with self._errors("get custom variable"):
-                response = self._webhooks.get_webhooks_integration_custom_variable(custom_variable_name=name)
-        except NotFound:
-            return None
-        return _plain_dict(response)
-
-    def create_custom_variable(self, name: str, value: str, *, is_secret: bool) -> dict[str, Any]:
-        """Create a webhooks custom variable; the answer never carries a secret value back to callers."""
-        body = {"name": name, "value": value, "is_secret": is_secret}
-        with self._errors("create custom variable"):
-            response = self._webhooks.create_webhooks_integration_custom_variable(body=body)
-        return _without_secret(_plain_dict(response))
-
-    def update_custom_variable(self, name: str, value: str, *, is_secret: bool) -> dict[str, Any]:
-        """Set a webhooks custom variable's value and secrecy."""
-        body = {"value": value, "is_secret": is_secret}
-        with self._errors("update custom variable"):
-            response = self._webhooks.update_webhooks_integration_custom_variable(custom_variable_name=name, body=body)
-        return _without_secret(_plain_dict(response))
-
-    # -- Monitors and dashboards ----------------------------------------------------------------------
-
-    def list_monitors(self, *, name: str | None = None, monitor_tags: str | None = None) -> list[dict[str, Any]]:
-        """Monitors, optionally filtered by name substring and monitor tags, every page."""
-        out: list[dict[str, Any]] = []
-        page = 0
-        while True:
-            kwargs: dict[str, Any] = {"page": page, "page_size": MONITORS_PAGE}
-            if name:
-                kwargs["name"] = name
-            if monitor_tags:
-                kwargs["monitor_tags"] = monitor_tags
-            with self._errors("list monitors"):
-                response = self._monitors.list_monitors(**kwargs)
-            items = [_plain_dict(m) for m in (response or [])]
-            out.extend(items)
-            if len(items) < MONITORS_PAGE:
-                return out
-            page += 1
-
-    def create_monitor(self, monitor: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a monitor (Datadog's v1 monitor JSON)."""
-        with self._errors("create monitor", caller_body=True):
-            response = self._monitors.create_monitor(body=dict(monitor))
-        return _plain_dict(response)
-
-    def update_monitor(self, monitor_id: int, monitor: Mapping[str, Any]) -> dict[str, Any]:
-        """Update a monitor in place (its id and history are kept)."""
-        with self._errors("update monitor", caller_body=True):
-            response = self._monitors.update_monitor(monitor_id=monitor_id, body=dict(monitor))
-        return _plain_dict(response)
-
-    def validate_monitor(self, monitor: Mapping[str, Any]) -> None:
-        """Ask Datadog whether a monitor definition is valid; raises ValidationFailed with its reasons."""
-        with self._errors("validate monitor", caller_body=True):
-            self._monitors.validate_monitor(body=dict(monitor))
-
-    def list_dashboards(self) -> list[dict[str, Any]]:
-        """Summaries of the custom dashboards (`id`, `title`, `url`, ...)."""
-        with self._errors("list dashboards"):
-            response = self._dashboards.list_dashboards()
-        return [_plain_dict(d) for d in (_get(response, "dashboards") or [])]
-
-    def create_dashboard(self, dashboard: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a dashboard (Datadog's v1 dashboard JSON)."""
-        with self._errors("create dashboard", caller_body=True):
-            response = self._dashboards.create_dashboard(body=dict(dashboard))
-        return _plain_dict(response)
-
-    def update_dashboard(self, dashboard_id: str, dashboard: Mapping[str, Any]) -> dict[str, Any]:
-        """Replace a dashboard's definition, keeping its id and URL."""
-        with self._errors("update dashboard", caller_body=True):
-            response = self._dashboards.update_dashboard(dashboard_id=dashboard_id, body=dict(dashboard))
-        return _plain_dict(response)
-
-    # -- error translation ----------------------------------------------------------------------------
-
-    @contextmanager
-    def _errors(self, what: str, *, caller_body: bool = False) -> Iterator[None]:
-        """Run a client call, raising gpufarm errors instead of client or urllib3 exceptions.
-
-        caller_body: the request body is JSON a caller wrote (monitors, dashboards, webhooks); the client's
-        models answer a missing required key with a plain TypeError, which then means "bad body".
-        """
-        try:
-            with self._translate(what, caller_body=caller_body):
-                yield
-        except _Failed as failed:
-            raise failed.error() from None
-
-    @contextmanager
-    def _translate(self, what: str, *, caller_body: bool = False) -> Iterator[None]:
-        try:
-            yield
-        except GpufarmError:
-            raise
-        except ApiException as exc:
-            raise _Failed(what, _api_outcome(exc)) from None
-        except OpenApiException as exc:
-            # Raised before sending (a body the client's models reject) or on an answer that does not fit
-            # them; the client's messages name types and paths, not values.
-            raise _Failed(what, _Outcome(None, _short(str(exc)), transient=False, not_applied=True)) from None
-        except urllib3.exceptions.HTTPError as exc:
-            raise _Failed(what, _transport_outcome(exc)) from None
-        except TypeError as exc:
-            # After OpenApiException on purpose: the client's ApiTypeError is a TypeError too.
-            if not caller_body:
-                raise
-            raise _Failed(what, _Outcome(None, _short(str(exc)), transient=False, not_applied=True)) from None
-
-
-class _Failed(Exception):
-    """Internal: a classified failure of one call (converted to a gpufarm error at the boundary)."""
-
-    def __init__(self, what: str, outcome: _Outcome) -> None:
-        super().__init__(what)
-        self.what = what
-        self.outcome = outcome
-
-    def error(self) -> GpufarmError:
-        """The gpufarm error for this failure."""
-        o = self.outcome
-        text = f"Datadog {self.what} failed: {o.message}"
-        if o.status is None:
-            if o.transient:
-                return UpstreamError(text)
-            return ValidationFailed("datadog", text)
-        if o.status == 404:
-            return NotFound(text)
-        if o.status == 409:
-            return Conflict(text)
-        if o.status in (401, 403):
-            return UpstreamError(f"{text} (check the Datadog API and application keys)")
-        if o.transient or o.status >= 500:
-            return UpstreamError(text)
-        return ValidationFailed("datadog", text)
-
-
-def _api_outcome(exc: ApiException) -> _Outcome:
-    status = exc.status if isinstance(exc.status, int) else None
-    message = _datadog_message(exc.body) or (exc.reason if isinstance(exc.reason, str) else "") or "no details"
-    if status is not None:
-        message = f"HTTP {status}: {message}"
-    if status is None or status == 0:
-        return _Outcome(None, _short(message), transient=True, not_applied=False)
-    transient = status in _REJECTED_STATUSES or status >= 500
-    return _Outcome(status, _short(message), transient=transient, not_applied=status in _REJECTED_STATUSES)
-
-
-def _transport_outcome(exc: urllib3.exceptions.HTTPError) -> _Outcome:
-    reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason else exc
-    if isinstance(reason, urllib3.exceptions.ResponseError):
-        # Retries used up on 5xx/429 answers: the message names the status ("too many 503 error responses").
-        return _Outcome(None, _short(f"gave up after retries: {reason}"), transient=True, not_applied=False)
-    refused = isinstance(reason, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError)
-    kind = "could not connect" if refused else "no answer in time" if _is_timeout(reason) else "connection failed"
-    return _Outcome(None, f"{kind} ({type(reason).__name__})", transient=True, not_applied=refused)
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    return isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError)
-
-
-def _datadog_message(body: Any) -> str:
-    """Datadog's `{"errors": [...]}` (strings or {title, detail}) as one line."""
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if isinstance(body, str):
-        try:
-            body = json.loads(body)
-        except ValueError:
-            return str(body).strip()
-    if isinstance(body, Mapping):
-        errors = body.get("errors")
-        if isinstance(errors, list):
-            parts = []
-            for item in errors:
-                if isinstance(item, Mapping):
-                    parts.append(" - ".join(str(item[k]) for k in ("title", "detail") if item.get(k)))
-                else:
-                    parts.append(str(item))
-            return "; ".join(p for p in parts if p)
-    return ""
-
-
-def _short(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _ERROR_TEXT_LIMIT else text[: _ERROR_TEXT_LIMIT - 3] + "..."
+        columns = list(dc.get(dc.get(dc.get(response, "data"), "attributes"), "columns") or [])
+        return scalar_results([dc.plain_dict(c) for c in columns])
 
 
 # -- conversions ----------------------------------------------------------------------------------------
 
 
-def _get(obj: Any, key: str) -> Any:
-    """An attribute of a client model (or a key of a dict), None when unset."""
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(key)
-    try:
-        return obj.get(key) if hasattr(obj, "get") else getattr(obj, key, None)
-    except (AttributeError, KeyError):
-        return None
-
-
-def _plain(obj: Any) -> Any:
-    """A client model (or list/dict of them) as JSON-ready plain data with Datadog's key names."""
-    if hasattr(obj, "to_dict") and callable(obj.to_dict):
-        obj = obj.to_dict()
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, datetime | date):
-        return obj.isoformat()
-    if isinstance(obj, uuid.UUID):
-        return str(obj)
-    return obj
-
-
-def _plain_dict(obj: Any) -> dict[str, Any]:
-    """_plain for a single object answer."""
-    plain = _plain(obj)
-    if not isinstance(plain, dict):
-        raise UpstreamError(f"Datadog answered with {type(plain).__name__} where an object was expected")
-    return plain
-
-
-def _build(module: str, name: str, *args: Any) -> Any:
-    """Instantiate a client class from its own module (never the aggregate models package)."""
-    cls: Any = getattr(importlib.import_module(module), name)
-    return cls(*args)
-
-
 def _newest_first() -> Any:
-    return _build("datadog_api_client.v2.model.incident_search_sort_order", "IncidentSearchSortOrder", "-created")
+    return dc.build("datadog_api_client.v2.model.incident_search_sort_order", "IncidentSearchSortOrder", "-created")
 
 
-def _record(data: Any) -> IncidentRecord:
-    """An IncidentRecord from the client's incident data model."""
-    plain = _plain_dict(data)
+def _record(plain: Mapping[str, Any]) -> IncidentRecord:
+    """An IncidentRecord from an incident's data object (plain JSON)."""
     attributes = plain.get("attributes") or {}
     return IncidentRecord(
         id=str(plain["id"]),
@@ -797,7 +475,7 @@ def _checked_tags(tags: Sequence[str]) -> list[str]:
 
 
 def _host_info(host: Any) -> HostInfo | None:
-    plain = _plain_dict(host)
+    plain = dc.plain_dict(host)
     name = plain.get("name") or plain.get("host_name")
     if not name:
         return None
@@ -895,12 +573,6 @@ def scalar_results(columns: Sequence[Mapping[str, Any]]) -> list[ScalarResult]:
             tags.extend(f"{column.get('name')}:{v}" for v in items)
         results.append(ScalarResult(tuple(tags), float(value) if value is not None else None))
     return results
-
-
-def _without_secret(variable: dict[str, Any]) -> dict[str, Any]:
-    if variable.get("is_secret"):
-        variable.pop("value", None)
-    return variable
 
 
 if TYPE_CHECKING:

@@ -1,10 +1,13 @@
 """`gpufarm datadog apply`: plan, then make Datadog hold exactly what gpufarm needs, idempotently.
 
-What it manages: the incident custom fields of gpufarm.core.fields.SCHEMA (on the organization's default
-incident type), the webhooks `gpufarm-incidents` and `gpufarm-idle` with their payload templates and a secret
-header, the secret custom variable GPUFARM_WEBHOOK_SECRET, and the incident notification rules that call the
-incident webhook on create and on state/phase changes. Planning is pure (current state in, changes out);
-executing applies the changes in dependency order. A second run plans nothing but "unchanged".
+What it manages: gpufarm's own incident type ("GPU allocation" unless GPUFARM_INCIDENT_TYPE names another), the
+incident custom fields of gpufarm.core.fields.SCHEMA on that type only, the webhooks `gpufarm-incidents` and
+`gpufarm-idle` with their payload templates and a secret header, the secret custom variable
+GPUFARM_WEBHOOK_SECRET, and the incident notification rules, scoped to that type, that call the incident webhook
+on create and on state/phase changes. The org's other incident types, their fields, rules and incidents are
+never changed; a rule that calls gpufarm's webhook from another type (an older gpufarm's) is moved to gpufarm's.
+Planning is pure (current state in, changes out); executing applies the changes in dependency order (the type
+first: fields and rules need its id). A second run plans nothing but "unchanged".
 
 The secret custom variable cannot be read back (Datadog never returns a secret value), so an existing secret
 variable counts as unchanged; `--rotate-secret` (rotate_secret=True) writes the configured value again.
@@ -53,6 +56,11 @@ ALL_STATES = ("active", "stable", "resolved")
 # Only state and phase changes concern the lifecycle handler; other field edits (purpose, notes) must not call it.
 RENOTIFY_ON = ("state", "phase")
 MAX_VALID_VALUES = 1000
+DEFAULT_INCIDENT_TYPE = str(Settings.model_fields["incident_type"].default)
+INCIDENT_TYPE_DESCRIPTION = (
+    "GPU allocations managed by gpufarm: each incident is one lease of GPUs, requested in Slack and tagged on its "
+    "hosts as ir:ir-<number>. Created by `gpufarm datadog apply`; not for production incidents."
+)
 
 
 class Action(StrEnum):
@@ -74,11 +82,24 @@ class Change:
     detail: str = ""
     body: Mapping[str, Any] = field(default_factory=dict)
     target_id: str | None = None
+    # What differs from what Datadog holds (updates): attribute names and choice changes, never values of secrets.
+    differences: tuple[str, ...] = ()
 
     def line(self) -> str:
         """One line of the printed plan."""
         text = f"{self.action.value:<9} {self.kind} {self.name}"
         return f"{text}: {self.detail}" if self.detail else text
+
+    def as_json(self) -> dict[str, Any]:
+        """The change for `--json`: kind, name, action, differences and detail (never a body: no secret leaks)."""
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "action": self.action.value,
+            "differences": list(self.differences),
+            "detail": self.detail,
+            "id": self.target_id,
+        }
 
 
 @dataclass(frozen=True)
@@ -86,7 +107,9 @@ class Plan:
     """Every change apply would make, in the order it makes them."""
 
     changes: tuple[Change, ...]
+    # None when the incident type is still to be created (executing creates it first) or blocked.
     incident_type_id: str | None = None
+    incident_type: str = DEFAULT_INCIDENT_TYPE
 
     @property
     def blocked(self) -> list[Change]:
@@ -109,6 +132,16 @@ class Plan:
         """The plan as printable lines."""
         return [c.line() for c in self.changes]
 
+    def as_json(self) -> dict[str, Any]:
+        """The plan as JSON-ready data: what a CI pipeline gates on (`gpufarm datadog apply --dry-run --json`)."""
+        return {
+            "incident_type": {"name": self.incident_type, "id": self.incident_type_id},
+            "counts": self.counts(),
+            "pending": len(self.pending),
+            "blocked": len(self.blocked),
+            "changes": [c.as_json() for c in self.changes],
+        }
+
 
 @dataclass(frozen=True)
 class SetupSpec:
@@ -121,8 +154,8 @@ class SetupSpec:
     valid_values: Mapping[str, Sequence[str]] = field(default_factory=dict)
     rotate_secret: bool = False
     has_secret: bool = False
-    # Name of the incident type the fields belong to; None: the organization's default type.
-    incident_type: str | None = None
+    # Name of gpufarm's own incident type: created when missing; its fields, rules and incidents are gpufarm's.
+    incident_type: str = DEFAULT_INCIDENT_TYPE
 
 
 @dataclass(frozen=True)
@@ -130,6 +163,7 @@ class CurrentState:
     """What Datadog holds now, as plain JSON-shaped data."""
 
     incident_types: list[dict[str, Any]]
+    # User-defined fields of gpufarm's incident type only ([] while the type does not exist).
     fields: list[dict[str, Any]]
     webhooks: dict[str, dict[str, Any] | None]
     variable: dict[str, Any] | None
@@ -137,13 +171,16 @@ class CurrentState:
 
 
 class SetupApi(Protocol):
-    """The Datadog calls apply needs (DatadogGateway provides them)."""
+    """The Datadog calls apply needs (gpufarm.adapters.datadog_admin.DatadogAdmin provides them)."""
 
     def list_incident_types(self) -> list[dict[str, Any]]:
         """Incident types."""
 
-    def list_field_definitions(self) -> list[dict[str, Any]]:
-        """User-defined fields."""
+    def create_incident_type(self, name: str, description: str) -> dict[str, Any]:
+        """Create an incident type."""
+
+    def list_field_definitions(self, incident_type_id: str | None = None) -> list[dict[str, Any]]:
+        """User-defined fields (of one incident type when given)."""
 
     def create_field_definition(self, attributes: Mapping[str, Any], incident_type_id: str) -> dict[str, Any]:
         """Create a field."""
@@ -154,11 +191,13 @@ class SetupApi(Protocol):
     def list_notification_rules(self) -> list[dict[str, Any]]:
         """Notification rules."""
 
-    def create_notification_rule(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a rule."""
+    def create_notification_rule(self, attributes: Mapping[str, Any], incident_type_id: str) -> dict[str, Any]:
+        """Create a rule scoped to an incident type."""
 
-    def update_notification_rule(self, rule_id: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        """Replace a rule."""
+    def update_notification_rule(
+        self, rule_id: str, attributes: Mapping[str, Any], incident_type_id: str
+    ) -> dict[str, Any]:
+        """Replace a rule (and its incident type)."""
 
     def get_webhook(self, name: str) -> dict[str, Any] | None:
         """A webhook or None."""
@@ -274,52 +313,61 @@ def desired_rules() -> list[dict[str, Any]]:
 def plan_setup(current: CurrentState, spec: SetupSpec) -> Plan:
     """Compare what Datadog holds with what gpufarm needs; nothing is called here."""
     type_change, type_id = _plan_incident_type(current.incident_types, spec.incident_type)
+    type_ready = type_change.action is not Action.BLOCKED
     changes: list[Change] = [type_change]
-    changes += _plan_fields(current.fields, type_id, spec.valid_values)
+    changes += _plan_fields(current.fields if type_id else [], type_id, type_ready, spec.valid_values)
     changes.append(_plan_variable(current.variable, spec))
     changes += [_plan_webhook(current.webhooks.get(w["name"]), w) for w in desired_webhooks(spec)]
-    changes += _plan_rules(current.rules)
-    return Plan(tuple(changes), type_id)
+    changes += _plan_rules(current.rules, type_id, spec.incident_type)
+    return Plan(tuple(changes), type_id, spec.incident_type)
 
 
-def _plan_incident_type(types: list[dict[str, Any]], wanted: str | None) -> tuple[Change, str | None]:
-    def name_of(t: dict[str, Any]) -> str:
-        """An incident type's name."""
-        return str((t.get("attributes") or {}).get("name") or "")
+def _type_name(definition: Mapping[str, Any]) -> str:
+    return str((definition.get("attributes") or {}).get("name") or "")
 
-    if wanted:
-        chosen = [t for t in types if name_of(t) == wanted]
-        why = f"named {wanted!r}"
-    else:
-        chosen = [t for t in types if (t.get("attributes") or {}).get("is_default")] or (
-            types if len(types) == 1 else []
-        )
-        why = "the default"
-    if not chosen:
-        known = ", ".join(sorted(name_of(t) for t in types)) or "none"
-        detail = f"no incident type {why} (types: {known}); name one with --incident-type"
-        return Change("incident type", wanted or "(default)", Action.BLOCKED, detail), None
-    target = chosen[0]
+
+def gpufarm_types(types: Sequence[Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
+    """The incident types carrying gpufarm's type name (exactly one once apply has run)."""
+    return [t for t in types if _type_name(t) == name]
+
+
+def _plan_incident_type(types: list[dict[str, Any]], name: str) -> tuple[Change, str | None]:
+    kind = "incident type"
+    named = gpufarm_types(types, name)
+    if not named:
+        body = {"name": name, "description": INCIDENT_TYPE_DESCRIPTION}
+        return Change(kind, name, Action.CREATE, "gpufarm's incidents, fields and rules", body), None
+    if len(named) > 1:
+        ids = ", ".join(str(t.get("id")) for t in named)
+        detail = f"{len(named)} incident types have this name ({ids}); rename or delete all but one"
+        return Change(kind, name, Action.BLOCKED, detail), None
+    target = named[0]
     type_id = str(target.get("id"))
-    return Change("incident type", name_of(target), Action.UNCHANGED, f"fields attach to {type_id}"), type_id
+    if (target.get("attributes") or {}).get("is_default"):
+        detail = (
+            "is the organization's default type, which every other incident gets too; "
+            "name a type of gpufarm's own with --incident-type or GPUFARM_INCIDENT_TYPE"
+        )
+        return Change(kind, name, Action.BLOCKED, detail, target_id=type_id), None
+    return Change(kind, name, Action.UNCHANGED, type_id, target_id=type_id), type_id
 
 
-def _field_type_id(definition: dict[str, Any]) -> str | None:
+def _field_type_id(definition: Mapping[str, Any]) -> str | None:
     rel = ((definition.get("relationships") or {}).get("incident_type") or {}).get("data") or {}
     return str(rel["id"]) if rel.get("id") else None
 
 
 def _plan_fields(
-    existing: list[dict[str, Any]], type_id: str | None, valid_values: Mapping[str, Sequence[str]]
+    existing: list[dict[str, Any]],
+    type_id: str | None,
+    type_ready: bool,
+    valid_values: Mapping[str, Sequence[str]],
 ) -> list[Change]:
-    # A field of the same name on another incident type is not ours; one without a type relationship is.
+    # Only fields of gpufarm's type are gpufarm's; one of the same name on another type is someone else's.
     by_name: dict[str, dict[str, Any]] = {}
     for definition in existing:
         attrs = definition.get("attributes") or {}
-        if attrs.get("deleted"):
-            continue
-        owner = _field_type_id(definition)
-        if owner is not None and type_id is not None and owner != type_id:
+        if attrs.get("deleted") or _field_type_id(definition) not in (None, type_id):
             continue
         by_name.setdefault(str(attrs.get("name")), definition)
     changes: list[Change] = []
@@ -335,8 +383,8 @@ def _plan_fields(
                 )
             continue
         if current is None:
-            action = Action.CREATE if type_id is not None else Action.BLOCKED
-            detail = "" if type_id is not None else "needs an incident type"
+            action = Action.CREATE if type_ready else Action.BLOCKED
+            detail = "" if type_ready else "needs gpufarm's incident type"
             changes.append(Change("field", spec.name, action, detail, wanted))
             continue
         attrs = current.get("attributes") or {}
@@ -350,7 +398,9 @@ def _plan_fields(
         differs = _field_differences(attrs, wanted)
         update = {k: v for k, v in wanted.items() if k in ("display_name", "valid_values")}
         action = Action.UPDATE if differs else Action.UNCHANGED
-        changes.append(Change("field", spec.name, action, ", ".join(differs), update, str(current.get("id"))))
+        changes.append(
+            Change("field", spec.name, action, ", ".join(differs), update, str(current.get("id")), tuple(differs))
+        )
     return changes
 
 
@@ -380,11 +430,25 @@ def _plan_variable(current: dict[str, Any] | None, spec: SetupSpec) -> Change:
             return Change(
                 "custom variable", SECRET_VARIABLE, Action.BLOCKED, f"exists but is not secret; {needs_value}"
             )
-        return Change("custom variable", SECRET_VARIABLE, Action.UPDATE, "make it secret", {"is_secret": True})
+        return Change(
+            "custom variable",
+            SECRET_VARIABLE,
+            Action.UPDATE,
+            "make it secret",
+            {"is_secret": True},
+            differences=("is_secret", "value"),
+        )
     if spec.rotate_secret:
         if not spec.has_secret:
             return Change("custom variable", SECRET_VARIABLE, Action.BLOCKED, f"cannot rotate; {needs_value}")
-        return Change("custom variable", SECRET_VARIABLE, Action.UPDATE, "rotate secret value", {"is_secret": True})
+        return Change(
+            "custom variable",
+            SECRET_VARIABLE,
+            Action.UPDATE,
+            "rotate secret value",
+            {"is_secret": True},
+            differences=("value",),
+        )
     return Change(
         "custom variable",
         SECRET_VARIABLE,
@@ -412,7 +476,7 @@ def _plan_webhook(current: dict[str, Any] | None, wanted: dict[str, Any]) -> Cha
     if not differs:
         return Change("webhook", name, Action.UNCHANGED)
     update = {k: v for k, v in wanted.items() if k != "name"}
-    return Change("webhook", name, Action.UPDATE, ", ".join(differs), update)
+    return Change("webhook", name, Action.UPDATE, ", ".join(differs), update, differences=tuple(differs))
 
 
 def _json_or_text(value: Any) -> Any:
@@ -424,54 +488,70 @@ def _json_or_text(value: Any) -> Any:
     return value
 
 
-def _rule_key(attrs: Mapping[str, Any]) -> tuple[Any, ...]:
-    conditions = sorted(
-        (str(c.get("field")), tuple(sorted(str(v) for v in c.get("values") or [])))
-        for c in attrs.get("conditions") or []
-    )
-    return (
-        attrs.get("trigger"),
-        tuple(conditions),
-        tuple(sorted(attrs.get("handles") or [])),
-        tuple(sorted(attrs.get("renotify_on") or [])),
-        bool(attrs.get("enabled", True)),
-        attrs.get("visibility") or "organization",
-    )
+def _rule_type_id(rule: Mapping[str, Any]) -> str | None:
+    return _field_type_id(rule)
 
 
-def _plan_rules(existing: list[dict[str, Any]]) -> list[Change]:
+def _rule_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    def conditions(a: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+        return sorted(
+            (str(c.get("field")), tuple(sorted(str(v) for v in c.get("values") or [])))
+            for c in a.get("conditions") or []
+        )
+
+    differs = []
+    if conditions(attrs) != conditions(wanted):
+        differs.append("conditions")
+    differs += [k for k in ("handles", "renotify_on") if sorted(attrs.get(k) or []) != sorted(wanted.get(k) or [])]
+    if bool(attrs.get("enabled", True)) != bool(wanted["enabled"]):
+        differs.append("enabled")
+    if (attrs.get("visibility") or "organization") != wanted["visibility"]:
+        differs.append("visibility")
+    return differs
+
+
+def _plan_rules(existing: list[dict[str, Any]], type_id: str | None, type_name: str) -> list[Change]:
     changes = []
     for wanted in desired_rules():
         trigger = wanted["trigger"]
-        ours = [
+        calling = [
             r
             for r in existing
             if (r.get("attributes") or {}).get("trigger") == trigger
             and INCIDENT_HANDLE in ((r.get("attributes") or {}).get("handles") or [])
         ]
-        if not ours:
+        # Ours: on gpufarm's type. A rule calling the webhook from another type is an older gpufarm's: moved over.
+        ours = [r for r in calling if type_id is not None and _rule_type_id(r) == type_id]
+        others = [r for r in calling if r not in ours]
+        if not ours and not others:
             changes.append(Change("notification rule", trigger, Action.CREATE, INCIDENT_HANDLE, wanted))
             continue
-        rule = ours[0]
-        extra = (
-            f" ({len(ours) - 1} more rule(s) call the webhook on this trigger; left as they are)" if ours[1:] else ""
-        )
-        if _rule_key(rule.get("attributes") or {}) == _rule_key(wanted):
-            changes.append(Change("notification rule", trigger, Action.UNCHANGED, extra.strip(), target_id=rule["id"]))
-        else:
-            detail = "conditions, handles, renotify_on or enabled differ" + extra
-            changes.append(Change("notification rule", trigger, Action.UPDATE, detail, wanted, str(rule.get("id"))))
+        rule = ours[0] if ours else others[0]
+        rest = len(calling) - 1
+        extra = f" ({rest} more rule(s) call the webhook on this trigger; left as they are)" if rest else ""
+        differs = _rule_differences(rule.get("attributes") or {}, wanted)
+        if not ours:
+            differs.append("incident type")
+        target = str(rule.get("id"))
+        if not differs:
+            changes.append(Change("notification rule", trigger, Action.UNCHANGED, extra.strip(), target_id=target))
+            continue
+        detail = ", ".join(differs) + (f" (moves it to incident type {type_name!r})" if not ours else "") + extra
+        changes.append(Change("notification rule", trigger, Action.UPDATE, detail, wanted, target, tuple(differs)))
     return changes
 
 
 # -- reading and executing ------------------------------------------------------------------------------------
 
 
-def read_current(api: SetupApi) -> CurrentState:
-    """Read everything apply manages."""
+def read_current(api: SetupApi, incident_type: str = DEFAULT_INCIDENT_TYPE) -> CurrentState:
+    """Read everything apply manages (the fields of gpufarm's incident type only)."""
+    types = api.list_incident_types()
+    named = gpufarm_types(types, incident_type)
+    fields = api.list_field_definitions(str(named[0]["id"])) if len(named) == 1 else []
     return CurrentState(
-        incident_types=api.list_incident_types(),
-        fields=api.list_field_definitions(),
+        incident_types=types,
+        fields=fields,
         webhooks={name: api.get_webhook(name) for name in (INCIDENT_WEBHOOK, IDLE_WEBHOOK)},
         variable=api.get_custom_variable(SECRET_VARIABLE),
         rules=api.list_notification_rules(),
@@ -483,18 +563,23 @@ def execute(plan: Plan, api: SetupApi, secret: SecretStr | None) -> list[Change]
     if plan.blocked:
         raise ValidationFailed(plan.blocked[0].kind, "; ".join(c.line() for c in plan.blocked))
     done: list[Change] = []
+    type_id = plan.incident_type_id
     for change in plan.pending:
-        _execute_one(change, plan, api, secret)
+        if change.kind == "incident type":
+            type_id = str(api.create_incident_type(change.name, str(change.body["description"]))["id"])
+        else:
+            if type_id is None:
+                raise AssertionError("a plan without blocked changes has or creates its incident type")
+            _execute_one(change, type_id, api, secret)
         done.append(change)
     return done
 
 
-def _execute_one(change: Change, plan: Plan, api: SetupApi, secret: SecretStr | None) -> None:
+def _execute_one(change: Change, type_id: str, api: SetupApi, secret: SecretStr | None) -> None:
     create = change.action is Action.CREATE
     if change.kind == "field":
         if create:
-            assert plan.incident_type_id is not None
-            api.create_field_definition(change.body, plan.incident_type_id)
+            api.create_field_definition(change.body, type_id)
         else:
             assert change.target_id is not None
             api.update_field_definition(change.target_id, change.body)
@@ -513,17 +598,17 @@ def _execute_one(change: Change, plan: Plan, api: SetupApi, secret: SecretStr | 
             api.update_webhook(change.name, change.body)
     elif change.kind == "notification rule":
         if create:
-            api.create_notification_rule(change.body)
+            api.create_notification_rule(change.body, type_id)
         else:
             assert change.target_id is not None
-            api.update_notification_rule(change.target_id, change.body)
+            api.update_notification_rule(change.target_id, change.body, type_id)
     else:
         raise AssertionError(f"no executor for {change.kind}")
 
 
 def apply_setup(api: SetupApi, spec: SetupSpec, *, secret: SecretStr | None, dry_run: bool = False) -> Plan:
     """Read, plan and (unless dry_run) execute; returns the plan (raises ValidationFailed if blocked)."""
-    plan = plan_setup(read_current(api), spec)
+    plan = plan_setup(read_current(api, spec.incident_type), spec)
     if not dry_run:
         execute(plan, api, secret)
     return plan
@@ -541,7 +626,7 @@ def run_apply(
     env: Mapping[str, str] | None = None,
 ) -> Plan:
     """Apply against the Datadog in settings; webhook URLs default to GPUFARM_INCIDENT/IDLE_WEBHOOK_URL."""
-    from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.adapters.datadog_admin import DatadogAdmin
 
     environ = env if env is not None else os.environ
     spec = SetupSpec(
@@ -550,10 +635,10 @@ def run_apply(
         valid_values=dict(valid_values or {}),
         rotate_secret=rotate_secret,
         has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
-        incident_type=incident_type,
+        incident_type=incident_type or settings.incident_type,
     )
-    gateway = DatadogGateway(settings)
+    admin = DatadogAdmin(settings)
     try:
-        return apply_setup(gateway, spec, secret=settings.webhook_secret, dry_run=dry_run)
+        return apply_setup(admin, spec, secret=settings.webhook_secret, dry_run=dry_run)
     finally:
-        gateway.close()
+        admin.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 
 import click
@@ -11,6 +12,7 @@ from gpufarm.core.errors import GpufarmError, NotFound
 from gpufarm.setup.apply import (
     IDLE_WEBHOOK_URL_ENV,
     INCIDENT_WEBHOOK_URL_ENV,
+    Change,
     Plan,
     SetupSpec,
     execute,
@@ -18,14 +20,35 @@ from gpufarm.setup.apply import (
     read_current,
 )
 
+# Exit statuses of `apply`, for CI pipelines (click itself exits 2 on usage errors).
+EXIT_OK = 0  # applied, or (with --dry-run) nothing to change
+EXIT_FAILED = 1  # blocked plan, bad configuration, Datadog refused or unreachable: nothing more was changed
+EXIT_PENDING = 3  # --dry-run only: the plan has creates or updates
+
+APPLY_EPILOG = """\b
+Exit status:
+  0  applied; with --dry-run: nothing to change
+  1  blocked plan or error (nothing more was changed)
+  2  usage error
+  3  --dry-run only: changes are pending
+"""
+
 
 @click.group()
 def datadog() -> None:
     """Datadog setup for gpufarm."""
 
 
-@datadog.command()
-@click.option("--dry-run", is_flag=True, help="Print the plan (create / update / unchanged) and change nothing.")
+@datadog.command(epilog=APPLY_EPILOG)
+@click.option(
+    "--dry-run", is_flag=True, help="Print the plan (create / update / unchanged), change nothing; exit 3 if pending."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the plan as one JSON document on stdout (kind, name, action, differences per change; no secrets).",
+)
 @click.option(
     "--incident-webhook-url",
     envvar=INCIDENT_WEBHOOK_URL_ENV,
@@ -44,20 +67,27 @@ def datadog() -> None:
     "[default: GPUFARM_FARM_CONFIG or the SSM parameter GPUFARM_FARM_CONFIG_PARAMETER].",
 )
 @click.option("--rotate-secret", is_flag=True, help="Write GPUFARM_WEBHOOK_SECRET again (secrets cannot be read back).")
-@click.option("--incident-type", default=None, help="Incident type the fields belong to [default: the org's default].")
+@click.option(
+    "--incident-type",
+    default=None,
+    help="Name of gpufarm's own incident type, created if missing; the runtime must use the same name "
+    "[default: GPUFARM_INCIDENT_TYPE or 'GPU allocation'].",
+)
 def apply(
     *,
     dry_run: bool,
+    as_json: bool,
     incident_webhook_url: str | None,
     idle_webhook_url: str | None,
     farm_config: str | None,
     rotate_secret: bool,
     incident_type: str | None,
 ) -> None:
-    """Create or update gpufarm's incident fields, webhooks, secret variable and notification rules."""
-    from gpufarm.adapters.datadog import DatadogGateway
+    """Create or update gpufarm's incident type, its fields and notification rules, the webhooks and secret."""
+    from gpufarm.adapters.datadog_admin import DatadogAdmin
     from gpufarm.config import load_settings
 
+    done: list[Change] = []
     try:
         settings = load_settings()
         if farm_config:
@@ -69,25 +99,47 @@ def apply(
             valid_values=valid_values,
             rotate_secret=rotate_secret,
             has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
-            incident_type=incident_type,
+            incident_type=(incident_type or settings.incident_type).strip(),
         )
-        gateway = DatadogGateway(settings)
+        if not spec.incident_type:
+            raise click.UsageError("--incident-type must not be empty")
+        admin = DatadogAdmin(settings)
         try:
-            click.echo(f"Datadog at {settings.datadog_base_url()}")
-            plan = plan_setup(read_current(gateway), spec)
-            _print_plan(plan)
+            if not as_json:
+                click.echo(f"Datadog at {settings.datadog_base_url()}")
+            plan = plan_setup(read_current(admin, spec.incident_type), spec)
+            if not as_json:
+                _print_plan(plan)
             if plan.blocked:
+                _emit_json(as_json, settings, plan, dry_run, done)
                 raise click.ClickException(f"{len(plan.blocked)} object(s) blocked; nothing was changed")
-            if dry_run:
-                click.echo("dry run: nothing was changed")
-                return
-            done = execute(plan, gateway, settings.webhook_secret)
+            if not dry_run:
+                done = execute(plan, admin, settings.webhook_secret)
         finally:
-            gateway.close()
+            admin.close()
     except GpufarmError as exc:
         # Domain and upstream errors carry a user-facing message (never a key); no traceback.
         raise click.ClickException(str(exc)) from None
-    click.echo(f"applied {len(done)} change(s)" if done else "nothing to change")
+    if as_json:
+        _emit_json(True, settings, plan, dry_run, done)
+    elif dry_run:
+        click.echo(f"dry run: nothing was changed ({len(plan.pending)} change(s) pending)")
+    else:
+        click.echo(f"applied {len(done)} change(s)" if done else "nothing to change")
+    if dry_run and plan.pending:
+        click.get_current_context().exit(EXIT_PENDING)
+
+
+def _emit_json(as_json: bool, settings: Settings, plan: Plan, dry_run: bool, done: list[Change]) -> None:
+    if not as_json:
+        return
+    document = {
+        "datadog": settings.datadog_base_url(),
+        "dry_run": dry_run,
+        **plan.as_json(),
+        "applied": None if dry_run or plan.blocked else len(done),
+    }
+    click.echo(json.dumps(document, indent=2))
 
 
 def farm_valid_values(settings: Settings, *, required: bool = False) -> Mapping[str, Sequence[str]]:
