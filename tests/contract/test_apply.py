@@ -21,6 +21,7 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import ValidationFailed
 from gpufarm.setup import apply as setup
+from gpufarm.setup import plan as planning
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
 
@@ -91,7 +92,7 @@ def gateway(settings: Settings) -> Iterator[DatadogGateway]:
     gw.close()
 
 
-def _spec(url: str = "http://127.0.0.1:9", **overrides: Any) -> setup.SetupSpec:
+def _spec(url: str = "http://127.0.0.1:9", **overrides: Any) -> planning.SetupSpec:
     values: dict[str, Any] = {
         "incident_webhook_url": f"{url}/fn/incident_webhook/",
         "idle_webhook_url": f"{url}/fn/idle_alert/",
@@ -99,10 +100,10 @@ def _spec(url: str = "http://127.0.0.1:9", **overrides: Any) -> setup.SetupSpec:
         "has_secret": True,
     }
     values.update(overrides)
-    return setup.SetupSpec(**values)
+    return planning.SetupSpec(**values)
 
 
-def _apply(admin: DatadogAdmin, spec: setup.SetupSpec, *, dry_run: bool = False) -> setup.Plan:
+def _apply(admin: DatadogAdmin, spec: planning.SetupSpec, *, dry_run: bool = False) -> planning.Plan:
     return setup.apply_setup(admin, spec, secret=SecretStr(SECRET), dry_run=dry_run)
 
 
@@ -160,7 +161,7 @@ def test_apply_creates_what_gpufarm_needs_and_a_second_run_changes_nothing(
 
     second = _apply(admin, _spec())
     assert second.pending == []
-    assert {c.action for c in second.changes} == {setup.Action.UNCHANGED}
+    assert {c.action for c in second.changes} == {planning.Action.UNCHANGED}
     assert second.incident_type_id == type_id
     assert second.changes[0].line() == f"unchanged incident type GPU allocation: {type_id}"
 
@@ -210,11 +211,11 @@ def test_blocked_plans_change_nothing(admin: DatadogAdmin, sandbox: Sandbox) -> 
 
 
 def test_a_field_of_the_wrong_type_blocks_with_advice(admin: DatadogAdmin, sandbox: Sandbox) -> None:
-    type_id = str(admin.create_incident_type("GPU allocation", setup.INCIDENT_TYPE_DESCRIPTION)["id"])
+    type_id = str(admin.create_incident_type("GPU allocation", planning.INCIDENT_TYPE_DESCRIPTION)["id"])
     admin.create_field_definition({"name": "team", "display_name": "Team", "type": 3}, type_id)
     plan = _apply(admin, _spec(), dry_run=True)
     team = next(c for c in plan.changes if c.name == "team")
-    assert team.action is setup.Action.BLOCKED
+    assert team.action is planning.Action.BLOCKED
     assert "cannot change a field's type" in team.detail
 
 
@@ -247,12 +248,12 @@ def test_applied_objects_deliver_incident_changes_with_the_secret_header(
 def test_apply_moves_a_rule_an_older_gpufarm_left_on_another_type(admin: DatadogAdmin, sandbox: Sandbox) -> None:
     """Before incident types, apply put its rules on the org's default type: they move to gpufarm's, not double."""
     default = next(t["id"] for t in admin.list_incident_types() if t["attributes"]["is_default"])
-    old = admin.create_notification_rule(setup.desired_rules()[1], default)
-    other = admin.create_notification_rule({**setup.desired_rules()[1], "handles": ["@oncall-sre"]}, default)
+    old = admin.create_notification_rule(planning.desired_rules()[1], default)
+    other = admin.create_notification_rule({**planning.desired_rules()[1], "handles": ["@oncall-sre"]}, default)
 
     plan = _apply(admin, _spec())
     moved = next(c for c in plan.changes if c.name == "incident_modified_trigger")
-    assert (moved.action, moved.target_id, moved.differences) == (setup.Action.UPDATE, old["id"], ("incident type",))
+    assert (moved.action, moved.target_id, moved.differences) == (planning.Action.UPDATE, old["id"], ("incident type",))
     assert "moves it to incident type 'GPU allocation'" in moved.detail
 
     rules = {r["id"]: r for r in admin.list_notification_rules()}
@@ -284,7 +285,7 @@ def test_an_operator_may_name_gpufarm_s_type(admin: DatadogAdmin, settings: Sett
     names = [t["attributes"]["name"] for t in admin.list_incident_types()]
     assert sorted(names) == ["Incident", "ML leases"]
     type_id = next(t["id"] for t in admin.list_incident_types() if t["attributes"]["name"] == "ML leases")
-    assert plan.changes[0].action is setup.Action.CREATE
+    assert plan.changes[0].action is planning.Action.CREATE
     # The runtime finds the same type by the same setting, and creates its incidents there.
     gateway = DatadogGateway(settings.model_copy(update={"incident_type": "ML leases"}))
     record = gateway.create("GPU request", {f.STATE: "active", f.PHASE: "requested", f.REQUEST_ID: "req-named-1"})

@@ -23,7 +23,7 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.ports import MetricPoint, MetricSeries
-from gpufarm.setup.apply import INCIDENT_TYPE_DESCRIPTION, desired_fields
+from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -298,7 +298,8 @@ from pydantic import SecretStr
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.ports import MetricPoint, MetricSeries
-from gpufarm.setup.apply import SetupSpec, apply_setup
+from gpufarm.setup.apply import apply_setup
+from gpufarm.setup.plan import SetupSpec
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 gw = DatadogGateway(Settings(max_retries=0))
 adm = DatadogAdmin(Settings(max_retries=0))

@@ -32,6 +32,7 @@ from gpufarm.core.farm import parse_farm
 from gpufarm.core.policy import build_request
 from gpufarm.core.service import GpuFarm
 from gpufarm.setup import apply as setup
+from gpufarm.setup import plan as planning
 from gpufarm_node.tags import registration_tags
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
@@ -127,7 +128,7 @@ def org(settings: Settings, sandbox: Sandbox, sandbox_url: str) -> Iterator[Org]
     receiver = Receiver()
     with ServerThread(receiver) as server:
         admin = DatadogAdmin(settings)
-        spec = setup.SetupSpec(
+        spec = planning.SetupSpec(
             incident_webhook_url=f"{server.url}/fn/incident_webhook/",
             idle_webhook_url=f"{server.url}/fn/idle_alert/",
             valid_values=VALUES,
@@ -137,11 +138,11 @@ def org(settings: Settings, sandbox: Sandbox, sandbox_url: str) -> Iterator[Org]
         default = next(str(t["id"]) for t in admin.list_incident_types() if t["attributes"]["is_default"])
         security = str(admin.create_incident_type("Security Incident", "breaches")["id"])
         for type_id in (default, security):
-            for _, attributes in setup.desired_fields(VALUES):
+            for _, attributes in planning.desired_fields(VALUES):
                 assert attributes is not None
                 admin.create_field_definition(attributes, type_id)
         # What the org's own on-call set up: every default-type incident pages through another handle.
-        admin.create_notification_rule({**setup.desired_rules()[0], "handles": ["@oncall-sre"]}, default)
+        admin.create_notification_rule({**planning.desired_rules()[0], "handles": ["@oncall-sre"]}, default)
         admin.close()
         world = Org(sandbox_url, sandbox, receiver, default, security, [])
         world.create_foreign(default, "Checkout latency", _lease_values(SHARED_REQUEST))

@@ -91,7 +91,8 @@ def _run(ctx: DemoContext, settings: Settings, gateway: Any, admin: Any) -> None
 
 
 def _setup(ctx: DemoContext, settings: Settings, admin: Any) -> bool:
-    from gpufarm.setup.apply import SetupSpec, apply_setup
+    from gpufarm.setup.apply import apply_setup
+    from gpufarm.setup.plan import SetupSpec
 
     done = False
     with ctx.step("Datadog setup: gpufarm datadog apply"):

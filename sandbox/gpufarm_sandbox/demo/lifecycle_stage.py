@@ -143,7 +143,8 @@ class LocalFarm:
 
     def apply_setup(self, farm_values: dict[str, list[str]]) -> Any:
         """`gpufarm datadog apply` against the sandbox: gpufarm's incident type, its fields and rules, webhooks."""
-        from gpufarm.setup.apply import SetupSpec, apply_setup
+        from gpufarm.setup.apply import apply_setup
+        from gpufarm.setup.plan import SetupSpec
 
         env = self.host.env
         spec = SetupSpec(
@@ -317,7 +318,7 @@ def run(ctx: DemoContext) -> None:
 
 def _merged_values(farm: LocalFarm, values: dict[str, list[str]]) -> dict[str, list[str]]:
     """The farm's dropdown choices plus any already defined (an earlier stage's own pool stays valid)."""
-    from gpufarm.setup.apply import gpufarm_types
+    from gpufarm.setup.plan import gpufarm_types
 
     merged = {k: list(v) for k, v in values.items()}
     ours = gpufarm_types(farm.admin.list_incident_types(), farm.settings.incident_type)

@@ -9,16 +9,8 @@ import click
 
 from gpufarm.config import Settings
 from gpufarm.core.errors import GpufarmError, NotFound
-from gpufarm.setup.apply import (
-    IDLE_WEBHOOK_URL_ENV,
-    INCIDENT_WEBHOOK_URL_ENV,
-    Change,
-    Plan,
-    SetupSpec,
-    execute,
-    plan_setup,
-    read_current,
-)
+from gpufarm.setup.apply import execute, read_current
+from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Change, Plan, SetupSpec, plan_setup
 
 # Exit statuses of `apply`, for CI pipelines (click itself exits 2 on usage errors).
 EXIT_OK = 0  # applied, or (with --dry-run) nothing to change
