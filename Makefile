@@ -3,8 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+SAM ?= sam
+LAYER_BUILD := .aws-sam/build/GpufarmLayer
 
-.PHONY: venv demo test lint typecheck unit cfn-lint bench local sandbox sam-build clean
+.PHONY: venv demo test lint typecheck unit cfn-lint bench local sandbox sam-build layer-check clean
 
 venv: $(STAMP)
 
@@ -43,9 +45,27 @@ local: $(STAMP)
 sandbox: $(STAMP)
 	$(BIN)/gpufarm sandbox
 
-# Needs python3.12 on PATH (Lambda's runtime); resolves arm64 wheels without Docker.
+# Needs the SAM CLI (SAM=path/to/sam) and python3.12 on PATH (Lambda's runtime); resolves arm64 wheels without
+# Docker. Then checks the layer it built.
 sam-build:
-	sam build --template-file template.yaml
+	$(SAM) build --template-file template.yaml
+	$(MAKE) --no-print-directory layer-check
+
+# The built layer holds the runtime package and its requirements only: no sandbox, node agent, local host, demo,
+# fake or simulated-farm code, no build leftovers; prints its size unzipped and zipped (Lambda: 250 MB unzipped).
+layer-check:
+	@test -f $(LAYER_BUILD)/python/gpufarm/handlers/runtime.py || { echo "no built layer: make sam-build"; exit 1; }
+	@found="$$(cd $(LAYER_BUILD)/python && ls -d gpufarm_sandbox* gpufarm_node* werkzeug* click* moto* build *.egg-info 2>/dev/null)"; \
+	  test -z "$$found" || { echo "the layer holds: $$found"; exit 1; }
+	@found="$$(find $(LAYER_BUILD)/python/gpufarm | grep -iE 'sandbox|localhost|demo|fake|simfarm|emulator')"; \
+	  test -z "$$found" || { echo "development tooling in the layer: $$found"; exit 1; }
+	@found="$$(grep -rlE '^\s*(from|import) +(gpufarm_sandbox|gpufarm_node|werkzeug)\b' $(LAYER_BUILD)/python/gpufarm)"; \
+	  test -z "$$found" || { echo "layer modules import development tooling: $$found"; exit 1; }
+	@$(PYTHON) -c 'import io, os, sys, zipfile; \
+	files = [os.path.join(d, f) for d, _, fs in os.walk(sys.argv[1]) for f in fs]; \
+	buf = io.BytesIO(); z = zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED); \
+	[z.write(f, os.path.relpath(f, sys.argv[1])) for f in files]; z.close(); \
+	print(f"layer ok: {len(files)} files, {sum(map(os.path.getsize, files)):,} bytes unzipped, {len(buf.getvalue()):,} zipped")' $(LAYER_BUILD)
 
 clean:
 	rm -rf $(VENV) .aws-sam .mypy_cache .ruff_cache

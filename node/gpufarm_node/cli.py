@@ -212,7 +212,7 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
     try:
         from gpufarm_node.nvml_source import NvmlUnavailable
     except ImportError as exc:
-        click.echo(f"gpufarm-node: nvidia-ml-py is missing ({exc}); install gpufarm[node]", err=True)
+        click.echo(f"gpufarm-node: nvidia-ml-py is missing ({exc}); pip install gpufarm-node", err=True)
         sys.exit(EXIT_NO_NVML)
 
     workdir: Path | None = None
