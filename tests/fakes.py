@@ -1,10 +1,10 @@
 """In-memory implementations of the core's ports, for unit tests of the lifecycle service.
 
 They keep the behaviour the service relies on from the real adapters, and `tests/contract/test_port_fakes.py` runs
-the same port contract against them and against the real gateway on the sandbox: fields go through the real
+the same port contract against them and against the real adapters on the sandbox: fields go through the real
 encode/decode (an unknown field name is refused as ValidationFailed), a create with a known request id returns the
-first incident, host tags are per source and normalized, a search with `state:(a OR b)` filters on state, and a
-host never seen has no tags.
+first incident, host tags are per source and normalized, a search with `state:(a OR b)` filters on state, a host
+never seen has no tags, an unknown user group fails instead of meaning "nobody", and an unknown user is its id.
 """
 
 from __future__ import annotations
@@ -176,11 +176,12 @@ class Sent:
 
 
 class FakeChat:
-    """Chat in memory: every message kept in order; one user group of operators."""
+    """Chat in memory: every message kept in order; one user group of operators; users named by `names`, else id."""
 
     def __init__(self, operators: frozenset[str] = frozenset(), usergroup: str = "S0000000001") -> None:
         self.operators = operators
         self.usergroup = usergroup
+        self.names: dict[str, str] = {}
         self.sent: list[Sent] = []
         self.fail_dms = False
         self._ts = 1000
@@ -215,10 +216,12 @@ class FakeChat:
         return "D" + user[1:]
 
     def user_name(self, user: str) -> str:
-        return f"name-of-{user}"
+        return self.names.get(user, user)
 
     def usergroup_members(self, usergroup: str) -> frozenset[str]:
-        return self.operators if usergroup == self.usergroup else frozenset()
+        if usergroup != self.usergroup:
+            raise UpstreamError(f"slack usergroups.users.list failed: no_such_subteam ({usergroup})")
+        return self.operators
 
     def respond(
         self,

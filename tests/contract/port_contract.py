@@ -1,8 +1,8 @@
-"""The behaviour the core relies on from its Datadog ports, written once and run against every implementation.
+"""The behaviour the core relies on from its ports, written once and run against every implementation.
 
-`tests/contract/test_port_fakes.py` runs these against the real gateway on the sandbox and against the in-memory
+`tests/contract/test_port_fakes.py` runs these against the real adapters on the sandbox and against the in-memory
 fakes the unit tests use (`tests/fakes.py`), so a fake that drifts from the adapter fails here, not in a unit test
-that trusts it (docs/design.md, rule 12). Subclasses provide the `incidents` fixture, or `hosts` and `seed_hosts`.
+that trusts it (docs/design.md, rule 12). Subclasses provide the port's fixture (and a seeding one).
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 import pytest
 
 from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound, ValidationFailed
-from gpufarm.core.ports import HostTags, IncidentStore
+from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.ports import Chat, HostTags, IncidentStore
 
 # Makes hosts known with tags per source, as their agents' reports would: {host: {source: [tags]}}.
 SeedHosts = Callable[[Mapping[str, Mapping[str, Sequence[str]]]], None]
+# Makes a user group with these members: (group id, members).
+SeedGroup = Callable[[str, Sequence[str]], None]
 UNKNOWN_UUID = "00000000-0000-4000-8000-000000000000"
 
 
@@ -147,3 +149,28 @@ class HostTagsContract:
         assert listed["gpu-node-01"].tags_by_source["user"] == ("ir:ir-7",)
         assert [h.name for h in hosts.list_hosts("gpu_model:a100")] == ["gpu-node-02"]
         assert [h.name for h in hosts.list_hosts("node-01")] == ["gpu-node-01"]
+
+
+class ChatContract:
+    """What the service relies on from Chat: message timestamps, DMs, the operators' group and user names."""
+
+    def test_every_post_gets_its_own_timestamp(self, chat: Chat) -> None:
+        first = chat.post_message("C0000000001", "GPU request IR-1")
+        second = chat.post_message("C0000000001", "GPU request IR-2", [{"type": "divider"}])
+        dm = chat.tell_user("U0000000001", "IR-1 is allocated")
+        assert len({first, second, dm}) == 3
+
+    def test_a_users_dm_channel_is_stable(self, chat: Chat) -> None:
+        channel = chat.open_dm("U0000000001")
+        assert channel.startswith("D")
+        assert chat.open_dm("U0000000001") == channel
+
+    def test_group_members_are_listed_and_an_unknown_group_fails(self, chat: Chat, seed_group: SeedGroup) -> None:
+        seed_group("S0000000007", ["U0000000001", "U0000000002"])
+        assert chat.usergroup_members("S0000000007") == frozenset({"U0000000001", "U0000000002"})
+        # "Nobody is an operator" must never stand in for "Slack could not say".
+        with pytest.raises(UpstreamError):
+            chat.usergroup_members("S0000000404")
+
+    def test_an_unknown_user_is_named_by_its_id(self, chat: Chat) -> None:
+        assert chat.user_name("U0000000404") == "U0000000404"

@@ -1,4 +1,5 @@
-"""One port contract, two implementations: the real Datadog gateway on the sandbox and the unit tests' fakes."""
+"""One port contract, two implementations: the real adapters (Datadog gateway, Slack chat) on the sandbox and the unit
+tests' fakes."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
-from fakes import FakeClock, FakeHosts, FakeIncidents
-from port_contract import HostTagsContract, IncidentStoreContract, SeedHosts
+from fakes import FakeChat, FakeClock, FakeHosts, FakeIncidents
+from port_contract import ChatContract, HostTagsContract, IncidentStoreContract, SeedGroup, SeedHosts
 
 from gpufarm.adapters.datadog import DatadogGateway
+from gpufarm.adapters.slack import SlackChat
 from gpufarm.config import Settings
-from gpufarm.core.ports import HostTags, IncidentStore
+from gpufarm.core.ports import Chat, HostTags, IncidentStore
 from gpufarm.setup.apply import run_apply
+from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN
 
 VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}
 
@@ -46,6 +49,14 @@ class TestFakeIncidents(IncidentStoreContract):
         return FakeIncidents(FakeClock())
 
 
+def _post(url: str, body: object) -> None:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
 class TestDatadogHosts(HostTagsContract):
     @pytest.fixture
     def hosts(self, gateway: DatadogGateway) -> HostTags:
@@ -55,14 +66,7 @@ class TestDatadogHosts(HostTagsContract):
     def seed_hosts(self, sandbox_url: str) -> SeedHosts:
         def seed(hosts: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
             body = {"hosts": [{"name": name, "tags": dict(tags)} for name, tags in hosts.items()]}
-            request = urllib.request.Request(
-                f"{sandbox_url}/_sandbox/hosts",
-                data=json.dumps(body).encode(),
-                method="POST",
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=10):
-                pass
+            _post(f"{sandbox_url}/_sandbox/hosts", body)
 
         return seed
 
@@ -81,5 +85,36 @@ class TestFakeHosts(HostTagsContract):
         def seed(hosts: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
             for name, tags in hosts.items():
                 fake.tags[name] = {source: list(values) for source, values in tags.items()}
+
+        return seed
+
+
+class TestSlackChat(ChatContract):
+    @pytest.fixture
+    def chat(self, sandbox_url: str) -> Chat:
+        return SlackChat(DEFAULT_SLACK_TOKEN, base_url=f"{sandbox_url}/slack/api/", timeout=5)
+
+    @pytest.fixture
+    def seed_group(self, sandbox_url: str) -> SeedGroup:
+        def seed(group: str, members: Sequence[str]) -> None:
+            body = {"usergroups": [{"id": group, "handle": f"group-{group.lower()}", "users": list(members)}]}
+            _post(f"{sandbox_url}/_sandbox/slack/usergroups", body)
+
+        return seed
+
+
+class TestFakeChat(ChatContract):
+    @pytest.fixture
+    def fake(self) -> FakeChat:
+        return FakeChat()
+
+    @pytest.fixture
+    def chat(self, fake: FakeChat) -> Chat:
+        return fake
+
+    @pytest.fixture
+    def seed_group(self, fake: FakeChat) -> SeedGroup:
+        def seed(group: str, members: Sequence[str]) -> None:
+            fake.usergroup, fake.operators = group, frozenset(members)
 
         return seed
