@@ -8,17 +8,20 @@ that trusts it (docs/design.md, rule 12). Subclasses provide the port's fixture 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
 
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.ports import Chat, HostTags, IncidentStore
+from gpufarm.core.ports import Chat, HostTags, IncidentStore, WorkQueue
 
 # Makes hosts known with tags per source, as their agents' reports would: {host: {source: [tags]}}.
 SeedHosts = Callable[[Mapping[str, Mapping[str, Sequence[str]]]], None]
 # Makes a user group with these members: (group id, members).
 SeedGroup = Callable[[str, Sequence[str]], None]
+# What a queue's consumer receives, in order: (group, body) pairs.
+Received = Callable[[], list[tuple[str, dict[str, Any]]]]
 UNKNOWN_UUID = "00000000-0000-4000-8000-000000000000"
 
 
@@ -174,3 +177,17 @@ class ChatContract:
 
     def test_an_unknown_user_is_named_by_its_id(self, chat: Chat) -> None:
         assert chat.user_name("U0000000404") == "U0000000404"
+
+
+class WorkQueueContract:
+    """What the serialized allocation path relies on from WorkQueue: order within a group, duplicates dropped."""
+
+    def test_messages_keep_their_group_and_order(self, queue: WorkQueue, received: Received) -> None:
+        queue.send({"incident_id": "a"}, group="pool:onprem-hpc", dedup_id="a-approved")
+        queue.send({"incident_id": "b"}, group="pool:onprem-hpc", dedup_id="b-approved")
+        assert received() == [("pool:onprem-hpc", {"incident_id": "a"}), ("pool:onprem-hpc", {"incident_id": "b"})]
+
+    def test_a_repeated_dedup_id_is_dropped(self, queue: WorkQueue, received: Received) -> None:
+        queue.send({"incident_id": "a"}, group="pool:cloud", dedup_id="a-approved")
+        queue.send({"incident_id": "a", "again": True}, group="pool:cloud", dedup_id="a-approved")
+        assert received() == [("pool:cloud", {"incident_id": "a"})]

@@ -1,20 +1,32 @@
-"""One port contract, two implementations: the real adapters (Datadog gateway, Slack chat) on the sandbox and the unit
-tests' fakes."""
+"""One port contract, two implementations: the real adapters (Datadog gateway and Slack chat on the sandbox,
+SQS FIFO queue on moto) and the unit tests' fakes."""
 
 from __future__ import annotations
 
 import json
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
+import boto3
 import pytest
-from fakes import FakeChat, FakeClock, FakeHosts, FakeIncidents
-from port_contract import ChatContract, HostTagsContract, IncidentStoreContract, SeedGroup, SeedHosts
+from fakes import FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue
+from moto import mock_aws
+from port_contract import (
+    ChatContract,
+    HostTagsContract,
+    IncidentStoreContract,
+    Received,
+    SeedGroup,
+    SeedHosts,
+    WorkQueueContract,
+)
 
+from gpufarm.adapters.aws import SqsFifoQueue
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.slack import SlackChat
 from gpufarm.config import Settings
-from gpufarm.core.ports import Chat, HostTags, IncidentStore
+from gpufarm.core.ports import Chat, HostTags, IncidentStore, WorkQueue
 from gpufarm.setup.apply import run_apply
 from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN
 
@@ -118,3 +130,47 @@ class TestFakeChat(ChatContract):
             fake.usergroup, fake.operators = group, frozenset(members)
 
         return seed
+
+
+class TestSqsFifoQueue(WorkQueueContract):
+    @pytest.fixture
+    def sqs(self, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+        """SQS as moto serves it in-process, with fake credentials so nothing looks for an account."""
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        with mock_aws():
+            yield boto3.client("sqs", region_name="us-east-1")
+
+    @pytest.fixture
+    def queue_url(self, sqs: Any) -> str:
+        attributes = {"FifoQueue": "true"}
+        return str(sqs.create_queue(QueueName="allocations.fifo", Attributes=attributes)["QueueUrl"])
+
+    @pytest.fixture
+    def queue(self, queue_url: str) -> WorkQueue:
+        return SqsFifoQueue(Settings(), queue_url)
+
+    @pytest.fixture
+    def received(self, sqs: Any, queue_url: str) -> Received:
+        def receive() -> list[tuple[str, dict[str, Any]]]:
+            answer = sqs.receive_message(
+                QueueUrl=queue_url, MaxNumberOfMessages=10, MessageSystemAttributeNames=["MessageGroupId"]
+            )
+            return [(m["Attributes"]["MessageGroupId"], json.loads(m["Body"])) for m in answer.get("Messages", [])]
+
+        return receive
+
+
+class TestFakeQueue(WorkQueueContract):
+    @pytest.fixture
+    def fake(self) -> FakeQueue:
+        return FakeQueue()
+
+    @pytest.fixture
+    def queue(self, fake: FakeQueue) -> WorkQueue:
+        return fake
+
+    @pytest.fixture
+    def received(self, fake: FakeQueue) -> Received:
+        return lambda: list(fake.sent)
