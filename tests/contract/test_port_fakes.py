@@ -85,18 +85,14 @@ class TestDatadogHosts(HostTagsContract):
 
 class TestFakeHosts(HostTagsContract):
     @pytest.fixture
-    def fake(self) -> FakeHosts:
+    def hosts(self) -> HostTags:
         return FakeHosts()
 
     @pytest.fixture
-    def hosts(self, fake: FakeHosts) -> HostTags:
-        return fake
-
-    @pytest.fixture
-    def seed_hosts(self, fake: FakeHosts) -> SeedHosts:
-        def seed(hosts: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
-            for name, tags in hosts.items():
-                fake.tags[name] = {source: list(values) for source, values in tags.items()}
+    def seed_hosts(self, hosts: FakeHosts) -> SeedHosts:
+        def seed(seeded: Mapping[str, Mapping[str, Sequence[str]]]) -> None:
+            for name, tags in seeded.items():
+                hosts.tags[name] = {source: list(values) for source, values in tags.items()}
 
         return seed
 
@@ -117,17 +113,13 @@ class TestSlackChat(ChatContract):
 
 class TestFakeChat(ChatContract):
     @pytest.fixture
-    def fake(self) -> FakeChat:
+    def chat(self) -> Chat:
         return FakeChat()
 
     @pytest.fixture
-    def chat(self, fake: FakeChat) -> Chat:
-        return fake
-
-    @pytest.fixture
-    def seed_group(self, fake: FakeChat) -> SeedGroup:
+    def seed_group(self, chat: FakeChat) -> SeedGroup:
         def seed(group: str, members: Sequence[str]) -> None:
-            fake.usergroup, fake.operators = group, frozenset(members)
+            chat.usergroup, chat.operators = group, frozenset(members)
 
         return seed
 
@@ -164,13 +156,9 @@ class TestSqsFifoQueue(WorkQueueContract):
 
 class TestFakeQueue(WorkQueueContract):
     @pytest.fixture
-    def fake(self) -> FakeQueue:
+    def queue(self) -> WorkQueue:
         return FakeQueue()
 
     @pytest.fixture
-    def queue(self, fake: FakeQueue) -> WorkQueue:
-        return fake
-
-    @pytest.fixture
-    def received(self, fake: FakeQueue) -> Received:
-        return lambda: list(fake.sent)
+    def received(self, queue: FakeQueue) -> Received:
+        return lambda: list(queue.sent)
