@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpufarm.handlers.slack_ingress import handle
+from gpufarm.handlers.telemetry import instrument
 
-
-def handler(event: Any, context: Any) -> Any:
-    """Lambda handler."""
-    return handle(event, context)
+# JSON logs with the Lambda context and correlation keys in Lambda; the handler itself everywhere else.
+handler = instrument(handle)

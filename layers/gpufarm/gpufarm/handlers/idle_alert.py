@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.ir import ir_from_tags
-from gpufarm.handlers import http, webhook
+from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,7 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
     transition = alert.alert_transition.strip().lower()
     if ir is None:
         return http.respond(200, {"ignored": "the alert scope names no ir"})
+    telemetry.correlate(ir=ir)
     if transition not in IDLE_TRANSITIONS | BUSY_TRANSITIONS:
         return http.respond(200, {"ignored": f"transition {alert.alert_transition[:40]}"})
     svc = runtime.service()

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.model import NAME_PATTERN, Allocation
-from gpufarm.handlers import http, webhook
+from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
     queue = runtime.queue()
     if queue is None:
         raise rt.ConfigurationError(f"{rt.QUEUE_URL_ENV} is not set")
+    telemetry.correlate(incident_id=change.incident_uuid)
     try:
         # The pool (message group) comes from the incident itself, never from the body: a body naming the wrong
         # pool (or none) would put two allocations of one pool in different groups and let them interleave.
@@ -98,6 +99,7 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
         log.error("could not read incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
         return http.error(503, "Datadog unavailable")
     group = _group(alloc.environment or "")
+    telemetry.correlate(ir=alloc.ir, pool=group)
     reason = f"{alloc.state.value}/{alloc.phase.value}"
     # One message per incident change: Datadog's retries and duplicate deliveries of the same change collapse.
     modified = alloc.modified.isoformat() if alloc.modified else change.date
@@ -144,6 +146,7 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
         # A message nobody can process must not block its group forever.
         log.error("dropped a malformed allocation queue message")  # noqa: TRY400
         return ["dropped: malformed"]
+    telemetry.correlate(incident_id=message.incident_id, pool=message.pool)
     svc = runtime.service()
     try:
         if message.pool is not None:

@@ -22,7 +22,7 @@ from gpufarm.core.commands import Command, Verb, parse_command
 from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
 from gpufarm.core.ir import parse_ir
 from gpufarm.core.policy import build_request
-from gpufarm.handlers import http
+from gpufarm.handlers import http, telemetry
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers.slack_events import (
     BlockActions,
@@ -82,6 +82,7 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
         command = parse_command(cmd_form.text)
     except ValidationFailed as exc:
         return _ephemeral(views.error_message(exc.message).text + "\nTry `/gpu help`.")
+    telemetry.correlate(slack_user=cmd_form.user_id, ir=command.ir)
     if command.verb is Verb.HELP:
         return _ephemeral(views.help_message(command.unknown).text)
     if command.opens_modal:
@@ -124,6 +125,7 @@ def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -
         )
     except GpufarmError as exc:
         return _ephemeral(views.error_message(rt.describe(exc)).text)
+    telemetry.correlate(request_id=request.request_id)
     job = Job(
         kind="request",
         user=form.user_id,
@@ -180,6 +182,7 @@ def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]
         ir = parse_ir(action.value or "")
     except ValidationFailed:
         return http.error(400, "the button carries no incident number")
+    telemetry.correlate(slack_user=payload.user.id, ir=ir)
     container = payload.container
     channel = payload.channel.id if payload.channel else (container.channel_id if container else None)
     job = Job(
@@ -217,6 +220,7 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
         return http.respond(200, {"response_action": "errors", "errors": {block: exc.message[:150]}})
     except GpufarmError as exc:
         return http.respond(200, {"response_action": "errors", "errors": {"project": rt.describe(exc)[:150]}})
+    telemetry.correlate(slack_user=payload.user.id, request_id=request.request_id)
     job = Job(kind="request", user=payload.user.id, channel=request.channel, request=request.model_dump(mode="json"))
     try:
         runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))

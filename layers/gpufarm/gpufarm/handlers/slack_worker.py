@@ -22,6 +22,7 @@ from gpufarm.core.model import GpuRequest
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.views import Message
 from gpufarm.handlers import runtime as rt
+from gpufarm.handlers import telemetry
 from gpufarm.handlers.slack_events import Job
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     except ValidationError as exc:
         log.error("malformed worker payload: %d problem(s)", exc.error_count())  # noqa: TRY400 - no user data in logs
         return {"ok": False, "error": "malformed payload"}
+    request_id = (job.request or {}).get("request_id")
+    telemetry.correlate(slack_user=job.user, ir=job.ir, request_id=request_id if isinstance(request_id, str) else None)
     runtime = rt.current()
     try:
         message = dispatch(runtime.service(), job)
@@ -71,6 +74,7 @@ def dispatch(svc: GpuFarm, job: Job) -> Message:
 
 def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message:
     ir = cmd.ir or 0
+    telemetry.correlate(ir=cmd.ir)
     if cmd.verb is Verb.STATUS:
         return svc.status(ir)
     if cmd.verb is Verb.LIST:
