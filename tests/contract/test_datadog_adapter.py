@@ -505,3 +505,29 @@ def test_dashboard_create_update_and_list(admin: DatadogAdmin) -> None:
     assert [d["id"] for d in admin.list_dashboards()] == [created["id"]]
     with pytest.raises(ValidationFailed):
         admin.create_dashboard({"title": "no layout"})
+
+
+# -- gpufarm's incident type ----------------------------------------------------------------------------------------
+
+
+def test_the_incident_type_is_looked_up_once_per_gateway(
+    settings: Settings, fields_defined: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Slack worker's path pays one type lookup per container, none per request; an explicit id pays none."""
+    gw = DatadogGateway(settings, create_backoff_s=0.05)
+    lookups: list[object] = []
+    real = gw._incidents.list_incident_types
+    monkeypatch.setattr(gw._incidents, "list_incident_types", lambda **kw: lookups.append(kw) or real(**kw))
+    for n in range(3):
+        record = gw.create("GPU request", _request_fields(f"req-once-{n}"))
+        gw.update(record.id, {f.PHASE: "approved"})
+        gw.get_by_ir(record.public_id)
+    assert gw.incident_type_id == fields_defined
+    assert len(lookups) == 1
+    gw.close()
+
+    pinned = DatadogGateway(settings.model_copy(update={"incident_type_id": fields_defined}))
+    monkeypatch.setattr(pinned._incidents, "list_incident_types", lambda **kw: lookups.append(kw) or real(**kw))
+    assert pinned.find_by_request_id("req-once-0") is not None
+    assert len(lookups) == 1
+    pinned.close()
