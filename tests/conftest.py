@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import secret_scan
 
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, DEFAULT_SLACK_TOKEN, Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
@@ -78,6 +79,11 @@ def dd_configuration(sandbox_url: str) -> Any:
         if "incident" in name:
             cfg.unstable_operations[name.split(".", 1)[1]] = True
     return cfg
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Scan every log record and captured output of the session for secret values (tests/secret_scan.py)."""
+    secret_scan.register(config)
 
 
 COST_MARKERS = ("unit", "contract", "integration")
