@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r"""
 import json, logging, sys
+# The Lambda runtime's own root handler (JSON under LoggingConfig) is in place before the entry point is imported.
+logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="ROOT %(name)s %(message)s")
 sys.path.insert(0, "functions/quota_sync")
 import quota_sync
 from gpufarm.handlers import quota_sync as module
@@ -47,7 +49,7 @@ handler({}, Context("req-2"))
 """
 
 
-def run(env_overrides: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run(env_overrides: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_", "AWS_", "POWERTOOLS"))}
     env.update({"AWS_LAMBDA_FUNCTION_NAME": "QuotaSyncFunction", **env_overrides})
     done = subprocess.run(
@@ -55,14 +57,17 @@ def run(env_overrides: dict[str, str]) -> tuple[dict[str, Any], list[dict[str, A
     )
     assert done.returncode == 0, done.stderr
     first, *lines = done.stdout.strip().splitlines()
-    return json.loads(first), [json.loads(line) for line in lines]
+    root = [line for line in lines if line.startswith("ROOT ")]
+    return json.loads(first), [json.loads(line) for line in lines if line not in root], root
 
 
 @pytest.mark.parametrize("service", ["gpufarm", "gpufarm-prod"])
 def test_gpufarm_records_are_json_lines_with_the_context_and_correlation_keys(service: str) -> None:
-    meta, lines = run({"POWERTOOLS_SERVICE_NAME": service, "AWS_LAMBDA_LOG_LEVEL": "INFO"})
+    meta, lines, root = run({"POWERTOOLS_SERVICE_NAME": service, "AWS_LAMBDA_LOG_LEVEL": "INFO"})
     assert meta == {"wrapped": True}
-    # Both invocations wrote their two gpufarm lines once each; the third-party line stays with the root handler.
+    # Both invocations wrote their two gpufarm lines once each (never again through the runtime's root handler);
+    # the third-party line stays with the root handler.
+    assert root == ["ROOT botocore.credentials a third-party line"] * 2
     assert [(line["level"], line["message"]) for line in lines] == [
         ("INFO", "allocated 8 GPUs"),
         ("WARNING", "reclaim soon"),
@@ -89,7 +94,7 @@ def test_gpufarm_records_are_json_lines_with_the_context_and_correlation_keys(se
 
 
 def test_the_level_comes_from_the_functions_logging_config() -> None:
-    _, lines = run({"AWS_LAMBDA_LOG_LEVEL": "WARN", "POWERTOOLS_LOG_LEVEL": "WARN"})
+    _, lines, _ = run({"AWS_LAMBDA_LOG_LEVEL": "WARN", "POWERTOOLS_LOG_LEVEL": "WARN"})
     assert [line["message"] for line in lines] == ["reclaim soon", "reclaim soon"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,6 @@ REPO = Path(__file__).resolve().parent.parent.parent
 TEMPLATE = REPO / "template.yaml"
 FUNCTIONS = ("slack_ingress", "slack_worker", "incident_webhook", "idle_alert", "quota_sync")
 BASE = "http://127.0.0.1:8320"
-SECRETS_POLICY = "AWSSecretsManagerGetSecretValuePolicy"
 FN = "  F:\n    Type: AWS::Serverless::Function\n    Properties:"
 
 
@@ -46,12 +46,12 @@ def test_cfn_lint_really_runs_the_sam_transform() -> None:
 def test_globals_layer_and_parameters(raw: dict[str, Any]) -> None:
     fn = raw["Globals"]["Function"]
     assert (fn["Runtime"], fn["Architectures"]) == ("python3.12", ["arm64"])
-    assert fn["Layers"] == [{"Ref": "GpufarmLayer"}]
+    assert fn["Layers"][0] == {"Ref": "GpufarmLayer"}
     variables = fn["Environment"]["Variables"]
     assert variables["GPUFARM_SECRETS_NAME"] == {"Ref": "SecretsName"}
     assert variables["GPUFARM_DATADOG_SITE"] == {"Ref": "DatadogSite"}
     assert variables["GPUFARM_FARM_CONFIG_PARAMETER"] == {"Fn::Sub": "/${FarmConfigParameter}"}
-    assert {"POWERTOOLS_SERVICE_NAME", "LOG_LEVEL"} <= set(variables)
+    assert variables["POWERTOOLS_SERVICE_NAME"] == "gpufarm"
     layer = raw["Resources"]["GpufarmLayer"]
     assert layer["Type"] == "AWS::Serverless::LayerVersion"
     assert layer["Properties"]["ContentUri"] == "layers/gpufarm"
@@ -103,26 +103,118 @@ def test_schedule_quotes_off_and_has_a_dead_letter_queue(raw: dict[str, Any]) ->
     assert props["DeadLetterConfig"] == {"Type": "SQS"}
 
 
-def test_least_privilege_policies(raw: dict[str, Any]) -> None:
-    for logical_id, resource in resources(raw, "AWS::Serverless::Function").items():
-        policies = resource["Properties"]["Policies"]
-        secret = next(
-            p["AWSSecretsManagerGetSecretValuePolicy"] for p in policies if "AWSSecretsManagerGetSecretValuePolicy" in p
-        )
-        assert secret["SecretArn"]["Fn::Sub"].endswith(":secret:${SecretsName}-*"), logical_id
-        ssm = next(p["SSMParameterReadPolicy"] for p in policies if "SSMParameterReadPolicy" in p)
-        assert ssm == {"ParameterName": {"Ref": "FarmConfigParameter"}}, logical_id
-        assert resource["Properties"]["LoggingConfig"]["LogGroup"]["Ref"] in raw["Resources"]
-    ingress = raw["Resources"]["SlackIngressFunction"]["Properties"]["Policies"]
-    assert {"LambdaInvokePolicy": {"FunctionName": {"Ref": "SlackWorkerFunction"}}} in ingress
-    webhook = raw["Resources"]["IncidentWebhookFunction"]["Properties"]["Policies"]
-    assert {"SQSSendMessagePolicy": {"QueueName": {"Fn::GetAtt": ["AllocationQueue", "QueueName"]}}} in webhook
-    sync = raw["Resources"]["QuotaSyncFunction"]["Properties"]["Policies"]
-    assert {"EC2DescribePolicy": {}} in sync
-    (inline,) = [p for p in sync if "Statement" in p]
-    assert {"servicequotas:GetServiceQuota", "servicequotas:ListServiceQuotas"} <= set(inline["Statement"][0]["Action"])
+# -- least privilege: each function's grants are exactly what its code calls ----------------------------------------
+
+LAYER_CODE = REPO / "layers" / "gpufarm" / "gpufarm"
+# The gpufarm secret: GetSecretValue, asked for through Parameter Store's reference path (adapters.aws.read_secret).
+SECRET = {
+    ("secretsmanager:GetSecretValue", "secret:SecretsName"),
+    ("ssm:GetParameters", "parameter:aws/reference/secretsmanager/SecretsName"),
+}
+FARM = {("ssm:GetParameters", "parameter:FarmConfigParameter")}  # adapters.aws.load_farm_text
+SEND = ("sqs:SendMessage", "AllocationQueue")  # adapters.aws.SqsFifoQueue, where GPUFARM_ALLOCATION_QUEUE_URL is set
+INVOKE = ("lambda:InvokeFunction", "SlackWorkerFunction")  # adapters.aws.LambdaInvoker, the ingress's hand-off
+DD_KEY = ("secretsmanager:GetSecretValue", "DatadogApiKeySecretArn")  # the Datadog extension, when installed
+WORKER_DLQ = ("sqs:SendMessage", "SlackWorkerDeadLetterQueue")  # Lambda's on-failure destination (SAM adds it)
+EVERY = SECRET | FARM | {DD_KEY}
+# What each function's code calls in AWS (follow each handler through gpufarm.handlers.runtime).
+CALLS = {
+    "SlackIngressFunction": EVERY | {INVOKE},  # verify, the farm for the modal and requests, hand off
+    "SlackWorkerFunction": EVERY | {WORKER_DLQ},  # GpuFarm use cases (Datadog and Slack only)
+    "IncidentWebhookFunction": EVERY | {SEND},  # URL: read the incident, queue it; SQS: allocate, reclaim
+    "IdleAlertFunction": EVERY,  # idle warning and reclaim (Datadog and Slack only)
+    "QuotaSyncFunction": EVERY | {SEND},  # the sync; pool repairs go through the allocation queue
+}
+
+
+def _resource_tokens(resource: Any) -> list[str]:
+    """A grant's resources as short names: the resource, parameter or secret each points at."""
+    if isinstance(resource, list):
+        return [token for item in resource for token in _resource_tokens(item)]
+    if isinstance(resource, dict) and "Fn::Sub" in resource:
+        text = str(resource["Fn::Sub"])
+        for kind, marker in (("secret", ":secret:"), ("parameter", ":parameter/")):
+            if marker in text:
+                return [f"{kind}:{text.split(marker, 1)[1].replace('${', '').replace('}', '').removesuffix('-*')}"]
+    if isinstance(resource, dict) and "Fn::GetAtt" in resource:
+        return [str(resource["Fn::GetAtt"][0])]
+    if isinstance(resource, dict) and "Ref" in resource:
+        return [str(resource["Ref"])]
+    raise AssertionError(f"unexpected grant resource {resource!r}")
+
+
+def _statements(statements: list[Any]) -> set[tuple[str, str]]:
+    grants: set[tuple[str, str]] = set()
+    for entry in statements:
+        # A conditional statement (the Datadog extension's key) counts with its granting branch.
+        statement = entry["Fn::If"][1] if "Fn::If" in entry else entry
+        assert statement["Effect"] == "Allow"
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        assert all("*" not in action for action in actions), f"wildcard action in {statement}"
+        grants |= {(action, token) for action in actions for token in _resource_tokens(statement["Resource"])}
+    return grants
+
+
+def granted(raw: dict[str, Any], logical_id: str) -> set[tuple[str, str]]:
+    """Every (action, resource) the function's role gets; SAM policy templates are refused (they grant more)."""
+    props = raw["Resources"][logical_id]["Properties"]
+    grants: set[tuple[str, str]] = set()
+    for policy in props.get("Policies", []):
+        if "Ref" in policy:
+            managed = raw["Resources"][policy["Ref"]]
+            assert managed["Type"] == "AWS::IAM::ManagedPolicy", policy
+            grants |= _statements(managed["Properties"]["PolicyDocument"]["Statement"])
+        elif "Statement" in policy:
+            grants |= _statements(policy["Statement"])
+        else:
+            raise AssertionError(f"{logical_id}: {next(iter(policy))} grants more than the code calls")
+    on_failure = props.get("EventInvokeConfig", {}).get("DestinationConfig", {}).get("OnFailure")
+    if on_failure:
+        grants |= {("sqs:SendMessage", token) for token in _resource_tokens(on_failure["Destination"])}
+    return grants
+
+
+def test_each_function_is_granted_exactly_what_its_code_calls(raw: dict[str, Any]) -> None:
+    functions = resources(raw, "AWS::Serverless::Function")
+    assert set(functions) == set(CALLS)
+    for logical_id in functions:
+        assert granted(raw, logical_id) == CALLS[logical_id], logical_id
     for group in resources(raw, "AWS::Logs::LogGroup").values():
         assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+
+
+def test_grants_follow_the_wiring_the_code_reads(raw: dict[str, Any]) -> None:
+    # The queue and the worker are reached only through the variables the runtime reads.
+    template = load_template(TEMPLATE)
+    for logical_id, spec in template.functions.items():
+        assert (SEND in CALLS[logical_id]) == ("GPUFARM_ALLOCATION_QUEUE_URL" in spec.environment), logical_id
+        assert (INVOKE in CALLS[logical_id]) == ("GPUFARM_WORKER_FUNCTION" in spec.environment), logical_id
+
+
+# How the layer's code reaches AWS -> the IAM action it needs. A botocore/boto3 client call is `.<operation>(` with
+# keyword arguments; Powertools' parameters utility is `parameters.get_secret(` / `parameters.get_parameter(`.
+CODE_CALLS = {
+    r"\.invoke\(\s*FunctionName": "lambda:InvokeFunction",
+    r"\.send_message\(\s*QueueUrl": "sqs:SendMessage",
+    r"\.get_parameters\(\s*Names": "ssm:GetParameters",
+    r"\.get_parameter\(\s*Name": "ssm:GetParameter",
+    r"\.get_secret_value\(\s*SecretId": "secretsmanager:GetSecretValue",
+    r"parameters\.get_parameter\(": "ssm:GetParameter",
+    r"parameters\.get_secret\(": "secretsmanager:GetSecretValue",
+    # Parameter Store hands out a Secrets Manager secret under this path; the caller needs GetSecretValue too.
+    r"/aws/reference/secretsmanager/": "secretsmanager:GetSecretValue",
+}
+CLIENT_RE = re.compile(r"(?:_LazyClient|aws_client|boto3\.client|create_client)\(\s*\"(\w+)\"")
+
+
+def test_the_code_calls_no_aws_api_beyond_the_grants(raw: dict[str, Any]) -> None:
+    # A new AWS call in the layer (an EC2 describe, a Service Quotas read...) needs a grant and a row in CALLS; a
+    # grant whose call has gone is a permission nothing uses.
+    text = "\n".join(path.read_text() for path in LAYER_CODE.rglob("*.py"))
+    assert set(CLIENT_RE.findall(text)) <= {"lambda", "sqs", "ssm", "secretsmanager"}
+    called = {action for pattern, action in CODE_CALLS.items() if re.search(pattern, text)}
+    granted_actions = {action for fn in CALLS for action, _ in granted(raw, fn)}
+    assert granted_actions == called
 
 
 def test_outputs(raw: dict[str, Any]) -> None:

@@ -10,8 +10,7 @@ only. The parts live beside this module: the search language (incidents_search),
 from __future__ import annotations
 
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -25,17 +24,21 @@ from gpufarm_sandbox.emulator.incidents_config import (
     ENDED_STATES,
     MULTI_KINDS,
     SANDBOX_USER_ID,
-    SEVERITIES,
     SLUG,
-    STATES,
     IncidentConfig,
     iso,
-    user_attributes,
     user_expanded,
     user_ref,
 )
 from gpufarm_sandbox.emulator.incidents_notifications import CREATED_TRIGGER, MODIFIED_TRIGGER, NotificationRules
-from gpufarm_sandbox.emulator.incidents_search import QueryError, matches, parse_query, query_facets
+from gpufarm_sandbox.emulator.incidents_search import (
+    QueryError,
+    answer_facets,
+    matches,
+    parse_query,
+    query_facets,
+    seconds_to_resolve,
+)
 from gpufarm_sandbox.emulator.web import ApiError, Route, empty_response, json_object, json_response, query_int
 
 INCIDENTS = "/api/v2/incidents"
@@ -439,7 +442,7 @@ class IncidentsModule(BaseModule):
                 "type": "incidents_search_results",
                 "attributes": {
                     "total": len(found),
-                    "facets": self._facets(found),
+                    "facets": answer_facets(found, self.config),
                     "incidents": [{"data": self._incident_view(i, full=True, analytics=True)} for i in page],
                 },
                 "relationships": {
@@ -449,51 +452,6 @@ class IncidentsModule(BaseModule):
             # Recorded: search answers carry next_offset on every page, the last one included.
             "meta": {"pagination": {"offset": offset, "next_offset": offset + len(page), "size": len(page)}},
         }
-
-    def _facets(self, found: list[StoredIncident]) -> dict[str, Any]:
-        n = len(found)
-        users = [_user_facet(SANDBOX_USER_ID, n)] if n else []
-        return {
-            "severity": _counts((i.severity for i in found), SEVERITIES),
-            "time_to_repair": [_aggregate("time_to_repair", [])],
-            "visibility": _counts(["organization"] * n),
-            "responder": _user_facets(r for i in found for r in i.responders),
-            "impact": _counts("customer" if i.customer_impacted else "none" for i in found),
-            "time_to_detect": [_aggregate("time_to_detect", [])],
-            "postmortem": [{"name": "No", "count": n}, {"name": "Yes", "count": 0}],
-            "time_to_resolve": [_aggregate("time_to_resolve", [_time_to_resolve(i) for i in found if i.resolved])],
-            "is_test": _bool_counts(i.is_test for i in found),
-            "state": _counts((i.state for i in found), STATES),
-            "customer_impacted": _bool_counts(i.customer_impacted for i in found),
-            "fields": self._field_facets(found),
-            "created_by": users,
-            "declared_by": users,
-            "last_modified_by": users,
-            "commander": _user_facets(i.commander_id for i in found if i.commander_id),
-            "incident_type": [
-                {"name": self.config.type_name(t), "count": c, "id": t}
-                for t, c in Counter(i.incident_type_id for i in found).most_common()
-            ],
-        }
-
-    def _field_facets(self, found: list[StoredIncident]) -> list[dict[str, Any]]:
-        specs: list[tuple[str, tuple[str, ...] | None]] = [
-            (name, allowed) for name, (_, allowed) in BUILTIN_FIELDS.items() if name not in ("severity", "state")
-        ]
-        # One facet per field name, whichever types define it (the first definition's choices order it).
-        named: dict[str, tuple[str, ...] | None] = {}
-        for definition in self.config.fields.values():
-            named.setdefault(definition.name, definition.allowed)
-        specs += list(named.items())
-        specs.append((SLUG, None))
-        out = []
-        for name, allowed in sorted(specs):
-            values: list[str] = []
-            for incident in found:
-                value = incident.slug if name == SLUG else incident.fields.get(name)
-                values.extend(value if isinstance(value, list) else [value] if value is not None else [])
-            out.append({"name": name, "facets": _counts(values, allowed or ())})
-        return out
 
     # -- incidents: rendering ---------------------------------------------------------------------------
 
@@ -522,7 +480,7 @@ class IncidentsModule(BaseModule):
             "time_to_detect": 0,
             "time_to_repair": 0,
             "time_to_internal_response": 0,
-            "time_to_resolve": _time_to_resolve(incident) if incident.resolved else 0,
+            "time_to_resolve": seconds_to_resolve(incident),
             "archived": None,
             "is_test": incident.is_test,
             "declared": iso(incident.created),
@@ -719,46 +677,6 @@ def _pagination(offset: int, count: int, total: int) -> dict[str, int]:
     if offset + count < total:
         out["next_offset"] = offset + count
     return out
-
-
-def _user_facet(user_id: str, count: int) -> dict[str, Any]:
-    attrs = user_attributes(user_id)
-    return {
-        "name": attrs["name"] or attrs["handle"],
-        "count": count,
-        "handle": attrs["handle"],
-        "uuid": user_id,
-        "email": attrs["email"],
-    }
-
-
-def _user_facets(user_ids: Iterable[str]) -> list[dict[str, Any]]:
-    return [_user_facet(uid, count) for uid, count in Counter(user_ids).most_common()]
-
-
-def _counts(values: Iterable[str], order: Sequence[str] = ()) -> list[dict[str, Any]]:
-    counted = Counter(values)
-    out: list[dict[str, Any]] = [{"name": name, "count": count} for name, count in counted.most_common()]
-    out += [{"name": name, "count": 0} for name in order if name not in counted]
-    return out
-
-
-def _bool_counts(values: Iterable[bool]) -> list[dict[str, Any]]:
-    counted = Counter(values)
-    return [{"name": flag, "count": counted.get(flag, 0)} for flag in (False, True)]
-
-
-def _aggregate(name: str, values: list[int]) -> dict[str, Any]:
-    return {
-        "name": name,
-        "aggregates": {"min": float(min(values)) if values else None, "max": float(max(values)) if values else None},
-    }
-
-
-def _time_to_resolve(incident: StoredIncident) -> int:
-    if incident.resolved is None:
-        return 0
-    return max(0, int((incident.resolved - incident.created).total_seconds()))
 
 
 def _impact_duration(incident: StoredIncident) -> int:

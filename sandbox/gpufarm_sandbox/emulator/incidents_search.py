@@ -1,8 +1,9 @@
-"""Sandbox: Datadog's incident search language, parsed and evaluated.
+"""Sandbox: Datadog's incident search: the query language, parsed and evaluated, and the answer's facets.
 
 `state:(active OR stable) AND team:nlp -severity:SEV-1 "free text"`: facets joined by AND (or side by side),
 values by OR inside a facet group, `-facet:value` and `NOT` negate, quoted values and `*` wildcards. The
-incidents module supplies each incident's values per facet; this module knows nothing of incidents.
+incidents module supplies each incident's values per facet; the language knows nothing of incidents. The
+answer's `facets` (counts per severity, state, field value, incident type...) follow the recorded search answers.
 """
 
 from __future__ import annotations
@@ -10,8 +11,23 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from gpufarm_sandbox.emulator.incidents_config import (
+    BUILTIN_FIELDS,
+    SANDBOX_USER_ID,
+    SEVERITIES,
+    SLUG,
+    STATES,
+    IncidentConfig,
+    user_attributes,
+)
+
+if TYPE_CHECKING:
+    from gpufarm_sandbox.emulator.incidents import StoredIncident
 
 
 class QueryError(ValueError):
@@ -206,3 +222,95 @@ def _text_matches(title: str, pattern: str) -> bool:
     if "*" in pattern:
         return fnmatch.fnmatchcase(title.lower(), f"*{_glob(pattern)}*")
     return pattern.lower() in title.lower()
+
+
+# -- the answer's facets ----------------------------------------------------------------------------
+
+
+def answer_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> dict[str, Any]:
+    """The `facets` of a search answer over the incidents found (counts per value, as Datadog answers)."""
+    n = len(found)
+    users = [_user_facet(SANDBOX_USER_ID, n)] if n else []
+    return {
+        "severity": _counts((i.severity for i in found), SEVERITIES),
+        "time_to_repair": [_aggregate("time_to_repair", [])],
+        "visibility": _counts(["organization"] * n),
+        "responder": _user_facets(r for i in found for r in i.responders),
+        "impact": _counts("customer" if i.customer_impacted else "none" for i in found),
+        "time_to_detect": [_aggregate("time_to_detect", [])],
+        "postmortem": [{"name": "No", "count": n}, {"name": "Yes", "count": 0}],
+        "time_to_resolve": [_aggregate("time_to_resolve", [seconds_to_resolve(i) for i in found if i.resolved])],
+        "is_test": _bool_counts(i.is_test for i in found),
+        "state": _counts((i.state for i in found), STATES),
+        "customer_impacted": _bool_counts(i.customer_impacted for i in found),
+        "fields": _field_facets(found, config),
+        "created_by": users,
+        "declared_by": users,
+        "last_modified_by": users,
+        "commander": _user_facets(i.commander_id for i in found if i.commander_id),
+        "incident_type": [
+            {"name": config.type_name(t), "count": c, "id": t}
+            for t, c in Counter(i.incident_type_id for i in found).most_common()
+        ],
+    }
+
+
+def _field_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> list[dict[str, Any]]:
+    specs: list[tuple[str, tuple[str, ...] | None]] = [
+        (name, allowed) for name, (_, allowed) in BUILTIN_FIELDS.items() if name not in ("severity", "state")
+    ]
+    # One facet per field name, whichever types define it (the first definition's choices order it).
+    named: dict[str, tuple[str, ...] | None] = {}
+    for definition in config.fields.values():
+        named.setdefault(definition.name, definition.allowed)
+    specs += list(named.items())
+    specs.append((SLUG, None))
+    out = []
+    for name, allowed in sorted(specs):
+        values: list[str] = []
+        for incident in found:
+            value = incident.slug if name == SLUG else incident.fields.get(name)
+            values.extend(value if isinstance(value, list) else [value] if value is not None else [])
+        out.append({"name": name, "facets": _counts(values, allowed or ())})
+    return out
+
+
+def _user_facet(user_id: str, count: int) -> dict[str, Any]:
+    attrs = user_attributes(user_id)
+    return {
+        "name": attrs["name"] or attrs["handle"],
+        "count": count,
+        "handle": attrs["handle"],
+        "uuid": user_id,
+        "email": attrs["email"],
+    }
+
+
+def _user_facets(user_ids: Iterable[str]) -> list[dict[str, Any]]:
+    return [_user_facet(uid, count) for uid, count in Counter(user_ids).most_common()]
+
+
+def _counts(values: Iterable[str], order: Sequence[str] = ()) -> list[dict[str, Any]]:
+    counted = Counter(values)
+    out: list[dict[str, Any]] = [{"name": name, "count": count} for name, count in counted.most_common()]
+    out += [{"name": name, "count": 0} for name in order if name not in counted]
+    return out
+
+
+def _bool_counts(values: Iterable[bool]) -> list[dict[str, Any]]:
+    counted = Counter(values)
+    return [{"name": flag, "count": counted.get(flag, 0)} for flag in (False, True)]
+
+
+def _aggregate(name: str, values: list[int]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "aggregates": {"min": float(min(values)) if values else None, "max": float(max(values)) if values else None},
+    }
+
+
+def seconds_to_resolve(incident: StoredIncident) -> int:
+    """Seconds from creation to resolution (0 while unresolved): `time_to_resolve` of answers and facets."""
+    if incident.resolved is None:
+        return 0
+    return max(0, int((incident.resolved - incident.created).total_seconds()))

@@ -37,6 +37,9 @@ QUEUE_URL_ENV = "GPUFARM_ALLOCATION_QUEUE_URL"
 _ENV_PREFIXES = ("GPUFARM_", "DD_", "SLACK_")
 # Slack calls on the ingress must leave room inside Slack's 3 seconds.
 INGRESS_SLACK_TIMEOUT_S = 2.0
+# Datadog waits 15 s for a webhook answer and retries a 5xx itself (docs/datadog.md): on that path every call is
+# made once with a short timeout, so a slow upstream becomes a 503 (and a redelivery) instead of a lost answer.
+WEBHOOK_HTTP_TIMEOUT_S = 3.0
 # A seam provider: given the settings and the environment, the collaborators to use instead of production ones
 # ("clock", "invoker", "queue", "farm_config" (a file path)), or {} for an environment it does not know.
 SeamProvider = Callable[[Settings, Mapping[str, str]], Mapping[str, Any]]
@@ -147,6 +150,16 @@ class Runtime:
 
         invoker: AsyncInvoker = self._get("invoker", build)
         return invoker
+
+    def for_webhook(self) -> Runtime:
+        """This environment on the webhook budget: WEBHOOK_HTTP_TIMEOUT_S per call, no client retries."""
+
+        def build() -> Runtime:
+            budget = {"http_timeout": WEBHOOK_HTTP_TIMEOUT_S, "max_retries": 0}
+            return Runtime(self.settings.model_copy(update=budget), self.environ)
+
+        bounded: Runtime = self._get("for_webhook", build)
+        return bounded
 
     def queue(self) -> WorkQueue | None:
         """The allocation FIFO queue when this function is wired to it."""
