@@ -386,7 +386,12 @@ def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
 
     applied = runner.invoke(cli, ["datadog", "apply", "--json", "--farm-config", str(farm)], env=env)
     assert applied.exit_code == 0, applied.output
-    assert json.loads(applied.stdout)["applied"] == len(f.SCHEMA) + 6
+    applied_plan = json.loads(applied.stdout)
+    assert applied_plan["applied"] == len(f.SCHEMA) + 6
+    type_id = applied_plan["incident_type"]["id"]  # what GPUFARM_INCIDENT_TYPE_ID may be set to
+    assert [
+        t["id"] for t in DatadogAdmin(settings).list_incident_types() if t["attributes"]["name"] == "GPU allocation"
+    ] == [type_id]
     clean = runner.invoke(cli, [*dry_json, "--farm-config", str(farm)], env=env)
     assert clean.exit_code == 0, clean.output
     assert json.loads(clean.stdout)["counts"] == {

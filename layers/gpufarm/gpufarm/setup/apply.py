@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from pydantic import SecretStr
@@ -106,10 +107,12 @@ def execute(plan: Plan, api: SetupApi, secret: SecretStr | None) -> list[Change]
     for change in plan.pending:
         if change.kind == "incident type":
             type_id = str(api.create_incident_type(change.name, str(change.body["description"]))["id"])
-        else:
-            if type_id is None:
-                raise AssertionError("a plan without blocked changes has or creates its incident type")
-            _execute_one(change, type_id, api, secret)
+            # The done list carries the new type's id: what GPUFARM_INCIDENT_TYPE_ID may be set to.
+            done.append(replace(change, target_id=type_id))
+            continue
+        if type_id is None:
+            raise AssertionError("a plan without blocked changes has or creates its incident type")
+        _execute_one(change, type_id, api, secret)
         done.append(change)
     return done
 

@@ -131,6 +131,9 @@ def _emit_json(as_json: bool, settings: Settings, plan: Plan, dry_run: bool, don
         **plan.as_json(),
         "applied": None if dry_run or plan.blocked else len(done),
     }
+    created = [c.target_id for c in done if c.kind == "incident type" and c.target_id]
+    if created:
+        document["incident_type"] = {"name": plan.incident_type, "id": created[0]}
     click.echo(json.dumps(document, indent=2))
 
 
