@@ -147,7 +147,8 @@ class DatadogGateway:
         return type_id
 
     def _scoped(self, query: str) -> str:
-        # The search facet keeps other types' incidents off the wire; _own() still checks each answer.
+        # Recorded search answers carry an `incident_type` facet (name and id); filtering on it keeps other types'
+        # incidents off the wire. Datadog's filter on it is unconfirmed, so _own() still checks every answer.
         return f"incident_type:{self.incident_type_id} AND ({query})"
 
     def _own(self, data: Any) -> IncidentRecord | None:
