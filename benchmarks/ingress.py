@@ -35,6 +35,7 @@ import hmac
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -350,6 +351,7 @@ def one_run(mode: str, url: str, slack_url: str, event_path: Path) -> dict[str, 
     """One fresh process handling one request; its wall time and what it answered."""
     signed_event(event_path)
     script = CHILD.format(prelude=PRELUDES[mode])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", script, str(event_path), FUNCTION_NAME[mode]],
@@ -361,12 +363,15 @@ def one_run(mode: str, url: str, slack_url: str, event_path: Path) -> dict[str, 
         check=False,
     )
     wall = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{mode} run failed:\n{done.stderr[-3000:]}")
     if os.environ.get("BENCH_DEBUG"):
         print(done.stderr[-3000:], file=sys.stderr)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["wall_ms"] = wall
+    # CPU time of that one child (runs are sequential): steadier than wall time on a shared machine.
+    result["cpu_ms"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
     return result
 
 
@@ -409,6 +414,7 @@ def cold_runs(runs: int, modes: list[str]) -> dict[str, Any]:
             ops[mode] = [c["op"] for c in calls] + [f"slack:{p.rsplit('/', 1)[-1]}" for p in slack_calls]
             slack_calls.clear()
         wall: dict[str, list[float]] = {m: [] for m in modes}
+        cpu: dict[str, list[float]] = {m: [] for m in modes}
         inside: dict[str, list[float]] = {m: [] for m in modes}
         restored: dict[str, list[float]] = {m: [] for m in modes}
         for n in range(runs):
@@ -417,12 +423,14 @@ def cold_runs(runs: int, modes: list[str]) -> dict[str, Any]:
                 result = one_run(mode, url, slack_url, event_path)
                 check(mode, result, recorder.take())
                 wall[mode].append(result["wall_ms"])
+                cpu[mode].append(result["cpu_ms"])
                 inside[mode].append(result["inside_ms"])
                 restored[mode].append(result["restored_ms"])
     return {
         mode: {
             "process_median_ms": statistics.median(wall[mode]),
             "process_max_ms": max(wall[mode]),
+            "cpu_median_ms": statistics.median(cpu[mode]),
             "inside_median_ms": statistics.median(inside[mode]),
             "restored_median_ms": statistics.median(restored[mode]),
             "aws_calls": ops[mode],
@@ -501,7 +509,8 @@ def report_cold(cold: dict[str, Any], runs: int) -> None:
         calls = ", ".join(figures["aws_calls"]) or "none"
         print(
             f"  {mode:<9} {figures['process_median_ms']:6.0f} ms process (max {figures['process_max_ms']:.0f}; "
-            f"inside {figures['inside_median_ms']:.0f}{restored})  AWS calls: {calls}"
+            f"CPU {figures['cpu_median_ms']:.0f}; inside {figures['inside_median_ms']:.0f}{restored})  "
+            f"AWS calls: {calls}"
         )
     local, lam, bolt = (cold.get(m, {}).get("process_median_ms") for m in ("local", "lambda", "bolt"))
     if local and lam and bolt:
@@ -509,6 +518,8 @@ def report_cold(cold: dict[str, Any], runs: int) -> None:
             f"  ratios: lambda/bolt {lam / bolt:.2f} x, lambda/local {lam / local:.2f} x, "
             f"bolt/local {bolt / local:.2f} x"
         )
+        cl, cb = cold["lambda"]["cpu_median_ms"], cold["bolt"]["cpu_median_ms"]
+        print(f"  CPU ratio lambda/bolt {cl / cb:.2f} x")
         verdict = "meets" if lam <= bolt else "MISSES"
         print(f"  lambda mode {verdict} the target (no slower than the Bolt app)")
     if local:

@@ -1,4 +1,4 @@
-"""AWS adapters: Lambda invokes (botocore Stubber), SQS FIFO and SSM / Secrets Manager (moto)."""
+"""AWS adapters: Lambda invokes (botocore Stubber), SQS FIFO, and the secret + farm parameter in one SSM call (moto)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_lambda_powertools.utilities import parameters
 from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpufarm.adapters import aws
-from gpufarm.config import Settings, load_settings
+from gpufarm.config import ConfigurationMissing, Settings, load_settings
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 
 REGION = "us-east-1"
@@ -31,10 +30,10 @@ def _aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     for name in ("GPUFARM_LOCAL_INVOKE_URL", "GPUFARM_FARM_CONFIG", "GPUFARM_FARM_CONFIG_PARAMETER"):
         monkeypatch.delenv(name, raising=False)
-    # Powertools caches parameters and secrets per process for max_age seconds.
-    parameters.clear_caches()
+    # Secret and parameter values are cached per process for CONFIG_MAX_AGE_S.
+    aws.clear_config_cache()
     yield
-    parameters.clear_caches()
+    aws.clear_config_cache()
 
 
 # -- choosing the implementation -------------------------------------------------------------------------
@@ -46,14 +45,26 @@ def test_factories_build_lambda_and_sqs() -> None:
     assert isinstance(aws.make_queue(Settings(), url), aws.SqsFifoQueue)
 
 
-def test_building_an_invoker_does_not_import_boto3() -> None:
-    """The Slack ingress builds its invoker at start and must stay fast: boto3 loads on the first invoke."""
+def test_building_an_invoker_imports_neither_boto3_nor_botocore() -> None:
+    """The Slack ingress builds its invoker at start and must stay fast: botocore loads on the first invoke."""
     code = (
         "import sys; from gpufarm.config import Settings; from gpufarm.adapters.aws import make_invoker; "
-        "make_invoker(Settings()); print('boto3' in sys.modules)"
+        "make_invoker(Settings()); print('boto3' in sys.modules, 'botocore' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == "False False"
+
+
+def test_clients_come_from_one_botocore_session_per_budget() -> None:
+    """One session parses botocore's endpoint data once; a client is reused per service and timeout budget."""
+    ssm = aws.aws_client("ssm", Settings())
+    assert aws.aws_client("ssm", Settings()) is ssm
+    assert aws.aws_client("ssm", Settings(http_timeout=3, max_retries=0)) is not ssm
+    lam = aws.aws_client("lambda", Settings())
+    assert lam._endpoint.http_session is not ssm._endpoint.http_session
+    assert {type(c).__module__ for c in (ssm, lam)} == {"botocore.client"}
+    aws.forget_connections()
+    assert aws.aws_client("ssm", Settings()) is ssm
 
 
 # -- Lambda (Stubber: moto's Lambda without Docker records nothing) ---------------------------------------------
@@ -144,28 +155,153 @@ def test_sqs_missing_queue_is_an_upstream_error() -> None:
         aws.SqsFifoQueue(Settings(max_retries=0), url).send({"a": 1}, group="g", dedup_id="d")
 
 
-# -- farm configuration: SSM (Powertools) or a file ---------------------------------------------------------------
+# -- the secret and the farm configuration: one SSM call (moto), or a file -------------------------------------------
 
 FARM_YAML = "gpu_models:\n  H100: {}\nenvironments:\n  onprem-hpc:\n    gpu_models: [H100]\n"
+SECRET = {
+    "datadog_api_key": "dd-api-from-secret",
+    "datadog_app_key": "dd-app-from-secret",
+    "slack_bot_token": "xoxb-from-secret",
+    "slack_signing_secret": "signing-from-secret",
+    "webhook_secret": "hook-from-secret",
+}
 
 
-@mock_aws
-def test_farm_text_from_an_ssm_secure_string() -> None:
-    boto3.client("ssm", region_name=REGION).put_parameter(Name="/gpufarm/farm", Value=FARM_YAML, Type="SecureString")
-    assert aws.load_farm_text(Settings(farm_config_parameter="/gpufarm/farm")) == FARM_YAML
+def _count_calls(settings: Settings) -> list[str]:
+    """The SSM operations the shared client makes from now on."""
+    calls: list[str] = []
+    client = aws.aws_client("ssm", settings)
+    client.meta.events.register("before-call.ssm.*", lambda model, **_: calls.append(model.name))
+    return calls
 
 
-@mock_aws
-def test_missing_ssm_parameter_is_not_found() -> None:
-    with pytest.raises(NotFound, match="/gpufarm/absent"):
-        aws.load_farm_text(Settings(farm_config_parameter="/gpufarm/absent"))
+@pytest.fixture
+def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
+    """A secret and a farm parameter in moto, and the environment that names them (as the template sets it)."""
+    for name in ("DD_API_KEY", "DD_APP_KEY", "DD_APPLICATION_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(f"GPUFARM_{name}", raising=False)
+    monkeypatch.delenv("GPUFARM_WEBHOOK_SECRET", raising=False)
+    monkeypatch.setenv("GPUFARM_SECRETS_NAME", "gpufarm/prod")
+    monkeypatch.setenv("GPUFARM_FARM_CONFIG_PARAMETER", "/gpufarm/farm")
+    with mock_aws():
+        boto3.client("secretsmanager", region_name=REGION).create_secret(
+            Name="gpufarm/prod", SecretString=json.dumps(SECRET)
+        )
+        boto3.client("ssm", region_name=REGION).put_parameter(
+            Name="/gpufarm/farm", Value=FARM_YAML, Type="SecureString"
+        )
+        yield Settings()
+
+
+def test_secret_and_farm_arrive_in_one_get_parameters_call(deployment: Settings) -> None:
+    calls = _count_calls(deployment)
+    settings = load_settings()
+    assert settings.slack_signing_secret is not None
+    assert settings.slack_signing_secret.get_secret_value() == "signing-from-secret"
+    assert aws.load_farm_text(settings) == FARM_YAML
+    assert calls == ["GetParameters"]
+
+
+def test_values_are_cached_for_their_max_age(deployment: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _count_calls(deployment)
+    aws.read_secret(deployment)
+    aws.load_farm_text(deployment)
+    assert calls == ["GetParameters"]
+    later = aws.time.monotonic() + aws.CONFIG_MAX_AGE_S + 1
+    monkeypatch.setattr(aws.time, "monotonic", lambda: later)
+    assert aws.load_farm_text(deployment) == FARM_YAML
+    assert calls == ["GetParameters", "GetParameters"]
+
+
+def test_farm_text_from_an_ssm_secure_string(deployment: Settings) -> None:
+    assert aws.load_farm_text(Settings(secrets_name=None)) == FARM_YAML
+
+
+def test_a_missing_secret_names_the_secret(deployment: Settings) -> None:
+    with pytest.raises(ConfigurationMissing, match=r"^secret gpufarm/absent \(Secrets Manager\) does not exist"):
+        aws.read_secret(Settings(secrets_name="gpufarm/absent"))
+
+
+def test_a_missing_parameter_names_the_parameter(deployment: Settings) -> None:
+    settings = Settings(farm_config_parameter="/gpufarm/absent")
+    # The secret still loads (the farm parameter only came along); reading the farm names what is missing.
+    assert aws.read_secret(settings) == SECRET
+    with pytest.raises(ConfigurationMissing, match=r"^SSM parameter /gpufarm/absent does not exist") as missing:
+        aws.load_farm_text(settings)
+    assert isinstance(missing.value, NotFound)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"a string"'])
+def test_a_secret_that_is_not_a_json_object_says_so_without_its_value(deployment: Settings, text: str) -> None:
+    boto3.client("secretsmanager", region_name=REGION).put_secret_value(SecretId="gpufarm/prod", SecretString=text)
+    with pytest.raises(
+        ConfigurationMissing, match=r"secret gpufarm/prod \(Secrets Manager\) is not a JSON object"
+    ) as bad:
+        aws.read_secret(deployment)
+    assert text not in str(bad.value)
+
+
+def test_a_secret_lacking_a_key_names_the_key_and_the_secret(deployment: Settings) -> None:
+    partial = {k: v for k, v in SECRET.items() if k != "slack_signing_secret"}
+    boto3.client("secretsmanager", region_name=REGION).put_secret_value(
+        SecretId="gpufarm/prod", SecretString=json.dumps(partial)
+    )
+    settings = load_settings()
+    with pytest.raises(
+        ConfigurationMissing, match=r"secret gpufarm/prod \(Secrets Manager\) has no 'slack_signing_secret'"
+    ):
+        settings.require("slack_signing_secret")
+    assert settings.require("slack_bot_token") == "xoxb-from-secret"
+
+
+def test_without_a_secret_a_missing_setting_names_its_variable() -> None:
+    with pytest.raises(ConfigurationMissing, match=r"^GPUFARM_WEBHOOK_SECRET is not set$"):
+        Settings(webhook_secret=None).require("webhook_secret")
+
+
+def test_an_empty_parameter_is_a_configuration_error(deployment: Settings) -> None:
+    boto3.client("ssm", region_name=REGION).put_parameter(Name="/gpufarm/empty", Value=" ", Type="String")
+    with pytest.raises(ConfigurationMissing, match="SSM parameter /gpufarm/empty is empty"):
+        aws.load_farm_text(Settings(farm_config_parameter="/gpufarm/empty"))
+
+
+def test_ssm_naming_the_reference_path_or_the_secret_both_match() -> None:
+    """Parameter Store may answer a referenced secret under the reference path or under the secret's own name."""
+    for answered in ("/aws/reference/secretsmanager/gpufarm/prod", "gpufarm/prod"):
+        aws.clear_config_cache()
+        client = boto3.client("ssm", region_name=REGION)
+        stub = Stubber(client)
+        stub.add_response(
+            "get_parameters",
+            {"Parameters": [{"Name": answered, "Type": "SecureString", "Value": "{}"}]},
+        )
+        with stub:
+            aws._clients[("ssm", 10.0, 3)] = client
+            try:
+                assert aws.read_secret(Settings(secrets_name="gpufarm/prod", farm_config_parameter=None)) == {}
+            finally:
+                del aws._clients[("ssm", 10.0, 3)]
+
+
+def test_access_denied_is_a_configuration_error_naming_what() -> None:
+    client = boto3.client("ssm", region_name=REGION)
+    stub = Stubber(client)
+    stub.add_client_error("get_parameters", service_error_code="AccessDeniedException", http_status_code=400)
+    with stub:
+        aws._clients[("ssm", 10.0, 3)] = client
+        try:
+            with pytest.raises(ConfigurationMissing, match="may not read secret gpufarm/prod"):
+                aws.read_secret(Settings(secrets_name="gpufarm/prod", farm_config_parameter=None))
+        finally:
+            del aws._clients[("ssm", 10.0, 3)]
 
 
 def test_farm_text_from_a_file(tmp_path: Path) -> None:
     path = tmp_path / "farm.yaml"
     path.write_text(FARM_YAML)
     assert aws.load_farm_text(Settings(farm_config=str(path))) == FARM_YAML
-    with pytest.raises(NotFound, match="does not exist"):
+    with pytest.raises(ConfigurationMissing, match="does not exist"):
         aws.load_farm_text(Settings(farm_config=str(tmp_path / "nope.yaml")))
 
 
@@ -174,26 +310,7 @@ def test_no_farm_configuration_says_how_to_give_one() -> None:
         aws.load_farm_text(Settings())
 
 
-# -- settings from Secrets Manager (moto) -------------------------------------------------------------------------
-
-
-@mock_aws
-def test_load_settings_fills_keys_from_secrets_manager(monkeypatch: pytest.MonkeyPatch) -> None:
-    secret = {
-        "datadog_api_key": "dd-api-from-secret",
-        "datadog_app_key": "dd-app-from-secret",
-        "slack_bot_token": "xoxb-from-secret",
-        "slack_signing_secret": "signing-from-secret",
-        "webhook_secret": "hook-from-secret",
-    }
-    boto3.client("secretsmanager", region_name=REGION).create_secret(
-        Name="gpufarm/prod", SecretString=json.dumps(secret)
-    )
-    for name in ("DD_API_KEY", "DD_APP_KEY", "DD_APPLICATION_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(f"GPUFARM_{name}", raising=False)
-    monkeypatch.delenv("GPUFARM_WEBHOOK_SECRET", raising=False)
-    monkeypatch.setenv("GPUFARM_SECRETS_NAME", "gpufarm/prod")
+def test_load_settings_fills_keys_from_the_secret(deployment: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     # A value already in the environment wins over the secret (local overrides stay possible).
     monkeypatch.setenv("GPUFARM_DATADOG_APP_KEY", "dd-app-from-env")
 
@@ -207,3 +324,20 @@ def test_load_settings_fills_keys_from_secrets_manager(monkeypatch: pytest.Monke
     assert settings.webhook_secret.get_secret_value() == "hook-from-secret"
     assert "from-secret" not in repr(settings)
     assert "from-secret" not in settings.model_dump_json()
+
+
+def test_settings_read_the_environment_and_keyword_arguments_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DD_SITE", "datadoghq.eu")
+    monkeypatch.delenv("GPUFARM_DATADOG_SITE", raising=False)
+    monkeypatch.setenv("gpufarm_worker_function", "worker-from-env")
+    monkeypatch.setenv("GPUFARM_MAX_RETRIES", "2")
+    settings = Settings()
+    assert (settings.datadog_site, settings.worker_function, settings.max_retries) == (
+        "datadoghq.eu",
+        "worker-from-env",
+        2,
+    )
+    assert Settings(max_retries=5).max_retries == 5
+    monkeypatch.setenv("GPUFARM_MAX_RETRIES", "99")
+    with pytest.raises(ValueError, match="max_retries"):
+        Settings()

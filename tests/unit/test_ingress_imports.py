@@ -69,3 +69,98 @@ def test_ingress_handles_a_command_without_importing_datadog_or_boto3() -> None:
     assert function == "SlackWorkerFunction"
     assert payload["kind"] == "request" and payload["request"]["gpu_count"] == 8
     assert result["modules"] == [], f"the ingress imported {result['modules'][:5]}"
+
+
+# Lambda mode: the secret and the farm from SSM (one call), the hand-off through botocore, against moto in-process.
+LAMBDA_SCRIPT = r"""
+import hashlib, hmac, json, sys, time
+import boto3
+from moto import mock_aws
+
+with mock_aws(config={"lambda": {"use_docker": False}}):
+    boto3.client("secretsmanager").create_secret(
+        Name="gpufarm/prod", SecretString=json.dumps({"slack_signing_secret": "signing-secret-value-0000"})
+    )
+    boto3.client("ssm").put_parameter(
+        Name="/gpufarm/farm", Value=open("config/farm.example.yaml").read(), Type="SecureString"
+    )
+    before = set(sys.modules)
+    sys.path.insert(0, "functions/slack_ingress")
+    import slack_ingress
+    from gpufarm.adapters import aws
+    from gpufarm.handlers import runtime, snapstart
+
+    snapshot = "--snapstart" in sys.argv
+    if snapshot:
+        snapstart.run_before_snapshot()
+        prepared = sorted(key[0] for key in aws._clients)
+        assert runtime._current is None and not aws._cache, "the snapshot must hold no secret"
+        snapstart.run_after_restore()
+    calls = []
+    for service in ("ssm", "lambda"):
+        aws.aws_client(service, runtime.Settings()).meta.events.register(
+            "before-call.*.*", lambda model, **_: calls.append(model.name)
+        )
+    event = json.load(open("events/slack_command_request_inline.json"))
+    stamp = str(int(time.time()))
+    base = ("v0:" + stamp + ":" + event["body"]).encode()
+    event["headers"]["x-slack-request-timestamp"] = stamp
+    event["headers"]["x-slack-signature"] = "v0=" + hmac.new(
+        b"signing-secret-value-0000", base, hashlib.sha256
+    ).hexdigest()
+    answer = slack_ingress.handler(event, None)
+    print(json.dumps({
+        "status": answer["statusCode"],
+        "body": json.loads(answer["body"]),
+        "calls": calls,
+        "prepared": prepared if snapshot else None,
+        "modules": sorted(
+            m for m in set(sys.modules) - before
+            if m.split(".")[0] in ("datadog_api_client", "pydantic_settings")
+            or m.startswith("aws_lambda_powertools.utilities.parameters")
+        ),
+    }))
+"""
+
+
+def _lambda_run(*args: str) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_", "AWS_"))}
+    env.update(
+        {
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_LAMBDA_FUNCTION_NAME": "gpufarm-slack-ingress",
+            "GPUFARM_SECRETS_NAME": "gpufarm/prod",
+            "GPUFARM_FARM_CONFIG_PARAMETER": "/gpufarm/farm",
+            "GPUFARM_WORKER_FUNCTION": "gpufarm-slack-worker",
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", LAMBDA_SCRIPT, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_in_lambda_one_ssm_call_reads_secret_and_farm_and_botocore_hands_off() -> None:
+    result = _lambda_run()
+    assert result["status"] == 200
+    assert result["calls"] == ["GetParameters", "Invoke"]
+    # pydantic-settings, Powertools' parameters and the Datadog client stay off the cold path (boto3 too: this
+    # script imports it for moto; benchmarks/ingress.py and test_aws_adapters.py check the ingress does not).
+    assert result["modules"] == []
+
+
+def test_snapstart_prepares_clients_without_secrets_and_reads_them_after_restore() -> None:
+    result = _lambda_run("--snapstart")
+    assert result["prepared"] == ["lambda", "ssm"]
+    assert result["status"] == 200
+    assert result["calls"] == ["GetParameters", "Invoke"]

@@ -1,4 +1,9 @@
-"""Settings: from the environment locally, topped up from Secrets Manager / SSM in Lambda."""
+"""Settings: from the environment locally, topped up from Secrets Manager / SSM in Lambda.
+
+A deployment that names something that is not there (a secret, an SSM parameter, a key of the secret) raises
+ConfigurationMissing with the NAME of what is missing, never a value; each function logs that one line and
+answers its caller without detail (HTTP 500 on the Function URLs).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from pydantic import AliasChoices, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
+
+from gpufarm.core.errors import GpufarmError, NotFound
 
 # Keys of the JSON secret in Secrets Manager (GPUFARM_SECRETS_NAME) and the settings they fill.
 SECRET_KEYS = {
@@ -19,10 +25,27 @@ SECRET_KEYS = {
 }
 
 
-class Settings(BaseSettings):
-    """Everything gpufarm reads from its environment; secrets are SecretStr so they never print."""
+class ConfigurationError(GpufarmError):
+    """A required setting is missing or unusable; operators must fix the deployment (the message names it)."""
 
-    model_config = SettingsConfigDict(env_prefix="GPUFARM_", extra="ignore", populate_by_name=True)
+
+class ConfigurationMissing(ConfigurationError, NotFound):
+    """A secret, SSM parameter, secret key or file the deployment names does not exist (or may not be read)."""
+
+
+# A field reads GPUFARM_<FIELD NAME>, or the variables its validation_alias lists (first one set wins).
+ENV_PREFIX = "GPUFARM_"
+
+
+class Settings(BaseModel):
+    """Everything gpufarm reads from its environment; secrets are SecretStr so they never print.
+
+    A plain pydantic model that reads os.environ itself: pydantic-settings would do the same for these scalar
+    fields, but its import (asyncio, its cloud and CLI sources, the plugin loader) costs about 100 ms of every
+    cold start, a third of the Slack ingress's budget. Keyword arguments override the environment.
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, validate_default=True)
 
     datadog_host: str | None = Field(default=None, description="Full API base URL; overrides DD_SITE")
     datadog_site: str = Field(default="datadoghq.com", validation_alias=AliasChoices("GPUFARM_DATADOG_SITE", "DD_SITE"))
@@ -59,6 +82,9 @@ class Settings(BaseSettings):
     http_timeout: float = Field(default=10.0, gt=0, le=120)
     max_retries: int = Field(default=3, ge=0, le=10)
 
+    def __init__(self, /, **values: Any) -> None:
+        super().__init__(**{**_from_environment(type(self)), **values})
+
     def datadog_base_url(self) -> str:
         """Where the Datadog client sends requests."""
         if self.datadog_host:
@@ -73,16 +99,41 @@ class Settings(BaseSettings):
                 updates[attr] = SecretStr(str(secrets[key]))
         return self.model_copy(update=updates)
 
+    def require(self, attr: str) -> str:
+        """The value of a secret setting; ConfigurationMissing naming where it should come from otherwise."""
+        value: SecretStr | None = getattr(self, attr)
+        if value is not None and value.get_secret_value():
+            return value.get_secret_value()
+        if self.secrets_name and attr in SECRET_KEYS.values():
+            key = next(k for k, a in SECRET_KEYS.items() if a == attr)
+            raise ConfigurationMissing(f"secret {self.secrets_name} (Secrets Manager) has no '{key}' key")
+        raise ConfigurationMissing(f"GPUFARM_{attr.upper()} is not set")
+
+
+def _from_environment(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's value from the environment (names compared case-insensitively), keyed by field name."""
+    environ = {name.upper(): value for name, value in os.environ.items()}
+    values: dict[str, str] = {}
+    for name, field in model.model_fields.items():
+        alias = field.validation_alias
+        if isinstance(alias, AliasChoices):
+            candidates = [choice for choice in alias.choices if isinstance(choice, str)]
+        else:
+            candidates = [alias] if isinstance(alias, str) else [ENV_PREFIX + name]
+        for candidate in candidates:
+            if candidate.upper() in environ:
+                values[name] = environ[candidate.upper()]
+                break
+    return values
+
 
 def load_settings() -> Settings:
-    """Build settings from the environment, then Secrets Manager when GPUFARM_SECRETS_NAME is set."""
+    """Build settings from the environment, then the secret when GPUFARM_SECRETS_NAME is set (one SSM call)."""
     settings = Settings()
     if settings.secrets_name:
-        from aws_lambda_powertools.utilities import parameters
+        from gpufarm.adapters.aws import read_secret
 
-        secret = parameters.get_secret(settings.secrets_name, transform="json", max_age=300)
-        if isinstance(secret, dict):
-            settings = settings.with_secrets(secret)
+        settings = settings.with_secrets(read_secret(settings))
     return settings
 
 

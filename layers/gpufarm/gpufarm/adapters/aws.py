@@ -1,7 +1,17 @@
-"""AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the farm configuration (SSM or a file).
+"""AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the deployment's secret and farm configuration.
 
-boto3 is imported only when a client is first needed: it costs about 200 ms (docs/design.md, "Slack's
-3 seconds") and the Slack ingress, which builds an invoker at start, must answer within Slack's 3 seconds.
+Clients come from botocore, one session per process: boto3 adds nothing a client needs here but its import
+(~50 ms: s3transfer, resources), and each extra session parses botocore's endpoint data again (~50 ms). botocore is
+imported only when a client is first needed, since the Slack ingress must answer within Slack's 3 seconds
+(docs/design.md, "Slack's 3 seconds").
+
+In Lambda the secret (Secrets Manager, GPUFARM_SECRETS_NAME) and the farm YAML (SSM, GPUFARM_FARM_CONFIG_PARAMETER)
+arrive in one SSM GetParameters call: Parameter Store hands out a Secrets Manager secret under
+/aws/reference/secretsmanager/<name>, so one client and one round trip serve both. Values are cached for
+CONFIG_MAX_AGE_S, so a warm container reads them at most every 5 minutes and sees a rotated secret or an edited
+farm within that time. Anything missing raises ConfigurationMissing naming the secret, parameter or key, never a
+value.
+
 The local function host (`gpufarm-sandbox`) injects its own invoker and queue through the runtime's seams.
 """
 
@@ -11,12 +21,13 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.config import Settings
-from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.config import ConfigurationMissing, Settings
+from gpufarm.core.errors import UpstreamError, ValidationFailed
 from gpufarm.core.ports import AsyncInvoker, WorkQueue
 
 log = logging.getLogger(__name__)
@@ -27,7 +38,12 @@ MAX_PAYLOAD_BYTES = 262_144
 # SQS FIFO MessageGroupId / MessageDeduplicationId: 1-128 characters, alphanumerics and punctuation.
 _SQS_ID = re.compile(r"^[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]{1,128}$")
 _FUNCTION_NAME = re.compile(r"^[A-Za-z0-9_\-:.]{1,140}$")
-FARM_PARAMETER_MAX_AGE_S = 300
+# How long a secret or parameter value is reused before SSM is asked again.
+CONFIG_MAX_AGE_S = 300.0
+# Parameter Store's name for a Secrets Manager secret.
+SECRET_REFERENCE = "/aws/reference/secretsmanager/"  # noqa: S105 - a path prefix, not a secret
+# GetParameters takes at most 10 names.
+_MAX_NAMES = 10
 
 
 def _payload_bytes(payload: Mapping[str, Any], what: str) -> bytes:
@@ -71,23 +87,48 @@ def _client_error_code(exc: Exception) -> str:
     return type(exc).__name__
 
 
+_session_lock = threading.Lock()
+_session: Any = None
+_clients: dict[tuple[str, float, int], Any] = {}
+
+
+def aws_client(service: str, settings: Settings) -> Any:
+    """A botocore client for `service`, one per process and timeout budget, all from one session (thread-safe)."""
+    global _session  # noqa: PLW0603 - one session per container is the point
+    key = (service, settings.http_timeout, settings.max_retries)
+    client = _clients.get(key)
+    if client is None:
+        with _session_lock:
+            client = _clients.get(key)
+            if client is None:
+                if _session is None:
+                    import botocore.session
+
+                    _session = botocore.session.get_session()
+                client = _session.create_client(service, config=_boto_config(settings))
+                _clients[key] = client
+    return client
+
+
+def forget_connections() -> None:
+    """Close every client's pooled connections (after a SnapStart restore they point at sockets long gone)."""
+    with _session_lock:
+        for client in _clients.values():
+            client._endpoint.http_session.close()  # botocore has no public way to drop its pool
+
+
 class _LazyClient:
-    """A boto3 client created on first use, once per container (thread-safe)."""
+    """A client taken from aws_client on first use (or the one a test passes in)."""
 
     def __init__(self, service: str, settings: Settings, client: Any = None) -> None:
         self._service = service
         self._settings = settings
         self._client = client
-        self._lock = threading.Lock()
 
     def get(self) -> Any:
-        """The client, built on the first call."""
+        """The client."""
         if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    import boto3
-
-                    self._client = boto3.client(self._service, config=_boto_config(self._settings))  # type: ignore[call-overload]
+            self._client = aws_client(self._service, self._settings)
         return self._client
 
 
@@ -151,37 +192,123 @@ def make_queue(settings: Settings, queue_url: str) -> WorkQueue:
     return SqsFifoQueue(settings, queue_url)
 
 
+# -- the deployment's secret and farm configuration ---------------------------------------------------------------
+
+_cache_lock = threading.Lock()
+_cache: dict[str, tuple[str, float]] = {}
+
+
+def clear_config_cache() -> None:
+    """Forget every cached secret and parameter value (tests; after a SnapStart restore)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def secret_parameter(secret_name: str) -> str:
+    """The Parameter Store name under which SSM hands out a Secrets Manager secret."""
+    return SECRET_REFERENCE + secret_name.lstrip("/")
+
+
+def read_parameters(settings: Settings, names: Sequence[str], *, optional: Sequence[str] = ()) -> dict[str, str]:
+    """The decrypted values of SSM parameters (and referenced secrets), one GetParameters call for all uncached.
+
+    A missing name raises ConfigurationMissing naming it, unless it is `optional` (fetched along because it will be
+    wanted soon): then it is left out, and whoever needs it asks again and gets the error.
+    """
+    now = time.monotonic()
+    with _cache_lock:
+        values = {n: v for n, (v, at) in _cache.items() if n in names and now - at < CONFIG_MAX_AGE_S}
+    wanted = [n for n in dict.fromkeys(names) if n not in values]
+    if wanted:
+        fetched = _get_parameters(settings, wanted, optional)
+        with _cache_lock:
+            _cache.update({n: (v, now) for n, v in fetched.items()})
+        values.update(fetched)
+    return values
+
+
+def _get_parameters(settings: Settings, names: list[str], optional: Sequence[str] = ()) -> dict[str, str]:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if len(names) > _MAX_NAMES:
+        raise ValidationFailed("names", f"at most {_MAX_NAMES} parameters at once")
+    ssm = aws_client("ssm", settings)
+    try:
+        response = ssm.get_parameters(Names=names, WithDecryption=True)
+    except ClientError as exc:
+        code = _client_error_code(exc)
+        if code == "ParameterNotFound" and len(names) > 1:
+            # A missing secret reference fails the whole call; ask one by one to name what is missing.
+            return {k: v for n in names for k, v in _get_parameters(settings, [n], optional).items()}
+        if code == "ParameterNotFound" and names[0] in optional:
+            return {}
+        if code == "ParameterNotFound":
+            raise _missing(names[0]) from None
+        if code in ("AccessDeniedException", "AccessDenied"):
+            raise ConfigurationMissing(
+                f"this function may not read {' or '.join(map(_describe, names))} ({code})"
+            ) from None
+        raise UpstreamError(f"reading {', '.join(_describe(n) for n in names)} failed: {code}") from None
+    except BotoCoreError as exc:
+        raise UpstreamError(f"reading {', '.join(_describe(n) for n in names)} failed: {type(exc).__name__}") from None
+    found: dict[str, str] = {}
+    for parameter in response.get("Parameters", []):
+        name = str(parameter.get("Name", ""))
+        # SSM may name a referenced secret by the secret's own name rather than the reference path.
+        key = name if name in names else secret_parameter(name)
+        if key in names:
+            found[key] = str(parameter.get("Value", ""))
+    missing = [n for n in names if n not in found and n not in optional]
+    if missing:
+        raise _missing(missing[0])
+    return found
+
+
+def _describe(name: str) -> str:
+    if name.startswith(SECRET_REFERENCE):
+        return f"secret {name.removeprefix(SECRET_REFERENCE)} (Secrets Manager)"
+    return f"SSM parameter {name}"
+
+
+def _missing(name: str) -> ConfigurationMissing:
+    return ConfigurationMissing(f"{_describe(name)} does not exist or this function may not read it")
+
+
+def read_secret(settings: Settings) -> dict[str, Any]:
+    """The JSON secret named by GPUFARM_SECRETS_NAME; the farm parameter, when there is one, comes in the same call."""
+    if not settings.secrets_name:
+        return {}
+    name = secret_parameter(settings.secrets_name)
+    farm = [settings.farm_config_parameter] if settings.farm_config_parameter else []
+    text = read_parameters(settings, [name, *farm], optional=farm)[name]
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ConfigurationMissing(f"secret {settings.secrets_name} (Secrets Manager) is not a JSON object")
+    return value
+
+
 def load_farm_text(settings: Settings) -> str:
     """The farm configuration YAML as text: from SSM (GPUFARM_FARM_CONFIG_PARAMETER) or a file (GPUFARM_FARM_CONFIG)."""
     if settings.farm_config_parameter:
-        return _farm_text_from_ssm(settings.farm_config_parameter)
+        name = settings.farm_config_parameter
+        value = read_parameters(settings, [name])[name]
+        if not value.strip():
+            raise ConfigurationMissing(f"SSM parameter {name} is empty")
+        return value
     if settings.farm_config:
         path = Path(settings.farm_config)
         try:
             return path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise NotFound(f"farm configuration file {path} does not exist") from None
+            raise ConfigurationMissing(f"farm configuration file {path} does not exist") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise UpstreamError(f"cannot read the farm configuration file {path}: {type(exc).__name__}") from None
-    raise NotFound("no farm configuration: set GPUFARM_FARM_CONFIG (a file) or GPUFARM_FARM_CONFIG_PARAMETER (SSM)")
-
-
-def _farm_text_from_ssm(name: str) -> str:
-    # Powertools caches the value for max_age seconds, so a warm container reads SSM at most every 5 minutes.
-    from aws_lambda_powertools.utilities import parameters
-
-    try:
-        value = parameters.get_parameter(name, decrypt=True, max_age=FARM_PARAMETER_MAX_AGE_S)
-    except parameters.GetParameterError as exc:
-        # Powertools re-raises inside `except`, so the boto error is the implicit context, not the cause.
-        cause = exc.__cause__ or exc.__context__
-        code = _client_error_code(cause) if isinstance(cause, Exception) else "GetParameterError"
-        if code == "ParameterNotFound":
-            raise NotFound(f"SSM parameter {name} does not exist") from None
-        raise UpstreamError(f"reading SSM parameter {name} failed: {code}") from None
-    if not value.strip():
-        raise NotFound(f"SSM parameter {name} is empty")
-    return value
+    raise ConfigurationMissing(
+        "no farm configuration: set GPUFARM_FARM_CONFIG (a file) or GPUFARM_FARM_CONFIG_PARAMETER (SSM)"
+    )
 
 
 if TYPE_CHECKING:

@@ -123,7 +123,11 @@ def _group(environment: str) -> str:
 def _consume(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     from aws_lambda_powertools.utilities.batch import SqsFifoPartialProcessor, process_partial_response
 
-    runtime = rt.current()
+    try:
+        runtime = rt.current()
+    except rt.ConfigurationError as exc:
+        # The batch fails and SQS redelivers it (then the DLQ): nothing is lost while operators fix it.
+        raise rt.misconfigured("allocation queue consumer", exc) from None
     processor = SqsFifoPartialProcessor(skip_group_on_error=True)
     # Report failures item by item even when the whole (one-message) batch failed: with ReportBatchItemFailures
     # that redelivers the same way, and the answer stays the documented shape instead of an exception.
@@ -147,7 +151,10 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
         log.error("dropped a malformed allocation queue message")  # noqa: TRY400
         return ["dropped: malformed"]
     telemetry.correlate(incident_id=message.incident_id, pool=message.pool)
-    svc = runtime.service()
+    try:
+        svc = runtime.service()
+    except rt.ConfigurationError as exc:
+        raise rt.misconfigured("allocation queue consumer", exc) from None
     try:
         if message.pool is not None:
             repair = svc.reconcile_pool(message.pool)

@@ -19,7 +19,11 @@ log = logging.getLogger(__name__)
 
 def handle(event: Mapping[str, Any] | None = None, context: Any = None) -> dict[str, Any]:
     """Run one sync; returns what it did (raises on upstream failure so the scheduler's retry/DLQ sees it)."""
-    report = rt.current().service().sync()
+    try:
+        svc = rt.current().service()
+    except rt.ConfigurationError as exc:
+        raise rt.misconfigured("quota sync", exc) from None
+    report = svc.sync()
     summary = asdict(report)
     log.info("sync: %s", summary)
     return summary

@@ -16,12 +16,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+# Handlers catch rt.ConfigurationError (a missing setting, secret, secret key or parameter): an explicit re-export.
+from gpufarm.config import ConfigurationError as ConfigurationError  # noqa: PLC0414
 from gpufarm.config import Settings
-from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
@@ -90,11 +92,9 @@ class Runtime:
         def build() -> SignatureCheck:
             from gpufarm.adapters.slack import SignatureCheck
 
-            secret = self.settings.slack_signing_secret
-            if secret is None or not secret.get_secret_value():
-                raise ConfigurationError("SLACK_SIGNING_SECRET is not set")
+            secret = self.settings.require("slack_signing_secret")
             clock = self.clock()
-            return SignatureCheck(secret.get_secret_value(), clock=lambda: clock.now().timestamp())
+            return SignatureCheck(secret, clock=lambda: clock.now().timestamp())
 
         check: SignatureCheck = self._get("signature_check", build)
         return check
@@ -112,8 +112,7 @@ class Runtime:
         return chat
 
     def _require_bot_token(self) -> None:
-        if self.settings.slack_bot_token is None:
-            raise ConfigurationError("SLACK_BOT_TOKEN is not set")
+        self.settings.require("slack_bot_token")
 
     def ingress_chat(self) -> SlackChat:
         """Slack for the ingress: short timeouts, no long retry waits (views.open must finish inside 3 s)."""
@@ -237,8 +236,19 @@ class Runtime:
         return self._parts[name] if name in self._parts else self.gateway()
 
 
-class ConfigurationError(GpufarmError):
-    """A required setting is missing; operators must fix the deployment."""
+class NotConfigured(ConfigurationError):
+    """What the caller of a misconfigured function learns: only that (the function's log line names what)."""
+
+    def __init__(self) -> None:
+        super().__init__("gpufarm is not configured; the function's log names what is missing")
+
+
+def misconfigured(function: str, exc: ConfigurationError) -> NotConfigured:
+    """Log the one line that names what is missing (never a value) and return the detail-free error to raise."""
+    if isinstance(exc, NotConfigured):
+        return exc
+    log.error("%s misconfigured: %s", function, exc)
+    return NotConfigured()
 
 
 _lock = threading.Lock()
@@ -284,6 +294,30 @@ def reset() -> None:
         _current = None
 
 
+def prepare_for_snapshot(services: Sequence[str]) -> None:
+    """SnapStart, before the snapshot: build the AWS clients and load what a first request loads; no secret read."""
+    from gpufarm.adapters import aws
+    from gpufarm.adapters import slack as _slack  # noqa: F401 - loaded into the snapshot, used on the first request
+
+    settings = Settings()
+    for service in services:
+        aws.aws_client(service, settings)
+
+
+def after_restore() -> None:
+    """SnapStart, after a restore: forget cached configuration, the runtime and pooled connections; reseed random."""
+    global _current  # noqa: PLW0603
+    import random
+
+    from gpufarm.adapters import aws
+
+    aws.clear_config_cache()
+    aws.forget_connections()
+    random.seed()
+    with _lock:
+        _current = None
+
+
 def _load_settings() -> Settings:
     from gpufarm.config import load_settings
 
@@ -292,12 +326,13 @@ def _load_settings() -> Settings:
 
 def describe(exc: Exception) -> str:
     """What to tell a Slack user about a failure, never a key or a traceback."""
+    if isinstance(exc, ConfigurationError):
+        # Before NotFound: a missing secret or parameter is also a NotFound, and its name is for operators only.
+        return "gpufarm is not fully configured; the GPU operators have been told (see the function logs)"
     if isinstance(exc, ValidationFailed):
         return exc.message
     if isinstance(exc, (NotAllowed, NotFound, Conflict)):
         return str(exc)
-    if isinstance(exc, ConfigurationError):
-        return "gpufarm is not fully configured; the GPU operators have been told (see the function logs)"
     if isinstance(exc, UpstreamError):
         return f"gpufarm could not finish because a service failed ({exc}); try again in a minute"
     from gpufarm.core.farm import FarmConfigError

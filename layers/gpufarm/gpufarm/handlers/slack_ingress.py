@@ -22,7 +22,7 @@ from gpufarm.core.commands import Command, Verb, parse_command
 from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
 from gpufarm.core.ir import parse_ir
 from gpufarm.core.policy import build_request
-from gpufarm.handlers import http, telemetry
+from gpufarm.handlers import http, snapstart, telemetry
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers.slack_events import (
     BlockActions,
@@ -34,6 +34,9 @@ from gpufarm.handlers.slack_events import (
 )
 
 log = logging.getLogger(__name__)
+
+# The AWS services a cold request calls: SSM (the secret and the farm YAML in one call) and Lambda (the hand-off).
+COLD_PATH_SERVICES = ("ssm", "lambda")
 
 SLASH_COMMAND = "/gpu"
 # Errors shown under a modal field must name an input block; anything else lands on the first one.
@@ -64,8 +67,20 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     except http.BadRequest as exc:
         return http.error(exc.status, exc.reason)
     except rt.ConfigurationError as exc:
+        # One line naming what is missing (never a value); the caller learns nothing of the deployment.
         log.error("slack ingress misconfigured: %s", exc)  # noqa: TRY400 - no traceback for a missing setting
         return http.error(500, "gpufarm is not configured")
+    except UpstreamError as exc:
+        log.error("slack ingress could not read its configuration: %s", exc)  # noqa: TRY400
+        return http.error(503, "gpufarm is unavailable")
+
+
+def _before_snapshot() -> None:
+    rt.prepare_for_snapshot(COLD_PATH_SERVICES)
+
+
+# SnapStart (template.yaml): clients and modules go into the snapshot; secrets and the farm are read after restore.
+snapstart.register(before_snapshot=_before_snapshot, after_restore=rt.after_restore)
 
 
 # -- slash commands ---------------------------------------------------------------------------------------------
@@ -103,6 +118,8 @@ def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
     try:
         view = views.request_modal(runtime.farm(), channel=form.channel_id)
         runtime.ingress_chat().open_view(form.trigger_id, view)
+    except rt.ConfigurationError:
+        raise
     except UpstreamError as exc:
         log.warning("views.open failed: %s", exc)
         return _ephemeral(
@@ -123,6 +140,8 @@ def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -
             channel=form.channel_id,
             request_id=request_id("cmd", form.trigger_id),
         )
+    except rt.ConfigurationError:
+        raise
     except GpufarmError as exc:
         return _ephemeral(views.error_message(rt.describe(exc)).text)
     telemetry.correlate(request_id=request.request_id)
@@ -218,6 +237,8 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
     except ValidationFailed as exc:
         block = _FIELD_BLOCK.get(exc.field, "project")
         return http.respond(200, {"response_action": "errors", "errors": {block: exc.message[:150]}})
+    except rt.ConfigurationError:
+        raise
     except GpufarmError as exc:
         return http.respond(200, {"response_action": "errors", "errors": {"project": rt.describe(exc)[:150]}})
     telemetry.correlate(slack_user=payload.user.id, request_id=request.request_id)

@@ -37,7 +37,11 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         return {"ok": False, "error": "malformed payload"}
     request_id = (job.request or {}).get("request_id")
     telemetry.correlate(slack_user=job.user, ir=job.ir, request_id=request_id if isinstance(request_id, str) else None)
-    runtime = rt.current()
+    try:
+        runtime = rt.current()
+    except rt.ConfigurationError as exc:
+        # No runtime, no Slack client to answer with: one line for operators, a failure for the DLQ.
+        raise rt.misconfigured("slack worker", exc) from None
     try:
         message = dispatch(runtime.service(), job)
         ok = True

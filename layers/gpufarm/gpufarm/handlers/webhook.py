@@ -21,11 +21,9 @@ Payload = TypeVar("Payload", bound=BaseModel)
 
 def check_token(runtime: rt.Runtime, headers: Mapping[str, str]) -> dict[str, Any] | None:
     """401 unless the shared secret header matches (constant time); 500 when no secret is configured."""
-    secret = runtime.settings.webhook_secret
-    if secret is None or not secret.get_secret_value():
-        raise rt.ConfigurationError("GPUFARM_WEBHOOK_SECRET is not set")
+    secret = runtime.settings.require("webhook_secret")
     given = headers.get(TOKEN_HEADER, "")
-    if not hmac.compare_digest(given.encode(), secret.get_secret_value().encode()):
+    if not hmac.compare_digest(given.encode(), secret.encode()):
         log.warning("rejected a webhook call without the right %s header", TOKEN_HEADER)
         return http.error(401, "missing or wrong token")
     return None
