@@ -241,6 +241,8 @@ def test_dockerfile_installs_only_the_node_distribution_with_its_k8s_extra() -> 
     target = next(w for w in words if w.startswith("/src"))
     assert target == "/src[k8s]" and "k8s" in project["optional-dependencies"]
     assert words[words.index("--python") + 1] == f"{venv}/bin/python"
+    # Bytecode for everything but the Datadog client's generated models, compiled in the build stage.
+    assert "--no-compile" in words and f"{venv}/bin/python -W ignore::SyntaxWarning -m compileall -q" in install
     # The build runs the installed agent once on fake NVML: a broken install fails the build.
     assert f"{venv}/bin/gpufarm-node --fake" in install
     # The runtime stage takes the venv alone from the build stage.
