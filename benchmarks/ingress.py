@@ -303,6 +303,15 @@ def slack_stub() -> Iterator[tuple[str, list[str]]]:
         thread.join()
 
 
+# Other checkouts of gpufarm to measure beside this one (--source NAME=PATH, then a mode such as lambda@NAME): how the
+# lever table in the README was made, one checkout per lever taken away.
+SOURCES: dict[str, Path] = {}
+
+
+def _base(mode: str) -> str:
+    return mode.split("@", 1)[0]
+
+
 # -- the cold runs --------------------------------------------------------------------------------------------
 
 
@@ -329,8 +338,10 @@ def mode_env(mode: str, url: str, slack_url: str) -> dict[str, str]:
                 "GPUFARM_SECRETS_NAME": SECRET_NAME,
                 "GPUFARM_FARM_CONFIG_PARAMETER": FARM_PARAMETER,
                 "GPUFARM_WORKER_FUNCTION": WORKER,
+                # What template.yaml sets on the ingress besides.
                 "POWERTOOLS_SERVICE_NAME": "gpufarm",
-                "LOG_LEVEL": "INFO",
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+                "PYDANTIC_DISABLE_PLUGINS": "__all__",
             }
         )
     return env
@@ -350,13 +361,19 @@ def signed_event(path: Path) -> None:
 def one_run(mode: str, url: str, slack_url: str, event_path: Path) -> dict[str, Any]:
     """One fresh process handling one request; its wall time and what it answered."""
     signed_event(event_path)
-    script = CHILD.format(prelude=PRELUDES[mode])
+    base = _base(mode)
+    script = CHILD.format(prelude=PRELUDES[base])
+    env = mode_env(base, url, slack_url)
+    source = SOURCES[mode.split("@", 1)[1]] if "@" in mode else ROOT
+    if source != ROOT:
+        # That checkout's gpufarm ahead of the editable install of this one.
+        env["PYTHONPATH"] = str(source / "layers" / "gpufarm")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-c", script, str(event_path), FUNCTION_NAME[mode]],
-        cwd=ROOT,
-        env=mode_env(mode, url, slack_url),
+        [sys.executable, "-c", script, str(event_path), FUNCTION_NAME[base]],
+        cwd=source,
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -377,6 +394,7 @@ def one_run(mode: str, url: str, slack_url: str, event_path: Path) -> dict[str, 
 
 def check(mode: str, result: dict[str, Any], calls: list[dict[str, Any]]) -> None:
     """Each run answered Slack and made exactly the hand-off its mode makes."""
+    mode = _base(mode)
     if result["status"] != 200 or "Requesting" not in result["body"]:
         raise RuntimeError(f"{mode} answered {result['status']}: {result['body'][:300]}")
     invokes = [c for c in calls if c["op"] == "lambda:Invoke"]
@@ -508,7 +526,7 @@ def report_cold(cold: dict[str, Any], runs: int) -> None:
         restored = f"; after restore {figures['restored_median_ms']:.0f} ms" if mode == "snapstart" else ""
         calls = ", ".join(figures["aws_calls"]) or "none"
         print(
-            f"  {mode:<9} {figures['process_median_ms']:6.0f} ms process (max {figures['process_max_ms']:.0f}; "
+            f"  {mode:<18} {figures['process_median_ms']:6.0f} ms process (max {figures['process_max_ms']:.0f}; "
             f"CPU {figures['cpu_median_ms']:.0f}; inside {figures['inside_median_ms']:.0f}{restored})  "
             f"AWS calls: {calls}"
         )
@@ -538,13 +556,19 @@ def main() -> None:
     parser.add_argument("--cold-only", action="store_true", help="skip the end-to-end measurement")
     parser.add_argument("--modes", default="", help="comma-separated subset of local,lambda,bolt,snapstart")
     parser.add_argument("--json", action="store_true", help="print the cold figures as JSON too")
+    parser.add_argument(
+        "--source", action="append", default=[], metavar="NAME=PATH", help="another gpufarm checkout (mode@NAME)"
+    )
     args = parser.parse_args()
     if args.runs < MIN_RUNS:
         parser.error(f"--runs must be at least {MIN_RUNS}")
     modes = [m for m in args.modes.split(",") if m] or ["local", "lambda", "bolt"]
     if args.snapstart and "snapstart" not in modes:
         modes.append("snapstart")
-    unknown = set(modes) - set(PRELUDES)
+    for item in args.source:
+        name, _, path = item.partition("=")
+        SOURCES[name] = Path(path).resolve()
+    unknown = {m for m in modes if _base(m) not in PRELUDES or ("@" in m and m.split("@", 1)[1] not in SOURCES)}
     if unknown:
         parser.error(f"unknown modes {sorted(unknown)}")
     cold = cold_runs(args.runs, modes)

@@ -93,7 +93,8 @@ class GpuRequest(BaseModel):
 class IncidentRecord(BaseModel):
     """An incident as any adapter returns it, independent of the Datadog client's models."""
 
-    model_config = ConfigDict(frozen=True)
+    # Built on first use: the Slack ingress imports this module but never reads an incident.
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     id: str
     public_id: int
@@ -108,7 +109,8 @@ class IncidentRecord(BaseModel):
 class Allocation(BaseModel):
     """The allocation an incident holds, decoded from its fields."""
 
-    model_config = ConfigDict(frozen=True)
+    # Built on first use, as IncidentRecord.
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     incident_id: str
     ir: int

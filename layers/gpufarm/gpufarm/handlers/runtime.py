@@ -296,12 +296,21 @@ def reset() -> None:
 
 def prepare_for_snapshot(services: Sequence[str]) -> None:
     """SnapStart, before the snapshot: build the AWS clients and load what a first request loads; no secret read."""
+    from pydantic import BaseModel
+
     from gpufarm.adapters import aws
     from gpufarm.adapters import slack as _slack  # noqa: F401 - loaded into the snapshot, used on the first request
+    from gpufarm.core import model
+    from gpufarm.handlers import slack_events
 
     settings = Settings()
     for service in services:
         aws.aws_client(service, settings)
+    # The validators a cold request would otherwise build on first use (defer_build).
+    for module in (model, slack_events):
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__:
+                value.model_rebuild(force=True)
 
 
 def after_restore() -> None:

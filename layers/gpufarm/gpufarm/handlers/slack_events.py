@@ -17,7 +17,9 @@ HTTP_URL = r"^https?://[^\s]{1,2000}$"
 
 
 class _Slack(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Validators are built on first use: a cold slash command needs one of these models, not all of them
+    # (docs/design.md, "Slack's 3 seconds"); SnapStart builds them all before its snapshot.
+    model_config = ConfigDict(extra="ignore", frozen=True, defer_build=True)
 
 
 class SlashCommand(_Slack):
