@@ -132,9 +132,11 @@ import bolt_lazy_app
 handler = bolt_lazy_app.handler
 """,
 }
+# The same Bolt app reading its token and signing secret from the Secrets Manager secret gpufarm reads.
+PRELUDES["bolt-sm"] = PRELUDES["bolt"]
 # Where each mode hands off to, and the payload's shape there.
-INVOKED = {"lambda": WORKER, "snapstart": WORKER, "bolt": BOLT}
-FUNCTION_NAME = {"local": INGRESS, "lambda": INGRESS, "snapstart": INGRESS, "bolt": BOLT}
+INVOKED = {"lambda": WORKER, "snapstart": WORKER, "bolt": BOLT, "bolt-sm": BOLT}
+FUNCTION_NAME = {"local": INGRESS, "lambda": INGRESS, "snapstart": INGRESS, "bolt": BOLT, "bolt-sm": BOLT}
 
 
 # -- moto in server mode, recording every request -------------------------------------------------------------
@@ -332,6 +334,8 @@ def mode_env(mode: str, url: str, slack_url: str) -> dict[str, str]:
     env["AWS_LAMBDA_FUNCTION_NAME"] = FUNCTION_NAME[mode]
     if mode == "bolt":
         env.update({"SLACK_SIGNING_SECRET": SIGNING_SECRET, "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_API_URL": slack_url})
+    elif mode == "bolt-sm":
+        env.update({"BOLT_SECRETS_NAME": SECRET_NAME, "SLACK_API_URL": slack_url})
     else:
         env.update(
             {
@@ -405,7 +409,7 @@ def check(mode: str, result: dict[str, Any], calls: list[dict[str, Any]]) -> Non
     if len(invokes) != 1 or invokes[0]["function"] != INVOKED[mode] or invokes[0]["type"] != "Event":
         raise RuntimeError(f"{mode} run made {invokes} instead of one Event invoke of {INVOKED[mode]}")
     payload = invokes[0]["payload"]
-    if mode == "bolt":
+    if mode.startswith("bolt"):
         ok = payload["headers"].get("x-slack-bolt-lazy-only") == "1" and "command=%2Fgpu" in payload["body"]
     else:
         ok = payload.get("kind") == "request" and payload["request"]["gpu_count"] == 8
