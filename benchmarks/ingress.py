@@ -1,29 +1,33 @@
-"""Slack ingress latency: a cold process handling one signed command three ways, and command → IR end to end.
+"""Slack ingress latency: a cold process handling one signed command several ways, and command → IR end to end.
 
 1. Cold start, each run a fresh Python process that imports a Lambda entry point and handles one freshly signed
    `/gpu request 8 H100 ...` (the body of events/slack_command_request_inline.json, signed with the current time
-   so the real clock and signature check run), the three modes alternating run by run:
-   - local:  the gpufarm ingress with the signing secret and the farm file from the environment, the hand-off
+   so the real clock and signature check run), the modes alternating run by run:
+   - local:     the gpufarm ingress with the signing secret and the farm file from the environment, the hand-off
      to the worker stubbed (what `gpufarm local` and the unit tests run);
-   - lambda: the gpufarm ingress exactly as deployed: the signing secret from Secrets Manager
-     (GPUFARM_SECRETS_NAME), the farm YAML from SSM (GPUFARM_FARM_CONFIG_PARAMETER), the hand-off a boto3 Lambda
-     `invoke(InvocationType="Event")`, all against moto in server mode on a loopback port (AWS_ENDPOINT_URL);
-   - bolt:   a Slack Bolt app with a lazy listener (benchmarks/bolt_lazy_app.py) whose lazy runner re-invokes
+   - lambda:    the gpufarm ingress as deployed without SnapStart: its environment as template.yaml sets it, the
+     secret and the farm YAML read from SSM (GPUFARM_SECRETS_NAME through Parameter Store's Secrets Manager
+     reference, GPUFARM_FARM_CONFIG_PARAMETER), the signature checked, the command parsed against the farm, the
+     hand-off a Lambda `invoke(InvocationType="Event")`, all against moto in server mode on a loopback port
+     (AWS_ENDPOINT_URL);
+   - snapstart: the same, as SnapStart runs it: the process runs the init phase and the before-snapshot hooks (on
+     Lambda: once, when a version is published), then the after-restore hooks and the first request, which are
+     timed alone ("after restore"). Lambda's restore of the microVM itself cannot be measured here; its REPORT
+     line shows it as Restore Duration;
+   - bolt:      a Slack Bolt app with a lazy listener (benchmarks/bolt_lazy_app.py) whose lazy runner re-invokes
      the function through boto3 against the same moto; its secrets come from the environment, as Bolt's docs
-     show, which spares it the Secrets Manager read.
-   moto answers an Event invoke without Docker the way Lambda does (HTTP 202) but runs nothing, so every
-   request reaching moto is recorded here: each run must make exactly one Event invoke with the expected payload,
-   and the AWS calls each mode made per cold request are printed. Medians of the whole process wall time
-   (what a cold container adds before Slack sees an answer, interpreter start included) and their ratios.
-   `--snapstart` adds the gpufarm ingress as SnapStart runs it: the process runs the init phase (imports and the
-   before-snapshot hooks, which on Lambda run once when a version is published), then times only what a restored
-   container does: the after-restore hooks and the first request. The microVM restore itself cannot be measured
-   here.
+     show, which spares it a secret read; bolt-sm: the same app reading them from the same Secrets Manager secret.
+   moto answers an Event invoke without Docker the way Lambda does (HTTP 202) but runs nothing, so every request
+   reaching moto is recorded here: each run must make exactly one Event invoke with the expected payload, and the
+   AWS calls each mode made per cold request are printed. Reported: medians of spawn-to-answer (what Slack waits
+   for; a Lambda container does not exit after its first request), of the whole process (teardown included), of
+   the child's CPU time, and their ratios. `--source NAME=PATH` adds another checkout (mode@NAME), which is how
+   the README's lever table was made: one checkout per lever taken away.
 2. End to end under the local function host (`gpufarm local` in-process): the sandbox types a slash command as
    a Slack user; the clock runs until the IR number appears in the sandbox's Slack messages (the worker's
    answer through the response_url). Each request is released afterwards so quotas never run out.
 
-Run: .venv/bin/python benchmarks/ingress.py [--runs 9] [--snapstart] [--cold-only]
+Run: .venv/bin/python benchmarks/ingress.py [--runs 9] [--cold-only] [--modes ...] [--source ...] [--json]
 (needs the `bench` extra: `pip install -e '.[dev,bench]'`, which `make bench` does).
 """
 
@@ -86,7 +90,9 @@ class Context:
 restored = time.perf_counter()
 answer = handler(event, Context())
 done = time.perf_counter()
+answered_at = time.time()
 print(json.dumps({{
+    "answered_at": answered_at,
     "inside_ms": (done - started) * 1000,
     "restored_ms": (done - restored) * 1000,
     "status": answer["statusCode"],
@@ -373,6 +379,7 @@ def one_run(mode: str, url: str, slack_url: str, event_path: Path) -> dict[str, 
         # That checkout's gpufarm ahead of the editable install of this one.
         env["PYTHONPATH"] = str(source / "layers" / "gpufarm")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spawned_at = time.time()
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", script, str(event_path), FUNCTION_NAME[base]],
@@ -391,6 +398,9 @@ def one_run(mode: str, url: str, slack_url: str, event_path: Path) -> dict[str, 
         print(done.stderr[-3000:], file=sys.stderr)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["wall_ms"] = wall
+    # Spawn to answer: what Slack waits for. A Lambda container does not exit after its first request, so the
+    # interpreter's teardown (longer the more modules it loaded) is in wall_ms but not here.
+    result["answer_ms"] = (result["answered_at"] - spawned_at) * 1000
     # CPU time of that one child (runs are sequential): steadier than wall time on a shared machine.
     result["cpu_ms"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000
     return result
@@ -436,6 +446,7 @@ def cold_runs(runs: int, modes: list[str]) -> dict[str, Any]:
             ops[mode] = [c["op"] for c in calls] + [f"slack:{p.rsplit('/', 1)[-1]}" for p in slack_calls]
             slack_calls.clear()
         wall: dict[str, list[float]] = {m: [] for m in modes}
+        answer: dict[str, list[float]] = {m: [] for m in modes}
         cpu: dict[str, list[float]] = {m: [] for m in modes}
         inside: dict[str, list[float]] = {m: [] for m in modes}
         restored: dict[str, list[float]] = {m: [] for m in modes}
@@ -445,11 +456,14 @@ def cold_runs(runs: int, modes: list[str]) -> dict[str, Any]:
                 result = one_run(mode, url, slack_url, event_path)
                 check(mode, result, recorder.take())
                 wall[mode].append(result["wall_ms"])
+                answer[mode].append(result["answer_ms"])
                 cpu[mode].append(result["cpu_ms"])
                 inside[mode].append(result["inside_ms"])
                 restored[mode].append(result["restored_ms"])
     return {
         mode: {
+            "answer_median_ms": statistics.median(answer[mode]),
+            "answer_max_ms": max(answer[mode]),
             "process_median_ms": statistics.median(wall[mode]),
             "process_max_ms": max(wall[mode]),
             "cpu_median_ms": statistics.median(cpu[mode]),
@@ -524,41 +538,44 @@ def end_to_end(runs: int) -> dict[str, Any]:
 
 
 def report_cold(cold: dict[str, Any], runs: int) -> None:
-    """The cold figures, their ratios and the verdicts."""
-    print(f"cold ingress, fresh process per run, medians of {runs} alternating runs:")
+    """The cold figures, their ratios and the verdicts (on the spawn-to-answer medians)."""
+    print(f"cold ingress, fresh process per run, medians of {runs} alternating runs (ms):")
+    print(f"  {'mode':<18} {'answer':>6} {'process':>7} {'CPU':>5} {'inside':>6}  AWS calls")
     for mode, figures in cold.items():
-        restored = f"; after restore {figures['restored_median_ms']:.0f} ms" if mode == "snapstart" else ""
         calls = ", ".join(figures["aws_calls"]) or "none"
         print(
-            f"  {mode:<18} {figures['process_median_ms']:6.0f} ms process (max {figures['process_max_ms']:.0f}; "
-            f"CPU {figures['cpu_median_ms']:.0f}; inside {figures['inside_median_ms']:.0f}{restored})  "
-            f"AWS calls: {calls}"
+            f"  {mode:<18} {figures['answer_median_ms']:6.0f} {figures['process_median_ms']:7.0f} "
+            f"{figures['cpu_median_ms']:5.0f} {figures['inside_median_ms']:6.0f}  {calls}"
         )
-    local, lam, bolt = (cold.get(m, {}).get("process_median_ms") for m in ("local", "lambda", "bolt"))
-    if local and lam and bolt:
-        print(
-            f"  ratios: lambda/bolt {lam / bolt:.2f} x, lambda/local {lam / local:.2f} x, "
-            f"bolt/local {bolt / local:.2f} x"
-        )
-        cl, cb = cold["lambda"]["cpu_median_ms"], cold["bolt"]["cpu_median_ms"]
-        print(f"  CPU ratio lambda/bolt {cl / cb:.2f} x")
+    print("  answer: spawn to answer; process: whole process incl. teardown; CPU: the child's; inside: import + handle")
+    if "local" in cold and "lambda" in cold and "bolt" in cold:
+        for metric in ("answer_median_ms", "process_median_ms", "cpu_median_ms"):
+            local, lam, bolt = (cold[m][metric] for m in ("local", "lambda", "bolt"))
+            print(
+                f"  {metric.split('_')[0]:<7} ratios: lambda/bolt {lam / bolt:.2f} x, "
+                f"lambda/local {lam / local:.2f} x, bolt/local {bolt / local:.2f} x"
+            )
+        lam, bolt = cold["lambda"]["answer_median_ms"], cold["bolt"]["answer_median_ms"]
         verdict = "meets" if lam <= bolt else "MISSES"
-        print(f"  lambda mode {verdict} the target (no slower than the Bolt app)")
-    if local:
-        verdict = "meets" if local <= LOCAL_TARGET_MS else "MISSES"
+        print(f"  lambda mode without SnapStart {verdict} the target (no slower than the Bolt app)")
+    if "local" in cold:
+        verdict = "meets" if cold["local"]["answer_median_ms"] <= LOCAL_TARGET_MS else "MISSES"
         print(f"  local mode {verdict} the {LOCAL_TARGET_MS:.0f} ms target")
-    if "snapstart" in cold and bolt:
-        snap = cold["snapstart"]["restored_median_ms"]
-        print(f"  snapstart: after-restore hooks + first request {snap:.0f} ms ({snap / bolt:.2f} x the Bolt process)")
+    if "snapstart" in cold and "bolt" in cold:
+        snap, bolt = cold["snapstart"]["restored_median_ms"], cold["bolt"]["answer_median_ms"]
+        verdict = "meets" if snap <= bolt else "MISSES"
+        print(
+            f"  snapstart: after-restore hooks + first request {snap:.0f} ms = {snap / bolt:.2f} x the Bolt app "
+            f"({verdict} the target, before Lambda's own restore time, which only the REPORT line shows)"
+        )
 
 
 def main() -> None:
     """Run the measurements and print them."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=MIN_RUNS)
-    parser.add_argument("--snapstart", action="store_true", help="also measure the ingress as SnapStart restores it")
     parser.add_argument("--cold-only", action="store_true", help="skip the end-to-end measurement")
-    parser.add_argument("--modes", default="", help="comma-separated subset of local,lambda,bolt,snapstart")
+    parser.add_argument("--modes", default="", help="comma-separated: local,lambda,snapstart,bolt,bolt-sm,mode@NAME")
     parser.add_argument("--json", action="store_true", help="print the cold figures as JSON too")
     parser.add_argument(
         "--source", action="append", default=[], metavar="NAME=PATH", help="another gpufarm checkout (mode@NAME)"
@@ -566,9 +583,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs < MIN_RUNS:
         parser.error(f"--runs must be at least {MIN_RUNS}")
-    modes = [m for m in args.modes.split(",") if m] or ["local", "lambda", "bolt"]
-    if args.snapstart and "snapstart" not in modes:
-        modes.append("snapstart")
+    modes = [m for m in args.modes.split(",") if m] or ["local", "lambda", "snapstart", "bolt"]
     for item in args.source:
         name, _, path = item.partition("=")
         SOURCES[name] = Path(path).resolve()
