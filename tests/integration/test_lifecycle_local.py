@@ -377,21 +377,24 @@ def test_idle_warning_keep_and_reclaim_after_grace(farm: LocalFarm) -> None:
     token = {"X-Gpufarm-Token": farm.host.env["GPUFARM_WEBHOOK_SECRET"]}
     alert = {"alert_transition": "Triggered", "alert_scope": f"ir:ir-{ir}", "alert_id": "1"}
     status, body = farm.post("/fn/idle_alert/", alert, token)
-    assert status == 200 and body["outcome"] == "warned"
+    # Queued in the pool's group (one writer per incident); the warning follows once the consumer runs it.
+    assert status == 202 and body == {"ir": f"IR-{ir}", "queued": "idle"}
     assert farm.settle()
+    assert farm.allocation(ir).phase is Phase.IDLE_WARNED
     warning = farm.messages(user=ALICE.id, kind="dm", contains="idle")[-1]
     farm.click(ALICE, warning, "gpu_keep")
     assert farm.settle()
     assert farm.allocation(ir).phase is Phase.ALLOCATED
-    farm.post("/fn/idle_alert/", alert, token)
+    # A later notification of the same monitor group carries its own date (a retry of one delivery would not).
+    farm.post("/fn/idle_alert/", {**alert, "date": "1767000000000"}, token)
     assert farm.settle()
     # Past the grace period the 15-minute sync would reclaim it too; pause schedules so this proves the webhook path.
     farm.host.schedules_paused = True
     farm.post("/_sandbox/clock", {"advance": 61 * 60})
     status, body = farm.post("/fn/idle_alert/", {**alert, "alert_transition": "Renotify"}, token)
-    farm.host.schedules_paused = False
-    assert body["outcome"] == "resolved (idle)"
+    assert status == 202
     assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.RECLAIMED)
+    farm.host.schedules_paused = False
     assert farm.allocation(ir).reclaim_reason is ReclaimReason.IDLE
 
 

@@ -84,20 +84,42 @@ def request_job(count: int = 8, user: str = "U0000000001", rid: str = "slack-cmd
     return job("request", user=user, request=request)
 
 
+def run_commands(parts: Parts) -> list[str]:
+    """Be the queue consumer for every incident command queued so far (in order), as the FIFO group would."""
+    done: list[str] = []
+    while commands := [(g, b) for g, b in parts.queue.sent if "command" in b]:
+        parts.queue.sent = [(g, b) for g, b in parts.queue.sent if "command" not in b]
+        for _, body in commands:
+            assert incident_webhook.handle(_sqs(body)) == {"batchItemFailures": []}
+            done.append(body["command"]["op"])
+    return done
+
+
+def requested(parts: Parts, **kwargs: Any) -> dict[str, Any]:
+    """The worker creates the request's incident; the consumer runs its queued policy decision."""
+    result = slack_worker.handle(request_job(**kwargs))
+    run_commands(parts)
+    return result
+
+
 # -- worker ---------------------------------------------------------------------------------------------------------
 
 
 def test_worker_creates_the_incident_and_answers_with_the_ir(parts: Parts) -> None:
     result = slack_worker.handle(request_job())
-    assert result["ok"] is True
+    # The incident exists at once; the policy decision waits in the pool's queue group.
+    assert result == {"ok": True, "kind": "request", "queued": True}
+    assert parts.alloc(1).phase is Phase.REQUESTED and parts.chat.to(RESPONSE_URL) == []
+    assert [g for g, _ in parts.queue.sent] == ["hpc"]
+    assert run_commands(parts) == ["decide"]
     assert parts.alloc(1).phase is Phase.APPROVED
     [answer] = parts.chat.to(RESPONSE_URL)
     assert "IR-1" in answer.text
 
 
 def test_duplicate_worker_invocations_create_one_incident(parts: Parts) -> None:
-    slack_worker.handle(request_job())
-    slack_worker.handle(request_job())
+    requested(parts)
+    requested(parts)
     assert parts.incidents.creates == 1
 
 
@@ -105,6 +127,7 @@ def test_worker_answers_by_dm_without_a_response_url(parts: Parts) -> None:
     payload = request_job()
     del payload["response_url"]
     slack_worker.handle(payload)
+    run_commands(parts)
     assert "IR-1" in parts.chat.to("U0000000001", "dm")[-1].text
 
 
@@ -123,14 +146,35 @@ def test_worker_explains_domain_errors_to_the_user(parts: Parts) -> None:
 
 
 def test_non_operator_clicking_approve_changes_nothing(parts: Parts) -> None:
-    slack_worker.handle(request_job(8))
-    slack_worker.handle(request_job(4, rid="slack-cmd-00000002"))
+    requested(parts, count=8)
+    requested(parts, count=4, rid="slack-cmd-00000002")
     assert parts.alloc(2).phase is Phase.REQUESTED
     result = slack_worker.handle(job("action", action="gpu_approve", ir=2))
-    assert result["ok"] is False and "only GPU operators" in result["text"]
+    assert result == {"ok": True, "kind": "action", "queued": True}
+    assert run_commands(parts) == ["approve"]
+    assert "only GPU operators" in parts.chat.to(RESPONSE_URL)[-1].text
     assert parts.alloc(2).phase is Phase.REQUESTED
-    result = slack_worker.handle(job("action", user=OPS, action="gpu_approve", ir=2))
-    assert result["ok"] is True and parts.alloc(2).phase is Phase.APPROVED
+    slack_worker.handle(job("action", user=OPS, action="gpu_approve", ir=2))
+    run_commands(parts)
+    assert parts.alloc(2).phase is Phase.APPROVED
+
+
+def test_an_action_on_an_unknown_ir_is_answered_at_once(parts: Parts) -> None:
+    result = slack_worker.handle(job("command", command={"verb": "release", "ir": 42}))
+    assert result["ok"] is False and "IR-42 does not exist" in result["text"]
+    assert parts.queue.sent == []
+
+
+def test_a_retried_delivery_of_one_action_is_queued_once_and_two_clicks_twice(parts: Parts) -> None:
+    requested(parts)
+    release = job("command", command={"verb": "release", "ir": 1})
+    slack_worker.handle(release)
+    slack_worker.handle(release)  # Slack's retry of the same delivery: same response_url
+    other = {**release, "response_url": RESPONSE_URL.replace("FAKE", "EKAF")}
+    slack_worker.handle(other)
+    assert run_commands(parts) == ["release", "release"]
+    answers = [m.text for m in parts.chat.sent if m.target.startswith("https://")]
+    assert "being released" in answers[-2] and "has already ended" in answers[-1]
 
 
 @pytest.mark.parametrize(
@@ -183,7 +227,7 @@ def _webhook_for(parts: Parts, name: str, ir: int = 1, **fields: str) -> dict[st
 
 
 def test_webhook_enqueues_per_pool_with_a_dedup_id(parts: Parts) -> None:
-    slack_worker.handle(request_job())
+    requested(parts)
     incident_id = parts.alloc(1).incident_id
     answer = incident_webhook.handle(_webhook_for(parts, "incident_webhook_approved.json"))
     assert answer["statusCode"] == 202
@@ -201,7 +245,7 @@ def test_webhook_enqueues_per_pool_with_a_dedup_id(parts: Parts) -> None:
 
 
 def test_webhook_takes_the_pool_from_the_incident_not_the_body(parts: Parts) -> None:
-    slack_worker.handle(request_job())
+    requested(parts)
     incident_webhook.handle(_webhook_for(parts, "incident_webhook_approved.json", environment="slices"))
     assert parts.queue.sent[0][0] == "hpc"
 
@@ -246,7 +290,7 @@ def _sqs(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_queue_consumer_allocates_and_reclaims(parts: Parts) -> None:
-    slack_worker.handle(request_job())
+    requested(parts)
     incident_id = parts.alloc(1).incident_id
     assert incident_webhook.handle(_sqs({"incident_id": incident_id, "reason": "active/approved"})) == {
         "batchItemFailures": []
@@ -258,7 +302,7 @@ def test_queue_consumer_allocates_and_reclaims(parts: Parts) -> None:
 
 
 def test_queue_consumer_reports_upstream_failures_for_redelivery(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> None:
-    slack_worker.handle(request_job())
+    requested(parts)
     incident_id = parts.alloc(1).incident_id
 
     def boom(host: str, tags: Any, source: str = "user") -> list[str]:
@@ -293,17 +337,30 @@ def test_sample_sqs_events_parse(parts: Parts) -> None:
 
 
 def _allocated(parts: Parts) -> None:
-    slack_worker.handle(request_job())
+    requested(parts)
     incident_webhook.handle(_sqs({"incident_id": parts.alloc(1).incident_id}))
 
 
 def test_idle_alert_warns_then_recovers(parts: Parts) -> None:
     _allocated(parts)
     answer = idle_alert.handle(event("idle_alert_triggered.json"))
+    assert answer["statusCode"] == 202 and json.loads(answer["body"]) == {"ir": "IR-1", "queued": "idle"}
+    # Datadog's retry of the same notification collapses in the queue.
+    idle_alert.handle(event("idle_alert_triggered.json"))
+    assert parts.alloc(1).phase is Phase.ALLOCATED
+    assert run_commands(parts) == ["idle"]
+    assert parts.alloc(1).phase is Phase.IDLE_WARNED
+    idle_alert.handle(event("idle_alert_recovered.json"))
+    assert run_commands(parts) == ["busy"]
+    assert parts.alloc(1).phase is Phase.ALLOCATED
+
+
+def test_idle_alert_without_a_queue_acts_at_once(parts: Parts) -> None:
+    _allocated(parts)
+    runtime.override(queue=None)
+    answer = idle_alert.handle(event("idle_alert_triggered.json"))
     assert answer["statusCode"] == 200 and json.loads(answer["body"])["outcome"] == "warned"
     assert parts.alloc(1).phase is Phase.IDLE_WARNED
-    answer = idle_alert.handle(event("idle_alert_recovered.json"))
-    assert json.loads(answer["body"])["outcome"] == "recovered"
 
 
 def test_idle_alert_bad_input(parts: Parts) -> None:

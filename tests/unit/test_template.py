@@ -120,9 +120,9 @@ EVERY = SECRET | FARM | {DD_KEY}
 # What each function's code calls in AWS (follow each handler through gpufarm.handlers.runtime).
 CALLS = {
     "SlackIngressFunction": EVERY | {INVOKE},  # verify, the farm for the modal and requests, hand off
-    "SlackWorkerFunction": EVERY | {WORKER_DLQ},  # GpuFarm use cases (Datadog and Slack only)
+    "SlackWorkerFunction": EVERY | {WORKER_DLQ, SEND},  # reads; incident changes queued as commands
     "IncidentWebhookFunction": EVERY | {SEND},  # URL: read the incident, queue it; SQS: allocate, reclaim
-    "IdleAlertFunction": EVERY,  # idle warning and reclaim (Datadog and Slack only)
+    "IdleAlertFunction": EVERY | {SEND},  # idle warning and reclaim, queued in the incident's pool group
     "QuotaSyncFunction": EVERY | {SEND},  # the sync; pool repairs go through the allocation queue
 }
 

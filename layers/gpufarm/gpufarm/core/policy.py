@@ -3,6 +3,11 @@
 Refusals over a hard limit create no incident: nothing was granted, nothing needs reclaiming, and an incident per
 refused typo would bury the real allocations. The requester sees the reason at once; requests an operator rejects
 do become incidents (phase rejected), because a person decided and that decision is audited.
+
+That up-front check is advisory: it reads what is granted before the request joins its pool's queue. The decision
+that counts runs again in the pool's queue group (docs/design.md, rule 7), against every grant committed before
+it; a request that no longer fits under the hard limit there is refused and its incident closed (phase rejected,
+the reason in the title), and an operator's approval that would break the hard limit is refused the same way.
 """
 
 from __future__ import annotations
@@ -118,6 +123,26 @@ def build_request(
 
 def decide(request: GpuRequest, farm: FarmConfig, *, team_used: int, pool_capacity: int) -> Decision:
     """Approve within the team's remaining quota, ask operators beyond it, refuse over a hard limit."""
+    return decide_grant(
+        Ask(request.team, request.environment, request.gpu_model, request.gpu_count),
+        farm,
+        team_used=team_used,
+        pool_capacity=pool_capacity,
+    )
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a request asks for, as the policy weighs it (from a new request or from its incident)."""
+
+    team: str
+    environment: str
+    gpu_model: str
+    gpu_count: int
+
+
+def decide_grant(request: Ask, farm: FarmConfig, *, team_used: int, pool_capacity: int) -> Decision:
+    """`decide` for a request already recorded in an incident."""
     quota = farm.quota(request.team, request.environment, request.gpu_model)
     entitled = quota.gpus if quota else 0
     hard = quota.hard_limit if quota else None
@@ -162,6 +187,20 @@ def decide(request: GpuRequest, farm: FarmConfig, *, team_used: int, pool_capaci
         team_used,
         entitled,
         hard,
+    )
+
+
+def over_hard_limit(request: Ask, farm: FarmConfig, *, team_used: int) -> str | None:
+    """Why granting `request` on top of `team_used` would break the team's hard limit, or None when it would not."""
+    quota = farm.quota(request.team, request.environment, request.gpu_model)
+    if quota is None or quota.hard_limit is None:
+        return None
+    total = team_used + request.gpu_count
+    if total <= quota.hard_limit:
+        return None
+    return (
+        f"team {request.team} would hold {total} {request.gpu_model} in {request.environment}, over its hard limit "
+        f"of {quota.hard_limit} (it holds {team_used} now)"
     )
 
 

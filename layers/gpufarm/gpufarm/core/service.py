@@ -28,14 +28,18 @@ from gpufarm.core.policy import (
     GRANTED_PHASES,
     POLICY_APPROVER,
     Action,
+    Ask,
     Decision,
     Verdict,
     authorize,
     decide,
+    decide_grant,
     extension_days,
+    over_hard_limit,
     team_usage,
 )
 from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, MetricPoint, MetricSeries, MetricsSink, WorkQueue
+from gpufarm.core.serial import IncidentCommand, Op, pool_group
 from gpufarm.core.views import Message, QuotaRow
 
 log = logging.getLogger(__name__)
@@ -112,23 +116,32 @@ class GpuFarm:
     # ==== Slack-facing use cases (slack_worker) ==========================================================
 
     def submit_request(self, request: GpuRequest) -> Message:
-        """Create the incident for a request (once per request_id), approved by policy or sent to operators.
+        """Create the incident for a request (once per request_id) and decide it now (no queue: one writer)."""
+        decision = self.precheck(request)
+        if decision.verdict is Verdict.REFUSE:
+            return views.refused(decision.reason)
+        alloc, undecided = self.create_request(request)
+        if not undecided:
+            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already requested")
+        return self.decide_request(alloc.ir)
 
-        The incident is created in phase requested and decided in a second write, so a concurrent duplicate of
-        the same request (two worker invocations) can be retired before anything is allocated: the lowest IR
-        carrying the request_id wins and only its creator acts on it.
+    def precheck(self, request: GpuRequest) -> Decision:
+        """The policy's verdict against what is granted now: a refusal here creates no incident (core.policy)."""
+        return self._decide(request)
+
+    def create_request(self, request: GpuRequest) -> tuple[Allocation, bool]:
+        """The request's incident in phase requested, created once per request_id; True when it awaits a decision.
+
+        A concurrent duplicate of the same request (two worker invocations) is retired at once: the lowest IR
+        carrying the request_id wins and only its creator asks for the decision.
         """
         record = self.incidents.find_by_request_id(request.request_id)
-        decision: Decision | None = None
-        act = record is not None  # a retry of an attempt that may have died before deciding
+        act = record is not None  # a retry of an attempt that may have died before its decision was asked for
         if record is None:
-            decision = self._decide(request)
-            if decision.verdict is Verdict.REFUSE:
-                return views.refused(decision.reason)
             created = self.incidents.create(
                 request.title(),
                 request.to_fields(Phase.REQUESTED, self.clock.now()),
-                initial_note=f"Requested from Slack by <@{request.requester}>: {decision.reason}",
+                initial_note=f"Requested from Slack by <@{request.requester}>",
             )
             record = self._first_for(request.request_id, created)
             act = record.id == created.id
@@ -139,14 +152,35 @@ class GpuFarm:
                     title=f"{request.title()} (duplicate of {format_ir(record.public_id)})"[:250],
                 )
         alloc = Allocation.from_record(record)
-        if not (act and alloc.phase is Phase.REQUESTED and not alloc.approved_by and not alloc.slack_message):
-            approved = alloc.phase is not Phase.REQUESTED
-            return views.request_created(alloc, approved=approved, reason="already requested")
-        decision = decision or self._decide(request)
+        return alloc, act and _undecided(alloc)
+
+    def decide_request(self, ir: int) -> Message:
+        """The policy decision that counts, run in the pool's queue group after every grant committed before it.
+
+        Within quota: approved by policy. Beyond quota but within the hard limit: sent to the operators. Over the
+        hard limit now (grants committed since the request's up-front check): refused, the incident closed with
+        the reason, rather than left waiting for room the team may never be allowed (docs/design.md, rule 7).
+        """
+        alloc = self._get(ir)
+        if not _undecided(alloc):
+            if alloc.state is State.RESOLVED:
+                return Message(f"{alloc.ir_label} has ended ({alloc.phase.value}).")
+            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already decided")
+        model = (alloc.gpu_model or "").upper()
+        env = alloc.environment or ""
+        ask = Ask(alloc.team or "", env, model, alloc.gpu_count)
+        live = [a for a in self._live() if a.ir != alloc.ir]
+        used = team_usage(live, ask.team, env, model)
+        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(), env, model))
+        decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
         if decision.verdict is Verdict.REFUSE:
-            # Only on a late retry: the farm changed since the request; close it with the reason.
             self._write(alloc, Phase.REJECTED, {})
-            return views.refused(decision.reason)
+            self.incidents.update(alloc.incident_id, {}, title=f"{alloc.title} (refused: {decision.reason})"[:250])
+            log.info("%s refused by policy: %s", alloc.ir_label, decision.reason)
+            text = (
+                f":no_entry: {alloc.ir_label} refused: {decision.reason}. The request is closed; nothing was allocated."
+            )
+            return Message(text, [views.section(text)])
         if decision.verdict is Verdict.APPROVE:
             alloc = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER})
             self._post_operators(views.operator_decided(alloc, f"Approved by policy: {decision.reason}"))
@@ -172,6 +206,13 @@ class GpuFarm:
         authorize(Action.APPROVE, actor, self._operators())
         alloc = self._get(ir)
         self._expect_phase(alloc, Phase.REQUESTED, "approved")
+        # Serialized with every other grant of the pool (docs/design.md, rule 7): the hard limit holds for operators.
+        model = (alloc.gpu_model or "").upper()
+        ask = Ask(alloc.team or "", alloc.environment or "", model, alloc.gpu_count)
+        live = [a for a in self._live() if a.ir != alloc.ir]
+        over = over_hard_limit(ask, self.farm, team_used=team_usage(live, ask.team, ask.environment, model))
+        if over:
+            raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
         updated = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor})
         self._update_operator_message(updated, f"Approved by <@{actor}>")
         self._tell(updated.requester, views.approved_notice(updated, actor))
@@ -207,7 +248,7 @@ class GpuFarm:
         alloc = self._get(ir)
         authorize(Action.EXTEND, actor, self._operators(), alloc)
         if alloc.state is State.RESOLVED or alloc.phase not in GRANTED_PHASES | {Phase.REQUESTED}:
-            raise Conflict(f"{alloc.ir_label} has ended ({alloc.phase.value}); request GPUs again instead")
+            raise Conflict(f"{_ended(alloc)}; nothing to extend (request GPUs again instead)")
         add = extension_days(alloc, self.farm, days)
         base = alloc.expires_at or self.clock.now()
         expires = base + timedelta(days=add)
@@ -222,10 +263,16 @@ class GpuFarm:
         """The requester answers an idle warning with Keep: back to allocated, warning cleared."""
         alloc = self._get(ir)
         authorize(Action.KEEP, actor, self._operators(), alloc)
+        if alloc.state is State.RESOLVED:
+            return Message(f"{_ended(alloc)}; nothing to keep.")
         if alloc.phase is not Phase.IDLE_WARNED:
             return Message(f"{alloc.ir_label} has no idle warning to clear ({alloc.phase.value}).")
         self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
         return Message(f"{alloc.ir_label} kept; the idle warning is cleared.")
+
+    def allocation(self, ir: int) -> Allocation:
+        """One allocation by IR; NotFound naming the IR."""
+        return self._get(ir)
 
     def status(self, ir: int) -> Message:
         """One allocation in detail (anyone may look)."""
@@ -377,18 +424,43 @@ class GpuFarm:
 
     # ==== Scheduled sync (quota_sync) =====================================================================
 
+    def expire(self, ir: int) -> Outcome:
+        """The sync's verdict, re-checked on the incident as it is now: resolve when expired or idle past grace."""
+        alloc = self._get(ir)
+        reason = self._due(alloc)
+        if reason is None:
+            return Outcome(ir, f"nothing to do ({alloc.phase.value})")
+        self._resolve(alloc, reason, by=None)
+        return Outcome(ir, f"resolved ({reason.value})")
+
+    def _due(self, alloc: Allocation) -> ReclaimReason | None:
+        if alloc.state is State.RESOLVED:
+            return None
+        if alloc.phase in GRANTED_PHASES and alloc.expires_at is not None and alloc.expires_at <= self.clock.now():
+            return ReclaimReason.EXPIRED
+        if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
+            return ReclaimReason.IDLE
+        return None
+
     def sync(self) -> SyncReport:
-        """Expire, reclaim idle past grace, repair drift per pool (queued when a queue exists), publish gauges."""
+        """Expire, reclaim idle past grace, repair drift per pool (queued when a queue exists), publish gauges.
+
+        With a queue, expiries go to the incident's pool group as commands that re-check the incident there, so
+        an expiry never overwrites a Keep or an extension that ran in between (docs/design.md, rule 7).
+        """
         report = SyncReport()
         now = self.clock.now()
-        for alloc in self._live():
-            if alloc.phase in GRANTED_PHASES and alloc.expires_at is not None and alloc.expires_at <= now:
-                self._resolve(alloc, ReclaimReason.EXPIRED, by=None)
-                report.expired.append(alloc.ir)
-            elif alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
-                self._resolve(alloc, ReclaimReason.IDLE, by=None)
-                report.idle_reclaimed.append(alloc.ir)
         bucket = int(now.timestamp()) // 300
+        for alloc in self._live():
+            reason = self._due(alloc)
+            if reason is None:
+                continue
+            if self.queue is not None:
+                command = IncidentCommand(op=Op.EXPIRE, ir=alloc.ir, origin=f"sync-{bucket}")
+                self.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
+            else:
+                self._resolve(alloc, reason, by=None)
+            (report.expired if reason is ReclaimReason.EXPIRED else report.idle_reclaimed).append(alloc.ir)
         for env in sorted(self.farm.environments):
             if self.queue is not None:
                 # Repairs and late allocations run in the pool's FIFO group so they never race an allocation.
@@ -667,6 +739,26 @@ class GpuFarm:
         except UpstreamError:
             # Incident fields already say what happened; a lost DM must not fail (and replay) the step.
             log.warning("could not message %s", user)
+
+
+def _undecided(alloc: Allocation) -> bool:
+    """A request nobody (policy or operator) has decided yet."""
+    return (
+        alloc.state is not State.RESOLVED
+        and alloc.phase is Phase.REQUESTED
+        and not alloc.approved_by
+        and not alloc.slack_message
+    )
+
+
+def _ended(alloc: Allocation) -> str:
+    """'IR-n was released by the requester' and the like, for an answer to an action that came too late."""
+    reason = alloc.reclaim_reason
+    if alloc.phase is Phase.REJECTED:
+        return f"{alloc.ir_label} was rejected"
+    if reason is None:
+        return f"{alloc.ir_label} has ended ({alloc.phase.value})"
+    return f"{alloc.ir_label} has ended ({_reason_text(reason)})"
 
 
 def _reason_text(reason: ReclaimReason) -> str:

@@ -3,6 +3,11 @@
 Triggered / Re-Triggered / Renotify warn the requester once (Keep / Release buttons, phase idle-warned) and,
 when the warning is older than the farm's grace period, resolve the incident with reason idle; the incident
 webhook then reclaims. Recovered clears the warning. Other transitions (Warn, No Data) change nothing.
+
+With the allocation queue wired (GPUFARM_ALLOCATION_QUEUE_URL) the alert becomes an incident command in the
+incident's pool group and is answered 202: the warning is decided there, after any release or Keep queued before
+it, never over it (docs/design.md, rule 7). Datadog's retries of one notification carry the same alert id,
+transition and date, so they share a dedup id and collapse.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufarm.core import executor
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.ir import ir_from_tags
+from gpufarm.core.serial import IncidentCommand, Op
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
@@ -55,8 +62,13 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
     if transition not in IDLE_TRANSITIONS | BUSY_TRANSITIONS:
         return http.respond(200, {"ignored": f"transition {alert.alert_transition[:40]}"})
     svc = runtime.service()
+    command = IncidentCommand(
+        op=Op.IDLE if transition in IDLE_TRANSITIONS else Op.BUSY,
+        ir=ir,
+        origin=f"{alert.alert_id}|{transition}|{alert.date}"[:300],
+    )
     try:
-        outcome = svc.idle_triggered(ir) if transition in IDLE_TRANSITIONS else svc.idle_recovered(ir)
+        done = executor.submit(svc, command)
     except NotFound:
         return http.error(404, f"IR-{ir} does not exist")
     except UpstreamError as exc:
@@ -64,5 +76,7 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
         return http.error(503, "upstream failure; retry")
     except GpufarmError as exc:
         return http.error(409, str(exc))
-    log.info("%s", outcome)
-    return http.respond(200, {"ir": f"IR-{ir}", "outcome": outcome.action})
+    if done is None:
+        return http.respond(202, {"ir": f"IR-{ir}", "queued": command.op.value})
+    log.info("%s", done)
+    return http.respond(200, {"ir": f"IR-{ir}", "outcome": done})

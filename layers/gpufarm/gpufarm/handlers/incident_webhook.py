@@ -8,30 +8,30 @@ Two triggers, one function:
 - SQS (AllocationQueue): messages of one pool arrive one at a time; each reads the incident fresh and lets the
   core decide (allocate when approved/waiting, reclaim when resolved, else nothing). The webhook body is never
   trusted beyond the incident id, so duplicate, late and out-of-order webhooks converge. The scheduled sync
-  sends {"pool", "reason": "sync"} through the same groups to repair drift without racing an allocation.
+  sends {"pool", "reason": "sync"} through the same groups to repair drift without racing an allocation, and
+  every other change to an incident (Slack actions, a new request's policy decision, idle alerts, expiries)
+  arrives as {"command": ...} in the incident's pool group (gpufarm.core.executor; docs/design.md, rule 7).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpufarm.core import executor
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.model import NAME_PATTERN, Allocation
+from gpufarm.core.serial import IncidentCommand, pool_group
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
 log = logging.getLogger(__name__)
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
-# Message group for incidents whose pool the webhook does not name (they still never race each other).
-UNASSIGNED_GROUP = "unassigned"
-_POOL_RE = re.compile(NAME_PATTERN)
 
 
 class IncidentEvent(BaseModel):
@@ -61,12 +61,13 @@ class QueueMessage(BaseModel):
 
     incident_id: str | None = Field(default=None, pattern=UUID_PATTERN)
     pool: str | None = Field(default=None, pattern=NAME_PATTERN)
+    command: IncidentCommand | None = None
     reason: str = Field(default="", max_length=120)
 
     @model_validator(mode="after")
     def _one_target(self) -> QueueMessage:
-        if (self.incident_id is None) == (self.pool is None):
-            raise ValueError("a message names either an incident_id or a pool")
+        if sum(x is not None for x in (self.incident_id, self.pool, self.command)) != 1:
+            raise ValueError("a message names one of an incident_id, a pool or a command")
         return self
 
 
@@ -98,7 +99,7 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
     except UpstreamError as exc:
         log.error("could not read incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
         return http.error(503, "Datadog unavailable")
-    group = _group(alloc.environment or "")
+    group = pool_group(alloc.environment)
     telemetry.correlate(ir=alloc.ir, pool=group)
     reason = f"{alloc.state.value}/{alloc.phase.value}"
     # One message per incident change: Datadog's retries and duplicate deliveries of the same change collapse.
@@ -111,10 +112,6 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
         log.error("could not queue incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
         return http.error(503, "queue unavailable")
     return http.respond(202, {"queued": change.incident_uuid, "group": group})
-
-
-def _group(environment: str) -> str:
-    return environment if _POOL_RE.match(environment) else UNASSIGNED_GROUP
 
 
 # -- SQS consumer -----------------------------------------------------------------------------------------------
@@ -156,7 +153,11 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
     except rt.ConfigurationError as exc:
         raise rt.misconfigured("allocation queue consumer", exc) from None
     try:
-        if message.pool is not None:
+        if message.command is not None:
+            telemetry.correlate(ir=message.command.ir)
+            command = message.command
+            done = [f"IR-{command.ir} {command.op.value}: {executor.execute(svc, command)}"]
+        elif message.pool is not None:
             repair = svc.reconcile_pool(message.pool)
             done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
             done += [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]

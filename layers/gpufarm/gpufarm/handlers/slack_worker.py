@@ -1,10 +1,12 @@
 """The Slack worker (async invoke from the ingress): do the part that touches Datadog, then answer the user.
 
-Answers go to the command's response_url when there is one (slash commands, button clicks), else to the user
-by DM (modal submissions). Domain errors become a plain sentence for the user; nothing half-done is left
-because every use case reads, decides and writes the incident once. The invoke is not retried (the template's
-EventInvokeConfig sets MaximumRetryAttempts 0), and a repeated invoke of a request finds its incident by
-request_id instead of creating another.
+Reads (status, list, quota, help) are answered here. Changes to an incident are not made here: each becomes an
+incident command queued in the incident's pool group (gpufarm.core.executor), and the queue consumer answers
+once it has run, so two actions on one incident never interleave (docs/design.md, rule 7). A new request's
+incident is created here (once per request_id), its policy decision queued the same way. Answers go to the
+command's response_url when there is one (slash commands, button clicks), else to the user by DM (modal
+submissions). The invoke is not retried (the template's EventInvokeConfig sets MaximumRetryAttempts 0), and a
+repeated invoke of a request finds its incident by request_id instead of creating another.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufarm.core import views
+from gpufarm.core import executor, views
 from gpufarm.core.commands import Command, Verb
 from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
 from gpufarm.core.model import GpuRequest
+from gpufarm.core.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.views import Message
 from gpufarm.handlers import runtime as rt
@@ -54,12 +57,15 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         log.exception("%s for %s failed unexpectedly", job.kind, job.user)
         message = views.error_message(rt.describe(RuntimeError()))
         ok = False
+    if message is None:
+        # Queued: the queue consumer answers once the command has run.
+        return {"ok": ok, "kind": job.kind, "queued": True}
     reply(runtime, job, message)
     return {"ok": ok, "kind": job.kind, "text": message.text[:200]}
 
 
-def dispatch(svc: GpuFarm, job: Job) -> Message:
-    """Call the use case the job names."""
+def dispatch(svc: GpuFarm, job: Job) -> Message | None:
+    """Call the use case the job names; None when a command was queued (its answer comes from the consumer)."""
     if job.kind == "request":
         try:
             request = GpuRequest.model_validate(job.request or {})
@@ -70,13 +76,13 @@ def dispatch(svc: GpuFarm, job: Job) -> Message:
         # Quota and pool checks read Datadog, so they happen here rather than in the ingress.
         svc.farm.environment(request.environment)
         svc.farm.team(request.team)
-        return svc.submit_request(request)
+        return executor.request(svc, request, response_url=job.response_url, origin=request.request_id)
     if job.kind == "action":
         return _action(svc, job)
     return _command(svc, job, Command.from_payload(job.command or {}))
 
 
-def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message:
+def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     ir = cmd.ir or 0
     telemetry.correlate(ir=cmd.ir)
     if cmd.verb is Verb.STATUS:
@@ -85,32 +91,57 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message:
         return svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team)
     if cmd.verb is Verb.QUOTA:
         return svc.quota(cmd.team)
-    if cmd.verb is Verb.RELEASE:
-        return svc.release(ir, job.user)
-    if cmd.verb is Verb.EXTEND:
-        return svc.extend(ir, job.user, cmd.days)
-    if cmd.verb is Verb.APPROVE:
-        return svc.approve(ir, job.user)
-    if cmd.verb is Verb.REJECT:
-        return svc.reject(ir, job.user, cmd.reason)
-    if cmd.verb is Verb.RECLAIM:
-        return svc.force_reclaim(ir, job.user, cmd.reason)
-    return views.help_message()
+    op = COMMAND_OPS.get(cmd.verb)
+    if op is None:
+        return views.help_message()
+    return _submit(svc, job, op, ir, days=cmd.days, reason=cmd.reason)
 
 
-def _action(svc: GpuFarm, job: Job) -> Message:
-    ir = job.ir or 0
-    handlers = {
-        views.ACTION_APPROVE: lambda: svc.approve(ir, job.user),
-        views.ACTION_REJECT: lambda: svc.reject(ir, job.user),
-        views.ACTION_RELEASE: lambda: svc.release(ir, job.user),
-        views.ACTION_EXTEND: lambda: svc.extend(ir, job.user),
-        views.ACTION_KEEP: lambda: svc.keep(ir, job.user),
-    }
-    call = handlers.get(job.action or "")
-    if call is None:
+def _action(svc: GpuFarm, job: Job) -> Message | None:
+    op = ACTION_OPS.get(job.action or "")
+    if op is None:
         raise ValidationFailed("action", "that button is not one of gpufarm's")
-    return call()
+    return _submit(svc, job, op, job.ir or 0)
+
+
+# The verbs and buttons that change an incident, and the incident command each one becomes.
+COMMAND_OPS = {
+    Verb.RELEASE: Op.RELEASE,
+    Verb.EXTEND: Op.EXTEND,
+    Verb.APPROVE: Op.APPROVE,
+    Verb.REJECT: Op.REJECT,
+    Verb.RECLAIM: Op.FORCE_RECLAIM,
+}
+ACTION_OPS = {
+    views.ACTION_APPROVE: Op.APPROVE,
+    views.ACTION_REJECT: Op.REJECT,
+    views.ACTION_RELEASE: Op.RELEASE,
+    views.ACTION_EXTEND: Op.EXTEND,
+    views.ACTION_KEEP: Op.KEEP,
+}
+
+
+def _submit(
+    svc: GpuFarm, job: Job, op: Op, ir: int, *, days: int | None = None, reason: str | None = None
+) -> Message | None:
+    if ir < 1:
+        raise ValidationFailed("ir", "say which allocation, e.g. IR-123")
+    try:
+        command = IncidentCommand(
+            op=op,
+            ir=ir,
+            actor=job.user,
+            days=days,
+            reason=reason,
+            response_url=job.response_url,
+            reply_to=job.user,
+            # The response_url already makes each Slack delivery unique; a click also has its message's ts.
+            origin=job.message_ts or "",
+        )
+    except ValidationError:
+        raise ValidationFailed("command", "that command's arguments are out of range") from None
+    executor.submit(svc, command)
+    return None
 
 
 def reply(runtime: rt.Runtime, job: Job, message: Message) -> None:
