@@ -8,9 +8,9 @@ imported only when a client is first needed, since the Slack ingress must answer
 In Lambda the secret (Secrets Manager, GPUFARM_SECRETS_NAME) and the farm YAML (SSM, GPUFARM_FARM_CONFIG_PARAMETER)
 arrive in one SSM GetParameters call: Parameter Store hands out a Secrets Manager secret under
 /aws/reference/secretsmanager/<name>, so one client and one round trip serve both. Values are cached for
-CONFIG_MAX_AGE_S, so a warm container reads them at most every 5 minutes and sees a rotated secret or an edited
-farm within that time. Anything missing raises ConfigurationMissing naming the secret, parameter or key, never a
-value.
+CONFIG_MAX_AGE_S: the runtime reads the secret once per container (and after each SnapStart restore), the farm at
+most every 5 minutes, so an edited farm reaches a warm container within that time. Anything missing raises
+ConfigurationMissing naming the secret, parameter or key, never a value.
 
 The local function host (`gpufarm-sandbox`) injects its own invoker and queue through the runtime's seams.
 """
