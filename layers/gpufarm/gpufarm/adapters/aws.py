@@ -1,8 +1,9 @@
 """AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the deployment's secret and farm configuration.
 
 Clients come from botocore, one session per process: boto3 adds nothing a client needs here but its import
-(~50 ms: s3transfer, resources), and each extra session parses botocore's endpoint data again (~50 ms). botocore is
-imported only when a client is first needed, since the Slack ingress must answer within Slack's 3 seconds
+(~50 ms: s3transfer, resources), and each extra session parses botocore's endpoint data again (~50 ms). The SSM
+and Lambda clients are built from models holding only the operations gpufarm calls (botocore_models.py). botocore
+is imported only when a client is first needed, since the Slack ingress must answer within Slack's 3 seconds
 (docs/design.md, "Slack's 3 seconds").
 
 In Lambda the secret (Secrets Manager, GPUFARM_SECRETS_NAME) and the farm YAML (SSM, GPUFARM_FARM_CONFIG_PARAMETER)
@@ -104,7 +105,11 @@ def aws_client(service: str, settings: Settings) -> Any:
                 if _session is None:
                     import botocore.session
 
+                    from gpufarm.adapters.botocore_models import MODELS
+
                     _session = botocore.session.get_session()
+                    # SSM and Lambda models cut down to the operations gpufarm calls (botocore_models.py).
+                    _session.get_component("data_loader").search_paths.insert(0, str(MODELS))
                 client = _session.create_client(service, config=_boto_config(settings))
                 _clients[key] = client
     return client
