@@ -2,9 +2,10 @@
 
 Every method reads the incident fresh, decides, and writes the incident; side effects (host tags, Slack messages)
 follow from what the incident says, so re-running a method on the same input converges instead of doing things
-twice. Allocation and reclaim of one pool must be called one at a time (the incident webhook's FIFO queue groups
-by pool); the methods re-check host tags before writing them so even a lapse there never puts a host in two
-dedicated allocations.
+twice. Every method that writes an incident must run one at a time per pool: the allocation queue's FIFO group
+(the incident webhook's consumer runs allocation, reclaim and the incident commands of gpufarm.core.executor
+there; docs/design.md, rule 7). The methods re-check host tags before writing them so even a lapse there never
+puts a host in two dedicated allocations.
 """
 
 from __future__ import annotations

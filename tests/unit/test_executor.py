@@ -1,0 +1,196 @@
+"""Incident commands (docs/design.md, rule 7): queued per pool, run against the incident as it is then, answered."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue
+from pydantic import ValidationError
+
+from gpufarm.core import executor
+from gpufarm.core.errors import NotFound
+from gpufarm.core.farm import parse_farm
+from gpufarm.core.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.model import Allocation, GpuRequest
+from gpufarm.core.policy import build_request
+from gpufarm.core.serial import UNASSIGNED_GROUP, IncidentCommand, Op, pool_group
+from gpufarm.core.service import GpuFarm
+
+pytestmark = pytest.mark.unit
+
+USER = "U0000000001"
+OPS = "U0000000OPS"
+URL = "https://hooks.slack.com/commands/T0000000001/1/abc"
+_ids = itertools.count(1)
+
+
+@dataclass
+class World:
+    svc: GpuFarm
+    incidents: FakeIncidents
+    chat: FakeChat
+    clock: FakeClock
+    queue: FakeQueue
+
+    def request(self, count: int = 8, team: str = "nlp") -> GpuRequest:
+        values = {"gpu_count": str(count), "gpu_model": "H100", "environment": "hpc", "team": team, "project": "p"}
+        return build_request(values, self.svc.farm, requester=USER, channel=None, request_id=f"r-{next(_ids):06d}")
+
+    def run(self) -> list[str]:
+        """Be the pool's queue consumer: run every queued command in order (allocating what was approved)."""
+        done = []
+        while self.queue.sent:
+            group, body = self.queue.sent.pop(0)
+            command = IncidentCommand.model_validate(body["command"])
+            assert group == pool_group(self.alloc(command.ir).environment)
+            done.append(executor.execute(self.svc, command))
+            for a in self.svc._live():
+                if a.phase is Phase.APPROVED:
+                    self.svc.allocate(a)
+            for r in self.incidents.search("state:resolved"):
+                self.svc.process(r.id)
+        return done
+
+    def alloc(self, ir: int) -> Allocation:
+        return Allocation.from_record(self.incidents.by_ir(ir))
+
+    def answers(self) -> list[str]:
+        return [s.text for s in self.chat.to(URL)]
+
+
+@pytest.fixture
+def world() -> Iterator[World]:
+    clock = FakeClock()
+    incidents = FakeIncidents(clock)
+    hosts = FakeHosts()
+    for i in range(4):
+        hosts.seed(f"hpc-{i}", "H100", 8, "hpc")
+    chat = FakeChat(operators=frozenset({OPS}))
+    queue = FakeQueue()
+    svc = GpuFarm(incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=parse_farm(FARM_YAML), queue=queue)
+    yield World(svc, incidents, chat, clock, queue)
+
+
+def command(op: Op, ir: int, actor: str | None = USER, **extra: Any) -> IncidentCommand:
+    return IncidentCommand.model_validate({"op": op, "ir": ir, "actor": actor, "response_url": URL, **extra})
+
+
+def allocated(world: World) -> int:
+    assert executor.request(world.svc, world.request(), response_url=URL, origin="o") is None
+    world.run()
+    [ir] = [a.ir for a in world.svc._live()]
+    assert world.alloc(ir).phase is Phase.ALLOCATED
+    return ir
+
+
+def test_dedup_ids_collapse_retries_only() -> None:
+    one = command(Op.RELEASE, 5)
+    assert one.dedup_id() == command(Op.RELEASE, 5).dedup_id()
+    assert one.dedup_id() != command(Op.RELEASE, 5, response_url=URL + "x").dedup_id()
+    assert one.dedup_id() != command(Op.EXTEND, 5).dedup_id()
+    assert len(one.dedup_id()) <= 128
+    with pytest.raises(ValidationError):
+        IncidentCommand(op=Op.RELEASE, ir=0)
+    with pytest.raises(ValidationError):
+        IncidentCommand.model_validate({"op": "release", "ir": 1, "surprise": True})
+
+
+def test_the_group_is_the_incidents_pool() -> None:
+    assert pool_group("onprem-hpc") == "onprem-hpc"
+    assert pool_group(None) == pool_group("Not a pool!") == UNASSIGNED_GROUP
+
+
+def test_release_then_extend_the_extend_is_told_it_came_too_late(world: World) -> None:
+    ir = allocated(world)
+    days = world.alloc(ir).duration_days
+    executor.submit(world.svc, command(Op.RELEASE, ir))
+    executor.submit(world.svc, command(Op.EXTEND, ir, days=2, origin="second"))
+    assert world.alloc(ir).phase is Phase.ALLOCATED  # nothing written before the consumer runs
+    world.run()
+    a = world.alloc(ir)
+    assert (a.phase, a.reclaim_reason, a.duration_days) == (Phase.RECLAIMED, ReclaimReason.RELEASED, days)
+    released, extend = world.answers()[-2:]
+    assert "being released" in released
+    assert "has ended (released by the requester); nothing to extend" in extend
+
+
+def test_expiry_re_checks_the_incident_when_it_runs(world: World) -> None:
+    ir = allocated(world)
+    world.clock.advance(days=8)
+    world.svc.sync()
+    [(_, body)] = [(g, b) for g, b in world.queue.sent if "command" in b]
+    assert body["command"]["op"] == "expire"
+    world.queue.sent = [(g, b) for g, b in world.queue.sent if "command" in b]
+    # An extension that ran before the expiry command did: nothing is due any more.
+    world.svc.extend(ir, USER, 7)
+    assert world.run() == ["nothing to do (allocated)"]
+    assert world.alloc(ir).phase is Phase.ALLOCATED
+    world.clock.advance(days=8)
+    world.svc.sync()
+    world.queue.sent = [(g, b) for g, b in world.queue.sent if "command" in b]
+    assert world.run() == ["resolved (expired)"]
+    assert world.alloc(ir).reclaim_reason is ReclaimReason.EXPIRED
+
+
+def test_keep_after_the_expiry_is_told_nothing_is_kept(world: World) -> None:
+    ir = allocated(world)
+    world.svc.idle_triggered(ir)
+    world.clock.advance(days=8)
+    executor.submit(world.svc, IncidentCommand(op=Op.EXPIRE, ir=ir))
+    executor.submit(world.svc, command(Op.KEEP, ir))
+    world.run()
+    assert world.alloc(ir).phase is Phase.RECLAIMED
+    assert "has ended (its time ran out); nothing to keep" in world.answers()[-1]
+
+
+def test_the_decision_counts_grants_committed_before_it(world: World) -> None:
+    # Three requests checked up-front against nothing granted; decided one after another in the pool's group.
+    for count in (8, 4, 10):
+        assert executor.request(world.svc, world.request(count), response_url=URL, origin=str(count)) is None
+    assert [a.phase for a in world.svc._live()] == [Phase.REQUESTED] * 3
+    world.run()
+    first, second, third = (world.alloc(ir) for ir in (1, 2, 3))
+    assert first.phase is Phase.ALLOCATED and first.approved_by == "policy"
+    assert second.phase is Phase.REQUESTED and second.slack_message  # beyond quota, within the hard limit
+    assert (third.phase, third.state) == (Phase.REJECTED, State.RESOLVED)  # 8 + 10 > 16
+    assert "refused" in third.title
+    answer = world.answers()[-1]
+    assert "IR-3 refused: team nlp would hold 18 H100 in hpc, over its hard limit of 16" in answer
+    assert "The request is closed" in answer
+
+
+def test_an_operator_approval_cannot_break_the_hard_limit(world: World) -> None:
+    for count in (8, 6, 6):
+        executor.request(world.svc, world.request(count), response_url=URL, origin=str(count))
+    world.run()
+    for ir in (2, 3):
+        executor.submit(world.svc, command(Op.APPROVE, ir, actor=OPS))
+    world.run()
+    assert world.alloc(2).phase is Phase.ALLOCATED
+    assert world.alloc(3).phase is Phase.REQUESTED
+    assert (
+        "IR-3 cannot be approved: team nlp would hold 20 H100 in hpc, over its hard limit of 16"
+        in (world.answers()[-1])
+    )
+
+
+def test_a_redelivered_command_does_not_apply_twice(world: World) -> None:
+    ir = allocated(world)
+    release = command(Op.RELEASE, ir)
+    executor.execute(world.svc, release)
+    executor.execute(world.svc, release)
+    assert world.alloc(ir).phase is Phase.RECLAIMING
+    assert "already ended" in world.answers()[-1]
+
+
+def test_without_a_queue_a_command_runs_at_once(world: World) -> None:
+    ir = allocated(world)
+    world.svc.queue = None
+    assert executor.submit(world.svc, command(Op.EXTEND, ir, days=1)).startswith(f"IR-{ir} extended by 1 days")
+    with pytest.raises(NotFound):
+        executor.submit(world.svc, command(Op.RELEASE, 99))
+    assert world.queue.sent == []
