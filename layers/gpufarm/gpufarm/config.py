@@ -41,8 +41,8 @@ class Settings(BaseModel):
     """Everything gpufarm reads from its environment; secrets are SecretStr so they never print.
 
     A plain pydantic model that reads os.environ itself: pydantic-settings would do the same for these scalar
-    fields, but its import (asyncio, its cloud and CLI sources, the plugin loader) costs about 100 ms of every
-    cold start, a third of the Slack ingress's budget. Keyword arguments override the environment.
+    fields, but its import (asyncio, its dotenv, cloud and CLI sources) added 10-50 ms to every cold start of the
+    Slack ingress (benchmarks/ingress.py). Keyword arguments override the environment.
     """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True, validate_default=True)
