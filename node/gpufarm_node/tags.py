@@ -16,7 +16,7 @@ ENVIRONMENT_KEY = "environment"
 CLUSTER_KEY = "cluster"
 IR_KEY = "ir"
 
-_IR_RE = re.compile(r"^\s*(?:ir:)?(?:ir-?)?#?(\d{1,9})\s*$", re.IGNORECASE)
+_IR_RE = re.compile(r"^\s*(?:ir:)?(?:ir-?)?#?([0-9]{1,9})\s*$", re.IGNORECASE | re.ASCII)
 
 
 def ir_tag_value(text: str) -> str | None:

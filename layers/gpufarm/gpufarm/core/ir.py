@@ -6,7 +6,7 @@ import re
 
 from gpufarm.core.errors import ValidationFailed
 
-_IR_RE = re.compile(r"^\s*(?:ir:)?(?:ir-?)?#?(\d{1,9})\s*$", re.IGNORECASE)
+_IR_RE = re.compile(r"^\s*(?:ir:)?(?:ir-?)?#?([0-9]{1,9})\s*$", re.IGNORECASE | re.ASCII)
 TAG_KEY = "ir"
 
 
