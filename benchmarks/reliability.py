@@ -1,0 +1,142 @@
+"""Reliability figures against `gpufarm local`: each figure is one function in FIGURES, printed as it finishes.
+
+Figures (issue 8):
+- races (one writer per incident, docs/design.md, rule 7): release + extend, release + idle warning, expiry +
+  keep, approve + reject, each `--rounds` times (default 100) with the incident API slowed to `--latency-ms`
+  (default 250): how many rounds ended in the state a sequential order gives with each person told only what
+  happened (gpufarm_sandbox.races);
+- quota: `--burst` (default 200) concurrent `/gpu request`s on team nlp's H100 quota in onprem-hpc, then the
+  operator approving every pending one at once: granted by policy against the quota, granted in all against the
+  hard limit, requesters answered, hosts held twice.
+
+A new figure is a function `(RaceFarm, argparse.Namespace) -> dict[str, object]` added to FIGURES (its name is
+what `--only` selects); it gets a fresh sandbox (workspace, hosts, `gpufarm datadog apply`), prints its lines
+and returns its figures with "ok" (False fails the run). The CI-sized versions of these checks are
+tests/integration/test_races.py.
+
+Run: .venv/bin/python benchmarks/reliability.py [--rounds 100] [--burst 200] [--latency-ms 250] [--only races]
+     [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpufarm.config import Settings
+from gpufarm.core.farm import parse_farm
+from gpufarm.handlers import runtime
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.localhost import LocalEnv, start_local
+from gpufarm_sandbox.races import SCENARIOS, RaceFarm, quota_burst, run_scenario
+
+
+def races(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
+    """Each pair of writers on one incident, `--rounds` times."""
+    out: dict[str, object] = {}
+    ok = True
+    for name in SCENARIOS:
+        tally = run_scenario(race, name, args.rounds)
+        out[name] = {
+            "rounds": tally.rounds,
+            "sequential": tally.rounds - tally.failed,
+            "failed": tally.failed,
+            "seconds": round(tally.seconds, 1),
+            "first problems": tally.problems[:3],
+        }
+        ok = ok and tally.failed == 0
+        _line(f"  {name:24} {tally.rounds - tally.failed:4d} / {tally.rounds} sequential  ({tally.seconds:6.1f} s)")
+        for problem in tally.problems[:3]:
+            _line(f"    ! {problem}")
+    return {**out, "ok": ok}
+
+
+def quota(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
+    """A burst of concurrent requests on one team's quota, then every pending one approved at once."""
+    burst = quota_burst(race, args.burst)
+    _line(
+        f"  {burst.sent} concurrent requests: {burst.incidents} incidents; granted by policy "
+        f"{burst.granted_by_policy} <= quota {burst.quota}; after approving all pending "
+        f"{burst.granted_after_approvals} <= hard limit {burst.hard_limit}"
+    )
+    _line(
+        f"  answered {burst.answered} / {burst.sent} (to operators {burst.to_operators}, refused {burst.refused}); "
+        f"hosts held twice: {len(burst.double_held_hosts)}; {burst.seconds:.1f} s"
+    )
+    for problem in burst.problems[:5]:
+        _line(f"    ! {problem}")
+    return {
+        "sent": burst.sent,
+        "incidents": burst.incidents,
+        "granted_by_policy": burst.granted_by_policy,
+        "quota": burst.quota,
+        "granted_after_approvals": burst.granted_after_approvals,
+        "hard_limit": burst.hard_limit,
+        "answered": burst.answered,
+        "to_operators": burst.to_operators,
+        "refused": burst.refused,
+        "double_held_hosts": burst.double_held_hosts,
+        "seconds": round(burst.seconds, 1),
+        "problems": burst.problems,
+        "ok": not burst.problems,
+    }
+
+
+FIGURES: dict[str, Callable[[RaceFarm, argparse.Namespace], dict[str, object]]] = {
+    "races": races,
+    "quota": quota,
+}
+
+
+def _fresh(env: LocalEnv, latency_ms: int) -> RaceFarm:
+    env.host.drain(timeout=30)
+    env.sandbox.reset()
+    runtime.reset()
+    farm = LocalFarm(env.url, env.host, Settings())
+    farm.seed_workspace()
+    farm.seed_hosts()
+    values = parse_farm((env.host.root / "config" / "farm.example.yaml").read_text()).valid_values()
+    if farm.apply_setup(values).blocked:
+        raise RuntimeError("gpufarm datadog apply was blocked on the sandbox")
+    return RaceFarm(farm, latency_ms=latency_ms)
+
+
+def _line(text: str) -> None:
+    print(text, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the figures; exit 1 when any round or check failed."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--rounds", type=int, default=100, help="rounds of each race (default 100)")
+    parser.add_argument("--burst", type=int, default=200, help="concurrent requests in the quota burst")
+    parser.add_argument("--latency-ms", type=int, default=250, help="injected incident API latency")
+    parser.add_argument("--only", choices=sorted(FIGURES), action="append", help="run only these figures")
+    parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object")
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)  # the figures, not the host's logs
+    results: dict[str, Any] = {}
+    failed = False
+    with start_local(port=0) as env:
+        for name in args.only or list(FIGURES):
+            _line(f"{name}:")
+            race = _fresh(env, args.latency_ms)
+            start = time.monotonic()
+            try:
+                results[name] = FIGURES[name](race, args)
+            finally:
+                race.farm.close()
+            _line(f"  ({time.monotonic() - start:.0f} s)")
+            failed = failed or not results[name].get("ok", False)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
