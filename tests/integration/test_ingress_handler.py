@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote_plus
+from urllib.parse import quote_plus, unquote_plus
 
 import pytest
 from test_ingress_events import (
@@ -180,6 +180,15 @@ def test_the_same_trigger_gives_the_same_request_id(ingress: Any) -> None:
         ("request 2 H100 colour=red", "unknown option"),
         ("status IR-abc", "not an incident number"),
         ("extend IR-1 zero", "whole number"),
+        # isdigit() is true for these; int() is not: each must be an answer, never an exception.
+        ("request ² H100 project=llm-ko team=nlp env=onprem-hpc", "whole number"),
+        ("request ² project=llm-ko team=nlp env=onprem-hpc", "say how many GPUs"),
+        ("request ⁵ H100 project=llm-ko team=nlp env=onprem-hpc", "whole number"),
+        ("request 2 H100 project=llm-ko team=nlp env=onprem-hpc days=⁵", "whole number"),
+        ("request 2 H100 project=llm-ko team=nlp env=onprem-hpc days=" + "9" * 1900, "more than 9 digits"),
+        ("extend IR-1 ²", "whole number"),
+        ("extend IR-² 2", "not an incident number"),
+        ("status IR-١٢", "not an incident number"),
     ],
 )
 def test_bad_command_input_is_an_ephemeral_error_and_nothing_is_handed_off(ingress: Any, text: str, says: str) -> None:
@@ -305,6 +314,30 @@ def test_view_submission_count_errors_land_on_the_count_block(ingress: Any) -> N
     payload["view"]["state"]["values"]["gpu_count"]["gpu_count"]["value"] = "0"
     status, body = call(slack_event(payload_body(payload)))
     assert status == 200 and list(body["errors"]) == ["gpu_count"]
+
+
+@pytest.mark.parametrize("value", ["⁵", "9" * 5000])
+def test_view_submission_with_unicode_or_endless_digits_names_the_block(ingress: Any, value: str) -> None:
+    invoker, _, _ = ingress
+    payload = json.loads(unquote_plus(load_event("slack_view_submission.json")["body"].removeprefix("payload=")))
+    payload["view"]["state"]["values"]["gpu_count"]["gpu_count"]["value"] = value
+    payload["view"]["state"]["values"]["duration_days"]["duration_days"]["value"] = value
+    status, body = call(slack_event(payload_body(payload)))
+    assert status == 200 and body["response_action"] == "errors"
+    assert invoker.calls == []
+
+
+@pytest.mark.parametrize("depth", [33, 3000, 20_000])
+def test_deeply_nested_payloads_are_400_not_a_crash(ingress: Any, depth: int) -> None:
+    invoker, _, _ = ingress
+    nested = {"type": "block_actions", "user": {"id": "U0000000001"}, "actions": [{"action_id": "x"}]}
+    payload = json.dumps(nested)[:-1] + ',"deep":' + "[" * depth + "]" * depth + "}"
+    status, body = call(slack_event("payload=" + quote_plus(payload)))
+    assert status == 400 and "nested deeper" in body["error"]
+    metadata = json.loads(unquote_plus(load_event("slack_view_submission.json")["body"].removeprefix("payload=")))
+    metadata["view"]["private_metadata"] = "[" * 1400 + "]" * 1400
+    assert call(slack_event(payload_body(metadata)))[0] == 200
+    assert len(invoker.calls) == 1
 
 
 def test_view_closed_is_acknowledged(ingress: Any) -> None:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpufarm.core import bounded
 from gpufarm.core.errors import ValidationFailed
 from gpufarm.core.ir import parse_ir
 
@@ -174,7 +175,7 @@ def parse_request_args(words: list[str]) -> dict[str, str]:
         _put(args, "gpu_count", bare[0])
         _put(args, "gpu_model", bare[1])
     elif bare:
-        _put(args, "gpu_count" if bare[0].lstrip("+-").isdigit() else "gpu_model", bare[0])
+        _put(args, "gpu_count" if bounded.is_whole_number(bare[0]) else "gpu_model", bare[0])
     return args
 
 
@@ -211,13 +212,7 @@ def _at_most(rest: list[str], count: int, usage: str) -> None:
 
 
 def _positive_int(name: str, text: str, maximum: int) -> int:
-    value = text.strip()
-    if not value.lstrip("+-").isdigit():
-        raise ValidationFailed(name, f"{name} must be a whole number, not '{_printable(value)}'")
-    number = int(value)
-    if number < 1 or number > maximum:
-        raise ValidationFailed(name, f"{name} must be between 1 and {maximum}")
-    return number
+    return bounded.whole_number(text, name, name, maximum=maximum)
 
 
 def _opt_int(value: object) -> int | None:

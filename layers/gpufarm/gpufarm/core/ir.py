@@ -6,6 +6,7 @@ import re
 
 from gpufarm.core.errors import ValidationFailed
 
+# ASCII digits only: `\d` alone would also take '١٢' (and int() other scripts' digits); bounded at 9 of them.
 _IR_RE = re.compile(r"^\s*(?:ir:)?(?:ir-?)?#?([0-9]{1,9})\s*$", re.IGNORECASE | re.ASCII)
 TAG_KEY = "ir"
 

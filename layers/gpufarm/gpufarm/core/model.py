@@ -189,7 +189,7 @@ def decode_host_gpus(items: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
         host, sep, count = item.rpartition("=")
-        if sep and host and count.isdigit():
+        if sep and host and count.isascii() and count.isdigit() and len(count) <= 9:
             out[host] = int(count)
     return out
 

@@ -18,6 +18,7 @@ from enum import StrEnum
 
 from pydantic import ValidationError
 
+from gpufarm.core import bounded
 from gpufarm.core.errors import NotAllowed, ValidationFailed
 from gpufarm.core.farm import FarmConfig
 from gpufarm.core.lifecycle import Phase
@@ -235,28 +236,14 @@ def _count(text: str | None) -> int:
     value = (text or "").strip()
     if not value:
         raise ValidationFailed("gpu_count", "say how many GPUs, e.g. /gpu request 8 H100 ...")
-    if not value.lstrip("+-").isdigit():
-        raise ValidationFailed("gpu_count", f"the GPU count must be a whole number, not '{_printable(value)}'")
-    number = int(value)
-    if number < 1:
-        raise ValidationFailed("gpu_count", "the GPU count must be at least 1")
-    if number > MAX_GPU_COUNT:
-        raise ValidationFailed("gpu_count", f"the GPU count must be at most {MAX_GPU_COUNT}")
-    return number
+    return bounded.whole_number(value, "gpu_count", "the GPU count", maximum=MAX_GPU_COUNT)
 
 
 def _days(text: str | None, default: int) -> int:
     value = (text or "").strip()
     if not value:
         return default
-    if not value.lstrip("+-").isdigit():
-        raise ValidationFailed(
-            "duration_days", f"the duration must be a whole number of days, not '{_printable(value)}'"
-        )
-    number = int(value)
-    if number < 1:
-        raise ValidationFailed("duration_days", "the duration must be at least 1 day")
-    return number
+    return bounded.whole_number(value, "duration_days", "the duration in days")
 
 
 def _required(raw: Mapping[str, str | None], name: str, hint: str) -> str:
@@ -281,7 +268,3 @@ def _first_error(exc: ValidationError) -> ValidationFailed:
             msg = str(by_field[name]["msg"]).removeprefix("Value error, ")
             return ValidationFailed(name, f"{name.replace('_', ' ')}: {msg}")
     return ValidationFailed("request", "the request is invalid")
-
-
-def _printable(text: str) -> str:
-    return "".join(ch if ch.isprintable() else "?" for ch in text[:40])

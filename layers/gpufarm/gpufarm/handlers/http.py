@@ -8,8 +8,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-# Slack's bodies are a few kB; Datadog's webhooks too. Anything bigger is not ours.
+from gpufarm.core import bounded
+
+# Per endpoint (each caller passes its own): Slack's bodies are a few kB (a modal submission carries the whole
+# view, ~10 kB); Datadog's rendered webhook payloads are under 2 kB. Anything bigger is not ours.
 MAX_BODY_BYTES = 256 * 1024
+SLACK_MAX_BODY_BYTES = 128 * 1024
+WEBHOOK_MAX_BODY_BYTES = 64 * 1024
 
 
 class BadRequest(Exception):
@@ -35,13 +40,16 @@ def headers(event: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in raw.items()}
 
 
-def raw_body(event: Mapping[str, Any]) -> bytes:
-    """The exact body bytes (base64 undone when the URL delivered it encoded), size-limited."""
+def raw_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> bytes:
+    """The exact body bytes (base64 undone when the URL delivered it encoded), at most `limit` bytes (else 413)."""
     body = event.get("body")
     if body is None:
         return b""
     if not isinstance(body, str):
         raise BadRequest("body must be a string")
+    # Refused before decoding anything: base64 text is 4/3 of its bytes, UTF-8 at least one byte a character.
+    if len(body) > (limit * 4) // 3 + 4:
+        raise BadRequest("body too large", 413)
     if event.get("isBase64Encoded"):
         try:
             data = base64.b64decode(body, validate=True)
@@ -49,18 +57,18 @@ def raw_body(event: Mapping[str, Any]) -> bytes:
             raise BadRequest("body is not valid base64") from None
     else:
         data = body.encode("utf-8")
-    if len(data) > MAX_BODY_BYTES:
+    if len(data) > limit:
         raise BadRequest("body too large", 413)
     return data
 
 
-def json_body(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A JSON object body."""
-    data = raw_body(event)
+def json_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """A JSON object body of at most `limit` bytes, nested no deeper than gpufarm.core.bounded allows."""
+    data = raw_body(event, limit)
     try:
-        value = json.loads(data) if data.strip() else None
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("body is not valid JSON") from None
+        value = bounded.loads(data, max_bytes=limit) if data.strip() else None
+    except bounded.BadJson as exc:
+        raise BadRequest(f"body is {exc.reason}") from None
     if not isinstance(value, dict):
         raise BadRequest("body must be a JSON object")
     return value

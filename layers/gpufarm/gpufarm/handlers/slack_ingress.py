@@ -9,7 +9,6 @@ Datadog goes to the worker through the async invoker. This module never imports 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -17,7 +16,7 @@ from urllib.parse import parse_qs
 
 from pydantic import ValidationError
 
-from gpufarm.core import views
+from gpufarm.core import bounded, views
 from gpufarm.core.commands import Command, Verb, parse_command
 from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
 from gpufarm.core.ir import parse_ir
@@ -50,7 +49,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
             return http.error(400, "not a Function URL event")
         if http.method(event) != "POST":
             return http.error(405, "Slack requests are POSTs")
-        body = http.raw_body(event)
+        body = http.raw_body(event, http.SLACK_MAX_BODY_BYTES)
         headers = http.headers(event)
         form = _form(body)
         if form.get("ssl_check") == "1":
@@ -172,9 +171,9 @@ def _working_text(command: Command) -> str:
 
 def _interaction(runtime: rt.Runtime, raw: str) -> dict[str, Any]:
     try:
-        payload = json.loads(raw)
-    except ValueError:
-        return http.error(400, "payload is not JSON")
+        payload = bounded.loads(raw, max_bytes=http.SLACK_MAX_BODY_BYTES)
+    except bounded.BadJson as exc:
+        return http.error(400, f"payload is {exc.reason}")
     if not isinstance(payload, dict):
         return http.error(400, "payload must be an object")
     kind = payload.get("type")
@@ -283,8 +282,8 @@ def _form(body: bytes) -> dict[str, str]:
 
 def _metadata_channel(metadata: str) -> str | None:
     try:
-        value = json.loads(metadata) if metadata else {}
-    except ValueError:
+        value = bounded.loads(metadata, max_bytes=http.SLACK_MAX_BODY_BYTES) if metadata else {}
+    except bounded.BadJson:
         return None
     channel = value.get("channel") if isinstance(value, dict) else None
     return channel if isinstance(channel, str) and channel[:1] in ("C", "D", "G") and channel.isalnum() else None

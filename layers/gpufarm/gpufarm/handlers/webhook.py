@@ -47,7 +47,7 @@ def receive(
         if denied is not None:
             return denied
         try:
-            payload = model.model_validate(http.json_body(event))
+            payload = model.model_validate(http.json_body(event, http.WEBHOOK_MAX_BODY_BYTES))
         except ValidationError:
             return http.error(400, f"body is not a gpufarm {what} payload")
         return act(runtime, payload)
