@@ -117,10 +117,8 @@ class FakeIncidents:
                 yield record
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
-        for record in self.records.values():
-            if record.fields.get(f.REQUEST_ID) == request_id:
-                return record
-        return None
+        same = [r for r in self.records.values() if r.fields.get(f.REQUEST_ID) == request_id]
+        return min(same, key=lambda r: r.public_id) if same else None
 
     def by_ir(self, ir: int) -> IncidentRecord:
         """Test helper: the current record of an IR."""

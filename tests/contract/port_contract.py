@@ -107,6 +107,14 @@ class IncidentStoreContract:
         assert again.id == first.id
         assert [r.id for r in incidents.search("state:(active)")] == [first.id]
 
+    def test_of_twin_incidents_for_one_request_the_lowest_ir_is_found(self, incidents: IncidentStore) -> None:
+        # Two overlapping deliveries of one Slack request each created one; the later was closed as a duplicate.
+        first = incidents.create("GPU request", request_fields("req-twin"))
+        twin = incidents.create("GPU request", request_fields("req-twin-other"))
+        incidents.update(twin.id, {f.REQUEST_ID: "req-twin", f.STATE: "resolved", f.PHASE: "rejected"})
+        found = incidents.find_by_request_id("req-twin")
+        assert found is not None and found.id == first.id and found.public_id < twin.public_id
+
     def test_an_unknown_field_is_refused_and_nothing_is_created(self, incidents: IncidentStore) -> None:
         with pytest.raises(ValidationFailed, match="no_such_field"):
             incidents.create("GPU request", {**request_fields(), "no_such_field": "x"})

@@ -441,3 +441,26 @@ def slack_ingress_module_command() -> str:
     from gpufarm.handlers.slack_ingress import SLASH_COMMAND
 
     return SLASH_COMMAND
+
+
+# -- Slack's retries --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event_name", ["slack_command_request_inline.json", "slack_view_submission.json"])
+def test_a_retry_maps_to_the_original_request_and_asks_for_no_more(ingress: Any, event_name: str) -> None:
+    invoker, _, _ = ingress
+    first = slack_ingress.handler(load_event(event_name), None)
+    retried = load_event(event_name)
+    retried["headers"].update({"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"})
+    again = slack_ingress.handler(retried, None)
+    assert first["statusCode"] == again["statusCode"] == 200
+    assert "X-Slack-No-Retry" not in first["headers"] and again["headers"]["X-Slack-No-Retry"] == "1"
+    ids = {job["request"]["request_id"] for _, job in invoker.calls}
+    assert len(invoker.calls) == 2 and len(ids) == 1
+
+
+@pytest.mark.parametrize("num", ["²", "9" * 5000, "", "-1"])
+def test_a_garbled_retry_header_is_still_an_answer(ingress: Any, num: str) -> None:
+    event = load_event("slack_command_request_inline.json")
+    event["headers"].update({"X-Slack-Retry-Num": num, "X-Slack-Retry-Reason": "\x00" * 100})
+    assert slack_ingress.handler(event, None)["statusCode"] == 200

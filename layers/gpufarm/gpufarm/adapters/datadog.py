@@ -297,7 +297,12 @@ class DatadogGateway:
         yield from self._search_pages(kwargs, limit=None)
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
-        """The incident created for a Slack request, so a retried create never makes a second one."""
+        """The incident created for a Slack request, so a retried create never makes a second one.
+
+        When overlapping deliveries of one request each created an incident, the lowest IR is the one that lives
+        (the others were closed as its duplicates at once), so that is the one returned: an answer to a later
+        retry names the live incident, never a closed duplicate.
+        """
         # Search by a custom field is unconfirmed (docs/datadog.md, "Incidents (v2)"), so this reads gpufarm's
         # newest incidents in any state (`request_id_scan` of them) and compares the field itself.
         kwargs: dict[str, Any] = {
@@ -305,10 +310,12 @@ class DatadogGateway:
             "page_size": min(self.search_page_size, self.request_id_scan),
             "sort": _newest_first(),
         }
-        for record in self._search_pages(kwargs, limit=self.request_id_scan):
-            if record.fields.get(f.REQUEST_ID) == request_id:
-                return record
-        return None
+        same = [
+            record
+            for record in self._search_pages(kwargs, limit=self.request_id_scan)
+            if record.fields.get(f.REQUEST_ID) == request_id
+        ]
+        return min(same, key=lambda record: record.public_id) if same else None
 
     def _search_pages(self, kwargs: dict[str, Any], *, limit: int | None) -> Iterator[IncidentRecord]:
         offset = 0

@@ -58,11 +58,14 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         if not runtime.signature_check().verify(body, headers):
             log.warning("rejected a Slack request with a missing, forged or stale signature")
             return http.error(401, "invalid signature")
+        retry = _retry(headers)
         if "payload" in form:
-            return _interaction(runtime, form["payload"])
-        if "command" in form:
-            return _slash_command(runtime, form)
-        return http.error(400, "neither a slash command nor an interactivity payload")
+            answer = _interaction(runtime, form["payload"])
+        elif "command" in form:
+            answer = _slash_command(runtime, form)
+        else:
+            return http.error(400, "neither a slash command nor an interactivity payload")
+        return _no_more_retries(answer) if retry else answer
     except http.BadRequest as exc:
         return http.error(exc.status, exc.reason)
     except rt.ConfigurationError as exc:
@@ -278,6 +281,36 @@ def _form(body: bytes) -> dict[str, str]:
     except ValueError:
         raise http.BadRequest("body is not form-encoded") from None
     return {k: v[-1] for k, v in parsed.items()}
+
+
+RETRY_NUM_HEADER = "x-slack-retry-num"
+RETRY_REASON_HEADER = "x-slack-retry-reason"
+
+
+def _retry(headers: Mapping[str, str]) -> int:
+    """Slack's retry number of this delivery (0 for a first delivery), logged with Slack's reason.
+
+    A retry is the same signed body again, so it carries the original's trigger_id, view id or response_url:
+    the request id (slack_events.request_id) and the incident commands' dedup ids come out the same, and the
+    worker finds the incident the first delivery created instead of making another.
+    """
+    raw = headers.get(RETRY_NUM_HEADER)
+    if raw is None:
+        return 0
+    try:
+        number = bounded.whole_number(raw, "retry", "the retry number", minimum=0, maximum=100)
+    except ValidationFailed:
+        number = 1  # a garbled retry header still says Slack is re-sending
+    reason = bounded.printable(headers.get(RETRY_REASON_HEADER, "unknown"))
+    log.info("Slack retry %d of this request (%s); it maps to the original's request id", number, reason)
+    return number
+
+
+def _no_more_retries(answer: dict[str, Any]) -> dict[str, Any]:
+    # The retry is answered like the original; Slack need not send a third copy of what now has an answer.
+    if answer.get("statusCode") == 200:
+        answer["headers"] = {**answer.get("headers", {}), "X-Slack-No-Retry": "1"}
+    return answer
 
 
 def _metadata_channel(metadata: str) -> str | None:
