@@ -20,8 +20,6 @@ from gpufarm.core.policy import build_request
 from gpufarm.core.serial import UNASSIGNED_GROUP, IncidentCommand, Op, pool_group
 from gpufarm.core.service import GpuFarm
 
-pytestmark = pytest.mark.unit
-
 USER = "U0000000001"
 OPS = "U0000000OPS"
 URL = "https://hooks.slack.com/commands/T0000000001/1/abc"
