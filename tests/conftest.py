@@ -86,12 +86,12 @@ def pytest_configure(config: pytest.Config) -> None:
     secret_scan.register(config)
 
 
-COST_MARKERS = ("unit", "contract", "integration")
+COST_MARKERS = ("unit", "contract", "integration", "hardening")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with the cost of its folder, so `-m unit|contract|integration` split the suite between them.
+    """Mark each test with the cost of its folder, so `-m unit|contract|integration|hardening` split the suite.
 
     A test outside those folders, or one whose module claims another folder's cost, fails collection: each test
     carries exactly one cost marker.
@@ -105,7 +105,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(folder)
         costs = sorted(name for name in COST_MARKERS if item.get_closest_marker(name) is not None)
         if folder is None:
-            wrong.append(f"{item.nodeid}: not under tests/unit, tests/contract or tests/integration")
+            wrong.append(f"{item.nodeid}: not under tests/unit, tests/contract, tests/integration or tests/hardening")
         elif costs != [folder]:
             wrong.append(f"{item.nodeid}: cost markers {costs}, expected only {folder!r}")
     if wrong:

@@ -354,11 +354,15 @@ class SignatureCheck:
         normalized = {str(k).lower(): str(v) for k, v in headers.items()}
         timestamp = normalized.get("x-slack-request-timestamp", "")
         signature = normalized.get("x-slack-signature", "")
-        if not timestamp.isdigit() or not signature.startswith("v0="):
+        # ASCII digits, at most 12 (epoch seconds until the year 33658): slack_sdk converts the timestamp with
+        # int() and subtracts it from a float, which raises for '²' (ValueError) or 400 digits (OverflowError).
+        if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12) or not signature.startswith(
+            "v0="
+        ):
             return False
         try:
             return bool(self._verifier.is_valid(body=body, timestamp=timestamp, signature=signature))
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, OverflowError, UnicodeDecodeError):
             return False
 
     def sign(self, body: bytes | str, timestamp: int | str) -> dict[str, str]:

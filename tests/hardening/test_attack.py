@@ -1,0 +1,47 @@
+"""The hardening suite: forged Slack requests, fuzzed bodies into every Function URL, and secrets in what is left.
+
+CI counts (1,000 forged, 10,000 fuzzed); benchmarks/hardening.py runs ten times as many and prints the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from attack import Target, ready_farm, run_forgeries, run_fuzz
+
+from gpufarm.handlers import runtime
+from gpufarm_sandbox.localhost import start_local
+
+FORGED = 1_000
+FUZZED = 10_000
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    with start_local(port=0) as local:
+        farm = ready_farm(local)
+        try:
+            yield Target(local, farm)
+        finally:
+            farm.close()
+            runtime.reset()
+
+
+def test_forged_slack_requests_are_all_refused_with_no_side_effect(target: Target) -> None:
+    figures = run_forgeries(target, FORGED)
+    assert figures["forged"] >= FORGED
+    assert figures["accepted"] == 0, figures["examples"]
+    assert figures["side_effects"] == {"incidents": 0, "messages": 0, "views": 0, "invocations": 0}
+    assert figures["server_errors"] == 0 and figures["secrets_in_answers"] == 0, figures["examples"]
+    assert set(figures["statuses"]) <= {400, 401, 413}
+
+
+def test_fuzzed_bodies_into_every_function_url_never_break_a_handler(target: Target) -> None:
+    figures = run_fuzz(target, FUZZED)
+    examples = [e for run in figures["runs"] for e in run["examples"]]
+    assert figures["sent"] >= FUZZED
+    assert figures["server_errors"] == 0, examples
+    assert figures["tracebacks"] == 0 and figures["dead_letters"] == 0, examples
+    assert figures["half_written"] == []
+    assert figures["secrets_in_answers"] == 0 and figures["secrets_at_rest"] == []
