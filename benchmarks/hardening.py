@@ -19,12 +19,14 @@ import argparse
 import json
 import logging
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hardening"))
 
 from attack import Target, ready_farm, run_forgeries, run_fuzz
+from hypothesis.errors import HypothesisDeprecationWarning
 
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.localhost import start_local
@@ -44,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object at the end")
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)  # the handlers log every refusal; the figures are what this prints
+    # Worker threads draw on the global `random` while hypothesis draws a body: not a strategy using it.
+    warnings.filterwarnings("ignore", category=HypothesisDeprecationWarning)
     out: dict[str, Any] = {}
     with start_local(port=0) as local:
         farm = ready_farm(local)
