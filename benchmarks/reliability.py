@@ -28,9 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpufarm.config import Settings
-from gpufarm.core.farm import parse_farm
-from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv, start_local
 from gpufarm_sandbox.races import SCENARIOS, RaceFarm, quota_burst, run_scenario
@@ -94,16 +91,7 @@ FIGURES: dict[str, Callable[[RaceFarm, argparse.Namespace], dict[str, object]]] 
 
 
 def _fresh(env: LocalEnv, latency_ms: int) -> RaceFarm:
-    env.host.drain(timeout=30)
-    env.sandbox.reset()
-    runtime.reset()
-    farm = LocalFarm(env.url, env.host, Settings())
-    farm.seed_workspace()
-    farm.seed_hosts()
-    values = parse_farm((env.host.root / "config" / "farm.example.yaml").read_text()).valid_values()
-    if farm.apply_setup(values).blocked:
-        raise RuntimeError("gpufarm datadog apply was blocked on the sandbox")
-    return RaceFarm(farm, latency_ms=latency_ms)
+    return RaceFarm(LocalFarm.ready(env, drain_s=30), latency_ms=latency_ms)
 
 
 def _line(text: str) -> None:

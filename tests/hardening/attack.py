@@ -25,8 +25,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.test import Client
 
-from gpufarm.config import Settings
-from gpufarm.core.farm import parse_farm
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, INGRESS_PATH, RESEARCH_CHANNEL, LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv
 from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
@@ -40,17 +38,7 @@ FORM = "application/x-www-form-urlencoded"
 
 def ready_farm(local: LocalEnv) -> LocalFarm:
     """A reset sandbox with the workspace, the hosts and `gpufarm datadog apply` done, as `gpufarm local` has."""
-    from gpufarm.handlers import runtime
-
-    local.host.drain(timeout=10)
-    local.sandbox.reset()
-    runtime.reset()
-    farm = LocalFarm(local.url, local.host, Settings())
-    farm.seed_workspace()
-    farm.seed_hosts()
-    values = parse_farm((local.host.root / "config" / "farm.example.yaml").read_text()).valid_values()
-    assert not farm.apply_setup(values).blocked
-    return farm
+    return LocalFarm.ready(local)
 
 
 @dataclass

@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpufarm.config import Settings
 from gpufarm.core import fields as f
-from gpufarm.core.farm import parse_farm
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.model import GpuRequest
 from gpufarm.handlers import runtime
@@ -40,14 +38,7 @@ def local() -> Iterator[LocalEnv]:
 
 @pytest.fixture
 def farm(local: LocalEnv) -> Iterator[LocalFarm]:
-    local.host.drain(timeout=10)
-    local.sandbox.reset()
-    runtime.reset()
-    driver = LocalFarm(local.url, local.host, Settings())
-    driver.seed_workspace()
-    driver.seed_hosts()
-    values = parse_farm((local.host.root / "config" / "farm.example.yaml").read_text()).valid_values()
-    assert not driver.apply_setup(values).blocked
+    driver = LocalFarm.ready(local)
     yield driver
     driver.settle(timeout=10)
     driver.close()

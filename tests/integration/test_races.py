@@ -12,8 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpufarm.config import Settings
-from gpufarm.core.farm import parse_farm
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv, start_local
@@ -37,14 +35,7 @@ def race() -> Iterator[RaceFarm]:
 
 
 def _race(env: LocalEnv) -> Iterator[RaceFarm]:
-    env.host.drain(timeout=10)
-    env.sandbox.reset()
-    runtime.reset()
-    farm = LocalFarm(env.url, env.host, Settings())
-    farm.seed_workspace()
-    farm.seed_hosts()
-    values = parse_farm((env.host.root / "config" / "farm.example.yaml").read_text()).valid_values()
-    assert not farm.apply_setup(values).blocked
+    farm = LocalFarm.ready(env)
     try:
         yield RaceFarm(farm, latency_ms=LATENCY_MS)
     finally:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog_admin import DatadogAdmin
     from gpufarm.config import Settings
     from gpufarm_sandbox.demo.context import DemoContext
+    from gpufarm_sandbox.localhost.host import LocalEnv
 
 INGRESS_PATH = "/fn/slack_ingress/"
 OPERATORS_GROUP = "S0000000001"
@@ -140,6 +141,24 @@ class LocalFarm:
             for name, model, count, env, cluster in hosts
         ]
         self._ok(self.post("/_sandbox/hosts", {"hosts": body}))
+
+    @classmethod
+    def ready(cls, local: LocalEnv, *, drain_s: float = 10) -> LocalFarm:
+        """A reset sandbox with the workspace, the hosts and `gpufarm datadog apply` done, as `gpufarm local` has."""
+        from gpufarm.config import Settings
+        from gpufarm.core.farm import parse_farm
+        from gpufarm.handlers import runtime
+
+        local.host.drain(timeout=drain_s)
+        local.sandbox.reset()
+        runtime.reset()
+        farm = cls(local.url, local.host, Settings())
+        farm.seed_workspace()
+        farm.seed_hosts()
+        values = parse_farm((local.host.root / "config" / "farm.example.yaml").read_text()).valid_values()
+        if farm.apply_setup(values).blocked:
+            raise RuntimeError("gpufarm datadog apply was blocked on the sandbox")
+        return farm
 
     def apply_setup(self, farm_values: dict[str, list[str]]) -> Any:
         """`gpufarm datadog apply` against the sandbox: gpufarm's incident type, its fields and rules, webhooks."""
