@@ -38,6 +38,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sandbox.py
 	$(BIN)/python benchmarks/node.py
 	$(BIN)/python benchmarks/ingress.py
+	$(BIN)/python benchmarks/hardening.py --scale 10
+	$(BIN)/python benchmarks/reliability.py
 
 local: $(STAMP)
 	$(BIN)/gpufarm local
