@@ -5,27 +5,11 @@ CI counts (1,000 forged, 10,000 fuzzed); benchmarks/hardening.py runs ten times 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from attack import Target, ready_farm, run_forgeries, run_fuzz
-
-from gpufarm.handlers import runtime
-from gpufarm_sandbox.localhost import start_local
+from attack import Target, run_forgeries, run_fuzz
 
 FORGED = 1_000
 FUZZED = 10_000
-
-
-@pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
-    with start_local(port=0) as local:
-        farm = ready_farm(local)
-        try:
-            yield Target(local, farm)
-        finally:
-            farm.close()
-            runtime.reset()
 
 
 def test_forged_slack_requests_are_all_refused_with_no_side_effect(target: Target) -> None:

@@ -5,31 +5,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
-from attack import INGRESS_PATH, Target, ready_farm
+from attack import INGRESS_PATH, Target
 
 from gpufarm.core.lifecycle import State
-from gpufarm.handlers import runtime
 from gpufarm.handlers.slack_events import request_id
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, RESEARCH_CHANNEL, ir_in
-from gpufarm_sandbox.localhost import start_local
 
 INCIDENT_LATENCY_MS = 250
 DELIVERIES = 3
-
-
-@pytest.fixture(scope="module")
-def target() -> Iterator[Target]:
-    with start_local(port=0) as local:
-        farm = ready_farm(local)
-        try:
-            yield Target(local, farm)
-        finally:
-            farm.close()
-            runtime.reset()
 
 
 def _command(target: Target, text: str) -> tuple[bytes, str]:
