@@ -3,13 +3,12 @@
 They keep the behaviour the service relies on from the real adapters, and `tests/contract/test_port_fakes.py` runs
 the same port contract against them and against the real adapters on the sandbox: fields go through the real
 encode/decode (an unknown field name is refused as ValidationFailed), a create with a known request id returns the
-first incident, host tags are per source and normalized, a search with `state:(a OR b)` filters on state, a host
+first incident, host tags are per source and normalized, a search filters on state and field facets, a host
 never seen has no tags, an unknown user group fails instead of meaning "nobody", and an unknown user is its id.
 """
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from gpufarm.core.inventory import normalize_tag
 from gpufarm.core.model import IncidentRecord
 from gpufarm.core.ports import HostInfo, MetricSeries
 from gpufarm_node.tags import registration_tags
+from gpufarm_sandbox.emulator.incidents_search import matches, parse_query
 
 
 class FakeClock:
@@ -45,6 +45,15 @@ def _stored(fields: Mapping[str, object]) -> dict[str, f.FieldValue]:
         raise ValidationFailed("fields", str(exc.args[0])) from None
 
 
+def _facet_values(record: IncidentRecord, facet: str | None) -> list[str]:
+    if facet is None or facet == "title":
+        return [record.title]
+    if facet == "state":
+        return [record.state or ""]
+    value = record.fields.get(facet)
+    return [] if value is None else list(value) if isinstance(value, list) else [value]
+
+
 class FakeIncidents:
     """IncidentStore in memory; public ids count from 1 as Datadog's do."""
 
@@ -53,6 +62,7 @@ class FakeIncidents:
         self.records: dict[str, IncidentRecord] = {}
         self.creates = 0
         self.updates: list[tuple[int, dict[str, Any]]] = []
+        self.searches: list[str] = []
 
     def create(
         self,
@@ -87,6 +97,8 @@ class FakeIncidents:
             raise NotFound(f"incident {incident_id} not found") from None
 
     def get_by_ir(self, ir: int) -> IncidentRecord:
+        if isinstance(ir, bool) or not isinstance(ir, int) or ir <= 0:
+            raise ValidationFailed("ir", "an incident number is a positive integer")
         for record in self.records.values():
             if record.public_id == ir:
                 return record
@@ -110,10 +122,11 @@ class FakeIncidents:
         return updated
 
     def search(self, query: str) -> Iterator[IncidentRecord]:
-        match = re.fullmatch(r"state:\((.+)\)", query.strip())
-        states = {s.strip() for s in match.group(1).split(" OR ")} if match else None
+        # The sandbox's own query language: state and field facets (`environment:"x" AND team:"y"`) filter.
+        parsed = parse_query(query)
+        self.searches.append(query)
         for record in list(self.records.values()):
-            if states is None or record.state in states:
+            if matches(parsed, lambda facet, r=record: _facet_values(r, facet)):
                 yield record
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:

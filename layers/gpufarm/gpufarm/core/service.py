@@ -6,21 +6,29 @@ twice. Every method that writes an incident must run one at a time per pool: the
 (the incident webhook's consumer runs allocation, reclaim and the incident commands of gpufarm.core.executor
 there; docs/design.md, rule 7). The methods re-check host tags before writing them so even a lapse there never
 puts a host in two dedicated allocations.
+
+Reads: each invocation reads through one `Reads` (gpufarm.core.reads; `reading()` opens it, every public method
+joins the one open on its thread): live incidents narrowed by facets to the pool or the team in the pool a
+decision concerns, the pool's hosts with their tags by source, each searched or listed once and updated by the
+invocation's own writes. The sync, its per-pool repairs and the gauges live in gpufarm.core.reconcile.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Concatenate, ParamSpec, TypeVar
 
 from gpufarm.core import fields as f
-from gpufarm.core import views
+from gpufarm.core import reconcile, views
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfig, PoolKind
-from gpufarm.core.inventory import IR_KEY, PROJECT_KEY, TEAM_KEY, GpuHost, normalize_tag, tag_values
+from gpufarm.core.inventory import IR_KEY, GpuHost, tag_values
 from gpufarm.core.ir import format_ir, ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State, check_transition, state_for
 from gpufarm.core.model import Allocation, GpuRequest, IncidentRecord, encode_host_gpus, isoformat
@@ -39,15 +47,20 @@ from gpufarm.core.policy import (
     over_hard_limit,
     team_usage,
 )
-from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, MetricPoint, MetricSeries, MetricsSink, WorkQueue
-from gpufarm.core.serial import IncidentCommand, Op, pool_group
+from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, MetricsSink, WorkQueue
+from gpufarm.core.reads import LIVE_QUERY, Reads
+from gpufarm.core.reconcile import (
+    HOLDING_PHASES,
+    Repair,
+    SyncReport,
+    allocation_tags,
+    ir_numbers,
+)
 from gpufarm.core.views import Message, QuotaRow
 
 log = logging.getLogger(__name__)
 
-LIVE_QUERY = "state:(active OR stable)"
-MANAGED_FILTER = "gpufarm:managed"
-HOLDING_PHASES = frozenset({Phase.ALLOCATED, Phase.IDLE_WARNED})
+__all__ = ["HOLDING_PHASES", "LIVE_QUERY", "GpuFarm", "Outcome", "Repair", "SyncReport"]
 # How many times allocation re-plans after finding a chosen host freshly taken (only a lapse in serialization).
 MAX_REPLANS = 3
 
@@ -64,28 +77,19 @@ class Outcome:
         return f"{format_ir(self.ir)}: {self.action}" + (f" ({', '.join(self.hosts)})" if self.hosts else "")
 
 
-@dataclass
-class Repair:
-    """What reconciling one pool did."""
-
-    removed: list[str] = field(default_factory=list)
-    restored: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
-    outcomes: list[Outcome] = field(default_factory=list)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-@dataclass
-class SyncReport:
-    """What one scheduled sync did."""
+def _invocation(method: Callable[Concatenate[GpuFarm, P], R]) -> Callable[Concatenate[GpuFarm, P], R]:
+    """A use case reads through the invocation's view: the one open on this thread, else its own."""
 
-    expired: list[int] = field(default_factory=list)
-    idle_reclaimed: list[int] = field(default_factory=list)
-    tags_removed: list[str] = field(default_factory=list)
-    tags_restored: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
-    allocated: list[int] = field(default_factory=list)
-    pools_queued: list[str] = field(default_factory=list)
-    series: int = 0
+    @functools.wraps(method)
+    def wrapper(self: GpuFarm, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self.reading():
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class GpuFarm:
@@ -113,6 +117,27 @@ class GpuFarm:
         self.operators_channel = operators_channel or farm.operators_channel
         self.metrics = metrics
         self.queue = queue
+        # The view of the invocation running on each thread (the local function host runs several at once).
+        self._local = threading.local()
+
+    @contextmanager
+    def reading(self) -> Iterator[Reads]:
+        """One invocation's reads (gpufarm.core.reads): opened here, or joined when one is open on this thread."""
+        current: Reads | None = getattr(self._local, "reads", None)
+        if current is not None:
+            yield current
+            return
+        reads = Reads(self.incidents, self.hosts)
+        self._local.reads = reads
+        try:
+            yield reads
+        finally:
+            self._local.reads = None
+
+    def _reads(self) -> Reads:
+        """The open view, or a fresh one for a single step called outside any invocation."""
+        current: Reads | None = getattr(self._local, "reads", None)
+        return current if current is not None else Reads(self.incidents, self.hosts)
 
     # ==== Slack-facing use cases (slack_worker) ==========================================================
 
@@ -126,6 +151,7 @@ class GpuFarm:
             return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already requested")
         return self.decide_request(alloc.ir)
 
+    @_invocation
     def precheck(self, request: GpuRequest) -> Decision:
         """The policy's verdict against what is granted now: a refusal here creates no incident (core.policy)."""
         return self._decide(request)
@@ -155,6 +181,7 @@ class GpuFarm:
         alloc = Allocation.from_record(record)
         return alloc, act and _undecided(alloc)
 
+    @_invocation
     def decide_request(self, ir: int) -> Message:
         """The policy decision that counts, run in the pool's queue group after every grant committed before it.
 
@@ -170,13 +197,15 @@ class GpuFarm:
         model = (alloc.gpu_model or "").upper()
         env = alloc.environment or ""
         ask = Ask(alloc.team or "", env, model, alloc.gpu_count)
-        live = [a for a in self._live() if a.ir != alloc.ir]
+        # The team's grants in this pool and the pool's hosts: nothing else decides a request.
+        live = [a for a in self._live(env, ask.team) if a.ir != alloc.ir]
         used = team_usage(live, ask.team, env, model)
-        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(), env, model))
+        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(env), env, model))
         decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
         if decision.verdict is Verdict.REFUSE:
             self._write(alloc, Phase.REJECTED, {})
-            self.incidents.update(alloc.incident_id, {}, title=f"{alloc.title} (refused: {decision.reason})"[:250])
+            title = f"{alloc.title} (refused: {decision.reason})"[:250]
+            self._reads().wrote(self.incidents.update(alloc.incident_id, {}, title=title))
             log.info("%s refused by policy: %s", alloc.ir_label, decision.reason)
             text = (
                 f":no_entry: {alloc.ir_label} refused: {decision.reason}. The request is closed; nothing was allocated."
@@ -190,9 +219,9 @@ class GpuFarm:
         return views.request_created(alloc, approved=decision.verdict is Verdict.APPROVE, reason=decision.reason)
 
     def _decide(self, request: GpuRequest) -> Decision:
-        live = self._live()
-        used = team_usage(live, request.team, request.environment, request.gpu_model)
-        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(), request.environment, request.gpu_model))
+        env = request.environment
+        used = team_usage(self._live(env, request.team), request.team, env, request.gpu_model)
+        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(env), env, request.gpu_model))
         return decide(request, self.farm, team_used=used, pool_capacity=capacity)
 
     def _first_for(self, request_id: str, created: IncidentRecord) -> IncidentRecord:
@@ -202,6 +231,7 @@ class GpuFarm:
             same.append(created)
         return min(same, key=lambda r: r.public_id)
 
+    @_invocation
     def approve(self, ir: int, actor: str) -> Message:
         """An operator approves a request beyond quota; the webhook then allocates."""
         authorize(Action.APPROVE, actor, self._operators())
@@ -210,7 +240,7 @@ class GpuFarm:
         # Serialized with every other grant of the pool (docs/design.md, rule 7): the hard limit holds for operators.
         model = (alloc.gpu_model or "").upper()
         ask = Ask(alloc.team or "", alloc.environment or "", model, alloc.gpu_count)
-        live = [a for a in self._live() if a.ir != alloc.ir]
+        live = [a for a in self._live(ask.environment, ask.team) if a.ir != alloc.ir]
         over = over_hard_limit(ask, self.farm, team_used=team_usage(live, ask.team, ask.environment, model))
         if over:
             raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
@@ -219,6 +249,7 @@ class GpuFarm:
         self._tell(updated.requester, views.approved_notice(updated, actor))
         return Message(f"{updated.ir_label} approved; allocating hosts now.")
 
+    @_invocation
     def reject(self, ir: int, actor: str, reason: str | None = None) -> Message:
         """An operator rejects a request; the incident is resolved with phase rejected."""
         authorize(Action.REJECT, actor, self._operators())
@@ -229,6 +260,7 @@ class GpuFarm:
         self._tell(updated.requester, views.rejected_notice(updated, actor, reason))
         return Message(f"{updated.ir_label} rejected.")
 
+    @_invocation
     def release(self, ir: int, actor: str) -> Message:
         """The requester (or an operator) gives the GPUs back: the incident is resolved; the webhook reclaims."""
         alloc = self._get(ir)
@@ -238,6 +270,7 @@ class GpuFarm:
             reason = ReclaimReason.OPERATOR
         return self._resolve(alloc, reason, by=actor)
 
+    @_invocation
     def force_reclaim(self, ir: int, actor: str, reason: str | None = None) -> Message:
         """An operator takes an allocation back."""
         authorize(Action.FORCE_RECLAIM, actor, self._operators())
@@ -260,6 +293,7 @@ class GpuFarm:
         )
         return Message(f"{updated.ir_label} extended by {add} days; it now ends {isoformat(expires)}.")
 
+    @_invocation
     def keep(self, ir: int, actor: str) -> Message:
         """The requester answers an idle warning with Keep: back to allocated, warning cleared."""
         alloc = self._get(ir)
@@ -271,14 +305,17 @@ class GpuFarm:
         self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
         return Message(f"{alloc.ir_label} kept; the idle warning is cleared.")
 
+    @_invocation
     def allocation(self, ir: int) -> Allocation:
         """One allocation by IR; NotFound naming the IR."""
         return self._get(ir)
 
+    @_invocation
     def status(self, ir: int) -> Message:
         """One allocation in detail (anyone may look)."""
         return views.status_message(self._get(ir))
 
+    @_invocation
     def list_allocations(self, scope: str, user: str, team: str | None = None) -> Message:
         """Live allocations: the user's own, a team's, or all."""
         live = sorted(self._live(), key=lambda a: -a.ir)
@@ -294,6 +331,7 @@ class GpuFarm:
             return views.list_message(f"Live allocations of team {', '.join(sorted(t for t in teams if t))}", shown)
         return views.list_message("Your live allocations", [a for a in live if a.requester == user])
 
+    @_invocation
     def quota(self, team: str | None = None) -> Message:
         """Quotas and use per team, and free/total GPUs per pool."""
         if team is not None:
@@ -310,9 +348,10 @@ class GpuFarm:
 
     # ==== Incident-driven steps (incident_webhook's queue consumer) ======================================
 
+    @_invocation
     def process(self, incident_id: str) -> list[Outcome]:
         """Act on an incident's current state: allocate when approved/waiting, reclaim when resolved, else nothing."""
-        alloc = Allocation.from_record(self.incidents.get(incident_id))
+        alloc = self._reads().get_by_id(incident_id)
         if alloc.state is State.RESOLVED:
             outcomes = [self.reclaim(alloc)]
             if outcomes[0].action == "reclaimed" and alloc.environment:
@@ -322,6 +361,7 @@ class GpuFarm:
             return [self.allocate(alloc)]
         return [Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")]
 
+    @_invocation
     def allocate(self, alloc: Allocation) -> Outcome:
         """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""
         if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
@@ -332,7 +372,7 @@ class GpuFarm:
             # Config changed under a live request: nothing can ever be placed; say so rather than loop.
             log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, env_name)
             return self._go_waiting(alloc)
-        live = self._live()
+        live = self._live(env_name)
         older = [
             a
             for a in live
@@ -344,7 +384,7 @@ class GpuFarm:
         me = ir_tag_value(alloc.ir)
         excluded: set[str] = set()
         for _ in range(MAX_REPLANS):
-            hosts = [h for h in pool_hosts(self._inventory(), env_name, model) if h.name not in excluded]
+            hosts = [h for h in pool_hosts(self._inventory(env_name), env_name, model) if h.name not in excluded]
             used = self._units_used(env.kind, hosts, live, exclude_ir=alloc.ir)
             free = free_capacity(env.kind, hosts, used, holder_ir=me)
             already = frozenset(h.name for h in hosts if me in h.irs)
@@ -359,6 +399,7 @@ class GpuFarm:
             excluded |= taken
         raise UpstreamError(f"{alloc.ir_label}: hosts kept being taken while allocating; retrying later")
 
+    @_invocation
     def reclaim(self, alloc: Allocation) -> Outcome:
         """Remove exactly this IR's tags, clear its hosts, phase reclaimed, tell the requester and operators."""
         if alloc.phase in (Phase.REJECTED, Phase.RECLAIMED) and not alloc.hosts:
@@ -367,8 +408,8 @@ class GpuFarm:
             return Outcome(alloc.ir, f"nothing to do (still {alloc.state.value})")
         check_transition(alloc.phase, Phase.RECLAIMING)
         me = ir_tag_value(alloc.ir)
-        live = {a.ir: a for a in self._live() if a.ir != alloc.ir}
-        tagged = {h.name for h in self._inventory() if me in h.irs}
+        live = {a.ir: a for a in self._live(alloc.environment) if a.ir != alloc.ir}
+        tagged = {h.name for h in self._reads().tagged_with(alloc.ir, alloc.environment) if me in h.irs}
         hosts = sorted(set(alloc.hosts) | tagged)
         for host in hosts:
             self._untag_host(host, alloc, live)
@@ -382,10 +423,11 @@ class GpuFarm:
         self._post_operators(message)
         return Outcome(alloc.ir, "reclaimed", tuple(hosts))
 
+    @_invocation
     def allocate_waiting(self, environment: str) -> list[Outcome]:
         """After capacity frees: allocate approved/waiting incidents of a pool, oldest first per model."""
         queue = sorted(
-            (a for a in self._live() if a.environment == environment and a.phase in (Phase.APPROVED, Phase.WAITING)),
+            (a for a in self._live(environment) if a.phase in (Phase.APPROVED, Phase.WAITING)),
             key=lambda a: a.ir,
         )
         outcomes: list[Outcome] = []
@@ -402,6 +444,7 @@ class GpuFarm:
 
     # ==== Idle alerts (idle_alert) ========================================================================
 
+    @_invocation
     def idle_triggered(self, ir: int) -> Outcome:
         """A monitor says the IR's GPUs are idle: warn once, reclaim if still idle after the grace period."""
         alloc = self._get(ir)
@@ -414,6 +457,7 @@ class GpuFarm:
             return Outcome(ir, "resolved (idle)")
         return Outcome(ir, f"nothing to do ({alloc.phase.value})")
 
+    @_invocation
     def idle_recovered(self, ir: int) -> Outcome:
         """The GPUs are busy again: drop the warning."""
         alloc = self._get(ir)
@@ -425,6 +469,7 @@ class GpuFarm:
 
     # ==== Scheduled sync (quota_sync) =====================================================================
 
+    @_invocation
     def expire(self, ir: int) -> Outcome:
         """The sync's verdict, re-checked on the incident as it is now: resolve when expired or idle past grace."""
         alloc = self._get(ir)
@@ -443,139 +488,33 @@ class GpuFarm:
             return ReclaimReason.IDLE
         return None
 
+    @_invocation
     def sync(self) -> SyncReport:
-        """Expire, reclaim idle past grace, repair drift per pool (queued when a queue exists), publish gauges.
+        """Expire, reclaim idle past grace, repair drift per pool or shard, publish gauges (gpufarm.core.reconcile)."""
+        return reconcile.sync(self)
 
-        With a queue, expiries go to the incident's pool group as commands that re-check the incident there, so
-        an expiry never overwrites a Keep or an extension that ran in between (docs/design.md, rule 7).
-        """
-        report = SyncReport()
-        now = self.clock.now()
-        bucket = int(now.timestamp()) // 300
-        for alloc in self._live():
-            reason = self._due(alloc)
-            if reason is None:
-                continue
-            if self.queue is not None:
-                command = IncidentCommand(op=Op.EXPIRE, ir=alloc.ir, origin=f"sync-{bucket}")
-                self.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
-            else:
-                self._resolve(alloc, reason, by=None)
-            (report.expired if reason is ReclaimReason.EXPIRED else report.idle_reclaimed).append(alloc.ir)
-        for env in sorted(self.farm.environments):
-            if self.queue is not None:
-                # Repairs and late allocations run in the pool's FIFO group so they never race an allocation.
-                self.queue.send({"pool": env, "reason": "sync"}, group=env, dedup_id=f"sync-{env}-{bucket}")
-                report.pools_queued.append(env)
-            else:
-                repair = self.reconcile_pool(env)
-                report.tags_removed += repair.removed
-                report.tags_restored += repair.restored
-                report.conflicts += repair.conflicts
-                report.allocated += [o.ir for o in repair.outcomes if o.action == "allocated"]
-        report.series = self.publish_gauges()
-        return report
+    @_invocation
+    def reconcile_pool(self, environment: str, shard: int = 0, shards: int = 1) -> Repair:
+        """Make host tags agree with incidents in one pool (or one shard of it), then allocate what fits."""
+        return reconcile.reconcile_pool(self, environment, shard, shards)
 
-    def reconcile_pool(self, environment: str) -> Repair:
-        """Make host tags agree with incidents in one pool, then allocate whatever now fits.
-
-        Tags of incidents that are gone, resolved, or do not hold the host are removed; a holding incident whose
-        tags are missing gets them back, except on a dedicated host another live incident's tag already holds:
-        that double claim is never "repaired" into a shared host but reported to the operators.
-        """
-        repair = Repair()
-        live = {a.ir: a for a in self._live()}
-        env = self.farm.environments.get(environment)
-        dedicated = env is None or env.kind is PoolKind.DEDICATED
-        for host in [h for h in self._inventory() if h.environment == environment]:
-            stale = [v for v in host.irs if not _holds(live, v, host.name)]
-            if stale or (not host.irs and _alloc_tags(host.tags, {PROJECT_KEY, TEAM_KEY})):
-                current = self._user_tags(host.name)
-                if current is None:
-                    continue
-                keep_irs = [v for v in tag_values(current, IR_KEY) if v not in stale]
-                holders = [live[n] for n in _ir_numbers(keep_irs) if n in live]
-                wanted = _allocation_tags(holders)
-                new = [t for t in current if not _is_alloc_tag(t) or t in wanted]
-                if new != current:
-                    self.hosts.replace_tags(host.name, new, source="user")
-                    repair.removed += [f"{host.name}:{t}" for t in current if t not in new]
-        for alloc in sorted(live.values(), key=lambda a: a.ir):
-            if alloc.environment != environment or alloc.phase not in HOLDING_PHASES:
-                continue
-            for name in alloc.hosts:
-                current = self._user_tags(name)
-                if current is None or alloc.ir_tag in current:
-                    continue
-                others = [v for v in tag_values(current, IR_KEY) if v != ir_tag_value(alloc.ir)]
-                if dedicated and others:
-                    repair.conflicts.append(f"{name}: {alloc.ir_label} and {', '.join(others)}")
-                    continue
-                missing = [t for t in _allocation_tags([alloc]) if t not in current]
-                self.hosts.replace_tags(name, [*current, *missing], source="user")
-                repair.restored += [f"{name}:{t}" for t in missing]
-        if repair.conflicts:
-            log.error("dedicated hosts claimed by two incidents: %s", "; ".join(repair.conflicts))
-            self._post_operators(
-                Message(
-                    ":rotating_light: gpufarm found dedicated hosts claimed by two allocations; "
-                    "resolve one of them: " + "; ".join(repair.conflicts)
-                )
-            )
-        repair.outcomes = self.allocate_waiting(environment)
-        return repair
-
+    @_invocation
     def publish_gauges(self) -> int:
-        """Quota (entitled / allocated per team, pool, model) and inventory (total / free per pool, model) gauges."""
-        if self.metrics is None:
-            return 0
-        live = self._live()
-        ts = int(self.clock.now().timestamp())
-        series: list[MetricSeries] = []
-
-        def gauge(name: str, value: float, tags: list[str]) -> None:
-            series.append(MetricSeries(name, (MetricPoint(ts, float(value)),), tuple(tags), type=3))
-
-        for team, spec in sorted(self.farm.teams.items()):
-            for env, models in sorted(spec.quotas.items()):
-                for model, q in sorted(models.items()):
-                    tags = _metric_tags(team=team, environment=env, gpu_model=model)
-                    held = sum(
-                        a.gpu_count
-                        for a in live
-                        if a.phase in HOLDING_PHASES
-                        and a.team == team
-                        and a.environment == env
-                        and (a.gpu_model or "").upper() == model
-                    )
-                    gauge("gpufarm.quota.entitled", q.gpus, tags)
-                    gauge("gpufarm.quota.allocated", held, tags)
-        for (env, model), (free, total) in sorted(self._inventory_summary(live).items()):
-            tags = _metric_tags(environment=env, gpu_model=model)
-            gauge("gpufarm.inventory.gpus.total", total, tags)
-            gauge("gpufarm.inventory.gpus.free", free, tags)
-        if series:
-            self.metrics.submit(series)
-        return len(series)
+        """Quota and inventory gauges; returns how many series were sent."""
+        return reconcile.publish_gauges(self)
 
     # ==== helpers ==========================================================================================
 
     def _get(self, ir: int) -> Allocation:
-        try:
-            return Allocation.from_record(self.incidents.get_by_ir(ir))
-        except NotFound:
-            raise NotFound(f"{format_ir(ir)} does not exist") from None
+        return self._reads().get(ir)
 
-    def _live(self) -> list[Allocation]:
-        return [Allocation.from_record(r) for r in self.incidents.search(LIVE_QUERY)]
+    def _live(self, environment: str | None = None, team: str | None = None) -> list[Allocation]:
+        """Live allocations of a pool, a team in a pool, or all, as this invocation reads them."""
+        return self._reads().live(environment, team)
 
-    def _inventory(self) -> list[GpuHost]:
-        out = []
-        for info in self.hosts.list_hosts(MANAGED_FILTER):
-            host = GpuHost.from_tags(info.name, info.tags)
-            if host is not None:
-                out.append(host)
-        return out
+    def _inventory(self, environment: str | None = None) -> list[GpuHost]:
+        """Managed hosts of a pool, or all, as this invocation lists them."""
+        return self._reads().inventory(environment)
 
     def _inventory_summary(self, live: Sequence[Allocation]) -> dict[tuple[str, str], tuple[int, int]]:
         inventory = self._inventory()
@@ -607,7 +546,7 @@ class GpuFarm:
     def _tag_hosts(self, alloc: Allocation, plan: dict[str, int], *, dedicated: bool) -> set[str]:
         """Tag the planned hosts; returns hosts found taken by another IR (dedicated pools), which were not tagged."""
         me = ir_tag_value(alloc.ir)
-        wanted = _allocation_tags([alloc])
+        wanted = allocation_tags([alloc])
         fresh: dict[str, list[str]] = {}
         taken: set[str] = set()
         for host in plan:
@@ -621,11 +560,11 @@ class GpuFarm:
         for host, current in fresh.items():
             missing = [t for t in wanted if t not in current]
             if missing:
-                self.hosts.replace_tags(host, [*current, *missing], source="user")
+                self._put_tags(host, [*current, *missing])
         if dedicated:
             # Verify after write: the tag API has no compare-and-set, so a writer outside this pool's queue
             # could have raced us. Whoever finds a second ir: tag backs off; a lost tag means try again later.
-            others = {a.ir: a for a in self._live() if a.ir != alloc.ir}
+            others = {a.ir: a for a in self._live(alloc.environment) if a.ir != alloc.ir}
             for host in fresh:
                 after = self._user_tags(host) or []
                 if alloc.ir_tag not in after:
@@ -636,23 +575,26 @@ class GpuFarm:
         return taken
 
     def _untag_host(self, host: str, alloc: Allocation, others: dict[int, Allocation]) -> None:
-        current = self._user_tags(host)
+        listed = self._reads().listed_user_tags(host)
+        if listed is not None and _untagged(listed, alloc, others) == listed:
+            return  # the host list shows nothing of this IR's to remove: no read, no write
+        current = self._user_tags(host)  # re-read: this host is about to be written
         if current is None:
             return
-        me = alloc.ir_tag
-        remaining = [n for n in _ir_numbers(tag_values(current, IR_KEY)) if n != alloc.ir]
-        holders = [others[n] for n in remaining if n in others]
-        keep = _allocation_tags(holders)
-        mine = _allocation_tags([alloc])
-        new = [t for t in current if t != me and (t not in mine or t in keep)]
+        new = _untagged(current, alloc, others)
         if new != current:
-            self.hosts.replace_tags(host, new, source="user")
+            self._put_tags(host, new)
 
     def _user_tags(self, host: str) -> list[str] | None:
+        """A host's `user` tags read now (the re-check before a write); None when Datadog does not know it."""
         try:
             return list(self.hosts.get_tags(host, source="user"))
         except NotFound:
             return None
+
+    def _put_tags(self, host: str, tags: Sequence[str]) -> None:
+        """Replace a host's `user` tags; the invocation's view learns what Datadog answered."""
+        self._reads().tagged(host, self.hosts.replace_tags(host, tags, source="user"))
 
     def _allocated(self, alloc: Allocation, plan: dict[str, int]) -> Outcome:
         hosts = sorted(plan)
@@ -688,7 +630,7 @@ class GpuFarm:
         record = self.incidents.update(
             alloc.incident_id, {f.STATE: state_for(phase).value, f.PHASE: phase.value, **values}
         )
-        return Allocation.from_record(record)
+        return self._reads().wrote(record)
 
     def _expect_phase(self, alloc: Allocation, phase: Phase, verb: str) -> None:
         if alloc.phase is not phase:
@@ -712,7 +654,9 @@ class GpuFarm:
         name = self.chat.user_name(alloc.requester) if alloc.requester else None
         message = views.operator_request(alloc, reason, name)
         ts = self.chat.post_message(self.operators_channel, message.text, message.blocks)
-        self.incidents.update(alloc.incident_id, {f.SLACK_MESSAGE: f"{self.operators_channel}/{ts}"})
+        self._reads().wrote(
+            self.incidents.update(alloc.incident_id, {f.SLACK_MESSAGE: f"{self.operators_channel}/{ts}"})
+        )
 
     def _update_operator_message(self, alloc: Allocation, outcome: str) -> None:
         channel, _, ts = (alloc.slack_message or "").partition("/")
@@ -773,48 +717,13 @@ def _reason_text(reason: ReclaimReason) -> str:
     }[reason]
 
 
-def _allocation_tags(allocs: Iterable[Allocation]) -> list[str]:
-    """The ir:, project: and team: tags these allocations put on a host, normalized as Datadog stores them."""
-    tags: list[str] = []
-    for a in allocs:
-        wanted = [a.ir_tag]
-        wanted += [f"{PROJECT_KEY}:{a.project}"] if a.project else []
-        wanted += [f"{TEAM_KEY}:{a.team}"] if a.team else []
-        tags += [t for t in (normalize_tag(w) for w in wanted) if t not in tags]
-    return tags
-
-
-def _is_alloc_tag(tag: str) -> bool:
-    return tag.split(":", 1)[0] in (IR_KEY, PROJECT_KEY, TEAM_KEY)
-
-
-def _alloc_tags(tags: Iterable[str], keys: set[str]) -> list[str]:
-    return [t for t in tags if t.split(":", 1)[0] in keys]
-
-
-def _ir_numbers(values: Iterable[str]) -> list[int]:
-    out = []
-    for value in values:
-        digits = value.removeprefix("ir-")
-        if digits.isdigit():
-            out.append(int(digits))
-    return out
-
-
-def _holds(live: dict[int, Allocation], tag_value: str, host: str) -> bool:
-    """True when the tag's incident is live and either holds the host or may be mid-allocation."""
-    numbers = _ir_numbers([tag_value])
-    alloc = live.get(numbers[0]) if numbers else None
-    if alloc is None:
-        return False
-    if alloc.phase in HOLDING_PHASES:
-        return host in alloc.hosts
-    return True
+def _untagged(current: list[str], alloc: Allocation, others: dict[int, Allocation]) -> list[str]:
+    """A host's `user` tags without this IR's: its ir: tag, and its project:/team: unless another holder has them."""
+    remaining = [n for n in ir_numbers(tag_values(current, IR_KEY)) if n != alloc.ir]
+    keep = allocation_tags([others[n] for n in remaining if n in others])
+    mine = allocation_tags([alloc])
+    return [t for t in current if t != alloc.ir_tag and (t not in mine or t in keep)]
 
 
 def _tag_of(ir: int | None) -> str | None:
     return ir_tag_value(ir) if ir is not None else None
-
-
-def _metric_tags(**values: Any) -> list[str]:
-    return [normalize_tag(f"{k}:{v}") for k, v in values.items()]

@@ -8,7 +8,8 @@ Two triggers, one function:
 - SQS (AllocationQueue): messages of one pool arrive one at a time; each reads the incident fresh and lets the
   core decide (allocate when approved/waiting, reclaim when resolved, else nothing). The webhook body is never
   trusted beyond the incident id, so duplicate, late and out-of-order webhooks converge. The scheduled sync
-  sends {"pool", "reason": "sync"} through the same groups to repair drift without racing an allocation, and
+  sends {"pool", "reason": "sync"} (with "shard"/"shards" for a large pool, gpufarm.core.reconcile) through the
+same groups to repair drift without racing an allocation, and
   every other change to an incident (Slack actions, a new request's policy decision, idle alerts, expiries)
   arrives as {"command": ...} in the incident's pool group (gpufarm.core.executor; docs/design.md, rule 7).
 """
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpufarm.core import executor
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.model import NAME_PATTERN, Allocation
+from gpufarm.core.reconcile import MAX_SHARDS
 from gpufarm.core.serial import IncidentCommand, pool_group
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
@@ -61,6 +63,9 @@ class QueueMessage(BaseModel):
 
     incident_id: str | None = Field(default=None, pattern=UUID_PATTERN)
     pool: str | None = Field(default=None, pattern=NAME_PATTERN)
+    # A large pool's repair comes in shards (gpufarm.core.reconcile): this message repairs shard `shard` of `shards`.
+    shard: int = Field(default=0, ge=0, lt=MAX_SHARDS)
+    shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     command: IncidentCommand | None = None
     reason: str = Field(default="", max_length=120)
 
@@ -68,6 +73,8 @@ class QueueMessage(BaseModel):
     def _one_target(self) -> QueueMessage:
         if sum(x is not None for x in (self.incident_id, self.pool, self.command)) != 1:
             raise ValueError("a message names one of an incident_id, a pool or a command")
+        if self.shard >= self.shards or (self.shards > 1 and self.pool is None):
+            raise ValueError("a shard is one of a pool's shards")
         return self
 
 
@@ -158,7 +165,7 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
             command = message.command
             done = [f"IR-{command.ir} {command.op.value}: {executor.execute(svc, command)}"]
         elif message.pool is not None:
-            repair = svc.reconcile_pool(message.pool)
+            repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
             done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
             done += [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]
         else:

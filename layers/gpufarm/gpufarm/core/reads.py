@@ -1,0 +1,185 @@
+"""What one invocation has read of incidents and hosts, narrowed to what its decisions need, and kept current.
+
+State lives only in incident fields, so every decision reads incidents; read naively, that read grows with the
+whole farm and runs again for every step of an invocation. A `Reads` is built per invocation (GpuFarm.reading)
+and shared by everything that invocation decides:
+
+- live incidents are searched once per scope, narrowed by facets to the scope (a request's decision: its team in
+  its pool, `state:(active OR stable) AND environment:"onprem-hpc" AND team:"nlp"`; an allocation or a repair:
+  its pool; the sync and the gauges: everything). A narrower scope is answered from a wider one already read.
+- hosts are listed once per scope through the host list's filter (`gpufarm:managed environment:onprem-hpc`; the
+  hosts of one IR: `gpufarm:managed ir:ir-123`), each with its tags by source, so a host's `user` tags never cost a
+  request of their own unless the host is about to be written (the re-check before a write stays with the caller).
+- every write the invocation makes through it (`wrote`, `tagged`) updates what was read, so a later step of the
+  same invocation decides on the farm as it is after the earlier steps.
+
+Results are always filtered here as well as by the facets: a backend that ignores a facet (or a fallback query
+without one) gives the same answers, only more slowly (docs/datadog.md, "Incidents (v2)"). Caching for the
+length of one invocation is safe because every writer of a pool runs in the pool's queue group one at a time
+(docs/design.md, rule 7): what this invocation read of its pool cannot change under it except by its own writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpufarm.core.errors import NotFound
+from gpufarm.core.inventory import ENVIRONMENT_KEY, IR_KEY, MANAGED_TAG, GpuHost, normalize_tag
+from gpufarm.core.ir import format_ir, ir_tag_value
+from gpufarm.core.lifecycle import State
+from gpufarm.core.model import Allocation, IncidentRecord
+from gpufarm.core.ports import HostInfo, HostTags, IncidentStore
+
+LIVE_QUERY = "state:(active OR stable)"
+USER_SOURCE = "user"
+# (environment, team); None means "any".
+Scope = tuple[str | None, str | None]
+ALL: Scope = (None, None)
+
+
+def live_query(environment: str | None = None, team: str | None = None) -> str:
+    """The live-incident search narrowed by the environment and team fields (each quoted as a search value)."""
+    terms = [LIVE_QUERY]
+    terms += [f"environment:{json.dumps(environment)}"] if environment is not None else []
+    terms += [f"team:{json.dumps(team)}"] if team is not None else []
+    return " AND ".join(terms)
+
+
+def host_filter(environment: str | None = None, ir: int | None = None) -> str:
+    """The host list's filter for managed hosts of one pool, or those tagged with one IR."""
+    terms = [MANAGED_TAG]
+    terms += [normalize_tag(f"{ENVIRONMENT_KEY}:{environment}")] if environment is not None else []
+    terms += [f"{IR_KEY}:{ir_tag_value(ir)}"] if ir is not None else []
+    return " ".join(terms)
+
+
+def _in_scope(alloc: Allocation, scope: Scope) -> bool:
+    environment, team = scope
+    return (environment is None or alloc.environment == environment) and (team is None or alloc.team == team)
+
+
+def _covers(wide: Scope, narrow: Scope) -> bool:
+    return all(w is None or w == n for w, n in zip(wide, narrow, strict=True))
+
+
+@dataclass
+class ReadCounts:
+    """How many reads of each kind this view made (benchmarks and tests look; nothing decides on it)."""
+
+    searches: int = 0
+    host_lists: int = 0
+    incident_gets: int = 0
+
+
+@dataclass
+class Reads:
+    """One invocation's view of the incidents and hosts it decides on (see the module docstring)."""
+
+    incidents: IncidentStore
+    hosts: HostTags
+    counts: ReadCounts = field(default_factory=ReadCounts)
+    _live: dict[Scope, dict[int, Allocation]] = field(default_factory=dict)
+    _by_ir: dict[int, Allocation] = field(default_factory=dict)
+    # Listed hosts by host filter, each as the list gave it, `user` tags updated by this invocation's writes.
+    _listed: dict[str, dict[str, HostInfo]] = field(default_factory=dict)
+    _inventory: dict[str, GpuHost | None] = field(default_factory=dict)
+
+    # -- incidents --------------------------------------------------------------------------------------------
+
+    def live(self, environment: str | None = None, team: str | None = None) -> list[Allocation]:
+        """Live allocations in a scope (a pool, a team in a pool, or all), in IR order; one search per scope."""
+        scope: Scope = (environment, team)
+        known = self._live.get(scope)
+        if known is None:
+            wider = next((s for s in self._live if _covers(s, scope)), None)
+            if wider is not None:
+                known = {ir: a for ir, a in self._live[wider].items() if _in_scope(a, scope)}
+            else:
+                self.counts.searches += 1
+                found = (Allocation.from_record(r) for r in self.incidents.search(live_query(environment, team)))
+                known = {a.ir: a for a in found if a.state is not State.RESOLVED and _in_scope(a, scope)}
+                self._by_ir.update(known)
+            self._live[scope] = known
+        return sorted(known.values(), key=lambda a: a.ir)
+
+    def get(self, ir: int) -> Allocation:
+        """One allocation by IR: from what this invocation already read or wrote, else one lookup."""
+        alloc = self._by_ir.get(ir)
+        if alloc is None:
+            self.counts.incident_gets += 1
+            try:
+                alloc = self._note(self.incidents.get_by_ir(ir))
+            except NotFound:
+                raise NotFound(f"{format_ir(ir)} does not exist") from None
+        return alloc
+
+    def get_by_id(self, incident_id: str) -> Allocation:
+        """One allocation by incident UUID, read fresh (the incident webhook's message names the UUID)."""
+        self.counts.incident_gets += 1
+        return self._note(self.incidents.get(incident_id))
+
+    def wrote(self, record: IncidentRecord) -> Allocation:
+        """An incident as a write of this invocation left it: every scope read so far now sees it so."""
+        return self._note(record)
+
+    def _note(self, record: IncidentRecord) -> Allocation:
+        alloc = Allocation.from_record(record)
+        self._by_ir[alloc.ir] = alloc
+        for scope, known in self._live.items():
+            if alloc.state is not State.RESOLVED and _in_scope(alloc, scope):
+                known[alloc.ir] = alloc
+            else:
+                known.pop(alloc.ir, None)
+        return alloc
+
+    # -- hosts --------------------------------------------------------------------------------------------------
+
+    def inventory(self, environment: str | None = None) -> list[GpuHost]:
+        """Managed hosts of a pool (or all) with complete inventory tags, as listed; one list per scope."""
+        if environment is not None and host_filter() in self._listed and host_filter(environment) not in self._listed:
+            # Everything is listed already: the pool is a part of it.
+            return [h for h in self._hosts(host_filter()) if h.environment == environment]
+        return [h for h in self._hosts(host_filter(environment)) if environment is None or h.environment == environment]
+
+    def tagged_with(self, ir: int, environment: str | None = None) -> list[GpuHost]:
+        """Managed hosts carrying one IR's tag: from a listing already read, else the host list filtered by it."""
+        tag = ir_tag_value(ir)
+        wide = next((k for k in (host_filter(environment), host_filter()) if k in self._listed), None)
+        return [h for h in self._hosts(wide or host_filter(ir=ir)) if tag in h.irs]
+
+    def listed_user_tags(self, host: str) -> list[str] | None:
+        """A host's `user` tags as the host list gave them (None when no listing read so far holds the host)."""
+        for listing in self._listed.values():
+            info = listing.get(host)
+            if info is not None:
+                return list(info.tags_by_source.get(USER_SOURCE, ()))
+        return None
+
+    def tagged(self, host: str, user_tags: Iterable[str]) -> None:
+        """A host's `user` tags as a write of this invocation left them."""
+        tags = tuple(user_tags)
+        self._inventory.pop(host, None)
+        for listing in self._listed.values():
+            info = listing.get(host)
+            if info is None:
+                continue
+            by_source = {**info.tags_by_source, USER_SOURCE: tags}
+            merged = tuple(dict.fromkeys(t for source in by_source.values() for t in source))
+            listing[host] = HostInfo(info.name, merged, by_source, info.last_reported)
+
+    def _hosts(self, filter_text: str) -> list[GpuHost]:
+        listing = self._listed.get(filter_text)
+        if listing is None:
+            self.counts.host_lists += 1
+            listing = {info.name: info for info in self.hosts.list_hosts(filter_text)}
+            self._listed[filter_text] = listing
+        out = []
+        for name, info in listing.items():
+            if name not in self._inventory:
+                self._inventory[name] = GpuHost.from_tags(name, info.tags)
+            host = self._inventory[name]
+            if host is not None:
+                out.append(host)
+        return out
