@@ -12,6 +12,14 @@ Sources, in the order they win for a process's IR:
 /proc reads go through a configurable root (GPUFARM_PROC_ROOT) so tests run on a generated tree. What /proc
 tells about a process is cached by (pid, start time), so a reused pid is re-read (dcgm-exporter's cache is keyed
 by pid alone and mis-attributes reused pids, docs/nvml.md §5).
+
+Reading every GPU process's start time every cycle was the agent's largest /proc cost (three system calls per
+process). The kernel hands out pids cyclically: a pid is reused only when the allocation cursor passes it, and the
+last field of /proc/loadavg is that cursor (the last pid allocated in the reader's pid namespace, the host's with
+hostPID). So each cycle reads it once, and re-reads a cached process's start time only when the cursor moved
+over its pid since the last cycle, or on its turn in a slow rotation (every `VERIFY_EVERY` cycles per pid, which
+bounds the cost of a cursor that went once round the whole pid space between two cycles). Without a readable
+loadavg every start time is read every cycle.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ _POD = re.compile(rf"pod({_UUID})(?:\.slice)?$")
 _CONTAINER = re.compile(r"(?:.+)?([0-9a-f]{64}|[0-9a-f]{32}-\d+)(?:\.scope)?$")
 _STAT_STARTTIME = 19  # field 22 of /proc/<pid>/stat, counted after the `(comm)` field
 _ENVIRON_LIMIT = 1 << 20
+# A cached process's start time is re-read on its turn once in this many cycles even when the pid cursor says
+# its pid was not handed out again (a cursor that went round the whole pid space between two cycles).
+VERIFY_EVERY = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +183,24 @@ class ProcFs:
         try:
             return int(fields[_STAT_STARTTIME])
         except (IndexError, ValueError):
+            return None
+
+    def last_pid(self) -> int | None:
+        """The pid allocation cursor: the last pid handed out (the last field of /proc/loadavg); None if unknown."""
+        try:
+            fd = os.open(f"{self.root}/loadavg", os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            data = os.read(fd, 256)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        fields = data.split()
+        try:
+            return int(fields[4]) if len(fields) == 5 else None
+        except ValueError:
             return None
 
     def cgroup(self, pid: int) -> CgroupIdentity | None:
@@ -367,26 +396,50 @@ class Attributor:
         self._seen: set[int] = set()
         self._bad_ir: set[int] = set()
         self.device_owners: Mapping[str, DeviceOwner] = {}
+        # The pid cursor at the last two cycles: pids in (previous, current] may have been handed out again.
+        self._cursor: int | None = None
+        self._window: tuple[int, int] | None = None
+        self._turn = 0
 
     def begin_cycle(self) -> None:
-        """Refresh the pod list and the device owners."""
+        """Refresh the pod list and the device owners; read the pid cursor."""
         if self.pods is not None:
             self.pods.refresh()
         self.device_owners = self._owners_source.owners() if self._owners_source else {}
         self._seen = set()
+        cursor = self.proc.last_pid()
+        previous, self._cursor = self._cursor, cursor
+        self._window = None if cursor is None or previous is None else (previous, cursor)
+        self._turn = (self._turn + 1) % VERIFY_EVERY
+
+    def _may_be_new(self, pid: int) -> bool:
+        """Whether `pid` may belong to another process than last cycle (read its start time to know)."""
+        window = self._window
+        if window is None or (pid + self._turn) % VERIFY_EVERY == 0:
+            return True
+        low, high = window
+        if low <= high:
+            return low < pid <= high
+        return pid > low or pid <= high  # the cursor wrapped round pid_max
 
     def workload(self, pid: int) -> Workload | None:
         """The process's workload; None when the process is gone from /proc."""
         self._seen.add(pid)
-        start = self.proc.starttime(pid)
-        if start is None:
-            self._cache.pop(pid, None)
-            self._joined.pop(pid, None)
-            return None
         generation = self.pods.generation if self.pods is not None else 0
         joined = self._joined.get(pid)
-        if joined is not None and joined[0] == start and joined[1] == generation:
-            return joined[2]
+        if joined is not None and not self._may_be_new(pid):
+            if joined[1] == generation:
+                return joined[2]
+            start = joined[0]  # the same process: only the pod list changed
+        else:
+            found = self.proc.starttime(pid)
+            if found is None:
+                self._cache.pop(pid, None)
+                self._joined.pop(pid, None)
+                return None
+            start = found
+            if joined is not None and joined[0] == start and joined[1] == generation:
+                return joined[2]
         cached = self._cache.get(pid)
         if cached is None or cached[0] != start:
             cached = (start, *self._read_process(pid))

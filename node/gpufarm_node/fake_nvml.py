@@ -33,6 +33,9 @@ SAMPLE_BUFFER = 120
 # Clock ticks per second in /proc/<pid>/stat (USER_HZ on Linux).
 CLK_TCK = 100
 BOOT_TIME = 1_600_000_000.0
+# The kernel's default pid_max on 64-bit hosts, and the pids it never hands out again after wrapping (RESERVED_PIDS).
+PID_MAX = 4_194_304
+RESERVED_PIDS = 300
 _NOT_MIG = 0xFFFFFFFF
 _GPM_FACTORS = {
     pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 1.0,
@@ -544,8 +547,9 @@ def _address(sample: Any) -> int:
 class FakeHost:
     """The files a node agent reads besides NVML, generated for a FakeNvml's processes under one directory.
 
-    `proc/<pid>/{stat,cgroup,environ}` follow the process table (a reused pid gets a new start time) and
-    `pods.json` has kubelet's `/pods` shape. Entries are rewritten only when the set of live processes changes.
+    `proc/<pid>/{stat,cgroup,environ}` follow the process table (a reused pid gets a new start time),
+    `proc/loadavg` ends with the pid allocation cursor (moved forward, cyclically, over every pid written since),
+    and `pods.json` has kubelet's `/pods` shape. Entries are rewritten only when the set of live processes changes.
     """
 
     def __init__(self, fake: FakeNvml, root: str | Path) -> None:
@@ -555,7 +559,9 @@ class FakeHost:
         self.pods_file = self.root / "pods.json"
         self._written: dict[int, float] = {}
         self._lock = threading.Lock()
+        self.last_pid = RESERVED_PIDS
         self.proc_root.mkdir(parents=True, exist_ok=True)
+        self._write_loadavg()
         self._write_pods()
         fake.host = self
         self.sync(fake.now())
@@ -570,10 +576,18 @@ class FakeHost:
                 if pid not in wanted or wanted[pid].start != start:
                     shutil.rmtree(self.proc_root / str(pid), ignore_errors=True)
                     del self._written[pid]
+            started = []
             for pid, proc in wanted.items():
                 if pid not in self._written:
                     self._write_process(proc)
                     self._written[pid] = proc.start
+                    started.append(pid)
+            if started:
+                # The kernel's cursor moves forward through the pid space, wrapping at pid_max: it passed each
+                # of these, and rests on the one furthest ahead of where it was.
+                cursor = self.last_pid
+                self.last_pid = max(started, key=lambda pid: (pid - cursor - 1) % PID_MAX)
+                self._write_loadavg()
 
     def refresh_pods(self) -> None:
         """Rewrite pods.json after the topology's pods changed."""
@@ -595,6 +609,10 @@ class FakeHost:
                 for resource, ids in by_resource.items():
                     out.append((pod.namespace, pod.name, container.name, resource, ids))
         return out
+
+    def _write_loadavg(self) -> None:
+        running = len(self._written)
+        (self.proc_root / "loadavg").write_text(f"0.50 0.40 0.30 1/{running + 1} {self.last_pid}\n")
 
     def _write_process(self, proc: ProcessSpec) -> None:
         directory = self.proc_root / str(proc.pid)

@@ -104,6 +104,54 @@ _NA: Final = object()
 _EMPTY: Final = object()
 
 
+# pynvml's structures override __getattribute__ in Python (a bytes -> str conversion numeric fields never need):
+# reading a field that way costs more than the NVML call per sample. Utilization comes back as hundreds of
+# samples per cycle, so their fields are read through the ctypes field descriptors themselves.
+_SAMPLE: Final = pynvml.c_nvmlSample_t
+_SAMPLE_TIME: Final = _SAMPLE.__dict__["timeStamp"].__get__
+_SAMPLE_VALUE: Final = _SAMPLE.__dict__["sampleValue"].__get__
+_VALUE_READERS: Final = {name: pynvml.c_nvmlValue_t.__dict__[name].__get__ for name in _VALUE_FIELDS.values()}
+_PROC_SAMPLE: Final = pynvml.c_nvmlProcessUtilizationSample_t
+_PROC_PID: Final = _PROC_SAMPLE.__dict__["pid"].__get__
+_PROC_TIME: Final = _PROC_SAMPLE.__dict__["timeStamp"].__get__
+_PROC_SM: Final = _PROC_SAMPLE.__dict__["smUtil"].__get__
+
+
+def _fresh_samples(samples: list[Any], since: int, attr: str) -> tuple[int, float, int] | None:
+    """(newest timestamp, sum, count) of the samples taken after `since`; None when there is none."""
+    if samples and type(samples[0]) is _SAMPLE:
+        stamps = list(map(_SAMPLE_TIME, samples))
+        values = list(map(_VALUE_READERS.get(attr, _VALUE_READERS["uiVal"]), map(_SAMPLE_VALUE, samples)))
+    else:  # anything else shaped like pynvml's samples
+        stamps = [s.timeStamp for s in samples]
+        values = [getattr(s.sampleValue, attr) for s in samples]
+    fresh = [float(v) for t, v in zip(stamps, values, strict=True) if t > since]
+    if not fresh:
+        return None
+    return max(stamps), sum(fresh), len(fresh)
+
+
+def _process_means(samples: list[Any], since: int) -> tuple[int, dict[int, float]]:
+    """(newest timestamp, mean SM % by pid) of the per-process samples taken after `since`."""
+    if samples and type(samples[0]) is _PROC_SAMPLE:
+        rows: Any = zip(map(_PROC_TIME, samples), map(_PROC_PID, samples), map(_PROC_SM, samples), strict=True)
+    else:
+        rows = ((s.timeStamp, s.pid, s.smUtil) for s in samples)
+    totals: dict[int, list[float]] = {}
+    latest = since
+    for stamp, pid, sm in rows:
+        if stamp <= since:
+            continue
+        latest = max(latest, stamp)
+        acc = totals.get(pid)
+        if acc is None:
+            totals[pid] = [float(sm), 1.0]
+        else:
+            acc[0] += sm
+            acc[1] += 1.0
+    return latest, {pid: total / count for pid, (total, count) in totals.items()}
+
+
 class NvmlUnavailable(RuntimeError):
     """NVML cannot be used on this host: no library, no driver, or a driver/library mismatch."""
 
@@ -308,11 +356,10 @@ class NvmlSource:
         )
         if got is not _NA and got is not _EMPTY:
             value_type, samples = got
-            attr = _VALUE_FIELDS.get(value_type, "uiVal")
-            fresh = [s for s in samples if s.timeStamp > dev.util_ts]
-            if fresh:
-                dev.util_ts = max(s.timeStamp for s in fresh)
-                return sum(float(getattr(s.sampleValue, attr)) for s in fresh) / len(fresh)
+            fresh = _fresh_samples(samples, dev.util_ts, _VALUE_FIELDS.get(value_type, "uiVal"))
+            if fresh is not None:
+                dev.util_ts, total, count = fresh
+                return total / count
         # No sample since the last read (or no sampling support): the instantaneous value is the best left.
         rates = self._query(dev, "utilization", "nvmlDeviceGetUtilizationRates", dev.handle)
         return None if rates is _NA else float(rates.gpu)
@@ -371,21 +418,8 @@ class NvmlSource:
             return None
         if got is _EMPTY:
             return {}
-        totals: dict[int, list[float]] = {}
-        latest = dev.proc_ts
-        for sample in got:
-            stamp = sample.timeStamp
-            if stamp <= dev.proc_ts:
-                continue
-            latest = max(latest, stamp)
-            acc = totals.get(sample.pid)
-            if acc is None:
-                totals[sample.pid] = [float(sample.smUtil), 1.0]
-            else:
-                acc[0] += sample.smUtil
-                acc[1] += 1.0
-        dev.proc_ts = latest
-        return {pid: total / count for pid, (total, count) in totals.items()}
+        dev.proc_ts, means = _process_means(got, dev.proc_ts)
+        return means
 
     def _check_process_memory(self, dev: _Device, snap: GpuSnapshot) -> None:
         """Once per GPU: per-process memory must fit in used memory, else the process struct is misread."""

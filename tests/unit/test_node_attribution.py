@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufarm_node.attribution import (
+    VERIFY_EVERY,
     Attributor,
     CgroupIdentity,
     DeviceOwner,
@@ -106,6 +107,76 @@ def test_a_vanished_process_has_no_workload_and_leaves_the_cache(tmp_path: Path)
     assert attributor.workload(42) is None
     attributor.end_cycle()
     assert attributor.cached == 0  # 42 is gone, 43 was not seen this cycle
+
+
+class CountingProcFs(ProcFs):
+    """ProcFs that counts start-time reads."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.reads = 0
+
+    def starttime(self, pid: int) -> int | None:
+        self.reads += 1
+        return super().starttime(pid)
+
+
+def _cursor(root: Path, last_pid: int) -> None:
+    (root / "loadavg").write_text(f"0.10 0.20 0.30 2/345 {last_pid}\n")
+
+
+def _cycle(attributor: Attributor, *pids: int) -> list[str | None]:
+    attributor.begin_cycle()
+    irs = [(w.ir if w else None) for w in (attributor.workload(pid) for pid in pids)]
+    attributor.end_cycle()
+    return irs
+
+
+def test_the_pid_cursor_reads_no_start_time_for_pids_it_did_not_pass(tmp_path: Path) -> None:
+    for pid in (4000, 5000, 6000):
+        _proc(tmp_path, pid, start=100, env={"GPUFARM_IR": f"IR-{pid}"})
+    _cursor(tmp_path, 6100)
+    fs = CountingProcFs(tmp_path)
+    attributor = Attributor(fs)
+    assert _cycle(attributor, 4000, 5000, 6000) == ["ir-4000", "ir-5000", "ir-6000"]
+    assert fs.reads == 3
+    fs.reads = 0
+    for _ in range(VERIFY_EVERY):
+        # The cursor did not move: only each pid's turn in the rotation reads its start time.
+        assert _cycle(attributor, 4000, 5000, 6000) == ["ir-4000", "ir-5000", "ir-6000"]
+    assert fs.reads == 3  # once each in VERIFY_EVERY cycles
+
+
+def test_a_pid_the_cursor_passed_is_read_again_and_a_reuse_is_seen(tmp_path: Path) -> None:
+    for pid in (4000, 5000):
+        _proc(tmp_path, pid, start=100, env={"GPUFARM_IR": f"IR-{pid}"})
+    _cursor(tmp_path, 6100)
+    fs = CountingProcFs(tmp_path)
+    attributor = Attributor(fs)
+    _cycle(attributor, 4000, 5000)
+    _cycle(attributor, 4000, 5000)
+    # The cursor wraps round pid_max and hands 4000 out again; 5000 stays ahead of it.
+    _proc(tmp_path, 4000, start=900, env={"GPUFARM_IR": "IR-9"})
+    _cursor(tmp_path, 4100)
+    fs.reads = 0
+    assert _cycle(attributor, 4000, 5000) == ["ir-9", "ir-5000"]
+    # 4000 was read (the cursor passed it); 5000 only if this was its rotation turn.
+    assert 1 <= fs.reads <= 2
+    # Without the wrap: the cursor moves forward over 5000 only.
+    _proc(tmp_path, 5000, start=950, env={"GPUFARM_IR": "IR-10"})
+    _cursor(tmp_path, 5100)
+    assert _cycle(attributor, 4000, 5000) == ["ir-9", "ir-10"]
+
+
+def test_without_a_readable_cursor_every_start_time_is_read(tmp_path: Path) -> None:
+    _proc(tmp_path, 4000, start=100)
+    (tmp_path / "loadavg").write_text("garbage\n")
+    fs = CountingProcFs(tmp_path)
+    assert fs.last_pid() is None
+    attributor = Attributor(fs)
+    for _ in range(3):
+        _cycle(attributor, 4000)
+    assert fs.reads == 3
 
 
 def test_an_invalid_ir_in_the_environment_is_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
