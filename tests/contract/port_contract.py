@@ -68,6 +68,19 @@ class IncidentStoreContract:
         with pytest.raises(NotFound, match="IR-999"):
             incidents.get_by_ir(999)
 
+    def test_an_ir_finds_its_incident_in_every_state_and_is_checked(self, incidents: IncidentStore) -> None:
+        made = [incidents.create(f"GPU request {n}", request_fields(f"req-ir-{n}")) for n in range(4)]
+        incidents.update(made[0].id, {f.STATE: "resolved"})
+        incidents.update(made[2].id, {f.STATE: "stable"})
+        found = [incidents.get_by_ir(record.public_id) for record in made]
+        assert [r.id for r in found] == [r.id for r in made]
+        assert [r.state for r in found] == ["resolved", "active", "stable", "active"]
+        with pytest.raises(NotFound):
+            incidents.get_by_ir(made[-1].public_id + 1)
+        for bad in (0, -1, True):
+            with pytest.raises(ValidationFailed, match="positive integer"):
+                incidents.get_by_ir(bad)
+
     def test_update_writes_some_fields_and_keeps_the_others(self, incidents: IncidentStore) -> None:
         created = incidents.create("GPU request", request_fields())
         updated = incidents.update(

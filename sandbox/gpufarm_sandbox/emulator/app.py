@@ -15,6 +15,7 @@ from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.clock import Clock
+from gpufarm_sandbox.emulator.counter import RequestCounter
 from gpufarm_sandbox.emulator.faults import FaultInjector, FaultSpec
 from gpufarm_sandbox.emulator.web import (
     ApiError,
@@ -78,6 +79,7 @@ class Sandbox:
         self.base_url = base_url.rstrip("/")
         self.clock = Clock()
         self.faults = FaultInjector()
+        self.requests = RequestCounter()
         # One lock for all state: the sandbox favours being obviously right over being fast under contention.
         self.lock = threading.RLock()
         self.webhooks = WebhooksModule(self)
@@ -116,6 +118,8 @@ class Sandbox:
             Route("/_sandbox/faults", ("GET",), self._faults_get, Auth.NONE),
             Route("/_sandbox/faults", ("POST",), self._faults_post, Auth.NONE),
             Route("/_sandbox/faults", ("DELETE",), self._faults_delete, Auth.NONE),
+            Route("/_sandbox/requests", ("GET",), self._requests_get, Auth.NONE),
+            Route("/_sandbox/requests", ("DELETE",), self._requests_delete, Auth.NONE),
         ]
 
     def _build_map(self) -> None:
@@ -133,18 +137,23 @@ class Sandbox:
         """Route one request through auth, faults and its handler; errors always come in the API's dialect."""
         path = request.path
         slack = path.startswith("/slack/")
+        api = path.startswith(("/api/", "/slack/api/"))
         try:
             adapter = self._map.bind_to_environ(request.environ)
             route, args = adapter.match()
-        except NotFound:
-            return slack_error("unknown_method", 404) if slack else dd_error(404, "Not found")
-        except MethodNotAllowed:
+        except (NotFound, MethodNotAllowed) as missing:
+            if api:
+                self.requests.count(request.method, path)
+            if isinstance(missing, NotFound):
+                return slack_error("unknown_method", 404) if slack else dd_error(404, "Not found")
             return slack_error("method_not_supported", 405) if slack else dd_error(405, "Method Not Allowed")
         assert isinstance(route, Route)
+        if api:
+            self.requests.count(request.method, route.path)
         denied = self._check_auth(route.auth, request)
         if denied is not None:
             return denied
-        if path.startswith(("/api/", "/slack/api/")):
+        if api:
             delay = self.faults.latency_s(path)
             if delay:
                 time.sleep(delay)
@@ -214,6 +223,7 @@ class Sandbox:
                 module.reset()
         self.faults.clear()
         self.clock.reset()
+        self.requests.clear()
 
     def _health(self, request: Request) -> Response:
         return json_response({"ok": True})
@@ -250,6 +260,13 @@ class Sandbox:
     def _faults_delete(self, request: Request) -> Response:
         self.faults.clear()
         return json_response(self.faults.dump())
+
+    def _requests_get(self, request: Request) -> Response:
+        return json_response(self.requests.dump())
+
+    def _requests_delete(self, request: Request) -> Response:
+        self.requests.clear()
+        return json_response(self.requests.dump())
 
 
 def _known(secret: str, allowed: frozenset[str]) -> bool:

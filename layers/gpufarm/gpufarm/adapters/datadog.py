@@ -1,8 +1,10 @@
 """Datadog runtime gateway: the incidents, hosts and tags, and metrics the handlers use, over datadog-api-client.
 
 Request bodies are written in Datadog's documented JSON shape; the client converts and type-checks them
-against its own models before anything is sent (`check_input_type`), and answers come back through its
-models (`check_return_type`), converted here into gpufarm's own types. Setup-time administration (incident
+against its own models before anything is sent (`check_input_type`). Single answers come back through its
+models (`check_return_type`), converted here into gpufarm's own types; bulk reads (search pages, the host list)
+are decoded from their JSON here, because building the client's model graph for them costs ~40x the fetch
+(docs/datadog.md, "Decoding bulk reads"). Setup-time administration (incident
 types, field definitions, notification rules, webhooks, monitors, dashboards) is `gpufarm.adapters.datadog_admin`;
 the client configuration and error mapping both use live in `gpufarm.adapters.datadog_client`.
 
@@ -16,6 +18,7 @@ import gzip
 import json
 import logging
 import math
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -36,12 +39,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIVE_QUERY = "state:(active OR stable)"
-RESOLVED_QUERY = "state:resolved"
 ANY_STATE_QUERY = "state:(active OR stable OR resolved)"
 SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 HOSTS_PAGE = 1000  # Datadog's maximum `count` for the hosts list
 # How many incident ids a gateway remembers as gpufarm's own, so an update right after a read costs no re-check.
 KNOWN_IDS = 4096
+# How many IR -> UUID pairs a gateway remembers (about 150 bytes each). The pair never changes once an incident
+# exists, so the index holds a fact, not state: an entry is only ever confirmed or dropped, never trusted blindly.
+IR_INDEX_SIZE = 50_000
 
 # Series payload limits: 512,000 bytes compressed, 5,242,880 decompressed (docs/datadog.md, "Metrics").
 # Batches aim well below both so the client's own compression (same zlib level) never crosses them.
@@ -85,7 +90,12 @@ class DatadogGateway:
         self._sleep = sleep
         # Ids already read back as gpufarm's type: updating them needs no re-check (bounded, oldest dropped).
         self._own_ids: OrderedDict[str, None] = OrderedDict()
+        # IR number -> incident UUID, filled by every incident this gateway decodes (bounded, oldest dropped).
+        self._ir_index: OrderedDict[int, str] = OrderedDict()
+        self._index_lock = threading.Lock()
         self._client = dc.api_client(settings, retry=True)
+        # Same keys, timeouts and retries; answers come back unread, for the bulk reads decoded here.
+        self._raw_client = dc.api_client(settings, retry=True, raw=True)
         # Retries off: the client would retry POST after a 5xx and could create a second incident
         # (docs/datadog.md, "The client"); create() retries itself after re-checking.
         self._create_client = dc.api_client(settings, retry=False)
@@ -93,6 +103,7 @@ class DatadogGateway:
     def close(self) -> None:
         """Release the HTTP connection pools."""
         self._client.close()
+        self._raw_client.close()
         self._create_client.close()
 
     # -- API objects, built on first use (each API module imports its own models only) ---------------
@@ -106,8 +117,12 @@ class DatadogGateway:
         return dc.build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._create_client)
 
     @cached_property
-    def _hosts(self) -> Any:
-        return dc.build("datadog_api_client.v1.api.hosts_api", "HostsApi", self._client)
+    def _incidents_raw(self) -> Any:
+        return dc.build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._raw_client)
+
+    @cached_property
+    def _hosts_raw(self) -> Any:
+        return dc.build("datadog_api_client.v1.api.hosts_api", "HostsApi", self._raw_client)
 
     @cached_property
     def _tags(self) -> Any:
@@ -152,16 +167,25 @@ class DatadogGateway:
         return f"incident_type:{self.incident_type_id} AND ({query})"
 
     def _own(self, data: Any) -> IncidentRecord | None:
-        """The record when the incident is of gpufarm's type, else None (another team's incident)."""
-        plain = dc.plain_dict(data)
+        """The record when the incident is of gpufarm's type, else None (another team's incident).
+
+        `data` is an incident's data object: a client model, or the JSON of a raw answer (used as it is).
+        """
+        plain = data if isinstance(data, dict) else dc.plain_dict(data)
         # Checked before anything else is read: another type's fields are none of gpufarm's business.
         if (plain.get("attributes") or {}).get("incident_type_uuid") != self.incident_type_id:
             return None
         record = _record(plain)
-        self._own_ids[record.id] = None
-        self._own_ids.move_to_end(record.id)
-        while len(self._own_ids) > KNOWN_IDS:
-            self._own_ids.popitem(last=False)
+        with self._index_lock:
+            self._own_ids[record.id] = None
+            self._own_ids.move_to_end(record.id)
+            while len(self._own_ids) > KNOWN_IDS:
+                self._own_ids.popitem(last=False)
+            if record.public_id > 0:
+                self._ir_index[record.public_id] = record.id
+                self._ir_index.move_to_end(record.public_id)
+                while len(self._ir_index) > IR_INDEX_SIZE:
+                    self._ir_index.popitem(last=False)
         return record
 
     def _check_own(self, incident_id: str) -> None:
@@ -248,16 +272,29 @@ class DatadogGateway:
         return record
 
     def get_by_ir(self, ir: int) -> IncidentRecord:
-        """Fetch by incident number (public_id) among gpufarm's incidents; raises NotFound."""
-        # The API's incident path takes the UUID (public_id is unconfirmed; docs/datadog.md, "Incidents (v2)"),
-        # so this searches: live incidents first (few, and the usual target), then resolved ones newest first,
-        # stopping once the numbers drop below the one asked for (public_id grows with creation time).
+        """Fetch by incident number (public_id) among gpufarm's incidents; raises NotFound.
+
+        One GET when this gateway has seen the incident (its IR index), else a newest-first search that stops
+        below the number asked for: a recent IR costs one or two calls however many incidents are live.
+        """
+        # The API's incident path takes the UUID (public_id is unconfirmed; docs/datadog.md, "Incidents (v2)").
         if isinstance(ir, bool) or not isinstance(ir, int) or ir <= 0:
             raise ValidationFailed("ir", "an incident number is a positive integer")
-        for record in self.search(LIVE_QUERY):
-            if record.public_id == ir:
+        with self._index_lock:
+            known = self._ir_index.get(ir)
+        if known is not None:
+            try:
+                record = self.get(known)
+            except NotFound:
+                record = None  # deleted since: fall back to the search
+            if record is not None and record.public_id == ir:
                 return record
-        for record in self.search(RESOLVED_QUERY, newest_first=True):
+            with self._index_lock:
+                if self._ir_index.get(ir) == known:
+                    del self._ir_index[ir]
+        # Every state, newest first: public_id grows with creation time, so once the numbers drop below the
+        # one asked for it cannot come. Each page decoded fills the index on the way.
+        for record in self.search(ANY_STATE_QUERY, newest_first=True):
             if record.public_id == ir:
                 return record
             if record.public_id < ir:
@@ -287,7 +324,10 @@ class DatadogGateway:
         self._check_own(incident_id)
         with dc.errors("delete incident"):
             self._incidents.delete_incident(incident_id=incident_id)
-        self._own_ids.pop(incident_id, None)
+        with self._index_lock:
+            self._own_ids.pop(incident_id, None)
+            for ir in [ir for ir, known in self._ir_index.items() if known == incident_id]:
+                del self._ir_index[ir]
 
     def search(self, query: str, *, newest_first: bool = False) -> Iterator[IncidentRecord]:
         """gpufarm's incidents matching a Datadog incident search query, every page (newest first when asked)."""
@@ -322,11 +362,11 @@ class DatadogGateway:
         seen = 0
         while True:
             with dc.errors("search incidents"):
-                response = self._incidents.search_incidents(page_offset=offset, **kwargs)
-            attributes = response.data.attributes
-            page = list(attributes.incidents or [])
+                body = dc.read_json(self._incidents_raw.search_incidents(page_offset=offset, **kwargs))
+            attributes = _search_attributes(body)
+            page = attributes.get("incidents") or []
             for item in page:
-                record = self._own(item.data)
+                record = self._own(_item_data(item))
                 if record is None:
                     continue
                 yield record
@@ -334,7 +374,7 @@ class DatadogGateway:
                 if limit is not None and seen >= limit:
                     return
             offset += len(page)
-            total = dc.get(attributes, "total")
+            total = attributes.get("total")
             # Stop on a short page, as the client's own pagination does, or once `total` is reached.
             if len(page) < kwargs["page_size"] or (isinstance(total, int) and offset >= total):
                 return
@@ -349,14 +389,16 @@ class DatadogGateway:
             if filter_text:
                 kwargs["filter"] = filter_text
             with dc.errors("list hosts"):
-                response = self._hosts.list_hosts(**kwargs)
-            page = list(dc.get(response, "host_list") or [])
+                body = dc.read_json(self._hosts_raw.list_hosts(**kwargs))
+            if not isinstance(body, dict) or not isinstance(body.get("host_list", []), list):
+                raise UpstreamError("Datadog answered the host list with an unexpected shape")
+            page = body.get("host_list") or []
             for host in page:
                 info = _host_info(host)
                 if info is not None:
                     yield info
             start += len(page)
-            total = dc.get(response, "total_matching")
+            total = body.get("total_matching")
             if len(page) < HOSTS_PAGE or (isinstance(total, int) and start >= total):
                 return
 
@@ -430,6 +472,23 @@ def _newest_first() -> Any:
     return dc.build("datadog_api_client.v2.model.incident_search_sort_order", "IncidentSearchSortOrder", "-created")
 
 
+def _search_attributes(body: Any) -> dict[str, Any]:
+    """`data.attributes` of a search answer's JSON (incidents, total), checked for the shape gpufarm reads."""
+    data = body.get("data") if isinstance(body, dict) else None
+    attributes = data.get("attributes") if isinstance(data, dict) else None
+    if not isinstance(attributes, dict) or not isinstance(attributes.get("incidents", []), list):
+        raise UpstreamError("Datadog answered the incident search with an unexpected shape")
+    return attributes
+
+
+def _item_data(item: Any) -> dict[str, Any]:
+    """The incident data object of one search result (`{"data": {...}}`)."""
+    data = item.get("data") if isinstance(item, dict) else None
+    if not isinstance(data, dict) or "id" not in data:
+        raise UpstreamError("Datadog answered the incident search with an incident that has no id")
+    return data
+
+
 def _record(plain: Mapping[str, Any]) -> IncidentRecord:
     """An IncidentRecord from an incident's data object (plain JSON)."""
     attributes = plain.get("attributes") or {}
@@ -483,7 +542,8 @@ def _checked_tags(tags: Sequence[str]) -> list[str]:
 
 
 def _host_info(host: Any) -> HostInfo | None:
-    plain = dc.plain_dict(host)
+    """A HostInfo from one host of the list (a client model, or the JSON of a raw answer)."""
+    plain = host if isinstance(host, dict) else dc.plain_dict(host)
     name = plain.get("name") or plain.get("host_name")
     if not name:
         return None

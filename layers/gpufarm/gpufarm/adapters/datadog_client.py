@@ -69,8 +69,13 @@ def quiet_unstable_warnings() -> None:
     )
 
 
-def api_client(settings: Settings, *, retry: bool) -> ApiClient:
-    """A client for the Datadog of `settings`: its keys, timeouts and (when `retry`) bounded retries."""
+def api_client(settings: Settings, *, retry: bool, raw: bool = False) -> ApiClient:
+    """A client for the Datadog of `settings`: its keys, timeouts and (when `retry`) bounded retries.
+
+    raw: operations answer the transport's response unread instead of the client's models, for bulk reads
+    decoded by `read_json` (docs/datadog.md, "Decoding bulk reads"). Requests are still built, authenticated,
+    type-checked and retried by the client.
+    """
     require_api_key(settings)
     quiet_unstable_warnings()
     # The client's constructor is untyped; the Any alias keeps mypy strict everywhere else.
@@ -82,6 +87,7 @@ def api_client(settings: Settings, *, retry: bool) -> ApiClient:
         max_retries=settings.max_retries,
         retry_backoff_factor=2,  # the client refuses factors below 2
     )
+    cfg.preload_content = not raw
     assert settings.datadog_api_key is not None
     cfg.api_key["apiKeyAuth"] = settings.datadog_api_key.get_secret_value()
     if settings.datadog_app_key is not None:
@@ -95,6 +101,23 @@ def build(module: str, name: str, *args: Any) -> Any:
     """Instantiate a client class from its own module (never the aggregate models package)."""
     cls: Any = getattr(importlib.import_module(module), name)
     return cls(*args)
+
+
+def read_json(response: Any) -> Any:
+    """The JSON body of a raw client answer (see `api_client(raw=True)`); the connection goes back to the pool.
+
+    Call it inside `errors()`: a body cut short is a transport failure like any other.
+    """
+    try:
+        data = response.data
+    finally:
+        response.release_conn()
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        raise UpstreamError("Datadog answered with a body that is not JSON") from None
 
 
 # -- error mapping -------------------------------------------------------------------------------------------
