@@ -12,13 +12,15 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 from pydantic import ValidationError
 
 from gpufarm.core import executor
-from gpufarm.core.errors import NotFound
+from gpufarm.core import fields as f
+from gpufarm.core.errors import NotFound, UpstreamError
 from gpufarm.core.farm import parse_farm
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.model import Allocation, GpuRequest
 from gpufarm.core.policy import build_request
 from gpufarm.core.serial import UNASSIGNED_GROUP, IncidentCommand, Op, pool_group
 from gpufarm.core.service import GpuFarm
+from gpufarm.core.views import Message
 
 USER = "U0000000001"
 OPS = "U0000000OPS"
@@ -44,7 +46,8 @@ class World:
         while self.queue.sent:
             group, body = self.queue.sent.pop(0)
             command = IncidentCommand.model_validate(body["command"])
-            assert group == pool_group(self.alloc(command.ir).environment)
+            pool = command.request.environment if command.request else self.alloc(command.incident).environment
+            assert group == pool_group(pool)
             done.append(executor.execute(self.svc, command))
             for a in self.svc._live():
                 if a.phase is Phase.APPROVED:
@@ -149,7 +152,9 @@ def test_the_decision_counts_grants_committed_before_it(world: World) -> None:
     # Three requests checked up-front against nothing granted; decided one after another in the pool's group.
     for count in (8, 4, 10):
         assert executor.request(world.svc, world.request(count), response_url=URL, origin=str(count)) is None
-    assert [a.phase for a in world.svc._live()] == [Phase.REQUESTED] * 3
+    # Nothing is created outside the group: three create commands wait in the pool's group.
+    assert list(world.svc._live()) == []
+    assert [(g, b["command"]["op"]) for g, b in world.queue.sent] == [("hpc", "create")] * 3
     world.run()
     first, second, third = (world.alloc(ir) for ir in (1, 2, 3))
     assert first.phase is Phase.ALLOCATED and first.approved_by == "policy"
@@ -182,7 +187,11 @@ def test_a_redelivered_command_does_not_apply_twice(world: World) -> None:
     executor.execute(world.svc, release)
     executor.execute(world.svc, release)
     assert world.alloc(ir).phase is Phase.RECLAIMING
-    assert "already ended" in world.answers()[-1]
+    # The redelivery found its own id in the incident and said again what it did.
+    assert [a for a in world.answers() if "being released" in a][-2:] == [
+        f"IR-{ir} is being released (released by the requester); its hosts are freed shortly.",
+        f"IR-{ir} is being released (released); its hosts are freed shortly.",
+    ]
 
 
 def test_without_a_queue_a_command_runs_at_once(world: World) -> None:
@@ -192,3 +201,118 @@ def test_without_a_queue_a_command_runs_at_once(world: World) -> None:
     with pytest.raises(NotFound):
         executor.submit(world.svc, command(Op.RELEASE, 99))
     assert world.queue.sent == []
+
+
+def test_a_create_carries_the_request_and_no_ir() -> None:
+    request = build_request(
+        {"gpu_count": "2", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"},
+        parse_farm(FARM_YAML),
+        requester=USER,
+        channel=None,
+        request_id="r-create-1",
+    )
+    create = IncidentCommand(op=Op.CREATE, request=request, actor=USER)
+    assert create.group() == "hpc"
+    # Keyed by the Slack request id alone: another delivery of the request (another response_url) is the same.
+    twin = IncidentCommand(op=Op.CREATE, request=request, actor=USER, response_url=URL, origin="retry")
+    assert create.dedup_id() == twin.dedup_id() != IncidentCommand(op=Op.RELEASE, ir=1, actor=USER).dedup_id()
+    assert IncidentCommand.model_validate(create.to_body()["command"]) == create
+    for bad in ({"op": "create", "ir": 1, "request": request}, {"op": "create"}, {"op": "release", "request": request}):
+        with pytest.raises(ValidationError):
+            IncidentCommand.model_validate(bad)
+
+
+def test_overlapping_deliveries_of_one_request_create_one_incident(world: World) -> None:
+    req = world.request()
+    # The original and a retry overlapping it: two workers queue the same create; SQS keeps one.
+    for origin in ("first", "retry"):
+        assert executor.request(world.svc, req, response_url=URL, origin=origin) is None
+    assert len(world.queue.sent) == 1
+    world.run()
+    # A retry after the dedup window runs a second create in the group: it finds the incident by request id.
+    world.queue._dedup.clear()
+    executor.request(world.svc, req, response_url=URL, origin="late")
+    world.run()
+    assert world.incidents.creates == 1
+    [alive] = world.svc._live()
+    answers = world.answers()
+    assert len(answers) == 2 and all(a.startswith(f"IR-{alive.ir} created") for a in answers), answers
+
+
+def test_the_up_front_check_failing_does_not_lose_the_request(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    def down(_: GpuRequest) -> None:
+        raise UpstreamError("Datadog search incidents failed: HTTP 503")
+
+    monkeypatch.setattr(world.svc, "precheck", down)
+    assert executor.request(world.svc, world.request(), response_url=URL, origin="o") is None
+    world.run()
+    [alive] = world.svc._live()
+    assert alive.phase is Phase.ALLOCATED
+
+
+class LostAnswers(FakeIncidents):
+    """An incident API whose next PATCH lands and then fails (a 5xx or timeout after the write)."""
+
+    fail_after_write = 0
+
+    def update(self, incident_id: str, fields: Any, *, title: str | None = None) -> Any:
+        record = super().update(incident_id, fields, title=title)
+        if self.fail_after_write:
+            self.fail_after_write -= 1
+            raise UpstreamError("Datadog update incident failed: no answer in time")
+        return record
+
+
+def test_an_extend_whose_write_landed_but_failed_adds_its_days_once(world: World) -> None:
+    ir = allocated(world)
+    flaky = LostAnswers(world.clock)
+    flaky.records = world.incidents.records
+    world.svc.incidents = flaky
+    before = world.alloc(ir)
+    extend = command(Op.EXTEND, ir, days=2)
+    flaky.fail_after_write = 1
+    with pytest.raises(UpstreamError):
+        executor.execute(world.svc, extend)  # the queue redelivers it
+    assert world.alloc(ir).duration_days == (before.duration_days or 0) + 2
+    assert extend.dedup_id() in (world.incidents.by_ir(ir).fields.get(f.LAST_COMMANDS) or [])
+    summary = executor.execute(world.svc, extend)
+    after = world.alloc(ir)
+    assert after.duration_days == (before.duration_days or 0) + 2
+    assert summary.startswith("already applied")
+    assert world.answers()[-1].startswith(f"IR-{ir} extended; it now ends ")
+    # A new extend (another delivery, another id) still applies.
+    executor.execute(world.svc, command(Op.EXTEND, ir, days=1, origin="again"))
+    assert world.alloc(ir).duration_days == (before.duration_days or 0) + 3
+
+
+def test_every_write_of_a_command_records_its_id_and_keeps_the_last_few(world: World) -> None:
+    ir = allocated(world)
+    written = len(world.incidents.updates)
+    sent = [command(Op.EXTEND, ir, days=1, origin=str(n)) for n in range(f.LAST_COMMANDS_KEPT + 2)]
+    for c in sent:
+        executor.execute(world.svc, c)
+    assert all(f.LAST_COMMANDS in fields for _, fields in world.incidents.updates[written:])
+    kept = world.incidents.by_ir(ir).fields[f.LAST_COMMANDS]
+    assert kept == [c.dedup_id() for c in sent][-f.LAST_COMMANDS_KEPT :]
+
+
+def test_a_lost_answer_fails_the_command_and_its_redelivery_only_answers(world: World) -> None:
+    ir = allocated(world)
+    calls: list[Message] = []
+
+    def respond_once_failing(url: str, text: str, blocks: Any = None) -> None:
+        calls.append(Message(text))
+        if len(calls) == 1:
+            raise UpstreamError("slack response_url failed: service_unavailable (HTTP 503)")
+
+    world.chat.respond = respond_once_failing  # type: ignore[method-assign,assignment]
+    release = command(Op.RELEASE, ir)
+    with pytest.raises(UpstreamError):
+        executor.execute(world.svc, release)
+    written = len(world.incidents.updates)
+    executor.execute(world.svc, release)
+    assert len(world.incidents.updates) == written  # nothing written again
+    assert [c.text for c in calls] == [
+        f"IR-{ir} is being released (released by the requester); its hosts are freed shortly.",
+        f"IR-{ir} is being released (released); its hosts are freed shortly.",
+    ]

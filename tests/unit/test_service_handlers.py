@@ -107,11 +107,11 @@ def requested(parts: Parts, **kwargs: Any) -> dict[str, Any]:
 
 def test_worker_creates_the_incident_and_answers_with_the_ir(parts: Parts) -> None:
     result = slack_worker.handle(request_job())
-    # The incident exists at once; the policy decision waits in the pool's queue group.
+    # Nothing is created outside the pool's queue group: the create (and its decision) waits there.
     assert result == {"ok": True, "kind": "request", "queued": True}
-    assert parts.alloc(1).phase is Phase.REQUESTED and parts.chat.to(RESPONSE_URL) == []
+    assert parts.incidents.creates == 0 and parts.chat.to(RESPONSE_URL) == []
     assert [g for g, _ in parts.queue.sent] == ["hpc"]
-    assert run_commands(parts) == ["decide"]
+    assert run_commands(parts) == ["create"]
     assert parts.alloc(1).phase is Phase.APPROVED
     [answer] = parts.chat.to(RESPONSE_URL)
     assert "IR-1" in answer.text

@@ -4,7 +4,10 @@
 pool group (the answer comes later, from the consumer); without one (a deployment with no concurrent writer, the
 unit tests) it runs at once. `execute` is what the queue consumer calls: the use case re-reads the incident,
 decides and writes, and the user is told what happened, which after a race is what the earlier command left (a
-release then an extend: the extend is answered "IR-n has ended ...; nothing to extend"). docs/design.md, rule 7.
+release then an extend: the extend is answered "IR-n has ended ...; nothing to extend"). A new request is a
+create command in its pool's group too, so overlapping deliveries of one Slack request make one incident. Every
+write of a command records its id in the incident (gpufarm.core.ledger), so a redelivered command is answered
+with what it did instead of being applied twice. docs/design.md, rule 7.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import logging
 
 from gpufarm.core import views
 from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import GpuRequest
+from gpufarm.core.ledger import ledgered
+from gpufarm.core.lifecycle import Phase, State
+from gpufarm.core.model import Allocation, GpuRequest, isoformat
 from gpufarm.core.policy import Verdict
 from gpufarm.core.serial import IncidentCommand, Op, pool_group
 from gpufarm.core.service import GpuFarm
@@ -26,104 +30,156 @@ log = logging.getLogger(__name__)
 def submit(svc: GpuFarm, command: IncidentCommand, *, group: str | None = None) -> str | None:
     """Queue the command in its incident's pool group; None when queued, else what running it now did.
 
-    The pool is read from the incident (never from the caller), so every write to one incident shares one group.
-    NotFound when the IR does not exist; UpstreamError when Datadog or the queue failed (nothing was queued).
+    The pool is read from the incident (never from the caller), so every write to one incident shares one group;
+    a create's pool is its request's, the pool its incident will have. NotFound when the IR does not exist;
+    UpstreamError when Datadog or the queue failed (nothing was queued).
     """
     if group is None:
-        group = pool_group(svc.allocation(command.ir).environment)
+        group = command.group() or pool_group(svc.allocation(command.incident).environment)
     if svc.queue is None:
-        return execute(svc, command)
+        return execute(svc, command, redelivered_on_failure=False)
     svc.queue.send(command.to_body(), group=group, dedup_id=command.dedup_id())
-    log.info("queued %s for IR-%d in group %s", command.op.value, command.ir, group)
+    log.info("queued %s for %s in group %s", command.op.value, _target(command), group)
     return None
 
 
 def request(svc: GpuFarm, gpu_request: GpuRequest, *, response_url: str | None, origin: str) -> Message | None:
-    """A new request: refuse at once what can never fit, create the incident once, queue its decision.
+    """A new request: refuse at once what can never fit, else queue its create command in the pool's group.
 
-    Returns the answer when there is one now (a refusal, a repeat of a decided request, or the decision itself
-    when no queue exists); None when the decision was queued and its answer will come from the consumer.
+    Returns the answer when there is one now (the up-front refusal); None when the create was queued (or, with
+    no queue, ran and answered itself). The consumer finds the request's incident by request id or creates it,
+    then decides it, one command at a time per pool: overlapping deliveries of one Slack request share the
+    create's dedup id (SQS drops the twin), and a retry after the dedup window finds the incident by request id.
     """
-    decision = svc.precheck(gpu_request)
-    if decision.verdict is Verdict.REFUSE:
-        return views.refused(decision.reason)
-    alloc, undecided = svc.create_request(gpu_request)
-    if not undecided:
-        if alloc.phase is Phase.REQUESTED and not alloc.approved_by and not alloc.slack_message:
-            # A twin delivery lost the race to create: the winner queued the decision and answers.
-            return None
-        return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already requested")
+    try:
+        decision = svc.precheck(gpu_request)
+    except UpstreamError as exc:
+        # The up-front check only spares an incident for what can never fit; the decision that counts runs in
+        # the group and refuses that too, so a Datadog hiccup here must not lose the request.
+        log.warning("up-front check of request %s skipped: %s", gpu_request.request_id, exc)
+    else:
+        if decision.verdict is Verdict.REFUSE:
+            return views.refused(decision.reason)
     command = IncidentCommand(
-        op=Op.DECIDE,
-        ir=alloc.ir,
+        op=Op.CREATE,
+        request=gpu_request,
         actor=gpu_request.requester,
         response_url=response_url,
         reply_to=gpu_request.requester,
         origin=origin,
     )
-    # Without a queue the decision runs now and answers through the command's reply target itself.
-    submit(svc, command, group=pool_group(alloc.environment))
+    submit(svc, command)
     return None
 
 
-def execute(svc: GpuFarm, command: IncidentCommand) -> str:
+def execute(svc: GpuFarm, command: IncidentCommand, *, redelivered_on_failure: bool = True) -> str:
     """Run one command against the incident as it is now and answer its sender; returns what it did, for the log.
 
     Domain refusals (not allowed, gone, not in a state for this) are answers, not failures: the message is not
-    redelivered. UpstreamError propagates so the queue redelivers (each use case re-checks the phase, so a
-    redelivery does not apply twice what already happened).
+    redelivered. UpstreamError propagates so the queue redelivers; a redelivery of a command whose write already
+    landed finds its id in the incident and answers with what it did (gpufarm.core.ledger). For the same reason
+    an answer Slack did not take fails the command when the queue redelivers it (`redelivered_on_failure`): the
+    redelivery only answers. Run at once (no queue), a lost answer is logged instead.
     """
+    run, ledger = ledgered(svc, command)
     try:
-        message, summary = _run(svc, command)
+        if command.op is not Op.CREATE and ledger.applied():
+            message, summary = _replayed(Allocation.from_record(ledger.read()), command)
+        else:
+            message, summary = _run(run, command)
     except UpstreamError:
         raise
     except GpufarmError as exc:
         message = views.error_message(_describe(exc))
         summary = f"refused: {_describe(exc)}"
     if message is not None:
-        answer(svc, command, message)
+        answer(svc, command, message, strict=redelivered_on_failure)
     return summary[:300]
 
 
 def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
     actor = cmd.actor or ""
+    if cmd.op is Op.CREATE:
+        assert cmd.request is not None
+        # In the group no twin creates at the same time; the lowest-IR rule of create_request stays a backstop
+        # for a search index that lags. decide_request decides what is undecided and names what is not.
+        alloc, _ = svc.create_request(cmd.request)
+        message = svc.decide_request(alloc.ir)
+        return message, message.text[:200]
+    ir = cmd.incident
     if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE):
         if cmd.op is Op.IDLE:
-            outcome = svc.idle_triggered(cmd.ir)
+            outcome = svc.idle_triggered(ir)
         elif cmd.op is Op.BUSY:
-            outcome = svc.idle_recovered(cmd.ir)
+            outcome = svc.idle_recovered(ir)
         else:
-            outcome = svc.expire(cmd.ir)
+            outcome = svc.expire(ir)
         return None, outcome.action
     if not actor:
         raise ValidationFailed("actor", f"a {cmd.op.value} command names who acts")
     if cmd.op is Op.DECIDE:
-        message = svc.decide_request(cmd.ir)
+        message = svc.decide_request(ir)
     elif cmd.op is Op.APPROVE:
-        message = svc.approve(cmd.ir, actor)
+        message = svc.approve(ir, actor)
     elif cmd.op is Op.REJECT:
-        message = svc.reject(cmd.ir, actor, cmd.reason)
+        message = svc.reject(ir, actor, cmd.reason)
     elif cmd.op is Op.RELEASE:
-        message = svc.release(cmd.ir, actor)
+        message = svc.release(ir, actor)
     elif cmd.op is Op.EXTEND:
-        message = svc.extend(cmd.ir, actor, cmd.days)
+        message = svc.extend(ir, actor, cmd.days)
     elif cmd.op is Op.KEEP:
-        message = svc.keep(cmd.ir, actor)
+        message = svc.keep(ir, actor)
     else:
-        message = svc.force_reclaim(cmd.ir, actor, cmd.reason)
+        message = svc.force_reclaim(ir, actor, cmd.reason)
     return message, message.text[:200]
 
 
-def answer(svc: GpuFarm, command: IncidentCommand, message: Message) -> None:
-    """Tell the command's sender: through its response_url when it has one, else by DM."""
+def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, str]:
+    """What a command that already applied did, said again from the incident it left (nothing written)."""
+    label = alloc.ir_label
+    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE):
+        return None, f"already applied ({alloc.phase.value})"
+    if cmd.op is Op.DECIDE:
+        if alloc.state is State.RESOLVED:
+            text = f"{label} has ended ({alloc.phase.value})."
+        else:
+            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="decided"), "again"
+    elif cmd.op is Op.APPROVE:
+        text = f"{label} approved; allocating hosts now."
+    elif cmd.op is Op.REJECT:
+        text = f"{label} rejected."
+    elif cmd.op in (Op.RELEASE, Op.FORCE_RECLAIM):
+        reason = f" ({alloc.reclaim_reason.value})" if alloc.reclaim_reason else ""
+        text = f"{label} is being released{reason}; its hosts are freed shortly."
+    elif cmd.op is Op.EXTEND:
+        ends = isoformat(alloc.expires_at) if alloc.expires_at else "later"
+        text = f"{label} extended; it now ends {ends}."
+    else:
+        text = f"{label} kept; the idle warning is cleared."
+    return Message(text), f"already applied: {text}"[:200]
+
+
+def answer(svc: GpuFarm, command: IncidentCommand, message: Message, *, strict: bool = False) -> None:
+    """Tell the command's sender: through its response_url when it has one, else by DM.
+
+    strict: a failed answer raises (the queue redelivers the command, which then only answers); otherwise it is
+    logged, since the incident already says what happened.
+    """
     try:
         if command.response_url:
             svc.chat.respond(command.response_url, message.text, message.blocks or None)
         elif command.reply_to:
             svc.chat.tell_user(command.reply_to, message.text, message.blocks or None)
     except UpstreamError as exc:
-        # The incident already says what happened; a lost answer must not fail (and replay) the command.
-        log.warning("could not answer %s for IR-%d: %s", command.op.value, command.ir, exc)
+        if strict:
+            raise
+        log.warning("could not answer %s for %s: %s", command.op.value, _target(command), exc)
+
+
+def _target(command: IncidentCommand) -> str:
+    if command.request is not None:
+        return f"request {command.request.request_id}"
+    return f"IR-{command.ir}"
 
 
 def _describe(exc: GpufarmError) -> str:

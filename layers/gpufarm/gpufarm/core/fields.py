@@ -74,6 +74,10 @@ RECLAIM_REASON = "reclaim_reason"
 REQUEST_ID = "request_id"
 SLACK_CHANNEL = "slack_channel"
 SLACK_MESSAGE = "slack_message"
+# The dedup ids of the last incident commands that wrote this incident, written in the same PATCH as each change,
+# so a command redelivered after its write landed (its call still failed) is answered, not applied twice.
+LAST_COMMANDS = "gpufarm_last_commands"
+LAST_COMMANDS_KEPT = 10
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -102,6 +106,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(REQUEST_ID, "Request id", FieldKind.TEXTBOX, "Idempotency key of the Slack request"),
     FieldSpec(SLACK_CHANNEL, "Slack channel", FieldKind.TEXTBOX, "Channel the request came from"),
     FieldSpec(SLACK_MESSAGE, "Operator message", FieldKind.TEXTBOX, "channel/ts of the operators' approval message"),
+    FieldSpec(
+        LAST_COMMANDS,
+        "Last gpufarm commands",
+        FieldKind.TEXTARRAY,
+        "Ids of the last gpufarm commands applied (a redelivered one is not applied twice)",
+    ),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

@@ -3,7 +3,8 @@
 Every change to an incident is one of these, sent to the FIFO allocation queue with the incident's pool as the
 message group, so two changes to one incident (and a quota decision and the grants it counts) never interleave.
 The queue consumer re-reads the incident and decides (`gpufarm.core.executor`). A command names the incident by
-IR, who acts, the action's arguments and where to answer; nothing it carries is trusted as incident state.
+IR, who acts, the action's arguments and where to answer; nothing it carries is trusted as incident state. A new
+request's command (create) names no IR yet: it carries the validated request itself, which is work, not state.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpufarm.core.model import NAME_PATTERN
+from gpufarm.core.model import NAME_PATTERN, GpuRequest
 
 USER_ID = r"^[UW][A-Z0-9]{2,20}$"
 HTTP_URL = r"^https?://[^\s]{1,2000}$"
@@ -27,6 +28,7 @@ _POOL_RE = re.compile(NAME_PATTERN)
 class Op(StrEnum):
     """What a command does to its incident."""
 
+    CREATE = "create"  # a new request: find its incident by request id or create it, then decide it
     DECIDE = "decide"  # a new request's policy decision, against what the pool has already granted
     APPROVE = "approve"
     REJECT = "reject"
@@ -40,7 +42,7 @@ class Op(StrEnum):
 
 
 # Commands people send; the rest come from monitors and the scheduled sync.
-USER_OPS = frozenset({Op.DECIDE, Op.APPROVE, Op.REJECT, Op.RELEASE, Op.EXTEND, Op.KEEP, Op.FORCE_RECLAIM})
+USER_OPS = frozenset({Op.CREATE, Op.DECIDE, Op.APPROVE, Op.REJECT, Op.RELEASE, Op.EXTEND, Op.KEEP, Op.FORCE_RECLAIM})
 
 
 class IncidentCommand(BaseModel):
@@ -49,7 +51,9 @@ class IncidentCommand(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     op: Op
-    ir: int = Field(ge=1)
+    # Every op names its incident but create, whose incident does not exist yet: it carries the request instead.
+    ir: int | None = Field(default=None, ge=1)
+    request: GpuRequest | None = None
     actor: str | None = Field(default=None, pattern=USER_ID)
     days: int | None = Field(default=None, ge=1, le=365)
     reason: str | None = Field(default=None, max_length=300)
@@ -59,12 +63,33 @@ class IncidentCommand(BaseModel):
     # retries of one delivery carry the same origin and collapse; two different actions never share one.
     origin: str = Field(default="", max_length=300)
 
+    @model_validator(mode="after")
+    def _target(self) -> IncidentCommand:
+        if (self.op is Op.CREATE) != (self.request is not None) or (self.op is Op.CREATE) == (self.ir is not None):
+            raise ValueError("a create command carries a request and no IR; every other command names an IR")
+        return self
+
+    @property
+    def incident(self) -> int:
+        """The IR the command acts on (every op but create names one)."""
+        if self.ir is None:
+            raise ValueError(f"a {self.op.value} command names no IR")
+        return self.ir
+
+    def group(self) -> str | None:
+        """The message group a create command joins (its request's pool); None: read it from the incident."""
+        return pool_group(self.request.environment) if self.request is not None else None
+
     def dedup_id(self) -> str:
         """SQS FIFO deduplication id: a hash of everything the command says, so only true retries collapse.
 
         Slack gives every slash command and every click its own response_url and re-sends the same one on a
-        retry, so two clicks of one button differ while a retried delivery of one click does not.
+        retry, so two clicks of one button differ while a retried delivery of one click does not. A create is
+        keyed by its Slack request id alone: every delivery of one request (a retry overlapping the original,
+        from another worker, with another response_url) is one create, and SQS drops the twins for 5 minutes.
         """
+        if self.request is not None:
+            return "req-" + hashlib.sha256(self.request.request_id.encode()).hexdigest()[:60]
         text = self.model_dump_json(exclude_none=True)
         return "cmd-" + hashlib.sha256(text.encode()).hexdigest()[:60]
 

@@ -2,11 +2,12 @@
 
 Reads (status, list, quota, help) are answered here. Changes to an incident are not made here: each becomes an
 incident command queued in the incident's pool group (gpufarm.core.executor), and the queue consumer answers
-once it has run, so two actions on one incident never interleave (docs/design.md, rule 7). A new request's
-incident is created here (once per request_id), its policy decision queued the same way. Answers go to the
-command's response_url when there is one (slash commands, button clicks), else to the user by DM (modal
-submissions). The invoke is not retried (the template's EventInvokeConfig sets MaximumRetryAttempts 0), and a
-repeated invoke of a request finds its incident by request_id instead of creating another.
+once it has run, so two actions on one incident never interleave (docs/design.md, rule 7). A new request is
+refused here only when it can never fit; otherwise it becomes a create command in its pool's group (dedup id from
+the Slack request id), whose consumer finds the incident by request_id or creates it and decides it, so
+overlapping deliveries of one request make one incident. Answers go to the command's response_url when there is
+one (slash commands, button clicks), else to the user by DM (modal submissions). The invoke is not retried (the
+template's EventInvokeConfig sets MaximumRetryAttempts 0).
 """
 
 from __future__ import annotations
