@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import NamedTuple
+from functools import lru_cache, partial
+from typing import Any, NamedTuple, cast
 
 from gpufarm_node.attribution import DeviceOwner, Workload
 from gpufarm_node.catalog import CLOCK_EVENT_REASONS, IDLE_STATES
-from gpufarm_node.model import GpuSnapshot, MemoryInfo, NodeSnapshot, ProcessSample
+from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
 from gpufarm_node.tags import normalize_tag
 
 NO_IR = "none"
@@ -42,6 +42,13 @@ class Series(NamedTuple):
     metric: str
     value: float
     tags: tuple[str, ...]
+
+
+# Series((metric, value, tags)) without the Python-level __new__ a NamedTuple has: hundreds per cycle.
+_series = cast("Callable[[tuple[str, float, tuple[str, ...]]], Series]", partial(tuple.__new__, Series))
+# Tag tuples are built once per device, container or IR and reused every cycle; past this many keys (series
+# churn: containers, pids) the caches start over rather than grow.
+_TAG_CACHE = 8192
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ class _Device:
     activity: float | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class _IrTotals:
     devices: Counter[str] = field(default_factory=Counter)
     activity: list[float] = field(default_factory=list)
@@ -97,7 +104,7 @@ class _IrTotals:
     processes: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Cycle:
     """What one build() works with and accumulates."""
 
@@ -116,12 +123,17 @@ class _Cycle:
 
 
 class SeriesBuilder:
-    """Turns snapshots into series; keeps the little state rollups need across cycles (energy counters)."""
+    """Turns snapshots into series; keeps the little state rollups need across cycles (energy counters).
+
+    Every tag tuple is built the first time its device, container or IR is seen and reused on later cycles
+    (`_cached`): a cycle then costs a dictionary lookup per tag set and one tuple per series.
+    """
 
     def __init__(self, common_tags: Sequence[str], options: CollectOptions | None = None) -> None:
         self.common = tuple(common_tags)
         self.options = options or CollectOptions()
         self._energy: dict[str, float] = {}
+        self._tag_cache: dict[Any, Any] = {}
 
     def build(
         self,
@@ -132,6 +144,8 @@ class SeriesBuilder:
         stats: AgentStats | None = None,
     ) -> list[Series]:
         """Every series of one cycle."""
+        if len(self._tag_cache) > _TAG_CACHE:
+            self._tag_cache.clear()
         cycle = _Cycle(workloads, owners, host_ir)
         for gpu in snap.gpus:
             self._gpu(gpu, cycle)
@@ -139,10 +153,16 @@ class SeriesBuilder:
         self._node(snap, stats or AgentStats(), cycle.out)
         return cycle.out
 
+    def _cached(self, key: Any, make: Callable[[], Any]) -> Any:
+        found = self._tag_cache.get(key)
+        if found is None:
+            found = self._tag_cache[key] = make()
+        return found
+
     # -- devices -----------------------------------------------------------------------------------------------
 
-    def _gpu(self, gpu: GpuSnapshot, cycle: _Cycle) -> None:
-        out = cycle.out
+    def _gpu_tags(self, gpu: GpuSnapshot) -> tuple[tuple[str, ...], str, str]:
+        """(tags, lower-case uuid, model) of a physical GPU."""
         uuid = gpu.uuid.lower()
         model = gpu_model(gpu.name).lower()
         mode = "mig-parent" if gpu.mig_enabled else "none"
@@ -153,63 +173,91 @@ class SeriesBuilder:
             f"gpu_model:{model}",
             f"gpu_slicing_mode:{mode}",
         )
+        return tags, uuid, model
+
+    def _gpu(self, gpu: GpuSnapshot, cycle: _Cycle) -> None:
+        out = cycle.out
+        tags, uuid, model = self._cached(
+            ("gpu", gpu.uuid, gpu.index, gpu.name, gpu.mig_enabled), lambda: self._gpu_tags(gpu)
+        )
         if not gpu.healthy:
             owner = cycle.owners.get(gpu.uuid)
             ir = (owner.ir if owner else None) or cycle.host_ir or NO_IR
-            out.append(Series("gpufarm.gpu.unhealthy", 1.0, (*tags, *_ir_tags(ir))))
+            out.append(_series(("gpufarm.gpu.unhealthy", 1.0, self._with_ir(tags, ir))))
             cycle.totals(ir).devices["unhealthy"] += 1
             return
         if not gpu.mig_enabled:
             device = _Device(gpu.uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
             ir = self._device(device, cycle)
             # Whole GPUs carry their IR on parent values too (energy and power per IR); slices share theirs.
-            tags = (*tags, *_ir_tags(ir))
-            out.append(Series("gpufarm.gpu.unhealthy", 0.0, tags))
+            tags = self._with_ir(tags, ir)
+            out.append(_series(("gpufarm.gpu.unhealthy", 0.0, tags)))
         else:
-            out.append(Series("gpufarm.gpu.unhealthy", 0.0, tags))
+            out.append(_series(("gpufarm.gpu.unhealthy", 0.0, tags)))
             for mig in gpu.migs:
-                mig_tags = (
-                    *self.common,
-                    f"gpu_uuid:{mig.uuid.lower()}",
-                    f"gpu_index:{gpu.index}",
-                    f"gpu_model:{model}",
-                    "gpu_slicing_mode:mig",
-                    f"gpu_parent_uuid:{uuid}",
-                    f"mig_profile:{mig.profile}",
-                    f"gpu_instance_id:{mig.gpu_instance_id}",
+                mig_tags = self._cached(
+                    ("mig", mig.uuid, gpu.index, model, uuid, mig.profile, mig.gpu_instance_id),
+                    partial(self._mig_tags, gpu.index, model, uuid, mig),
                 )
                 activity = mig.activity.get("graphics") if mig.activity else None
                 device = _Device(mig.uuid, mig_tags, mig.memory, None, mig.processes, activity)
                 ir = self._device(device, cycle)
-                for name, value in (mig.activity or {}).items():
-                    out.append(Series(f"gpufarm.gpu.activity.{name}", value, (*mig_tags, *_ir_tags(ir))))
+                if mig.activity:
+                    ir_tags = self._with_ir(mig_tags, ir)
+                    for name, value in mig.activity.items():
+                        out.append(
+                            _series((_ACTIVITY_METRICS.get(name) or f"gpufarm.gpu.activity.{name}", value, ir_tags))
+                        )
         self._parent_values(gpu, tags, out)
+
+    def _mig_tags(self, index: int, model: str, parent_uuid: str, mig: MigSnapshot) -> tuple[str, ...]:
+        return (
+            *self.common,
+            f"gpu_uuid:{mig.uuid.lower()}",
+            f"gpu_index:{index}",
+            f"gpu_model:{model}",
+            "gpu_slicing_mode:mig",
+            f"gpu_parent_uuid:{parent_uuid}",
+            f"mig_profile:{mig.profile}",
+            f"gpu_instance_id:{mig.gpu_instance_id}",
+        )
+
+    def _with_ir(self, tags: tuple[str, ...], ir: str) -> tuple[str, ...]:
+        key = ("ir", tags, ir)
+        found: tuple[str, ...] | None = self._tag_cache.get(key)
+        if found is None:
+            found = self._tag_cache[key] = (*tags, *_ir_tags(ir))
+        return found
 
     def _device(self, device: _Device, cycle: _Cycle) -> str:
         """Emit one device's series and rollups; returns the IR it is attributed to."""
         out = cycle.out
+        append = out.append
         owner = cycle.owners.get(device.uuid)
-        ir = (owner.ir if owner else None) or _majority_ir(device.processes, cycle.workloads) or cycle.host_ir or NO_IR
-        tags = (*device.tags, *_ir_tags(ir))
+        processes = device.processes
+        ir = (owner.ir if owner else None) or _majority_ir(processes, cycle.workloads) or cycle.host_ir or NO_IR
+        tags = self._with_ir(device.tags, ir)
         memory = device.memory
         if memory is not None:
-            out.append(Series("gpufarm.gpu.memory.total", float(memory.total), tags))
-            out.append(Series("gpufarm.gpu.memory.used", float(memory.used), tags))
-            out.append(Series("gpufarm.gpu.memory.free", float(memory.free), tags))
+            append(_series(("gpufarm.gpu.memory.total", float(memory.total), tags)))
+            append(_series(("gpufarm.gpu.memory.used", float(memory.used), tags)))
+            append(_series(("gpufarm.gpu.memory.free", float(memory.free), tags)))
             if memory.reserved is not None:
-                out.append(Series("gpufarm.gpu.memory.reserved", float(memory.reserved), tags))
+                append(_series(("gpufarm.gpu.memory.reserved", float(memory.reserved), tags)))
         if device.utilization is not None:
-            out.append(Series("gpufarm.gpu.utilization", device.utilization, tags))
-        processes = device.processes
-        out.append(Series("gpufarm.gpu.processes", float(len(processes)), tags))
+            append(_series(("gpufarm.gpu.utilization", device.utilization, tags)))
+        append(_series(("gpufarm.gpu.processes", float(len(processes)), tags)))
         measured = device.utilization if device.utilization is not None else device.activity
-        if measured is None and processes and all(p.sm_util is not None for p in processes):
-            measured = min(100.0, sum(p.sm_util or 0.0 for p in processes))
+        if measured is None and processes:
+            sm = [p.sm_util for p in processes]
+            if None not in sm:
+                measured = min(100.0, sum(cast("list[float]", sm)))
         state = self._idle_state(processes, measured)
-        out.extend(
-            Series("gpufarm.gpu.idle_state", 1.0 if name == state else 0.0, (*tags, f"state:{name}"))
-            for name in IDLE_STATES
+        state_tags = self._cached(
+            ("state", tags), lambda: tuple((name, (*tags, f"state:{name}")) for name in IDLE_STATES)
         )
+        for name, stags in state_tags:
+            append(_series(("gpufarm.gpu.idle_state", 1.0 if name == state else 0.0, stags)))
         totals = cycle.totals(ir)
         totals.devices[state] += 1
         if measured is not None:
@@ -225,8 +273,9 @@ class SeriesBuilder:
             return "busy"
         if not processes:
             return "idle"
-        held = sum(opts.held_memory_bytes if p.used_memory is None else p.used_memory for p in processes)
-        if held < opts.held_memory_bytes:
+        floor = opts.held_memory_bytes
+        held = sum(floor if p.used_memory is None else p.used_memory for p in processes)
+        if held < floor:
             return "idle"
         return "busy" if activity is None else "idle_held"
 
@@ -234,40 +283,73 @@ class SeriesBuilder:
         out = cycle.out
         groups: dict[tuple[str, ...], list[ProcessSample]] = {}
         named: set[tuple[str | None, str | None, str | None]] = set()
-        device_tag = f"gpu_uuid:{device.uuid.lower()}"
+        want_named = owner is not None and bool(owner.pod)
+        device_tag = self._cached(("uuid", device.uuid), lambda: f"gpu_uuid:{device.uuid.lower()}")
+        workloads = cycle.workloads
+        per_process = self.options.per_process
+        cache = self._tag_cache
+        last_ir = ""
+        totals = None
         for proc in device.processes:
-            workload = cycle.workloads.get(proc.pid)
+            workload = workloads.get(proc.pid)
             ir = (workload.ir if workload else None) or device_ir
-            totals = cycle.totals(ir)
+            if ir != last_ir or totals is None:
+                totals, last_ir = cycle.totals(ir), ir
             totals.memory += proc.used_memory or 0
             totals.processes += 1
-            if self.options.per_process:
+            if per_process:
                 ptags = (*self.common, device_tag, f"pid:{proc.pid}", *_ir_tags(ir), *_container_tags(workload))
                 if proc.used_memory is not None:
-                    out.append(Series("gpufarm.process.memory.used", float(proc.used_memory), ptags))
+                    out.append(_series(("gpufarm.process.memory.used", float(proc.used_memory), ptags)))
                 if proc.sm_util is not None:
-                    out.append(Series("gpufarm.process.sm_utilization", proc.sm_util, ptags))
+                    out.append(_series(("gpufarm.process.sm_utilization", proc.sm_util, ptags)))
             if workload is None or workload.container_id is None:
                 continue
-            named.add((workload.namespace, workload.pod_name, workload.container_name))
-            key = (*self.common, device_tag, *_ir_tags(ir), *_container_tags(workload))
-            groups.setdefault(key, []).append(proc)
+            if want_named:
+                named.add((workload.namespace, workload.pod_name, workload.container_name))
+            # Keyed by the workload object itself: the attributor hands out the same one while the process
+            # lives, and the entry holds it, so its id cannot be reused by another while cached.
+            ckey = ("container", device_tag, ir, id(workload))
+            entry = cache.get(ckey)
+            if entry is None or entry[0] is not workload:
+                entry = cache[ckey] = (
+                    workload,
+                    (*self.common, device_tag, *_ir_tags(ir), *_container_tags(workload)),
+                )
+            members = groups.get(entry[1])
+            if members is None:
+                groups[entry[1]] = [proc]
+            else:
+                members.append(proc)
         for ctags, members in groups.items():
             self._container_values(ctags, members, out)
         if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
             # A container holds this device but runs nothing on it: zeros, the idle signal (docs/nvml.md §9).
-            otags = (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner))
+            otags = self._cached(
+                ("owner", device_tag, device_ir, owner),
+                lambda: (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner)),
+            )
             self._container_values(otags, [], out)
 
     @staticmethod
     def _container_values(tags: tuple[str, ...], members: list[ProcessSample], out: list[Series]) -> None:
-        out.append(Series("gpufarm.container.memory.used", float(sum(p.used_memory or 0 for p in members)), tags))
-        out.append(Series("gpufarm.container.processes", float(len(members)), tags))
-        if all(p.sm_util is not None for p in members):
-            out.append(Series("gpufarm.container.sm_utilization", sum(p.sm_util or 0.0 for p in members), tags))
+        memory = 0
+        sm = 0.0
+        measured = True
+        for p in members:
+            memory += p.used_memory or 0
+            if p.sm_util is None:
+                measured = False
+            else:
+                sm += p.sm_util
+        out.append(_series(("gpufarm.container.memory.used", float(memory), tags)))
+        out.append(_series(("gpufarm.container.processes", float(len(members)), tags)))
+        if measured:
+            out.append(_series(("gpufarm.container.sm_utilization", sm if members else 0, tags)))
 
     def _parent_values(self, gpu: GpuSnapshot, tags: tuple[str, ...], out: list[Series]) -> None:
         """Values only the physical GPU has (for a MIG GPU, shared by all its slices)."""
+        append = out.append
         for metric, value in (
             ("gpufarm.gpu.power.usage", gpu.power_w),
             ("gpufarm.gpu.power.limit", gpu.power_limit_w),
@@ -278,45 +360,50 @@ class SeriesBuilder:
             ("gpufarm.gpu.pcie.rx_throughput", gpu.pcie_rx_kib_s),
         ):
             if value is not None:
-                out.append(Series(metric, value, tags))
+                append(_series((metric, value, tags)))
         if gpu.energy_j is not None:
             previous = self._energy.get(gpu.uuid)
             self._energy[gpu.uuid] = gpu.energy_j
             # The counter restarts when the driver reloads; a drop is a restart, not negative energy.
             if previous is not None and gpu.energy_j >= previous:
-                out.append(Series("gpufarm.gpu.energy", gpu.energy_j - previous, tags))
+                append(_series(("gpufarm.gpu.energy", gpu.energy_j - previous, tags)))
         if gpu.clock_event_reasons is not None:
             bits = gpu.clock_event_reasons
-            out.extend(
-                Series("gpufarm.gpu.clock_event_reason", 1.0 if bits & bit else 0.0, (*tags, f"reason:{reason}"))
-                for bit, reason in CLOCK_EVENT_REASONS
+            reasons = self._cached(
+                ("reasons", tags),
+                lambda: tuple((bit, (*tags, f"reason:{reason}")) for bit, reason in CLOCK_EVENT_REASONS),
             )
+            for bit, rtags in reasons:
+                append(_series(("gpufarm.gpu.clock_event_reason", 1.0 if bits & bit else 0.0, rtags)))
         if gpu.ecc_uncorrected is not None:
-            out.append(Series("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags))
+            append(_series(("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags)))
         if gpu.remapped_rows is not None:
             correctable, uncorrectable, pending, failure = gpu.remapped_rows
-            out.append(Series("gpufarm.gpu.remapped_rows.correctable", float(correctable), tags))
-            out.append(Series("gpufarm.gpu.remapped_rows.uncorrectable", float(uncorrectable), tags))
-            out.append(Series("gpufarm.gpu.remapped_rows.pending", 1.0 if pending else 0.0, tags))
-            out.append(Series("gpufarm.gpu.remapped_rows.failure", 1.0 if failure else 0.0, tags))
-        for xid, count in sorted(Counter(gpu.xids).items()):
-            out.append(Series("gpufarm.gpu.xid_errors", float(count), (*tags, f"xid:{xid}")))
+            append(_series(("gpufarm.gpu.remapped_rows.correctable", float(correctable), tags)))
+            append(_series(("gpufarm.gpu.remapped_rows.uncorrectable", float(uncorrectable), tags)))
+            append(_series(("gpufarm.gpu.remapped_rows.pending", 1.0 if pending else 0.0, tags)))
+            append(_series(("gpufarm.gpu.remapped_rows.failure", 1.0 if failure else 0.0, tags)))
+        if gpu.xids:
+            for xid, count in sorted(Counter(gpu.xids).items()):
+                append(_series(("gpufarm.gpu.xid_errors", float(count), (*tags, f"xid:{xid}"))))
 
     # -- rollups --------------------------------------------------------------------------------------------
 
     def _ir_rollups(self, irs: dict[str, _IrTotals], out: list[Series]) -> None:
+        append = out.append
         for ir, totals in sorted(irs.items()):
-            tags = (*self.common, *_ir_tags(ir))
+            tags = self._with_ir(self.common, ir)
             devices = totals.devices
-            out.append(Series("gpufarm.ir.gpus", float(devices["busy"] + devices["idle"] + devices["idle_held"]), tags))
-            out.append(Series("gpufarm.ir.gpus_busy", float(devices["busy"]), tags))
-            out.append(Series("gpufarm.ir.gpus_idle", float(devices["idle"]), tags))
-            out.append(Series("gpufarm.ir.gpus_idle_held", float(devices["idle_held"]), tags))
-            out.append(Series("gpufarm.ir.gpus_unhealthy", float(devices["unhealthy"]), tags))
-            out.append(Series("gpufarm.ir.memory.used", float(totals.memory), tags))
-            out.append(Series("gpufarm.ir.processes", float(totals.processes), tags))
+            busy, idle, held = devices["busy"], devices["idle"], devices["idle_held"]
+            append(_series(("gpufarm.ir.gpus", float(busy + idle + held), tags)))
+            append(_series(("gpufarm.ir.gpus_busy", float(busy), tags)))
+            append(_series(("gpufarm.ir.gpus_idle", float(idle), tags)))
+            append(_series(("gpufarm.ir.gpus_idle_held", float(held), tags)))
+            append(_series(("gpufarm.ir.gpus_unhealthy", float(devices["unhealthy"]), tags)))
+            append(_series(("gpufarm.ir.memory.used", float(totals.memory), tags)))
+            append(_series(("gpufarm.ir.processes", float(totals.processes), tags)))
             if totals.activity:
-                out.append(Series("gpufarm.ir.utilization", sum(totals.activity) / len(totals.activity), tags))
+                append(_series(("gpufarm.ir.utilization", sum(totals.activity) / len(totals.activity), tags)))
 
     def _node(self, snap: NodeSnapshot, stats: AgentStats, out: list[Series]) -> None:
         common = self.common
@@ -329,6 +416,11 @@ class SeriesBuilder:
                 out.append(Series("gpufarm.node.points_dropped", float(count), (*common, f"drop_reason:{reason}")))
         if snap.events_dropped:
             out.append(Series("gpufarm.node.events_dropped", float(snap.events_dropped), common))
+
+
+_ACTIVITY_METRICS: dict[str, str] = {
+    name: f"gpufarm.gpu.activity.{name}" for name in ("graphics", "sm", "sm_occupancy", "dram")
+}
 
 
 @lru_cache(maxsize=4096)
