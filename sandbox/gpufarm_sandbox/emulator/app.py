@@ -6,7 +6,7 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -17,6 +17,7 @@ from werkzeug.wrappers import Request, Response
 from gpufarm_sandbox.emulator.clock import Clock
 from gpufarm_sandbox.emulator.counter import RequestCounter
 from gpufarm_sandbox.emulator.faults import FaultInjector, FaultSpec
+from gpufarm_sandbox.emulator.ratelimit import RateLimiter, RateLimitSpec
 from gpufarm_sandbox.emulator.web import (
     ApiError,
     Auth,
@@ -80,6 +81,7 @@ class Sandbox:
         self.clock = Clock()
         self.faults = FaultInjector()
         self.requests = RequestCounter()
+        self.ratelimits = RateLimiter()
         # One lock for all state: the sandbox favours being obviously right over being fast under contention.
         self.lock = threading.RLock()
         self.webhooks = WebhooksModule(self)
@@ -120,6 +122,9 @@ class Sandbox:
             Route("/_sandbox/faults", ("DELETE",), self._faults_delete, Auth.NONE),
             Route("/_sandbox/requests", ("GET",), self._requests_get, Auth.NONE),
             Route("/_sandbox/requests", ("DELETE",), self._requests_delete, Auth.NONE),
+            Route("/_sandbox/ratelimits", ("GET",), self._ratelimits_get, Auth.NONE),
+            Route("/_sandbox/ratelimits", ("POST",), self._ratelimits_post, Auth.NONE),
+            Route("/_sandbox/ratelimits", ("DELETE",), self._ratelimits_delete, Auth.NONE),
         ]
 
     def _build_map(self) -> None:
@@ -153,6 +158,20 @@ class Sandbox:
         denied = self._check_auth(route.auth, request)
         if denied is not None:
             return denied
+        # Every Datadog answer past authentication says where its rate limit stands (docs/datadog.md, "Rate limits").
+        limit = self.ratelimits.admit(path) if path.startswith("/api/") else None
+        if limit is None:
+            return self._serve(request, route, args, slack=slack, api=api)
+        if not limit.allowed:
+            return dd_error(429, "Too many requests", headers=limit.headers())
+        response = self._serve(request, route, args, slack=slack, api=api)
+        for name, value in limit.headers().items():
+            response.headers.setdefault(name, value)  # an injected 429 keeps its own
+        return response
+
+    def _serve(self, request: Request, route: Route, args: Mapping[str, Any], *, slack: bool, api: bool) -> Response:
+        """Injected faults, then the route's handler; errors in the API's dialect."""
+        path = request.path
         if api:
             delay = self.faults.latency_s(path)
             if delay:
@@ -224,6 +243,7 @@ class Sandbox:
         self.faults.clear()
         self.clock.reset()
         self.requests.clear()
+        self.ratelimits.clear()
 
     def _health(self, request: Request) -> Response:
         return json_response({"ok": True})
@@ -267,6 +287,22 @@ class Sandbox:
     def _requests_delete(self, request: Request) -> Response:
         self.requests.clear()
         return json_response(self.requests.dump())
+
+    def _ratelimits_get(self, request: Request) -> Response:
+        return json_response(self.ratelimits.dump())
+
+    def _ratelimits_post(self, request: Request) -> Response:
+        try:
+            self.ratelimits.configure(RateLimitSpec.model_validate(json_body(request)))
+        except ValueError as exc:
+            if isinstance(exc, ValidationError):
+                raise
+            raise ApiError(400, str(exc)) from None
+        return json_response(self.ratelimits.dump())
+
+    def _ratelimits_delete(self, request: Request) -> Response:
+        self.ratelimits.clear()
+        return json_response(self.ratelimits.dump())
 
 
 def _known(secret: str, allowed: frozenset[str]) -> bool:

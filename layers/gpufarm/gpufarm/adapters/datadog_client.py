@@ -5,15 +5,24 @@ setup-time administration `gpufarm datadog apply` uses) build their clients here
 timeouts and retry policy, and both turn client and transport exceptions into the same gpufarm errors.
 Only the API modules used are imported: never the aggregate `datadog_api_client.v2.models` package, which costs
 ~1.3 s and 93 MB (docs/datadog.md, "Import cost").
+
+Rate limits (docs/datadog.md, "Rate limits"): a 429 is waited out until its `X-RateLimit-Reset`, within bounds
+(`RATE_LIMIT_WAIT_S` per wait, `RATE_LIMIT_RETRIES` waits per call; beyond them the call fails at once with an
+UpstreamError that says so), and a budget seen spent (`X-RateLimit-Remaining: 0`) holds the next call to that
+limit until it resets, instead of spending a request on a certain 429.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
+import random
+import threading
+import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -22,6 +31,7 @@ from typing import Any
 import urllib3
 from datadog_api_client import ApiClient, Configuration
 from datadog_api_client.exceptions import ApiException, OpenApiException
+from datadog_api_client.rest import RETRY_AFTER_STATUS_CODES, RESTClientObject
 
 from gpufarm.config import Settings
 from gpufarm.core.errors import Conflict, GpufarmError, NotFound, UpstreamError, ValidationFailed
@@ -50,6 +60,14 @@ UNSTABLE_OPERATIONS = (
 _REJECTED_STATUSES = frozenset({408, 429})
 _ERROR_TEXT_LIMIT = 300
 
+# The longest single wait for a rate limit to reset, and how many 429s one call waits out. Datadog's periods are
+# mostly 10 s or 60 s: a 10 s window is waited for; a reset a minute away fails the call at once (the queue or the
+# caller retries it later) rather than holding a function for most of its timeout.
+RATE_LIMIT_WAIT_S = 10.0
+RATE_LIMIT_RETRIES = 4
+# Up to this share is added to each wait, so the containers that drew a 429 together do not return together.
+_RATE_LIMIT_JITTER = 0.1
+
 
 def require_api_key(settings: Settings) -> None:
     """Refuse to build a client without an API key (every Datadog call needs one)."""
@@ -69,12 +87,24 @@ def quiet_unstable_warnings() -> None:
     )
 
 
-def api_client(settings: Settings, *, retry: bool, raw: bool = False) -> ApiClient:
+def api_client(
+    settings: Settings,
+    *,
+    retry: bool,
+    raw: bool = False,
+    gate: RateLimitGate | None = None,
+    rate_limit_wait_s: float = RATE_LIMIT_WAIT_S,
+    rate_limit_retries: int = RATE_LIMIT_RETRIES,
+) -> ApiClient:
     """A client for the Datadog of `settings`: its keys, timeouts and (when `retry`) bounded retries.
 
     raw: operations answer the transport's response unread instead of the client's models, for bulk reads
     decoded by `read_json` (docs/datadog.md, "Decoding bulk reads"). Requests are still built, authenticated,
     type-checked and retried by the client.
+    retry: 5xx, 408 and transport failures are retried (`settings.max_retries` times, on every method). Without
+    it, as for creates, only what cannot have been applied is sent again: a 429, and a connection that failed
+    before the request went out. Either way a 429 is waited out within the rate-limit bounds.
+    gate: shared by a gateway's clients, so a budget one of them saw spent holds the others too.
     """
     require_api_key(settings)
     quiet_unstable_warnings()
@@ -88,13 +118,202 @@ def api_client(settings: Settings, *, retry: bool, raw: bool = False) -> ApiClie
         retry_backoff_factor=2,  # the client refuses factors below 2
     )
     cfg.preload_content = not raw
+    statuses = retry and settings.max_retries > 0
+    cfg.retry_policy = DatadogRetry(
+        # Without `retry`: urllib3's own default (3 connection retries, none for a POST once it was sent).
+        total=settings.max_retries if statuses else 3,
+        backoff_factor=2,
+        allowed_methods=None if statuses else urllib3.util.Retry.DEFAULT_ALLOWED_METHODS,
+        status_forcelist=None,
+        retry_statuses=statuses,
+        rate_limit_wait_s=rate_limit_wait_s,
+        rate_limit_retries=rate_limit_retries,
+        raise_on_status=False,
+    )
     assert settings.datadog_api_key is not None
     cfg.api_key["apiKeyAuth"] = settings.datadog_api_key.get_secret_value()
     if settings.datadog_app_key is not None:
         cfg.api_key["appKeyAuth"] = settings.datadog_app_key.get_secret_value()
     for operation in UNSTABLE_OPERATIONS:
         cfg.unstable_operations[operation] = True
-    return ApiClient(cfg)
+    return GatedApiClient(cfg, gate or RateLimitGate(max_wait_s=rate_limit_wait_s))
+
+
+# -- rate limits ---------------------------------------------------------------------------------------------
+
+
+def reset_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """`X-RateLimit-Reset` (seconds until the budget resets) when present and sane, else None."""
+    raw = (headers or {}).get("X-RateLimit-Reset")
+    if raw is None:
+        return None
+    try:
+        value = float(str(raw).strip()[:12])
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _limit_name(headers: Mapping[str, str] | None) -> str:
+    return str((headers or {}).get("X-RateLimit-Name") or "unnamed")[:60]
+
+
+class RateLimited(urllib3.exceptions.ResponseError):
+    """A 429 gpufarm does not wait out (its reset is beyond the bound, or too many came in a row)."""
+
+
+class DatadogRetry(urllib3.util.Retry):
+    """urllib3's retry policy with Datadog's rate limits: a 429 waits for `X-RateLimit-Reset`, within bounds.
+
+    A 429 never counts against the 5xx retries (it is not a failure of the request, and nothing was applied), and
+    other statuses back off exponentially without reading `X-RateLimit-Reset`: Datadog sends it on every answer,
+    and a 500 is no reason to wait for a rate-limit window (the client's own policy waits it out on any status).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        retry_statuses: bool = True,
+        rate_limit_wait_s: float = RATE_LIMIT_WAIT_S,
+        rate_limit_retries: int = RATE_LIMIT_RETRIES,
+        sleeper: Callable[[float], None] = time.sleep,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.retry_statuses = retry_statuses
+        self.rate_limit_wait_s = rate_limit_wait_s
+        self.rate_limit_retries = rate_limit_retries
+        self.sleeper = sleeper
+
+    def new(self, **kw: Any) -> DatadogRetry:
+        """A copy with some counters changed (urllib3 makes one per attempt)."""
+        for name in ("retry_statuses", "rate_limit_wait_s", "rate_limit_retries", "sleeper"):
+            kw.setdefault(name, getattr(self, name))
+        return super().new(**kw)
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        """A 429 on any method (`increment` decides whether to wait); other statuses only with `retry_statuses`."""
+        if status_code == 429:
+            return True
+        if not self.retry_statuses or not self._is_method_retryable(method):
+            return False
+        return bool(self.total) and status_code in RETRY_AFTER_STATUS_CODES
+
+    def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> DatadogRetry:
+        """The policy for the next attempt; a 429 spends a rate-limit retry, or ends the call when it cannot wait."""
+        response = kwargs.get("response")
+        if response is None or response.status != 429:
+            return super().increment(method, url, *args, **kwargs)
+        wait = reset_seconds(response.headers)
+        if self.rate_limit_retries <= 0 or wait is None or wait > self.rate_limit_wait_s:
+            why = (
+                "no X-RateLimit-Reset"
+                if wait is None
+                else f"resets in {wait:g} s, beyond the {self.rate_limit_wait_s:g} s gpufarm waits"
+                if wait > self.rate_limit_wait_s
+                else f"still limited after {self.rate_limit_retries} waits"
+            )
+            # urllib3 then hands back the 429 itself (raise_on_status=False): the client raises it as an ApiException.
+            raise urllib3.exceptions.MaxRetryError(kwargs.get("_pool"), url or "", RateLimited(why))  # type: ignore[arg-type]
+        history = (*self.history, urllib3.util.retry.RequestHistory(method, url, None, 429, None))
+        return self.new(rate_limit_retries=self.rate_limit_retries - 1, history=history)
+
+    def sleep(self, response: Any = None) -> None:
+        """Wait before the next attempt: a 429 until its reset (plus a little jitter), anything else backs off."""
+        if response is not None and response.status == 429:
+            wait = reset_seconds(response.headers) or 0.0
+            self.sleeper(min(self.rate_limit_wait_s, wait) * (1 + random.uniform(0, _RATE_LIMIT_JITTER)))  # noqa: S311 - jitter, not crypto
+            return
+        backoff = self.get_backoff_time()
+        if backoff > 0:
+            self.sleeper(backoff)
+
+
+class RateLimitGate:
+    """Holds calls to a rate limit whose budget was seen spent until it resets (proactive, bounded slow-down).
+
+    Datadog names each limit in `X-RateLimit-Name`; the gate learns which paths fall under which name from the
+    answers (by the path's first three segments: `/api/v2/incidents`, `/api/v1/tags`...), so two endpoints of one
+    limit hold each other. It never refuses a call: it waits only for a reset within `max_wait_s`; past that the call
+    goes out, and its 429 is the retry policy's to handle.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_wait_s: float = RATE_LIMIT_WAIT_S,
+        sleeper: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_wait_s = max_wait_s
+        self._sleeper = sleeper
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._names: dict[str, str] = {}
+        self._until: dict[str, float] = {}
+        self.waited_s = 0.0  # total time calls were held, for benchmarks and tests
+
+    def hold(self, url: str) -> None:
+        """Wait, within the bound, while the limit `url` falls under is spent."""
+        with self._lock:
+            name = self._names.get(_limit_key(url))
+            until = self._until.get(name) if name is not None else None
+        if until is None:
+            return
+        delay = until - self._clock()
+        # A reset beyond the bound is not waited for here either: the call goes out, and its 429 fails it at once.
+        if 0 < delay <= self.max_wait_s:
+            self._sleeper(delay)
+            with self._lock:
+                self.waited_s += delay
+
+    def observe(self, url: str, headers: Mapping[str, str] | None) -> None:
+        """Learn from an answer's rate-limit headers (any status)."""
+        if not headers or headers.get("X-RateLimit-Remaining") is None:
+            return
+        name = _limit_name(headers)
+        remaining = str(headers.get("X-RateLimit-Remaining")).strip()
+        reset = reset_seconds(headers)
+        with self._lock:
+            self._names[_limit_key(url)] = name
+            if remaining == "0" and reset is not None:
+                self._until[name] = self._clock() + reset
+            else:
+                self._until.pop(name, None)
+
+
+def _limit_key(url: str) -> str:
+    path = urllib3.util.parse_url(url).path or "/"
+    return "/".join(path.split("/")[:4])
+
+
+class _GatedRest(RESTClientObject):
+    """The client's transport, with every call passed through a RateLimitGate."""
+
+    def __init__(self, configuration: Any, gate: RateLimitGate) -> None:
+        super().__init__(configuration)  # type: ignore[no-untyped-call]
+        self.gate = gate
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        self.gate.hold(url)
+        try:
+            response = super().request(method, url, *args, **kwargs)  # type: ignore[no-untyped-call]
+        except ApiException as exc:
+            self.gate.observe(url, exc.headers)
+            raise
+        self.gate.observe(url, response.headers)
+        return response
+
+
+class GatedApiClient(ApiClient):
+    """datadog-api-client's ApiClient whose transport consults a RateLimitGate."""
+
+    def __init__(self, configuration: Any, gate: RateLimitGate) -> None:
+        self.gate = gate
+        super().__init__(configuration)
+
+    def _build_rest_client(self) -> Any:
+        return _GatedRest(self.configuration, self.gate)
 
 
 def build(module: str, name: str, *args: Any) -> Any:
@@ -204,6 +423,10 @@ def _api_outcome(exc: ApiException) -> Outcome:
         message = f"HTTP {status}: {message}"
     if status is None or status == 0:
         return Outcome(None, short(message), transient=True, not_applied=False)
+    if status == 429:
+        wait = reset_seconds(exc.headers)
+        when = f"resets in {wait:g} s" if wait is not None else "no reset given"
+        message = f"{message} (rate limit {_limit_name(exc.headers)}: {when})"
     transient = status in _REJECTED_STATUSES or status >= 500
     return Outcome(status, short(message), transient=transient, not_applied=status in _REJECTED_STATUSES)
 
