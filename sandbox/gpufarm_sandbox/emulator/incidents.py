@@ -93,6 +93,10 @@ class StoredIncident:
 # -- the module -------------------------------------------------------------------------------------------
 
 
+# Facets that are the incident's own attributes rather than a field.
+_SPECIAL_FACETS = frozenset({"public_id", "id", "customer_impacted", "is_test", "incident_type", "commander", SLUG})
+
+
 class IncidentsModule(BaseModule):
     """Incidents API of the sandbox: incidents, search, types, custom fields and notification rules."""
 
@@ -412,29 +416,32 @@ class IncidentsModule(BaseModule):
         return facet in builtin or self.config.is_field_name(facet)
 
     def _facet_reader(self, incident: StoredIncident) -> Callable[[str | None], list[str]]:
+        # Called for every incident and every term of every search: only the facet asked for is computed.
         def values_of(facet: str | None) -> list[str]:
             if facet is None or facet == "title":
                 return [incident.title]
-            special: dict[str, list[str]] = {
-                "public_id": [str(incident.public_id)],
-                "id": [incident.id],
-                "customer_impacted": [str(incident.customer_impacted).lower()],
-                "is_test": [str(incident.is_test).lower()],
-                # By id or by name: `incident_type:<uuid>` or `incident_type:"GPU allocation"`.
-                "incident_type": list(
-                    dict.fromkeys([incident.incident_type_id, self.config.type_name(incident.incident_type_id)])
-                ),
-                "commander": [incident.commander_id] if incident.commander_id else [],
-                SLUG: [incident.slug],
-            }
-            if facet in special:
-                return special[facet]
+            if facet in _SPECIAL_FACETS:
+                return self._special_values(incident, facet)
             value = incident.fields.get(facet)
             if value is None:
                 return []
             return list(value) if isinstance(value, list) else [value]
 
         return values_of
+
+    def _special_values(self, incident: StoredIncident, facet: str) -> list[str]:
+        if facet == "public_id":
+            return [str(incident.public_id)]
+        if facet == "id":
+            return [incident.id]
+        if facet in ("customer_impacted", "is_test"):
+            return [str(getattr(incident, facet)).lower()]
+        if facet == "incident_type":
+            # By id or by name: `incident_type:<uuid>` or `incident_type:"GPU allocation"`.
+            return list(dict.fromkeys([incident.incident_type_id, self.config.type_name(incident.incident_type_id)]))
+        if facet == "commander":
+            return [incident.commander_id] if incident.commander_id else []
+        return [incident.slug]
 
     def _search_answer(self, found: list[StoredIncident], page: list[StoredIncident], offset: int) -> dict[str, Any]:
         return {

@@ -28,22 +28,23 @@ from dataclasses import dataclass, field
 from gpufarm.core.errors import NotFound
 from gpufarm.core.inventory import ENVIRONMENT_KEY, IR_KEY, MANAGED_TAG, GpuHost, normalize_tag
 from gpufarm.core.ir import format_ir, ir_tag_value
-from gpufarm.core.lifecycle import State
+from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.model import Allocation, IncidentRecord
 from gpufarm.core.ports import HostInfo, HostTags, IncidentStore
 
 LIVE_QUERY = "state:(active OR stable)"
 USER_SOURCE = "user"
-# (environment, team); None means "any".
-Scope = tuple[str | None, str | None]
-ALL: Scope = (None, None)
+# (environment, team, phases); None means "any".
+Scope = tuple[str | None, str | None, frozenset[Phase] | None]
 
 
-def live_query(environment: str | None = None, team: str | None = None) -> str:
-    """The live-incident search narrowed by the environment and team fields (each quoted as a search value)."""
+def live_query(environment: str | None = None, team: str | None = None, phases: Iterable[Phase] | None = None) -> str:
+    """The live-incident search narrowed by the environment, team and phase fields (values quoted)."""
     terms = [LIVE_QUERY]
     terms += [f"environment:{json.dumps(environment)}"] if environment is not None else []
     terms += [f"team:{json.dumps(team)}"] if team is not None else []
+    if phases is not None:
+        terms.append("phase:(" + " OR ".join(json.dumps(p.value) for p in sorted(phases)) + ")")
     return " AND ".join(terms)
 
 
@@ -56,12 +57,21 @@ def host_filter(environment: str | None = None, ir: int | None = None) -> str:
 
 
 def _in_scope(alloc: Allocation, scope: Scope) -> bool:
-    environment, team = scope
-    return (environment is None or alloc.environment == environment) and (team is None or alloc.team == team)
+    environment, team, phases = scope
+    return (
+        (environment is None or alloc.environment == environment)
+        and (team is None or alloc.team == team)
+        and (phases is None or alloc.phase in phases)
+    )
 
 
 def _covers(wide: Scope, narrow: Scope) -> bool:
-    return all(w is None or w == n for w, n in zip(wide, narrow, strict=True))
+    (w_env, w_team, w_phases), (n_env, n_team, n_phases) = wide, narrow
+    return (
+        (w_env is None or w_env == n_env)
+        and (w_team is None or w_team == n_team)
+        and (w_phases is None or (n_phases is not None and n_phases <= w_phases))
+    )
 
 
 @dataclass
@@ -88,9 +98,14 @@ class Reads:
 
     # -- incidents --------------------------------------------------------------------------------------------
 
-    def live(self, environment: str | None = None, team: str | None = None) -> list[Allocation]:
-        """Live allocations in a scope (a pool, a team in a pool, or all), in IR order; one search per scope."""
-        scope: Scope = (environment, team)
+    def live(
+        self, environment: str | None = None, team: str | None = None, phases: Iterable[Phase] | None = None
+    ) -> list[Allocation]:
+        """Live allocations in a scope (a pool, a team in a pool, some phases, or all), in IR order.
+
+        One search per scope; a scope inside one already read is answered from it.
+        """
+        scope: Scope = (environment, team, frozenset(phases) if phases is not None else None)
         known = self._live.get(scope)
         if known is None:
             wider = next((s for s in self._live if _covers(s, scope)), None)
@@ -98,7 +113,8 @@ class Reads:
                 known = {ir: a for ir, a in self._live[wider].items() if _in_scope(a, scope)}
             else:
                 self.counts.searches += 1
-                found = (Allocation.from_record(r) for r in self.incidents.search(live_query(environment, team)))
+                query = live_query(*scope)
+                found = (Allocation.from_record(r) for r in self.incidents.search(query))
                 known = {a.ir: a for a in found if a.state is not State.RESOLVED and _in_scope(a, scope)}
                 self._by_ir.update(known)
             self._live[scope] = known
@@ -142,6 +158,25 @@ class Reads:
             # Everything is listed already: the pool is a part of it.
             return [h for h in self._hosts(host_filter()) if h.environment == environment]
         return [h for h in self._hosts(host_filter(environment)) if environment is None or h.environment == environment]
+
+    def capacity(self, environment: str, gpu_model: str, need: int) -> int:
+        """GPUs of a pool's model: exact, or (listing no further than needed) at least `need` once it is reached.
+
+        A decision only asks whether a request could ever fit; only a refusal quotes the pool's size, and a
+        refusal has read the whole pool.
+        """
+        model = gpu_model.upper()
+        if host_filter(environment) in self._listed or host_filter() in self._listed:
+            return sum(h.gpu_count for h in self.inventory(environment) if h.gpu_model == model)
+        self.counts.host_lists += 1
+        total = 0
+        for info in self.hosts.list_hosts(host_filter(environment)):
+            host = GpuHost.from_tags(info.name, info.tags)
+            if host is not None and host.environment == environment and host.gpu_model == model:
+                total += host.gpu_count
+                if total >= need:
+                    break
+        return total
 
     def tagged_with(self, ir: int, environment: str | None = None) -> list[GpuHost]:
         """Managed hosts carrying one IR's tag: from a listing already read, else the host list filtered by it."""

@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 HOLDING_PHASES = frozenset({Phase.ALLOCATED, Phase.IDLE_WARNED})
 # A pool holding more hosts than this is repaired in shards of about this many, one queue message each, so one
 # repair invocation stays far inside its timeout and memory whatever the pool's size (benchmarks/scale.py).
-SHARD_HOSTS = 2000
+SHARD_HOSTS = 10_000
 MAX_SHARDS = 64
 SYNC_BUCKET_S = 300
 
@@ -200,7 +200,7 @@ def publish_gauges(svc: GpuFarm) -> int:
                 tags = metric_tags(team=team, environment=env, gpu_model=model)
                 gauge("gpufarm.quota.entitled", q.gpus, tags)
                 gauge("gpufarm.quota.allocated", held.get((team, env, model), 0), tags)
-    for (env, model), (free, total) in sorted(svc._inventory_summary(live).items()):
+    for (env, model), (free, total) in sorted(svc._inventory_summary().items()):
         tags = metric_tags(environment=env, gpu_model=model)
         gauge("gpufarm.inventory.gpus.total", total, tags)
         gauge("gpufarm.inventory.gpus.free", free, tags)

@@ -48,7 +48,7 @@ from gpufarm.core.policy import (
     team_usage,
 )
 from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, MetricsSink, WorkQueue
-from gpufarm.core.reads import LIVE_QUERY, Reads
+from gpufarm.core.reads import LIVE_QUERY, Reads, live_query
 from gpufarm.core.reconcile import (
     HOLDING_PHASES,
     Repair,
@@ -200,7 +200,7 @@ class GpuFarm:
         # The team's grants in this pool and the pool's hosts: nothing else decides a request.
         live = [a for a in self._live(env, ask.team) if a.ir != alloc.ir]
         used = team_usage(live, ask.team, env, model)
-        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(env), env, model))
+        capacity = self._reads().capacity(env, model, ask.gpu_count)
         decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
         if decision.verdict is Verdict.REFUSE:
             self._write(alloc, Phase.REJECTED, {})
@@ -221,12 +221,15 @@ class GpuFarm:
     def _decide(self, request: GpuRequest) -> Decision:
         env = request.environment
         used = team_usage(self._live(env, request.team), request.team, env, request.gpu_model)
-        capacity = sum(h.gpu_count for h in pool_hosts(self._inventory(env), env, request.gpu_model))
+        capacity = self._reads().capacity(env, request.gpu_model, request.gpu_count)
         return decide(request, self.farm, team_used=used, pool_capacity=capacity)
 
     def _first_for(self, request_id: str, created: IncidentRecord) -> IncidentRecord:
         """The oldest live incident carrying this request_id (ours when the search does not show it yet)."""
-        same = [r for r in self.incidents.search(LIVE_QUERY) if r.fields.get(f.REQUEST_ID) == request_id]
+        # Twins of one request share its pool and team: the search is narrowed to them (gpufarm.core.reads).
+        mine = Allocation.from_record(created)
+        query = live_query(mine.environment, mine.team)
+        same = [r for r in self.incidents.search(query) if r.fields.get(f.REQUEST_ID) == request_id]
         if all(r.id != created.id for r in same):
             same.append(created)
         return min(same, key=lambda r: r.public_id)
@@ -344,7 +347,7 @@ class GpuFarm:
             for env, models in sorted(spec.quotas.items())
             for model, q in sorted(models.items())
         ]
-        return views.quota_message(rows, self._inventory_summary(live))
+        return views.quota_message(rows, self._inventory_summary())
 
     # ==== Incident-driven steps (incident_webhook's queue consumer) ======================================
 
@@ -372,12 +375,7 @@ class GpuFarm:
             # Config changed under a live request: nothing can ever be placed; say so rather than loop.
             log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, env_name)
             return self._go_waiting(alloc)
-        live = self._live(env_name)
-        older = [
-            a
-            for a in live
-            if a.phase is Phase.WAITING and a.environment == env_name and a.gpu_model == model and a.ir < alloc.ir
-        ]
+        older = [a for a in self._live(env_name, phases={Phase.WAITING}) if a.gpu_model == model and a.ir < alloc.ir]
         if older:
             # First come, first served per model: a newer request does not overtake a waiting one.
             return self._go_waiting(alloc)
@@ -385,16 +383,15 @@ class GpuFarm:
         excluded: set[str] = set()
         for _ in range(MAX_REPLANS):
             hosts = [h for h in pool_hosts(self._inventory(env_name), env_name, model) if h.name not in excluded]
-            used = self._units_used(env.kind, hosts, live, exclude_ir=alloc.ir)
+            used = self._units_used(env_name, env.kind, hosts, exclude_ir=alloc.ir)
             free = free_capacity(env.kind, hosts, used, holder_ir=me)
             already = frozenset(h.name for h in hosts if me in h.irs)
             plan = place(env.kind, free, alloc.gpu_count, prefer=already)
             taken = self._tag_hosts(alloc, plan, dedicated=env.kind is PoolKind.DEDICATED) if plan else set()
             if not taken:
-                others = {a.ir: a for a in live if a.ir != alloc.ir}
                 for stray in sorted(already - set(plan or ())):
                     # Left by an earlier attempt that chose differently: this IR does not hold it.
-                    self._untag_host(stray, alloc, others)
+                    self._untag_host(stray, alloc)
                 return self._allocated(alloc, plan) if plan else self._go_waiting(alloc)
             excluded |= taken
         raise UpstreamError(f"{alloc.ir_label}: hosts kept being taken while allocating; retrying later")
@@ -408,11 +405,10 @@ class GpuFarm:
             return Outcome(alloc.ir, f"nothing to do (still {alloc.state.value})")
         check_transition(alloc.phase, Phase.RECLAIMING)
         me = ir_tag_value(alloc.ir)
-        live = {a.ir: a for a in self._live(alloc.environment) if a.ir != alloc.ir}
         tagged = {h.name for h in self._reads().tagged_with(alloc.ir, alloc.environment) if me in h.irs}
         hosts = sorted(set(alloc.hosts) | tagged)
         for host in hosts:
-            self._untag_host(host, alloc, live)
+            self._untag_host(host, alloc)
         reason = alloc.reclaim_reason or ReclaimReason.RESOLVED_IN_DATADOG
         check_transition(Phase.RECLAIMING, Phase.RECLAIMED)
         updated = self._write(
@@ -427,7 +423,7 @@ class GpuFarm:
     def allocate_waiting(self, environment: str) -> list[Outcome]:
         """After capacity frees: allocate approved/waiting incidents of a pool, oldest first per model."""
         queue = sorted(
-            (a for a in self._live(environment) if a.phase in (Phase.APPROVED, Phase.WAITING)),
+            self._live(environment, phases={Phase.APPROVED, Phase.WAITING}),
             key=lambda a: a.ir,
         )
         outcomes: list[Outcome] = []
@@ -508,31 +504,35 @@ class GpuFarm:
     def _get(self, ir: int) -> Allocation:
         return self._reads().get(ir)
 
-    def _live(self, environment: str | None = None, team: str | None = None) -> list[Allocation]:
-        """Live allocations of a pool, a team in a pool, or all, as this invocation reads them."""
-        return self._reads().live(environment, team)
+    def _live(
+        self, environment: str | None = None, team: str | None = None, phases: Iterable[Phase] | None = None
+    ) -> list[Allocation]:
+        """Live allocations of a pool, a team in a pool, some phases, or all, as this invocation reads them."""
+        return self._reads().live(environment, team, phases)
 
     def _inventory(self, environment: str | None = None) -> list[GpuHost]:
         """Managed hosts of a pool, or all, as this invocation lists them."""
         return self._reads().inventory(environment)
 
-    def _inventory_summary(self, live: Sequence[Allocation]) -> dict[tuple[str, str], tuple[int, int]]:
+    def _inventory_summary(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Free and total GPUs per pool and model (the whole inventory, and the live incidents of shared pools)."""
         inventory = self._inventory()
         out: dict[tuple[str, str], tuple[int, int]] = {}
         for env_name, env in sorted(self.farm.environments.items()):
             for model in env.gpu_models:
                 hosts = pool_hosts(inventory, env_name, model)
-                used = self._units_used(env.kind, hosts, live)
+                used = self._units_used(env_name, env.kind, hosts)
                 free = sum(c.free for c in free_capacity(env.kind, hosts, used))
                 out[(env_name, model)] = (free, sum(h.gpu_count for h in hosts))
         return out
 
     def _units_used(
-        self, kind: PoolKind, hosts: Sequence[GpuHost], live: Iterable[Allocation], exclude_ir: int | None = None
+        self, environment: str, kind: PoolKind, hosts: Sequence[GpuHost], exclude_ir: int | None = None
     ) -> dict[str, int]:
         if kind is PoolKind.DEDICATED:
-            return {}
-        holders = [a for a in live if a.ir != exclude_ir and a.phase in HOLDING_PHASES | {Phase.APPROVED}]
+            return {}  # a dedicated host's ir: tags say all: no incident needs reading
+        live = self._live(environment, phases=HOLDING_PHASES | {Phase.APPROVED})
+        holders = [a for a in live if a.ir != exclude_ir]
         used = shared_usage(holders)
         known = {ir_tag_value(a.ir) for a in holders}
         for host in hosts:
@@ -564,26 +564,35 @@ class GpuFarm:
         if dedicated:
             # Verify after write: the tag API has no compare-and-set, so a writer outside this pool's queue
             # could have raced us. Whoever finds a second ir: tag backs off; a lost tag means try again later.
-            others = {a.ir: a for a in self._live(alloc.environment) if a.ir != alloc.ir}
             for host in fresh:
                 after = self._user_tags(host) or []
                 if alloc.ir_tag not in after:
                     raise UpstreamError(f"{alloc.ir_label}: the tags of {host} changed while allocating; retrying")
                 if any(v != me for v in tag_values(after, IR_KEY)):
-                    self._untag_host(host, alloc, others)
+                    self._untag_host(host, alloc)
                     taken.add(host)
         return taken
 
-    def _untag_host(self, host: str, alloc: Allocation, others: dict[int, Allocation]) -> None:
+    def _untag_host(self, host: str, alloc: Allocation) -> None:
+        """Remove this IR's tags from a host, keeping what another live holder of the host put there."""
         listed = self._reads().listed_user_tags(host)
-        if listed is not None and _untagged(listed, alloc, others) == listed:
+        if listed is not None and self._untagged(listed, alloc) == listed:
             return  # the host list shows nothing of this IR's to remove: no read, no write
         current = self._user_tags(host)  # re-read: this host is about to be written
         if current is None:
             return
-        new = _untagged(current, alloc, others)
+        new = self._untagged(current, alloc)
         if new != current:
             self._put_tags(host, new)
+
+    def _untagged(self, current: list[str], alloc: Allocation) -> list[str]:
+        """A host's `user` tags without this IR's: its ir: tag, and project:/team: unless another holder has them."""
+        remaining = [n for n in ir_numbers(tag_values(current, IR_KEY)) if n != alloc.ir]
+        # The pool's live incidents are read only when the host has another holder (a shared host).
+        others = {a.ir: a for a in self._live(alloc.environment)} if remaining else {}
+        keep = allocation_tags([others[n] for n in remaining if n in others])
+        mine = allocation_tags([alloc])
+        return [t for t in current if t != alloc.ir_tag and (t not in mine or t in keep)]
 
     def _user_tags(self, host: str) -> list[str] | None:
         """A host's `user` tags read now (the re-check before a write); None when Datadog does not know it."""
@@ -715,14 +724,6 @@ def _reason_text(reason: ReclaimReason) -> str:
         ReclaimReason.RESOLVED_IN_DATADOG: "its incident was resolved in Datadog",
         ReclaimReason.CANCELLED: "the request was cancelled",
     }[reason]
-
-
-def _untagged(current: list[str], alloc: Allocation, others: dict[int, Allocation]) -> list[str]:
-    """A host's `user` tags without this IR's: its ir: tag, and its project:/team: unless another holder has them."""
-    remaining = [n for n in ir_numbers(tag_values(current, IR_KEY)) if n != alloc.ir]
-    keep = allocation_tags([others[n] for n in remaining if n in others])
-    mine = allocation_tags([alloc])
-    return [t for t in current if t != alloc.ir_tag and (t not in mine or t in keep)]
 
 
 def _tag_of(ir: int | None) -> str | None:
