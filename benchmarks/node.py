@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 CYCLE_S = 15.0
@@ -119,7 +120,7 @@ class TimedNvml:
 
 def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
     """Run the agent; returns CPU per cycle (excluding the fake) and peak RSS."""
-    from gpufarm_node.agent import Agent
+    from gpufarm_node.agent import Agent, settle_process
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
     from gpufarm_node.datadog import DatadogTarget, api_client
     from gpufarm_node.fake_nvml import FakeHost, FakeNvml
@@ -147,6 +148,7 @@ def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
             flush_interval=flush_interval,
         )
         agent.start()
+        settle_process()  # as the command line does before its first cycle
         costs, series = [], []
         for i in range(cycles + 3):
             now[0] += CYCLE_S
@@ -201,34 +203,64 @@ def _floor(timed: TimedNvml, agent: Any, now: list[float], cycles: int) -> list[
 
 
 class Receiver:
-    """Datadog's series intake, reduced to counting bytes."""
+    """Datadog's series intake, reduced to counting bytes: HTTP/1.1 with keep-alive, as Datadog's is (a server
+    that closes after each answer would add a reconnect to every push)."""
 
     def __init__(self) -> None:
         self.compressed = 0
         self.raw = 0
         self.requests = 0
         self.lock = threading.Lock()
+        receiver = self
 
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-        raw = gzip.decompress(body) if environ.get("HTTP_CONTENT_ENCODING") == "gzip" else body
-        json.loads(raw)
-        with self.lock:
-            self.compressed += len(body)
-            self.raw += len(raw)
-            self.requests += 1
-        start_response("202 Accepted", [("Content-Type", "application/json")])
-        return [b'{"errors":[]}']
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                raw = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
+                json.loads(raw)
+                with receiver.lock:
+                    receiver.compressed += len(body)
+                    receiver.raw += len(raw)
+                    receiver.requests += 1
+                answer = b'{"errors":[]}'
+                self.send_response(202)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+                """Quiet."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Receiver:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def run(cycles: int, flush_interval: float) -> dict[str, Any]:
     """One measured run in a child process; adds the bytes the receiver saw."""
-    from gpufarm_sandbox.emulator.server import ServerThread
-
-    receiver = Receiver()
-    with ServerThread(receiver, "127.0.0.1", 0) as server:
+    with Receiver() as receiver:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", server.url, "--cycles", str(cycles), "--flush", str(flush_interval)],
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                receiver.url,
+                "--cycles",
+                str(cycles),
+                "--flush",
+                str(flush_interval),
+            ],
             capture_output=True,
             text=True,
             check=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -16,6 +17,11 @@ from gpufarm_node.registration import HostRegistrar
 from gpufarm_node.sender import Sender
 
 log = logging.getLogger("gpufarm_node.agent")
+
+# A cycle allocates a few thousand short-lived containers (samples, series, tag lookups), nearly all freed by
+# reference counting the same cycle; at CPython's default (700) the collector ran 3-4 times a cycle and, with
+# the older generations it drags along, cost about as much as building the series (benchmarks/node.py).
+GC_YOUNG_THRESHOLD = 20_000
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,20 @@ class Agent:
             self.sender.close()
         finally:
             self.source.close()
+
+
+def settle_process() -> None:
+    """Once the agent has started, in its own process (the command line calls it; so does the benchmark).
+
+    What start-up loaded (modules, the Datadog client, NVML handles) lives as long as the process: a last full
+    collection, then `gc.freeze()` takes it out of every later one, and the young generation's threshold is
+    raised above one cycle's allocations. The agent makes no reference cycles per cycle, so this frees nothing
+    later than it would have been freed; it only stops the collector from re-scanning the same objects.
+    """
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
 
 
 def _main_model(snap: NodeSnapshot) -> str:

@@ -196,6 +196,9 @@ def main(**opts: Any) -> None:
             if opts["once"]:
                 agent.cycle()
                 return
+            from gpufarm_node.agent import settle_process
+
+            settle_process()
             stop = threading.Event()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: stop.set())

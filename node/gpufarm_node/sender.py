@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
+from itertools import chain
 from operator import itemgetter
 from typing import IO, Any, Protocol
 
@@ -163,8 +164,9 @@ class DatadogSender:
         self._failing = False
         # (metric, tags) -> the series' JSON up to its points, built once.
         self._prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
-        # The last cycle shape seen by a push: its (metric, tags) list and their prefixes (None: a key repeats).
-        self._shape: tuple[list[tuple[str, tuple[str, ...]]], list[str] | None] = ([], None)
+        # The last cycle shape seen by a push: its (metric, tags) list and their prefixes, plain and escaped for
+        # a %-template (None: a key repeats).
+        self._shape: tuple[list[tuple[str, tuple[str, ...]]], tuple[list[str], list[str]] | None] = ([], None)
         # What was sent, for the benchmark and the demo.
         self.stats: Counter[str] = Counter()
 
@@ -197,9 +199,9 @@ class DatadogSender:
             self._drop_first("expired")
         limit = self._max_raw
         while self._pending:
-            parts, consumed, raw = self._next_batch(limit)
+            body, count, consumed, raw = self._next_batch(limit)
             # Level 1: half the CPU of the default for ~10 % more bytes on this very repetitive JSON.
-            gzipped = gzip.compress(f'{{"series":[{",".join(parts)}]}}'.encode(), compresslevel=1)
+            gzipped = gzip.compress(body.encode(), compresslevel=1)
             if len(gzipped) >= self._max_compressed and consumed > 1:
                 # Rare (our JSON compresses ~25x): cut a smaller batch from the same front of the queue.
                 limit //= 2
@@ -216,7 +218,7 @@ class DatadogSender:
                 self._dropped["rejected"] += consumed
             else:
                 self.stats["requests"] += 1
-                self.stats["series"] += len(parts)
+                self.stats["series"] += count
                 self.stats["points"] += consumed
                 self.stats["raw_bytes"] += raw
                 self.stats["compressed_bytes"] += len(gzipped)
@@ -239,12 +241,12 @@ class DatadogSender:
 
     # -- internals ------------------------------------------------------------------------------------------
 
-    def _next_batch(self, limit: int) -> tuple[list[str], int, int]:
-        """Series JSON from the front of the queue (points of one series merged), at most `limit` bytes; also
-        the number of queued points it holds and its size."""
+    def _next_batch(self, limit: int) -> tuple[str, int, int, int]:
+        """The JSON body of the series at the front of the queue (points of one series merged), at most `limit`
+        bytes; also its number of series, the number of queued points it holds, and its size."""
         return self._whole_cycles(limit) or self._point_by_point(limit)
 
-    def _whole_cycles(self, limit: int) -> tuple[list[str], int, int] | None:
+    def _whole_cycles(self, limit: int) -> tuple[str, int, int, int] | None:
         """The usual push, column-wise: queued cycles that all list the same series in the same order (the
         agent's cycles do while nothing changes on the node), as many whole ones as fit in `limit`. None when
         the queue is not like that (a partly sent cycle, a series listed twice or added, a non-finite value,
@@ -253,9 +255,10 @@ class DatadogSender:
             return None
         first = self._pending[0][1]
         keys = list(map(_KEY, first))
-        prefixes = self._prefixes_of(keys, first)
-        if prefixes is None:
+        shape = self._prefixes_of(keys, first)
+        if shape is None:
             return None
+        prefixes, escaped = shape
         count = len(keys)
         # Bytes: `{"series":[` and `]}`, each series' prefix, `]}` and a comma, each point and its comma.
         size = 16 + sum(map(len, prefixes)) + 3 * count
@@ -278,24 +281,30 @@ class DatadogSender:
             rows.append(reprs)
         if not rows:
             return None
-        # One %-template per push for the points of a series across the cycles; C does the per-point work.
+        # One %-template for the whole body (each series' prefix, then its points, the same heads for all) and
+        # the values series by series: the per-point work is C's.
         points = "},".join(f"{head}%s" for head in heads) + "}]}"
-        parts = list(map("%s%s".__mod__, zip(prefixes, map(points.__mod__, zip(*rows, strict=True)), strict=True)))
-        return parts, count * len(rows), size
+        template = '{"series":[' + f"{points},".join(escaped) + points + "]}"
+        body = template % tuple(chain.from_iterable(zip(*rows, strict=True)))
+        return body, count, count * len(rows), size
 
-    def _prefixes_of(self, keys: list[tuple[str, tuple[str, ...]]], series: Sequence[Series]) -> list[str] | None:
-        """The prefixes of a cycle's series in order; None when a series appears twice (points merge then)."""
-        shape, prefixes = self._shape
+    def _prefixes_of(
+        self, keys: list[tuple[str, tuple[str, ...]]], series: Sequence[Series]
+    ) -> tuple[list[str], list[str]] | None:
+        """The prefixes of a cycle's series in order, and the same with `%` doubled for a %-template; None when
+        a series appears twice (its points merge then)."""
+        shape, found = self._shape
         if keys == shape:
-            return prefixes
+            return found
         known = self._prefixes
-        found: list[str] | None = None
+        found = None
         if len(set(keys)) == len(keys):
-            found = [known.get(key) or self._prefix(item) for key, item in zip(keys, series, strict=True)]
+            prefixes = [known.get(key) or self._prefix(item) for key, item in zip(keys, series, strict=True)]
+            found = (prefixes, [prefix.replace("%", "%%") for prefix in prefixes])
         self._shape = (keys, found)
         return found
 
-    def _point_by_point(self, limit: int) -> tuple[list[str], int, int]:
+    def _point_by_point(self, limit: int) -> tuple[str, int, int, int]:
         merged: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         prefixes = self._prefixes
         size = 16
@@ -319,7 +328,7 @@ class DatadogSender:
                 else:
                     cost = len(point) + 1
                 if consumed and size + cost > limit:
-                    return self._render(merged), consumed, size
+                    return self._render(merged), len(merged), consumed, size
                 size += cost
                 consumed += 1
                 if points is None:
@@ -327,7 +336,7 @@ class DatadogSender:
                 else:
                     points.append(point)
             offset = 0
-        return self._render(merged), consumed, size
+        return self._render(merged), len(merged), consumed, size
 
     def _prefix(self, item: Series) -> str:
         definition = METRICS[item.metric]
@@ -344,9 +353,10 @@ class DatadogSender:
         self._prefixes[(item.metric, item.tags)] = prefix
         return prefix
 
-    def _render(self, merged: dict[tuple[str, tuple[str, ...]], list[str]]) -> list[str]:
+    def _render(self, merged: dict[tuple[str, tuple[str, ...]], list[str]]) -> str:
         prefixes = self._prefixes
-        return [f"{prefixes[key]}{','.join(points)}]}}" for key, points in merged.items()]
+        parts = [f"{prefixes[key]}{','.join(points)}]}}" for key, points in merged.items()]
+        return '{"series":[' + ",".join(parts) + "]}"
 
     def _note_failure(self, exc: IntakeError) -> None:
         if not self._failing:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -123,3 +125,14 @@ def test_run_survives_a_failing_cycle_and_stops_on_request(tmp_path: Path) -> No
     thread.start()
     thread.join(timeout=5)
     assert not thread.is_alive() and calls["n"] == 3 and len(sender.cycles) == 2
+
+
+def test_settle_process_freezes_start_up_objects_and_raises_the_young_threshold() -> None:
+    # In a child: the collector's settings are the whole process's, and this test process is not an agent.
+    code = (
+        "import gc; from gpufarm_node.agent import GC_YOUNG_THRESHOLD, settle_process; "
+        "older = gc.get_threshold()[1:]; settle_process(); "
+        "assert gc.get_freeze_count() > 1000, gc.get_freeze_count(); "
+        "assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *older), gc.get_threshold()"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -197,13 +197,16 @@ def test_dry_run_prints_one_payload_per_cycle() -> None:
 def test_the_column_wise_push_writes_what_the_point_by_point_push_writes() -> None:
     rng = random.Random(7)
     sender = DatadogSender(FakeIntake(), "node-1", clock=lambda: NOW)
-    shape = [(rng.choice(sorted(METRICS)), (f"gpu_uuid:gpu-{i}", f"n:{rng.random()}")) for i in range(300)]
+    shape = [
+        (rng.choice(sorted(METRICS)), (f"gpu_uuid:gpu-{i}", f"n:{rng.random()}", "pct:100%s%%")) for i in range(300)
+    ]
     for cycle in range(4):
         values = [rng.choice([0.0, 1.0, 0.1 + cycle, 1e-7, 81_920.0 * i]) for i in range(300)]
         sender.send(
             [Series(metric, value, tags) for (metric, tags), value in zip(shape, values, strict=True)], NOW - 60 + cycle
         )
     fast = sender._whole_cycles(5_000_000)  # the two paths of one push, compared
+    assert fast is not None and fast[1:3] == (300, 1200) and fast[3] >= len(fast[0])  # size: a bound
     assert fast is not None
     assert fast == sender._point_by_point(5_000_000)
     # A cycle that lists another series sends the whole queue point by point, as one batch.
