@@ -8,9 +8,11 @@ and every host (pages of 1,000) four ways and prints CPU and wall seconds for ea
 - raw: the gateway as it is (`preload_content=False`, the JSON decoded by gpufarm);
 - fetch: plain HTTP and `json.loads`, the floor.
 Then it counts the calls (with the sandbox's request counter) and times `get_by_ir` at a small and a large number
-of live incidents, from a container that never saw the incident and from one that did.
+of live incidents, from a container that never saw the incident and from one that did. Last, a rate-limited burst:
+`--burst` incident reads under an incidents budget of `--limit` per second, from one container and from four at once
+(each its own gateway): calls, 429s the sandbox sent, how many succeeded, wall seconds.
 
-Run: .venv/bin/python benchmarks/datadog_decode.py [--incidents 3000] [--hosts 20000] [--small 10]
+Run: .venv/bin/python benchmarks/datadog_decode.py [--incidents 3000] [--hosts 20000] [--small 10] [--burst 100]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -254,12 +257,51 @@ def ir_figures(url: str, settings: Settings, type_id: str, live: int) -> None:
         gateway.close()
 
 
+def _reads(gateway: DatadogGateway, count: int, done: list[int], errors: list[str]) -> None:
+    for _ in range(count):
+        try:
+            done.append(gateway.get_by_ir(1).public_id)
+        except Exception as exc:  # counted and printed: the figure is how many succeed
+            errors.append(type(exc).__name__)
+
+
+def burst_figures(url: str, settings: Settings, type_id: str, calls: int, limit: int) -> None:
+    """`calls` get_by_ir (one GET each) under an incidents budget of `limit` a second, from 1 and from 4 gateways."""
+    for containers in (1, 4):
+        gateways = [DatadogGateway(settings, incident_type_id=type_id) for _ in range(containers)]
+        for gateway in gateways:
+            assert gateway.get_by_ir(1).public_id == 1  # indexed from here on: one GET per lookup
+        control(url, "/_sandbox/ratelimits", "POST", {"groups": {"incidents": {"limit": limit, "period": 1}}})
+        done: list[int] = []
+        errors: list[str] = []
+
+        share = calls // containers
+        threads = [threading.Thread(target=_reads, args=(gw, share, done, errors)) for gw in gateways]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - started
+        refused = control(url, "/_sandbox/ratelimits")["groups"]["incidents"]["refused"]
+        control(url, "/_sandbox/ratelimits", "DELETE")
+        held = sum(gw.rate_limits.waited_s for gw in gateways)
+        print(
+            f"burst      {containers} container(s) {share * containers:>4} calls at {limit}/s: {refused:>3} 429s, "
+            f"{len(done)} succeeded, {len(errors)} failed, {wall:.1f} s wall, {held:.1f} s held before sending"
+        )
+        for gateway in gateways:
+            gateway.close()
+
+
 def main() -> None:
     """Seed the sandbox, then print the decode and IR lookup figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--incidents", type=int, default=3000)
     parser.add_argument("--hosts", type=int, default=20_000)
     parser.add_argument("--small", type=int, default=10, help="live incidents for the small IR lookup figure")
+    parser.add_argument("--burst", type=int, default=100, help="calls in the rate-limited burst")
+    parser.add_argument("--limit", type=int, default=20, help="incidents budget per second during the burst")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     port = free_port()
@@ -278,6 +320,7 @@ def main() -> None:
         small = min(args.small, args.incidents)
         seed(url, type_id, small, 0)
         ir_figures(url, settings, type_id, small)
+        burst_figures(url, settings, type_id, args.burst, args.limit)
         started = time.perf_counter()
         seed(url, type_id, args.incidents - small, args.hosts, first_incident=small)
         print(f"seeded {args.incidents} incidents and {args.hosts} hosts in {time.perf_counter() - started:.0f} s")
