@@ -13,6 +13,7 @@ template's EventInvokeConfig sets MaximumRetryAttempts 0).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,10 @@ from gpufarm.handlers import telemetry
 from gpufarm.handlers.slack_events import Job
 
 log = logging.getLogger(__name__)
+
+# Rounds of the Slack adapter's retries an answer gets, and the pause between them (the worker has 60 s).
+REPLY_ROUNDS = 2
+REPLY_PAUSE_S = 1.0
 
 
 def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
@@ -145,14 +150,24 @@ def _submit(
     return None
 
 
-def reply(runtime: rt.Runtime, job: Job, message: Message) -> None:
-    """Answer the user: through the response_url when the job has one, else by DM."""
-    try:
-        chat = runtime.chat()
-        if job.response_url:
-            chat.respond(job.response_url, message.text, message.blocks or None)
+def reply(runtime: rt.Runtime, job: Job, message: Message, *, pause_s: float = REPLY_PAUSE_S) -> None:
+    """Answer the user: through the response_url when the job has one, else by DM.
+
+    Nothing redelivers a worker invoke, so an answer Slack refused through all of the adapter's bounded retries
+    gets one more round after a pause (a refusal made no incident: this answer is all the user will see).
+    """
+    for attempt in range(1, REPLY_ROUNDS + 1):
+        try:
+            chat = runtime.chat()
+            if job.response_url:
+                chat.respond(job.response_url, message.text, message.blocks or None)
+            else:
+                chat.tell_user(job.user, message.text, message.blocks or None)
+        except GpufarmError as exc:
+            if attempt == REPLY_ROUNDS or not isinstance(exc, UpstreamError):
+                # The incident (if any) already says what happened; a lost answer must not fail the job.
+                log.warning("could not answer %s: %s", job.user, exc)
+                return
+            time.sleep(pause_s)
         else:
-            chat.tell_user(job.user, message.text, message.blocks or None)
-    except GpufarmError as exc:
-        # The incident already says what happened; a lost answer must not fail (and replay) the job.
-        log.warning("could not answer %s: %s", job.user, exc)
+            return

@@ -1,0 +1,26 @@
+"""The fault day (issue 8): 20 % of Datadog and Slack API calls answered 429/500/503 while researchers request,
+operators approve and reject, allocations are released, extended, warned idle and expired; once the faults stop
+and one sync has run, nothing is lost or doubled, no host was in two incidents, no tag is orphaned and everyone
+was answered. gpufarm_sandbox.badday plays it; benchmarks/reliability.py runs 200 requests."""
+
+from __future__ import annotations
+
+import pytest
+from attack import Target
+
+from gpufarm_sandbox.badday import FAULT_RATE, KINDS, BadDay
+
+# Two waves of the eight kinds: each wave costs about a minute at 20 % (the adapters' bounded retries back off
+# for seconds), so the hardening suite stays under five minutes on two cores.
+REQUESTS = 2 * len(KINDS)
+
+
+@pytest.mark.timeout(420)
+def test_a_fault_day_loses_nothing_doubles_nothing_and_answers_everyone(target: Target) -> None:
+    report = BadDay(target.farm, rate=FAULT_RATE, seed=8).run(REQUESTS)
+    assert report.requests == REQUESTS
+    assert report.faults_injected > 0
+    assert report.problems == []
+    assert (report.lost, report.doubled, report.hosts_in_two, report.orphan_tags, report.untold) == (0, 0, 0, 0, 0)
+    assert report.told == REQUESTS
+    assert report.dead_letters == 0
