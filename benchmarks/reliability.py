@@ -8,6 +8,13 @@ Figures (issue 8):
 - quota: `--burst` (default 200) concurrent `/gpu request`s on team nlp's H100 quota in onprem-hpc, then the
   operator approving every pending one at once: granted by policy against the quota, granted in all against the
   hard limit, requesters answered, hosts held twice.
+- faults (point 5): `--requests` (default 200) requests in waves of eight kinds (policy, operators' approval and
+  rejection, release, extend, idle warning / recovery / reclaim, expiry, refusal) with `--fault-rate` (20 %) of
+  the Datadog and Slack API calls answered 429/500/503, then faults off, drained, one sync: lost, doubled, hosts in
+  two incidents, orphan tags, requesters told (gpufarm_sandbox.badday);
+- redelivery (point 5): the same `--requests` played in order, then on a fresh sandbox with every incident webhook
+  and idle alert delivered 2-3 times in shuffled order: webhooks x deliveries and whether the final states are
+  identical (gpufarm_sandbox.redelivery).
 
 A new figure is a function `(RaceFarm, argparse.Namespace) -> dict[str, object]` added to FIGURES (its name is
 what `--only` selects); it gets a fresh sandbox (workspace, hosts, `gpufarm datadog apply`), prints its lines
@@ -28,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpufarm_sandbox import badday, redelivery
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv, start_local
 from gpufarm_sandbox.races import SCENARIOS, RaceFarm, quota_burst, run_scenario
@@ -84,9 +92,54 @@ def quota(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def faults(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
+    """The fault day: `--requests` requests with `--fault-rate` of the Datadog and Slack calls failing."""
+    logging.disable(logging.ERROR)  # each injected fault logs an error line; the figures are what counts here
+    try:
+        report = badday.BadDay(race.farm, rate=args.fault_rate).run(args.requests)
+    finally:
+        logging.disable(logging.WARNING)
+    _line(
+        f"  {report.requests} requests at {args.fault_rate:.0%} faults ({report.faults_injected} injected): "
+        f"lost {report.lost}, doubled {report.doubled}, hosts in two incidents {report.hosts_in_two}, "
+        f"orphan tags after one sync {report.orphan_tags}, told {report.told} / {report.requests}; "
+        f"dead letters {report.dead_letters}; {report.seconds:.0f} s"
+    )
+    for problem in report.problems[:5]:
+        _line(f"    ! {problem}")
+    return badday.figures(report)
+
+
+def redelivered(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
+    """`--requests` requests in order, then with every webhook and idle alert delivered 2-3 times, shuffled."""
+    result = redelivery.run(race.farm, args.fresh_farm, args.requests)
+    deliveries = result.webhooks + result.webhook_copies
+    alerts = result.alerts + result.alert_copies
+    _line(
+        f"  {result.requests} requests: {result.webhooks} webhooks x {deliveries / max(1, result.webhooks):.1f}"
+        f" deliveries ({deliveries}), {result.alerts} idle alerts x {alerts / max(1, result.alerts):.1f} ({alerts});"
+        f" final state identical to in-order: {result.identical}; {result.seconds:.0f} s"
+    )
+    for difference in result.differences[:5]:
+        _line(f"    ! {difference}")
+    return {
+        "requests": result.requests,
+        "webhooks": result.webhooks,
+        "webhook_deliveries": deliveries,
+        "alerts": result.alerts,
+        "alert_deliveries": alerts,
+        "identical": result.identical,
+        "differences": result.differences,
+        "seconds": round(result.seconds, 1),
+        "ok": result.identical,
+    }
+
+
 FIGURES: dict[str, Callable[[RaceFarm, argparse.Namespace], dict[str, object]]] = {
     "races": races,
     "quota": quota,
+    "faults": faults,
+    "redelivery": redelivered,
 }
 
 
@@ -104,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=100, help="rounds of each race (default 100)")
     parser.add_argument("--burst", type=int, default=200, help="concurrent requests in the quota burst")
     parser.add_argument("--latency-ms", type=int, default=250, help="injected incident API latency")
+    parser.add_argument("--requests", type=int, default=200, help="requests of the fault day and the redelivery")
+    parser.add_argument("--fault-rate", type=float, default=badday.FAULT_RATE, help="share of API calls failing")
     parser.add_argument("--only", choices=sorted(FIGURES), action="append", help="run only these figures")
     parser.add_argument("--json", action="store_true", help="also print every figure as one JSON object")
     args = parser.parse_args(argv)
@@ -111,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     failed = False
     with start_local(port=0) as env:
+        # The redelivery figure compares two runs, each on a fresh sandbox.
+        args.fresh_farm = lambda: LocalFarm.ready(env, drain_s=30)
         for name in args.only or list(FIGURES):
             _line(f"{name}:")
             race = _fresh(env, args.latency_ms)

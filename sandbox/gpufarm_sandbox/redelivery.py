@@ -172,16 +172,12 @@ def compare(in_order: dict[str, Any], redelivered: dict[str, Any]) -> list[str]:
     return out
 
 
-def run(local: Any, requests: int) -> Redelivery:
-    """Play `requests` requests in order, then again redelivered on a fresh sandbox, and compare the ends."""
+def run(first: LocalFarm, fresh: Callable[[], LocalFarm], requests: int) -> Redelivery:
+    """Play `requests` requests in order on `first`, then redelivered on `fresh()` (closed here), and compare."""
     start = time.monotonic()
-    first = LocalFarm.ready(local, drain_s=30)
-    try:
-        BadDay(first, rate=0.0).run(requests)
-        in_order = final_state(first)
-    finally:
-        first.close()
-    second = LocalFarm.ready(local, drain_s=30)
+    BadDay(first, rate=0.0).run(requests)
+    in_order = final_state(first)
+    second = fresh()
     try:
         day = Redelivered(second)
         day.run(requests)

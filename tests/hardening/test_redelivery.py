@@ -8,6 +8,7 @@ import pytest
 from attack import Target
 
 from gpufarm_sandbox.badday import KINDS
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
 from gpufarm_sandbox.redelivery import run
 
 REQUESTS = 2 * len(KINDS)
@@ -15,7 +16,7 @@ REQUESTS = 2 * len(KINDS)
 
 @pytest.mark.timeout(300)
 def test_shuffled_redelivery_ends_as_one_in_order_delivery(target: Target) -> None:
-    result = run(target.local, REQUESTS)
+    result = run(target.farm, lambda: LocalFarm.ready(target.local), REQUESTS)
     assert result.requests == REQUESTS
     # Every webhook and alert got one or two extra copies.
     assert result.webhooks > REQUESTS and result.webhooks <= result.webhook_copies <= 2 * result.webhooks
