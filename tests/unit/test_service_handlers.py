@@ -145,6 +145,24 @@ def test_worker_explains_domain_errors_to_the_user(parts: Parts) -> None:
     assert "IR-42 does not exist" in parts.chat.to(RESPONSE_URL)[-1].text
 
 
+def test_worker_answers_again_after_slack_refused_every_retry(parts: Parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing redelivers a worker invoke: an answer Slack refused through the adapter's retries gets one more round.
+    monkeypatch.setattr(slack_worker, "REPLY_PAUSE_S", 0.0)
+    respond = parts.chat.respond
+    failures = iter([UpstreamError("slack response_url failed: service_unavailable (HTTP 503)")])
+
+    def flaky(url: str, text: str, blocks: Any = None, **kwargs: Any) -> None:
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        respond(url, text, blocks, **kwargs)
+
+    monkeypatch.setattr(parts.chat, "respond", flaky)
+    slack_worker.handle(job("command", command={"verb": "status", "ir": 42}))
+    [answer] = parts.chat.to(RESPONSE_URL)
+    assert "IR-42 does not exist" in answer.text
+
+
 def test_non_operator_clicking_approve_changes_nothing(parts: Parts) -> None:
     requested(parts, count=8)
     requested(parts, count=4, rid="slack-cmd-00000002")

@@ -150,7 +150,7 @@ def _submit(
     return None
 
 
-def reply(runtime: rt.Runtime, job: Job, message: Message, *, pause_s: float = REPLY_PAUSE_S) -> None:
+def reply(runtime: rt.Runtime, job: Job, message: Message) -> None:
     """Answer the user: through the response_url when the job has one, else by DM.
 
     Nothing redelivers a worker invoke, so an answer Slack refused through all of the adapter's bounded retries
@@ -168,6 +168,6 @@ def reply(runtime: rt.Runtime, job: Job, message: Message, *, pause_s: float = R
                 # The incident (if any) already says what happened; a lost answer must not fail the job.
                 log.warning("could not answer %s: %s", job.user, exc)
                 return
-            time.sleep(pause_s)
+            time.sleep(REPLY_PAUSE_S)
         else:
             return
