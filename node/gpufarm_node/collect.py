@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
+from itertools import repeat
 from typing import Any, NamedTuple, cast
 
 from gpufarm_node.attribution import DeviceOwner, Workload
@@ -253,11 +254,9 @@ class SeriesBuilder:
             if None not in sm:
                 measured = min(100.0, sum(cast("list[float]", sm)))
         state = self._idle_state(processes, measured)
-        state_tags = self._cached(
-            ("state", tags), lambda: tuple((name, (*tags, f"state:{name}")) for name in IDLE_STATES)
-        )
-        for name, stags in state_tags:
-            append(_series(("gpufarm.gpu.idle_state", 1.0 if name == state else 0.0, stags)))
+        state_tags = self._cached(("state", tags), lambda: tuple((*tags, f"state:{name}") for name in IDLE_STATES))
+        flags = [1.0 if name == state else 0.0 for name in IDLE_STATES]
+        out.extend(map(_series, zip(repeat("gpufarm.gpu.idle_state"), flags, state_tags)))
         totals = cycle.totals(ir)
         totals.devices[state] += 1
         if measured is not None:
@@ -370,11 +369,10 @@ class SeriesBuilder:
         if gpu.clock_event_reasons is not None:
             bits = gpu.clock_event_reasons
             reasons = self._cached(
-                ("reasons", tags),
-                lambda: tuple((bit, (*tags, f"reason:{reason}")) for bit, reason in CLOCK_EVENT_REASONS),
+                ("reasons", tags), lambda: tuple((*tags, f"reason:{reason}") for _, reason in CLOCK_EVENT_REASONS)
             )
-            for bit, rtags in reasons:
-                append(_series(("gpufarm.gpu.clock_event_reason", 1.0 if bits & bit else 0.0, rtags)))
+            flags = [1.0 if bits & bit else 0.0 for bit, _ in CLOCK_EVENT_REASONS]
+            out.extend(map(_series, zip(repeat("gpufarm.gpu.clock_event_reason"), flags, reasons)))
         if gpu.ecc_uncorrected is not None:
             append(_series(("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags)))
         if gpu.remapped_rows is not None:
@@ -390,20 +388,23 @@ class SeriesBuilder:
     # -- rollups --------------------------------------------------------------------------------------------
 
     def _ir_rollups(self, irs: dict[str, _IrTotals], out: list[Series]) -> None:
-        append = out.append
+        extend = out.extend
         for ir, totals in sorted(irs.items()):
             tags = self._with_ir(self.common, ir)
             devices = totals.devices
             busy, idle, held = devices["busy"], devices["idle"], devices["idle_held"]
-            append(_series(("gpufarm.ir.gpus", float(busy + idle + held), tags)))
-            append(_series(("gpufarm.ir.gpus_busy", float(busy), tags)))
-            append(_series(("gpufarm.ir.gpus_idle", float(idle), tags)))
-            append(_series(("gpufarm.ir.gpus_idle_held", float(held), tags)))
-            append(_series(("gpufarm.ir.gpus_unhealthy", float(devices["unhealthy"]), tags)))
-            append(_series(("gpufarm.ir.memory.used", float(totals.memory), tags)))
-            append(_series(("gpufarm.ir.processes", float(totals.processes), tags)))
+            values = [
+                float(busy + idle + held),
+                float(busy),
+                float(idle),
+                float(held),
+                float(devices["unhealthy"]),
+                float(totals.memory),
+                float(totals.processes),
+            ]
             if totals.activity:
-                append(_series(("gpufarm.ir.utilization", sum(totals.activity) / len(totals.activity), tags)))
+                values.append(sum(totals.activity) / len(totals.activity))
+            extend(map(_series, zip(_IR_METRICS, values, repeat(tags))))
 
     def _node(self, snap: NodeSnapshot, stats: AgentStats, out: list[Series]) -> None:
         common = self.common
@@ -418,6 +419,17 @@ class SeriesBuilder:
             out.append(Series("gpufarm.node.events_dropped", float(snap.events_dropped), common))
 
 
+# In the order _ir_rollups lists their values; the last only when some device's activity is known.
+_IR_METRICS = (
+    "gpufarm.ir.gpus",
+    "gpufarm.ir.gpus_busy",
+    "gpufarm.ir.gpus_idle",
+    "gpufarm.ir.gpus_idle_held",
+    "gpufarm.ir.gpus_unhealthy",
+    "gpufarm.ir.memory.used",
+    "gpufarm.ir.processes",
+    "gpufarm.ir.utilization",
+)
 _ACTIVITY_METRICS: dict[str, str] = {
     name: f"gpufarm.gpu.activity.{name}" for name in ("graphics", "sm", "sm_occupancy", "dram")
 }
