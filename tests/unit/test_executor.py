@@ -11,6 +11,7 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue
 from pydantic import ValidationError
 
+from gpufarm.adapters.slack import SlackError
 from gpufarm.core import executor
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError
@@ -316,3 +317,14 @@ def test_a_lost_answer_fails_the_command_and_its_redelivery_only_answers(world: 
         f"IR-{ir} is being released (released by the requester); its hosts are freed shortly.",
         f"IR-{ir} is being released (released); its hosts are freed shortly.",
     ]
+
+
+def test_an_answer_slack_refuses_for_good_does_not_fail_the_command(world: World) -> None:
+    ir = allocated(world)
+
+    def expired(url: str, text: str, blocks: Any = None) -> None:
+        raise SlackError("response_url", "expired_url", 404)
+
+    world.chat.respond = expired  # type: ignore[method-assign,assignment]
+    assert executor.execute(world.svc, command(Op.RELEASE, ir)).startswith(f"IR-{ir} is being released")
+    assert world.alloc(ir).phase is Phase.RECLAIMING

@@ -162,8 +162,8 @@ def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, 
 def answer(svc: GpuFarm, command: IncidentCommand, message: Message, *, strict: bool = False) -> None:
     """Tell the command's sender: through its response_url when it has one, else by DM.
 
-    strict: a failed answer raises (the queue redelivers the command, which then only answers); otherwise it is
-    logged, since the incident already says what happened.
+    strict: a failed answer that may pass later raises (the queue redelivers the command, which then only
+    answers); otherwise it is logged, since the incident already says what happened.
     """
     try:
         if command.response_url:
@@ -171,9 +171,15 @@ def answer(svc: GpuFarm, command: IncidentCommand, message: Message, *, strict: 
         elif command.reply_to:
             svc.chat.tell_user(command.reply_to, message.text, message.blocks or None)
     except UpstreamError as exc:
-        if strict:
+        if strict and _may_pass_later(exc):
             raise
         log.warning("could not answer %s for %s: %s", command.op.value, _target(command), exc)
+
+
+def _may_pass_later(exc: UpstreamError) -> bool:
+    """False for a refusal that redelivery cannot change (an expired or used-up response_url: a 4xx but 429)."""
+    status = getattr(exc, "status", None)  # the Slack adapter's errors carry the HTTP status when there was one
+    return not isinstance(status, int) or status == 429 or status >= 500
 
 
 def _target(command: IncidentCommand) -> str:
