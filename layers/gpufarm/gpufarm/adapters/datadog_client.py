@@ -102,8 +102,9 @@ def api_client(
     decoded by `read_json` (docs/datadog.md, "Decoding bulk reads"). Requests are still built, authenticated,
     type-checked and retried by the client.
     retry: 5xx, 408 and transport failures are retried (`settings.max_retries` times, on every method). Without
-    it, as for creates, only what cannot have been applied is sent again: a 429, and a connection that failed
-    before the request went out. Either way a 429 is waited out within the rate-limit bounds.
+    it, as for creates, no status is retried and a POST is sent again only when it cannot have been applied (a
+    429, a connection that failed before the request went out): urllib3's own default. Either way a 429 is
+    waited out within the rate-limit bounds.
     gate: shared by a gateway's clients, so a budget one of them saw spent holds the others too.
     """
     require_api_key(settings)
@@ -122,7 +123,7 @@ def api_client(
     cfg.retry_policy = DatadogRetry(
         # Without `retry`: urllib3's own default (3 connection retries, none for a POST once it was sent).
         total=settings.max_retries if statuses else 3,
-        backoff_factor=2,
+        backoff_factor=2 if statuses else 0,
         allowed_methods=None if statuses else urllib3.util.Retry.DEFAULT_ALLOWED_METHODS,
         status_forcelist=None,
         retry_statuses=statuses,
