@@ -7,7 +7,11 @@ Figures (issue 8):
   happened (gpufarm_sandbox.races);
 - quota: `--burst` (default 200) concurrent `/gpu request`s on team nlp's H100 quota in onprem-hpc, then the
   operator approving every pending one at once: granted by policy against the quota, granted in all against the
-  hard limit, requesters answered, hosts held twice.
+  hard limit, requesters answered, hosts held twice;
+- throughput (point 6): `--commands` (default 1,000) signed slash commands from `--threads` (12) client threads,
+  mostly `/gpu list` and `/gpu status IR-n`, every tenth a `/gpu request`: sent, acked, errors, ack p50/p95/p99,
+  wall, the worker's p50/p99 per kind (gpufarm_sandbox.localhost.load), then the worker's median time per
+  `status IR-n` and `list`, one at a time, at 10 and at `--live` (500) live incidents.
 - faults (point 5): `--requests` (default 200) requests in waves of eight kinds (policy, operators' approval and
   rejection, release, extend, idle warning / recovery / reclaim, expiry, refusal) with `--fault-rate` (20 %) of
   the Datadog and Slack API calls answered 429/500/503, then faults off, drained, one sync: lost, doubled, hosts in
@@ -22,7 +26,7 @@ and returns its figures with "ok" (False fails the run). The CI-sized versions o
 tests/integration/test_races.py.
 
 Run: .venv/bin/python benchmarks/reliability.py [--rounds 100] [--burst 200] [--latency-ms 250] [--only races]
-     [--json]
+     [--commands 1000] [--threads 12] [--live 500] [--json]
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpufarm.adapters.datadog import LIVE_QUERY
 from gpufarm_sandbox import badday, redelivery
-from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
-from gpufarm_sandbox.localhost import LocalEnv, start_local
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm
+from gpufarm_sandbox.localhost import LocalEnv, load, start_local
 from gpufarm_sandbox.races import SCENARIOS, RaceFarm, quota_burst, run_scenario
 
 
@@ -92,6 +97,73 @@ def quota(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+THROUGHPUT_TARGETS = {"commands": 1000, "wall_s": 60.0, "ack_p99_ms": 1000.0}
+
+
+def throughput(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
+    """`--commands` signed slash commands from `--threads` client threads (mostly list / status, some request),
+    then the worker's time per `status IR-n` and `list` at 10 and `--live` live incidents."""
+    farm = race.farm
+    irs = load.seed_live(farm, 10, requester=ALICE, prefix="tp")
+    farm.settle(timeout=60)
+    few = _live_cost(farm, irs, args)
+    report = load.run_load(farm, load.mixed_commands(args.commands, (ALICE, BOB, CAROL), irs), threads=args.threads)
+    figures = report.summary()
+    _line(
+        f"  sent {report.sent} from {report.threads} threads: acked {report.acked}, errors {len(report.errors)} "
+        f"(target {THROUGHPUT_TARGETS['commands']} acked in {THROUGHPUT_TARGETS['wall_s']:.0f} s, 0 errors)"
+    )
+    _line(
+        f"  ack p50 {report.ack(50):.0f} ms, p95 {report.ack(95):.0f} ms, p99 {report.ack(99):.0f} ms "
+        f"(target p99 < {THROUGHPUT_TARGETS['ack_p99_ms']:.0f} ms); wall {report.wall_s:.1f} s"
+    )
+    for kind, ms in sorted(report.worker_ms.items()):
+        _line(
+            f"  worker {kind:8} n={len(ms):4d}  p50 {report.worker(kind, 50):6.0f} ms  "
+            f"p99 {report.worker(kind, 99):6.0f} ms"
+        )
+    _line(
+        f"  worker failures {len(report.worker_failures)}, dead letters {report.dead_letters}, settled {report.settled}"
+    )
+    for problem in figures["first_errors"] + figures["first_worker_failures"]:
+        _line(f"    ! {problem}")
+    load.seed_live(farm, max(0, args.live - _live_count(farm)), requester=CAROL, prefix="tp-many")
+    farm.settle(timeout=120)
+    many = _live_cost(farm, irs, args)
+    for kind in ("status", "list"):
+        _line(
+            f"  worker ms per {kind:6} at {few.live:4d} live: {few.median(kind):6.1f}   at {many.live:4d} live: "
+            f"{many.median(kind):6.1f}   (target: flat)"
+        )
+    flat = all(many.median(k) <= 2 * few.median(k) + 10 for k in ("status", "list"))
+    ok = (
+        not report.errors
+        and report.acked == report.sent
+        and report.ack(99) < THROUGHPUT_TARGETS["ack_p99_ms"]
+        and (report.sent < THROUGHPUT_TARGETS["commands"] or report.wall_s <= THROUGHPUT_TARGETS["wall_s"])
+        and not report.worker_failures
+        and report.settled
+        and flat
+    )
+    return {
+        **figures,
+        "worker_ms_by_live": {
+            str(cost.live): {k: round(cost.median(k), 1) for k in ("status", "list")} for cost in (few, many)
+        },
+        "targets": THROUGHPUT_TARGETS,
+        "ok": ok,
+    }
+
+
+def _live_count(farm: LocalFarm) -> int:
+    return sum(1 for _ in farm.gateway.search(LIVE_QUERY))
+
+
+def _live_cost(farm: LocalFarm, irs: list[int], args: argparse.Namespace) -> load.CostReport:
+    """The worker's time per status / list, one command at a time, at the current number of live incidents."""
+    return load.worker_cost(farm, load.cost_commands(ALICE, irs, args.cost_repeats), live=_live_count(farm))
+
+
 def faults(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
     """The fault day: `--requests` requests with `--fault-rate` of the Datadog and Slack calls failing."""
     logging.disable(logging.ERROR)  # each injected fault logs an error line; the figures are what counts here
@@ -140,6 +212,7 @@ FIGURES: dict[str, Callable[[RaceFarm, argparse.Namespace], dict[str, object]]] 
     "quota": quota,
     "faults": faults,
     "redelivery": redelivered,
+    "throughput": throughput,
 }
 
 
@@ -157,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=100, help="rounds of each race (default 100)")
     parser.add_argument("--burst", type=int, default=200, help="concurrent requests in the quota burst")
     parser.add_argument("--latency-ms", type=int, default=250, help="injected incident API latency")
+    parser.add_argument("--commands", type=int, default=1000, help="slash commands in the throughput figure")
+    parser.add_argument("--threads", type=int, default=12, help="client threads sending them")
+    parser.add_argument("--live", type=int, default=500, help="live incidents for the worker's cost per command")
+    parser.add_argument("--cost-repeats", type=int, default=20, help="status and list commands timed per count")
     parser.add_argument("--requests", type=int, default=200, help="requests of the fault day and the redelivery")
     parser.add_argument("--fault-rate", type=float, default=badday.FAULT_RATE, help="share of API calls failing")
     parser.add_argument("--only", choices=sorted(FIGURES), action="append", help="run only these figures")

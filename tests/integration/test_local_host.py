@@ -20,8 +20,9 @@ import pytest
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, LambdaFunctionUrlModel, SqsModel
 from click.testing import CliRunner
 
+from gpufarm.core.errors import UpstreamError
 from gpufarm.handlers import runtime
-from gpufarm_sandbox.localhost import LocalEnv, seams, start_local
+from gpufarm_sandbox.localhost import LocalEnv, load, seams, start_local
 from gpufarm_sandbox.localhost.cli import describe, local, run_local
 from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
 from gpufarm_sandbox.localhost.host import FunctionTimeout
@@ -232,6 +233,38 @@ def test_failed_async_invoke_is_retried_then_dead_lettered(local_env: LocalEnv) 
     assert json.loads(dead["payload"]) == {"fail": True, "n": 9}
 
 
+def test_hand_offs_inside_the_process_skip_http_but_not_the_checks(
+    local_env: LocalEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = local_env.url
+    invoker, queue = seams.HostInvoker(f"{url}/_local/invoke"), seams.HostQueue(f"{url}/_local/queues/WorkQueue")
+    clock = seams.SandboxClock(f"{url}/_sandbox/clock")
+    local_env.sandbox.clock.advance(3600)
+    caplog.set_level(logging.DEBUG, logger="gpufarm_sandbox.emulator.http")  # one line per HTTP request served
+    assert abs(clock.epoch() - local_env.sandbox.clock.now()) < 1
+    invoker.invoke("WorkerFunction", {"n": 5})
+    queue.send({"i": 1}, group="g", dedup_id="d-1")
+    assert local_env.host.drain(10)
+    assert [e["n"] for e in local_env.host.module("WorkerFunction").SEEN] == [5]
+    assert [s["body"] for s in local_env.host.module("ConsumerFunction").SEEN] == [{"i": 1}]
+    with pytest.raises(UpstreamError, match="answered 404, expected 202"):
+        invoker.invoke("NoSuchFunction", {})
+    with pytest.raises(UpstreamError, match="answered 400, expected 200"):
+        seams.HostQueue(f"{url}/_local/queues/NoSuchQueue").send({}, group="g", dedup_id="d")
+    served = [r.getMessage() for r in caplog.records if r.name == "gpufarm_sandbox.emulator.http"]
+    assert served and not [line for line in served if "/_local/" in line or "/_sandbox/clock" in line]
+
+
+def test_a_closed_host_takes_no_hand_off_in_process() -> None:
+    with start_local(port=0, template=TEMPLATE) as running:
+        invoker = seams.HostInvoker(running.host.urls.invoke)
+        assert seams.in_process(running.host.urls.invoke, seams.INVOKE_PATH) == (running.host, "")
+        running.host.close()
+        assert seams.in_process(running.host.urls.invoke, seams.INVOKE_PATH) is None
+        with pytest.raises(UpstreamError, match="answered 503"):
+            invoker.invoke("WorkerFunction", {"n": 6})  # over HTTP now, where the closed host refuses it
+
+
 def test_invoke_endpoint_validates(local_env: LocalEnv) -> None:
     status, body = post_json(f"{local_env.url}/_local/invoke/NoSuchFunction", {})
     assert status == 404 and "Function not found" in body["message"]
@@ -401,6 +434,26 @@ def test_the_real_template_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
         assert os.environ["GPUFARM_ALLOCATION_QUEUE_URL"] == f"{running.url}/_local/queues/AllocationQueue"
         assert os.environ["GPUFARM_OPERATORS_USERGROUP"] == "S0000000001"
         assert "GPUFARM_FARM_CONFIG_PARAMETER" not in os.environ
+
+
+def test_slash_commands_from_12_threads_are_all_acked_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm
+
+    monkeypatch.chdir(REPO)
+    with start_local(port=0) as running:
+        farm = LocalFarm.ready(running)
+        try:
+            irs = load.seed_live(farm, 5, requester=ALICE)
+            assert farm.settle(30)
+            report = load.run_load(farm, load.mixed_commands(100, (ALICE, BOB, CAROL), irs), threads=12)
+            dead = list(running.host.dead_letters)
+        finally:
+            farm.close()
+    assert report.errors == [] and report.acked == 100
+    assert report.ack(100) < 2000, report.summary()  # generous for a busy CI box: Slack allows 3 s
+    assert report.settled and report.worker_failures == [] and report.dead_letters == 0, dead[:2]
+    assert sum(len(ms) for ms in report.worker_ms.values()) >= 100  # every command reached the worker
+    assert set(report.worker_ms) == {"list", "status", "request"}
 
 
 def test_run_local_prints_urls_masks_secrets_and_runs_hooks(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from werkzeug.wrappers import Request, Response
 
@@ -41,6 +41,18 @@ if TYPE_CHECKING:
 __all__ = ["FunctionLoadError", "FunctionTimeout", "LocalEnv", "LocalHost", "find_template", "start_local"]
 
 log = logging.getLogger("gpufarm_sandbox.localhost")
+
+# Called after each invocation with its log entry and its event (LocalHost.listen).
+Listener = Callable[[dict[str, Any], Any], None]
+
+Lane = Literal["async", "queue"]
+# Threads that run event invokes (and schedules), and threads that run SQS deliveries: two pools of their own,
+# apart from the HTTP server's threads that answer Function URLs. Every function shares this one interpreter and
+# its GIL, so each busy worker thread takes a share of the CPU from the threads answering Slack: bounded pools
+# keep a backlog of hand-offs from starving the acks (Lambda scales the worker out instead; here it queues), and a
+# burst of worker invocations never holds up the allocation queue, or the reverse.
+ASYNC_WORKERS = 3
+QUEUE_WORKERS = 3
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 LOG_SIZE = 1000
@@ -65,7 +77,8 @@ class LocalHost:
         template: Path | None = None,
         root: Path | None = None,
         parameters: Mapping[str, str] | None = None,
-        max_workers: int = 8,
+        async_workers: int | None = None,
+        queue_workers: int | None = None,
     ) -> None:
         _install_seams()
         self.sb = sandbox
@@ -82,16 +95,21 @@ class LocalHost:
         self.closed = False
         self.invocations: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
         self.dead_letters: deque[dict[str, Any]] = deque(maxlen=LOG_SIZE)
+        self._listeners: list[Listener] = []
         self._queues = QueueRunner(self)
         self.queues: dict[str, LocalQueue] = self._queues.queues
         self._scheduler = Scheduler(self)
         self.schedules: list[ScheduledTrigger] = self._scheduler.schedules
-        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="gpufarm-fn")
+        self._pools = {
+            "async": ThreadPoolExecutor(async_workers or ASYNC_WORKERS, thread_name_prefix="gpufarm-async"),
+            "queue": ThreadPoolExecutor(queue_workers or QUEUE_WORKERS, thread_name_prefix="gpufarm-queue"),
+        }
         sandbox.add_routes(self.routes())
         # Registered as a sandbox module too, so `POST /_sandbox/reset` restarts the timetable and the
         # sandbox's state dump shows the host.
         sandbox.modules.append(_SandboxModule(self))
         self._scheduler.start()
+        _seams().serve_in_process(self)
 
     @property
     def schedules_paused(self) -> bool:
@@ -150,6 +168,19 @@ class LocalHost:
         """Enqueue a message as SendMessage would; returns the MessageId (the original one for a duplicate)."""
         return self._queues.send(queue_id, body, group=group, dedup_id=dedup_id)
 
+    def listen(self, listener: Listener) -> Callable[[], None]:
+        """Call listener(entry, event) after every invocation (its log entry and the event it ran on), e.g. to
+        time one function's work under load; returns the function that removes it."""
+        with self.lock:
+            self._listeners.append(listener)
+
+        def remove() -> None:
+            with self.lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return remove
+
     def reset(self, *, now: float | None = None) -> None:
         """Forget logs, dead letters and deduplication ids, and restart schedules from now (queued work stays)."""
         start = self.sb.clock.now() if now is None else now
@@ -187,19 +218,22 @@ class LocalHost:
         self.drain(timeout=5.0)
         with self.lock:
             self.closed = True
+        _seams().stop_in_process(self)
         self._scheduler.stop()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- running functions -----------------------------------------------------------------------------------------
 
-    def start_task(self, target: Callable[..., None], *args: Any) -> None:
-        """Run target(*args) on the pool, counted until it ends (drain waits for it); RuntimeError once closed."""
+    def start_task(self, target: Callable[..., None], *args: Any, lane: Lane = "async") -> None:
+        """Run target(*args) on the lane's pool ("async": event invokes and schedules, "queue": SQS deliveries),
+        counted until it ends (drain waits for it); RuntimeError once closed."""
         with self.lock:
             if self.closed:
                 raise RuntimeError("the local host is closed")
             self._active += 1
         try:
-            self._executor.submit(self._guarded, target, *args)
+            self._pools[lane].submit(self._guarded, target, *args)
         except RuntimeError:
             self._done()
             raise
@@ -252,6 +286,12 @@ class LocalHost:
         entry["status"] = "ok" if ok else ("timeout" if isinstance(outcome, FunctionTimeout) else "error")
         with self.lock:
             self.invocations.append(entry)
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(entry, event)
+            except Exception:  # a listener's bug must not turn into the invocation's result
+                log.exception("invocation listener failed")
         return ok, outcome
 
     def run_async(self, fn: LocalFunction, event: Any, trigger: str) -> None:
@@ -301,22 +341,33 @@ class LocalHost:
     # -- async invokes ---------------------------------------------------------------------------------------------
 
     def _invoke_async(self, request: Request, name: str) -> Response:
+        refused = self.accept_invoke(name, request.get_data(cache=True))
+        if refused is not None:
+            return _lambda_error(*refused)
+        return Response(b"", status=202)
+
+    def accept_invoke(self, name: str, data: bytes) -> tuple[int, str, str] | None:
+        """An async invoke as Lambda's Invoke API takes it (`InvocationType=Event`): None once queued, else the
+        refusal (status, error type, message). The HTTP route and the in-process hand-off (`seams`) share it."""
         try:
             fn = self.function(name)
         except KeyError:
-            return _lambda_error(404, "ResourceNotFoundException", f"Function not found: {name}")
-        data = request.get_data(cache=True)
+            return 404, "ResourceNotFoundException", f"Function not found: {name}"
         if len(data) > MAX_ASYNC_PAYLOAD:
-            return _lambda_error(413, "RequestTooLargeException", "Request must be smaller than 262144 bytes")
+            return 413, "RequestTooLargeException", "Request must be smaller than 262144 bytes"
         try:
             event = json.loads(data) if data.strip() else {}
         except (ValueError, UnicodeDecodeError):
-            return _lambda_error(400, "InvalidRequestContentException", "Could not parse request body into json")
+            return 400, "InvalidRequestContentException", "Could not parse request body into json"
         try:
             self.start_task(self.run_async, fn, event, "async")
         except RuntimeError:
-            return _lambda_error(503, "ServiceException", "the local host is closed")
-        return Response(b"", status=202)
+            return 503, "ServiceException", "the local host is closed"
+        return None
+
+    def accept_queue_message(self, queue_id: str, message: Any) -> tuple[int, dict[str, Any]]:
+        """SendMessage of `{"body", "group", "dedup_id"}` to a queue: (200, answer) or (status, SQS's error)."""
+        return self._queues.accept(queue_id, message)
 
     # -- state -----------------------------------------------------------------------------------------------------
 
@@ -396,10 +447,15 @@ def _clear_process_caches() -> None:
     cached_settings.cache_clear()
 
 
-def _install_seams() -> None:
+def _seams() -> ModuleType:
+    # Imported when a host starts: the seams import the gpufarm runtime, which this module otherwise never needs.
     from gpufarm_sandbox.localhost import seams
 
-    seams.install()
+    return seams
+
+
+def _install_seams() -> None:
+    _seams().install()
 
 
 @contextlib.contextmanager

@@ -71,8 +71,12 @@ class LocalQueue:
 
 def sqs_error(status: int, kind: str, message: str) -> Response:
     """SQS's JSON-protocol error shape."""
-    body = {"__type": f"com.amazonaws.sqs#{kind}", "message": message}
+    _, body = _sqs_refusal(status, kind, message)
     return Response(json.dumps(body), status=status, content_type="application/x-amz-json-1.0")
+
+
+def _sqs_refusal(status: int, kind: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {"__type": f"com.amazonaws.sqs#{kind}", "message": message}
 
 
 def check_message(queue: LocalQueue, text: str, group: str | None, dedup_id: str | None) -> tuple[int, str, str] | None:
@@ -187,30 +191,40 @@ class QueueRunner:
 
     def send_request(self, request: Request, queue_id: str) -> Response:
         """`POST /_local/queues/<queue_id>/messages`: SendMessage over HTTP, as the runtime's local queue calls it."""
-        queue = self.queues.get(queue_id)
-        if queue is None:
-            return sqs_error(400, "QueueDoesNotExist", "The specified queue does not exist.")
         try:
             body = json.loads(request.get_data(cache=True) or b"null")
         except (ValueError, UnicodeDecodeError):
+            if queue_id not in self.queues:
+                return sqs_error(400, "QueueDoesNotExist", "The specified queue does not exist.")
             return sqs_error(400, "InvalidParameterValue", "The request body is not valid JSON.")
+        status, answer = self.accept(queue_id, body)
+        ctype = "application/json" if status == 200 else "application/x-amz-json-1.0"
+        return Response(json.dumps(answer), status=status, content_type=ctype)
+
+    def accept(self, queue_id: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """SendMessage of `{"body", "group", "dedup_id"}`: (200, the answer) or (4xx/503, SQS's error shape).
+
+        The HTTP route and the in-process hand-off (`seams`) share it, so both refuse the same messages.
+        """
+        queue = self.queues.get(queue_id)
+        if queue is None:
+            return _sqs_refusal(400, "QueueDoesNotExist", "The specified queue does not exist.")
         if not isinstance(body, dict) or "body" not in body:
-            return sqs_error(400, "MissingParameter", 'Expected {"body": ..., "group": ..., "dedup_id": ...}.')
+            return _sqs_refusal(400, "MissingParameter", 'Expected {"body": ..., "group": ..., "dedup_id": ...}.')
         raw = body["body"]
         text = raw if isinstance(raw, str) else json.dumps(raw, separators=(",", ":"))
         group, dedup_id = body.get("group"), body.get("dedup_id")
         if (group is not None and not isinstance(group, str)) or (
             dedup_id is not None and not isinstance(dedup_id, str)
         ):
-            return sqs_error(400, "InvalidParameterValue", "group and dedup_id must be strings.")
+            return _sqs_refusal(400, "InvalidParameterValue", "group and dedup_id must be strings.")
         problem = check_message(queue, text, group, dedup_id)
         if problem:
-            return sqs_error(*problem)
+            return _sqs_refusal(*problem)
         if self.host.closed:
-            return sqs_error(503, "ServiceUnavailable", "the local host is closed")
+            return _sqs_refusal(503, "ServiceUnavailable", "the local host is closed")
         message_id = self.enqueue(queue, text, group, dedup_id)
-        answer = {"MessageId": message_id, "MD5OfMessageBody": hashlib.md5(text.encode()).hexdigest()}  # noqa: S324
-        return Response(json.dumps(answer), status=200, content_type="application/json")
+        return 200, {"MessageId": message_id, "MD5OfMessageBody": hashlib.md5(text.encode()).hexdigest()}  # noqa: S324
 
     def enqueue(self, queue: LocalQueue, text: str, group: str | None, dedup_id: str | None) -> str:
         """Add a checked message (FIFO: dropped as a duplicate within the window) and start its delivery."""
@@ -256,7 +270,7 @@ class QueueRunner:
             batch = list(pending)[: max(1, queue.batch_size)]
             queue.busy.add(group)
             try:
-                self.host.start_task(self._guarded_delivery, queue, group, batch)
+                self.host.start_task(self._guarded_delivery, queue, group, batch, lane="queue")
             except RuntimeError:
                 queue.busy.discard(group)
                 return
