@@ -1,4 +1,5 @@
-"""A bad day on `gpufarm local`: 20 % of the Datadog and Slack API calls answered 429, 500 or 503.
+"""A bad day on `gpufarm local`: 20 % of the Datadog and Slack API calls answered 429, 500 or 503, half of the
+5xx after the call was served (the write landed, the answer was lost).
 
 The scenario plays waves of eight requests, one of each kind in KINDS (each on its own team x pool x model quota,
 so no request's decision depends on another's order), through the real path: signed slash commands, operators'
@@ -30,6 +31,8 @@ from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, DANA, HOSTS,
 
 FAULT_RATE = 0.2
 FAULT_STATUSES = (429, 500, 503)
+# Half of the injected 5xx come after the request was served (the write landed, its answer lost).
+FAULT_AFTER = 0.5
 # The Datadog API, Slack's Web API and its response_urls; never the sandbox's own inspection endpoints.
 FAULT_PATHS = r"^/(api|slack)/"
 # Datadog re-sends a webhook that got a 5xx; the idle monitor here does the same.
@@ -145,7 +148,13 @@ class BadDay:
         self._faulty = on and self.rate > 0
         if self._faulty:
             self.seed += 1
-            spec = {"rate": self.rate, "statuses": list(FAULT_STATUSES), "paths": FAULT_PATHS, "seed": self.seed}
+            spec = {
+                "rate": self.rate,
+                "statuses": list(FAULT_STATUSES),
+                "paths": FAULT_PATHS,
+                "seed": self.seed,
+                "after": FAULT_AFTER,
+            }
             status, body = self.farm.post("/_sandbox/faults", spec)
             if status != 200:
                 raise RuntimeError(f"the sandbox refused the fault plan: {body}")

@@ -8,6 +8,9 @@ from __future__ import annotations
 import pytest
 from attack import Target
 
+from gpufarm.core import fields as f
+from gpufarm.core.errors import UpstreamError
+from gpufarm.core.lifecycle import Phase
 from gpufarm_sandbox.badday import FAULT_RATE, KINDS, BadDay
 
 # Two waves of the eight kinds: each wave costs about a minute at 20 % (the adapters' bounded retries back off
@@ -24,3 +27,19 @@ def test_a_fault_day_loses_nothing_doubles_nothing_and_answers_everyone(target: 
     assert (report.lost, report.doubled, report.hosts_in_two, report.orphan_tags, report.untold) == (0, 0, 0, 0, 0)
     assert report.told == REQUESTS
     assert report.dead_letters == 0
+
+
+def test_a_fault_after_the_write_lands_the_write_and_loses_the_answer(target: Target) -> None:
+    farm = target.farm
+    created = farm.gateway.create(
+        "GPU request: nlp/after 1xH100 (onprem-hpc)",
+        {f.STATE: "active", f.PHASE: Phase.REQUESTED.value, f.TEAM: "nlp", f.PROJECT: "after"},
+    )
+    spec = {"rate": 1.0, "statuses": [503], "paths": "^/api/v2/incidents/", "after": 1.0, "max_faults": 20}
+    assert farm.post("/_sandbox/faults", spec)[0] == 200
+    try:
+        with pytest.raises(UpstreamError):
+            farm.gateway.update(created.id, {f.PURPOSE: "landed"})
+    finally:
+        farm.post("/_sandbox/faults", {})
+    assert farm.gateway.get(created.id).fields.get(f.PURPOSE) == "landed"

@@ -178,7 +178,13 @@ class Sandbox:
                 time.sleep(delay)
             status = self.faults.pick(path)
             if status is not None:
+                if self.faults.served_first(status):
+                    self._handle_route(request, route, args, slack=slack)
                 return self._fault_response(status, slack)
+        return self._handle_route(request, route, args, slack=slack)
+
+    def _handle_route(self, request: Request, route: Route, args: Mapping[str, Any], *, slack: bool) -> Response:
+        path = request.path
         try:
             return route.handler(request, **args)
         except ApiError as exc:

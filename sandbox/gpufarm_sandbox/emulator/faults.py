@@ -25,6 +25,9 @@ class FaultSpec(BaseModel):
     latency_ms: int = Field(default=0, ge=0, le=60_000)
     # Stop after this many injected faults (None: no limit), so tests can ask for "fail the next N".
     max_faults: int | None = Field(default=None, ge=0)
+    # Share of the injected 5xx answered after the request was served: the change is made, its answer lost (a 5xx
+    # after the write), so a caller that retries the whole step must not apply it twice. A 429 never serves first.
+    after: float = Field(default=0.0, ge=0.0, le=1.0)
 
     @field_validator("statuses")
     @classmethod
@@ -83,6 +86,14 @@ class FaultInjector:
                 return None
             self.injected += 1
             return self._rng.choice(spec.statuses)
+
+    def served_first(self, status: int) -> bool:
+        """For a fault just picked: True when the request is to be served before the fault is answered."""
+        spec = self.spec
+        if spec.after <= 0 or status < 500:
+            return False
+        with self._lock:
+            return self._rng.random() < spec.after
 
     def dump(self) -> dict[str, Any]:
         """Current plan and how many faults were injected."""

@@ -524,10 +524,15 @@ class SlackModule(BaseModule):
     def _response_url(self, request: Request, token: str) -> Response:
         fault = self.sb.faults.pick(request.path)
         if fault is not None:
+            if self.sb.faults.served_first(fault):
+                self._post_to_sink(request, token)
             response = _text(fault, "rate_limited" if fault == 429 else "service_unavailable")
             if fault == 429:
                 response.headers["Retry-After"] = "1"
             return response
+        return self._post_to_sink(request, token)
+
+    def _post_to_sink(self, request: Request, token: str) -> Response:
         body = _webhook_body(request)
         if body is None:
             return _text(400, "invalid_payload")
