@@ -96,7 +96,7 @@ def farm_yaml() -> str:
         for env, (_, models, _) in envs.items():
             lines.append(f"      {env}:")
             lines += [f"        {m}: {{gpus: 2048, hard_limit: 4096}}" for m in models]
-    lines += ["idle: {grace_minutes: 60, threshold_percent: 5, window_minutes: 60}"]
+    lines += ["idle: {grace_minutes: 60, kinds: {low_utilization: {threshold_percent: 5, window_minutes: 60}}}"]
     lines += ["defaults: {duration_days: 7, extend_days: 7}"]
     return "\n".join(lines) + "\n"
 
@@ -287,6 +287,14 @@ def seed(api: Api, plan: Layout, *, threads: int = 4) -> None:
         api.ok("POST", "/_sandbox/hosts", {"hosts": body})
 
 
+def settle(api: Api) -> None:
+    """Wait until the sandbox has no webhook delivery queued (Datadog's notifications of earlier writes)."""
+    for _ in range(30):
+        if api.ok("POST", "/_sandbox/webhooks/drain", {"timeout": 60})["drained"]:
+            return
+    raise RuntimeError("the sandbox's webhook deliveries did not drain")
+
+
 def drift(api: Api, plan: Layout, share: float = 0.01) -> int:
     """Change the `user` tags of a share of the hosts behind gpufarm's back; returns how many hosts changed.
 
@@ -397,7 +405,8 @@ class Runner:
         self.queue.messages.clear()
 
     def invoke(self, path: FarmPath, name: str, function: str, run: Callable[[], Any]) -> Any:
-        """One invocation, measured."""
+        """One invocation, measured (after the sandbox has delivered the webhooks earlier writes set off)."""
+        settle(self.api)
         gc.collect()
         self.api.ok("DELETE", "/_sandbox/requests")
         _reset_peak_rss()

@@ -27,6 +27,7 @@ MAX_HOST_NAME = 255
 MAX_TAGS_PER_SOURCE = 1000
 MAX_EPOCH_S = 2**42  # far beyond any real timestamp, well inside float range
 _FIRST_HOST_ID = 1_000_000_001
+FILTER_CACHE = 32  # host filters whose matching hosts are kept between pages
 _SORT_FIELDS = {"name", "host_name", "id", "apps", "status", "up", "last_reported_time", "cpu", "iowait", "load"}
 _TAG_RUNS = re.compile(r"__+")
 
@@ -69,6 +70,10 @@ class HostsModule(BaseModule):
         super().__init__(sandbox)
         self._hosts: dict[str, _Host] = {}
         self._next_id = _FIRST_HOST_ID
+        # Bumped when a host appears or its tags change: a filter's hosts in name order are computed once per
+        # version and each page is cut from them (only whether a host reported recently is checked per page).
+        self._version = 0
+        self._filtered: dict[tuple[tuple[str, ...], bool], tuple[int, list[_Host]]] = {}
 
     # -- public API for sibling modules --------------------------------------------------------------------------
 
@@ -111,6 +116,8 @@ class HostsModule(BaseModule):
         with self.sb.lock:
             self._hosts.clear()
             self._next_id = _FIRST_HOST_ID
+            self._version += 1
+            self._filtered.clear()
 
     def dump(self) -> dict[str, Any]:
         """Every host with its tags by source and last report time."""
@@ -136,6 +143,7 @@ class HostsModule(BaseModule):
             h = _Host(name=name, id=self._next_id)
             self._next_id += 1
             self._hosts[name] = h
+            self._version += 1
         return h
 
     @staticmethod
@@ -144,13 +152,13 @@ class HostsModule(BaseModule):
             h.merged = tuple(dict.fromkeys(t for tags in h.tags_by_source.values() for t in tags))
         return h.merged
 
-    @staticmethod
-    def _set_source(h: _Host, source: str, tags: list[str]) -> None:
+    def _set_source(self, h: _Host, source: str, tags: list[str]) -> None:
         if tags:
             h.tags_by_source[source] = tags[:MAX_TAGS_PER_SOURCE]
         else:
             h.tags_by_source.pop(source, None)
         h.merged = None
+        self._version += 1
 
     def _live(self, h: _Host, now: float, since: float) -> bool:
         reported = h.reported_at(now)
@@ -175,8 +183,12 @@ class HostsModule(BaseModule):
         with self.sb.lock:
             now = self.sb.clock.now()
             floor = float(since) if since is not None else now - LIVE_WINDOW_S
-            matching = [h for h in self._hosts.values() if self._live(h, now, floor) and self._matches(h, terms)]
-            matching.sort(key=lambda h: _sort_key(h, sort_field, now), reverse=sort_dir == "desc")
+            if sort_field in ("name", "host_name"):
+                ordered = self._by_name(terms, reverse=sort_dir == "desc")
+                matching = [h for h in ordered if self._live(h, now, floor)]
+            else:
+                matching = [h for h in self._hosts.values() if self._live(h, now, floor) and self._matches(h, terms)]
+                matching.sort(key=lambda h: _sort_key(h, sort_field, now), reverse=sort_dir == "desc")
             page = matching[start : start + (count or 0)]
             host_list = [self._host_json(h, now, with_meta) for h in page]
         return json_response(
@@ -187,6 +199,19 @@ class HostsModule(BaseModule):
                 "total_matching": len(matching),
             }
         )
+
+    def _by_name(self, terms: list[str], *, reverse: bool) -> list[_Host]:
+        key = (tuple(terms), reverse)
+        cached = self._filtered.get(key)
+        if cached is None or cached[0] != self._version:
+            hosts = sorted((h for h in self._hosts.values() if self._matches(h, terms)), key=lambda h: h.name)
+            if reverse:
+                hosts.reverse()
+            if len(self._filtered) >= FILTER_CACHE:
+                self._filtered.pop(next(iter(self._filtered)))
+            cached = (self._version, hosts)
+            self._filtered[key] = cached
+        return cached[1]
 
     def _matches(self, h: _Host, terms: list[str]) -> bool:
         if not terms:

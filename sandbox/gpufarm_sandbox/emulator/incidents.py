@@ -32,6 +32,7 @@ from gpufarm_sandbox.emulator.incidents_config import (
 )
 from gpufarm_sandbox.emulator.incidents_notifications import CREATED_TRIGGER, MODIFIED_TRIGGER, NotificationRules
 from gpufarm_sandbox.emulator.incidents_search import (
+    Node,
     QueryError,
     answer_facets,
     matches,
@@ -93,6 +94,8 @@ class StoredIncident:
 # -- the module -------------------------------------------------------------------------------------------
 
 
+# How many distinct searches keep their matches between pages.
+SEARCH_CACHE = 32
 # Facets that are the incident's own attributes rather than a field.
 _SPECIAL_FACETS = frozenset({"public_id", "id", "customer_impacted", "is_test", "incident_type", "commander", SLUG})
 
@@ -106,6 +109,10 @@ class IncidentsModule(BaseModule):
         super().__init__(sandbox)
         self._incidents: dict[str, StoredIncident] = {}
         self._next_public_id = 1
+        # Bumped by every change to an incident: a search's matches and facets are computed once per query and
+        # version, and its later pages are cut from them, as a real index serves page after page.
+        self._version = 0
+        self._searches: dict[tuple[str, str], tuple[tuple[Any, ...], list[StoredIncident], dict[str, Any]]] = {}
         self.config = IncidentConfig(sandbox)
         self.rules = NotificationRules(sandbox, self.config)
         self.reset()
@@ -129,6 +136,8 @@ class IncidentsModule(BaseModule):
         """Forget everything; the organization keeps one default incident type, as a real org does."""
         self._incidents.clear()
         self._next_public_id = 1
+        self._version += 1
+        self._searches.clear()
         self.config.reset()
         self.rules.reset()
 
@@ -196,6 +205,7 @@ class IncidentsModule(BaseModule):
         with self.sb.lock:
             self._incident(incident_id)
             del self._incidents[incident_id]
+            self._version += 1
         return empty_response(204)
 
     def _list(self, request: Request) -> Response:
@@ -229,10 +239,9 @@ class IncidentsModule(BaseModule):
             unknown = sorted(f for f in query_facets(query) if not self._is_facet(f))
             if unknown:
                 raise ApiError(400, f"Invalid query: unknown facet '{unknown[0]}'")
-            found = [i for i in self._incidents.values() if matches(query, self._facet_reader(i))]
-            found.sort(key=lambda i: i.public_id, reverse=sort == "-created")
+            found, facets = self._matching(text, sort, query)
             page = found[offset : offset + size]
-            out = self._search_answer(found, page, offset)
+            out = self._search_answer(found, page, offset, facets)
             if "users" in include:
                 out["included"] = self._included_users(page)
         return json_response(out)
@@ -279,6 +288,7 @@ class IncidentsModule(BaseModule):
             incident.resolved = now
         self._next_public_id += 1
         self._incidents[incident.id] = incident
+        self._version += 1
         return incident
 
     def _apply_update(
@@ -298,6 +308,7 @@ class IncidentsModule(BaseModule):
         commander = _commander(relationships)
         # Everything is validated above; nothing below can fail, so a bad PATCH changes nothing.
         now = self.sb.clock.now_dt()
+        self._version += 1
         old_state = incident.state
         incident.title = title
         incident.fields.update(values)
@@ -443,13 +454,34 @@ class IncidentsModule(BaseModule):
             return [incident.commander_id] if incident.commander_id else []
         return [incident.slug]
 
-    def _search_answer(self, found: list[StoredIncident], page: list[StoredIncident], offset: int) -> dict[str, Any]:
+    def _matching(self, text: str, sort: str, query: Node) -> tuple[list[StoredIncident], dict[str, Any]]:
+        """The incidents a query matches, in the answer's order, and the answer's facets (cached per version)."""
+        # Field definitions and type names shape the facets: they are part of what the cache depends on.
+        fingerprint = (
+            self._version,
+            tuple((t.id, t.name) for t in self.config.types.values()),
+            tuple(id(d) for d in self.config.fields.values()),
+        )
+        cached = self._searches.get((text, sort))
+        if cached is not None and cached[0] == fingerprint:
+            return cached[1], cached[2]
+        found = [i for i in self._incidents.values() if matches(query, self._facet_reader(i))]
+        found.sort(key=lambda i: i.public_id, reverse=sort == "-created")
+        facets = answer_facets(found, self.config)
+        if len(self._searches) >= SEARCH_CACHE:
+            self._searches.pop(next(iter(self._searches)))
+        self._searches[(text, sort)] = (fingerprint, found, facets)
+        return found, facets
+
+    def _search_answer(
+        self, found: list[StoredIncident], page: list[StoredIncident], offset: int, facets: dict[str, Any]
+    ) -> dict[str, Any]:
         return {
             "data": {
                 "type": "incidents_search_results",
                 "attributes": {
                     "total": len(found),
-                    "facets": answer_facets(found, self.config),
+                    "facets": facets,
                     "incidents": [{"data": self._incident_view(i, full=True, analytics=True)} for i in page],
                 },
                 "relationships": {

@@ -255,6 +255,10 @@ def answer_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> di
     }
 
 
+# A field whose values in the answer are more varied than this gets no facet (free text, ids, host names).
+MAX_FIELD_FACET_VALUES = 100
+
+
 def _field_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> list[dict[str, Any]]:
     specs: list[tuple[str, tuple[str, ...] | None]] = [
         (name, allowed) for name, (_, allowed) in BUILTIN_FIELDS.items() if name not in ("severity", "state")
@@ -271,7 +275,11 @@ def _field_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> li
         for incident in found:
             value = incident.slug if name == SLUG else incident.fields.get(name)
             values.extend(value if isinstance(value, list) else [value] if value is not None else [])
-        out.append({"name": name, "facets": _counts(values, allowed or ())})
+        facets = _counts(values, allowed or ())
+        if len(facets) > MAX_FIELD_FACET_VALUES:
+            # Recorded: a 5-incident answer lists every slug; a 1,505-incident one has no slug facet at all.
+            continue
+        out.append({"name": name, "facets": facets})
     return out
 
 

@@ -1,0 +1,257 @@
+"""One invocation's view (gpufarm.core.reads) and the sync's repair built on it, against in-memory ports.
+
+Reads are narrowed by facets and shared: a narrower scope is answered from a wider one already read, writes update
+what was read, the policy's capacity check lists the pool no further than the ask, and a repair that finds nothing
+to fix reads no host on its own and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
+
+from gpufarm.core import fields as f
+from gpufarm.core import reconcile
+from gpufarm.core.farm import parse_farm
+from gpufarm.core.lifecycle import Phase, State
+from gpufarm.core.policy import build_request
+from gpufarm.core.ports import HostInfo
+from gpufarm.core.reads import Reads, host_filter, live_query
+from gpufarm.core.service import GpuFarm
+from gpufarm.handlers.incident_webhook import QueueMessage
+
+USER = "U0000000001"
+
+
+class CountingHosts(FakeHosts):
+    """FakeHosts that counts host lists, hosts handed out by them, and single-host tag reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lists: list[str | None] = []
+        self.listed = 0
+        self.gets: list[str] = []
+
+    def list_hosts(self, filter_text: str | None = None) -> Iterator[HostInfo]:
+        self.lists.append(filter_text)
+        for info in super().list_hosts(filter_text):
+            self.listed += 1
+            yield info
+
+    def get_tags(self, host: str, source: str = "user") -> list[str]:
+        self.gets.append(host)
+        return super().get_tags(host, source)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def incidents(clock: FakeClock) -> FakeIncidents:
+    return FakeIncidents(clock)
+
+
+@pytest.fixture
+def hosts() -> CountingHosts:
+    hosts = CountingHosts()
+    for i in range(6):
+        hosts.seed(f"hpc-{i}", "H100", 8, "hpc", "a")
+    hosts.seed("cloud-1", "A100", 8, "cloud", "use1")
+    return hosts
+
+
+@pytest.fixture
+def svc(incidents: FakeIncidents, hosts: CountingHosts, clock: FakeClock) -> GpuFarm:
+    return GpuFarm(incidents=incidents, hosts=hosts, chat=FakeChat(), clock=clock, farm=parse_farm(FARM_YAML))
+
+
+def _lease(svc: GpuFarm, incidents: FakeIncidents, *, env: str = "hpc", team: str = "nlp", phase: Phase) -> int:
+    values = {"gpu_count": "8", "gpu_model": "H100" if env == "hpc" else "A100", "environment": env, "team": team}
+    req = build_request(
+        {**values, "project": "p"},
+        svc.farm,
+        requester=USER,
+        channel=None,
+        request_id=f"req-{len(incidents.records):08d}",
+    )
+    fields = req.to_fields(phase, svc.clock.now())
+    if phase is not Phase.REQUESTED:
+        fields[f.STATE] = State.STABLE.value if phase is Phase.ALLOCATED else State.ACTIVE.value
+    return incidents.create(req.title(), fields).public_id
+
+
+def test_queries_name_the_facets_they_narrow_by() -> None:
+    assert live_query() == "state:(active OR stable)"
+    assert live_query("hpc", "nlp") == 'state:(active OR stable) AND environment:"hpc" AND team:"nlp"'
+    phases = live_query("hpc", phases={Phase.WAITING, Phase.APPROVED})
+    assert phases == 'state:(active OR stable) AND environment:"hpc" AND phase:("approved" OR "waiting")'
+    assert host_filter() == "gpufarm:managed"
+    assert host_filter("onprem-hpc") == "gpufarm:managed environment:onprem-hpc"
+    assert host_filter(ir=12) == "gpufarm:managed ir:ir-12"
+
+
+def test_a_narrower_scope_is_answered_from_a_wider_one_read_before(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    hpc = _lease(svc, incidents, phase=Phase.ALLOCATED)
+    _lease(svc, incidents, env="cloud", phase=Phase.WAITING)
+    _lease(svc, incidents, team="vision", phase=Phase.WAITING)
+    reads = Reads(incidents, hosts)
+    assert [a.environment for a in reads.live()] == ["hpc", "cloud", "hpc"]
+    assert [a.ir for a in reads.live("hpc", "nlp")] == [hpc]
+    assert [a.team for a in reads.live("hpc", phases={Phase.WAITING})] == ["vision"]
+    assert len(incidents.searches) == 1
+    # A narrow scope read first does not answer a wider one.
+    narrow = Reads(incidents, hosts)
+    narrow.live("hpc", "nlp")
+    narrow.live("hpc")
+    assert incidents.searches[1:] == [live_query("hpc", "nlp"), live_query("hpc")]
+
+
+def test_a_backend_that_ignores_facets_gives_the_same_answers(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hpc = _lease(svc, incidents, phase=Phase.ALLOCATED)
+    _lease(svc, incidents, env="cloud", phase=Phase.ALLOCATED)
+    resolved = _lease(svc, incidents, phase=Phase.ALLOCATED)
+    incidents.update(incidents.by_ir(resolved).id, {f.STATE: State.RESOLVED.value, f.PHASE: Phase.RECLAIMED.value})
+    every = list(incidents.records.values())
+    monkeypatch.setattr(incidents, "search", lambda query: iter(every))
+    assert [a.ir for a in Reads(incidents, hosts).live("hpc", "nlp")] == [hpc]
+
+
+def test_writes_update_every_scope_read_so_far(svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts) -> None:
+    ir = _lease(svc, incidents, phase=Phase.APPROVED)
+    reads = Reads(incidents, hosts)
+    assert [a.ir for a in reads.live("hpc", phases={Phase.APPROVED})] == [ir]
+    assert [a.ir for a in reads.live("hpc")] == [ir]
+    record = incidents.update(incidents.by_ir(ir).id, {f.STATE: "stable", f.PHASE: Phase.ALLOCATED.value})
+    reads.wrote(record)
+    assert reads.live("hpc", phases={Phase.APPROVED}) == []
+    assert [a.phase for a in reads.live("hpc")] == [Phase.ALLOCATED]
+    assert reads.get(ir).phase is Phase.ALLOCATED
+    gone = incidents.update(record.id, {f.STATE: State.RESOLVED.value, f.PHASE: Phase.RECLAIMED.value})
+    reads.wrote(gone)
+    assert reads.live("hpc") == []
+    assert len(incidents.searches) == 2
+
+
+def test_host_lists_are_per_pool_and_a_write_updates_the_listed_tags(
+    hosts: CountingHosts, incidents: FakeIncidents
+) -> None:
+    reads = Reads(incidents, hosts)
+    assert [h.name for h in reads.inventory("hpc")] == [f"hpc-{i}" for i in range(6)]
+    assert reads.listed_user_tags("hpc-0") is not None and "ir:ir-7" not in (reads.listed_user_tags("hpc-0") or [])
+    reads.tagged("hpc-0", [*hosts.user("hpc-0"), "ir:ir-7"])
+    assert "ir:ir-7" in (reads.listed_user_tags("hpc-0") or [])
+    assert [h.name for h in reads.tagged_with(7, "hpc")] == ["hpc-0"]
+    assert hosts.lists == [host_filter("hpc")]
+    # Everything listed first: a pool is cut from it.
+    wide = Reads(incidents, hosts)
+    wide.inventory()
+    assert [h.name for h in wide.inventory("cloud")] == ["cloud-1"]
+    assert hosts.lists[1:] == [host_filter()]
+
+
+def test_capacity_lists_no_further_than_the_ask_unless_it_refuses(
+    hosts: CountingHosts, incidents: FakeIncidents
+) -> None:
+    assert Reads(incidents, hosts).capacity("hpc", "H100", 16) == 16
+    assert hosts.listed == 2
+    assert Reads(incidents, hosts).capacity("hpc", "H100", 100) == 48  # the whole pool, to say how big it is
+    assert hosts.listed == 2 + 6
+
+
+def test_one_invocation_reads_its_pool_once_across_its_steps(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    for _ in range(2):
+        _lease(svc, incidents, env="cloud", phase=Phase.ALLOCATED)
+    ir = _lease(svc, incidents, phase=Phase.APPROVED)
+    with svc.reading():
+        svc.process(incidents.by_ir(ir).id)
+        svc.allocate_waiting("hpc")
+        svc.status(ir)
+    assert incidents.searches == [
+        live_query("hpc", phases={Phase.WAITING}),
+        live_query("hpc", phases={Phase.APPROVED, Phase.WAITING}),
+    ]
+    assert hosts.lists == [host_filter("hpc")]
+    # The chosen host was read again before its write and once more after it (dedicated pools verify).
+    assert hosts.gets == ["hpc-0", "hpc-0"]
+
+
+def _holding(svc: GpuFarm, incidents: FakeIncidents, host: str) -> int:
+    ir = _lease(svc, incidents, phase=Phase.APPROVED)
+    svc.process(incidents.by_ir(ir).id)
+    assert incidents.by_ir(ir).fields[f.HOSTS] == [host]
+    return ir
+
+
+def test_a_repair_with_nothing_to_fix_reads_no_host_by_itself_and_writes_nothing(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    _holding(svc, incidents, "hpc-0")
+    hosts.gets.clear()
+    writes = hosts.writes
+    repair = svc.reconcile_pool("hpc")
+    assert (repair.removed, repair.restored, repair.conflicts) == ([], [], [])
+    assert hosts.gets == [] and hosts.writes == writes
+
+
+def test_a_repair_reads_and_writes_only_the_drifted_hosts(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    ir = _holding(svc, incidents, "hpc-0")
+    hosts.replace_tags("hpc-0", [t for t in hosts.user("hpc-0") if not t.startswith(("ir:", "team:", "project:"))])
+    hosts.replace_tags("hpc-3", [*hosts.user("hpc-3"), "ir:ir-999", "team:ghost"])
+    hosts.gets.clear()
+    writes = hosts.writes
+    repair = svc.reconcile_pool("hpc")
+    assert sorted(hosts.gets) == ["hpc-0", "hpc-3"]
+    assert hosts.writes == writes + 2
+    assert f"ir:ir-{ir}" in hosts.user("hpc-0") and "ir:ir-999" not in hosts.user("hpc-3")
+    assert repair.removed == ["hpc-3:ir:ir-999", "hpc-3:team:ghost"]
+
+
+def test_shards_split_a_pool_by_a_stable_hash_and_together_cover_it(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    names = [f"host-{i:04d}" for i in range(1000)]
+    shards = [reconcile.shard_of(n, 4) for n in names]
+    assert shards == [reconcile.shard_of(n, 4) for n in names]  # stable
+    assert all(150 < shards.count(s) < 350 for s in range(4))
+    assert reconcile.shards_for(0) == 1
+    assert reconcile.shards_for(reconcile.SHARD_HOSTS) == 1
+    assert reconcile.shards_for(reconcile.SHARD_HOSTS + 1) == 2
+    for i in range(6):
+        hosts.replace_tags(f"hpc-{i}", [*hosts.user(f"hpc-{i}"), "ir:ir-999"])
+    removed: list[str] = []
+    for shard in range(3):
+        removed += svc.reconcile_pool("hpc", shard, 3).removed
+    assert sorted(removed) == sorted(f"hpc-{i}:ir:ir-999" for i in range(6))
+
+
+@pytest.mark.parametrize(
+    ("body", "ok"),
+    [
+        ({"pool": "hpc", "reason": "sync"}, True),
+        ({"pool": "hpc", "shard": 2, "shards": 3}, True),
+        ({"pool": "hpc", "shard": 3, "shards": 3}, False),
+        ({"pool": "hpc", "shard": -1, "shards": 3}, False),
+        ({"pool": "hpc", "shards": 10_000}, False),
+        ({"incident_id": "0b6b3c1e-0000-4000-8000-000000000000", "shards": 2}, False),
+    ],
+)
+def test_queue_messages_name_one_shard_of_a_pool(body: dict[str, object], ok: bool) -> None:
+    from pydantic import ValidationError
+
+    if ok:
+        QueueMessage.model_validate(body)
+    else:
+        with pytest.raises(ValidationError):
+            QueueMessage.model_validate(body)
