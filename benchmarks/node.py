@@ -6,7 +6,8 @@ The agent runs in a child process (so its peak RSS is its own, with only gpufarm
 HTTP receiver standing in for Datadog's /api/v2/series (202, counting bytes), through the real datadog-api-client.
 Each run measures, per cycle, in process CPU time (time.thread_time, so other load on the machine costs little):
 - the agent's own CPU: the agent thread's CPU minus the CPU spent inside fake NVML calls (which a real node spends
-  in libnvidia-ml instead; the fake's /proc generation is inside those calls too), for two push cadences: every
+  in libnvidia-ml instead; the fake's /proc generation is inside those calls too) and minus what the timing
+  wrapper round each call adds (calibrated, printed), for two push cadences: every
   cycle, and the default 60 s flush (one push per four 15 s cycles), as the mean over the measured cycles (the
   cycles that push carry their share);
 - the floor: a plain loop making the very NVML calls of one agent cycle (recorded from the agent, same
@@ -93,29 +94,65 @@ def topology() -> dict[str, Any]:
 
 
 class TimedNvml:
-    """Forwards to the fake NVML and adds up the thread CPU time spent inside it."""
+    """Forwards to the fake NVML and adds up the thread CPU time spent inside it.
+
+    `excluded()` is that time plus what this wrapper itself adds to each call outside the timed span (a frame,
+    a counter, a clock read), calibrated against calling a plain function: the instrument is not the agent.
+    """
 
     def __init__(self, fake: Any) -> None:
         self._fake = fake
         self.spent = 0.0
+        self.calls = 0
+        self.overhead = self._calibrate()
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._fake, name)
         if not callable(target) or not name.startswith("nvml"):
             return target
+        timed = self._wrap(target)
+        setattr(self, name, timed)  # bound once: later calls find it in the instance
+        return timed
 
+    def _wrap(self, target: Any) -> Any:
         clock = time.thread_time
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
             started = clock()
             try:
                 return target(*args, **kwargs)
             finally:
                 self.spent += clock() - started
 
-        # Bound once: later calls find it in the instance, so the wrapper's own cost is two clock reads.
-        setattr(self, name, timed)
         return timed
+
+    def _calibrate(self, calls: int = 2000) -> float:
+        def plain() -> None:
+            return None
+
+        wrapped = self._wrap(plain)
+        best = float("inf")
+        for _ in range(7):
+            self.spent = 0.0
+            started = time.thread_time()
+            for _ in range(calls):
+                plain()
+            bare = time.thread_time() - started
+            started = time.thread_time()
+            for _ in range(calls):
+                wrapped()
+            best = min(best, (time.thread_time() - started - self.spent - bare) / calls)
+        self.spent, self.calls = 0.0, 0
+        return max(best, 0.0)
+
+    def reset(self) -> None:
+        """Start a new measured span."""
+        self.spent, self.calls = 0.0, 0
+
+    def excluded(self) -> float:
+        """CPU seconds since `reset` that belong to the fake NVML or to this wrapper, not to the agent."""
+        return self.spent + self.calls * self.overhead
 
 
 def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
@@ -152,18 +189,19 @@ def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
         costs, series = [], []
         for i in range(cycles + 3):
             now[0] += CYCLE_S
-            timed.spent = 0.0
+            timed.reset()
             started = time.thread_time()
             report = agent.cycle()
             total = time.thread_time() - started
             if i >= 3:  # warm-up: first sightings fill caches, the first GPM sample has no pair yet
-                costs.append(total - timed.spent)
+                costs.append(total - timed.excluded())
                 series.append(report.series)
         floor = _floor(timed, agent, now, cycles)
         agent.close()
     return {
         "cpu_ms": [c * 1000 for c in costs],
         "floor_ms": [c * 1000 for c in floor],
+        "wrapper_us_per_call": timed.overhead * 1e6,
         "series": statistics.mean(series),
         "processes": len(topology()["processes"]),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -194,11 +232,11 @@ def _floor(timed: TimedNvml, agent: Any, now: list[float], cycles: int) -> list[
     costs = []
     for _ in range(cycles):
         now[0] += CYCLE_S
-        timed.spent = 0.0
+        timed.reset()
         started = time.thread_time()
         for function, args in calls:
             function(*args)
-        costs.append(time.thread_time() - started - timed.spent)
+        costs.append(time.thread_time() - started - timed.excluded())
     return costs
 
 
@@ -318,6 +356,7 @@ def main() -> None:
         print(f"    agent / peer (Datadog's nvml check, {PEER_MS} ms): {_spread([a / PEER_MS for a in agent])}")
         print(f"    peak RSS: {_spread(rss)} MB   (target <= {TARGET_RSS_MB:.0f} MB)")
         r = runs[0]
+        print(f"    timing wrapper per NVML call (subtracted): {_spread([x['wrapper_us_per_call'] for x in runs])} us")
         print(
             f"    sent per cycle: {r['bytes_compressed_per_cycle'] / 1024:.1f} KiB gzip, "
             f"{r['bytes_raw_per_cycle'] / 1024:.1f} KiB JSON ({r['receiver_requests']} requests)"
