@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ingress.py
 	$(BIN)/python benchmarks/hardening.py --scale 10
 	$(BIN)/python benchmarks/reliability.py
+	$(BIN)/python benchmarks/scale.py
 
 local: $(STAMP)
 	$(BIN)/gpufarm local

@@ -25,10 +25,15 @@ import urllib.request
 from pathlib import Path
 
 from gpufarm_sandbox import scalefarm
+from gpufarm_sandbox.localhost.template import load_template
 from gpufarm_sandbox.scalefarm import TIMEOUT_S, FarmPath
 
+ROOT = Path(__file__).resolve().parent.parent
+# The function each kind of invocation runs in; its Timeout and MemorySize come from template.yaml.
+FUNCTIONS = {"worker": "SlackWorkerFunction", "consumer": "IncidentWebhookFunction", "sync": "QuotaSyncFunction"}
+
 SIZES = {"tiny": (200, 30), "small": (2_000, 300), "large": (20_000, 3_000)}
-MEMORY_MB = 512
+MEMORY_MB = 512  # the issue's ceiling for every invocation, whatever the function is given
 # (label, target in seconds) per path.
 TARGETS = {
     "request": ("request → IR", 2.0),
@@ -109,7 +114,19 @@ def growth(results: dict[str, dict[str, FarmPath]]) -> None:
     print(f"  sync after 1 % drift: {large['drift'].total('writes')} writes, {large['drift'].note} (target equal)")
 
 
+def template_limits() -> dict[str, int]:
+    """Each function's MemorySize from template.yaml; its Timeout goes into TIMEOUT_S (shares are of it)."""
+    functions = load_template(ROOT / "template.yaml").functions
+    memory = {}
+    for kind, logical_id in FUNCTIONS.items():
+        TIMEOUT_S[kind] = functions[logical_id].timeout
+        memory[kind] = functions[logical_id].memory
+    return memory
+
+
 def main() -> None:
+    memory = template_limits()
+    print("template.yaml: " + ", ".join(f"{FUNCTIONS[k]} {TIMEOUT_S[k]} s / {memory[k]} MB" for k in FUNCTIONS))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="small,large", help="comma-separated: tiny, small, large")
     args = parser.parse_args()

@@ -64,7 +64,7 @@ POOLS: tuple[PoolShare, ...] = (
     PoolShare("shared-slices", "shared", "L4", 0.10, 0.10, ("k8s-shared",)),
 )
 # Timeouts (s) of the functions each invocation runs in, as template.yaml sets them.
-TIMEOUT_S = {"worker": 60, "consumer": 60, "sync": 300}
+TIMEOUT_S = {"worker": 60, "consumer": 60, "sync": 120}
 
 
 def team(i: int) -> str:
