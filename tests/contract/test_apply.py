@@ -20,8 +20,10 @@ from gpufarm.cli import cli
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.farm import parse_farm
 from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
+from gpufarm.setup.monitors import desired_monitors
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
 
@@ -43,6 +45,8 @@ teams:
     quotas: {onprem-hpc: {H100: {gpus: 8}}}
   vision: {}
 """
+# With the farm configuration, apply also manages its idle monitors: one per kind for the two dedicated pools.
+MONITORS = len(desired_monitors(parse_farm(FARM_YAML)))
 
 
 class Receiver:
@@ -111,7 +115,7 @@ def test_dry_run_plans_everything_and_changes_nothing(admin: DatadogAdmin, sandb
     plan = _apply(admin, _spec(), dry_run=True)
     counts = plan.counts()
     # gpufarm's incident type, 18 fields on it, 1 secret variable, 2 webhooks, 2 rules.
-    assert counts == {"create": len(f.SCHEMA) + 6, "update": 0, "unchanged": 0, "blocked": 0}
+    assert counts == {"create": len(f.SCHEMA) + 6, "update": 0, "unchanged": 0, "delete": 0, "blocked": 0}
     assert (plan.changes[0].kind, plan.changes[0].name) == ("incident type", "GPU allocation")
     current = setup.read_current(admin)
     assert [t["attributes"]["name"] for t in current.incident_types] == ["Incident"]
@@ -316,12 +320,12 @@ def test_cli_dry_run_then_apply_then_nothing_to_change(settings: Settings, sandb
 
     real = runner.invoke(cli, args, env=env)
     assert real.exit_code == 0, real.output
-    assert f"applied {len(f.SCHEMA) + 6} change(s)" in real.output
+    assert f"applied {len(f.SCHEMA) + 6 + MONITORS} change(s)" in real.output
 
     again = runner.invoke(cli, args, env=env)
     assert again.exit_code == 0, again.output
     assert "nothing to change" in again.output
-    assert f"plan: {len(f.SCHEMA) + 6} unchanged\n" in again.output
+    assert f"plan: {len(f.SCHEMA) + 6 + MONITORS} unchanged\n" in again.output
     for output in (dry.output, real.output, again.output):
         assert SECRET not in output
 
@@ -372,7 +376,12 @@ def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
     pending = runner.invoke(cli, [*dry_json, "--farm-config", str(farm)], env=env)
     assert pending.exit_code == 3, pending.output
     plan = json.loads(pending.stdout)  # stdout holds the JSON document and nothing else
-    assert (plan["dry_run"], plan["applied"], plan["pending"], plan["blocked"]) == (True, None, len(f.SCHEMA) + 6, 0)
+    assert (plan["dry_run"], plan["applied"], plan["pending"], plan["blocked"]) == (
+        True,
+        None,
+        len(f.SCHEMA) + 6 + MONITORS,
+        0,
+    )
     assert plan["incident_type"] == {"name": "GPU allocation", "id": None}
     assert plan["changes"][0] == {
         "kind": "incident type",
@@ -387,7 +396,7 @@ def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
     applied = runner.invoke(cli, ["datadog", "apply", "--json", "--farm-config", str(farm)], env=env)
     assert applied.exit_code == 0, applied.output
     applied_plan = json.loads(applied.stdout)
-    assert applied_plan["applied"] == len(f.SCHEMA) + 6
+    assert applied_plan["applied"] == len(f.SCHEMA) + 6 + MONITORS
     type_id = applied_plan["incident_type"]["id"]  # what GPUFARM_INCIDENT_TYPE_ID may be set to
     assert [
         t["id"] for t in DatadogAdmin(settings).list_incident_types() if t["attributes"]["name"] == "GPU allocation"
@@ -397,7 +406,8 @@ def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
     assert json.loads(clean.stdout)["counts"] == {
         "create": 0,
         "update": 0,
-        "unchanged": len(f.SCHEMA) + 6,
+        "unchanged": len(f.SCHEMA) + 6 + MONITORS,
+        "delete": 0,
         "blocked": 0,
     }
 

@@ -240,6 +240,14 @@ class DatadogAdmin:
             response = self._monitors.update_monitor(monitor_id=monitor_id, body=dict(monitor))
         return dc.plain_dict(response)
 
+    def delete_monitor(self, monitor_id: int) -> None:
+        """Delete a monitor; one already gone counts as deleted."""
+        try:
+            with dc.errors("delete monitor"):
+                self._monitors.delete_monitor(monitor_id=monitor_id)
+        except NotFound:
+            return
+
     def validate_monitor(self, monitor: Mapping[str, Any]) -> None:
         """Ask Datadog whether a monitor definition is valid; raises ValidationFailed with its reasons."""
         with dc.errors("validate monitor", caller_body=True):

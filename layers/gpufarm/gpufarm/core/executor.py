@@ -109,9 +109,9 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
     ir = cmd.incident
     if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE):
         if cmd.op is Op.IDLE:
-            outcome = svc.idle_triggered(ir)
+            outcome = svc.idle_triggered(ir, cmd.idle)
         elif cmd.op is Op.BUSY:
-            outcome = svc.idle_recovered(ir)
+            outcome = svc.idle_recovered(ir, cmd.idle)
         else:
             outcome = svc.expire(ir)
         return None, outcome.action

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufarm.core.errors import GpufarmError, ValidationFailed
 from gpufarm.core.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, Name
@@ -88,12 +88,135 @@ class TeamSpec(_Strict):
     quotas: dict[Name, dict[ModelName, ModelQuota]] = Field(default_factory=dict)
 
 
-class IdleSettings(_Strict):
-    """Idle reclaim: how long a warned allocation may stay idle before it is reclaimed."""
+class IdleKind(StrEnum):
+    """The ways an allocation's GPUs can be idle; each gets its own monitor (gpufarm.setup.monitors)."""
 
-    grace_minutes: int = Field(default=60, ge=1, le=7 * 24 * 60)
-    threshold_percent: float = Field(default=5.0, ge=0, le=100)
-    window_minutes: int = Field(default=60, ge=5, le=24 * 60)
+    # No compute process on the lease's GPUs for the whole window.
+    IDLE = "idle"
+    # Memory held but no activity (the agent's idle_held state) for the whole window: "alive but useless".
+    IDLE_HELD = "idle_held"
+    # Mean utilisation below the threshold over the window.
+    LOW_UTILIZATION = "low_utilization"
+
+
+_MAX_WINDOW = 24 * 60  # minutes; Datadog metric monitors look back at most a week, a day is plenty here
+_MAX_GRACE = 7 * 24 * 60
+
+
+class IdleKindPolicy(_Strict):
+    """One idle kind: whether its monitor exists, the window it judges over, and (low utilisation) its threshold."""
+
+    enabled: bool = True
+    window_minutes: int = Field(default=60, ge=5, le=_MAX_WINDOW)
+    # Only low_utilization has one: "idle" counts processes, "idle_held" uses the agent's own state.
+    threshold_percent: float | None = Field(default=None, ge=0, le=100)
+
+
+class IdleKindOverride(_Strict):
+    """An override of one idle kind: only what it sets changes."""
+
+    enabled: bool | None = None
+    window_minutes: int | None = Field(default=None, ge=5, le=_MAX_WINDOW)
+    threshold_percent: float | None = Field(default=None, ge=0, le=100)
+
+
+def _default_kinds() -> dict[IdleKind, IdleKindPolicy]:
+    return {
+        IdleKind.IDLE: IdleKindPolicy(window_minutes=60),
+        IdleKind.IDLE_HELD: IdleKindPolicy(window_minutes=60),
+        IdleKind.LOW_UTILIZATION: IdleKindPolicy(window_minutes=120, threshold_percent=5.0),
+    }
+
+
+class IdlePolicy(_Strict):
+    """The idle policy in effect for one environment and team: what its monitors judge and how long warnings wait."""
+
+    grace_minutes: int
+    startup_grace_minutes: int
+    kinds: dict[IdleKind, IdleKindPolicy]
+
+    def enabled(self) -> list[tuple[IdleKind, IdleKindPolicy]]:
+        """The kinds whose monitors exist, in IdleKind order."""
+        return [(kind, self.kinds[kind]) for kind in IdleKind if self.kinds[kind].enabled]
+
+
+class IdleOverride(_Strict):
+    """A per-environment or per-team change to the idle policy; keys left out inherit."""
+
+    grace_minutes: int | None = Field(default=None, ge=1, le=_MAX_GRACE)
+    startup_grace_minutes: int | None = Field(default=None, ge=0, le=_MAX_WINDOW)
+    kinds: dict[IdleKind, IdleKindOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _thresholds_where_they_mean_something(self) -> IdleOverride:
+        _check_thresholds({k: v.threshold_percent for k, v in self.kinds.items()})
+        return self
+
+
+# Keys of the first idle section (read by nothing then); a file that still has them is told where they went.
+_MOVED_KEYS = {
+    "threshold_percent": "idle.kinds.low_utilization.threshold_percent",
+    "window_minutes": "idle.kinds.<kind>.window_minutes",
+}
+
+
+class IdleSettings(_Strict):
+    """Idle reclaim: the monitors' kinds, windows and thresholds, the start-up grace, and the warning's grace.
+
+    Overrides apply per environment, then per team (a team's override wins over its environment's). The monitors
+    `gpufarm datadog apply` creates are generated from this (gpufarm.setup.monitors); the grace decides when a
+    warned allocation that is still idle is reclaimed.
+    """
+
+    # A warned allocation still idle this long after the warning is reclaimed (reason idle).
+    grace_minutes: int = Field(default=60, ge=1, le=_MAX_GRACE)
+    # A fresh allocation's GPUs are not judged for this long (the monitors' new_group_delay).
+    startup_grace_minutes: int = Field(default=30, ge=0, le=_MAX_WINDOW)
+    # Per kind: only what is set changes the defaults (idle and idle_held: 60 min; low_utilization: 120 min, 5 %).
+    kinds: dict[IdleKind, IdleKindOverride] = Field(default_factory=dict)
+    environments: dict[Name, IdleOverride] = Field(default_factory=dict)
+    teams: dict[Name, IdleOverride] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key, where in _MOVED_KEYS.items():
+                if key in data:
+                    raise ValueError(f"idle.{key} is no longer read; set {where} instead")
+        return data
+
+    @field_validator("kinds", mode="after")
+    @classmethod
+    def _thresholds(cls, kinds: dict[IdleKind, IdleKindOverride]) -> dict[IdleKind, IdleKindOverride]:
+        _check_thresholds({k: v.threshold_percent for k, v in kinds.items()})
+        return kinds
+
+    def policy(self, environment: str | None = None, team: str | None = None) -> IdlePolicy:
+        """The policy in effect for an allocation of `team` in `environment` (either may be unknown: None)."""
+        grace, startup = self.grace_minutes, self.startup_grace_minutes
+        kinds = _default_kinds()
+        for kind, change in self.kinds.items():
+            kinds[kind] = kinds[kind].model_copy(update=change.model_dump(exclude_none=True))
+        for override in (self.environments.get(environment or ""), self.teams.get(team or "")):
+            if override is None:
+                continue
+            grace = override.grace_minutes if override.grace_minutes is not None else grace
+            if override.startup_grace_minutes is not None:
+                startup = override.startup_grace_minutes
+            for kind, change in override.kinds.items():
+                kinds[kind] = kinds[kind].model_copy(update=change.model_dump(exclude_none=True))
+        return IdlePolicy(grace_minutes=grace, startup_grace_minutes=startup, kinds=kinds)
+
+    def grace_for(self, environment: str | None, team: str | None) -> int:
+        """Minutes a warned allocation of this environment and team may stay idle before it is reclaimed."""
+        return self.policy(environment, team).grace_minutes
+
+
+def _check_thresholds(thresholds: Mapping[IdleKind, float | None]) -> None:
+    for kind, value in thresholds.items():
+        if value is not None and kind is not IdleKind.LOW_UTILIZATION:
+            raise ValueError(f"kinds.{kind.value}.threshold_percent: only low_utilization has a threshold")
 
 
 class Defaults(_Strict):
@@ -133,6 +256,12 @@ class FarmConfig(_Strict):
                     f"teams.{team_name}.max_days ({team.max_days}) is below defaults.duration_days "
                     f"({self.defaults.duration_days})"
                 )
+        for env_name in self.idle.environments:
+            if env_name not in self.environments:
+                raise ValueError(f"idle.environments: '{env_name}' is not an environment")
+        for team_name in self.idle.teams:
+            if team_name not in self.teams:
+                raise ValueError(f"idle.teams: '{team_name}' is not a team")
         return self
 
     # -- lookups that raise errors a Slack user can act on -----------------------------------------

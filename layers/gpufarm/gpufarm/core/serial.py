@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -41,6 +41,38 @@ class Op(StrEnum):
     EXPIRE = "expire"  # the sync found the expiry (or the idle grace) passed
 
 
+# Host names as Datadog's `host:` tag carries them, and the node agent's device UUIDs (spec/metrics.yaml).
+HOST_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}$"
+DEVICE_UUID = r"^(gpu|mig)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+MAX_SCOPE_ITEMS = 64
+
+
+class IdleScope(BaseModel):
+    """Where and how an idle monitor saw an allocation idle: its group's hosts and devices, kind, value, window."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hosts: tuple[Annotated[str, Field(pattern=HOST_NAME)], ...] = Field(default=(), max_length=MAX_SCOPE_ITEMS)
+    devices: tuple[Annotated[str, Field(pattern=DEVICE_UUID)], ...] = Field(default=(), max_length=MAX_SCOPE_ITEMS)
+    kind: str | None = Field(default=None, pattern=r"^[a-z_]{1,40}$")
+    value: float | None = Field(default=None, allow_inf_nan=False)
+    window_minutes: int | None = Field(default=None, ge=1, le=7 * 24 * 60)
+
+    def describe(self) -> str:
+        """`on gpu-a-01 (kind idle, 0, over 60 min)`, or '' when the alert named nothing more than the lease."""
+        where = ", ".join([*self.hosts, *self.devices])
+        how = ", ".join(
+            part
+            for part in (
+                f"kind {self.kind}" if self.kind else "",
+                f"{self.value:g}" if self.value is not None else "",
+                f"over {self.window_minutes} min" if self.window_minutes else "",
+            )
+            if part
+        )
+        return " ".join(p for p in (f"on {where}" if where else "", f"({how})" if how else "") if p)
+
+
 # Commands people send; the rest come from monitors and the scheduled sync.
 USER_OPS = frozenset({Op.CREATE, Op.DECIDE, Op.APPROVE, Op.REJECT, Op.RELEASE, Op.EXTEND, Op.KEEP, Op.FORCE_RECLAIM})
 
@@ -62,6 +94,8 @@ class IncidentCommand(BaseModel):
     # What makes this delivery unique (a Slack request id, an alert's id and date, a sync's time bucket): true
     # retries of one delivery carry the same origin and collapse; two different actions never share one.
     origin: str = Field(default="", max_length=300)
+    # Idle and busy commands: the monitor group that fired (which hosts or devices, kind, value, window).
+    idle: IdleScope | None = None
 
     @model_validator(mode="after")
     def _target(self) -> IncidentCommand:

@@ -56,6 +56,7 @@ from gpufarm.core.reconcile import (
     allocation_tags,
     ir_numbers,
 )
+from gpufarm.core.serial import IdleScope
 from gpufarm.core.views import Message, QuotaRow
 
 log = logging.getLogger(__name__)
@@ -441,22 +442,33 @@ class GpuFarm:
     # ==== Idle alerts (idle_alert) ========================================================================
 
     @_invocation
-    def idle_triggered(self, ir: int) -> Outcome:
-        """A monitor says the IR's GPUs are idle: warn once, reclaim if still idle after the grace period."""
+    def idle_triggered(self, ir: int, scope: IdleScope | None = None) -> Outcome:
+        """A monitor says the IR's GPUs (on `scope`'s hosts or devices) are idle: warn once, reclaim if still idle
+        after the grace period. An alert for hosts the lease does not hold changes nothing."""
         alloc = self._get(ir)
+        foreign = _foreign_hosts(alloc, scope)
+        if foreign:
+            return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
+        where = f" {scope.describe()}" if scope is not None and scope.describe() else ""
         if alloc.phase is Phase.ALLOCATED and alloc.state is State.STABLE:
             updated = self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(self.clock.now())})
-            self._tell(updated.requester, views.idle_warning(updated, self.farm.idle.grace_minutes))
-            return Outcome(ir, "warned")
+            self._tell(
+                updated.requester,
+                views.idle_warning(updated, self.farm.idle.grace_for(updated.environment, updated.team)),
+            )
+            return Outcome(ir, f"warned{where}")
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
             self._resolve(alloc, ReclaimReason.IDLE, by=None)
-            return Outcome(ir, "resolved (idle)")
+            return Outcome(ir, f"resolved (idle){where}")
         return Outcome(ir, f"nothing to do ({alloc.phase.value})")
 
     @_invocation
-    def idle_recovered(self, ir: int) -> Outcome:
-        """The GPUs are busy again: drop the warning."""
+    def idle_recovered(self, ir: int, scope: IdleScope | None = None) -> Outcome:
+        """The GPUs are busy again: drop the warning (a recovery on hosts the lease does not hold changes nothing)."""
         alloc = self._get(ir)
+        foreign = _foreign_hosts(alloc, scope)
+        if foreign:
+            return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
         if alloc.phase is not Phase.IDLE_WARNED or alloc.state is State.RESOLVED:
             return Outcome(ir, f"nothing to do ({alloc.phase.value})")
         updated = self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
@@ -649,7 +661,9 @@ class GpuFarm:
 
     def _grace_over(self, alloc: Allocation) -> bool:
         warned = alloc.idle_warned_at
-        return warned is not None and self.clock.now() - warned >= timedelta(minutes=self.farm.idle.grace_minutes)
+        return warned is not None and self.clock.now() - warned >= timedelta(
+            minutes=self.farm.idle.grace_for(alloc.environment, alloc.team)
+        )
 
     def _operators(self) -> frozenset[str]:
         if not self.operators_usergroup:
@@ -728,3 +742,11 @@ def _reason_text(reason: ReclaimReason) -> str:
 
 def _tag_of(ir: int | None) -> str | None:
     return ir_tag_value(ir) if ir is not None else None
+
+
+def _foreign_hosts(alloc: Allocation, scope: IdleScope | None) -> list[str]:
+    """Hosts an idle alert names that the allocation does not hold (Datadog lowercases host tags)."""
+    if scope is None or not scope.hosts:
+        return []
+    held = {h.lower() for h in alloc.hosts}
+    return [h for h in scope.hosts if h.lower() not in held]

@@ -1,4 +1,11 @@
-"""The idle alert webhook (Function URL): Datadog's idle monitor, grouped by `ir`, says an allocation is idle or busy.
+"""The idle alert webhook (Function URL): Datadog's idle monitors say an allocation (or part of it) is idle or busy.
+
+gpufarm's monitors (gpufarm.setup.monitors) group by the per-device lease tag and the host, so the scope reads
+`gpu_ir:ir-12,host:gpu-a-01` (with `gpu_uuid:...` on shared pools); a monitor grouped `by {ir}` sends `ir:ir-12`.
+Both are accepted; the hosts and devices, the idle kind and window (the monitor's tags) and the measured value
+(the rendered message) travel in the command as its IdleScope, and an alert naming a host the lease does not hold
+changes nothing. Alerts for unknown or foreign incidents, or scopes that name no lease, are answered 200 and
+logged: Datadog must not retry what can never apply.
 
 Triggered / Re-Triggered / Renotify warn the requester once (Keep / Release buttons, phase idle-warned) and,
 when the warning is older than the farm's grace period, resolve the incident with reason idle; the incident
@@ -13,6 +20,8 @@ transition and date, so they share a dedup id and collapse.
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,12 +29,27 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufarm.core import executor
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
-from gpufarm.core.ir import ir_from_tags
-from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.farm import IdleKind
+from gpufarm.core.ir import parse_ir
+from gpufarm.core.serial import DEVICE_UUID, HOST_NAME, MAX_SCOPE_ITEMS, IdleScope, IncidentCommand, Op
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
 log = logging.getLogger(__name__)
+
+LEASE_KEYS = ("ir", "gpu_ir")  # the host allocation tag, and the node agent's exact per-device tag
+KIND_TAG = "gpufarm_idle_kind"
+WINDOW_TAG = "gpufarm_idle_window"
+_HOST_RE = re.compile(HOST_NAME)
+_DEVICE_RE = re.compile(DEVICE_UUID)
+_WINDOW_RE = re.compile(r"^([0-9]{1,5})m$")
+_VALUE_RE = re.compile(r"\bvalue=(-?[0-9]{1,12}(?:\.[0-9]{1,12})?(?:[eE][+-]?[0-9]{1,3})?)")
+_KINDS = frozenset(k.value for k in IdleKind)
+
+
+class ScopeError(ValueError):
+    """The alert's scope names no lease, or two different ones."""
+
 
 IDLE_TRANSITIONS = frozenset({"triggered", "re-triggered", "renotify"})
 BUSY_TRANSITIONS = frozenset({"recovered"})
@@ -42,10 +66,55 @@ class IdleAlert(BaseModel):
     alert_status: str = Field(default="", max_length=200)
     alert_title: str = Field(default="", max_length=500)
     date: str = Field(default="", max_length=40)
+    alert_query: str = Field(default="", max_length=2000)
+    tags: str = Field(default="", max_length=4000)
+    message: str = Field(default="", max_length=4000)
+
+    def scope_tags(self) -> list[str]:
+        """The group's tags, lowercased (Datadog lowercases tags), at most a bounded number."""
+        return [t.strip().lower() for t in self.alert_scope.split(",") if t.strip()][: 4 * MAX_SCOPE_ITEMS]
 
     def ir(self) -> int | None:
-        """The IR of the monitor group (`ir:ir-123` in the comma-separated scope)."""
-        return ir_from_tags([t.strip() for t in self.alert_scope.split(",") if t.strip()])
+        """The IR of the monitor group (`ir:ir-123` or `gpu_ir:ir-123`); ScopeError when tags disagree."""
+        found: set[int] = set()
+        for tag in self.scope_tags():
+            key, _, value = tag.partition(":")
+            if key in LEASE_KEYS and value != "none":
+                try:
+                    found.add(parse_ir(value))
+                except GpufarmError:
+                    continue
+        if len(found) > 1:
+            raise ScopeError("the alert scope names more than one ir")
+        return found.pop() if found else None
+
+    def idle_scope(self) -> IdleScope:
+        """Hosts and devices of the group, the idle kind and window (monitor tags) and the value (message)."""
+        hosts: list[str] = []
+        devices: list[str] = []
+        for tag in self.scope_tags():
+            key, _, value = tag.partition(":")
+            if key == "host" and _HOST_RE.match(value) and value not in hosts:
+                hosts.append(value)
+            elif key == "gpu_uuid" and _DEVICE_RE.match(value) and value not in devices:
+                devices.append(value)
+        monitor_tags = [t.strip().lower() for t in self.tags.split(",") if t.strip()][:200]
+        kind = _tag_value(monitor_tags, KIND_TAG)
+        window = _WINDOW_RE.match(_tag_value(monitor_tags, WINDOW_TAG) or "")
+        measured = _VALUE_RE.search(self.message)
+        number = float(measured.group(1)) if measured else None
+        return IdleScope(
+            hosts=tuple(hosts[:MAX_SCOPE_ITEMS]),
+            devices=tuple(devices[:MAX_SCOPE_ITEMS]),
+            kind=kind if kind in _KINDS else None,
+            value=number if number is not None and math.isfinite(number) else None,
+            window_minutes=int(window.group(1)) if window and 1 <= int(window.group(1)) <= 7 * 24 * 60 else None,
+        )
+
+
+def _tag_value(tags: list[str], key: str) -> str | None:
+    prefix = f"{key}:"
+    return next((t[len(prefix) :] for t in tags if t.startswith(prefix)), None)
 
 
 def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
@@ -54,29 +123,51 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
-    ir = alert.ir()
+    try:
+        ir = alert.ir()
+    except ScopeError as exc:
+        log.warning("idle alert ignored: %s (%s)", exc, alert.alert_scope[:200])
+        return http.respond(200, {"ignored": str(exc)})
     transition = alert.alert_transition.strip().lower()
     if ir is None:
         return http.respond(200, {"ignored": "the alert scope names no ir"})
     telemetry.correlate(ir=ir)
     if transition not in IDLE_TRANSITIONS | BUSY_TRANSITIONS:
         return http.respond(200, {"ignored": f"transition {alert.alert_transition[:40]}"})
+    scope = alert.idle_scope()
     svc = runtime.service()
     command = IncidentCommand(
         op=Op.IDLE if transition in IDLE_TRANSITIONS else Op.BUSY,
         ir=ir,
         origin=f"{alert.alert_id}|{transition}|{alert.date}"[:300],
+        idle=scope if scope != IdleScope() else None,
     )
+    where = scope.describe()
     try:
         done = executor.submit(svc, command)
     except NotFound:
-        return http.error(404, f"IR-{ir} does not exist")
+        # Unknown, deleted, or another incident type's: nothing gpufarm holds. Datadog must not retry it.
+        log.warning("idle alert for IR-%d ignored: no such gpufarm allocation (%s)", ir, where)
+        return http.respond(200, {"ir": f"IR-{ir}", "ignored": f"IR-{ir} is not a gpufarm allocation"})
     except UpstreamError as exc:
         log.error("idle alert for IR-%d failed: %s", ir, exc)  # noqa: TRY400
         return http.error(503, "upstream failure; retry")
     except GpufarmError as exc:
         return http.error(409, str(exc))
     if done is None:
-        return http.respond(202, {"ir": f"IR-{ir}", "queued": command.op.value})
+        extra = _scope_answer(scope)
+        return http.respond(202, {"ir": f"IR-{ir}", "queued": command.op.value, **extra})
     log.info("%s", done)
     return http.respond(200, {"ir": f"IR-{ir}", "outcome": done})
+
+
+def _scope_answer(scope: IdleScope) -> dict[str, Any]:
+    """The alert's hosts, devices and kind in the answer, where it named them."""
+    out: dict[str, Any] = {}
+    if scope.hosts:
+        out["hosts"] = list(scope.hosts)
+    if scope.devices:
+        out["devices"] = list(scope.devices)
+    if scope.kind:
+        out["kind"] = scope.kind
+    return out

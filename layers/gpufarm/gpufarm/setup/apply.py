@@ -1,8 +1,9 @@
 """`gpufarm datadog apply`: read what Datadog holds, plan (gpufarm.setup.plan), execute, idempotently.
 
 Executing applies a plan's changes in dependency order: gpufarm's incident type first (fields and notification
-rules need its id), then its fields, the secret variable, the webhooks, and the rules. A second run plans nothing
-but "unchanged"; a run stopped half-way leaves nothing inconsistent that the next run does not converge.
+rules need its id), then its fields, the secret variable, the webhooks, the rules, and the idle monitors (created,
+updated in place, and with `--prune` deleted). A second run plans
+nothing but "unchanged"; a run stopped half-way leaves nothing inconsistent that the next run does not converge.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from pydantic import SecretStr
 
 from gpufarm.config import Settings
 from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.farm import FarmConfig
+from gpufarm.core.inventory import MANAGED_TAG
+from gpufarm.setup.monitors import KIND as MONITOR
+from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import (
     DEFAULT_INCIDENT_TYPE,
     IDLE_WEBHOOK,
@@ -80,12 +85,26 @@ class SetupApi(Protocol):
     def update_custom_variable(self, name: str, value: str, *, is_secret: bool) -> dict[str, Any]:
         """Update a custom variable."""
 
+    def list_monitors(self, *, name: str | None = None, monitor_tags: str | None = None) -> list[dict[str, Any]]:
+        """Monitors, optionally filtered by monitor tags."""
+
+    def create_monitor(self, monitor: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a monitor."""
+
+    def update_monitor(self, monitor_id: int, monitor: Mapping[str, Any]) -> dict[str, Any]:
+        """Update a monitor in place."""
+
+    def delete_monitor(self, monitor_id: int) -> None:
+        """Delete a monitor."""
+
 
 # -- reading and executing ------------------------------------------------------------------------------------
 
 
-def read_current(api: SetupApi, incident_type: str = DEFAULT_INCIDENT_TYPE) -> CurrentState:
-    """Read everything apply manages (the fields of gpufarm's incident type only)."""
+def read_current(
+    api: SetupApi, incident_type: str = DEFAULT_INCIDENT_TYPE, *, with_monitors: bool = False
+) -> CurrentState:
+    """Read everything apply manages (the fields of gpufarm's incident type only; monitors when asked)."""
     types = api.list_incident_types()
     named = gpufarm_types(types, incident_type)
     fields = api.list_field_definitions(str(named[0]["id"])) if len(named) == 1 else []
@@ -95,6 +114,7 @@ def read_current(api: SetupApi, incident_type: str = DEFAULT_INCIDENT_TYPE) -> C
         webhooks={name: api.get_webhook(name) for name in (INCIDENT_WEBHOOK, IDLE_WEBHOOK)},
         variable=api.get_custom_variable(SECRET_VARIABLE),
         rules=api.list_notification_rules(),
+        monitors=api.list_monitors(monitor_tags=MANAGED_TAG) if with_monitors else [],
     )
 
 
@@ -138,6 +158,8 @@ def _execute_one(change: Change, type_id: str, api: SetupApi, secret: SecretStr 
             api.create_webhook(change.body)
         else:
             api.update_webhook(change.name, change.body)
+    elif change.kind == MONITOR:
+        _execute_monitor(change, api)
     elif change.kind == "notification rule":
         if create:
             api.create_notification_rule(change.body, type_id)
@@ -148,9 +170,20 @@ def _execute_one(change: Change, type_id: str, api: SetupApi, secret: SecretStr 
         raise AssertionError(f"no executor for {change.kind}")
 
 
+def _execute_monitor(change: Change, api: SetupApi) -> None:
+    if change.action is Action.CREATE:
+        api.create_monitor(change.body)
+        return
+    assert change.target_id is not None
+    if change.action is Action.DELETE:
+        api.delete_monitor(int(change.target_id))
+    else:
+        api.update_monitor(int(change.target_id), change.body)
+
+
 def apply_setup(api: SetupApi, spec: SetupSpec, *, secret: SecretStr | None, dry_run: bool = False) -> Plan:
     """Read, plan and (unless dry_run) execute; returns the plan (raises ValidationFailed if blocked)."""
-    plan = plan_setup(read_current(api, spec.incident_type), spec)
+    plan = plan_setup(read_current(api, spec.incident_type, with_monitors=spec.monitors is not None), spec)
     if not dry_run:
         execute(plan, api, secret)
     return plan
@@ -166,18 +199,25 @@ def run_apply(
     rotate_secret: bool = False,
     incident_type: str | None = None,
     env: Mapping[str, str] | None = None,
+    farm: FarmConfig | None = None,
+    prune: bool = False,
 ) -> Plan:
-    """Apply against the Datadog in settings; webhook URLs default to GPUFARM_INCIDENT/IDLE_WEBHOOK_URL."""
+    """Apply against the Datadog in settings; webhook URLs default to GPUFARM_INCIDENT/IDLE_WEBHOOK_URL.
+
+    With `farm`, its idle monitors are managed too (dropdown choices come from it unless valid_values is given).
+    """
     from gpufarm.adapters.datadog_admin import DatadogAdmin
 
     environ = env if env is not None else os.environ
     spec = SetupSpec(
         incident_webhook_url=incident_webhook_url or environ.get(INCIDENT_WEBHOOK_URL_ENV, ""),
         idle_webhook_url=idle_webhook_url or environ.get(IDLE_WEBHOOK_URL_ENV, ""),
-        valid_values=dict(valid_values or {}),
+        valid_values=dict(valid_values if valid_values is not None else farm.valid_values() if farm else {}),
         rotate_secret=rotate_secret,
         has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
         incident_type=incident_type or settings.incident_type,
+        monitors=desired_monitors(farm) if farm is not None else None,
+        prune=prune,
     )
     admin = DatadogAdmin(settings)
     try:

@@ -9,7 +9,9 @@ import click
 
 from gpufarm.config import Settings
 from gpufarm.core.errors import GpufarmError, NotFound
+from gpufarm.core.farm import FarmConfig
 from gpufarm.setup.apply import execute, read_current
+from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Change, Plan, SetupSpec, plan_setup
 
 # Exit statuses of `apply`, for CI pipelines (click itself exits 2 on usage errors).
@@ -58,6 +60,12 @@ def datadog() -> None:
     help="Farm YAML whose teams, GPU models and environments become dropdown choices "
     "[default: GPUFARM_FARM_CONFIG or the SSM parameter GPUFARM_FARM_CONFIG_PARAMETER].",
 )
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Delete gpufarm's monitors (tagged gpufarm:managed) that the farm's idle policy no longer asks for "
+    "[needs the farm configuration].",
+)
 @click.option("--rotate-secret", is_flag=True, help="Write GPUFARM_WEBHOOK_SECRET again (secrets cannot be read back).")
 @click.option(
     "--incident-type",
@@ -72,10 +80,12 @@ def apply(
     incident_webhook_url: str | None,
     idle_webhook_url: str | None,
     farm_config: str | None,
+    prune: bool,
     rotate_secret: bool,
     incident_type: str | None,
 ) -> None:
-    """Create or update gpufarm's incident type, its fields and notification rules, the webhooks and secret."""
+    """Create or update gpufarm's incident type, its fields and notification rules, the webhooks and secret, and the
+    idle monitors generated from the farm's idle policy."""
     from gpufarm.adapters.datadog_admin import DatadogAdmin
     from gpufarm.config import load_settings
 
@@ -84,7 +94,10 @@ def apply(
         settings = load_settings()
         if farm_config:
             settings = settings.model_copy(update={"farm_config": farm_config, "farm_config_parameter": None})
-        valid_values = farm_valid_values(settings, required=bool(farm_config))
+        farm = load_farm(settings, required=bool(farm_config))
+        if prune and farm is None:
+            raise click.UsageError("--prune needs the farm configuration (--farm-config or GPUFARM_FARM_CONFIG)")
+        valid_values = farm.valid_values() if farm is not None else {}
         spec = SetupSpec(
             incident_webhook_url=incident_webhook_url or "",
             idle_webhook_url=idle_webhook_url or "",
@@ -92,6 +105,8 @@ def apply(
             rotate_secret=rotate_secret,
             has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
             incident_type=(incident_type or settings.incident_type).strip(),
+            monitors=desired_monitors(farm) if farm is not None else None,
+            prune=prune,
         )
         if not spec.incident_type:
             raise click.UsageError("--incident-type must not be empty")
@@ -99,7 +114,7 @@ def apply(
         try:
             if not as_json:
                 click.echo(f"Datadog at {settings.datadog_base_url()}")
-            plan = plan_setup(read_current(admin, spec.incident_type), spec)
+            plan = plan_setup(read_current(admin, spec.incident_type, with_monitors=farm is not None), spec)
             if not as_json:
                 _print_plan(plan)
             if plan.blocked:
@@ -137,8 +152,8 @@ def _emit_json(as_json: bool, settings: Settings, plan: Plan, dry_run: bool, don
     click.echo(json.dumps(document, indent=2))
 
 
-def farm_valid_values(settings: Settings, *, required: bool = False) -> Mapping[str, Sequence[str]]:
-    """Dropdown choices from the farm configuration, or {} when none is configured (and not required)."""
+def load_farm(settings: Settings, *, required: bool = False) -> FarmConfig | None:
+    """The farm configuration, or None when none is configured (and not required)."""
     from gpufarm.adapters.aws import load_farm_text
     from gpufarm.core.farm import parse_farm
 
@@ -147,8 +162,14 @@ def farm_valid_values(settings: Settings, *, required: bool = False) -> Mapping[
     except NotFound:
         if required:
             raise
-        return {}
-    return parse_farm(text).valid_values()
+        return None
+    return parse_farm(text)
+
+
+def farm_valid_values(settings: Settings, *, required: bool = False) -> Mapping[str, Sequence[str]]:
+    """Dropdown choices from the farm configuration, or {} when none is configured (and not required)."""
+    farm = load_farm(settings, required=required)
+    return farm.valid_values() if farm is not None else {}
 
 
 def _print_plan(plan: Plan) -> None:

@@ -4,8 +4,10 @@ What it manages: gpufarm's own incident type ("GPU allocation" unless GPUFARM_IN
 incident custom fields of gpufarm.core.fields.SCHEMA on that type only, the webhooks `gpufarm-incidents` and
 `gpufarm-idle` with their payload templates and a secret header, the secret custom variable
 GPUFARM_WEBHOOK_SECRET, and the incident notification rules, scoped to that type, that call the incident webhook
-on create and on state/phase changes. The org's other incident types, their fields, rules and incidents are
-never changed; a rule that calls gpufarm's webhook from another type (an older gpufarm's) is moved to gpufarm's.
+on create and on state/phase changes, and (given the farm configuration) the idle monitors generated from its idle
+policy (gpufarm.setup.monitors; dropped ones are deleted only with `--prune`). The org's other incident types,
+their fields, rules and incidents are never changed; a rule that calls gpufarm's webhook from another type (an
+older gpufarm's) is moved to gpufarm's.
 
 The secret custom variable cannot be read back (Datadog never returns a secret value), so an existing secret
 variable counts as unchanged; `--rotate-secret` (rotate_secret=True) writes the configured value again.
@@ -18,12 +20,15 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import ValidationFailed
+
+if TYPE_CHECKING:
+    from gpufarm.setup.monitors import IdleMonitor
 
 INCIDENT_WEBHOOK = "gpufarm-incidents"
 IDLE_WEBHOOK = "gpufarm-idle"
@@ -41,9 +46,11 @@ INCIDENT_PAYLOAD = (
     '"incident_public_id": "$INCIDENT_PUBLIC_ID", "incident_status": "$INCIDENT_STATUS", '
     '"incident_title": "$INCIDENT_TITLE", "incident_fields": $INCIDENT_FIELDS}'
 )
+# The idle monitors' tags ($TAGS: kind and window) and rendered message ($EVENT_MSG: the measured value) travel too.
 IDLE_PAYLOAD = (
     '{"alert_id": "$ALERT_ID", "alert_transition": "$ALERT_TRANSITION", "alert_scope": "$ALERT_SCOPE", '
-    '"alert_status": "$ALERT_STATUS", "alert_title": "$ALERT_TITLE", "date": "$DATE"}'
+    '"alert_status": "$ALERT_STATUS", "alert_title": "$ALERT_TITLE", "date": "$DATE", '
+    '"alert_query": "$ALERT_QUERY", "tags": "$TAGS", "message": "$EVENT_MSG"}'
 )
 CUSTOM_HEADERS = json.dumps({TOKEN_HEADER: f"${SECRET_VARIABLE}"})
 
@@ -64,6 +71,7 @@ class Action(StrEnum):
     CREATE = "create"
     UPDATE = "update"
     UNCHANGED = "unchanged"
+    DELETE = "delete"  # only with --prune: a gpufarm monitor the idle policy no longer asks for
     BLOCKED = "blocked"  # cannot be applied as things stand; `detail` says what to do
 
 
@@ -113,8 +121,8 @@ class Plan:
 
     @property
     def pending(self) -> list[Change]:
-        """Creates and updates."""
-        return [c for c in self.changes if c.action in (Action.CREATE, Action.UPDATE)]
+        """Creates, updates and deletes."""
+        return [c for c in self.changes if c.action in (Action.CREATE, Action.UPDATE, Action.DELETE)]
 
     def counts(self) -> dict[str, int]:
         """How many objects per action."""
@@ -151,6 +159,10 @@ class SetupSpec:
     has_secret: bool = False
     # Name of gpufarm's own incident type: created when missing; its fields, rules and incidents are gpufarm's.
     incident_type: str = DEFAULT_INCIDENT_TYPE
+    # The idle monitors the farm's policy asks for; None: monitors are not managed (no farm configuration given).
+    monitors: Sequence[IdleMonitor] | None = None
+    # Delete gpufarm's monitors the policy no longer asks for (without it they are only reported).
+    prune: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,6 +175,8 @@ class CurrentState:
     webhooks: dict[str, dict[str, Any] | None]
     variable: dict[str, Any] | None
     rules: list[dict[str, Any]]
+    # gpufarm's monitors (tagged gpufarm:managed); read only when the spec manages monitors.
+    monitors: list[dict[str, Any]] = field(default_factory=list)
 
 
 # -- desired state ------------------------------------------------------------------------------------------
@@ -266,6 +280,10 @@ def plan_setup(current: CurrentState, spec: SetupSpec) -> Plan:
     changes.append(_plan_variable(current.variable, spec))
     changes += [_plan_webhook(current.webhooks.get(w["name"]), w) for w in desired_webhooks(spec)]
     changes += _plan_rules(current.rules, type_id, spec.incident_type)
+    if spec.monitors is not None:
+        from gpufarm.setup.monitors import plan_monitors
+
+        changes += plan_monitors(current.monitors, spec.monitors, prune=spec.prune)
     return Plan(tuple(changes), type_id, spec.incident_type)
 
 

@@ -1,0 +1,280 @@
+"""gpufarm's idle monitors, generated from the farm's idle policy (gpufarm.core.farm.IdleSettings); pure: no calls.
+
+One Datadog metric monitor per idle kind and per group of environments and teams that share a policy:
+
+- *idle*: `max(last_Nm):max:gpufarm.gpu.processes{...} by {gpu_ir,host} < 1`: no compute process on any of the
+  lease's GPUs on that host at any point of the window;
+- *idle_held*: `min(last_Nm):min:gpufarm.gpu.idle_state{...,state:idle_held} by {gpu_ir,host} >= 1`: every GPU of
+  the lease on that host held memory with activity under the node agent's threshold for the whole window;
+- *low_utilization*: `avg(last_Nm):avg:gpufarm.gpu.utilization{...} by {gpu_ir,host} < T`.
+
+The queries read the node agent's per-device series (spec/metrics.yaml), grouped by the exact per-device lease tag
+`gpu_ir` and the host (and, on shared pools, the device's `gpu_uuid`), so one idle host of a multi-host lease, or
+one idle slice of a shared host, alerts on its own. The scope keeps to gpufarm's hosts (`gpufarm:managed`, a host
+tag), drops unattributed devices (`!gpu_ir:none`) and narrows by `environment` (and `team`, a host tag gpufarm
+writes on allocation) where overrides make policies differ. A fresh lease's groups are skipped for the start-up
+grace (`new_group_delay`); an alert re-notifies every grace period while it lasts, so a warning cleared by another
+group's recovery comes back. Every message notifies the idle webhook, whose payload carries the monitor's tags
+(kind, window) and the rendered message (value).
+
+Monitors are gpufarm's when they carry MANAGED_TAG; each one's stable identity is its KEY_TAG_KEY tag, so a changed
+threshold updates the monitor in place and a removed group is deleted only with `--prune`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpufarm.core.farm import FarmConfig, IdleKind, IdleKindPolicy, PoolKind
+from gpufarm.core.inventory import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
+from gpufarm.setup.plan import IDLE_HANDLE, Action, Change
+
+KIND = "monitor"
+NAME_PREFIX = "[gpufarm] "
+KEY_TAG_KEY = "gpufarm_monitor"
+IDLE_KIND_TAG_KEY = "gpufarm_idle_kind"
+WINDOW_TAG_KEY = "gpufarm_idle_window"
+# The per-device lease tag the node agent writes (never a host tag, so exact on shared hosts) and the host.
+LEASE_KEY = "gpu_ir"
+HOST_KEY = "host"
+DEVICE_KEY = "gpu_uuid"
+# Keys a query may use that come from the host (Datadog stamps host tags on every point), not from the agent.
+HOST_TAG_KEYS = frozenset({HOST_KEY, "gpufarm", ENVIRONMENT_KEY, TEAM_KEY})
+MESSAGE_VALUE_MARK = "value="
+
+METRICS: Mapping[IdleKind, str] = {
+    IdleKind.IDLE: "gpufarm.gpu.processes",
+    IdleKind.IDLE_HELD: "gpufarm.gpu.idle_state",
+    IdleKind.LOW_UTILIZATION: "gpufarm.gpu.utilization",
+}
+_WHAT = {
+    IdleKind.IDLE: "no process on its GPUs",
+    IdleKind.IDLE_HELD: "GPU memory held with no activity",
+    IdleKind.LOW_UTILIZATION: "low GPU utilisation",
+}
+# Options gpufarm sets; options Datadog adds on its own (defaults) are not compared.
+_COMPARED_FIELDS = ("name", "query", "message")
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """One environment and one team with an idle override (None: every other team) of that environment."""
+
+    environment: str
+    team: str | None
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What makes two cells share a monitor of one kind."""
+
+    kind: IdleKind
+    policy: IdleKindPolicy
+    startup_minutes: int
+    grace_minutes: int
+    per_device: bool
+
+
+@dataclass(frozen=True)
+class IdleMonitor:
+    """One monitor apply wants: its stable key and its Datadog v1 monitor JSON."""
+
+    key: str
+    kind: IdleKind
+    body: Mapping[str, Any]
+
+
+def desired_monitors(farm: FarmConfig) -> list[IdleMonitor]:
+    """The idle monitors the farm's policy asks for, in a stable order."""
+    teams = sorted(farm.idle.teams)
+    groups: dict[_Signature, list[_Cell]] = {}
+    for env_name in sorted(farm.environments):
+        per_device = farm.environments[env_name].kind is PoolKind.SHARED
+        for team in [None, *teams]:
+            policy = farm.idle.policy(env_name, team)
+            for kind, kind_policy in policy.enabled():
+                signature = _Signature(
+                    kind, kind_policy, policy.startup_grace_minutes, policy.grace_minutes, per_device
+                )
+                groups.setdefault(signature, []).append(_Cell(env_name, team))
+    monitors = [_monitor(signature, cells, teams) for signature, cells in groups.items()]
+    return sorted(monitors, key=lambda m: (list(IdleKind).index(m.kind), m.body["name"]))
+
+
+def _monitor(signature: _Signature, cells: Sequence[_Cell], overridden_teams: Sequence[str]) -> IdleMonitor:
+    kind, policy = signature.kind, signature.policy
+    where = _where(cells, overridden_teams)
+    scope = " AND ".join([MANAGED_TAG, f"!{LEASE_KEY}:none", *([where] if where else [])])
+    if kind is IdleKind.IDLE_HELD:
+        scope += " AND state:idle_held"
+    keys = [LEASE_KEY, HOST_KEY, *([DEVICE_KEY] if signature.per_device else [])]
+    window = f"last_{policy.window_minutes}m"
+    metric = METRICS[kind]
+    by = "by {" + ",".join(keys) + "}"
+    if kind is IdleKind.IDLE:
+        query, threshold = f"max({window}):max:{metric}{{{scope}}} {by} < 1", 1.0
+    elif kind is IdleKind.IDLE_HELD:
+        query, threshold = f"min({window}):min:{metric}{{{scope}}} {by} >= 1", 1.0
+    else:
+        threshold = float(policy.threshold_percent if policy.threshold_percent is not None else 0.0)
+        query = f"avg({window}):avg:{metric}{{{scope}}} {by} < {_number(threshold)}"
+    identity = json.dumps([kind.value, sorted((c.environment, c.team or "") for c in cells)])
+    key = f"{kind.value.replace('_', '-')}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"
+    envs = sorted({c.environment for c in cells})
+    teams_named = sorted({c.team for c in cells if c.team})
+    label = ", ".join(envs) + (f"; teams {', '.join(teams_named)}" if teams_named else "")
+    name = f"{NAME_PREFIX}{_WHAT[kind]} ({label})"
+    body: dict[str, Any] = {
+        "name": name[:200],
+        "type": "query alert",
+        "query": query,
+        "message": _message(kind, policy, signature.per_device),
+        "tags": sorted(
+            [
+                MANAGED_TAG,
+                f"{KEY_TAG_KEY}:{key}",
+                f"{IDLE_KIND_TAG_KEY}:{kind.value}",
+                f"{WINDOW_TAG_KEY}:{policy.window_minutes}m",
+            ]
+        ),
+        "options": {
+            "thresholds": {"critical": threshold},
+            "notify_no_data": False,
+            "require_full_window": False,
+            "include_tags": True,
+            # A fresh allocation is not idle: its groups are not evaluated for the start-up grace.
+            "new_group_delay": signature.startup_minutes * 60,
+            # While a group stays idle the webhook hears again each grace period (a cleared warning comes back).
+            "renotify_interval": signature.grace_minutes,
+            "renotify_statuses": ["alert"],
+        },
+    }
+    return IdleMonitor(key, kind, body)
+
+
+def _where(cells: Sequence[_Cell], overridden_teams: Sequence[str]) -> str:
+    """The environment/team part of a scope: exactly the cells given, merged where they share a team clause."""
+    by_env: dict[str, set[str | None]] = {}
+    for cell in cells:
+        by_env.setdefault(cell.environment, set()).add(cell.team)
+    clauses: dict[str, list[str]] = {}
+    for env_name, teams in sorted(by_env.items()):
+        if None in teams:
+            rest = sorted(t for t in overridden_teams if t not in teams)
+            clause = f"{TEAM_KEY} NOT IN ({', '.join(rest)})" if rest else ""
+        else:
+            named = sorted(t for t in teams if t is not None)
+            clause = f"{TEAM_KEY}:{named[0]}" if len(named) == 1 else f"{TEAM_KEY} IN ({', '.join(named)})"
+        clauses.setdefault(clause, []).append(env_name)
+    parts = []
+    for clause, envs in clauses.items():
+        env_term = f"{ENVIRONMENT_KEY}:{envs[0]}" if len(envs) == 1 else f"{ENVIRONMENT_KEY} IN ({', '.join(envs)})"
+        parts.append(f"{env_term} AND {clause}" if clause else env_term)
+    if len(parts) == 1:
+        return parts[0]
+    return "(" + " OR ".join(f"({p})" for p in parts) + ")"
+
+
+def _message(kind: IdleKind, policy: IdleKindPolicy, per_device: bool) -> str:
+    where = "{{host.name}}" + (" device {{gpu_uuid.name}}" if per_device else "")
+    window = policy.window_minutes
+    return (
+        f"{{{{#is_alert}}}}gpufarm lease {{{{gpu_ir.name}}}} on {where}: {_WHAT[kind]} over the last {window} "
+        f"minutes (kind {kind.value}, {MESSAGE_VALUE_MARK}{{{{value}}}}). {IDLE_HANDLE}{{{{/is_alert}}}}"
+        f"{{{{#is_recovery}}}}gpufarm lease {{{{gpu_ir.name}}}} on {where} is busy again "
+        f"(kind {kind.value}). {IDLE_HANDLE}{{{{/is_recovery}}}}"
+    )
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+# -- planning (pure) -----------------------------------------------------------------------------------------
+
+
+def is_managed(monitor: Mapping[str, Any]) -> bool:
+    """Whether a monitor is one of gpufarm's (it carries the managed tag and a key tag)."""
+    tags = [str(t) for t in monitor.get("tags") or []]
+    return MANAGED_TAG in tags and any(t.startswith(f"{KEY_TAG_KEY}:") for t in tags)
+
+
+def monitor_key(monitor: Mapping[str, Any]) -> str | None:
+    """A managed monitor's stable key (its KEY_TAG_KEY tag), or None."""
+    for tag in monitor.get("tags") or []:
+        if str(tag).startswith(f"{KEY_TAG_KEY}:"):
+            return str(tag)[len(KEY_TAG_KEY) + 1 :]
+    return None
+
+
+def plan_monitors(current: Iterable[Mapping[str, Any]], wanted: Sequence[IdleMonitor], *, prune: bool) -> list[Change]:
+    """Create, update, keep and (with prune) delete gpufarm's monitors so Datadog holds exactly `wanted`."""
+    existing: dict[str, list[Mapping[str, Any]]] = {}
+    for monitor in current:
+        key = monitor_key(monitor) if is_managed(monitor) else None
+        if key is not None:
+            existing.setdefault(key, []).append(monitor)
+    changes: list[Change] = []
+    for want in wanted:
+        name = str(want.body["name"])
+        found = sorted(existing.pop(want.key, []), key=lambda m: int(m.get("id") or 0))
+        if not found:
+            changes.append(Change(KIND, name, Action.CREATE, want.key, want.body))
+        else:
+            target = found[0]
+            differs = differences(target, want.body)
+            action = Action.UPDATE if differs else Action.UNCHANGED
+            changes.append(
+                Change(KIND, name, action, ", ".join(differs), want.body, str(target.get("id")), tuple(differs))
+            )
+            # Twins of one key (a run interrupted between create and its answer): the oldest stays.
+            changes += [_stale(m, prune, "duplicate of monitor " + str(target.get("id"))) for m in found[1:]]
+    for monitors in existing.values():
+        changes += [_stale(m, prune, "no longer in the idle policy") for m in monitors]
+    return changes
+
+
+def _stale(monitor: Mapping[str, Any], prune: bool, why: str) -> Change:
+    name = str(monitor.get("name") or monitor.get("id"))
+    if prune:
+        return Change(KIND, name, Action.DELETE, why, target_id=str(monitor.get("id")))
+    return Change(KIND, name, Action.UNCHANGED, f"{why}; --prune deletes it", target_id=str(monitor.get("id")))
+
+
+def differences(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """What of `wanted` a stored monitor lacks: fields, tags, and each option gpufarm sets."""
+    differs = [k for k in _COMPARED_FIELDS if current.get(k) != wanted.get(k)]
+    if _kind_of(current.get("type")) != _kind_of(wanted.get("type")):
+        differs.append("type")
+    if sorted(current.get("tags") or []) != sorted(wanted.get("tags") or []):
+        differs.append("tags")
+    have = current.get("options") or {}
+    for key, value in (wanted.get("options") or {}).items():
+        stored, want = have.get(key), value
+        if key == "thresholds":
+            stored = {k: float(v) for k, v in (stored or {}).items() if v is not None}
+            want = {k: float(v) for k, v in value.items()}
+        if stored != want:
+            differs.append(f"options.{key}")
+    return differs
+
+
+def _kind_of(monitor_type: Any) -> str:
+    # Datadog stores a created "metric alert" as "query alert"; they are one kind.
+    return "query alert" if monitor_type == "metric alert" else str(monitor_type)
+
+
+def validated(monitor: Mapping[str, Any]) -> Any:
+    """The monitor as datadog-api-client's Monitor model; ValueError when the client cannot read all of it."""
+    from datadog_api_client import ApiClient, Configuration
+    from datadog_api_client.v1.model.monitor import Monitor
+
+    with ApiClient(Configuration()) as client:  # type: ignore[no-untyped-call]
+        model = client.deserialize(json.dumps(dict(monitor)), (Monitor,), True)
+    if getattr(model, "_unparsed", False):
+        raise ValueError(f"monitor {monitor.get('name')!r} has parts datadog-api-client does not know")
+    return model
