@@ -222,6 +222,18 @@ def test_new_group_delay_skips_young_groups(sb: Sandbox, fired: Fired) -> None:
     assert fired.transitions() == [("Triggered", "ir:ir-1")]
 
 
+def test_new_host_delay_holds_back_young_groups_that_name_a_host(sb: Sandbox, fired: Fired) -> None:
+    tag(sb, "gpu-a", "ir:ir-1")
+    # new_group_delay 0 but the default new_host_delay (300 s) applies to groups keyed by host.
+    create(sb, f"avg(last_5m):avg:{METRIC}{{*}} by {{ir,host}} < 5", "@webhook-x", new_group_delay=0)
+    step(sb, {"gpu-a": 1.0}, span=120)
+    assert fired == []
+    sb.clock.advance(200)
+    feed(sb, {"gpu-a": 1.0})
+    sb.clock.advance(1)
+    assert fired.transitions() == [("Triggered", "ir:ir-1,host:gpu-a")]
+
+
 def test_notify_no_data_and_recovery_from_it(sb: Sandbox, fired: Fired) -> None:
     tag(sb, "gpu-a", "ir:ir-1")
     monitor = create(

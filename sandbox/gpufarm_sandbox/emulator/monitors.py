@@ -477,7 +477,7 @@ class MonitorsModule(BaseModule):
             if group is None:
                 first = min(mon.pending.get(key, math.inf), series.points[0][0])
                 mon.pending[key] = first
-                if now - first < float(opts.get("new_group_delay") or 0):
+                if now - first < _new_group_delay(opts, key):
                     continue  # still a new group: Datadog skips it for new_group_delay seconds
             # A window counts as full when data starts within one reporting gap of its start (at most a minute).
             if opts.get("require_full_window") and series.points[0][0] > start + max(
@@ -678,6 +678,15 @@ class MonitorsModule(BaseModule):
                 fire(name, notice.variables, origin="monitor")
             except Exception:  # one bad webhook must not stop the other notifications
                 log.exception("firing webhook %s for monitor %s failed", name, notice.event["monitor_id"])
+
+
+def _new_group_delay(opts: Mapping[str, Any], key: tuple[str, ...]) -> float:
+    """Seconds a new group is skipped: new_group_delay, and for groups naming a host the (deprecated, default
+    300 s) new_host_delay as well, the longer of the two."""
+    delay = float(opts.get("new_group_delay") or 0)
+    if any(tag.startswith("host:") for tag in key):
+        delay = max(delay, float(opts.get("new_host_delay") or 0))
+    return delay
 
 
 def _same_kind(mtype: str) -> str:

@@ -1,0 +1,118 @@
+"""Idle reclaim end to end on the local host, driven only by agent-shaped metrics: `datadog apply` creates the idle
+monitors from the example farm's policy, a 16-GPU lease on two hosts goes half idle, the sandbox evaluates the
+monitors on its clock, the idle webhook is called for the idle host only, and the requester is warned once."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gpufarm.core.farm import parse_farm
+from gpufarm.core.lifecycle import Phase
+from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.handlers import runtime
+from gpufarm.setup.apply import apply_setup
+from gpufarm.setup.monitors import desired_monitors
+from gpufarm.setup.plan import SetupSpec
+from gpufarm_sandbox.demo.lifecycle_stage import BOB, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in
+from gpufarm_sandbox.localhost import LocalEnv, start_local
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[LocalEnv]:
+    with start_local(port=0) as env:
+        yield env
+
+
+@pytest.fixture
+def farm(local: LocalEnv) -> Iterator[LocalFarm]:
+    driver = LocalFarm.ready(local)
+    yield driver
+    driver.settle(timeout=10)
+    driver.close()
+    runtime.reset()
+
+
+def _apply_monitors(farm: LocalFarm) -> int:
+    config = parse_farm((farm.host.root / "config" / "farm.example.yaml").read_text())
+    env = farm.host.env
+    spec = SetupSpec(
+        incident_webhook_url=env["GPUFARM_INCIDENT_WEBHOOK_URL"],
+        idle_webhook_url=env["GPUFARM_IDLE_WEBHOOK_URL"],
+        valid_values=config.valid_values(),
+        has_secret=True,
+        monitors=desired_monitors(config),
+    )
+    plan = apply_setup(farm.admin, spec, secret=farm.settings.webhook_secret)
+    assert not plan.blocked
+    return len([c for c in plan.changes if c.kind == "monitor"])
+
+
+def _agent_series(host: str, ir: int, index: int, busy: bool, stamps: range) -> list[MetricSeries]:
+    """What gpufarm-node sends for one whole GPU (spec/metrics.yaml), one point a minute."""
+    uuid = f"gpu-{zlib.crc32(host.encode()):08x}-0000-4000-8000-{index:012x}"
+    tags = (
+        "environment:onprem-hpc",
+        f"gpu_uuid:{uuid}",
+        f"gpu_index:{index}",
+        "gpu_model:h100",
+        "gpu_slicing_mode:none",
+        f"gpu_ir:ir-{ir}",
+        f"ir:ir-{ir}",
+    )
+
+    def gauge(metric: str, value: float, *extra: str) -> MetricSeries:
+        points = tuple(MetricPoint(t, value) for t in stamps)
+        return MetricSeries(metric, points, (*tags, *extra), host=host)
+
+    states = {"busy": busy, "idle": not busy, "idle_held": False}
+    return [
+        gauge("gpufarm.gpu.utilization", 88.0 if busy else 0.0),
+        gauge("gpufarm.gpu.processes", 1.0 if busy else 0.0),
+        *(gauge("gpufarm.gpu.idle_state", 1.0 if on else 0.0, f"state:{s}") for s, on in states.items()),
+    ]
+
+
+def test_half_idle_lease_is_warned_from_its_idle_host_through_the_projects_own_monitors(farm: LocalFarm) -> None:
+    assert _apply_monitors(farm) == 6
+    farm.slash(BOB, "request 16 H100 project=vit team=vision env=onprem-hpc")
+    assert farm.settle()
+    ir = ir_in(farm.messages(user=BOB.id, kind="response", contains="IR-")[-1]["text"])
+    assert ir is not None
+    [ask] = farm.messages(channel=OPERATORS_CHANNEL, contains="needs approval")
+    farm.click(DANA, ask, "gpu_approve")
+    assert farm.settle()
+    lease = farm.allocation(ir)
+    assert lease.phase is Phase.ALLOCATED and len(lease.hosts) == 2
+    idle_host, busy_host = sorted(lease.hosts)
+
+    # 50 minutes of agent metrics: 8 idle GPUs on one host, 8 busy on the other (the lease averages 44 %).
+    now = int(_clock(farm))
+    stamps = range(now - 50 * 60, now + 1, 60)
+    series = [s for i in range(8) for s in _agent_series(idle_host, ir, i, False, stamps)]
+    series += [s for i in range(8) for s in _agent_series(busy_host, ir, i, True, stamps)]
+    farm.gateway.submit(series)
+    farm.post("/_sandbox/clock", {"advance": 60})
+    assert farm.settle()
+    assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED, timeout=20)
+
+    events = farm.get("/_sandbox/monitors/events")["events"]
+    fired = {(e["group"], e["transition"]) for e in events if e["notified"]}
+    assert fired == {(f"gpu_ir:ir-{ir},host:{idle_host}", "Triggered")}, events
+    assert {e["monitor_name"].split(" (")[0] for e in events} == {
+        "[gpufarm] no process on its GPUs",
+        "[gpufarm] low GPU utilisation",
+    }
+    # Two monitors fired for the idle host; the requester is warned once.
+    warnings = farm.messages(user=BOB.id, kind="dm", contains="idle")
+    assert len(warnings) == 1, warnings
+
+
+def _clock(farm: LocalFarm) -> float:
+    state: Any = farm.get("/_sandbox/clock")
+    return float(state["now"])
