@@ -255,3 +255,16 @@ def test_queue_messages_name_one_shard_of_a_pool(body: dict[str, object], ok: bo
     else:
         with pytest.raises(ValidationError):
             QueueMessage.model_validate(body)
+
+
+def test_a_write_wins_over_a_search_whose_index_does_not_show_it_yet(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ir = _lease(svc, incidents, phase=Phase.APPROVED)
+    before = list(incidents.records.values())
+    reads = Reads(incidents, hosts)
+    reads.wrote(incidents.update(incidents.by_ir(ir).id, {f.STATE: "stable", f.PHASE: Phase.ALLOCATED.value}))
+    monkeypatch.setattr(incidents, "search", lambda query: iter(before))
+    assert [a.phase for a in reads.live("hpc")] == [Phase.ALLOCATED]
+    assert reads.live("hpc", phases={Phase.APPROVED}) == []
+    assert reads.get(ir).phase is Phase.ALLOCATED

@@ -75,23 +75,14 @@ def _covers(wide: Scope, narrow: Scope) -> bool:
 
 
 @dataclass
-class ReadCounts:
-    """How many reads of each kind this view made (benchmarks and tests look; nothing decides on it)."""
-
-    searches: int = 0
-    host_lists: int = 0
-    incident_gets: int = 0
-
-
-@dataclass
 class Reads:
     """One invocation's view of the incidents and hosts it decides on (see the module docstring)."""
 
     incidents: IncidentStore
     hosts: HostTags
-    counts: ReadCounts = field(default_factory=ReadCounts)
     _live: dict[Scope, dict[int, Allocation]] = field(default_factory=dict)
     _by_ir: dict[int, Allocation] = field(default_factory=dict)
+    _written: dict[int, Allocation] = field(default_factory=dict)
     # Listed hosts by host filter, each as the list gave it, `user` tags updated by this invocation's writes.
     _listed: dict[str, dict[str, HostInfo]] = field(default_factory=dict)
     _inventory: dict[str, GpuHost | None] = field(default_factory=dict)
@@ -112,11 +103,12 @@ class Reads:
             if wider is not None:
                 known = {ir: a for ir, a in self._live[wider].items() if _in_scope(a, scope)}
             else:
-                self.counts.searches += 1
                 query = live_query(*scope)
-                found = (Allocation.from_record(r) for r in self.incidents.search(query))
-                known = {a.ir: a for a in found if a.state is not State.RESOLVED and _in_scope(a, scope)}
-                self._by_ir.update(known)
+                found = {a.ir: a for a in (Allocation.from_record(r) for r in self.incidents.search(query))}
+                # What this invocation wrote wins over the search, whose index may not show the write yet.
+                found |= self._written
+                known = {ir: a for ir, a in found.items() if a.state is not State.RESOLVED and _in_scope(a, scope)}
+                self._by_ir |= {ir: a for ir, a in known.items() if ir not in self._written}
             self._live[scope] = known
         return sorted(known.values(), key=lambda a: a.ir)
 
@@ -124,7 +116,6 @@ class Reads:
         """One allocation by IR: from what this invocation already read or wrote, else one lookup."""
         alloc = self._by_ir.get(ir)
         if alloc is None:
-            self.counts.incident_gets += 1
             try:
                 alloc = self._note(self.incidents.get_by_ir(ir))
             except NotFound:
@@ -133,12 +124,13 @@ class Reads:
 
     def get_by_id(self, incident_id: str) -> Allocation:
         """One allocation by incident UUID, read fresh (the incident webhook's message names the UUID)."""
-        self.counts.incident_gets += 1
         return self._note(self.incidents.get(incident_id))
 
     def wrote(self, record: IncidentRecord) -> Allocation:
-        """An incident as a write of this invocation left it: every scope read so far now sees it so."""
-        return self._note(record)
+        """An incident as a write of this invocation left it: every scope read so far, and later, sees it so."""
+        alloc = self._note(record)
+        self._written[alloc.ir] = alloc
+        return alloc
 
     def _note(self, record: IncidentRecord) -> Allocation:
         alloc = Allocation.from_record(record)
@@ -168,7 +160,6 @@ class Reads:
         model = gpu_model.upper()
         if host_filter(environment) in self._listed or host_filter() in self._listed:
             return sum(h.gpu_count for h in self.inventory(environment) if h.gpu_model == model)
-        self.counts.host_lists += 1
         total = 0
         for info in self.hosts.list_hosts(host_filter(environment)):
             host = GpuHost.from_tags(info.name, info.tags)
@@ -207,7 +198,6 @@ class Reads:
     def _hosts(self, filter_text: str) -> list[GpuHost]:
         listing = self._listed.get(filter_text)
         if listing is None:
-            self.counts.host_lists += 1
             listing = {info.name: info for info in self.hosts.list_hosts(filter_text)}
             self._listed[filter_text] = listing
         out = []
