@@ -94,13 +94,12 @@ class Agent:
     def _attribute(self, snap: NodeSnapshot) -> dict[int, Workload | None]:
         attributor = self.attributor
         attributor.begin_cycle()
-        workloads: dict[int, Workload | None] = {}
-        for gpu in snap.gpus:
-            for proc in gpu.processes:
-                workloads[proc.pid] = attributor.workload(proc.pid)
-            for mig in gpu.migs:
-                for proc in mig.processes:
-                    workloads[proc.pid] = attributor.workload(proc.pid)
+        workloads = attributor.workloads(
+            proc.pid
+            for gpu in snap.gpus
+            for group in (gpu.processes, *(m.processes for m in gpu.migs))
+            for proc in group
+        )
         attributor.end_cycle()
         return workloads
 

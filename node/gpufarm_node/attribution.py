@@ -412,34 +412,46 @@ class Attributor:
         self._window = None if cursor is None or previous is None else (previous, cursor)
         self._turn = (self._turn + 1) % VERIFY_EVERY
 
-    def _may_be_new(self, pid: int) -> bool:
-        """Whether `pid` may belong to another process than last cycle (read its start time to know)."""
-        window = self._window
-        if window is None or (pid + self._turn) % VERIFY_EVERY == 0:
-            return True
-        low, high = window
-        if low <= high:
-            return low < pid <= high
-        return pid > low or pid <= high  # the cursor wrapped round pid_max
-
     def workload(self, pid: int) -> Workload | None:
         """The process's workload; None when the process is gone from /proc."""
-        self._seen.add(pid)
+        return self.workloads((pid,))[pid]
+
+    def workloads(self, pids: Iterable[int]) -> dict[int, Workload | None]:
+        """`workload` of each pid; a cached process the pid cursor did not pass costs a lookup, not a call."""
+        found: dict[int, Workload | None] = {}
+        seen = self._seen
+        cached = self._joined.get
         generation = self.pods.generation if self.pods is not None else 0
-        joined = self._joined.get(pid)
-        if joined is not None and not self._may_be_new(pid):
-            if joined[1] == generation:
-                return joined[2]
-            start = joined[0]  # the same process: only the pod list changed
-        else:
-            found = self.proc.starttime(pid)
-            if found is None:
-                self._cache.pop(pid, None)
-                self._joined.pop(pid, None)
-                return None
-            start = found
-            if joined is not None and joined[0] == start and joined[1] == generation:
-                return joined[2]
+        window, turn = self._window, self._turn
+        for pid in pids:
+            seen.add(pid)
+            joined = cached(pid)
+            if joined is not None and window is not None and (pid + turn) % VERIFY_EVERY:
+                low, high = window
+                # Pids in (low, high] may have been handed out again since the last cycle (the cursor may
+                # have wrapped round pid_max: then (low, pid_max) and [0, high]).
+                passed = low < pid <= high if low <= high else (pid > low or pid <= high)
+                if not passed:
+                    if joined[1] == generation:
+                        found[pid] = joined[2]
+                    else:  # the same process: only the pod list changed
+                        found[pid] = self._resolve(pid, joined[0], generation)
+                    continue
+            found[pid] = self._checked(pid, joined, generation)
+        return found
+
+    def _checked(self, pid: int, joined: tuple[int, int, Workload] | None, generation: int) -> Workload | None:
+        """Read the start time, then the cached workload if it is the same process, else read and join."""
+        start = self.proc.starttime(pid)
+        if start is None:
+            self._cache.pop(pid, None)
+            self._joined.pop(pid, None)
+            return None
+        if joined is not None and joined[0] == start and joined[1] == generation:
+            return joined[2]
+        return self._resolve(pid, start, generation)
+
+    def _resolve(self, pid: int, start: int, generation: int) -> Workload:
         cached = self._cache.get(pid)
         if cached is None or cached[0] != start:
             cached = (start, *self._read_process(pid))
