@@ -48,7 +48,7 @@ from gpufarm.core.policy import (
     team_usage,
 )
 from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, MetricsSink, WorkQueue
-from gpufarm.core.reads import LIVE_QUERY, Reads, live_query
+from gpufarm.core.reads import Reads, live_query
 from gpufarm.core.reconcile import (
     HOLDING_PHASES,
     Repair,
@@ -61,7 +61,6 @@ from gpufarm.core.views import Message, QuotaRow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOLDING_PHASES", "LIVE_QUERY", "GpuFarm", "Outcome", "Repair", "SyncReport"]
 # How many times allocation re-plans after finding a chosen host freshly taken (only a lapse in serialization).
 MAX_REPLANS = 3
 
