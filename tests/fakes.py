@@ -286,6 +286,22 @@ class FakeMetrics:
         return found[-1].points[-1].value if found else None
 
 
+class FakeMonitorStates:
+    """MonitorStates over a dict: (monitor id, frozenset of group tags) -> status; unknown groups answer None."""
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[int, frozenset[str]], str] = {}
+        self.asked: list[tuple[int, tuple[str, ...]]] = []
+
+    def set(self, monitor_id: int, group: str, status: str) -> None:
+        """Test helper: what the monitor says of a group (`ir:ir-1` or `gpu_ir:ir-1,host:h`)."""
+        self.states[(monitor_id, frozenset(group.split(",")))] = status
+
+    def group_status(self, monitor_id: int, group: Sequence[str]) -> str | None:
+        self.asked.append((monitor_id, tuple(group)))
+        return self.states.get((monitor_id, frozenset(group)))
+
+
 class FakeInvoker:
     """AsyncInvoker that records hand-offs."""
 

@@ -23,6 +23,7 @@ from helpers import http
 from pydantic import SecretStr
 from werkzeug.wrappers import Request, Response
 
+from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
 from gpufarm.config import Settings
@@ -264,6 +265,16 @@ def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(
     assert all(h.get("X-Gpufarm-Token") == SECRET for h in app.headers)
     alert = IdleAlert.model_validate(app.bodies[0])
     assert alert.ir() == IR
+    # What the idle webhook asks before acting: the group's status now, through the runtime gateway.
+    gateway = DatadogGateway(Settings(max_retries=1))
+    try:
+        monitor_id = int(str(alert.alert_id))
+        assert gateway.group_status(monitor_id, [f"host:{HOSTS[0]}", f"gpu_ir:ir-{IR}"]) == "Alert"
+        assert gateway.group_status(monitor_id, [f"gpu_ir:ir-{IR}", f"host:{HOSTS[1]}"]) == "OK"
+        assert gateway.group_status(monitor_id, [f"gpu_ir:ir-{IR}", "host:elsewhere"]) is None
+        assert gateway.group_status(999_999_999, [f"gpu_ir:ir-{IR}"]) is None
+    finally:
+        gateway.close()
 
 
 def test_a_fresh_lease_is_not_judged_during_the_startup_grace(

@@ -4,6 +4,7 @@ monitors on its clock, the idle webhook is called for the idle host only, and th
 
 from __future__ import annotations
 
+import json
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -109,8 +110,29 @@ def test_half_idle_lease_is_warned_from_its_idle_host_through_the_projects_own_m
         "[gpufarm] low GPU utilisation",
     }
     # Two monitors fired for the idle host; the requester is warned once.
-    warnings = farm.messages(user=BOB.id, kind="dm", contains="idle")
+    warnings = farm.messages(user=BOB.id, kind="dm", contains="has been idle")
     assert len(warnings) == 1, warnings
+
+    # A job starts on the idle host: the no-process monitor recovers and the warning is cleared.
+    now = int(_clock(farm))
+    farm.gateway.submit(
+        [s for i in range(8) for s in _agent_series(idle_host, ir, i, True, range(now - 120, now + 1, 60))]
+    )
+    farm.post("/_sandbox/clock", {"advance": 60})
+    assert farm.settle()
+    assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.ALLOCATED, timeout=20)
+    # Datadog redelivers the old Triggered late: its group is OK now, so it is stale and warns no one.
+    triggered = next(
+        d["payload"]
+        for d in farm.get("/_sandbox/webhooks/deliveries")["deliveries"]
+        if d["webhook"] == "gpufarm-idle" and '"Triggered"' in d["payload"] and "kind idle," in d["payload"]
+    )
+    token = {"X-Gpufarm-Token": farm.host.env["GPUFARM_WEBHOOK_SECRET"]}
+    status, body = farm.post("/fn/idle_alert/", json.loads(triggered), token)
+    assert status == 200 and "stale Triggered" in body["ignored"], body
+    assert farm.settle()
+    assert farm.allocation(ir).phase is Phase.ALLOCATED
+    assert len(farm.messages(user=BOB.id, kind="dm", contains="has been idle")) == 1
 
 
 def _clock(farm: LocalFarm) -> float:

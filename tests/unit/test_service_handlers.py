@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeMonitorStates, FakeQueue
 
 from gpufarm.core import fields as f
 from gpufarm.core.errors import UpstreamError
@@ -39,6 +39,7 @@ class Parts:
         self.chat = FakeChat(operators=frozenset({OPS}))
         self.metrics = FakeMetrics()
         self.queue = FakeQueue()
+        self.monitors = FakeMonitorStates()
 
     def alloc(self, ir: int) -> Allocation:
         return Allocation.from_record(self.incidents.get_by_ir(ir))
@@ -59,6 +60,7 @@ def parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Parts]:
         chat=p.chat,
         farm=parse_farm(FARM_YAML),
         queue=p.queue,
+        monitor_states=p.monitors,
     )
     yield p
     runtime.reset()
@@ -379,6 +381,25 @@ def test_idle_alert_without_a_queue_acts_at_once(parts: Parts) -> None:
     answer = idle_alert.handle(event("idle_alert_triggered.json"))
     assert answer["statusCode"] == 200 and json.loads(answer["body"])["outcome"] == "warned"
     assert parts.alloc(1).phase is Phase.IDLE_WARNED
+
+
+def test_idle_alerts_out_of_order_or_stale_change_nothing(parts: Parts) -> None:
+    _allocated(parts)
+    runtime.override(queue=None)
+    # The Recovered arrives first: nothing to clear; the late Triggered finds its group OK now and is ignored.
+    parts.monitors.set(1234567, "ir:ir-1", "OK")
+    assert json.loads(idle_alert.handle(event("idle_alert_recovered.json"))["body"])["outcome"].startswith("nothing")
+    late = idle_alert.handle(event("idle_alert_triggered.json"))
+    assert late["statusCode"] == 200 and "stale Triggered" in json.loads(late["body"])["ignored"]
+    assert parts.alloc(1).phase is Phase.ALLOCATED
+    assert not [m for m in parts.chat.to("U0000000001", "dm") if "idle" in m.text]
+    # Idle for real: warned; a stale Recovered (the group is in Alert again) does not clear the warning.
+    parts.monitors.set(1234567, "ir:ir-1", "Alert")
+    assert json.loads(idle_alert.handle(event("idle_alert_triggered.json"))["body"])["outcome"] == "warned"
+    stale = idle_alert.handle(event("idle_alert_recovered.json"))
+    assert "in Alert again" in json.loads(stale["body"])["ignored"]
+    assert parts.alloc(1).phase is Phase.IDLE_WARNED
+    assert parts.monitors.asked[-1] == (1234567, ("ir:ir-1",))
 
 
 def test_idle_alert_bad_input(parts: Parts) -> None:

@@ -34,7 +34,7 @@ from gpufarm.core.model import IncidentRecord
 from gpufarm.core.ports import HostInfo, MetricSeries, ScalarResult
 
 if TYPE_CHECKING:
-    from gpufarm.core.ports import HostTags, IncidentStore, MetricsQuery, MetricsSink
+    from gpufarm.core.ports import HostTags, IncidentStore, MetricsQuery, MetricsSink, MonitorStates
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,10 @@ class DatadogGateway:
     @cached_property
     def _tags(self) -> Any:
         return dc.build("datadog_api_client.v1.api.tags_api", "TagsApi", self._client)
+
+    @cached_property
+    def _monitors_raw(self) -> Any:
+        return dc.build("datadog_api_client.v1.api.monitors_api", "MonitorsApi", self._raw_client)
 
     @cached_property
     def _metrics(self) -> Any:
@@ -445,6 +449,27 @@ class DatadogGateway:
             response = self._tags.update_host_tags(host_name=name, body=body, source=source)
         return [str(t) for t in (dc.get(response, "tags") or [])]
 
+    # -- MonitorStates --------------------------------------------------------------------------------
+
+    def group_status(self, monitor_id: int, group: Sequence[str]) -> str | None:
+        """The status of the monitor's group with exactly these tags (order aside), None when unknown."""
+        if isinstance(monitor_id, bool) or not isinstance(monitor_id, int) or monitor_id <= 0:
+            return None
+        wanted = frozenset(t.strip().lower() for t in group if t.strip())
+        try:
+            with dc.errors("get monitor"):
+                body = dc.read_json(self._monitors_raw.get_monitor(monitor_id=monitor_id, group_states="all"))
+        except NotFound:
+            return None
+        groups = ((body.get("state") or {}).get("groups") or {}) if isinstance(body, dict) else {}
+        if not isinstance(groups, dict):
+            return None
+        for name, state in groups.items():
+            tags = frozenset(t.strip().lower() for t in str(name).split(",") if t.strip())
+            if tags == wanted and isinstance(state, dict) and isinstance(state.get("status"), str):
+                return str(state["status"])
+        return None
+
     # -- MetricsSink / MetricsQuery -------------------------------------------------------------------
 
     def submit(self, series: Sequence[MetricSeries]) -> None:
@@ -655,6 +680,8 @@ def scalar_results(columns: Sequence[Mapping[str, Any]]) -> list[ScalarResult]:
 
 if TYPE_CHECKING:
 
-    def _implements_the_ports(gateway: DatadogGateway) -> tuple[IncidentStore, HostTags, MetricsSink, MetricsQuery]:
+    def _implements_the_ports(
+        gateway: DatadogGateway,
+    ) -> tuple[IncidentStore, HostTags, MetricsSink, MetricsQuery, MonitorStates]:
         """mypy proves here that DatadogGateway satisfies every port it is used as."""
-        return gateway, gateway, gateway, gateway
+        return gateway, gateway, gateway, gateway, gateway

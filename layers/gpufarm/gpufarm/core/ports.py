@@ -101,6 +101,13 @@ class MetricsSink(Protocol):
         """Submit series; raises UpstreamError after bounded retries."""
 
 
+class MonitorStates(Protocol):
+    """What a monitor says of one of its groups now (Datadog monitors API)."""
+
+    def group_status(self, monitor_id: int, group: Sequence[str]) -> str | None:
+        """`Alert`, `Warn`, `OK`, `No Data` for the group with these tags; None when the monitor or group is unknown."""
+
+
 class MetricsQuery(Protocol):
     """Reading metrics back (Datadog query APIs)."""
 

@@ -7,6 +7,11 @@ Both are accepted; the hosts and devices, the idle kind and window (the monitor'
 changes nothing. Alerts for unknown or foreign incidents, or scopes that name no lease, are answered 200 and
 logged: Datadog must not retry what can never apply.
 
+A notification can arrive late or out of order (a retried Triggered after its Recovered). Before acting, the
+handler asks the monitor what its group says now: a Triggered whose group is no longer in Alert, or a Recovered
+whose group is in Alert again, is stale and changes nothing. When the monitor cannot say (a hand-made monitor
+deleted since, Datadog unreachable) the alert is acted on as it reads.
+
 Triggered / Re-Triggered / Renotify warn the requester once (Keep / Release buttons, phase idle-warned) and,
 when the warning is older than the farm's grace period, resolve the incident with reason idle; the incident
 webhook then reclaims. Recovered clears the warning. Other transitions (Warn, No Data) change nothing.
@@ -135,7 +140,11 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
     if transition not in IDLE_TRANSITIONS | BUSY_TRANSITIONS:
         return http.respond(200, {"ignored": f"transition {alert.alert_transition[:40]}"})
     scope = alert.idle_scope()
-    svc = runtime.service()
+    svc = runtime.service()  # a missing configuration fails here, before any call to Datadog
+    stale = _stale(runtime, alert, transition)
+    if stale:
+        log.info("idle alert for IR-%d ignored: %s", ir, stale)
+        return http.respond(200, {"ir": f"IR-{ir}", "ignored": stale})
     command = IncidentCommand(
         op=Op.IDLE if transition in IDLE_TRANSITIONS else Op.BUSY,
         ir=ir,
@@ -159,6 +168,25 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
         return http.respond(202, {"ir": f"IR-{ir}", "queued": command.op.value, **extra})
     log.info("%s", done)
     return http.respond(200, {"ir": f"IR-{ir}", "outcome": done})
+
+
+def _stale(runtime: rt.Runtime, alert: IdleAlert, transition: str) -> str | None:
+    """Why the alert no longer holds (its monitor's group says otherwise now), or None."""
+    monitor_id = str(alert.alert_id or "").strip()
+    if not monitor_id.isdigit() or len(monitor_id) > 18:
+        return None
+    try:
+        status = runtime.monitor_states().group_status(int(monitor_id), alert.scope_tags())
+    except GpufarmError as exc:
+        log.warning("idle alert: monitor %s state unknown (%s); acting on the alert as sent", monitor_id, exc)
+        return None
+    if status is None:
+        return None
+    if transition in IDLE_TRANSITIONS and status != "Alert":
+        return f"stale {alert.alert_transition[:40]}: the monitor's group is {status[:20]} now"
+    if transition in BUSY_TRANSITIONS and status == "Alert":
+        return f"stale {alert.alert_transition[:40]}: the monitor's group is in Alert again"
+    return None
 
 
 def _scope_answer(scope: IdleScope) -> dict[str, Any]:

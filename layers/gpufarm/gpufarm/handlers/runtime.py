@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
     from gpufarm.core.farm import FarmConfig
-    from gpufarm.core.ports import AsyncInvoker, Clock, IncidentStore, WorkQueue
+    from gpufarm.core.ports import AsyncInvoker, Clock, IncidentStore, MonitorStates, WorkQueue
     from gpufarm.core.service import GpuFarm
 
 log = logging.getLogger(__name__)
@@ -230,6 +230,11 @@ class Runtime:
         """Incidents (Datadog), for handlers that read one before queueing work."""
         store: IncidentStore = self._port("incidents")
         return store
+
+    def monitor_states(self) -> MonitorStates:
+        """What Datadog's monitors say of a group now (the idle webhook's check against stale alerts)."""
+        states: MonitorStates = self._port("monitor_states")
+        return states
 
     def _port(self, name: str) -> Any:
         """A Datadog-backed port: the override when a test set one, else the gateway."""
