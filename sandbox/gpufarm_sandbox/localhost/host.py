@@ -46,13 +46,14 @@ log = logging.getLogger("gpufarm_sandbox.localhost")
 Listener = Callable[[dict[str, Any], Any], None]
 
 Lane = Literal["async", "queue"]
-# Threads that run event invokes (and schedules), and threads that run SQS deliveries: two pools of their own,
-# apart from the HTTP server's threads that answer Function URLs. Every function shares this one interpreter and
-# its GIL, so each busy worker thread takes a share of the CPU from the threads answering Slack: bounded pools
-# keep a backlog of hand-offs from starving the acks (Lambda scales the worker out instead; here it queues), and a
-# burst of worker invocations never holds up the allocation queue, or the reverse.
-ASYNC_WORKERS = 3
-QUEUE_WORKERS = 3
+# Event invokes (and schedules) and SQS deliveries run on two pools of their own, apart from each other and from
+# the HTTP server's threads that answer Function URLs, so a backlog of worker invocations never holds up the
+# allocation queue, or the reverse. Eight concurrent event invokes keep the races real (two writers, a burst of
+# requests) while bounding how many CPU-bound workers share this interpreter's GIL with the acks (Lambda scales the
+# worker out instead; here the rest wait their turn). Four deliveries: one per FIFO group of the example farm
+# (three pools and the unassigned group), each group one batch at a time as SQS delivers.
+ASYNC_WORKERS = 8
+QUEUE_WORKERS = 4
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 LOG_SIZE = 1000

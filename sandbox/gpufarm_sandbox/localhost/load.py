@@ -43,6 +43,8 @@ class Sample:
     status: int | None
     ack_ms: float
     error: str | None = None
+    # Typing to answer as the client saw it: the ack plus the sandbox playing Slack (signing, its lock).
+    round_trip_ms: float = 0.0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -98,6 +100,7 @@ class LoadReport:
             "ack_p95_ms": round(self.ack(95), 1),
             "ack_p99_ms": round(self.ack(99), 1),
             "ack_max_ms": round(self.ack(100), 1),
+            "round_trip_p99_ms": round(percentile([s.round_trip_ms for s in self.samples], 99), 1),
             "wall_s": round(self.wall_s, 1),
             "kinds": kinds,
             "worker_ms": {
@@ -171,10 +174,13 @@ def send_one(farm: LocalFarm, command: Planned) -> Sample:
     try:
         status, answer = farm.post(COMMANDS_PATH, body)
     except OSError as exc:
-        return Sample(command.kind, None, (time.perf_counter() - started) * 1000, f"sandbox: {type(exc).__name__}")
+        elapsed = (time.perf_counter() - started) * 1000
+        return Sample(command.kind, None, elapsed, f"sandbox: {type(exc).__name__}", elapsed)
+    elapsed = (time.perf_counter() - started) * 1000
     if status != 200 or not isinstance(answer, dict):
-        return Sample(command.kind, None, (time.perf_counter() - started) * 1000, f"sandbox answered {status}")
-    return Sample(command.kind, answer.get("status"), float(answer.get("latency_ms") or 0.0), answer.get("error"))
+        return Sample(command.kind, None, elapsed, f"sandbox answered {status}", elapsed)
+    ack_ms = float(answer.get("latency_ms") or 0.0)
+    return Sample(command.kind, answer.get("status"), ack_ms, answer.get("error"), elapsed)
 
 
 def run_load(farm: LocalFarm, commands: Sequence[Planned], *, threads: int = 12, settle_s: float = 120.0) -> LoadReport:
@@ -232,10 +238,10 @@ class CostReport:
 
 
 def seed_live(farm: LocalFarm, count: int, *, requester: Person, prefix: str = "live") -> list[int]:
-    """Bring the number of gpufarm's live incidents up by `count`: requests awaiting a decision, created
-    straight through the Datadog adapter (the worker's own create path, without the Slack round trip).
+    """Add `count` live incidents: requests of `requester` awaiting a decision, created through gpufarm's Datadog
+    adapter with the fields a request's incident gets (no Slack round trip, no policy decision).
 
-    Returns their IR numbers. They are the incidents a `status` or `list` has to find its way among.
+    Returns their IR numbers: the incidents a `status` or `list` has to find its way among.
     """
     from gpufarm.core.farm import parse_farm
     from gpufarm.core.lifecycle import Phase
@@ -278,7 +284,7 @@ def worker_cost(farm: LocalFarm, commands: Sequence[Planned], *, live: int, sett
 
 
 def cost_commands(user: Person, irs: Sequence[int], repeats: int) -> list[Planned]:
-    """`status IR-n` for IRs spread over the live ones, and `list` / `list all`, `repeats` of each."""
+    """`repeats` pairs of `status IR-n` (spread over irs) and `list` (the user's own), typed by one user."""
     planned: list[Planned] = []
     for r in range(repeats):
         ir = irs[(r * 7919) % len(irs)] if irs else 1
