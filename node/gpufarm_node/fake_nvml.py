@@ -548,7 +548,7 @@ class FakeHost:
     """The files a node agent reads besides NVML, generated for a FakeNvml's processes under one directory.
 
     `proc/<pid>/{stat,cgroup,environ}` follow the process table (a reused pid gets a new start time),
-    `proc/loadavg` ends with the pid allocation cursor (moved forward, cyclically, over every pid written since),
+    `proc/loadavg` ends with the pid allocation cursor (moved forward, cyclically, past every pid written since),
     and `pods.json` has kubelet's `/pods` shape. Entries are rewritten only when the set of live processes changes.
     """
 
@@ -584,9 +584,12 @@ class FakeHost:
                     started.append(pid)
             if started:
                 # The kernel's cursor moves forward through the pid space, wrapping at pid_max: it passed each
-                # of these, and rests on the one furthest ahead of where it was.
+                # of these, up to the one furthest ahead of where it was. A node forks other things too, so it
+                # rests one further on, unless that is where it started (a whole circle reads as no move).
                 cursor = self.last_pid
-                self.last_pid = max(started, key=lambda pid: (pid - cursor - 1) % PID_MAX)
+                furthest = max(started, key=lambda pid: (pid - cursor - 1) % PID_MAX)
+                after = furthest + 1 if furthest + 1 < PID_MAX else RESERVED_PIDS
+                self.last_pid = furthest if after == cursor else after
                 self._write_loadavg()
 
     def refresh_pods(self) -> None:

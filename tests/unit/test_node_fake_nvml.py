@@ -10,6 +10,7 @@ import pynvml
 import pytest
 
 from gpufarm_node import nvml_source
+from gpufarm_node.attribution import Attributor, PodMetadataFile, ProcFs, Workload
 from gpufarm_node.fake_nvml import CLK_TCK, FakeHandle, FakeHost, FakeNvml
 from gpufarm_node.topology import topology_from_dict
 
@@ -212,6 +213,10 @@ def test_fake_host_writes_proc_entries_and_follows_pid_reuse(tmp_path: Path) -> 
         }
     )
     host = FakeHost(fake, tmp_path)
+    attributor = Attributor(ProcFs(host.proc_root), pods=PodMetadataFile(host.pods_file))
+    attributor.begin_cycle()
+    assert (attributor.workloads([77])[77] or Workload()).ir == "ir-7"
+    attributor.end_cycle()
     stat = (host.proc_root / "77" / "stat").read_text()
     assert stat.startswith("77 (a (b) c) S ")
     assert "cri-containerd-" in (host.proc_root / "77" / "cgroup").read_text()
@@ -222,6 +227,11 @@ def test_fake_host_writes_proc_entries_and_follows_pid_reuse(tmp_path: Path) -> 
     stat = (host.proc_root / "77" / "stat").read_text()
     assert int(stat.rpartition(")")[2].split()[19]) == int(first_start) + 10 * CLK_TCK
     assert b"GPUFARM_IR=IR-8\0" in (host.proc_root / "77" / "environ").read_bytes()
+    # The pid cursor passed 77 again (loadavg), so the attributor reads it afresh instead of trusting its cache.
+    assert ProcFs(host.proc_root).last_pid() == 77  # round the pid space from 78, resting on 77
+    attributor.begin_cycle()
+    assert (attributor.workloads([77])[77] or Workload()).ir == "ir-8"
+    attributor.end_cycle()
     assert (host.proc_root / "77" / "cgroup").read_text().startswith("0::/system.slice/slurmstepd.scope")
     assert '"gpufarm.io/ir": "IR-7"' in host.pods_file.read_text()
     (entry,) = host.pod_resources()
