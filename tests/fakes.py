@@ -301,6 +301,9 @@ class FakeMonitorStates:
         self.asked.append((monitor_id, tuple(group)))
         return self.states.get((monitor_id, frozenset(group)))
 
+    def alerting_groups(self, monitor_tag: str) -> list[tuple[int, tuple[str, ...]]]:
+        return [(mid, tuple(sorted(group))) for (mid, group), status in self.states.items() if status == "Alert"]
+
 
 class FakeInvoker:
     """AsyncInvoker that records hand-offs."""

@@ -273,6 +273,9 @@ def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(
         assert gateway.group_status(monitor_id, [f"gpu_ir:ir-{IR}", f"host:{HOSTS[1]}"]) == "OK"
         assert gateway.group_status(monitor_id, [f"gpu_ir:ir-{IR}", "host:elsewhere"]) is None
         assert gateway.group_status(999_999_999, [f"gpu_ir:ir-{IR}"]) is None
+        alerting = gateway.alerting_groups("gpufarm:managed")
+        assert sorted(tags for _, tags in alerting) == [(f"gpu_ir:ir-{IR}", f"host:{HOSTS[0]}")] * 2
+        assert len({mid for mid, _ in alerting}) == 2  # the no-process and the low-utilisation monitors
     finally:
         gateway.close()
 

@@ -113,10 +113,11 @@ def test_half_idle_lease_is_warned_from_its_idle_host_through_the_projects_own_m
     warnings = farm.messages(user=BOB.id, kind="dm", contains="has been idle")
     assert len(warnings) == 1, warnings
 
-    # A job starts on the idle host: the no-process monitor recovers and the warning is cleared.
+    # A job started on the idle host ten minutes ago: both monitors recover (no-process at once, the two-hour mean
+    # utilisation climbs over 5 %), and only then is the warning cleared.
     now = int(_clock(farm))
     farm.gateway.submit(
-        [s for i in range(8) for s in _agent_series(idle_host, ir, i, True, range(now - 120, now + 1, 60))]
+        [s for i in range(8) for s in _agent_series(idle_host, ir, i, True, range(now - 600, now + 1, 60))]
     )
     farm.post("/_sandbox/clock", {"advance": 60})
     assert farm.settle()

@@ -402,6 +402,28 @@ def test_idle_alerts_out_of_order_or_stale_change_nothing(parts: Parts) -> None:
     assert parts.monitors.asked[-1] == (1234567, ("ir:ir-1",))
 
 
+def test_a_recovered_host_does_not_clear_the_warning_while_another_host_of_the_lease_is_idle(parts: Parts) -> None:
+    _allocated(parts)
+    runtime.override(queue=None)
+    for host in ("hpc-1", "hpc-2"):
+        parts.monitors.set(1234567, f"gpu_ir:ir-1,host:{host}", "Alert")
+    parts.monitors.set(7654321, "gpu_ir:ir-2,host:hpc-9", "Alert")  # another lease's
+    triggered = event("idle_alert_triggered.json")
+    triggered["body"] = json.dumps({**json.loads(triggered["body"]), "alert_scope": "gpu_ir:ir-1,host:hpc-1"})
+    assert json.loads(idle_alert.handle(triggered)["body"])["outcome"].startswith("warned")
+    # hpc-1 gets busy; hpc-2 is still idle: the warning stands.
+    parts.monitors.set(1234567, "gpu_ir:ir-1,host:hpc-1", "OK")
+    recovered = event("idle_alert_recovered.json")
+    recovered["body"] = json.dumps({**json.loads(recovered["body"]), "alert_scope": "gpu_ir:ir-1,host:hpc-1"})
+    answer = json.loads(idle_alert.handle(recovered)["body"])
+    assert answer["ignored"].startswith("IR-1 is still idle on hpc-2")
+    assert parts.alloc(1).phase is Phase.IDLE_WARNED
+    # hpc-2 too: now the lease is busy and the warning goes.
+    parts.monitors.set(1234567, "gpu_ir:ir-1,host:hpc-2", "OK")
+    assert json.loads(idle_alert.handle(recovered)["body"])["outcome"] == "recovered"
+    assert parts.alloc(1).phase is Phase.ALLOCATED
+
+
 def test_idle_alert_bad_input(parts: Parts) -> None:
     # An alert for an IR gpufarm does not hold is answered 200 (Datadog must not retry it) and changes nothing.
     unknown = idle_alert.handle(event("idle_alert_triggered.json"))

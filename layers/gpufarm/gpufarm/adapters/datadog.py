@@ -42,6 +42,7 @@ LIVE_QUERY = "state:(active OR stable)"
 ANY_STATE_QUERY = "state:(active OR stable OR resolved)"
 SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 HOSTS_PAGE = 1000  # Datadog's maximum `count` for the hosts list
+MONITORS_PAGE = 1000  # page_size for the monitors list
 # How many incident ids a gateway remembers as gpufarm's own, so an update right after a read costs no re-check.
 KNOWN_IDS = 4096
 # How many IR -> UUID pairs a gateway remembers (about 150 bytes each). The pair never changes once an incident
@@ -470,6 +471,23 @@ class DatadogGateway:
                 return str(state["status"])
         return None
 
+    def alerting_groups(self, monitor_tag: str) -> list[tuple[int, tuple[str, ...]]]:
+        """(monitor id, group tags) of the groups in Alert among the monitors with this tag, every page."""
+        out: list[tuple[int, tuple[str, ...]]] = []
+        page = 0
+        while True:
+            with dc.errors("list monitors"):
+                answer = self._monitors_raw.list_monitors(
+                    group_states="alert", monitor_tags=monitor_tag, page=page, page_size=MONITORS_PAGE
+                )
+                body = dc.read_json(answer)
+            monitors = body if isinstance(body, list) else []
+            for monitor in monitors:
+                out += _alerting(monitor)
+            if len(monitors) < MONITORS_PAGE:
+                return out
+            page += 1
+
     # -- MetricsSink / MetricsQuery -------------------------------------------------------------------
 
     def submit(self, series: Sequence[MetricSeries]) -> None:
@@ -676,6 +694,20 @@ def scalar_results(columns: Sequence[Mapping[str, Any]]) -> list[ScalarResult]:
             tags.extend(f"{column.get('name')}:{v}" for v in items)
         results.append(ScalarResult(tuple(tags), float(value) if value is not None else None))
     return results
+
+
+def _alerting(monitor: Any) -> list[tuple[int, tuple[str, ...]]]:
+    """(id, group tags) of a listed monitor's groups in Alert."""
+    if not isinstance(monitor, dict) or not isinstance(monitor.get("id"), int):
+        return []
+    groups = (monitor.get("state") or {}).get("groups") or {}
+    if not isinstance(groups, dict):
+        return []
+    return [
+        (int(monitor["id"]), tuple(t.strip().lower() for t in str(name).split(",") if t.strip()))
+        for name, state in groups.items()
+        if isinstance(state, dict) and state.get("status") == "Alert"
+    ]
 
 
 if TYPE_CHECKING:

@@ -10,7 +10,9 @@ logged: Datadog must not retry what can never apply.
 A notification can arrive late or out of order (a retried Triggered after its Recovered). Before acting, the
 handler asks the monitor what its group says now: a Triggered whose group is no longer in Alert, or a Recovered
 whose group is in Alert again, is stale and changes nothing. When the monitor cannot say (a hand-made monitor
-deleted since, Datadog unreachable) the alert is acted on as it reads.
+deleted since, Datadog unreachable) the alert is acted on as it reads. A Recovered clears the warning only when
+no other group of the lease (another host, or another kind's monitor) is still in Alert among gpufarm's monitors:
+half a lease getting busy does not excuse the idle half.
 
 Triggered / Re-Triggered / Renotify warn the requester once (Keep / Release buttons, phase idle-warned) and,
 when the warning is older than the farm's grace period, resolve the incident with reason idle; the incident
@@ -35,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpufarm.core import executor
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.farm import IdleKind
-from gpufarm.core.ir import parse_ir
+from gpufarm.core.inventory import MANAGED_TAG
+from gpufarm.core.ir import ir_tag_value, parse_ir
 from gpufarm.core.serial import DEVICE_UUID, HOST_NAME, MAX_SCOPE_ITEMS, IdleScope, IncidentCommand, Op
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
@@ -142,6 +145,8 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
     scope = alert.idle_scope()
     svc = runtime.service()  # a missing configuration fails here, before any call to Datadog
     stale = _stale(runtime, alert, transition)
+    if stale is None and transition in BUSY_TRANSITIONS:
+        stale = _still_idle(runtime, alert, ir)
     if stale:
         log.info("idle alert for IR-%d ignored: %s", ir, stale)
         return http.respond(200, {"ir": f"IR-{ir}", "ignored": stale})
@@ -187,6 +192,23 @@ def _stale(runtime: rt.Runtime, alert: IdleAlert, transition: str) -> str | None
     if transition in BUSY_TRANSITIONS and status == "Alert":
         return f"stale {alert.alert_transition[:40]}: the monitor's group is in Alert again"
     return None
+
+
+def _still_idle(runtime: rt.Runtime, alert: IdleAlert, ir: int) -> str | None:
+    """Where the lease is still idle by another of gpufarm's monitor groups, or None."""
+    lease = {f"{key}:{ir_tag_value(ir)}" for key in LEASE_KEYS}
+    this = (str(alert.alert_id or "").strip(), frozenset(alert.scope_tags()))
+    try:
+        groups = runtime.monitor_states().alerting_groups(MANAGED_TAG)
+    except GpufarmError as exc:
+        log.warning("idle alert: gpufarm's alerting monitor groups unknown (%s); acting on the alert as sent", exc)
+        return None
+    others = [(mid, tags) for mid, tags in groups if lease & set(tags) and (str(mid), frozenset(tags)) != this]
+    if not others:
+        return None
+    hosts = sorted({t[len("host:") :] for _, tags in others for t in tags if t.startswith("host:")})
+    where = f" on {', '.join(hosts[:5])}" if hosts else ""
+    return f"IR-{ir} is still idle{where} (monitor {others[0][0]}); the warning stands"
 
 
 def _scope_answer(scope: IdleScope) -> dict[str, Any]:
