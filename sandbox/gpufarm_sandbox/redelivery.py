@@ -76,15 +76,16 @@ class Redelivered(BadDay):
     def settle(self, timeout: float = 120.0) -> None:
         """Settle, then send the copies now due (shuffled), and settle again.
 
-        Each delivery since the last round gets one or two copies, each due this round or up to LATEST_ROUND
-        rounds later, so a copy may arrive after deliveries that followed its original.
+        Each webhook delivered since the last round gets one or two copies, each due this round or up to
+        LATEST_ROUND rounds later, so a copy may arrive after deliveries that followed its original; each idle
+        alert gets one copy next round and perhaps a second (`_alert_copies`).
         """
         super().settle(timeout)
         if self._redelivering:
             return
         self.round += 1
-        due = self.round + self.rng.randint(0, LATEST_ROUND)
-        self.pending += [(due, send) for send in self._webhook_copies() + self._alert_copies()]
+        self.pending += [(self.round + self.rng.randint(0, LATEST_ROUND), send) for send in self._webhook_copies()]
+        self.pending += self._alert_copies()
         self._send([send for when, send in self.pending if when <= self.round], timeout)
         self.pending = [(when, send) for when, send in self.pending if when > self.round]
 
@@ -126,13 +127,18 @@ class Redelivered(BadDay):
                 self.stats.webhook_copies += 1
         return copies
 
-    def _alert_copies(self) -> list[Callable[[], Any]]:
+    def _alert_copies(self) -> list[tuple[int, Callable[[], Any]]]:
+        """One copy of each alert due next round, after the alert that followed it (a Triggered arriving after
+        its Recovered: SQS no longer dedups it, only the incident's record of applied commands does), and half of
+        them a second copy at a random round."""
         sent, self.alerts = self.alerts, []
-        copies: list[Callable[[], Any]] = []
+        copies: list[tuple[int, Callable[[], Any]]] = []
         for body in sent:
-            for _ in range(self.rng.randint(1, 2)):
-                copies.append(partial(BadDay.send_alert, self, body))
-                self.stats.alert_copies += 1
+            send = partial(BadDay.send_alert, self, body)
+            copies.append((self.round + 1, send))
+            if self.rng.random() < 0.5:
+                copies.append((self.round + self.rng.randint(0, LATEST_ROUND), send))
+        self.stats.alert_copies += len(copies)
         return copies
 
 
