@@ -11,7 +11,7 @@ One Datadog metric monitor per idle kind and per group of environments and teams
 The queries read the node agent's per-device series (spec/metrics.yaml), grouped by the exact per-device lease tag
 `gpu_ir` and the host (and, on shared pools, the device's `gpu_uuid`), so one idle host of a multi-host lease, or
 one idle slice of a shared host, alerts on its own. The scope keeps to gpufarm's hosts (`gpufarm:managed`, a host
-tag), drops unattributed devices (`!gpu_ir:none`) and narrows by `environment` (and `team`, a host tag gpufarm
+tag), drops unattributed devices (`NOT gpu_ir:none`) and narrows by `environment` (and `team`, a host tag gpufarm
 writes on allocation) where overrides make policies differ. A fresh lease's groups are skipped for the start-up
 grace (`new_group_delay`); an alert re-notifies every grace period while it lasts, so a warning cleared by another
 group's recovery comes back. Every message notifies the idle webhook, whose payload carries the monitor's tags
@@ -108,7 +108,7 @@ def desired_monitors(farm: FarmConfig) -> list[IdleMonitor]:
 def _monitor(signature: _Signature, cells: Sequence[_Cell], overridden_teams: Sequence[str]) -> IdleMonitor:
     kind, policy = signature.kind, signature.policy
     where = _where(cells, overridden_teams)
-    scope = " AND ".join([MANAGED_TAG, f"!{LEASE_KEY}:none", *([where] if where else [])])
+    scope = " AND ".join([MANAGED_TAG, f"NOT {LEASE_KEY}:none", *([where] if where else [])])
     if kind is IdleKind.IDLE_HELD:
         scope += " AND state:idle_held"
     keys = [LEASE_KEY, HOST_KEY, *([DEVICE_KEY] if signature.per_device else [])]
