@@ -268,3 +268,23 @@ def test_a_write_wins_over_a_search_whose_index_does_not_show_it_yet(
     assert [a.phase for a in reads.live("hpc")] == [Phase.ALLOCATED]
     assert reads.live("hpc", phases={Phase.APPROVED}) == []
     assert reads.get(ir).phase is Phase.ALLOCATED
+
+
+def test_a_users_list_reads_only_their_leases_through_the_requester_facet(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    other = "U0000000002"
+    for _ in range(5):
+        _lease(svc, incidents, phase=Phase.ALLOCATED)
+    theirs = _lease(svc, incidents, env="cloud", phase=Phase.WAITING)
+    incidents.update(incidents.by_ir(theirs).id, {f.REQUESTER: other})
+    before = len(incidents.searches)
+    message = svc.list_allocations("mine", other)
+    assert incidents.searches[before:] == [live_query(requester=other)]
+    assert live_query(requester=other) == f'state:(active OR stable) AND requester:"{other}"'
+    assert f"IR-{theirs}" in message.text
+    assert all(f"IR-{ir}" not in message.text for ir in range(1, theirs))
+    # A team's list reads that team only: the teams come from the user's own leases.
+    before = len(incidents.searches)
+    svc.list_allocations("team", other)
+    assert incidents.searches[before:] == [live_query(requester=other), live_query(team="nlp")]

@@ -38,9 +38,16 @@ USER_SOURCE = "user"
 Scope = tuple[str | None, str | None, frozenset[Phase] | None]
 
 
-def live_query(environment: str | None = None, team: str | None = None, phases: Iterable[Phase] | None = None) -> str:
-    """The live-incident search narrowed by the environment, team and phase fields (values quoted)."""
+def live_query(
+    environment: str | None = None,
+    team: str | None = None,
+    phases: Iterable[Phase] | None = None,
+    *,
+    requester: str | None = None,
+) -> str:
+    """The live-incident search narrowed by the environment, team, phase and requester fields (values quoted)."""
     terms = [LIVE_QUERY]
+    terms += [f"requester:{json.dumps(requester)}"] if requester is not None else []
     terms += [f"environment:{json.dumps(environment)}"] if environment is not None else []
     terms += [f"team:{json.dumps(team)}"] if team is not None else []
     if phases is not None:
@@ -111,6 +118,23 @@ class Reads:
                 self._by_ir |= {ir: a for ir, a in known.items() if ir not in self._written}
             self._live[scope] = known
         return sorted(known.values(), key=lambda a: a.ir)
+
+    def requested_by(self, user: str) -> list[Allocation]:
+        """A user's live allocations, in IR order: one search narrowed by the requester field, whatever the farm holds.
+
+        Answered from an unnarrowed read when the invocation made one; not kept as a scope (nothing else decides
+        on one user's leases), but what it finds serves later lookups by IR.
+        """
+        everything: Scope = (None, None, None)
+        if everything in self._live:
+            found = list(self._live[everything].values())
+        else:
+            found = [Allocation.from_record(r) for r in self.incidents.search(live_query(requester=user))]
+            found = [self._written.get(a.ir, a) for a in found]
+            self._by_ir |= {a.ir: a for a in found if a.ir not in self._written}
+            found += [a for a in self._written.values() if a.ir not in {b.ir for b in found}]
+        mine = [a for a in found if a.requester == user and a.state is not State.RESOLVED]
+        return sorted(mine, key=lambda a: a.ir)
 
     def get(self, ir: int) -> Allocation:
         """One allocation by IR: from what this invocation already read or wrote, else one lookup."""

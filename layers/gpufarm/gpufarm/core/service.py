@@ -321,18 +321,20 @@ class GpuFarm:
     @_invocation
     def list_allocations(self, scope: str, user: str, team: str | None = None) -> Message:
         """Live allocations: the user's own, a team's, or all."""
-        live = sorted(self._live(), key=lambda a: -a.ir)
+        # Each scope reads only what it shows: a user's own through the requester facet, a team's through the team
+        # facet, so a user's list costs the same whatever else the farm holds (docs/design.md, "Reads per invocation").
         if scope == "all":
-            return views.list_message("All live allocations", live)
+            return views.list_message("All live allocations", sorted(self._live(), key=lambda a: -a.ir))
+        mine = self._reads().requested_by(user)
         if scope == "team":
-            teams = {team} if team else {a.team for a in live if a.requester == user and a.team}
-            if not teams:
-                raise ValidationFailed("team", "you hold no allocations; say which team: /gpu list team nlp")
             if team is not None:
                 self.farm.team(team)
-            shown = [a for a in live if a.team in teams]
+            teams = {team} if team else {a.team for a in mine if a.team}
+            if not teams:
+                raise ValidationFailed("team", "you hold no allocations; say which team: /gpu list team nlp")
+            shown = sorted((a for t in teams for a in self._live(team=t)), key=lambda a: -a.ir)
             return views.list_message(f"Live allocations of team {', '.join(sorted(t for t in teams if t))}", shown)
-        return views.list_message("Your live allocations", [a for a in live if a.requester == user])
+        return views.list_message("Your live allocations", sorted(mine, key=lambda a: -a.ir))
 
     @_invocation
     def quota(self, team: str | None = None) -> Message:
