@@ -4,6 +4,7 @@ their messages notify the idle webhook with what it parses; groups follow the ov
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,14 @@ from typing import Any
 import pytest
 import yaml
 from fakes import FARM_YAML
+from werkzeug.test import Client
 
 from gpufarm.core.farm import IdleKind, parse_farm
 from gpufarm.core.inventory import MANAGED_TAG
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import monitors as mon
 from gpufarm.setup.plan import IDLE_HANDLE, Action
+from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm_sandbox.emulator.monitors import parse_monitor_query, render_template
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,3 +181,65 @@ def test_plan_is_idempotent_updates_in_place_and_prunes_only_when_asked() -> Non
     assert [(c.action, c.target_id) for c in pruned if c.action is Action.DELETE] == [(Action.DELETE, "100")]
     twins = mon.plan_monitors([*stored, {**stored[0], "id": 999}], wanted, prune=True)
     assert [(c.action, c.target_id) for c in twins if c.action is Action.DELETE] == [(Action.DELETE, "999")]
+
+
+# -- evaluated on the sandbox clock: idle onset to Triggered, per kind ----------------------------------------
+
+_KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY, "Content-Type": "application/json"}
+# Each host's GPU after the onset: no process; memory held with no activity; a process at 3 %; still working.
+_AFTER = {"h-idle": (0.0, 0.0, "idle"), "h-held": (0.0, 1.0, "idle_held"), "h-low": (3.0, 1.0, "busy")}
+_AFTER["h-busy"] = (90.0, 1.0, "busy")
+
+
+def _points(sb: Sandbox, host: str, idle: bool) -> list[dict[str, Any]]:
+    util, processes, state = _AFTER[host] if idle else (90.0, 1.0, "busy")
+    uuid = f"gpu-{sorted(_AFTER).index(host):08x}-0000-4000-8000-000000000000"
+    tags = ["environment:hpc", "gpu_ir:ir-5", "ir:ir-5", f"gpu_uuid:{uuid}", "gpu_index:0", "gpu_model:h100"]
+    values = [("gpufarm.gpu.utilization", util, []), ("gpufarm.gpu.processes", processes, [])]
+    values += [("gpufarm.gpu.idle_state", float(s == state), [f"state:{s}"]) for s in ("busy", "idle", "idle_held")]
+    now = int(sb.clock.now())
+    resources = [{"type": "host", "name": host}]
+    return [
+        {"metric": m, "type": 3, "points": [{"timestamp": now, "value": v}], "resources": resources,
+         "tags": [*tags, "gpu_slicing_mode:none", *extra]}
+        for m, v, extra in values
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_each_kind_triggers_within_its_window_and_one_evaluation_of_the_onset() -> None:
+    sb = Sandbox()
+    fired: list[tuple[float, dict[str, str]]] = []
+    sb.webhooks.fire = lambda name, variables, *, origin: fired.append((sb.clock.now(), dict(variables)))  # type: ignore[method-assign]
+    client = Client(sb)
+
+    def post(path: str, body: Any) -> int:
+        return client.open(path, method="POST", data=json.dumps(body).encode(), headers=_KEYS).status_code
+
+    for monitor in _monitors("unit"):
+        assert post("/api/v1/monitor", dict(monitor.body)) == 200
+    for host in _AFTER:
+        assert post(f"/api/v1/tags/hosts/{host}", {"tags": [MANAGED_TAG, "environment:hpc", "ir:ir-5"]}) == 201
+    busy_minutes, idle_minutes = 120, 122
+    start = sb.clock.now()
+    for minute in range(busy_minutes + idle_minutes):
+        assert post("/api/v2/series", {"series": [p for h in _AFTER for p in _points(sb, h, minute >= busy_minutes)]})
+        sb.clock.advance(60)
+    onset = start + busy_minutes * 60
+    first: dict[tuple[str, str], int] = {}
+    for at, variables in fired:
+        kind = next(t.split(":", 1)[1] for t in variables["TAGS"].split(",") if t.startswith("gpufarm_idle_kind:"))
+        host = variables["ALERT_SCOPE"].split("host:")[1]
+        if variables["ALERT_TRANSITION"] == "Triggered":
+            first.setdefault((host, kind), round((at - onset) / 60))  # the sandbox clock also runs in real time
+    # No process: the last busy point leaves the 60-minute window; idle-held likewise; the 2-hour mean of a GPU
+    # that was at 90 % falls under 5 % after 113 minutes (at 3 % after 117). The busy host never alerts.
+    assert first == {
+        ("h-idle", "idle"): 59,
+        ("h-held", "idle_held"): 59,
+        ("h-idle", "low_utilization"): 113,
+        ("h-held", "low_utilization"): 113,
+        ("h-low", "low_utilization"): 117,
+    }
+    windows = {"idle": 60, "idle_held": 60, "low_utilization": 120}
+    assert all(minutes <= windows[kind] + 1 for (_, kind), minutes in first.items())
