@@ -234,3 +234,24 @@ def test_close_frees_gpm_samples_and_shuts_nvml_down() -> None:
     source.close()
     assert fake.calls["nvmlGpmSampleFree"] == 4 and fake.calls["nvmlShutdown"] == 1
     assert fake.calls["nvmlEventSetFree"] == 1
+
+
+def test_a_process_with_several_contexts_is_one_sample_with_their_memory_summed() -> None:
+    data = {"gpus": [{"model": "H100"}], "processes": [{"pid": 9, "gpu": 0, "sm": 40}, {"pid": 10, "gpu": 0}]}
+    source, fake, clock = _source(data)
+    listed = fake.nvmlDeviceGetComputeRunningProcesses
+
+    def twice(handle: Any) -> list[Any]:
+        # NVML lists a process once per context; the second context of pid 9 holds no memory it can report.
+        procs = listed(handle)
+        first = next(p for p in procs if p.pid == 9)
+        extra = pynvml.nvmlFriendlyObject({**vars(first), "usedGpuMemory": 1 << 20})
+        unknown = pynvml.nvmlFriendlyObject({**vars(first), "usedGpuMemory": None})
+        return [*procs, extra, unknown]
+
+    single = {p.pid: p.used_memory for p in _after(source, clock, 15).gpus[0].processes}
+    fake.nvmlDeviceGetComputeRunningProcesses = twice  # type: ignore[method-assign]
+    samples = _after(source, clock, 15).gpus[0].processes
+    assert [p.pid for p in samples] == [9, 10]
+    assert samples[0].used_memory == single[9] + (1 << 20) and samples[1].used_memory == single[10]
+    assert samples[0].sm_util == 40.0 and samples[1].sm_util is not None
