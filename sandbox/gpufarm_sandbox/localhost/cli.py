@@ -1,5 +1,9 @@
 """`gpufarm local`: the sandbox plus every function of template.yaml, until Ctrl-C.
 
+Before the Function URLs accept requests it applies the Datadog setup (`gpufarm datadog apply`: incident type,
+fields, secret variable, webhooks, notification rules, idle monitors) on its sandbox with the local functions' URLs
+and secret, so the first `/gpu request` works; `--no-setup` starts bare, to try `gpufarm datadog apply` by hand.
+
 Extensions (e.g. simulated GPU nodes) plug in as hooks: a hook receives the running LocalEnv and may return a
 cleanup callable. A new option adds its hook in `local()`; `run_local` takes care of starting and stopping them.
 """
@@ -13,12 +17,18 @@ from pathlib import Path
 
 import click
 
+from gpufarm.core.errors import GpufarmError
 from gpufarm_sandbox.localhost.env import redacted
 from gpufarm_sandbox.localhost.host import LocalEnv, start_local
 from gpufarm_sandbox.localhost.template import TemplateError
 
 Cleanup = Callable[[], None]
 Hook = Callable[[LocalEnv], Cleanup | None]
+
+NO_SETUP = (
+    "datadog setup: skipped (--no-setup); the sandbox has no gpufarm incident type, fields, webhooks, rules or "
+    "monitors until `gpufarm datadog apply` runs against it"
+)
 
 
 def describe(env: LocalEnv, *, show_secrets: bool = False) -> list[str]:
@@ -50,17 +60,21 @@ def run_local(
     hooks: Sequence[Hook] = (),
     show_secrets: bool = False,
     wait: Callable[[Cleanup], None] | None = None,
+    setup: bool = True,
 ) -> None:
-    """Start everything, run the hooks, print the summary, block until interrupted, then clean up in reverse."""
+    """Start everything (with setup, the Datadog setup applied first), run the hooks, print the summary, block
+    until interrupted, then clean up in reverse."""
     from gpufarm_sandbox.cli import wait_for_interrupt
 
     started = time.perf_counter()
-    with start_local(host, port, template=template) as env, contextlib.ExitStack() as stack:
+    with start_local(host, port, template=template, setup=setup) as env, contextlib.ExitStack() as stack:
         for hook in hooks:
             cleanup = hook(env)
             if cleanup is not None:
                 stack.callback(cleanup)
         for line in describe(env, show_secrets=show_secrets):
+            click.echo(line)
+        for line in env.setup.lines() if env.setup is not None else [NO_SETUP]:
             click.echo(line)
         click.echo(f"ready in {time.perf_counter() - started:.2f}s; Ctrl-C stops")
         (wait or wait_for_interrupt)(lambda: None)
@@ -90,16 +104,35 @@ def monitor_ticker_hook(env: LocalEnv) -> Cleanup:
     help="Simulated GPU nodes running gpufarm-node on fake NVML (cloud, HPC and slicing pools).",
 )
 @click.option("--node-interval", type=click.FloatRange(1, 300), default=15.0, show_default=True, help="Seconds.")
-def local(*, host: str, port: int, template: Path | None, show_secrets: bool, nodes: int, node_interval: float) -> None:
-    """Run the sandbox and every function of template.yaml locally (Function URLs, invokes, queues, schedules)."""
+@click.option(
+    "--no-setup",
+    is_flag=True,
+    help="Start without the Datadog setup (incident type, fields, webhooks, rules, monitors), "
+    "e.g. to run `gpufarm datadog apply` against the sandbox by hand.",
+)
+def local(
+    *,
+    host: str,
+    port: int,
+    template: Path | None,
+    show_secrets: bool,
+    nodes: int,
+    node_interval: float,
+    no_setup: bool,
+) -> None:
+    """Run the sandbox and every function of template.yaml locally (Function URLs, invokes, queues, schedules),
+    with the Datadog setup applied to the sandbox first."""
     hooks: list[Hook] = [monitor_ticker_hook]
     if nodes:
         from gpufarm_sandbox.simfarm import local_nodes_hook
 
         hooks.append(local_nodes_hook(nodes, interval=node_interval))
     try:
-        run_local(host, port, template=template, hooks=hooks, show_secrets=show_secrets)
+        run_local(host, port, template=template, hooks=hooks, show_secrets=show_secrets, setup=not no_setup)
     except (TemplateError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
+    except GpufarmError as exc:
+        # The Datadog setup was blocked or refused; its message names what, never a secret.
+        raise click.ClickException(f"datadog setup failed: {exc}") from None
     except OSError as exc:
         raise click.ClickException(f"cannot start on {host}:{port}: {exc.strerror or exc}") from None

@@ -37,6 +37,7 @@ from gpufarm_sandbox.localhost.template import Template, load_template
 if TYPE_CHECKING:
     from gpufarm_sandbox.emulator.app import Sandbox
     from gpufarm_sandbox.emulator.server import ServerThread
+    from gpufarm_sandbox.localhost.setup import LocalSetup
 
 __all__ = ["FunctionLoadError", "FunctionTimeout", "LocalEnv", "LocalHost", "find_template", "start_local"]
 
@@ -80,9 +81,12 @@ class LocalHost:
         parameters: Mapping[str, str] | None = None,
         async_workers: int | None = None,
         queue_workers: int | None = None,
+        held: bool = False,
     ) -> None:
         _install_seams()
         self.sb = sandbox
+        # While held, Function URLs answer 503 (start_local holds them until the Datadog setup is applied).
+        self.held = held
         path = template or find_template(root)
         self.root = (root or path.parent).resolve()
         self.template: Template = load_template(path)
@@ -324,7 +328,7 @@ class LocalHost:
         spec = self.template.function_for_dir(dir_name)
         if spec is None or not spec.url:
             return url_error(403, "Forbidden")
-        if self.closed:
+        if self.closed or self.held:
             return url_error(503, "Service Unavailable")
         body = request.get_data(cache=True)
         if len(body) > MAX_SYNC_PAYLOAD:
@@ -384,6 +388,7 @@ class LocalHost:
                 "dead_letters": list(self.dead_letters),
                 "schedules": self._scheduler.state(),
                 "active": self._active,
+                "held": self.held,
                 "closed": self.closed,
             }
 
@@ -431,6 +436,8 @@ class LocalEnv:
     url: str
     env: dict[str, str]
     server: ServerThread
+    # What `gpufarm datadog apply` did on the sandbox at start (start_local(setup=True)); None when not asked.
+    setup: LocalSetup | None = None
 
 
 def _connect_host(host: str) -> str:
@@ -467,8 +474,13 @@ def start_local(
     template: Path | None = None,
     root: Path | None = None,
     parameters: Mapping[str, str] | None = None,
+    setup: bool = False,
 ) -> Iterator[LocalEnv]:
-    """Sandbox + LocalHost + HTTP server; sets sb.base_url and os.environ for the functions (restored on exit)."""
+    """Sandbox + LocalHost + HTTP server; sets sb.base_url and os.environ for the functions (restored on exit).
+
+    With setup, `gpufarm datadog apply` runs on the sandbox (localhost.setup) before the Function URLs accept
+    requests (they answer 503 until then) and the environment is yielded; what it did is in LocalEnv.setup.
+    """
     from gpufarm_sandbox.emulator.app import Sandbox
     from gpufarm_sandbox.emulator.server import ServerThread
 
@@ -478,7 +490,7 @@ def start_local(
     url = f"http://{_connect_host(host)}:{server.port}"
     sandbox.base_url = url
     try:
-        local = LocalHost(sandbox, template=template, root=root, parameters=parameters)
+        local = LocalHost(sandbox, template=template, root=root, parameters=parameters, held=setup)
     except BaseException:
         server.stop()
         raise
@@ -489,7 +501,13 @@ def start_local(
         os.environ.pop(name, None)
     _clear_process_caches()
     try:
-        yield LocalEnv(sandbox=sandbox, host=local, url=url, env=dict(local.env), server=server)
+        running = LocalEnv(sandbox=sandbox, host=local, url=url, env=dict(local.env), server=server)
+        if setup:
+            from gpufarm_sandbox.localhost.setup import apply_local_setup
+
+            running.setup = apply_local_setup(running)
+            local.held = False
+        yield running
     finally:
         local.close()
         server.stop()
