@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from attack import Target
 
+from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.core import fields as f
 from gpufarm.core.errors import UpstreamError
 from gpufarm.core.lifecycle import Phase
@@ -35,11 +36,17 @@ def test_a_fault_after_the_write_lands_the_write_and_loses_the_answer(target: Ta
         "GPU request: nlp/after 1xH100 (onprem-hpc)",
         {f.STATE: "active", f.PHASE: Phase.REQUESTED.value, f.TEAM: "nlp", f.PROJECT: "after"},
     )
-    spec = {"rate": 1.0, "statuses": [503], "paths": "^/api/v2/incidents/", "after": 1.0, "max_faults": 20}
-    assert farm.post("/_sandbox/faults", spec)[0] == 200
+    # One attempt, no retries: the 503 that came after the write reaches the caller.
+    once = DatadogGateway(farm.settings.model_copy(update={"max_retries": 0}))
+    spec = {"rate": 1.0, "statuses": [503], "paths": f"^/api/v2/incidents/{created.id}$", "after": 1.0, "max_faults": 1}
     try:
+        once.get(created.id)  # learns the incident is gpufarm's before the fault plan starts
+        # The create's webhook reads the incident too: let it finish, so the one fault meets the PATCH.
+        assert farm.settle(timeout=30)
+        assert farm.post("/_sandbox/faults", spec)[0] == 200
         with pytest.raises(UpstreamError):
-            farm.gateway.update(created.id, {f.PURPOSE: "landed"})
+            once.update(created.id, {f.PURPOSE: "landed"})
     finally:
         farm.post("/_sandbox/faults", {})
+        once.close()
     assert farm.gateway.get(created.id).fields.get(f.PURPOSE) == "landed"
