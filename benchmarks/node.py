@@ -1,6 +1,6 @@
 """Node agent cost on the fake NVML: 8 GPUs (one in MIG 7 x 1g.10gb) and 200 processes in 40 containers.
 
-    .venv/bin/python benchmarks/node.py [--cycles 40] [--runs 5] [--json]
+    .venv/bin/python benchmarks/node.py [--cycles 40] [--runs 5] [--encoding zstd1|gzip] [--json]
 
 The agent runs in a child process (so its peak RSS is its own, with only gpufarm-node's imports) against a local
 HTTP receiver standing in for Datadog's /api/v2/series (202, counting bytes), through the real datadog-api-client.
@@ -12,7 +12,8 @@ Each run measures, per cycle, in process CPU time (time.thread_time, so other lo
   cycles that push carry their share);
 - the floor: a plain loop making the very NVML calls of one agent cycle (recorded from the agent, same
   arguments), measured the same way, in the same process;
-- peak RSS of the agent process, bytes sent per cycle (gzip on the wire, and raw JSON).
+- peak RSS of the agent process, bytes sent per cycle (compressed on the wire, zstd1 by default as the agent
+  sends with zstandard installed, gzip with --encoding gzip; and raw JSON).
 It prints the median and spread (min-max) over the runs, the agent / floor ratio and the agent / peer ratio,
 the peer being Datadog's community `nvml` check (integrations-extras), measured at PEER_MS on this topology when
 issue 9 was filed (it reads less: no MIG, no per-process SM, no attribution).
@@ -33,6 +34,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import zstandard
 
 CYCLE_S = 15.0
 PEER_MS = 3.4
@@ -155,7 +158,7 @@ class TimedNvml:
         return self.spent + self.calls * self.overhead
 
 
-def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
+def child(url: str, cycles: int, flush_interval: float, encoding: str) -> dict[str, Any]:
     """Run the agent; returns CPU per cycle (excluding the fake) and peak RSS."""
     from gpufarm_node.agent import Agent, settle_process
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
@@ -173,7 +176,7 @@ def child(url: str, cycles: int, flush_interval: float) -> dict[str, Any]:
         host = FakeHost(fake, workdir)
         pods = PodMetadataFile(host.pods_file)
         client = api_client(DatadogTarget(url, "bench-api-key", "bench-app-key"), max_retries=0)
-        sender = DatadogSender(SeriesIntake(client), "gpu-bench-01", clock=clock)
+        sender = DatadogSender(SeriesIntake(client, encoding), "gpu-bench-01", clock=clock)
         agent = Agent(
             NvmlSource(timed, clock=clock, xid_mode="poll"),
             Attributor(ProcFs(host.proc_root), pods=pods, owners=PodResourcesOwners(host.pod_resources, pods)),
@@ -256,7 +259,13 @@ class Receiver:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                raw = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
+                encoding = self.headers.get("Content-Encoding")
+                if encoding == "gzip":
+                    raw = gzip.decompress(body)
+                elif encoding == "zstd1":
+                    raw = zstandard.ZstdDecompressor().decompress(body)
+                else:
+                    raw = body
                 json.loads(raw)
                 with receiver.lock:
                     receiver.compressed += len(body)
@@ -285,7 +294,7 @@ class Receiver:
         self.server.server_close()
 
 
-def run(cycles: int, flush_interval: float) -> dict[str, Any]:
+def run(cycles: int, flush_interval: float, encoding: str) -> dict[str, Any]:
     """One measured run in a child process; adds the bytes the receiver saw."""
     with Receiver() as receiver:
         out = subprocess.run(
@@ -298,6 +307,8 @@ def run(cycles: int, flush_interval: float) -> dict[str, Any]:
                 str(cycles),
                 "--flush",
                 str(flush_interval),
+                "--encoding",
+                encoding,
             ],
             capture_output=True,
             text=True,
@@ -323,23 +334,24 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--flush", type=float, default=60.0, help=argparse.SUPPRESS)
+    parser.add_argument("--encoding", choices=("zstd1", "gzip"), default="zstd1", help="the push's compression")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.cycles, args.flush)))
+        print(json.dumps(child(args.child, args.cycles, args.flush, args.encoding)))
         return
     cadences = {"push every cycle": 0.0, "flush every 60 s (default)": 60.0}
     figures: dict[str, list[dict[str, Any]]] = {name: [] for name in cadences}
     for _ in range(args.runs):
         for name, flush in cadences.items():
-            figures[name].append(run(args.cycles, flush))
+            figures[name].append(run(args.cycles, flush, args.encoding))
     if args.json:
         print(json.dumps(figures, indent=2))
         return
     first = figures["push every cycle"][0]
     print(
         f"gpufarm-node on the fake NVML: 8 GPUs (7 whole + 7 MIG slices), {first['processes']} processes, "
-        f"{first['series']:.0f} series per cycle, {args.cycles} measured cycles of {CYCLE_S:.0f} s, {args.runs} runs "
-        "(median, min-max over runs)"
+        f"{first['series']:.0f} series per cycle, {args.cycles} measured cycles of {CYCLE_S:.0f} s, {args.runs} runs, "
+        f"{args.encoding} (median, min-max over runs)"
     )
     for name, runs in figures.items():
         agent = [statistics.mean(r["cpu_ms"]) for r in runs]
@@ -358,7 +370,7 @@ def main() -> None:
         r = runs[0]
         print(f"    timing wrapper per NVML call (subtracted): {_spread([x['wrapper_us_per_call'] for x in runs])} us")
         print(
-            f"    sent per cycle: {r['bytes_compressed_per_cycle'] / 1024:.1f} KiB gzip, "
+            f"    sent per cycle: {r['bytes_compressed_per_cycle'] / 1024:.1f} KiB {args.encoding}, "
             f"{r['bytes_raw_per_cycle'] / 1024:.1f} KiB JSON ({r['receiver_requests']} requests)"
         )
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 from datadog_api_client.v1.api.metrics_api import MetricsApi as MetricsApiV1
 from datadog_api_client.v1.model.host_tags import HostTags
 from recorded import interactions, key_paths
@@ -71,7 +72,7 @@ def _node(tmp_path: Path, sender: DatadogSender, clock: Any, **kwargs: Any) -> A
     return node
 
 
-def test_series_go_gzip_in_the_recorded_v2_shape_and_read_back_by_ir(
+def test_series_go_zstd1_in_the_recorded_v2_shape_and_read_back_by_ir(
     sandbox: Sandbox, recorder: tuple[Recorder, str], tmp_path: Path
 ) -> None:
     rec, url = recorder
@@ -87,8 +88,8 @@ def test_series_go_gzip_in_the_recorded_v2_shape_and_read_back_by_ir(
 
     assert len(rec.requests) == 3
     headers, raw = rec.requests[0]
-    assert headers["Content-Encoding"] == "gzip" and headers["Dd-Api-Key"] == DEFAULT_DD_API_KEY
-    payload = json.loads(gzip.decompress(raw))
+    assert headers["Content-Encoding"] == "zstd1" and headers["Dd-Api-Key"] == DEFAULT_DD_API_KEY
+    payload = json.loads(zstandard.ZstdDecompressor().decompress(raw))
     (recorded,) = interactions("v2-metrics.json", 'Submit metrics returns "Payload accepted" response')
     # Our series use the recorded request's fields plus the documented optional tags, unit and interval.
     extra = key_paths(payload) - key_paths(recorded["request"]["body"]["value"])
@@ -142,21 +143,22 @@ def test_registration_appends_then_replaces_stale_values_keeping_allocation_tags
     assert registrar.host_ir() == "ir-31"
 
 
-def test_series_intake_uses_the_client_s_host_auth_header_timeouts_and_gzip() -> None:
+def test_series_intake_uses_the_client_s_host_auth_header_timeouts_and_encoding() -> None:
     client = api_client(DatadogTarget("http://127.0.0.1:9", "the-key", None), connect_timeout=2, read_timeout=7)
     intake = SeriesIntake(client)
     assert intake.url == "http://127.0.0.1:9/api/v2/series"
-    assert intake._headers["DD-API-KEY"] == "the-key" and intake._headers["Content-Encoding"] == "gzip"
+    assert intake._headers["DD-API-KEY"] == "the-key" and intake._headers["Content-Encoding"] == "zstd1"
+    assert SeriesIntake(client, "gzip")._headers["Content-Encoding"] == "gzip"
     assert (intake._timeout.connect_timeout, intake._timeout.read_timeout) == (2, 7)
     client.close()
 
 
 def test_a_rejected_payload_is_dropped_and_counted(sandbox: Sandbox, sandbox_url: str) -> None:
-    intake = SeriesIntake(_client(sandbox_url))
+    intake = SeriesIntake(_client(sandbox_url), "gzip")
     with pytest.raises(IntakeError) as raised:
         intake.post(gzip.compress(b'{"series": "not a list"}'))
     assert raised.value.status == 400 and raised.value.retry is False and "series" in raised.value.reason
-    bad_key = SeriesIntake(api_client(DatadogTarget(sandbox_url, "wrong-key", None), max_retries=0))
+    bad_key = SeriesIntake(api_client(DatadogTarget(sandbox_url, "wrong-key", None), max_retries=0), "gzip")
     with pytest.raises(IntakeError) as raised:
         bad_key.post(gzip.compress(b'{"series": []}'))
     assert raised.value.status == 403 and raised.value.retry is True

@@ -11,27 +11,36 @@ import string
 from typing import Any
 
 import pytest
+import zstandard
 
 from gpufarm_node.catalog import METRICS
 from gpufarm_node.collect import Series
+from gpufarm_node.compression import ENCODINGS, GZIP, ZSTD, compressor, default_encoding
 from gpufarm_node.sender import DatadogSender, IntakeError, JsonLinesSender, series_json
 
 NOW = 1_700_000_000
 
 
+def _decompress(encoding: str, data: bytes) -> bytes:
+    if encoding == ZSTD:
+        return zstandard.ZstdDecompressor().decompress(data)
+    return gzip.decompress(data)
+
+
 class FakeIntake:
     """Keeps the payloads posted to it (decompressed); can fail with a queue of errors first."""
 
-    def __init__(self, failures: list[Exception] | None = None) -> None:
+    def __init__(self, failures: list[Exception] | None = None, encoding: str = ZSTD) -> None:
+        self.encoding = encoding
         self.failures = failures or []
         self.bodies: list[dict[str, Any]] = []
         self.sizes: list[tuple[int, int]] = []
 
-    def post(self, gzipped: bytes) -> None:
+    def post(self, compressed: bytes) -> None:
         if self.failures:
             raise self.failures.pop(0)
-        raw = gzip.decompress(gzipped)
-        self.sizes.append((len(gzipped), len(raw)))
+        raw = _decompress(self.encoding, compressed)
+        self.sizes.append((len(compressed), len(raw)))
         self.bodies.append(json.loads(raw))
 
 
@@ -94,9 +103,10 @@ def test_batches_stay_under_the_payload_limits_and_lose_nothing() -> None:
     assert sum(len(s["points"]) for b in intake.bodies for s in b["series"]) == 6000
 
 
-def test_a_batch_that_compresses_badly_is_cut_smaller() -> None:
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_batch_that_compresses_badly_is_cut_smaller(encoding: str) -> None:
     rng = random.Random(5)
-    intake = FakeIntake()
+    intake = FakeIntake(encoding=encoding)
     sender = DatadogSender(intake, "node-1", clock=lambda: NOW, max_compressed_bytes=20_000)
     noise = [Series("gpufarm.gpu.utilization", 1.0, (f"r:{rng.getrandbits(256):064x}",)) for _ in range(2000)]
     sender.send(noise, NOW)
@@ -170,11 +180,11 @@ def test_a_partly_sent_buffer_resumes_where_it_stopped() -> None:
     real_post = intake.post
     calls = {"n": 0}
 
-    def flaky(gzipped: bytes) -> None:
+    def flaky(compressed: bytes) -> None:
         calls["n"] += 1
         if calls["n"] == 3:
             raise IntakeError(503, "busy", retry=True)
-        real_post(gzipped)
+        real_post(compressed)
 
     intake.post = flaky  # type: ignore[method-assign]
     assert sender.flush() is False
@@ -212,3 +222,26 @@ def test_the_column_wise_push_writes_what_the_point_by_point_push_writes() -> No
     # A cycle that lists another series sends the whole queue point by point, as one batch.
     sender.send([*_cycle(2), Series("gpufarm.gpu.energy", 5.0, ("environment:e",))], NOW)
     assert sender._whole_cycles(5_000_000) is None
+
+
+def test_zstd1_is_the_default_and_gzip_writes_the_same_json() -> None:
+    assert default_encoding() == ZSTD  # zstandard is a dependency of gpufarm-node
+    bodies = []
+    for encoding in ENCODINGS:
+        intake = FakeIntake(encoding=encoding)
+        sender = DatadogSender(intake, "node-1", clock=lambda: NOW)
+        for cycle in range(4):
+            sender.send(_cycle(50, float(cycle)), NOW - 60 + cycle)
+        assert sender.flush() is True
+        bodies.append(intake.bodies)
+        ((compressed, raw),) = intake.sizes
+        assert sender.stats["compressed_bytes"] == compressed and sender.stats["raw_bytes"] >= raw
+    assert bodies[0] == bodies[1] and len(bodies[0][0]["series"]) == 50
+
+
+def test_the_compressors_round_trip_and_an_unknown_encoding_is_refused() -> None:
+    data = json.dumps({"series": [{"metric": "m", "points": [{"timestamp": NOW, "value": 1.5}]}] * 100}).encode()
+    assert _decompress(ZSTD, compressor(ZSTD)(data)) == data
+    assert _decompress(GZIP, compressor(GZIP)(data)) == data
+    with pytest.raises(ValueError, match="unsupported series encoding 'br'"):
+        compressor("br")

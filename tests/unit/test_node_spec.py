@@ -25,7 +25,9 @@ START = 1_700_000_000.0
 class _Outage:
     """An intake that is always down, so the sender's buffer overflows and drops get reported."""
 
-    def post(self, gzipped: bytes) -> None:
+    encoding = "gzip"
+
+    def post(self, compressed: bytes) -> None:
         raise IntakeError(0, "ConnectionRefusedError", retry=True)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import zstandard
 from werkzeug.test import Client
 
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
@@ -152,6 +153,19 @@ def test_size_limits(sb: Sandbox) -> None:
         {"errors": []},
     )
     status, body = call(sb, "POST", "/api/v2/series", data=b"\x1f\x8bnot-gzip", headers={"Content-Encoding": "gzip"})
+    assert status == 400 and body == {"errors": ["Invalid compressed payload"]}
+
+
+def test_zstd1_bodies_are_decoded_within_the_same_limits(sb: Sandbox) -> None:
+    now = sb.clock.now()
+    packed = zstandard.ZstdCompressor(level=1).compress(json.dumps({"series": [gauge("m.s", [(now, 2.5)])]}).encode())
+    headers = {"Content-Encoding": "zstd1"}
+    assert call(sb, "POST", "/api/v2/series", data=packed, headers=headers) == (202, {"errors": []})
+    assert sb.metrics.query_series("avg:m.s{*}", int(now) - 60, int(now) + 60)
+    # A frame that claims no size and expands past 5,242,880 bytes is refused before it is all in memory.
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(b"0" * 6_000_000)
+    assert len(bomb) < 512_000 and call(sb, "POST", "/api/v2/series", data=bomb, headers=headers)[0] == 413
+    status, body = call(sb, "POST", "/api/v2/series", data=b"not-zstd", headers=headers)
     assert status == 400 and body == {"errors": ["Invalid compressed payload"]}
 
 
