@@ -134,22 +134,28 @@ def _fresh_samples(samples: list[Any], since: int, attr: str) -> tuple[int, floa
 def _process_means(samples: list[Any], since: int) -> tuple[int, dict[int, float]]:
     """(newest timestamp, mean SM % by pid) of the per-process samples taken after `since`."""
     if samples and type(samples[0]) is _PROC_SAMPLE:
-        rows: Any = zip(map(_PROC_TIME, samples), map(_PROC_PID, samples), map(_PROC_SM, samples), strict=True)
+        stamps = list(map(_PROC_TIME, samples))
+        pids = list(map(_PROC_PID, samples))
+        sms = list(map(_PROC_SM, samples))
     else:
-        rows = ((s.timeStamp, s.pid, s.smUtil) for s in samples)
-    totals: dict[int, list[float]] = {}
-    latest = since
-    for stamp, pid, sm in rows:
-        if stamp <= since:
-            continue
-        latest = max(latest, stamp)
-        acc = totals.get(pid)
-        if acc is None:
-            totals[pid] = [float(sm), 1.0]
-        else:
-            acc[0] += sm
-            acc[1] += 1.0
-    return latest, {pid: total / count for pid, (total, count) in totals.items()}
+        stamps = [s.timeStamp for s in samples]
+        pids = [s.pid for s in samples]
+        sms = [s.smUtil for s in samples]
+    if not stamps:
+        return since, {}
+    if min(stamps) <= since:
+        # NVML answers only samples newer than the timestamp asked for; keep the rule for any that are not.
+        fresh = [(t, pid, sm) for t, pid, sm in zip(stamps, pids, sms, strict=True) if t > since]
+        if not fresh:
+            return since, {}
+        stamps, pids, sms = (list(column) for column in zip(*fresh, strict=True))
+    # Sums in the samples' order (0.0 + the first is the first as a float), counts by C's Counter.
+    sums: dict[int, float] = {}
+    get = sums.get
+    for pid, sm in zip(pids, sms, strict=True):
+        sums[pid] = get(pid, 0.0) + sm
+    counts = Counter(pids)
+    return max(stamps), {pid: total / counts[pid] for pid, total in sums.items()}
 
 
 class NvmlUnavailable(RuntimeError):
