@@ -20,9 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -44,45 +41,11 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+from gpufarm_sandbox.process import control, free_port, start_sandbox
 
 warnings.filterwarnings("ignore", message="Using unstable operation")
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_sandbox(port: int) -> subprocess.Popen[bytes]:
-    """`gpufarm sandbox` in its own process, once it answers."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpufarm", "sandbox", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_sandbox/health", timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("sandbox did not start")
-
-
-def control(url: str, path: str, method: str = "GET", body: Any = None) -> Any:
-    """One call to the sandbox's control plane."""
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(
-        f"{url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=600) as answer:
-        return json.loads(answer.read() or b"null")
 
 
 def seed(url: str, type_id: str, incidents: int, hosts: int, first_incident: int = 0) -> None:
@@ -305,7 +268,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
     port = free_port()
-    proc = start_sandbox(port)
+    proc, _ = start_sandbox(port)
     url = f"http://127.0.0.1:{port}"
     os.environ.update({"GPUFARM_DATADOG_HOST": url, "DD_API_KEY": DEFAULT_DD_API_KEY, "DD_APP_KEY": DEFAULT_DD_APP_KEY})
     settings = Settings(max_retries=1, http_timeout=120)

@@ -9,9 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 import warnings
@@ -42,34 +39,9 @@ from datadog_api_client.v2.model.metric_resource import MetricResource
 from datadog_api_client.v2.model.metric_series import MetricSeries
 
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+from gpufarm_sandbox.process import free_port, start_sandbox
 
 warnings.filterwarnings("ignore", message="Using unstable operation")
-
-
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_sandbox(port: int) -> tuple[subprocess.Popen[bytes], float]:
-    """Start `gpufarm sandbox` in its own process; returns it and the seconds until it answered."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpufarm", "sandbox", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = started + 20
-    while time.perf_counter() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_sandbox/health", timeout=1):
-                return proc, time.perf_counter() - started
-        except OSError:
-            time.sleep(0.02)
-    proc.kill()
-    raise SystemExit("sandbox did not start")
 
 
 def peak_rss_mb(pid: int) -> float:

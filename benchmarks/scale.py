@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from gpufarm_sandbox import scalefarm
 from gpufarm_sandbox.localhost.template import load_template
+from gpufarm_sandbox.process import free_port, start_sandbox
 from gpufarm_sandbox.scalefarm import TIMEOUT_S, FarmPath
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,29 +41,6 @@ TARGETS = {
 }
 # Before this work, at 20,000 / 3,000 (issue 9): request 145 s, approval 121 s, sync 400-650 s.
 BEFORE = {"request": "145 s", "approval": "121 s", "sync": "400-650 s"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_sandbox(port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpufarm", "sandbox", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_sandbox/health", timeout=1):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the sandbox did not start")
 
 
 def show(size: str, hosts: int, leases: int, seeded_s: float, paths: dict[str, FarmPath]) -> None:
@@ -135,7 +109,7 @@ def main() -> None:
     farm_file = Path(tempfile.mkdtemp(prefix="gpufarm-scale-")) / "farm.yaml"
     farm_file.write_text(scalefarm.farm_yaml())
     os.environ.update(scalefarm.environment(url, farm_file))
-    proc = start_sandbox(port)
+    proc, _ = start_sandbox(port)
     api = scalefarm.Api(url)
     results: dict[str, dict[str, FarmPath]] = {}
     try:
