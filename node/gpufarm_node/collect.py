@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache, partial
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, NamedTuple, cast
 
 from gpufarm_node.attribution import DeviceOwner, Workload
@@ -279,6 +280,59 @@ class SeriesBuilder:
         return "busy" if activity is None else "idle_held"
 
     def _containers(self, device_ir: str, device: _Device, owner: DeviceOwner | None, cycle: _Cycle) -> None:
+        if self.options.per_process:
+            self._containers_per_process(device_ir, device, owner, cycle)
+            return
+        out = cycle.out
+        processes = device.processes
+        device_tag = self._cached(("uuid", device.uuid), lambda: f"gpu_uuid:{device.uuid.lower()}")
+        found = list(map(cycle.workloads.get, map(_PID, processes)))
+        # Which process goes to which IR and container depends only on the workload objects, in order: the
+        # attributor hands out the same one while a process lives, and the plan holds them, so their ids in
+        # the key cannot be reused by others while it is cached. A cycle then only adds up values.
+        key = ("plan", device_tag, device_ir, *map(id, found))
+        plan: _Plan | None = self._tag_cache.get(key)
+        if plan is None:
+            plan = self._tag_cache[key] = self._plan(device_ir, device_tag, found)
+        _, by_ir, groups, named = plan
+        memory = [p.used_memory or 0 for p in processes]
+        for ir, positions in by_ir:
+            totals = cycle.totals(ir)
+            totals.memory += sum(map(memory.__getitem__, positions))
+            totals.processes += len(positions)
+        for ctags, positions in groups:
+            self._container_values(ctags, list(map(processes.__getitem__, positions)), out)
+        if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
+            # A container holds this device but runs nothing on it: zeros, the idle signal (docs/nvml.md §9).
+            otags = self._cached(
+                ("owner", device_tag, device_ir, owner),
+                lambda: (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner)),
+            )
+            self._container_values(otags, [], out)
+
+    def _plan(self, device_ir: str, device_tag: str, found: list[Workload | None]) -> _Plan:
+        """Positions of a device's processes by IR and by container (first seen first), and the containers
+        named there; what _containers_per_process works out process by process."""
+        by_ir: dict[str, list[int]] = {}
+        groups: dict[tuple[str, ...], list[int]] = {}
+        named: set[tuple[str | None, str | None, str | None]] = set()
+        cache = self._tag_cache
+        for position, workload in enumerate(found):
+            ir = (workload.ir if workload else None) or device_ir
+            by_ir.setdefault(ir, []).append(position)
+            if workload is None or workload.container_id is None:
+                continue
+            named.add((workload.namespace, workload.pod_name, workload.container_name))
+            ckey = ("container", device_tag, ir, id(workload))
+            entry = cache.get(ckey)
+            if entry is None or entry[0] is not workload:
+                entry = cache[ckey] = (workload, (*self.common, device_tag, *_ir_tags(ir), *_container_tags(workload)))
+            groups.setdefault(entry[1], []).append(position)
+        return found, list(by_ir.items()), list(groups.items()), named
+
+    def _containers_per_process(
+        self, device_ir: str, device: _Device, owner: DeviceOwner | None, cycle: _Cycle
+    ) -> None:
         out = cycle.out
         groups: dict[tuple[str, ...], list[ProcessSample]] = {}
         named: set[tuple[str | None, str | None, str | None]] = set()
@@ -418,6 +472,16 @@ class SeriesBuilder:
         if snap.events_dropped:
             out.append(Series("gpufarm.node.events_dropped", float(snap.events_dropped), common))
 
+
+_PID = attrgetter("pid")
+# A device's processes by IR and by container tags (positions in its process list), for one sequence of workload
+# objects; the first item keeps those objects alive while the plan is cached.
+_Plan = tuple[
+    list[Workload | None],
+    list[tuple[str, list[int]]],
+    list[tuple[tuple[str, ...], list[int]]],
+    set[tuple[str | None, str | None, str | None]],
+]
 
 # In the order _ir_rollups lists their values; the last only when some device's activity is known.
 _IR_METRICS = (

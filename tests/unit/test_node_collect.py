@@ -213,3 +213,30 @@ def test_node_series_report_errors_and_drops() -> None:
 )
 def test_gpu_model(name: str, model: str) -> None:
     assert gpu_model(name) == model
+
+
+def test_container_rollups_follow_new_workloads_and_values_across_cycles() -> None:
+    # One builder over cycles: the grouping of a device's processes is worked out once per set of workloads.
+    builder = SeriesBuilder(identity_tags("onprem-hpc", "hpc-a"))
+    other = "cd" * 32
+    first = {1: Workload(container_id=CID, pod_name="a", ir="ir-1"), 2: Workload(container_id=other, ir="ir-3")}
+
+    def cycle(workloads: dict[int, Workload | None], used: int) -> list[Series]:
+        procs = [ProcessSample(1, used, 10.0), ProcessSample(2, 2 * GIB, 20.0), ProcessSample(3, GIB, 1.0)]
+        return builder.build(NodeSnapshot(1.0, [_gpu(procs=procs)]), workloads, {}, None)
+
+    def value(series: list[Series], metric: str, *tags: str) -> float:
+        (found,) = _find(series, metric, *tags)
+        return found.value
+
+    # The device's IR (and so the IR of pid 3, which has no workload) follows the memory held: ir-3, then ir-1.
+    for used, ir1, ir3 in ((GIB, GIB, 3 * GIB), (3 * GIB, 4 * GIB, 2 * GIB)):
+        series = cycle(first, used)
+        assert value(series, "gpufarm.container.memory.used", f"container_id:{CID}") == float(used)
+        assert value(series, "gpufarm.container.memory.used", f"container_id:{other}") == float(2 * GIB)
+        assert value(series, "gpufarm.ir.memory.used", "gpu_ir:ir-1") == float(ir1)
+        assert value(series, "gpufarm.ir.memory.used", "gpu_ir:ir-3") == float(ir3)
+    # The same pids under a new workload object (a label changed): new tags, nothing left of the old ones.
+    series = cycle({**first, 1: Workload(container_id=CID, pod_name="a", ir="ir-2")}, 3 * GIB)
+    assert _find(series, "gpufarm.container.memory.used", "gpu_ir:ir-1") == []
+    assert value(series, "gpufarm.container.processes", f"container_id:{CID}", "gpu_ir:ir-2") == 1.0
