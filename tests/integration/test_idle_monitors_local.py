@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,29 +13,12 @@ import pytest
 from gpufarm.core.farm import parse_farm
 from gpufarm.core.lifecycle import Phase
 from gpufarm.core.ports import MetricPoint, MetricSeries
-from gpufarm.handlers import runtime
 from gpufarm.setup.apply import apply_setup
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import SetupSpec
 from gpufarm_sandbox.demo.lifecycle_stage import BOB, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in
-from gpufarm_sandbox.localhost import LocalEnv, start_local
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def local() -> Iterator[LocalEnv]:
-    with start_local(port=0) as env:
-        yield env
-
-
-@pytest.fixture
-def farm(local: LocalEnv) -> Iterator[LocalFarm]:
-    driver = LocalFarm.ready(local)
-    yield driver
-    driver.settle(timeout=10)
-    driver.close()
-    runtime.reset()
 
 
 def _apply_monitors(farm: LocalFarm) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 from gpufarm.core import fields as f
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.model import GpuRequest
-from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo.lifecycle_stage import (
     ALICE,
     BOB,
@@ -25,24 +23,8 @@ from gpufarm_sandbox.demo.lifecycle_stage import (
     LocalFarm,
     ir_in,
 )
-from gpufarm_sandbox.localhost import LocalEnv, start_local
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def local() -> Iterator[LocalEnv]:
-    with start_local(port=0) as env:
-        yield env
-
-
-@pytest.fixture
-def farm(local: LocalEnv) -> Iterator[LocalFarm]:
-    driver = LocalFarm.ready(local)
-    yield driver
-    driver.settle(timeout=10)
-    driver.close()
-    runtime.reset()
 
 
 def answer_ir(farm: LocalFarm, user: str, contains: str = "IR-") -> int:
