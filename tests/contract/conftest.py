@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 from datadog_api_client import ApiClient
+from helpers import Receiver
+
+from gpufarm_sandbox.emulator.server import ServerThread
 
 
 @pytest.fixture
@@ -14,3 +17,11 @@ def client(dd_configuration: Any) -> Iterator[ApiClient]:
     """The real client aimed at a freshly reset sandbox, incident operations enabled, return type checks on."""
     with ApiClient(dd_configuration) as api_client:
         yield api_client
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    """A recording webhook receiver on loopback and its base URL."""
+    app = Receiver()
+    with ServerThread(app) as server:
+        yield app, server.url

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from datadog_api_client.exceptions import ApiException
 from datadog_api_client.model_utils import OpenApiModel
+from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 
@@ -83,3 +85,35 @@ def http(
     except urllib.error.HTTPError as exc:
         text = exc.read()
         return exc.code, json.loads(text) if text else None
+
+
+class Delivery(NamedTuple):
+    """One call a webhook target received: its path, headers and decoded JSON body."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class Receiver:
+    """A webhook target (a WSGI app, served by ServerThread) that records every call Datadog (the sandbox) makes."""
+
+    def __init__(self) -> None:
+        self.calls: list[Delivery] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        request = Request(environ)
+        with self._lock:
+            self.calls.append(Delivery(request.path, dict(request.headers), json.loads(request.get_data() or b"null")))
+        return Response("{}", status=200, content_type="application/json")(environ, start_response)
+
+    @property
+    def bodies(self) -> list[Any]:
+        """The decoded bodies, in the order they arrived."""
+        return [call.body for call in self.calls]
+
+    @property
+    def headers(self) -> list[dict[str, str]]:
+        """The headers of each call, in the order they arrived."""
+        return [call.headers for call in self.calls]

@@ -4,15 +4,14 @@ objects it makes really deliver incident changes to the webhook with the secret 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import Receiver
 from pydantic import SecretStr
-from werkzeug.wrappers import Request, Response
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
@@ -25,7 +24,6 @@ from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm_sandbox.emulator.app import Sandbox
-from gpufarm_sandbox.emulator.server import ServerThread
 
 pytestmark = pytest.mark.contract
 
@@ -47,28 +45,6 @@ teams:
 """
 # With the farm configuration, apply also manages its idle monitors: one per kind for the two dedicated pools.
 MONITORS = len(desired_monitors(parse_farm(FARM_YAML)))
-
-
-class Receiver:
-    """A webhook target on loopback that records what Datadog (the sandbox) sends it."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, str], Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        request = Request(environ)
-        with self._lock:
-            self.calls.append((request.path, dict(request.headers), json.loads(request.get_data() or b"null")))
-        return Response("{}", status=200, content_type="application/json")(environ, start_response)
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, str]]:
-    """A recording webhook receiver and its base URL."""
-    app = Receiver()
-    with ServerThread(app) as server:
-        yield app, server.url
 
 
 @pytest.fixture

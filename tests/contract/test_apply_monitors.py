@@ -5,7 +5,6 @@ fed node-agent-shaped series, evaluates them per lease and host and calls the id
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,8 @@ from datadog_api_client.v2.model.metric_payload import MetricPayload
 from datadog_api_client.v2.model.metric_point import MetricPoint
 from datadog_api_client.v2.model.metric_resource import MetricResource
 from datadog_api_client.v2.model.metric_series import MetricSeries
-from helpers import http
+from helpers import Receiver, http
 from pydantic import SecretStr
-from werkzeug.wrappers import Request, Response
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
@@ -33,7 +31,6 @@ from gpufarm.setup import apply as setup
 from gpufarm.setup import monitors as mon
 from gpufarm.setup import plan as planning
 from gpufarm_sandbox.emulator.app import Sandbox
-from gpufarm_sandbox.emulator.server import ServerThread
 
 pytestmark = pytest.mark.contract
 
@@ -55,29 +52,6 @@ idle:
 """
 HOSTS = ("gpu-a-01", "gpu-a-02")
 IR = 12
-
-
-class Receiver:
-    """The idle webhook's target: records what the sandbox sends."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        request = Request(environ)
-        with self._lock:
-            self.bodies.append(json.loads(request.get_data() or b"null"))
-            self.headers.append(dict(request.headers))
-        return Response("{}", status=200, content_type="application/json")(environ, start_response)
-
-
-@pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, str]]:
-    app = Receiver()
-    with ServerThread(app) as server:
-        yield app, server.url
 
 
 @pytest.fixture
@@ -239,6 +213,24 @@ def _lease_hosts(sandbox_url: str) -> None:
         assert http(f"{sandbox_url}/api/v1/tags/hosts/{host}", "POST", {"tags": tags})[0] == 201
 
 
+def _judge_lease(
+    admin: DatadogAdmin,
+    client: ApiClient,
+    sandbox: Sandbox,
+    sandbox_url: str,
+    receiver_url: str,
+    *,
+    busy_hosts: set[str],
+    span: int,
+) -> None:
+    """Apply the farm's monitors, lease HOSTS as IR, feed `span` seconds of series, let one evaluation run."""
+    _apply(admin, _spec(FARM_YAML, receiver_url))
+    _lease_hosts(sandbox_url)
+    _feed(client, sandbox, busy_hosts=busy_hosts, span=span)
+    assert http(f"{sandbox_url}/_sandbox/clock", "POST", {"advance": 60})[0] == 200
+    assert sandbox.webhooks.drain(10)
+
+
 def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(
     admin: DatadogAdmin,
     client: ApiClient,
@@ -247,12 +239,8 @@ def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(
     receiver: tuple[Receiver, str],
 ) -> None:
     app, url = receiver
-    _apply(admin, _spec(FARM_YAML, url))
-    _lease_hosts(sandbox_url)
     # 16 H100 on two hosts: the first host's 8 sat idle for 50 minutes, the second's 8 worked (avg by {ir}: 46 %).
-    _feed(client, sandbox, busy_hosts={HOSTS[1]}, span=50 * 60)
-    assert http(f"{sandbox_url}/_sandbox/clock", "POST", {"advance": 60})[0] == 200
-    assert sandbox.webhooks.drain(10)
+    _judge_lease(admin, client, sandbox, sandbox_url, url, busy_hosts={HOSTS[1]}, span=50 * 60)
     fired = [(b["alert_scope"], b["alert_transition"], IdleAlert.model_validate(b).idle_scope()) for b in app.bodies]
     scopes = {scope for scope, _, _ in fired}
     assert scopes == {f"gpu_ir:ir-{IR},host:{HOSTS[0]}"}, fired
@@ -288,10 +276,6 @@ def test_a_fresh_lease_is_not_judged_during_the_startup_grace(
     receiver: tuple[Receiver, str],
 ) -> None:
     app, url = receiver
-    _apply(admin, _spec(FARM_YAML, url))
-    _lease_hosts(sandbox_url)
     # Allocated ten minutes ago, nothing running yet: inside the 30-minute start-up grace.
-    _feed(client, sandbox, busy_hosts=set(), span=10 * 60)
-    assert http(f"{sandbox_url}/_sandbox/clock", "POST", {"advance": 60})[0] == 200
-    assert sandbox.webhooks.drain(10)
+    _judge_lease(admin, client, sandbox, sandbox_url, url, busy_hosts=set(), span=10 * 60)
     assert app.bodies == []

@@ -10,8 +10,6 @@ gauges, the release path, and the notification rules that call gpufarm's inciden
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,9 +17,8 @@ from typing import Any
 
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeMetrics
-from helpers import http
+from helpers import Receiver, http
 from pydantic import SecretStr
-from werkzeug.wrappers import Request, Response
 
 from gpufarm.adapters.datadog import ANY_STATE_QUERY, LIVE_QUERY, DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
@@ -43,20 +40,6 @@ SECRET = "hook-secret-for-foreign-tests-0123"
 VALUES = {"team": ["nlp", "vision"], "gpu_model": ["A100", "H100", "L4"], "environment": ["cloud", "hpc", "slices"]}
 SHARED_REQUEST = "req-shared-00000001"
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-
-
-class Receiver:
-    """The incident webhook's target: records every call Datadog (the sandbox) makes."""
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        request = Request(environ)
-        with self._lock:
-            self.calls.append(json.loads(request.get_data() or b"null"))
-        return Response("{}", status=200, content_type="application/json")(environ, start_response)
 
 
 @dataclass
@@ -282,7 +265,7 @@ def test_notification_rules_call_gpufarm_only_for_its_incidents(org: Org, gatewa
         assert status == 200
     org.create_foreign(org.default_type, "Another outage", _lease_values("req-foreign-9"))
     assert org.sandbox.webhooks.drain(10)
-    assert org.receiver.calls == []
+    assert org.receiver.bodies == []
     # The org's own rule still pages for its own incidents: gpufarm's setup left it alone.
     fired = org.sandbox.incidents.dump()["notifications"]
     assert {n["handle"] for n in fired} == {"@oncall-sre"}
@@ -290,7 +273,7 @@ def test_notification_rules_call_gpufarm_only_for_its_incidents(org: Org, gatewa
     ours = gateway.create("GPU request", _lease_values("req-ours-0004", **{f.STATE: "active", f.PHASE: "requested"}))
     gateway.update(ours.id, {f.PHASE: "approved"})
     assert org.sandbox.webhooks.drain(10)
-    assert [(c["incident_uuid"], c["incident_fields"]["phase"]) for c in org.receiver.calls] == [
+    assert [(c["incident_uuid"], c["incident_fields"]["phase"]) for c in org.receiver.bodies] == [
         (ours.id, "requested"),
         (ours.id, "approved"),
     ]
