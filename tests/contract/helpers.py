@@ -13,9 +13,23 @@ from datadog_api_client.exceptions import ApiException
 from datadog_api_client.model_utils import OpenApiModel
 from werkzeug.wrappers import Request, Response
 
+from gpufarm.adapters.datadog_admin import DatadogAdmin
+from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
+
+
+def define_gpufarm_type(admin: DatadogAdmin, name: str, valid_values: Mapping[str, list[str]]) -> str:
+    """gpufarm's incident type `name` with its fields, made as `gpufarm datadog apply` makes them; its id.
+
+    The sandbox, like Datadog, refuses fields no definition names, so gateway tests need these first.
+    """
+    made = admin.create_incident_type(name, INCIDENT_TYPE_DESCRIPTION)
+    for _, attributes in desired_fields(dict(valid_values)):
+        assert attributes is not None
+        admin.create_field_definition(attributes, str(made["id"]))
+    return str(made["id"])
 
 
 def unparsed_paths(node: Any, path: str = "$") -> list[str]:

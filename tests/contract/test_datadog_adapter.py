@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from helpers import define_gpufarm_type
 
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters.datadog import DatadogGateway
@@ -23,7 +24,6 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.ports import MetricPoint, MetricSeries
-from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -73,11 +73,7 @@ def admin(settings: Settings) -> Iterator[DatadogAdmin]:
 @pytest.fixture
 def fields_defined(admin: DatadogAdmin, settings: Settings) -> str:
     """gpufarm's incident type with its fields (the sandbox refuses unknown fields, as Datadog does); its id."""
-    made = admin.create_incident_type(settings.incident_type, INCIDENT_TYPE_DESCRIPTION)
-    for _, attributes in desired_fields(VALID_VALUES):
-        assert attributes is not None
-        admin.create_field_definition(attributes, str(made["id"]))
-    return str(made["id"])
+    return define_gpufarm_type(admin, settings.incident_type, VALID_VALUES)
 
 
 def _request_fields(request_id: str | None = "req-0001", **overrides: object) -> dict[str, object]:

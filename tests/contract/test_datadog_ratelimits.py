@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import http
+from helpers import define_gpufarm_type, http
 
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.datadog import DatadogGateway
+from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import UpstreamError
-from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.ratelimit import DEFAULT_LIMIT, DEFAULT_PERIOD_S, GROUP_NAMES
 
@@ -66,15 +66,11 @@ def settings(dd_env: str) -> Settings:
 @pytest.fixture
 def type_id(settings: Settings) -> str:
     """gpufarm's incident type and fields, as `gpufarm datadog apply` makes them."""
-    from gpufarm.adapters.datadog_admin import DatadogAdmin
-
     admin = DatadogAdmin(settings)
-    made = admin.create_incident_type(settings.incident_type, INCIDENT_TYPE_DESCRIPTION)
-    for _, attributes in desired_fields(VALID_VALUES):
-        assert attributes is not None
-        admin.create_field_definition(attributes, str(made["id"]))
-    admin.close()
-    return str(made["id"])
+    try:
+        return define_gpufarm_type(admin, settings.incident_type, VALID_VALUES)
+    finally:
+        admin.close()
 
 
 @pytest.fixture

@@ -17,18 +17,18 @@ import pytest
 from datadog_api_client import ApiClient, Configuration
 from datadog_api_client.v1.api.hosts_api import HostsApi
 from datadog_api_client.v2.api.incidents_api import IncidentsApi
-from helpers import KEYS, http
+from helpers import KEYS, define_gpufarm_type, http
 from recorded import interactions, response_json
 
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.datadog import DatadogGateway
+from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound
 from gpufarm.core.model import IncidentRecord
 from gpufarm.core.ports import HostInfo
-from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -48,15 +48,11 @@ def settings(dd_env: str) -> Settings:
 @pytest.fixture
 def type_id(settings: Settings) -> str:
     """gpufarm's incident type with its fields, made as `gpufarm datadog apply` makes them; its id."""
-    from gpufarm.adapters.datadog_admin import DatadogAdmin
-
     admin = DatadogAdmin(settings)
-    made = admin.create_incident_type(settings.incident_type, INCIDENT_TYPE_DESCRIPTION)
-    for _, attributes in desired_fields(VALID_VALUES):
-        assert attributes is not None
-        admin.create_field_definition(attributes, str(made["id"]))
-    admin.close()
-    return str(made["id"])
+    try:
+        return define_gpufarm_type(admin, settings.incident_type, VALID_VALUES)
+    finally:
+        admin.close()
 
 
 @pytest.fixture
