@@ -61,8 +61,7 @@ def races(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
         }
         ok = ok and tally.failed == 0
         _line(f"  {name:24} {tally.rounds - tally.failed:4d} / {tally.rounds} sequential  ({tally.seconds:6.1f} s)")
-        for problem in tally.problems[:3]:
-            _line(f"    ! {problem}")
+        _problems(tally.problems, 3)
     return {**out, "ok": ok}
 
 
@@ -78,8 +77,7 @@ def quota(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
         f"  answered {burst.answered} / {burst.sent} (to operators {burst.to_operators}, refused {burst.refused}); "
         f"hosts held twice: {len(burst.double_held_hosts)}; {burst.seconds:.1f} s"
     )
-    for problem in burst.problems[:5]:
-        _line(f"    ! {problem}")
+    _problems(burst.problems)
     return {
         "sent": burst.sent,
         "incidents": burst.incidents,
@@ -128,8 +126,7 @@ def throughput(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
     _line(
         f"  worker failures {len(report.worker_failures)}, dead letters {report.dead_letters}, settled {report.settled}"
     )
-    for problem in figures["first_errors"] + figures["first_worker_failures"]:
-        _line(f"    ! {problem}")
+    _problems(figures["first_errors"] + figures["first_worker_failures"], None)
     load.seed_live(farm, max(0, args.live - _live_count(farm)), requester=CAROL, prefix="tp-many")
     farm.settle(timeout=120)
     many = _live_cost(farm, irs, args)
@@ -180,8 +177,7 @@ def faults(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
         f"orphan tags after one sync {report.orphan_tags}, told {report.told} / {report.requests}; "
         f"dead letters {report.dead_letters}; {report.seconds:.0f} s"
     )
-    for problem in report.problems[:5]:
-        _line(f"    ! {problem}")
+    _problems(report.problems)
     return badday.figures(report)
 
 
@@ -195,8 +191,7 @@ def redelivered(race: RaceFarm, args: argparse.Namespace) -> dict[str, object]:
         f" deliveries ({deliveries}), {result.alerts} idle alerts x {alerts / max(1, result.alerts):.1f} ({alerts});"
         f" final state identical to in-order: {result.identical}; {result.seconds:.0f} s"
     )
-    for difference in result.differences[:5]:
-        _line(f"    ! {difference}")
+    _problems(result.differences)
     return {
         "requests": result.requests,
         "webhooks": result.webhooks,
@@ -225,6 +220,12 @@ def _fresh(env: LocalEnv, latency_ms: int) -> RaceFarm:
 
 def _line(text: str) -> None:
     print(text, flush=True)
+
+
+def _problems(problems: list[Any], most: int | None = 5) -> None:
+    """The first `most` problems of a figure (all of them with None), one indented line each."""
+    for problem in problems[:most]:
+        _line(f"    ! {problem}")
 
 
 def main(argv: list[str] | None = None) -> int:
