@@ -34,14 +34,24 @@ OTHER_TEMPLATE = REPO / "tests" / "fixtures" / "functions" / "template.yaml"
 REQUEST = 'request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="first request"'
 
 
-def _run(setup_first: bool, work: Callable[[LocalEnv], None]) -> None:
-    """run_local as `gpufarm local [--no-setup]` runs it; work(env) runs once it printed "ready"."""
+def _run(setup_first: bool, work: Callable[[LocalEnv, LocalFarm], None]) -> None:
+    """run_local as `gpufarm local [--no-setup]` runs it; work(env, farm) runs once it printed "ready".
+
+    The farm driver is opened on the running host with the settings a function would read, and closed after.
+    """
     started: list[LocalEnv] = []
 
     def remember(env: LocalEnv) -> None:
         started.append(env)
 
-    run_local("127.0.0.1", 0, hooks=[remember], wait=lambda stop: work(started[0]), setup=setup_first)
+    def with_farm(env: LocalEnv) -> None:
+        farm = LocalFarm(env.url, env.host, Settings())
+        try:
+            work(env, farm)
+        finally:
+            farm.close()
+
+    run_local("127.0.0.1", 0, hooks=[remember], wait=lambda stop: with_farm(started[0]), setup=setup_first)
 
 
 def _printed_secrets(env: LocalEnv, out: str) -> list[str]:
@@ -60,26 +70,22 @@ def test_first_request_gets_an_ir_with_nothing_else_done(
     monkeypatch.chdir(REPO)
     seen: dict[str, Any] = {}
 
-    def first_request(env: LocalEnv) -> None:
-        farm = LocalFarm(env.url, env.host, Settings())
-        try:
-            farm.seed_workspace()  # Slack's members and channels
-            farm.seed_hosts()  # what the node agents register: host tags only
-            sent = farm.slash(ALICE, REQUEST)
-            assert sent["status"] == 200, sent
-            assert farm.settle(timeout=15)
-            answers = farm.messages(user=ALICE.id, kind="response")
-            seen["answer"] = answers[-1]["text"] if answers else ""
-            ir = ir_in(seen["answer"])
-            assert ir is not None, seen["answer"]
-            seen["record"] = farm.gateway.get_by_ir(ir)
-            seen["again"] = setup.apply_local_setup(env)
-            seen["hooks"] = {name: farm.admin.get_webhook(name) for name in (INCIDENT_WEBHOOK, IDLE_WEBHOOK)}
-            seen["dead"] = list(env.host.dead_letters)
-            seen["out"] = capsys.readouterr().out
-            seen["leaks"] = _printed_secrets(env, seen["out"])
-        finally:
-            farm.close()
+    def first_request(env: LocalEnv, farm: LocalFarm) -> None:
+        farm.seed_workspace()  # Slack's members and channels
+        farm.seed_hosts()  # what the node agents register: host tags only
+        sent = farm.slash(ALICE, REQUEST)
+        assert sent["status"] == 200, sent
+        assert farm.settle(timeout=15)
+        answers = farm.messages(user=ALICE.id, kind="response")
+        seen["answer"] = answers[-1]["text"] if answers else ""
+        ir = ir_in(seen["answer"])
+        assert ir is not None, seen["answer"]
+        seen["record"] = farm.gateway.get_by_ir(ir)
+        seen["again"] = setup.apply_local_setup(env)
+        seen["hooks"] = {name: farm.admin.get_webhook(name) for name in (INCIDENT_WEBHOOK, IDLE_WEBHOOK)}
+        seen["dead"] = list(env.host.dead_letters)
+        seen["out"] = capsys.readouterr().out
+        seen["leaks"] = _printed_secrets(env, seen["out"])
 
     _run(True, first_request)
     assert seen["again"].plan is not None
@@ -134,15 +140,11 @@ def test_no_setup_leaves_the_sandbox_without_webhooks(
     monkeypatch.chdir(REPO)
     seen: dict[str, Any] = {}
 
-    def look(env: LocalEnv) -> None:
-        farm = LocalFarm(env.url, env.host, Settings())
-        try:
-            seen["hooks"] = [farm.admin.get_webhook(name) for name in (INCIDENT_WEBHOOK, IDLE_WEBHOOK)]
-            seen["types"] = [t["attributes"]["name"] for t in farm.admin.list_incident_types()]
-            seen["rules"] = farm.admin.list_notification_rules()
-            seen["setup"] = env.setup
-        finally:
-            farm.close()
+    def look(env: LocalEnv, farm: LocalFarm) -> None:
+        seen["hooks"] = [farm.admin.get_webhook(name) for name in (INCIDENT_WEBHOOK, IDLE_WEBHOOK)]
+        seen["types"] = [t["attributes"]["name"] for t in farm.admin.list_incident_types()]
+        seen["rules"] = farm.admin.list_notification_rules()
+        seen["setup"] = env.setup
 
     _run(False, look)
     out = capsys.readouterr().out
