@@ -18,6 +18,8 @@ from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
+# The farm configuration's choices the gateway tests define gpufarm's fields with.
+VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}
 
 
 def define_gpufarm_type(admin: DatadogAdmin, name: str, valid_values: Mapping[str, list[str]]) -> str:

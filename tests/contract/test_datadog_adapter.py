@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import define_gpufarm_type
+from helpers import VALID_VALUES, define_gpufarm_type
 
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters.datadog import DatadogGateway
@@ -27,8 +27,6 @@ from gpufarm.core.ports import MetricPoint, MetricSeries
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
-
-VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}
 
 
 def _post(url: str, body: Any) -> Any:
@@ -46,12 +44,6 @@ def _faults(sandbox_url: str, **spec: Any) -> None:
 def _injected(sandbox_url: str) -> int:
     with urllib.request.urlopen(f"{sandbox_url}/_sandbox/faults", timeout=10) as response:
         return int(json.loads(response.read())["injected"])
-
-
-@pytest.fixture
-def settings(dd_env: str) -> Settings:
-    """Settings from the environment dd_env points at the sandbox (keys included), with one fast retry."""
-    return Settings(max_retries=1, http_timeout=5)
 
 
 @pytest.fixture

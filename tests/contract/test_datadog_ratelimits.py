@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import define_gpufarm_type, http
+from helpers import http
 
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.datadog import DatadogGateway
-from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import UpstreamError
@@ -27,7 +26,6 @@ from gpufarm_sandbox.emulator.ratelimit import DEFAULT_LIMIT, DEFAULT_PERIOD_S, 
 pytestmark = pytest.mark.contract
 
 HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Period", "X-RateLimit-Remaining", "X-RateLimit-Reset", "X-RateLimit-Name")
-VALID_VALUES = {"team": ["nlp"], "gpu_model": ["H100"], "environment": ["onprem-hpc"]}
 
 
 def _limits(sandbox_url: str, **groups: dict[str, int]) -> dict[str, Any]:
@@ -55,22 +53,6 @@ def _answer_headers(url: str, method: str = "GET", body: bytes | None = None) ->
             return answer.status, dict(answer.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, dict(exc.headers)
-
-
-@pytest.fixture
-def settings(dd_env: str) -> Settings:
-    """Settings aimed at the sandbox, one fast 5xx retry."""
-    return Settings(max_retries=1, http_timeout=5)
-
-
-@pytest.fixture
-def type_id(settings: Settings) -> str:
-    """gpufarm's incident type and fields, as `gpufarm datadog apply` makes them."""
-    admin = DatadogAdmin(settings)
-    try:
-        return define_gpufarm_type(admin, settings.incident_type, VALID_VALUES)
-    finally:
-        admin.close()
 
 
 @pytest.fixture

@@ -17,13 +17,12 @@ import pytest
 from datadog_api_client import ApiClient, Configuration
 from datadog_api_client.v1.api.hosts_api import HostsApi
 from datadog_api_client.v2.api.incidents_api import IncidentsApi
-from helpers import KEYS, define_gpufarm_type, http
+from helpers import KEYS, http
 from recorded import interactions, response_json
 
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.datadog import DatadogGateway
-from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound
@@ -33,26 +32,9 @@ from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
 
-VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}
 SEARCH = 'Search for incidents returns "OK" response'
 SEARCH_PAGES = 'Search for incidents returns "OK" response with pagination'
 HOSTS = "Get all hosts with metadata deserializes successfully"
-
-
-@pytest.fixture
-def settings(dd_env: str) -> Settings:
-    """Settings aimed at the sandbox, one fast retry."""
-    return Settings(max_retries=1, http_timeout=5)
-
-
-@pytest.fixture
-def type_id(settings: Settings) -> str:
-    """gpufarm's incident type with its fields, made as `gpufarm datadog apply` makes them; its id."""
-    admin = DatadogAdmin(settings)
-    try:
-        return define_gpufarm_type(admin, settings.incident_type, VALID_VALUES)
-    finally:
-        admin.close()
 
 
 @pytest.fixture
