@@ -7,6 +7,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from datadog_api_client.exceptions import ApiException
@@ -20,6 +21,19 @@ from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 # The farm configuration's choices the gateway tests define gpufarm's fields with.
 VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}
+
+# What the command-line tests run `gpufarm datadog apply` with: webhook URLs nothing listens on (they read the plan).
+APPLY_ENV = {
+    "GPUFARM_INCIDENT_WEBHOOK_URL": "http://127.0.0.1:9/fn/incident_webhook/",
+    "GPUFARM_IDLE_WEBHOOK_URL": "http://127.0.0.1:9/fn/idle_alert/",
+}
+
+
+def farm_file(directory: Path, text: str) -> Path:
+    """The farm configuration `text` written as farm.yaml in `directory` (the file --farm-config names)."""
+    path = directory / "farm.yaml"
+    path.write_text(text)
+    return path
 
 
 def define_gpufarm_type(admin: DatadogAdmin, name: str, valid_values: Mapping[str, list[str]]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import Receiver
+from helpers import APPLY_ENV, Receiver, farm_file
 from pydantic import SecretStr
 
 from gpufarm.adapters.datadog import DatadogGateway
@@ -279,26 +279,21 @@ def test_an_operator_may_name_gpufarm_s_type(admin: DatadogAdmin, settings: Sett
 
 
 def test_cli_dry_run_then_apply_then_nothing_to_change(settings: Settings, sandbox: Sandbox, tmp_path: Path) -> None:
-    farm = tmp_path / "farm.yaml"
-    farm.write_text(FARM_YAML)
-    env = {
-        "GPUFARM_INCIDENT_WEBHOOK_URL": "http://127.0.0.1:9/fn/incident_webhook/",
-        "GPUFARM_IDLE_WEBHOOK_URL": "http://127.0.0.1:9/fn/idle_alert/",
-    }
+    farm = farm_file(tmp_path, FARM_YAML)
     runner = CliRunner()
     args = ["datadog", "apply", "--farm-config", str(farm)]
 
-    dry = runner.invoke(cli, [*args, "--dry-run"], env=env)
+    dry = runner.invoke(cli, [*args, "--dry-run"], env=APPLY_ENV)
     assert dry.exit_code == 3, dry.output  # changes pending
     assert "create    field team" in dry.output
     assert "dry run: nothing was changed" in dry.output
     assert "create    incident type GPU allocation" in dry.output
 
-    real = runner.invoke(cli, args, env=env)
+    real = runner.invoke(cli, args, env=APPLY_ENV)
     assert real.exit_code == 0, real.output
     assert f"applied {len(f.SCHEMA) + 6 + MONITORS} change(s)" in real.output
 
-    again = runner.invoke(cli, args, env=env)
+    again = runner.invoke(cli, args, env=APPLY_ENV)
     assert again.exit_code == 0, again.output
     assert "nothing to change" in again.output
     assert f"plan: {len(f.SCHEMA) + 6 + MONITORS} unchanged\n" in again.output
@@ -333,23 +328,18 @@ def test_cli_reports_a_broken_farm_file(settings: Settings, sandbox: Sandbox, tm
 def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
     settings: Settings, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    env = {
-        "GPUFARM_INCIDENT_WEBHOOK_URL": "http://127.0.0.1:9/fn/incident_webhook/",
-        "GPUFARM_IDLE_WEBHOOK_URL": "http://127.0.0.1:9/fn/idle_alert/",
-    }
-    farm = tmp_path / "farm.yaml"
-    farm.write_text(FARM_YAML)
+    farm = farm_file(tmp_path, FARM_YAML)
     runner = CliRunner()
     dry_json = ["datadog", "apply", "--dry-run", "--json"]
 
     # Without the farm configuration the dropdown fields are blocked: exit 1, and the JSON says which and why.
-    blocked = runner.invoke(cli, dry_json, env=env)
+    blocked = runner.invoke(cli, dry_json, env=APPLY_ENV)
     assert blocked.exit_code == 1
     document = json.loads(blocked.stdout)
     assert document["blocked"] == 3
     assert {c["name"] for c in document["changes"] if c["action"] == "blocked"} == {"team", "gpu_model", "environment"}
 
-    pending = runner.invoke(cli, [*dry_json, "--farm-config", str(farm)], env=env)
+    pending = runner.invoke(cli, [*dry_json, "--farm-config", str(farm)], env=APPLY_ENV)
     assert pending.exit_code == 3, pending.output
     plan = json.loads(pending.stdout)  # stdout holds the JSON document and nothing else
     assert (plan["dry_run"], plan["applied"], plan["pending"], plan["blocked"]) == (
@@ -369,7 +359,7 @@ def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
     }
     assert SECRET not in pending.stdout
 
-    applied = runner.invoke(cli, ["datadog", "apply", "--json", "--farm-config", str(farm)], env=env)
+    applied = runner.invoke(cli, ["datadog", "apply", "--json", "--farm-config", str(farm)], env=APPLY_ENV)
     assert applied.exit_code == 0, applied.output
     applied_plan = json.loads(applied.stdout)
     assert applied_plan["applied"] == len(f.SCHEMA) + 6 + MONITORS
@@ -377,7 +367,7 @@ def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
     assert [
         t["id"] for t in DatadogAdmin(settings).list_incident_types() if t["attributes"]["name"] == "GPU allocation"
     ] == [type_id]
-    clean = runner.invoke(cli, [*dry_json, "--farm-config", str(farm)], env=env)
+    clean = runner.invoke(cli, [*dry_json, "--farm-config", str(farm)], env=APPLY_ENV)
     assert clean.exit_code == 0, clean.output
     assert json.loads(clean.stdout)["counts"] == {
         "create": 0,
@@ -388,12 +378,12 @@ def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(
     }
 
     # A moved function URL: pending again, the difference named.
-    moved = {**env, "GPUFARM_IDLE_WEBHOOK_URL": "http://127.0.0.1:10/fn/idle_alert/"}
+    moved = {**APPLY_ENV, "GPUFARM_IDLE_WEBHOOK_URL": "http://127.0.0.1:10/fn/idle_alert/"}
     diff = runner.invoke(cli, [*dry_json, "--farm-config", str(farm)], env=moved)
     assert diff.exit_code == 3, diff.output
     updates = [c for c in json.loads(diff.stdout)["changes"] if c["action"] == "update"]
     assert [(c["kind"], c["name"], c["differences"]) for c in updates] == [("webhook", "gpufarm-idle", ["url"])]
-    text = runner.invoke(cli, ["datadog", "apply", "--dry-run", "--farm-config", str(farm)], env=env)
+    text = runner.invoke(cli, ["datadog", "apply", "--dry-run", "--farm-config", str(farm)], env=APPLY_ENV)
     assert text.exit_code == 0
     assert "dry run: nothing was changed (0 change(s) pending)" in text.output
 

@@ -18,7 +18,7 @@ from datadog_api_client.v2.model.metric_payload import MetricPayload
 from datadog_api_client.v2.model.metric_point import MetricPoint
 from datadog_api_client.v2.model.metric_resource import MetricResource
 from datadog_api_client.v2.model.metric_series import MetricSeries
-from helpers import Receiver, http
+from helpers import APPLY_ENV, Receiver, farm_file, http
 from pydantic import SecretStr
 
 from gpufarm.adapters.datadog import DatadogGateway
@@ -135,26 +135,21 @@ def test_a_changed_threshold_updates_in_place_and_prune_deletes_a_dropped_kind(
 def test_cli_apply_with_the_farm_config_dry_run_diff_and_prune(
     admin: DatadogAdmin, sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    farm = tmp_path / "farm.yaml"
-    farm.write_text(FARM_YAML)
-    env = {
-        "GPUFARM_INCIDENT_WEBHOOK_URL": "http://127.0.0.1:9/fn/incident_webhook/",
-        "GPUFARM_IDLE_WEBHOOK_URL": "http://127.0.0.1:9/fn/idle_alert/",
-    }
+    farm = farm_file(tmp_path, FARM_YAML)
     runner = CliRunner()
     base = ["datadog", "apply", "--farm-config", str(farm)]
-    pending = runner.invoke(cli, [*base, "--dry-run", "--json"], env=env)
+    pending = runner.invoke(cli, [*base, "--dry-run", "--json"], env=APPLY_ENV)
     assert pending.exit_code == 3, pending.output
     planned = [c for c in json.loads(pending.stdout)["changes"] if c["kind"] == "monitor"]
     assert len(planned) == 6 and {c["action"] for c in planned} == {"create"}
-    assert runner.invoke(cli, base, env=env).exit_code == 0
+    assert runner.invoke(cli, base, env=APPLY_ENV).exit_code == 0
     assert len(_ours(admin)) == 6
-    clean = runner.invoke(cli, [*base, "--dry-run"], env=env)
+    clean = runner.invoke(cli, [*base, "--dry-run"], env=APPLY_ENV)
     assert clean.exit_code == 0 and "(0 change(s) pending)" in clean.output
     farm.write_text(FARM_YAML + "    idle: {enabled: false}\n")
-    assert runner.invoke(cli, [*base, "--prune"], env=env).exit_code == 0
+    assert runner.invoke(cli, [*base, "--prune"], env=APPLY_ENV).exit_code == 0
     assert len(_ours(admin)) == 4
-    no_farm = runner.invoke(cli, ["datadog", "apply", "--prune"], env={**env, "GPUFARM_FARM_CONFIG": ""})
+    no_farm = runner.invoke(cli, ["datadog", "apply", "--prune"], env={**APPLY_ENV, "GPUFARM_FARM_CONFIG": ""})
     assert no_farm.exit_code != 0
 
 
