@@ -5,7 +5,7 @@ fed node-agent-shaped series, evaluates them per lease and host and calls the id
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -208,34 +208,31 @@ def _lease_hosts(sandbox_url: str) -> None:
         assert http(f"{sandbox_url}/api/v1/tags/hosts/{host}", "POST", {"tags": tags})[0] == 201
 
 
-def _judge_lease(
-    admin: DatadogAdmin,
-    client: ApiClient,
-    sandbox: Sandbox,
-    sandbox_url: str,
-    receiver_url: str,
-    *,
-    busy_hosts: set[str],
-    span: int,
-) -> None:
-    """Apply the farm's monitors, lease HOSTS as IR, feed `span` seconds of series, let one evaluation run."""
-    _apply(admin, _spec(FARM_YAML, receiver_url))
-    _lease_hosts(sandbox_url)
-    _feed(client, sandbox, busy_hosts=busy_hosts, span=span)
-    assert http(f"{sandbox_url}/_sandbox/clock", "POST", {"advance": 60})[0] == 200
-    assert sandbox.webhooks.drain(10)
+JudgeLease = Callable[[set[str], int], Receiver]
 
 
-def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(
-    admin: DatadogAdmin,
-    client: ApiClient,
-    sandbox: Sandbox,
-    sandbox_url: str,
-    receiver: tuple[Receiver, str],
-) -> None:
+@pytest.fixture
+def judge_lease(
+    admin: DatadogAdmin, client: ApiClient, sandbox: Sandbox, sandbox_url: str, receiver: tuple[Receiver, str]
+) -> JudgeLease:
+    """judge(busy_hosts, span): apply the farm's monitors, lease HOSTS as IR, feed `span` seconds of series
+    (the hosts in busy_hosts working), let one evaluation run; the receiver of the idle webhook's calls."""
     app, url = receiver
+
+    def judge(busy_hosts: set[str], span: int) -> Receiver:
+        _apply(admin, _spec(FARM_YAML, url))
+        _lease_hosts(sandbox_url)
+        _feed(client, sandbox, busy_hosts=busy_hosts, span=span)
+        assert http(f"{sandbox_url}/_sandbox/clock", "POST", {"advance": 60})[0] == 200
+        assert sandbox.webhooks.drain(10)
+        return app
+
+    return judge
+
+
+def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(judge_lease: JudgeLease) -> None:
     # 16 H100 on two hosts: the first host's 8 sat idle for 50 minutes, the second's 8 worked (avg by {ir}: 46 %).
-    _judge_lease(admin, client, sandbox, sandbox_url, url, busy_hosts={HOSTS[1]}, span=50 * 60)
+    app = judge_lease({HOSTS[1]}, 50 * 60)
     fired = [(b["alert_scope"], b["alert_transition"], IdleAlert.model_validate(b).idle_scope()) for b in app.bodies]
     scopes = {scope for scope, _, _ in fired}
     assert scopes == {f"gpu_ir:ir-{IR},host:{HOSTS[0]}"}, fired
@@ -263,14 +260,6 @@ def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(
         gateway.close()
 
 
-def test_a_fresh_lease_is_not_judged_during_the_startup_grace(
-    admin: DatadogAdmin,
-    client: ApiClient,
-    sandbox: Sandbox,
-    sandbox_url: str,
-    receiver: tuple[Receiver, str],
-) -> None:
-    app, url = receiver
+def test_a_fresh_lease_is_not_judged_during_the_startup_grace(judge_lease: JudgeLease) -> None:
     # Allocated ten minutes ago, nothing running yet: inside the 30-minute start-up grace.
-    _judge_lease(admin, client, sandbox, sandbox_url, url, busy_hosts=set(), span=10 * 60)
-    assert app.bodies == []
+    assert judge_lease(set(), 10 * 60).bodies == []
