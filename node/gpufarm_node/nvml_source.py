@@ -24,7 +24,9 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from itertools import repeat
+from operator import attrgetter
+from typing import Any, Final, Literal, cast
 
 import pynvml
 
@@ -115,6 +117,9 @@ _PROC_SAMPLE: Final = pynvml.c_nvmlProcessUtilizationSample_t
 _PROC_PID: Final = _PROC_SAMPLE.__dict__["pid"].__get__
 _PROC_TIME: Final = _PROC_SAMPLE.__dict__["timeStamp"].__get__
 _PROC_SM: Final = _PROC_SAMPLE.__dict__["smUtil"].__get__
+# The running-process lists come back as pynvml's friendly objects (plain attributes).
+_PID: Final = attrgetter("pid")
+_USED_MEMORY: Final = attrgetter("usedGpuMemory")
 
 
 def _fresh_samples(samples: list[Any], since: int, attr: str) -> tuple[int, float, int] | None:
@@ -391,23 +396,26 @@ class NvmlSource:
         procs = self._query(dev, scope + "processes", "nvmlDeviceGetComputeRunningProcesses", handle)
         if procs is _NA or not procs:
             return []
-        by_pid: dict[int, ProcessSample] = {}
-        for proc in procs:
-            pid = int(proc.pid)
-            memory = proc.usedGpuMemory
-            known = by_pid.get(pid)
-            if known is None:
-                by_pid[pid] = ProcessSample(pid, None if memory is None else int(memory))
-            elif memory is not None:
-                # A process with several contexts on one GPU is listed once per context.
-                known.used_memory = (known.used_memory or 0) + int(memory)
-        if with_util:
-            sm = self._process_util(dev)
-            if sm is not None:
-                for sample in by_pid.values():
-                    # A pid NVML did not sample had zero utilization in that period (nvml.h).
-                    sample.sm_util = sm.get(sample.pid, 0.0)
-        return list(by_pid.values())
+        pids = list(map(int, map(_PID, procs)))
+        memories: list[int | None] = list(map(_USED_MEMORY, procs))
+        if None in memories:
+            memories = [None if memory is None else int(memory) for memory in memories]
+        else:
+            memories = list(map(int, cast("list[int]", memories)))
+        if len(set(pids)) < len(pids):
+            # A process with several contexts on one GPU is listed once per context: one sample, memory summed.
+            summed: dict[int, int | None] = {}
+            for pid, memory in zip(pids, memories, strict=True):
+                if pid not in summed:
+                    summed[pid] = memory
+                elif memory is not None:
+                    summed[pid] = (summed[pid] or 0) + memory
+            pids, memories = list(summed), list(summed.values())
+        sm = self._process_util(dev) if with_util else None
+        if sm is None:
+            return list(map(ProcessSample, pids, memories))
+        # A pid NVML did not sample had zero utilization in that period (nvml.h).
+        return list(map(ProcessSample, pids, memories, map(sm.get, pids, repeat(0.0))))
 
     def _process_util(self, dev: _Device) -> dict[int, float] | None:
         if not dev.proc_ts:
