@@ -39,7 +39,8 @@ MAX_POINT_AGE_S = 3600
 MAX_RAW_BYTES = 5_000_000  # Datadog: 5,242,880 decompressed
 MAX_COMPRESSED_BYTES = 512_000
 _PREFIX_CACHE = 50_000
-_KEY = itemgetter(0, 2)  # (metric, tags) of a Series
+_METRIC = itemgetter(0)
+_TAGS = itemgetter(2)
 _VALUE = itemgetter(1)
 
 
@@ -172,8 +173,9 @@ class DatadogSender:
         self._failing = False
         # (metric, tags) -> the series' JSON up to its points, built once.
         self._prefixes: dict[tuple[str, tuple[str, ...]], str] = {}
-        # The last cycle shape seen by a push: its (metric, tags) list and their prefixes (None: a key repeats).
-        self._shape: tuple[list[tuple[str, tuple[str, ...]]], list[str] | None] = ([], None)
+        # The last cycle shape seen by a push: its metrics and tags, in order, and their prefixes (None: a key
+        # repeats).
+        self._shape: tuple[list[str], list[tuple[str, ...]], list[str] | None] = ([], [], None)
         # What was sent, for the benchmark and the demo.
         self.stats: Counter[str] = Counter()
 
@@ -260,17 +262,21 @@ class DatadogSender:
         if self._offset or not self._pending:
             return None
         first = self._pending[0][1]
-        keys = list(map(_KEY, first))
-        shape = self._prefixes_of(keys, first)
+        # Compared column by column: the builder hands out the same metric and tag objects every cycle, so each
+        # comparison is an identity check, and no (metric, tags) pair is made.
+        metrics, tags = list(map(_METRIC, first)), list(map(_TAGS, first))
+        shape = self._prefixes_of(metrics, tags, first)
         if shape is None:
             return None
         prefixes = shape
-        count = len(keys)
+        count = len(metrics)
         # Bytes: `{"series":[` and `]}`, each series' prefix, `]}` and a comma, each point and its comma.
         size = 16 + sum(map(len, prefixes)) + 3 * count
         columns: list[Any] = [prefixes]
         for timestamp, series in self._pending:
-            if series is not first and (len(series) != count or list(map(_KEY, series)) != keys):
+            if series is not first and (
+                len(series) != count or list(map(_METRIC, series)) != metrics or list(map(_TAGS, series)) != tags
+            ):
                 return None  # the node changed: merge point by point, as one batch
             values = list(map(_VALUE, series))
             if not all(map(math.isfinite, values)):
@@ -292,16 +298,19 @@ class DatadogSender:
         body = "".join(chain.from_iterable(zip(*columns, strict=True)))
         return f'{{"series":[{body[:-1]}]}}', count, count * cycles, size
 
-    def _prefixes_of(self, keys: list[tuple[str, tuple[str, ...]]], series: Sequence[Series]) -> list[str] | None:
+    def _prefixes_of(
+        self, metrics: list[str], tags: list[tuple[str, ...]], series: Sequence[Series]
+    ) -> list[str] | None:
         """The prefixes of a cycle's series in order; None when a series appears twice (its points merge then)."""
-        shape, found = self._shape
-        if keys == shape:
+        known_metrics, known_tags, found = self._shape
+        if metrics == known_metrics and tags == known_tags:
             return found
         known = self._prefixes
         found = None
+        keys = list(zip(metrics, tags, strict=True))
         if len(set(keys)) == len(keys):
             found = [known.get(key) or self._prefix(item) for key, item in zip(keys, series, strict=True)]
-        self._shape = (keys, found)
+        self._shape = (metrics, tags, found)
         return found
 
     def _point_by_point(self, limit: int) -> tuple[str, int, int, int]:
@@ -349,7 +358,7 @@ class DatadogSender:
         prefix = f'{encoded[:-1]},"resources":{self._resources},"points":['
         if len(self._prefixes) >= _PREFIX_CACHE:
             self._prefixes.clear()  # series churn (pids, containers): start over rather than grow forever
-            self._shape = ([], None)
+            self._shape = ([], [], None)
         self._prefixes[(item.metric, item.tags)] = prefix
         return prefix
 
