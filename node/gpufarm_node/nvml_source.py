@@ -117,6 +117,16 @@ _PROC_SAMPLE: Final = pynvml.c_nvmlProcessUtilizationSample_t
 _PROC_PID: Final = _PROC_SAMPLE.__dict__["pid"].__get__
 _PROC_TIME: Final = _PROC_SAMPLE.__dict__["timeStamp"].__get__
 _PROC_SM: Final = _PROC_SAMPLE.__dict__["smUtil"].__get__
+# The same for the structures read every cycle on every device or slice: memory (v2) and the GPM metrics' request
+# and answers. Numeric fields only, so the bytes -> str conversion those overrides exist for never applies.
+_MEMORY_V2: Final = pynvml.c_nvmlMemory_v2_t
+_MEMORY_V2_READ: Final = tuple(_MEMORY_V2.__dict__[name].__get__ for name in ("total", "used", "free", "reserved"))
+_GPM_GET: Final = pynvml.c_nvmlGpmMetricsGet_t
+_GPM_SET_SAMPLE1: Final = _GPM_GET.__dict__["sample1"].__set__
+_GPM_SET_SAMPLE2: Final = _GPM_GET.__dict__["sample2"].__set__
+_GPM_ENTRIES: Final = _GPM_GET.__dict__["metrics"].__get__
+_GPM_RETURN: Final = pynvml.c_nvmlGpmMetric_t.__dict__["nvmlReturn"].__get__
+_GPM_VALUE: Final = pynvml.c_nvmlGpmMetric_t.__dict__["value"].__get__
 # The running-process lists come back as pynvml's friendly objects (plain attributes).
 _PID: Final = attrgetter("pid")
 _USED_MEMORY: Final = attrgetter("usedGpuMemory")
@@ -379,6 +389,9 @@ class NvmlSource:
         # v2 carries `reserved`; older drivers lack the symbol, and then v1 answers (gpustat #141).
         info = self._query(dev, scope + "memory_v2", "nvmlDeviceGetMemoryInfo", handle, pynvml.nvmlMemory_v2)
         if info is not _NA:
+            if type(info) is _MEMORY_V2:
+                total, used, free, reserved = _MEMORY_V2_READ
+                return MemoryInfo(total(info), used(info), free(info), reserved(info))
             return MemoryInfo(int(info.total), int(info.used), int(info.free), int(info.reserved))
         if scope + "memory_v2" not in dev.unsupported:
             return None
@@ -523,14 +536,15 @@ class NvmlSource:
                 metrics.numMetrics = len(GPM_METRICS)
                 for i, (_, metric_id) in enumerate(GPM_METRICS):
                     metrics.metrics[i].metricId = metric_id
-            metrics.sample1 = pair.previous
-            metrics.sample2 = current
+            _GPM_SET_SAMPLE1(metrics, pair.previous)
+            _GPM_SET_SAMPLE2(metrics, current)
             if self._query(dev, "gpm_metrics", "nvmlGpmMetricsGet", metrics) is not _NA:
                 result = {}
+                entries = _GPM_ENTRIES(metrics)
                 for i, (name, _) in enumerate(GPM_METRICS):
-                    entry = metrics.metrics[i]
-                    if entry.nvmlReturn == pynvml.NVML_SUCCESS:
-                        result[name] = float(entry.value)
+                    entry = entries[i]
+                    if _GPM_RETURN(entry) == pynvml.NVML_SUCCESS:
+                        result[name] = float(_GPM_VALUE(entry))
         pair.previous, pair.spare, pair.taken_at = current, pair.previous, now
         return result
 
