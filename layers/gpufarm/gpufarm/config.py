@@ -69,7 +69,9 @@ class Settings(BaseModel):
     operators_usergroup: str | None = None
     operators_channel: str | None = None
     worker_function: str | None = None
-    public_url: str | None = Field(default=None, description="Base URL Datadog webhooks call (Function URLs)")
+    public_url: str | None = Field(
+        default=None, description="Base URL of the links messages carry; default https://app.<site>"
+    )
     incident_type: str = Field(
         default="GPU allocation",
         min_length=1,

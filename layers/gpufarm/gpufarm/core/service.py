@@ -31,6 +31,7 @@ from gpufarm.core.farm import FarmConfig, PoolKind
 from gpufarm.core.inventory import IR_KEY, GpuHost, tag_values
 from gpufarm.core.ir import format_ir, ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State, check_transition, state_for
+from gpufarm.core.links import Links
 from gpufarm.core.model import Allocation, GpuRequest, IncidentRecord, encode_host_gpus, isoformat
 from gpufarm.core.placement import free_capacity, place, pool_hosts, shared_usage
 from gpufarm.core.policy import (
@@ -107,6 +108,7 @@ class GpuFarm:
         operators_channel: str | None = None,
         metrics: MetricsSink | None = None,
         queue: WorkQueue | None = None,
+        links: Links | None = None,
     ) -> None:
         self.incidents = incidents
         self.hosts = hosts
@@ -117,6 +119,7 @@ class GpuFarm:
         self.operators_channel = operators_channel or farm.operators_channel
         self.metrics = metrics
         self.queue = queue
+        self.links = links or Links()
         # The view of the invocation running on each thread (the local function host runs several at once).
         self._local = threading.local()
 
@@ -452,11 +455,10 @@ class GpuFarm:
             return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
         where = f" {scope.describe()}" if scope is not None and scope.describe() else ""
         if alloc.phase is Phase.ALLOCATED and alloc.state is State.STABLE:
-            updated = self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(self.clock.now())})
-            self._tell(
-                updated.requester,
-                views.idle_warning(updated, self.farm.idle.grace_for(updated.environment, updated.team)),
-            )
+            now = self.clock.now()
+            updated = self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)})
+            policy = self.farm.idle.policy(updated.environment, updated.team)
+            self._tell(updated.requester, views.idle_warning(updated, policy, now, scope, self.links))
             return Outcome(ir, f"warned{where}")
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
             self._resolve(alloc, ReclaimReason.IDLE, by=None)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig, PoolKind
+from gpufarm.core.farm import FarmConfig, IdleKind, IdlePolicy, PoolKind
+from gpufarm.core.links import Links
 from gpufarm.core.model import MAX_GPU_COUNT, MAX_PURPOSE, Allocation
+from gpufarm.core.serial import IdleScope
 
 REQUEST_CALLBACK = "gpu_request"
 # Block ids of the modal's inputs; they match the request field names so a ValidationFailed(field) maps to a block.
@@ -298,16 +300,33 @@ def reclaimed(alloc: Allocation, reason: str, hosts: Sequence[str]) -> Message:
     return Message(text.replace("*", "").replace("`", ""), [section(text)])
 
 
-def idle_warning(alloc: Allocation, grace_minutes: int) -> Message:
-    """To the requester: the GPUs look idle; keep or release them."""
-    text = (
-        f":zzz: *{alloc.ir_label}* ({_what(alloc)}) has been idle. It will be reclaimed in {grace_minutes} minutes "
-        "unless it gets busy again or you keep it."
-    )
+def idle_warning(
+    alloc: Allocation,
+    policy: IdlePolicy,
+    warned_at: datetime,
+    scope: IdleScope | None = None,
+    links: Links | None = None,
+) -> Message:
+    """To the requester: which of the lease's GPUs look idle, how, since when, when they go back, and what Keep does.
+
+    Without a scope (an `ir:`-only alert from a hand-made monitor) the whole lease is said to look idle.
+    """
+    links = links or Links()
+    reclaim_at = warned_at + timedelta(minutes=policy.grace_minutes)
+    lines = [
+        f":zzz: *{alloc.ir_label}* ({_what(alloc)}) has been idle: {_idle_where(alloc, scope)}.",
+        f"*Seen:* {_idle_how(policy, scope)}.",
+        f"*Reclaim:* at {_when(reclaim_at)} ({policy.grace_minutes} min from now) unless it gets busy again "
+        "or you keep it; Release gives the GPUs back now.",
+        # The idle monitors re-notify every grace period while a group stays in alert (gpufarm.setup.monitors).
+        f"*Keep:* clears this warning; it holds until the monitors see it idle again (within {policy.grace_minutes} "
+        "min if the GPUs stay idle).",
+        f"<{links.incident(alloc.ir)}|Incident {alloc.ir_label}> · <{links.dashboard(alloc.ir)}|GPU metrics>",
+    ]
     return Message(
-        f"{alloc.ir_label} is idle and will be reclaimed in {grace_minutes} minutes",
+        f"{alloc.ir_label} is idle and will be reclaimed at {_when(reclaim_at)} unless you keep it",
         [
-            section(text),
+            section("\n".join(lines)),
             actions(
                 f"idle:{alloc.ir}",
                 button("Keep", ACTION_KEEP, alloc.ir_label, "primary"),
@@ -315,6 +334,62 @@ def idle_warning(alloc: Allocation, grace_minutes: int) -> Message:
             ),
         ],
     )
+
+
+# The few names a warning lists before it says how many more (a section holds 3000 characters).
+_MAX_NAMED = 8
+
+
+def _idle_where(alloc: Allocation, scope: IdleScope | None) -> str:
+    """`host gpu-a-01 (8 GPUs)`, `devices GPU-1234…, …`, or the whole lease when the alert named neither."""
+    if scope is not None and scope.devices:
+        noun = "device" if len(scope.devices) == 1 else "devices"
+        names = _named(f"`{d}`" for d in scope.devices)
+        on = f" on {_named(f'`{h}`' for h in scope.hosts)}" if scope.hosts else ""
+        return f"{noun} {names}{on}"
+    if scope is not None and scope.hosts:
+        noun = "host" if len(scope.hosts) == 1 else "hosts"
+        held = {h.lower(): n for h, n in alloc.host_gpus.items()}
+        return f"{noun} " + _named(
+            f"`{h}` ({held[h.lower()]} GPUs)" if held.get(h.lower()) else f"`{h}`" for h in scope.hosts
+        )
+    where = f" on {_named(f'`{h}`' for h in alloc.hosts)}" if alloc.hosts else ""
+    return f"the whole lease looks idle ({alloc.gpu_count} GPUs{where})"
+
+
+def _named(items: Iterable[str]) -> str:
+    names = list(items)
+    shown = ", ".join(names[:_MAX_NAMED])
+    return shown + (f" and {len(names) - _MAX_NAMED} more" if len(names) > _MAX_NAMED else "")
+
+
+def _idle_how(policy: IdlePolicy, scope: IdleScope | None) -> str:
+    """The idle kind in words with the measured value and the window: `no process on the GPUs (0 processes...)`."""
+    kind = _idle_kind(scope.kind if scope is not None else None)
+    window = scope.window_minutes if scope is not None and scope.window_minutes else None
+    if window is None and kind is not None:
+        window = policy.kinds[kind].window_minutes
+    over = f"over the last {window} min" if window else "over the monitor's window"
+    value = scope.value if scope is not None else None
+    if kind is IdleKind.IDLE:
+        measured = f"{value:g} compute processes" if value is not None else "no compute process"
+        return f"no process on the GPUs ({measured} {over})"
+    if kind is IdleKind.IDLE_HELD:
+        return f"memory held but the SMs idle (every sample {over})"
+    if kind is IdleKind.LOW_UTILIZATION:
+        threshold = policy.kinds[kind].threshold_percent
+        below = f"utilisation below {threshold:g} %" if threshold is not None else "low utilisation"
+        measured = f"{value:.3g} % mean" if value is not None else "the mean"
+        return f"{below} ({measured} {over})"
+    measured = f"value {value:g} " if value is not None else ""
+    return f"an idle monitor fired ({measured}{over})"
+
+
+def _idle_kind(name: str | None) -> IdleKind | None:
+    try:
+        return IdleKind(name) if name else None
+    except ValueError:
+        return None
 
 
 def status_message(alloc: Allocation) -> Message:

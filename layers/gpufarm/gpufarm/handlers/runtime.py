@@ -202,6 +202,7 @@ class Runtime:
 
     def service(self) -> GpuFarm:
         """The lifecycle use cases wired to this environment's adapters (farm re-read when it changes)."""
+        from gpufarm.core.links import Links
         from gpufarm.core.service import GpuFarm
 
         farm = self.farm()
@@ -218,6 +219,7 @@ class Runtime:
                     operators_channel=self.settings.operators_channel,
                     metrics=self._port("metrics"),
                     queue=self.queue(),
+                    links=Links.for_site(self.settings.datadog_site, self.settings.public_url),
                 )
                 self._parts["service"] = svc
             elif svc.farm is not farm:
