@@ -112,6 +112,7 @@ _EMPTY: Final = object()
 _SAMPLE: Final = pynvml.c_nvmlSample_t
 _SAMPLE_TIME: Final = _SAMPLE.__dict__["timeStamp"].__get__
 _SAMPLE_VALUE: Final = _SAMPLE.__dict__["sampleValue"].__get__
+_EXACT_SUM_FIELDS: Final = frozenset(("uiVal", "siVal", "usVal"))
 _VALUE_READERS: Final = {name: pynvml.c_nvmlValue_t.__dict__[name].__get__ for name in _VALUE_FIELDS.values()}
 _PROC_SAMPLE: Final = pynvml.c_nvmlProcessUtilizationSample_t
 _PROC_PID: Final = _PROC_SAMPLE.__dict__["pid"].__get__
@@ -140,6 +141,10 @@ def _fresh_samples(samples: list[Any], since: int, attr: str) -> tuple[int, floa
     else:  # anything else shaped like pynvml's samples
         stamps = [s.timeStamp for s in samples]
         values = [getattr(s.sampleValue, attr) for s in samples]
+    if stamps and attr in _EXACT_SUM_FIELDS and min(stamps) > since:
+        # Every sample is new (NVML answers only newer ones), and sums of a window of 32-bit integers stay far
+        # below 2**53, where integers are exact floats: the same total as adding them one by one as floats.
+        return max(stamps), float(sum(values)), len(values)
     fresh = [float(v) for t, v in zip(stamps, values, strict=True) if t > since]
     if not fresh:
         return None
