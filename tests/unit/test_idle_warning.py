@@ -123,7 +123,7 @@ def test_reclaim_time_keep_and_buttons_follow_the_policy(lease: Allocation) -> N
     policy = IdleSettings(grace_minutes=90).policy()
     message = views.idle_warning(lease, policy, WARNED_AT, IdleScope(hosts=("hpc-1",), kind="idle"))
     text = _text(message)
-    assert "*Reclaim:* at 2026-03-02 10:30 UTC (90 min from now) unless it gets busy again or you keep it" in text
+    assert "*Reclaim:* at 2026-03-02 10:30 UTC (the lease's 90 min grace) unless it gets busy again" in text
     assert "*Keep:* clears this warning; it holds until the monitors see it idle again (within 90 min" in text
     buttons = message.blocks[1]["elements"]
     assert [(b["text"]["text"], b["action_id"], b["value"]) for b in buttons] == [
@@ -169,6 +169,6 @@ def test_the_dm_carries_the_scope_and_the_services_links() -> None:
     assert "has been idle: host `hpc-2` (8 GPUs)." in text
     assert "*Seen:* utilisation below 5 % (1.25 % mean over the last 120 min)." in text
     # FARM_YAML's grace is 60 minutes from the warning, which the service records at its clock's now.
-    assert "*Reclaim:* at 2026-03-02 10:00 UTC (60 min from now)" in text
+    assert "*Reclaim:* at 2026-03-02 10:00 UTC (the lease's 60 min grace)" in text
     assert f"<http://sandbox.test/incidents/{alloc.ir}|Incident {alloc.ir_label}>" in text
     assert Allocation.from_record(incidents.by_ir(alloc.ir)).phase is Phase.IDLE_WARNED

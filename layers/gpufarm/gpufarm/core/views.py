@@ -316,7 +316,7 @@ def idle_warning(
     lines = [
         f":zzz: *{alloc.ir_label}* ({_what(alloc)}) has been idle: {_idle_where(alloc, scope)}.",
         f"*Seen:* {_idle_how(policy, scope)}.",
-        f"*Reclaim:* at {_when(reclaim_at)} ({policy.grace_minutes} min from now) unless it gets busy again "
+        f"*Reclaim:* at {_when(reclaim_at)} (the lease's {policy.grace_minutes} min grace) unless it gets busy again "
         "or you keep it; Release gives the GPUs back now.",
         # The idle monitors re-notify every grace period while a group stays in alert (gpufarm.setup.monitors).
         f"*Keep:* clears this warning; it holds until the monitors see it idle again (within {policy.grace_minutes} "
