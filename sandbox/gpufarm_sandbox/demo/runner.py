@@ -16,6 +16,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("foundation: incidents, host tags and metrics through the adapters", "gpufarm_sandbox.demo.foundation_stage"),
     ("lifecycle: request, approve, allocate, release from Slack", "gpufarm_sandbox.demo.lifecycle_stage"),
     ("node agents: NVML metrics attributed to each IR", "gpufarm_sandbox.demo.metrics_stage"),
+    ("idle reclaim and expiry: agent metrics through gpufarm's own monitors", "gpufarm_sandbox.demo.idle_stage"),
 )
 
 
