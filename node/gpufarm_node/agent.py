@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from gpufarm_node.attribution import Attributor, Workload
 from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
@@ -17,6 +18,7 @@ from gpufarm_node.registration import HostRegistrar
 from gpufarm_node.sender import Sender
 
 log = logging.getLogger("gpufarm_node.agent")
+_PID = attrgetter("pid")
 
 # A cycle allocates a few thousand short-lived containers (samples, series, tag lookups), nearly all freed by
 # reference counting the same cycle; at CPython's default (700) the collector ran 3-4 times a cycle and, with
@@ -94,12 +96,15 @@ class Agent:
     def _attribute(self, snap: NodeSnapshot) -> dict[int, Workload | None]:
         attributor = self.attributor
         attributor.begin_cycle()
-        workloads = attributor.workloads(
-            proc.pid
-            for gpu in snap.gpus
-            for group in (gpu.processes, *(m.processes for m in gpu.migs))
-            for proc in group
-        )
+        # Each device's pids, then each of its slices', in the snapshot's order; read by map, not a generator
+        # resumed per process.
+        pids: list[int] = []
+        extend = pids.extend
+        for gpu in snap.gpus:
+            extend(map(_PID, gpu.processes))
+            for mig in gpu.migs:
+                extend(map(_PID, mig.processes))
+        workloads = attributor.workloads(pids)
         attributor.end_cycle()
         return workloads
 

@@ -507,11 +507,13 @@ def _ir_tags(ir: str) -> tuple[str, ...]:
 
 def _majority_ir(processes: list[ProcessSample], workloads: Mapping[int, Workload | None]) -> str | None:
     """The IR whose processes hold most of a device's memory; ties go to the lowest IR, for stable answers."""
-    held: Counter[str] = Counter()
+    # A plain dict: Counter's constructor is Python code, and this runs for every device without an owner's IR.
+    held: dict[str, int] = {}
+    get = workloads.get
     for proc in processes:
-        workload = workloads.get(proc.pid)
+        workload = get(proc.pid)
         if workload is not None and workload.ir:
-            held[workload.ir] += (proc.used_memory or 0) + 1
+            held[workload.ir] = held.get(workload.ir, 0) + (proc.used_memory or 0) + 1
     if not held:
         return None
     return min(held, key=lambda ir: (-held[ir], ir))
