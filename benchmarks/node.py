@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -158,13 +159,34 @@ class TimedNvml:
         return self.spent + self.calls * self.overhead
 
 
+def bench_agent(
+    nvml: Any, fake: Any, workdir: str, sender: Any, clock: Callable[[], float], flush_interval: float
+) -> Any:
+    """The agent as the benchmarks run it: `nvml` (the fake, or a wrapper of it) on a fake host in `workdir`."""
+    from gpufarm_node.agent import Agent
+    from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
+    from gpufarm_node.fake_nvml import FakeHost
+    from gpufarm_node.nvml_source import NvmlSource
+
+    host = FakeHost(fake, workdir)
+    pods = PodMetadataFile(host.pods_file)
+    return Agent(
+        NvmlSource(nvml, clock=clock, xid_mode="poll"),
+        Attributor(ProcFs(host.proc_root), pods=pods, owners=PodResourcesOwners(host.pod_resources, pods)),
+        sender,
+        hostname="gpu-bench-01",
+        environment="aws-cloud",
+        cluster="bench",
+        clock=clock,
+        flush_interval=flush_interval,
+    )
+
+
 def child(url: str, cycles: int, flush_interval: float, encoding: str) -> dict[str, Any]:
     """Run the agent; returns CPU per cycle (excluding the fake) and peak RSS."""
-    from gpufarm_node.agent import Agent, settle_process
-    from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
+    from gpufarm_node.agent import settle_process
     from gpufarm_node.datadog import DatadogTarget, api_client
-    from gpufarm_node.fake_nvml import FakeHost, FakeNvml
-    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.fake_nvml import FakeNvml
     from gpufarm_node.sender import DatadogSender, SeriesIntake
     from gpufarm_node.topology import topology_from_dict
 
@@ -173,20 +195,9 @@ def child(url: str, cycles: int, flush_interval: float, encoding: str) -> dict[s
     fake = FakeNvml(topology_from_dict(topology(), seed="bench"), clock=clock)
     timed = TimedNvml(fake)
     with tempfile.TemporaryDirectory() as workdir:
-        host = FakeHost(fake, workdir)
-        pods = PodMetadataFile(host.pods_file)
         client = api_client(DatadogTarget(url, "bench-api-key", "bench-app-key"), max_retries=0)
         sender = DatadogSender(SeriesIntake(client, encoding), "gpu-bench-01", clock=clock)
-        agent = Agent(
-            NvmlSource(timed, clock=clock, xid_mode="poll"),
-            Attributor(ProcFs(host.proc_root), pods=pods, owners=PodResourcesOwners(host.pod_resources, pods)),
-            sender,
-            hostname="gpu-bench-01",
-            environment="aws-cloud",
-            cluster="bench",
-            clock=clock,
-            flush_interval=flush_interval,
-        )
+        agent = bench_agent(timed, fake, workdir, sender, clock, flush_interval)
         agent.start()
         settle_process()  # as the command line does before its first cycle
         costs, series = [], []

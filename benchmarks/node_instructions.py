@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 # benchmarks/node.py's topology and cadence: the script's own folder is first on sys.path.
-from node import CYCLE_S, topology
+from node import CYCLE_S, bench_agent, topology
 
 TARGET_INSTRUCTIONS = 9.5e6
 
@@ -70,10 +70,8 @@ class ReducedNvml:
 
 def child(cycles: int, flush_interval: float, reduced: bool) -> None:
     """Run the agent for `cycles` cycles (under callgrind when the parent asks)."""
-    from gpufarm_node.agent import Agent, settle_process
-    from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
-    from gpufarm_node.fake_nvml import FakeHost, FakeNvml
-    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.agent import settle_process
+    from gpufarm_node.fake_nvml import FakeNvml
     from gpufarm_node.sender import DatadogSender
     from gpufarm_node.topology import topology_from_dict
 
@@ -82,20 +80,9 @@ def child(cycles: int, flush_interval: float, reduced: bool) -> None:
     fake = FakeNvml(topology_from_dict(topology(), seed="bench"), clock=clock)
     nvml: Any = ReducedNvml(fake) if reduced else fake
     with tempfile.TemporaryDirectory() as workdir:
-        host = FakeHost(fake, workdir)
-        pods = PodMetadataFile(host.pods_file)
         intake = KeptIntake()
         sender = DatadogSender(intake, "gpu-bench-01", clock=clock)
-        agent = Agent(
-            NvmlSource(nvml, clock=clock, xid_mode="poll"),
-            Attributor(ProcFs(host.proc_root), pods=pods, owners=PodResourcesOwners(host.pod_resources, pods)),
-            sender,
-            hostname="gpu-bench-01",
-            environment="aws-cloud",
-            cluster="bench",
-            clock=clock,
-            flush_interval=flush_interval,
-        )
+        agent = bench_agent(nvml, fake, workdir, sender, clock, flush_interval)
         agent.start()
         settle_process()
         for _ in range(cycles):

@@ -168,16 +168,9 @@ class ProcFs:
         """Start time in clock ticks after boot; None when the process is gone."""
         # Read every cycle for every GPU process (PID reuse), so one read() call: procfs hands a file this
         # small over whole.
-        try:
-            fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY)
-        except OSError:
+        data = _read_once(f"{self.root}/{pid}/stat", 4096)
+        if data is None:
             return None
-        try:
-            data = os.read(fd, 4096)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
         # comm may hold spaces and parentheses: the fields start after the last ')'.
         fields = data.rpartition(b")")[2].split()
         try:
@@ -187,16 +180,9 @@ class ProcFs:
 
     def last_pid(self) -> int | None:
         """The pid allocation cursor: the last pid handed out (the last field of /proc/loadavg); None if unknown."""
-        try:
-            fd = os.open(f"{self.root}/loadavg", os.O_RDONLY)
-        except OSError:
+        data = _read_once(f"{self.root}/loadavg", 256)
+        if data is None:
             return None
-        try:
-            data = os.read(fd, 256)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
         fields = data.split()
         try:
             return int(fields[4]) if len(fields) == 5 else None
@@ -492,3 +478,17 @@ class Attributor:
     def cached(self) -> int:
         """Processes currently cached (for tests and the benchmark)."""
         return len(self._cache)
+
+
+def _read_once(path: str, size: int) -> bytes | None:
+    """A small procfs file in one read() call (procfs hands a file this small over whole); None when unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
