@@ -140,23 +140,24 @@ def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, 
     if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE):
         return None, f"already applied ({alloc.phase.value})"
     if cmd.op is Op.DECIDE:
-        if alloc.state is State.RESOLVED:
-            text = f"{label} has ended ({alloc.phase.value})."
-        else:
+        if alloc.state is not State.RESOLVED:
             return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="decided"), "again"
+        message = Message(f"{label} has ended ({alloc.phase.value}).")
     elif cmd.op is Op.APPROVE:
-        text = f"{label} approved; allocating hosts now."
+        message = views.approved_reply(alloc)
     elif cmd.op is Op.REJECT:
-        text = f"{label} rejected."
+        message = views.rejected_reply(alloc)
     elif cmd.op in (Op.RELEASE, Op.FORCE_RECLAIM):
-        reason = f" ({alloc.reclaim_reason.value})" if alloc.reclaim_reason else ""
-        text = f"{label} is being released{reason}; its hosts are freed shortly."
+        if alloc.reclaim_reason:
+            message = views.releasing_reply(alloc, alloc.reclaim_reason.value)
+        else:
+            message = Message(f"{label} is being released; its hosts are freed shortly.")
     elif cmd.op is Op.EXTEND:
         ends = isoformat(alloc.expires_at) if alloc.expires_at else "later"
-        text = f"{label} extended; it now ends {ends}."
+        message = Message(f"{label} extended; it now ends {ends}.")
     else:
-        text = f"{label} kept; the idle warning is cleared."
-    return Message(text), f"already applied: {text}"[:200]
+        message = views.kept_reply(alloc)
+    return message, f"already applied: {message.text}"[:200]
 
 
 def answer(svc: GpuFarm, command: IncidentCommand, message: Message, *, strict: bool = False) -> None:

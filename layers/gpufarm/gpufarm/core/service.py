@@ -253,7 +253,7 @@ class GpuFarm:
         updated = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor})
         self._update_operator_message(updated, f"Approved by <@{actor}>")
         self._tell(updated.requester, views.approved_notice(updated, actor))
-        return Message(f"{updated.ir_label} approved; allocating hosts now.")
+        return views.approved_reply(updated)
 
     @_invocation
     def reject(self, ir: int, actor: str, reason: str | None = None) -> Message:
@@ -264,7 +264,7 @@ class GpuFarm:
         updated = self._write(alloc, Phase.REJECTED, {})
         self._update_operator_message(updated, f"Rejected by <@{actor}>" + (f": {reason}" if reason else ""))
         self._tell(updated.requester, views.rejected_notice(updated, actor, reason))
-        return Message(f"{updated.ir_label} rejected.")
+        return views.rejected_reply(updated)
 
     @_invocation
     def release(self, ir: int, actor: str) -> Message:
@@ -309,7 +309,7 @@ class GpuFarm:
         if alloc.phase is not Phase.IDLE_WARNED:
             return Message(f"{alloc.ir_label} has no idle warning to clear ({alloc.phase.value}).")
         self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
-        return Message(f"{alloc.ir_label} kept; the idle warning is cleared.")
+        return views.kept_reply(alloc)
 
     @_invocation
     def allocation(self, ir: int) -> Allocation:
@@ -646,7 +646,7 @@ class GpuFarm:
             who = f" by <@{by}>" if by else ""
             self._update_operator_message(alloc, f"Cancelled{who}" + (f": {note}" if note else ""))
         log.info("%s resolved (%s)", alloc.ir_label, reason.value)
-        return Message(f"{alloc.ir_label} is being released ({_reason_text(reason)}); its hosts are freed shortly.")
+        return views.releasing_reply(alloc, _reason_text(reason))
 
     def _write(self, alloc: Allocation, phase: Phase, values: dict[str, object], *, check: bool = True) -> Allocation:
         if check:

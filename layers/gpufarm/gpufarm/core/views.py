@@ -211,6 +211,26 @@ def error_message(text: str) -> Message:
     return Message(f":warning: {text}", [section(f":warning: {text}")])
 
 
+def approved_reply(alloc: Allocation) -> Message:
+    """To the operator who approved (and to a redelivery of that approval)."""
+    return Message(f"{alloc.ir_label} approved; allocating hosts now.")
+
+
+def rejected_reply(alloc: Allocation) -> Message:
+    """To the operator who rejected (and to a redelivery of that rejection)."""
+    return Message(f"{alloc.ir_label} rejected.")
+
+
+def releasing_reply(alloc: Allocation, reason: str) -> Message:
+    """To whoever released or reclaimed: the incident is resolved, the webhook frees the hosts."""
+    return Message(f"{alloc.ir_label} is being released ({reason}); its hosts are freed shortly.")
+
+
+def kept_reply(alloc: Allocation) -> Message:
+    """To the requester who kept an idle-warned lease (and to a redelivery of that keep)."""
+    return Message(f"{alloc.ir_label} kept; the idle warning is cleared.")
+
+
 def working(text: str) -> Message:
     """The immediate ack while the worker does the slow part."""
     return Message(f":hourglass_flowing_sand: {text}")
