@@ -85,3 +85,27 @@ def test_a_unicode_digit_is_a_model_not_a_count() -> None:
     assert parse_command("request ² project=x").args == {"gpu_model": "²", "project": "x"}
     with pytest.raises(ValidationFailed):
         parse_ir("IR-" + "1" * 10)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("8", 8), ("0", 0), ("123456789", 123456789), ("²", None), ("٣", None), ("", None), ("-1", None), (" 8", None)],
+)
+def test_digits_read_back_are_ascii_and_bounded(text: str, expected: int | None) -> None:
+    assert bounded.ascii_digits(text) == expected
+    assert bounded.ascii_digits("9" * 10) is None
+    assert bounded.ascii_digits("9" * 18, max_digits=18) == int("9" * 18)
+
+
+def test_a_host_tag_or_field_with_unicode_or_endless_digits_is_skipped_not_a_crash() -> None:
+    from gpufarm.core.inventory import GpuHost
+    from gpufarm.core.model import decode_host_gpus
+    from gpufarm.core.reconcile import ir_numbers
+
+    tags = ["gpufarm:managed", "gpu_model:h100", "environment:hpc"]
+    assert GpuHost.from_tags("a", [*tags, "gpu_count:²"]) is None
+    assert GpuHost.from_tags("a", [*tags, "gpu_count:" + "9" * 5000]) is None
+    host = GpuHost.from_tags("a", [*tags, "gpu_count:8"])
+    assert host is not None and host.gpu_count == 8
+    assert decode_host_gpus(["h1=²", "h2=4", "h3=" + "1" * 5000]) == {"h2": 4}
+    assert ir_numbers(["ir-²", "ir-12", "ir-" + "1" * 5000]) == [12]

@@ -95,6 +95,18 @@ def whole_number(text: str, field: str, what: str, *, minimum: int = 1, maximum:
     return number
 
 
+def ascii_digits(text: str, max_digits: int = MAX_DIGITS) -> int | None:
+    """The number `text` spells in 1 to `max_digits` ASCII digits (no sign, no spaces); None for anything else.
+
+    For numbers inside values gpufarm reads back (host tags, incident fields, monitor ids), where a malformed one is
+    skipped rather than refused: `int()` alone would take '²' past `isdigit()` and fail, or spend time on thousands
+    of digits.
+    """
+    if 1 <= len(text) <= max_digits and text.isascii() and text.isdigit():
+        return int(text)
+    return None
+
+
 def is_whole_number(text: str) -> bool:
     """True when `text` reads as a whole number for whole_number (ASCII digits only)."""
     value = text.strip()

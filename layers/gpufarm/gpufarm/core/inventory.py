@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpufarm.core.bounded import ascii_digits
+
 MANAGED_TAG = "gpufarm:managed"
 GPU_MODEL_KEY = "gpu_model"
 GPU_COUNT_KEY = "gpu_count"
@@ -62,7 +64,8 @@ class GpuHost:
         model = tag_value(tag_list, GPU_MODEL_KEY)
         count = tag_value(tag_list, GPU_COUNT_KEY)
         env = tag_value(tag_list, ENVIRONMENT_KEY)
-        if not model or not count or not count.isdigit() or not env:
+        gpus = ascii_digits(count or "")
+        if not model or gpus is None or not env:
             return None
         cluster = tag_value(tag_list, CLUSTER_KEY) or "default"
-        return cls(name, model.upper(), int(count), env, cluster, tag_list)
+        return cls(name, model.upper(), gpus, env, cluster, tag_list)

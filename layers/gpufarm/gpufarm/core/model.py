@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from gpufarm.core import fields as f
+from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.errors import ValidationFailed
 from gpufarm.core.ir import format_ir, ir_tag
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
@@ -189,8 +190,9 @@ def decode_host_gpus(items: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in items:
         host, sep, count = item.rpartition("=")
-        if sep and host and count.isascii() and count.isdigit() and len(count) <= 9:
-            out[host] = int(count)
+        number = ascii_digits(count)
+        if sep and host and number is not None:
+            out[host] = number
     return out
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
 from gpufarm.core.inventory import IR_KEY, PROJECT_KEY, TEAM_KEY, normalize_tag, tag_values
 from gpufarm.core.ir import ir_tag_value
@@ -237,9 +238,9 @@ def ir_numbers(values: Iterable[str]) -> list[int]:
     """IR numbers of `ir-123` tag values (anything else skipped)."""
     out = []
     for value in values:
-        digits = value.removeprefix("ir-")
-        if digits.isascii() and digits.isdigit() and len(digits) <= 9:
-            out.append(int(digits))
+        number = ascii_digits(value.removeprefix("ir-"))
+        if number is not None:
+            out.append(number)
     return out
 
 

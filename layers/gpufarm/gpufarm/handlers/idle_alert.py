@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufarm.core import executor
+from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.farm import IdleKind
 from gpufarm.core.inventory import MANAGED_TAG
@@ -177,11 +178,11 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
 
 def _stale(runtime: rt.Runtime, alert: IdleAlert, transition: str) -> str | None:
     """Why the alert no longer holds (its monitor's group says otherwise now), or None."""
-    monitor_id = str(alert.alert_id or "").strip()
-    if not monitor_id.isdigit() or len(monitor_id) > 18:
+    monitor_id = ascii_digits(str(alert.alert_id or "").strip(), max_digits=18)
+    if monitor_id is None:
         return None
     try:
-        status = runtime.monitor_states().group_status(int(monitor_id), alert.scope_tags())
+        status = runtime.monitor_states().group_status(monitor_id, alert.scope_tags())
     except GpufarmError as exc:
         log.warning("idle alert: monitor %s state unknown (%s); acting on the alert as sent", monitor_id, exc)
         return None
