@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufarm.core.errors import GpufarmError, ValidationFailed
+from gpufarm.core.inventory_config import InventorySettings
 from gpufarm.core.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, Name
 
 _MODEL_RE = re.compile(GPU_MODEL_PATTERN)
@@ -236,9 +237,13 @@ class FarmConfig(_Strict):
     teams: dict[Name, TeamSpec] = Field(default_factory=dict)
     idle: IdleSettings = IdleSettings()
     defaults: Defaults = Defaults()
+    inventory: InventorySettings = InventorySettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
+        problems = self.inventory.problems({name: env.gpu_models for name, env in self.environments.items()})
+        if problems:
+            raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():
             for model in env.gpu_models:
                 if model not in self.gpu_models:

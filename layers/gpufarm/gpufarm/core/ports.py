@@ -183,3 +183,92 @@ class Clock(Protocol):
 
     def now(self) -> datetime:
         """Timezone-aware now."""
+
+
+# -- inventory sources (gpufarm.core.sources merges what they read) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SeenNode:
+    """A GPU node as one inventory source sees it: a cloud instance, a static entry, or a host with an agent.
+
+    `gpu_model` is None when the source could not say (an instance type it does not know, an answer without GPU
+    information): such a node is reported as unknown and never counted as a GPU of some other model.
+    """
+
+    source: str
+    id: str
+    # Names the node may appear under in Datadog's host list (instance id, private DNS name, computer name).
+    names: tuple[str, ...] = ()
+    region: str = ""
+    instance_type: str = ""
+    # The quota family the node counts against (EC2 `P`, `G`; Azure `standardNDSH100v5Family`), "" when none.
+    family: str = ""
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    vcpus: int = 0
+    environment: str | None = None
+    cluster: str | None = None
+    # True when the node itself reports (gpufarm-node's registration or the Datadog Agent's GPU check).
+    agent: bool = False
+    last_reported: float | None = None
+    # `ir-123` values of the incidents holding the node (agent hosts only: cloud sources do not know).
+    irs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CloudQuota:
+    """One cloud quota: a region's limit for a family of GPU instances, and what is in use against it."""
+
+    source: str
+    region: str
+    family: str
+    limit: float
+    used: float
+    unit: str = "vcpu"
+
+
+@dataclass(frozen=True)
+class CapacityReservation:
+    """Reserved capacity (an EC2 capacity reservation or capacity block): instances reserved and still free."""
+
+    source: str
+    region: str
+    id: str
+    instance_type: str
+    kind: str
+    total: int
+    available: int
+    gpu_model: str | None = None
+    gpus_per_instance: int = 0
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """A part of a source that could not be read (a region, a subscription); the rest of the reading stands."""
+
+    source: str
+    where: str
+    message: str
+    throttled: bool = False
+
+
+@dataclass(frozen=True)
+class SourceReading:
+    """What one inventory source read in one sync: nodes, quotas, reservations, errors, and the calls it made."""
+
+    source: str
+    nodes: tuple[SeenNode, ...] = ()
+    quotas: tuple[CloudQuota, ...] = ()
+    reservations: tuple[CapacityReservation, ...] = ()
+    errors: tuple[SourceError, ...] = ()
+    calls: int = 0
+
+
+class InventorySource(Protocol):
+    """Somewhere GPU nodes and quotas can be read from (Datadog hosts, AWS, Azure, a static list)."""
+
+    name: str
+
+    def read(self) -> SourceReading:
+        """Read everything once (paged, cached per run); failures of a part go into `errors`, never raise."""

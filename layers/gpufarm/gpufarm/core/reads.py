@@ -207,6 +207,14 @@ class Reads:
                 return list(info.tags_by_source.get(USER_SOURCE, ()))
         return None
 
+    def listed_info(self, host: str) -> HostInfo | None:
+        """A host as the host list gave it (its report time included); None when no listing read so far holds it."""
+        for listing in self._listed.values():
+            info = listing.get(host)
+            if info is not None:
+                return info
+        return None
+
     def tagged(self, host: str, user_tags: Iterable[str]) -> None:
         """A host's `user` tags as a write of this invocation left them."""
         tags = tuple(user_tags)

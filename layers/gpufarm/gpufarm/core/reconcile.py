@@ -25,6 +25,7 @@ from gpufarm.core.lifecycle import Phase, ReclaimReason
 from gpufarm.core.model import Allocation
 from gpufarm.core.ports import MetricPoint, MetricSeries
 from gpufarm.core.serial import IncidentCommand, Op, pool_group
+from gpufarm.core.sources import Ledger, StaticSource, agent_node, ledger_series, merge, read_all
 from gpufarm.core.views import Message
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class SyncReport:
     allocated: list[int] = field(default_factory=list)
     pools_queued: list[str] = field(default_factory=list)
     series: int = 0
+    # What the inventory sources found: nodes without an agent, down hosts, unknown nodes, sources skipped.
+    inventory: dict[str, Any] = field(default_factory=dict)
 
 
 def shards_for(hosts: int) -> int:
@@ -115,8 +118,27 @@ def sync(svc: GpuFarm) -> SyncReport:
             report.tags_restored += repair.restored
             report.conflicts += repair.conflicts
             report.allocated += [o.ir for o in repair.outcomes if o.action == "allocated"]
-    report.series = publish_gauges(svc)
+    ledger = read_ledger(svc)
+    report.inventory = ledger.summary()
+    report.series = publish_gauges(svc, ledger)
     return report
+
+
+def read_ledger(svc: GpuFarm) -> Ledger:
+    """Every inventory source read once and merged with the registered hosts (gpufarm.core.sources)."""
+    settings = svc.farm.inventory
+    sources = [*([StaticSource(settings.static)] if settings.static else []), *svc.sources]
+    readings = read_all(sources)
+    reads = svc._reads()
+    agents = [agent_node(h, reads.listed_info(h.name)) for h in svc._inventory()]
+    now = svc.clock.now().timestamp()
+    return merge(
+        agents,
+        readings,
+        now=now,
+        down_after_minutes=settings.down_after_minutes,
+        environments=svc.farm.environments,
+    )
 
 
 def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int = 1) -> Repair:
@@ -179,10 +201,16 @@ def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int =
     return repair
 
 
-def publish_gauges(svc: GpuFarm) -> int:
-    """Quota (entitled / allocated per team, pool, model) and inventory (total / free per pool, model) gauges."""
+def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None) -> int:
+    """Quota (entitled / allocated per team, pool, model), inventory (total / free per pool, model) and ledger gauges.
+
+    The ledger's (gpufarm.core.sources.LEDGER_GAUGES: down, no agent, cloud quotas, source errors) are read here
+    when the caller did not read it already.
+    """
     if svc.metrics is None:
         return 0
+    if ledger is None:
+        ledger = read_ledger(svc)
     live = svc._live()
     ts = int(svc.clock.now().timestamp())
     series: list[MetricSeries] = []
@@ -205,6 +233,7 @@ def publish_gauges(svc: GpuFarm) -> int:
         tags = metric_tags(environment=env, gpu_model=model)
         gauge("gpufarm.inventory.gpus.total", total, tags)
         gauge("gpufarm.inventory.gpus.free", free, tags)
+    series += ledger_series(ledger, ts)
     if series:
         svc.metrics.submit(series)
     return len(series)

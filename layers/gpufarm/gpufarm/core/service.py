@@ -48,7 +48,7 @@ from gpufarm.core.policy import (
     over_hard_limit,
     team_usage,
 )
-from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, MetricsSink, WorkQueue
+from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, InventorySource, MetricsSink, WorkQueue
 from gpufarm.core.reads import Reads, live_query
 from gpufarm.core.reconcile import (
     HOLDING_PHASES,
@@ -58,6 +58,7 @@ from gpufarm.core.reconcile import (
     ir_numbers,
 )
 from gpufarm.core.serial import IdleScope
+from gpufarm.core.sources import down_hosts
 from gpufarm.core.views import Message, QuotaRow
 
 log = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ class GpuFarm:
         metrics: MetricsSink | None = None,
         queue: WorkQueue | None = None,
         links: Links | None = None,
+        sources: Sequence[InventorySource] = (),
     ) -> None:
         self.incidents = incidents
         self.hosts = hosts
@@ -120,6 +122,8 @@ class GpuFarm:
         self.metrics = metrics
         self.queue = queue
         self.links = links or Links()
+        # Inventory sources besides the registered hosts (AWS, Azure): read by the sync (gpufarm.core.sources).
+        self.sources: Sequence[InventorySource] = tuple(sources)
         # The view of the invocation running on each thread (the local function host runs several at once).
         self._local = threading.local()
 
@@ -385,7 +389,7 @@ class GpuFarm:
             # First come, first served per model: a newer request does not overtake a waiting one.
             return self._go_waiting(alloc)
         me = ir_tag_value(alloc.ir)
-        excluded: set[str] = set()
+        excluded: set[str] = self._down(env_name)  # silent nodes get nothing (gpufarm.core.sources)
         for _ in range(MAX_REPLANS):
             hosts = [h for h in pool_hosts(self._inventory(env_name), env_name, model) if h.name not in excluded]
             used = self._units_used(env_name, env.kind, hosts, exclude_ir=alloc.ir)
@@ -528,6 +532,15 @@ class GpuFarm:
     def _inventory(self, environment: str | None = None) -> list[GpuHost]:
         """Managed hosts of a pool, or all, as this invocation lists them."""
         return self._reads().inventory(environment)
+
+    def _down(self, environment: str) -> set[str]:
+        """Hosts of a pool silent past the farm's inventory.down_after_minutes (none without that policy)."""
+        minutes = self.farm.inventory.down_after_minutes
+        if minutes is None:
+            return set()
+        reads = self._reads()
+        infos = [reads.listed_info(h.name) for h in self._inventory(environment)]
+        return down_hosts([i for i in infos if i is not None], self.clock.now().timestamp(), minutes)
 
     def _inventory_summary(self) -> dict[tuple[str, str], tuple[int, int]]:
         """Free and total GPUs per pool and model (the whole inventory, and the live incidents of shared pools)."""
