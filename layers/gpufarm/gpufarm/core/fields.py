@@ -78,6 +78,13 @@ SLACK_MESSAGE = "slack_message"
 # so a command redelivered after its write landed (its call still failed) is answered, not applied twice.
 LAST_COMMANDS = "gpufarm_last_commands"
 LAST_COMMANDS_KEPT = 10
+# The lease's audit trail: one line per step, appended in the same PATCH as the change (gpufarm.core.history).
+HISTORY = "gpufarm_history"
+# Bounded keeps and operator exemptions (gpufarm.core.keeps).
+KEEP_COUNT = "keep_count"
+KEPT_UNTIL = "kept_until"
+EXEMPT_UNTIL = "exempt_until"
+EXEMPT_BY = "exempt_by"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -112,6 +119,16 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTARRAY,
         "Ids of the last gpufarm commands applied (a redelivered one is not applied twice)",
     ),
+    FieldSpec(
+        HISTORY,
+        "GPU lease history",
+        FieldKind.TEXTARRAY,
+        "Every step of the lease, one line each: time, actor, step, details (append-only)",
+    ),
+    FieldSpec(KEEP_COUNT, "Keeps used", FieldKind.TEXTBOX, "How many times Keep answered an idle warning"),
+    FieldSpec(KEPT_UNTIL, "Kept until", FieldKind.TEXTBOX, "ISO 8601 UTC time the last Keep holds idle reclaim off"),
+    FieldSpec(EXEMPT_UNTIL, "Exempt until", FieldKind.TEXTBOX, "ISO 8601 UTC end of an operator's idle exemption"),
+    FieldSpec(EXEMPT_BY, "Exempted by", FieldKind.TEXTBOX, "Slack user id of the operator who granted the exemption"),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

@@ -135,6 +135,11 @@ class Allocation(BaseModel):
     request_id: str | None = None
     slack_channel: str | None = None
     slack_message: str | None = None
+    history: tuple[str, ...] = ()
+    keep_count: int = 0
+    kept_until: datetime | None = None
+    exempt_until: datetime | None = None
+    exempt_by: str | None = None
     modified: datetime | None = None
 
     @property
@@ -176,6 +181,11 @@ class Allocation(BaseModel):
             request_id=_text(v.get(f.REQUEST_ID)),
             slack_channel=_text(v.get(f.SLACK_CHANNEL)),
             slack_message=_text(v.get(f.SLACK_MESSAGE)),
+            history=tuple(_list(v.get(f.HISTORY))),
+            keep_count=_int(v.get(f.KEEP_COUNT)) or 0,
+            kept_until=parse_time(_text(v.get(f.KEPT_UNTIL))),
+            exempt_until=parse_time(_text(v.get(f.EXEMPT_UNTIL))),
+            exempt_by=_text(v.get(f.EXEMPT_BY)),
             modified=record.modified,
         )
 

@@ -17,8 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpufarm.core import history
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
+from gpufarm.core.history import Step
 from gpufarm.core.inventory import IR_KEY, PROJECT_KEY, TEAM_KEY, normalize_tag, tag_values
 from gpufarm.core.ir import ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason
@@ -172,6 +174,7 @@ def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int =
     for alloc in sorted(live.values(), key=lambda a: a.ir):
         if alloc.phase not in HOLDING_PHASES:
             continue
+        restored: list[str] = []
         for name in alloc.hosts:
             if shard_of(name, shards) != shard:
                 continue
@@ -188,6 +191,11 @@ def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int =
             missing = [t for t in allocation_tags([alloc]) if t not in current]
             svc._put_tags(name, [*current, *missing])
             repair.restored += [f"{name}:{t}" for t in missing]
+            restored.append(f"{', '.join(missing)} on {name}")
+        if restored:
+            # The lease's own record of the drift the sync put right (gpufarm.core.history).
+            step = svc._step(history.SYNC, Step.REPAIRED, "restored " + "; ".join(restored))
+            svc._write(alloc, alloc.phase, {}, step=step)
     if repair.conflicts:
         log.error("dedicated hosts claimed by two incidents: %s", "; ".join(repair.conflicts))
         svc._post_operators(

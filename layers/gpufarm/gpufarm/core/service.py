@@ -25,9 +25,10 @@ from datetime import timedelta
 from typing import Concatenate, ParamSpec, TypeVar
 
 from gpufarm.core import fields as f
-from gpufarm.core import reconcile, views
+from gpufarm.core import history, reconcile, views
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfig, PoolKind
+from gpufarm.core.history import Step
 from gpufarm.core.inventory import IR_KEY, GpuHost, tag_values
 from gpufarm.core.ir import format_ir, ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State, check_transition, state_for
@@ -172,9 +173,10 @@ class GpuFarm:
         record = self.incidents.find_by_request_id(request.request_id)
         act = record is not None  # a retry of an attempt that may have died before its decision was asked for
         if record is None:
+            requested = history.entry(self.clock.now(), request.requester, Step.REQUESTED, _asked(request))
             created = self.incidents.create(
                 request.title(),
-                request.to_fields(Phase.REQUESTED, self.clock.now()),
+                {**request.to_fields(Phase.REQUESTED, self.clock.now()), f.HISTORY: [requested.line()]},
                 initial_note=f"Requested from Slack by <@{request.requester}>",
             )
             record = self._first_for(request.request_id, created)
@@ -210,7 +212,7 @@ class GpuFarm:
         capacity = self._reads().capacity(env, model, ask.gpu_count)
         decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
         if decision.verdict is Verdict.REFUSE:
-            self._write(alloc, Phase.REJECTED, {})
+            self._write(alloc, Phase.REJECTED, {}, step=self._step(history.POLICY, Step.REFUSED, decision.reason))
             title = f"{alloc.title} (refused: {decision.reason})"[:250]
             self._reads().wrote(self.incidents.update(alloc.incident_id, {}, title=title))
             log.info("%s refused by policy: %s", alloc.ir_label, decision.reason)
@@ -219,7 +221,8 @@ class GpuFarm:
             )
             return Message(text, [views.section(text)])
         if decision.verdict is Verdict.APPROVE:
-            alloc = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER})
+            approved = self._step(history.POLICY, Step.APPROVED, decision.reason)
+            alloc = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER}, step=approved)
             self._post_operators(views.operator_decided(alloc, f"Approved by policy: {decision.reason}"))
         else:
             self._ask_operators(alloc, decision.reason)
@@ -254,7 +257,7 @@ class GpuFarm:
         over = over_hard_limit(ask, self.farm, team_used=team_usage(live, ask.team, ask.environment, model))
         if over:
             raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
-        updated = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor})
+        updated = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor}, step=self._step(actor, Step.APPROVED))
         self._update_operator_message(updated, f"Approved by <@{actor}>")
         self._tell(updated.requester, views.approved_notice(updated, actor))
         return views.approved_reply(updated)
@@ -265,7 +268,8 @@ class GpuFarm:
         authorize(Action.REJECT, actor, self._operators())
         alloc = self._get(ir)
         self._expect_phase(alloc, Phase.REQUESTED, "rejected")
-        updated = self._write(alloc, Phase.REJECTED, {})
+        rejected = self._step(actor, Step.REJECTED, f"reason: {reason}" if reason else "no reason given")
+        updated = self._write(alloc, Phase.REJECTED, {}, step=rejected)
         self._update_operator_message(updated, f"Rejected by <@{actor}>" + (f": {reason}" if reason else ""))
         self._tell(updated.requester, views.rejected_notice(updated, actor, reason))
         return views.rejected_reply(updated)
@@ -296,10 +300,12 @@ class GpuFarm:
         add = extension_days(alloc, self.farm, days)
         base = alloc.expires_at or self.clock.now()
         expires = base + timedelta(days=add)
+        was = isoformat(alloc.expires_at) if alloc.expires_at else "unset"
         updated = self._write(
             alloc,
             alloc.phase,
             {f.EXPIRES_AT: isoformat(expires), f.DURATION_DAYS: str((alloc.duration_days or 0) + add)},
+            step=self._step(actor, Step.EXTENDED, f"{was} -> {isoformat(expires)} (+{add} days)"),
         )
         return Message(f"{updated.ir_label} extended by {add} days; it now ends {isoformat(expires)}.")
 
@@ -312,7 +318,7 @@ class GpuFarm:
             return Message(f"{_ended(alloc)}; nothing to keep.")
         if alloc.phase is not Phase.IDLE_WARNED:
             return Message(f"{alloc.ir_label} has no idle warning to clear ({alloc.phase.value}).")
-        self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
+        self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None}, step=self._step(actor, Step.KEPT))
         return views.kept_reply(alloc)
 
     @_invocation
@@ -420,8 +426,16 @@ class GpuFarm:
             self._untag_host(host, alloc)
         reason = alloc.reclaim_reason or ReclaimReason.RESOLVED_IN_DATADOG
         check_transition(Phase.RECLAIMING, Phase.RECLAIMED)
+        if alloc.phase is Phase.RECLAIMING:
+            freed = self._step(history.GPUFARM, Step.FREED, f"hosts: {', '.join(hosts) or 'none'}")
+        else:  # resolved in Datadog's UI: nobody went through gpufarm, so this is where the reclaim is recorded
+            freed = self._step(history.DATADOG, Step.RECLAIMED, f"reason: {reason.value}", f"hosts: {', '.join(hosts)}")
         updated = self._write(
-            alloc, Phase.RECLAIMED, {f.HOSTS: [], f.HOST_GPUS: [], f.RECLAIM_REASON: reason.value}, check=False
+            alloc,
+            Phase.RECLAIMED,
+            {f.HOSTS: [], f.HOST_GPUS: [], f.RECLAIM_REASON: reason.value},
+            check=False,
+            step=freed,
         )
         message = views.reclaimed(updated, _reason_text(reason), hosts)
         self._tell(updated.requester, message)
@@ -460,7 +474,11 @@ class GpuFarm:
         where = f" {scope.describe()}" if scope is not None and scope.describe() else ""
         if alloc.phase is Phase.ALLOCATED and alloc.state is State.STABLE:
             now = self.clock.now()
-            updated = self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)})
+            evidence = scope.describe() if scope is not None else ""
+            warned = self._step(
+                history.MONITOR, Step.WARNED, f"kind {(scope.kind if scope else None) or 'idle'}", evidence
+            )
+            updated = self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)}, step=warned)
             policy = self.farm.idle.policy(updated.environment, updated.team)
             self._tell(updated.requester, views.idle_warning(updated, policy, now, scope, self.links))
             return Outcome(ir, f"warned{where}")
@@ -478,7 +496,8 @@ class GpuFarm:
             return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
         if alloc.phase is not Phase.IDLE_WARNED or alloc.state is State.RESOLVED:
             return Outcome(ir, f"nothing to do ({alloc.phase.value})")
-        updated = self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None})
+        busy = self._step(history.MONITOR, Step.RECOVERED, scope.describe() if scope is not None else "")
+        updated = self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None}, step=busy)
         self._tell(updated.requester, Message(f"{updated.ir_label} is busy again; the idle warning is cleared."))
         return Outcome(ir, "recovered")
 
@@ -636,10 +655,12 @@ class GpuFarm:
     def _allocated(self, alloc: Allocation, plan: dict[str, int]) -> Outcome:
         hosts = sorted(plan)
         expires = self.clock.now() + timedelta(days=alloc.duration_days or self.farm.defaults.duration_days)
+        where = ", ".join(f"{h} ({plan[h]} GPUs)" for h in hosts)
         updated = self._write(
             alloc,
             Phase.ALLOCATED,
             {f.HOSTS: hosts, f.HOST_GPUS: encode_host_gpus(plan), f.EXPIRES_AT: isoformat(expires)},
+            step=self._step(history.GPUFARM, Step.ALLOCATED, f"hosts: {where}", f"until {isoformat(expires)}"),
         )
         self._tell(updated.requester, views.allocated(updated))
         return Outcome(alloc.ir, "allocated", tuple(hosts))
@@ -647,27 +668,60 @@ class GpuFarm:
     def _go_waiting(self, alloc: Allocation) -> Outcome:
         if alloc.phase is Phase.WAITING:
             return Outcome(alloc.ir, "waiting (still)")
-        updated = self._write(alloc, Phase.WAITING, {})
+        position = self._queue_position(alloc)
+        updated = self._write(alloc, Phase.WAITING, {}, step=self._step(history.GPUFARM, Step.WAITING, position))
         self._tell(updated.requester, views.waiting(updated))
         return Outcome(alloc.ir, "waiting")
 
     def _resolve(self, alloc: Allocation, reason: ReclaimReason, *, by: str | None, note: str | None = None) -> Message:
         if alloc.state is State.RESOLVED or alloc.phase in (Phase.RECLAIMING, Phase.RECLAIMED, Phase.REJECTED):
             raise Conflict(f"{alloc.ir_label} has already ended ({alloc.phase.value})")
-        self._write(alloc, Phase.RECLAIMING, {f.RECLAIM_REASON: reason.value})
+        self._write(alloc, Phase.RECLAIMING, {f.RECLAIM_REASON: reason.value}, step=self._ended_step(reason, by, note))
         if alloc.phase is Phase.REQUESTED and alloc.slack_message:
             who = f" by <@{by}>" if by else ""
             self._update_operator_message(alloc, f"Cancelled{who}" + (f": {note}" if note else ""))
         log.info("%s resolved (%s)", alloc.ir_label, reason.value)
         return views.releasing_reply(alloc, _reason_text(reason))
 
-    def _write(self, alloc: Allocation, phase: Phase, values: dict[str, object], *, check: bool = True) -> Allocation:
+    def _write(
+        self,
+        alloc: Allocation,
+        phase: Phase,
+        values: dict[str, object],
+        *,
+        check: bool = True,
+        step: history.Entry | None = None,
+    ) -> Allocation:
         if check:
             check_transition(alloc.phase, phase)
+        if step is not None:
+            # The step is recorded in the same PATCH as the change it describes (gpufarm.core.history).
+            values = {**values, f.HISTORY: history.appended(alloc.history, step)}
         record = self.incidents.update(
             alloc.incident_id, {f.STATE: state_for(phase).value, f.PHASE: phase.value, **values}
         )
         return self._reads().wrote(record)
+
+    def _step(self, actor: str | None, step: Step, *details: str) -> history.Entry:
+        """A history entry for a step taken now."""
+        return history.entry(self.clock.now(), actor, step, *details)
+
+    def _ended_step(self, reason: ReclaimReason, by: str | None, note: str | None) -> history.Entry:
+        """The history entry of a lease ending: released, cancelled, or reclaimed with its reason and note."""
+        if reason is ReclaimReason.RELEASED:
+            return self._step(by, Step.RELEASED)
+        if reason is ReclaimReason.CANCELLED:
+            return self._step(by, Step.CANCELLED)
+        actor = by or (history.MONITOR if reason is ReclaimReason.IDLE else history.SYNC)
+        return self._step(actor, Step.RECLAIMED, f"reason: {reason.value}", f"note: {note}" if note else "")
+
+    def _queue_position(self, alloc: Allocation) -> str:
+        """`position 2 of 3 for H100`: where a waiting request stands in its pool's queue for its model."""
+        model = (alloc.gpu_model or "").upper()
+        waiting = [a.ir for a in self._live(alloc.environment, phases={Phase.WAITING}) if a.gpu_model == model]
+        ahead = sum(1 for n in waiting if n < alloc.ir)
+        total = len({*waiting, alloc.ir})
+        return f"position {ahead + 1} of {total} for {model or 'its model'}"
 
     def _expect_phase(self, alloc: Allocation, phase: Phase, verb: str) -> None:
         if alloc.phase is not phase:
@@ -693,8 +747,11 @@ class GpuFarm:
         name = self.chat.user_name(alloc.requester) if alloc.requester else None
         message = views.operator_request(alloc, reason, name)
         ts = self.chat.post_message(self.operators_channel, message.text, message.blocks)
+        asked = history.appended(alloc.history, self._step(history.POLICY, Step.ASKED, reason))
         self._reads().wrote(
-            self.incidents.update(alloc.incident_id, {f.SLACK_MESSAGE: f"{self.operators_channel}/{ts}"})
+            self.incidents.update(
+                alloc.incident_id, {f.SLACK_MESSAGE: f"{self.operators_channel}/{ts}", f.HISTORY: asked}
+            )
         )
 
     def _update_operator_message(self, alloc: Allocation, outcome: str) -> None:
@@ -732,6 +789,14 @@ def _undecided(alloc: Allocation) -> bool:
         and alloc.phase is Phase.REQUESTED
         and not alloc.approved_by
         and not alloc.slack_message
+    )
+
+
+def _asked(request: GpuRequest) -> str:
+    """`4x H100 in onprem-hpc for 7 days, team nlp, project llm-ko`: what a request asked for, for its history."""
+    return (
+        f"{request.gpu_count}x {request.gpu_model} in {request.environment} for {request.duration_days} days, "
+        f"team {request.team}, project {request.project}"
     )
 
 

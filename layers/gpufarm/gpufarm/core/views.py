@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from gpufarm.core import history
 from gpufarm.core.farm import FarmConfig, IdleKind, IdlePolicy, PoolKind
 from gpufarm.core.links import Links
 from gpufarm.core.model import MAX_GPU_COUNT, MAX_PURPOSE, Allocation
@@ -430,9 +431,36 @@ def status_message(alloc: Allocation) -> Message:
         lines.append(f">{alloc.purpose}")
     text = "\n".join(lines)
     blocks = [section(text)]
+    trail = history_lines(alloc)
+    blocks.extend(section(chunk) for chunk in _chunks(trail, MAX_SECTION_TEXT - 100, MAX_MESSAGE_BLOCKS - 3))
     if alloc.phase.value in ("allocated", "idle-warned"):
         blocks.append(_owner_buttons(alloc))
-    return Message(text.replace("*", ""), blocks)
+    full = "\n".join([text, *trail])
+    return Message(full.replace("*", ""), blocks)
+
+
+def history_lines(alloc: Allocation) -> list[str]:
+    """`History (n entries):` and one line per step, oldest first, as `/gpu status` prints them."""
+    if not alloc.history:
+        return []
+    return [f"*History* ({len(alloc.history)} entries):", *(f"• {line}" for line in history.shown(alloc.history))]
+
+
+def _chunks(lines: Sequence[str], limit: int, most: int) -> list[str]:
+    """Lines packed into at most `most` texts of at most `limit` characters (the oldest dropped, said so)."""
+    out: list[str] = []
+    current: list[str] = []
+    for line in lines:
+        if current and sum(len(x) + 1 for x in current) + len(line) > limit:
+            out.append("\n".join(current))
+            current = []
+        current.append(line[:limit])
+    if current:
+        out.append("\n".join(current))
+    if len(out) > most:
+        note = f"({len(out) - most + 1} sections of older entries are in the incident's history field)"
+        out = [note, *out[-most + 1 :]]
+    return out
 
 
 def list_message(title: str, allocations: Sequence[Allocation]) -> Message:
