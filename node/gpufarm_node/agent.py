@@ -14,7 +14,7 @@ from operator import attrgetter
 from gpufarm_node.attribution import Attributor, Workload
 from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
 from gpufarm_node.model import NodeSnapshot, SnapshotSource
-from gpufarm_node.registration import HostRegistrar
+from gpufarm_node.registration import HostRegistrar, unit_tags
 from gpufarm_node.sender import Sender
 
 log = logging.getLogger("gpufarm_node.agent")
@@ -78,7 +78,7 @@ class Agent:
         workloads = self._attribute(snap)
         collect_seconds = time.perf_counter() - started
         if self.registrar is not None and self.registrar.due() and snap.gpus:
-            self.registrar.refresh(_main_model(snap), len(snap.gpus))
+            self.registrar.refresh(_main_model(snap), len(snap.gpus), unit_tags(snap))
         host_ir = self.registrar.host_ir() if self.registrar is not None else None
         self._dropped.update(self.sender.take_dropped())
         stats = AgentStats(collect_seconds, dict(self._dropped))

@@ -1,7 +1,8 @@
 """Registration: the node tags itself into the inventory (gpufarm:managed, gpu_model, gpu_count, environment,
-cluster) at start and every few minutes, and reads back its `ir:` tags for attribution.
+cluster, one gpu_unit per schedulable GPU or MIG slice) at start and every few minutes, and reads back its `ir:`
+tags for attribution.
 
-It never removes allocation tags (`ir:`, `project:`, `team:`; inventory.ALLOCATION_KEYS): missing registration
+It never removes allocation tags (`ir:`, `project:`, `team:`, `gpu_assign:`): missing registration
 tags are appended with POST (no race with the allocator); only when a registration tag has a stale value (the
 node moved cluster, a GPU disappeared) does it PUT the `user` source, re-reading it right before so the window
 in which a concurrent allocation write could be lost is one round trip.
@@ -11,24 +12,39 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from gpufarm_node.model import NodeSnapshot
 from gpufarm_node.tags import (
     CLUSTER_KEY,
     ENVIRONMENT_KEY,
     GPU_COUNT_KEY,
     GPU_MODEL_KEY,
+    GPU_UNIT_KEY,
     IR_KEY,
     MANAGED_TAG,
     registration_tags,
     tag_values,
+    unit_tag,
 )
 
 log = logging.getLogger("gpufarm_node.registration")
 
 SOURCE = "user"
-_KEYED = frozenset({GPU_MODEL_KEY, GPU_COUNT_KEY, ENVIRONMENT_KEY, CLUSTER_KEY})
+# A unit tag the snapshot no longer shows (a GPU gone, MIG reconfigured) is stale like a changed count.
+_KEYED = frozenset({GPU_MODEL_KEY, GPU_COUNT_KEY, ENVIRONMENT_KEY, CLUSTER_KEY, GPU_UNIT_KEY})
+
+
+def unit_tags(snap: NodeSnapshot) -> list[str]:
+    """The `gpu_unit` tags of a snapshot's schedulable units: each GPU not in MIG mode, each MIG slice."""
+    out: list[str] = []
+    for gpu in snap.gpus:
+        if gpu.mig_enabled:
+            out += [unit_tag(gpu.index, mig.uuid, mig.gpu_instance_id, mig.profile) for mig in gpu.migs]
+        else:
+            out.append(unit_tag(gpu.index, gpu.uuid))
+    return out
 
 
 def merge_registration(current: list[str], wanted: list[str]) -> tuple[list[str], list[str]]:
@@ -75,12 +91,13 @@ class HostRegistrar:
         irs = sorted(set(tag_values(self.tags, IR_KEY)))
         return irs[0] if len(irs) == 1 else None
 
-    def refresh(self, gpu_model: str, gpu_count: int) -> bool:
-        """Ensure the registration tags; False (and a retry sooner) when Datadog could not be reached."""
+    def refresh(self, gpu_model: str, gpu_count: int, units: Sequence[str] = ()) -> bool:
+        """Ensure the registration tags (with `units`, the snapshot's unit_tags); False (and a retry sooner) when
+        Datadog could not be reached."""
         from datadog_api_client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        wanted = registration_tags(gpu_model, gpu_count, self.environment, self.cluster)
+        wanted = registration_tags(gpu_model, gpu_count, self.environment, self.cluster, units)
         try:
             current = self._get()
             append, replace_all = merge_registration(current, wanted)

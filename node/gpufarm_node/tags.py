@@ -7,7 +7,7 @@ own copy of these few rules; `tests/unit/test_node_tags.py` checks that both sid
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 MANAGED_TAG = "gpufarm:managed"
 GPU_MODEL_KEY = "gpu_model"
@@ -15,6 +15,11 @@ GPU_COUNT_KEY = "gpu_count"
 ENVIRONMENT_KEY = "environment"
 CLUSTER_KEY = "cluster"
 IR_KEY = "ir"
+# The schedulable units registration publishes, one host tag each: `gpu_unit:<index>/<uuid>` for a GPU not in MIG
+# mode, `gpu_unit:<index>.<gi>/<mig uuid>/<profile>` for each MIG slice (GPU instance `gi`), uuids lowercased.
+GPU_UNIT_KEY = "gpu_unit"
+# The allocator's assignment of a unit to a lease on a shared host: `gpu_assign:ir-<N>/<uuid>`, one per unit.
+GPU_ASSIGN_KEY = "gpu_assign"
 
 _IR_RE = re.compile(r"^\s*(?:ir:)?(?:ir-?)?#?([0-9]{1,9})\s*$", re.IGNORECASE | re.ASCII)
 
@@ -38,12 +43,33 @@ def tag_values(tags: Iterable[str], key: str) -> list[str]:
     return [tag[len(prefix) :] for tag in tags if tag.startswith(prefix)]
 
 
-def registration_tags(gpu_model: str, gpu_count: int, environment: str, cluster: str) -> list[str]:
-    """The tags a node sets on itself so it joins the inventory."""
+def registration_tags(
+    gpu_model: str, gpu_count: int, environment: str, cluster: str, units: Iterable[str] = ()
+) -> list[str]:
+    """The tags a node sets on itself so it joins the inventory, with its units' `gpu_unit` tags (unit_tag)."""
     return [
         MANAGED_TAG,
         normalize_tag(f"{GPU_MODEL_KEY}:{gpu_model}"),
         f"{GPU_COUNT_KEY}:{gpu_count}",
         normalize_tag(f"{ENVIRONMENT_KEY}:{environment}"),
         normalize_tag(f"{CLUSTER_KEY}:{cluster}"),
+        *dict.fromkeys(units),
     ]
+
+
+def unit_tag(index: int, uuid: str, gpu_instance: int | None = None, profile: str | None = None) -> str:
+    """`gpu_unit:3/gpu-…` for a whole GPU, `gpu_unit:3.1/mig-…/1g.10gb` for GPU instance 1 of GPU 3."""
+    label = str(index) if gpu_instance is None else f"{index}.{gpu_instance}"
+    parts = [label, uuid.lower(), *([profile] if gpu_instance is not None and profile else [])]
+    return normalize_tag(f"{GPU_UNIT_KEY}:{'/'.join(parts)}")
+
+
+def assignments(tags: Iterable[str]) -> Mapping[str, str]:
+    """Unit uuid (lowercased) -> `ir-N` of a host's `gpu_assign` tags; malformed ones skipped, the first one wins."""
+    out: dict[str, str] = {}
+    for value in tag_values(tags, GPU_ASSIGN_KEY):
+        ir_text, sep, uuid = value.partition("/")
+        ir = ir_tag_value(ir_text) if ir_text.startswith("ir-") else None
+        if sep and ir is not None and uuid and "/" not in uuid:
+            out.setdefault(uuid.lower(), ir)
+    return out

@@ -82,3 +82,79 @@ def test_a_registered_node_is_what_the_runtime_reads_as_inventory(
 def test_only_ascii_digits_make_an_ir(text: str) -> None:
     assert tags.ir_tag_value(text) is None
     assert _runtime_value(text) is None
+
+
+def test_unit_and_assign_keys_agree() -> None:
+    assert (tags.GPU_UNIT_KEY, tags.GPU_ASSIGN_KEY) == (inventory.GPU_UNIT_KEY, inventory.GPU_ASSIGN_KEY)
+
+
+def _mig_snapshot_units() -> list[str]:
+    from gpufarm_node.fake_nvml import FakeNvml
+    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.registration import unit_tags
+    from gpufarm_node.topology import load_topology, packaged_topology
+
+    topology = load_topology(packaged_topology("a100-mig-slicing"), seed="t")
+    source = NvmlSource(FakeNvml(topology), xid_mode="off")
+    source.start()
+    try:
+        return unit_tags(source.snapshot())
+    finally:
+        source.close()
+
+
+def test_a_sliced_nodes_published_units_are_what_the_runtime_schedules() -> None:
+    published = _mig_snapshot_units()
+    host = GpuHost.from_tags("gpu-slc-01", [*tags.registration_tags("A100", 2, "shared-slices", "k8s"), *published])
+    assert host is not None
+    assert len(host.units) == len(published) == 14
+    assert all(u.is_mig and u.profile == "1g.10gb" and u.uuid and u.uuid.startswith("mig-") for u in host.units)
+    assert sorted(inventory.unit_tag(u) for u in host.units) == sorted(published)
+
+
+@pytest.mark.parametrize(
+    ("index", "uuid", "gi", "profile"),
+    [
+        (0, "GPU-5D4E1C2B-0000-4000-8000-00000000AB01", None, None),
+        (7, "gpu-00000000-0000-4000-8000-000000000007", None, None),
+        (1, "MIG-1b2c3d4e-0000-4000-8000-0000000000c1", 3, "3g.40gb"),
+        (2, "MIG-1b2c3d4e-0000-4000-8000-0000000000c2", 13, "1g.10gb+me"),
+    ],
+)
+def test_a_unit_tag_reads_back_as_the_same_unit(index: int, uuid: str, gi: int | None, profile: str | None) -> None:
+    [unit] = inventory.parse_units([tags.unit_tag(index, uuid, gi, profile)])
+    assert (unit.index, unit.gi, unit.uuid) == (index, gi, uuid.lower())
+    assert unit.profile == (tags.normalize_tag(profile) if profile else None)
+
+
+def test_assign_tags_read_the_same_on_both_sides() -> None:
+    written = [
+        inventory.assign_tag("ir-12", "mig-1b2c3d4e-0000-4000-8000-0000000000c1"),
+        inventory.assign_tag("ir-13", "gpu-00000000-0000-4000-8000-000000000007"),
+        "gpu_assign:ir-14",
+        "gpu_assign:bogus/gpu-1",
+        "gpu_assign:ir-²/gpu-1",
+    ]
+    host = GpuHost.from_tags("h", [*tags.registration_tags("A100", 2, "e", "c"), *written])
+    assert host is not None
+    assert (
+        dict(tags.assignments(written))
+        == host.assignments
+        == {
+            "mig-1b2c3d4e-0000-4000-8000-0000000000c1": "ir-12",
+            "gpu-00000000-0000-4000-8000-000000000007": "ir-13",
+        }
+    )
+
+
+def test_registration_replaces_units_that_are_gone_and_keeps_the_allocators_tags() -> None:
+    from gpufarm_node.registration import merge_registration
+
+    old = tags.unit_tag(0, "MIG-1b2c3d4e-0000-4000-8000-0000000000c1", 7, "1g.10gb")
+    new = tags.unit_tag(0, "MIG-1b2c3d4e-0000-4000-8000-0000000000d1", 1, "3g.40gb")
+    base = tags.registration_tags("A100", 1, "e", "c")
+    allocator = ["ir:ir-5", "gpu_assign:ir-5/mig-1b2c3d4e-0000-4000-8000-0000000000c1", "team:nlp"]
+    append, replace = merge_registration([*base, old, *allocator], tags.registration_tags("A100", 1, "e", "c", [new]))
+    assert append == [] and old not in replace and new in replace
+    assert all(t in replace for t in allocator)
+    assert merge_registration([*base, new], tags.registration_tags("A100", 1, "e", "c", [new])) == ([], [])

@@ -78,6 +78,9 @@ SLACK_MESSAGE = "slack_message"
 # so a command redelivered after its write landed (its call still failed) is answered, not applied twice.
 LAST_COMMANDS = "gpufarm_last_commands"
 LAST_COMMANDS_KEPT = 10
+# The units a lease holds on shared pools, one `host=<unit>` entry each (gpufarm.core.units): which GPUs or MIG
+# slices are its, by index, uuid and profile.
+DEVICES = "gpufarm_devices"
 # The lease's audit trail: one line per step, appended in the same PATCH as the change (gpufarm.core.history).
 HISTORY = "gpufarm_history"
 # Bounded keeps and operator exemptions (gpufarm.core.keeps).
@@ -118,6 +121,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "Last gpufarm commands",
         FieldKind.TEXTARRAY,
         "Ids of the last gpufarm commands applied (a redelivered one is not applied twice)",
+    ),
+    FieldSpec(
+        DEVICES,
+        "GPU devices",
+        FieldKind.TEXTARRAY,
+        "host=index[/uuid[/MIG profile]] of each GPU or MIG slice held on a shared pool",
     ),
     FieldSpec(
         HISTORY,

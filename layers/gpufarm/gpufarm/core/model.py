@@ -129,6 +129,8 @@ class Allocation(BaseModel):
     expires_at: datetime | None = None
     hosts: tuple[str, ...] = ()
     host_gpus: dict[str, int] = Field(default_factory=dict)
+    # `host=<unit>` entries of the units held on a shared pool, as stored (decoded by gpufarm.core.units).
+    devices: tuple[str, ...] = ()
     approved_by: str | None = None
     idle_warned_at: datetime | None = None
     reclaim_reason: ReclaimReason | None = None
@@ -175,6 +177,7 @@ class Allocation(BaseModel):
             expires_at=parse_time(_text(v.get(f.EXPIRES_AT))),
             hosts=tuple(_list(v.get(f.HOSTS))),
             host_gpus=decode_host_gpus(_list(v.get(f.HOST_GPUS))),
+            devices=tuple(_list(v.get(f.DEVICES))),
             approved_by=_text(v.get(f.APPROVED_BY)),
             idle_warned_at=parse_time(_text(v.get(f.IDLE_WARNED_AT))),
             reclaim_reason=_enum(ReclaimReason, _text(v.get(f.RECLAIM_REASON)), None),

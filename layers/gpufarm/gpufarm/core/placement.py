@@ -46,7 +46,10 @@ def shared_usage(allocations: Iterable[Allocation]) -> dict[str, int]:
 def free_capacity(
     kind: PoolKind, hosts: Iterable[GpuHost], used: Mapping[str, int], *, holder_ir: str | None = None
 ) -> list[Capacity]:
-    """Free units per host: dedicated hosts are free only without any ir: tag; shared ones have capacity - used.
+    """Free units per host: dedicated hosts are free only without any ir: tag; shared ones have units - used.
+
+    A shared host's units are the GPUs and MIG slices its agent publishes (GpuHost.units; by count for an agent
+    that publishes none); which ones a lease gets is gpufarm.core.units' choice.
 
     `holder_ir` (an `ir-123` tag value) marks an allocation being retried: hosts already tagged for it count as
     free for it, so a retry after a partial failure converges on the same hosts.
@@ -58,7 +61,7 @@ def free_capacity(
             if not irs or (holder_ir is not None and irs == [holder_ir]):
                 out.append(Capacity(host, host.gpu_count))
         else:
-            free = host.gpu_count - used.get(host.name, 0)
+            free = len(host.units) - used.get(host.name, 0)
             if free > 0:
                 out.append(Capacity(host, free))
     return out

@@ -175,20 +175,25 @@ class Reads:
             return [h for h in self._hosts(host_filter()) if h.environment == environment]
         return [h for h in self._hosts(host_filter(environment)) if environment is None or h.environment == environment]
 
-    def capacity(self, environment: str, gpu_model: str, need: int) -> int:
+    def capacity(self, environment: str, gpu_model: str, need: int, *, units: bool = False) -> int:
         """GPUs of a pool's model: exact, or (listing no further than needed) at least `need` once it is reached.
 
         A decision only asks whether a request could ever fit; only a refusal quotes the pool's size, and a
-        refusal has read the whole pool.
+        refusal has read the whole pool. With `units` (a shared pool) the hosts' schedulable units are counted:
+        GPUs and MIG slices (GpuHost.units).
         """
         model = gpu_model.upper()
+
+        def size(host: GpuHost) -> int:
+            return len(host.units) if units else host.gpu_count
+
         if host_filter(environment) in self._listed or host_filter() in self._listed:
-            return sum(h.gpu_count for h in self.inventory(environment) if h.gpu_model == model)
+            return sum(size(h) for h in self.inventory(environment) if h.gpu_model == model)
         total = 0
         for info in self.hosts.list_hosts(host_filter(environment)):
             host = GpuHost.from_tags(info.name, info.tags)
             if host is not None and host.environment == environment and host.gpu_model == model:
-                total += host.gpu_count
+                total += size(host)
                 if total >= need:
                     break
         return total

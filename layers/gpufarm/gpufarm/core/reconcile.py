@@ -21,13 +21,14 @@ from gpufarm.core import history
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
 from gpufarm.core.history import Step
-from gpufarm.core.inventory import IR_KEY, PROJECT_KEY, TEAM_KEY, normalize_tag, tag_values
+from gpufarm.core.inventory import GPU_ASSIGN_KEY, IR_KEY, PROJECT_KEY, TEAM_KEY, normalize_tag, tag_values
 from gpufarm.core.ir import ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason
 from gpufarm.core.model import Allocation
 from gpufarm.core.ports import MetricPoint, MetricSeries
 from gpufarm.core.serial import IncidentCommand, Op, pool_group
 from gpufarm.core.sources import Ledger, StaticSource, agent_node, ledger_series, merge, read_all
+from gpufarm.core.units import assign_tags, lease_devices, stale_assignments, wanted_assign_tags
 from gpufarm.core.views import Message
 
 if TYPE_CHECKING:
@@ -159,14 +160,16 @@ def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int =
     pool = [h for h in svc._inventory(environment) if shard_of(h.name, shards) == shard]
     for host in pool:
         stale = [v for v in host.irs if not holds(live, v, host.name)]
-        if not stale and (host.irs or not alloc_tags(host.tags, {PROJECT_KEY, TEAM_KEY})):
+        # gpu_assign tags of units no live lease records (gpufarm.core.units), removed like stale ir: tags.
+        stray = stale_assignments(host, live, HOLDING_PHASES)
+        if not stale and not stray and (host.irs or not alloc_tags(host.tags, {PROJECT_KEY, TEAM_KEY})):
             continue
         current = svc._user_tags(host.name)  # re-read: this host is about to be written
         if current is None:
             continue
         keep_irs = [v for v in tag_values(current, IR_KEY) if v not in stale]
         holders = [live[n] for n in ir_numbers(keep_irs) if n in live]
-        wanted = allocation_tags(holders)
+        wanted = allocation_tags(holders) + wanted_assign_tags(holders, host.name, current, HOLDING_PHASES)
         new = [t for t in current if not is_alloc_tag(t) or t in wanted]
         if new != current:
             svc._put_tags(host.name, new)
@@ -178,17 +181,19 @@ def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int =
         for name in alloc.hosts:
             if shard_of(name, shards) != shard:
                 continue
+            # Its ir: tag and, on a shared pool, one gpu_assign tag per unit it records on the host.
+            need = [alloc.ir_tag, *assign_tags(alloc.ir, lease_devices(alloc).get(name, ()))]
             listed = reads.listed_user_tags(name)
-            if listed is not None and alloc.ir_tag in listed:
-                continue  # the host list shows the tag: nothing to restore, nothing to read
+            if listed is not None and all(t in listed for t in need):
+                continue  # the host list shows the tags: nothing to restore, nothing to read
             current = svc._user_tags(name)
-            if current is None or alloc.ir_tag in current:
+            if current is None or all(t in current for t in need):
                 continue
             others = [v for v in tag_values(current, IR_KEY) if v != ir_tag_value(alloc.ir)]
             if dedicated and others:
                 repair.conflicts.append(f"{name}: {alloc.ir_label} and {', '.join(others)}")
                 continue
-            missing = [t for t in allocation_tags([alloc]) if t not in current]
+            missing = [t for t in [*allocation_tags([alloc]), *need[1:]] if t not in current]
             svc._put_tags(name, [*current, *missing])
             repair.restored += [f"{name}:{t}" for t in missing]
             restored.append(f"{', '.join(missing)} on {name}")
@@ -262,8 +267,8 @@ def allocation_tags(allocs: Iterable[Allocation]) -> list[str]:
 
 
 def is_alloc_tag(tag: str) -> bool:
-    """True for the tags an allocation puts on a host (ir:, project:, team:)."""
-    return tag.split(":", 1)[0] in (IR_KEY, PROJECT_KEY, TEAM_KEY)
+    """True for the tags an allocation puts on a host (ir:, project:, team:, gpu_assign:)."""
+    return tag.split(":", 1)[0] in (IR_KEY, PROJECT_KEY, TEAM_KEY, GPU_ASSIGN_KEY)
 
 
 def alloc_tags(tags: Iterable[str], keys: set[str]) -> list[str]:

@@ -34,7 +34,7 @@ from gpufarm.core.ir import format_ir, ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State, check_transition, state_for
 from gpufarm.core.links import Links
 from gpufarm.core.model import Allocation, GpuRequest, IncidentRecord, encode_host_gpus, isoformat
-from gpufarm.core.placement import free_capacity, place, pool_hosts, shared_usage
+from gpufarm.core.placement import free_capacity, place, pool_hosts
 from gpufarm.core.policy import (
     GRANTED_PHASES,
     POLICY_APPROVER,
@@ -60,6 +60,14 @@ from gpufarm.core.reconcile import (
 )
 from gpufarm.core.serial import IdleScope
 from gpufarm.core.sources import down_hosts
+from gpufarm.core.units import (
+    Devices,
+    assign_tags,
+    assign_units,
+    encode_devices,
+    holdings,
+    is_assign_of,
+)
 from gpufarm.core.views import Message, QuotaRow
 
 log = logging.getLogger(__name__)
@@ -209,7 +217,7 @@ class GpuFarm:
         # The team's grants in this pool and the pool's hosts: nothing else decides a request.
         live = [a for a in self._live(env, ask.team) if a.ir != alloc.ir]
         used = team_usage(live, ask.team, env, model)
-        capacity = self._reads().capacity(env, model, ask.gpu_count)
+        capacity = self._reads().capacity(env, model, ask.gpu_count, units=self._shared(env))
         decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
         if decision.verdict is Verdict.REFUSE:
             self._write(alloc, Phase.REJECTED, {}, step=self._step(history.POLICY, Step.REFUSED, decision.reason))
@@ -231,7 +239,7 @@ class GpuFarm:
     def _decide(self, request: GpuRequest) -> Decision:
         env = request.environment
         used = team_usage(self._live(env, request.team), request.team, env, request.gpu_model)
-        capacity = self._reads().capacity(env, request.gpu_model, request.gpu_count)
+        capacity = self._reads().capacity(env, request.gpu_model, request.gpu_count, units=self._shared(env))
         return decide(request, self.farm, team_used=used, pool_capacity=capacity)
 
     def _first_for(self, request_id: str, created: IncidentRecord) -> IncidentRecord:
@@ -402,12 +410,14 @@ class GpuFarm:
             free = free_capacity(env.kind, hosts, used, holder_ir=me)
             already = frozenset(h.name for h in hosts if me in h.irs)
             plan = place(env.kind, free, alloc.gpu_count, prefer=already)
-            taken = self._tag_hosts(alloc, plan, dedicated=env.kind is PoolKind.DEDICATED) if plan else set()
+            devices = self._choose_units(env_name, env.kind, hosts, plan, alloc) if plan else {}
+            dedicated = env.kind is PoolKind.DEDICATED
+            taken = self._tag_hosts(alloc, plan, dedicated=dedicated, devices=devices) if plan else set()
             if not taken:
                 for stray in sorted(already - set(plan or ())):
                     # Left by an earlier attempt that chose differently: this IR does not hold it.
                     self._untag_host(stray, alloc)
-                return self._allocated(alloc, plan) if plan else self._go_waiting(alloc)
+                return self._allocated(alloc, plan, devices) if plan else self._go_waiting(alloc)
             excluded |= taken
         raise UpstreamError(f"{alloc.ir_label}: hosts kept being taken while allocating; retrying later")
 
@@ -433,7 +443,7 @@ class GpuFarm:
         updated = self._write(
             alloc,
             Phase.RECLAIMED,
-            {f.HOSTS: [], f.HOST_GPUS: [], f.RECLAIM_REASON: reason.value},
+            {f.HOSTS: [], f.HOST_GPUS: [], **_no_devices(alloc), f.RECLAIM_REASON: reason.value},
             check=False,
             step=freed,
         )
@@ -570,7 +580,8 @@ class GpuFarm:
                 hosts = pool_hosts(inventory, env_name, model)
                 used = self._units_used(env_name, env.kind, hosts)
                 free = sum(c.free for c in free_capacity(env.kind, hosts, used))
-                out[(env_name, model)] = (free, sum(h.gpu_count for h in hosts))
+                size = (lambda h: len(h.units)) if env.kind is PoolKind.SHARED else (lambda h: h.gpu_count)
+                out[(env_name, model)] = (free, sum(size(h) for h in hosts))
         return out
 
     def _units_used(
@@ -580,18 +591,44 @@ class GpuFarm:
             return {}  # a dedicated host's ir: tags say all: no incident needs reading
         live = self._live(environment, phases=HOLDING_PHASES | {Phase.APPROVED})
         holders = [a for a in live if a.ir != exclude_ir]
-        used = shared_usage(holders)
+        # Units by id where leases record them (gpufarm.core.units), by count where they do not.
+        used = {name: held.used for name, held in holdings(hosts, holders, exclude_ir).items()}
         known = {ir_tag_value(a.ir) for a in holders}
         for host in hosts:
             # An ir: tag whose incident the search does not show yet (index lag, or a half-finished allocation):
             # count the host as full rather than risk handing out units twice.
             strangers = [v for v in host.irs if v not in known and v != _tag_of(exclude_ir)]
             if strangers:
-                used[host.name] = host.gpu_count
+                used[host.name] = len(host.units)
         return used
 
-    def _tag_hosts(self, alloc: Allocation, plan: dict[str, int], *, dedicated: bool) -> set[str]:
-        """Tag the planned hosts; returns hosts found taken by another IR (dedicated pools), which were not tagged."""
+    def _choose_units(
+        self, environment: str, kind: PoolKind, hosts: Sequence[GpuHost], plan: dict[str, int], alloc: Allocation
+    ) -> Devices:
+        """The GPUs or MIG slices a shared pool's plan takes on each host (none on a dedicated pool)."""
+        if kind is PoolKind.DEDICATED:
+            return {}
+        live = self._live(environment, phases=HOLDING_PHASES | {Phase.APPROVED})
+        by_name = {h.name: h for h in hosts}
+        devices = assign_units(by_name, plan, holdings(hosts, live, alloc.ir), alloc.ir)
+        if devices is None:
+            # Only a host whose units changed under the count (a lapse in serialization): try again later.
+            raise UpstreamError(f"{alloc.ir_label}: the units of {', '.join(sorted(plan))} changed while allocating")
+        return devices
+
+    def _shared(self, environment: str) -> bool:
+        """True for a shared pool (its capacity counts units)."""
+        env = self.farm.environments.get(environment)
+        return env is not None and env.kind is PoolKind.SHARED
+
+    def _tag_hosts(
+        self, alloc: Allocation, plan: dict[str, int], *, dedicated: bool, devices: Devices | None = None
+    ) -> set[str]:
+        """Tag the planned hosts; returns hosts found taken by another IR (dedicated pools), which were not tagged.
+
+        On a shared pool each host also gets one `gpu_assign` tag per unit `devices` gives the lease there, and
+        loses this lease's others (left by an earlier attempt that chose differently).
+        """
         me = ir_tag_value(alloc.ir)
         wanted = allocation_tags([alloc])
         fresh: dict[str, list[str]] = {}
@@ -605,9 +642,11 @@ class GpuFarm:
         if taken:
             return taken
         for host, current in fresh.items():
-            missing = [t for t in wanted if t not in current]
-            if missing:
-                self._put_tags(host, [*current, *missing])
+            units = assign_tags(alloc.ir, (devices or {}).get(host, ()))
+            kept = [t for t in current if not is_assign_of(t, alloc.ir) or t in units]
+            missing = [t for t in [*wanted, *units] if t not in kept]
+            if missing or kept != current:
+                self._put_tags(host, [*kept, *missing])
         if dedicated:
             # Verify after write: the tag API has no compare-and-set, so a writer outside this pool's queue
             # could have raced us. Whoever finds a second ir: tag backs off; a lost tag means try again later.
@@ -639,7 +678,9 @@ class GpuFarm:
         others = {a.ir: a for a in self._live(alloc.environment)} if remaining else {}
         keep = allocation_tags([others[n] for n in remaining if n in others])
         mine = allocation_tags([alloc])
-        return [t for t in current if t != alloc.ir_tag and (t not in mine or t in keep)]
+        return [
+            t for t in current if t != alloc.ir_tag and (t not in mine or t in keep) and not is_assign_of(t, alloc.ir)
+        ]
 
     def _user_tags(self, host: str) -> list[str] | None:
         """A host's `user` tags read now (the re-check before a write); None when Datadog does not know it."""
@@ -652,14 +693,19 @@ class GpuFarm:
         """Replace a host's `user` tags; the invocation's view learns what Datadog answered."""
         self._reads().tagged(host, self.hosts.replace_tags(host, tags, source="user"))
 
-    def _allocated(self, alloc: Allocation, plan: dict[str, int]) -> Outcome:
+    def _allocated(self, alloc: Allocation, plan: dict[str, int], devices: Devices | None = None) -> Outcome:
         hosts = sorted(plan)
         expires = self.clock.now() + timedelta(days=alloc.duration_days or self.farm.defaults.duration_days)
         where = ", ".join(f"{h} ({plan[h]} GPUs)" for h in hosts)
         updated = self._write(
             alloc,
             Phase.ALLOCATED,
-            {f.HOSTS: hosts, f.HOST_GPUS: encode_host_gpus(plan), f.EXPIRES_AT: isoformat(expires)},
+            {
+                f.HOSTS: hosts,
+                f.HOST_GPUS: encode_host_gpus(plan),
+                **({f.DEVICES: encode_devices(devices)} if devices else {}),
+                f.EXPIRES_AT: isoformat(expires),
+            },
             step=self._step(history.GPUFARM, Step.ALLOCATED, f"hosts: {where}", f"until {isoformat(expires)}"),
         )
         self._tell(updated.requester, views.allocated(updated))
@@ -780,6 +826,11 @@ class GpuFarm:
         except UpstreamError:
             # Incident fields already say what happened; a lost DM must not fail (and replay) the step.
             log.warning("could not message %s", user)
+
+
+def _no_devices(alloc: Allocation) -> dict[str, object]:
+    """The devices field emptied on reclaim, for a lease that recorded units (a dedicated lease's PATCH unchanged)."""
+    return {f.DEVICES: []} if alloc.devices else {}
 
 
 def _undecided(alloc: Allocation) -> bool:

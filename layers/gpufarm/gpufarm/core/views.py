@@ -13,6 +13,7 @@ from gpufarm.core.farm import FarmConfig, IdleKind, IdlePolicy, PoolKind
 from gpufarm.core.links import Links
 from gpufarm.core.model import MAX_GPU_COUNT, MAX_PURPOSE, Allocation
 from gpufarm.core.serial import IdleScope
+from gpufarm.core.units import cuda_visible_devices, kubernetes_resources, lease_devices, nvml_uuid
 
 REQUEST_CALLBACK = "gpu_request"
 # Block ids of the modal's inputs; they match the request field names so a ValidationFailed(field) maps to a block.
@@ -292,17 +293,47 @@ def rejected_notice(alloc: Allocation, operator: str, reason: str | None) -> Mes
 
 def allocated(alloc: Allocation) -> Message:
     """To the requester: which hosts, and how to carry the IR in code."""
-    hosts = "\n".join(f"• `{h}` ({alloc.host_gpus.get(h, 0)} GPUs)" for h in alloc.hosts)
+    hosts = "\n".join(f"• `{h}` ({alloc.host_gpus.get(h, 0)} GPUs){_units_of(alloc, h)}" for h in alloc.hosts)
     text = (
         f":white_check_mark: *{alloc.ir_label}* is allocated: {_what(alloc)}, until {_when(alloc.expires_at)}.\n"
         f"{hosts}\n"
         f"Carry the IR in your jobs so usage is attributed: `export GPUFARM_IR={alloc.ir_label}` "
         f"or the pod label `{POD_LABEL}: {alloc.ir_tag.split(':', 1)[1]}`."
     )
+    devices = lease_devices(alloc)
+    use = "; ".join(f"{h}: CUDA_VISIBLE_DEVICES={cuda_visible_devices(u)}" for h, u in devices.items())
     return Message(
-        f"{alloc.ir_label} is allocated on {', '.join(alloc.hosts)}. Use GPUFARM_IR={alloc.ir_label}",
+        f"{alloc.ir_label} is allocated on {', '.join(alloc.hosts)}. Use GPUFARM_IR={alloc.ir_label}"
+        + (f" ({use})"[:1000] if use else ""),
         [section(text), _owner_buttons(alloc)],
     )
+
+
+# The units a message names one by one on a host before it says how many more (a section holds 3000 characters).
+_MAX_UNITS_NAMED = 14
+
+
+def _units_of(alloc: Allocation, host: str) -> str:
+    """`: MIG slices 0.1, 0.2 (1g.10gb)` and how to use them (CUDA_VISIBLE_DEVICES, the Kubernetes resource)."""
+    units = lease_devices(alloc).get(host, ())
+    if not units:
+        return ""
+    shown, more = units[:_MAX_UNITS_NAMED], len(units) - _MAX_UNITS_NAMED
+    rest = f" and {more} more (the incident's GPU devices field lists them all)" if more > 0 else ""
+    slices = [u for u in shown if u.is_mig]
+    if slices:
+        profiles = ", ".join(sorted({u.profile or "?" for u in slices}))
+        what = f"MIG slices {', '.join(u.label for u in slices)} ({profiles})"
+        uuids = ", ".join(f"`{nvml_uuid(u.uuid)}`" for u in slices if u.uuid)
+        what += f", UUIDs {uuids}"
+    else:
+        what = f"GPU{'s' if len(shown) != 1 else ''} {', '.join(u.label for u in shown)}"
+    whole = [u for u in shown if not u.is_mig]
+    if slices and whole:
+        what += f"; GPUs {', '.join(u.label for u in whole)}"
+    resources = ", ".join(f"`{name}: {n}`" for name, n in kubernetes_resources(units).items())
+    kube = f" · Kubernetes: {resources}" if resources else ""
+    return f": {what}{rest}\n   `CUDA_VISIBLE_DEVICES={cuda_visible_devices(shown)}`{kube}"
 
 
 def waiting(alloc: Allocation) -> Message:
@@ -422,6 +453,7 @@ def status_message(alloc: Allocation) -> Message:
     ]
     if alloc.hosts:
         lines.append("Hosts: " + ", ".join(f"`{h}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
+        lines += [f"`{h}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
     if alloc.approved_by:
         who = "policy" if alloc.approved_by == "policy" else f"<@{alloc.approved_by}>"
         lines.append(f"Approved by {who}")
