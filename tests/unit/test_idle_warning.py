@@ -164,11 +164,12 @@ def test_the_dm_carries_the_scope_and_the_services_links() -> None:
     alloc = _lease(svc, incidents)
     scope = IdleScope(hosts=("hpc-2",), kind="low_utilization", value=1.25, window_minutes=120)
     assert svc.idle_triggered(alloc.ir, scope).action.startswith("warned on hpc-2")
-    dm = next(s for s in chat.sent if "is idle and will be reclaimed" in s.text)
+    # One host of two: that part alone goes back after the grace (FARM_YAML's default idle.partial: reclaim).
+    dm = next(s for s in chat.sent if "is idle and goes back at" in s.text)
     text = _text(views.Message(dm.text, dm.blocks))
     assert "has been idle: host `hpc-2` (8 GPUs)." in text
     assert "*Seen:* utilisation below 5 % (1.25 % mean over the last 120 min)." in text
     # FARM_YAML's grace is 60 minutes from the warning, which the service records at its clock's now.
-    assert "*Reclaim:* at 2026-03-02 10:00 UTC (the lease's 60 min grace)" in text
+    assert "*Reclaim:* these GPUs go back to the pool at 2026-03-02 10:00 UTC (the lease's 60 min grace)" in text
     assert f"<http://sandbox.test/incidents/{alloc.ir}|Incident {alloc.ir_label}>" in text
     assert Allocation.from_record(incidents.by_ir(alloc.ir)).phase is Phase.IDLE_WARNED

@@ -402,25 +402,38 @@ def test_idle_alerts_out_of_order_or_stale_change_nothing(parts: Parts) -> None:
     assert parts.monitors.asked[-1] == (1234567, ("ir:ir-1",))
 
 
-def test_a_recovered_host_does_not_clear_the_warning_while_another_host_of_the_lease_is_idle(parts: Parts) -> None:
+def test_a_recovered_host_clears_only_its_own_warning_while_another_host_of_the_lease_is_idle(parts: Parts) -> None:
     _allocated(parts)
     runtime.override(queue=None)
+    # The lease holds both hosts (as an operator-approved 16-GPU lease would).
+    both = {f.HOSTS: ["hpc-1", "hpc-2"], f.HOST_GPUS: ["hpc-1=8", "hpc-2=8"], f.GPU_COUNT: "16"}
+    parts.incidents.update(parts.alloc(1).incident_id, both)
     for host in ("hpc-1", "hpc-2"):
         parts.monitors.set(1234567, f"gpu_ir:ir-1,host:{host}", "Alert")
+    parts.monitors.set(7654321, "gpu_ir:ir-1,host:hpc-1", "Alert")  # another kind's monitor, same host
     parts.monitors.set(7654321, "gpu_ir:ir-2,host:hpc-9", "Alert")  # another lease's
-    triggered = event("idle_alert_triggered.json")
-    triggered["body"] = json.dumps({**json.loads(triggered["body"]), "alert_scope": "gpu_ir:ir-1,host:hpc-1"})
-    assert json.loads(idle_alert.handle(triggered)["body"])["outcome"].startswith("warned")
-    # hpc-1 gets busy; hpc-2 is still idle: the warning stands.
+
+    def alert(name: str, host: str) -> dict[str, Any]:
+        sent = event(name)
+        sent["body"] = json.dumps({**json.loads(sent["body"]), "alert_scope": f"gpu_ir:ir-1,host:{host}"})
+        return sent
+
+    for host in ("hpc-1", "hpc-2"):
+        assert json.loads(idle_alert.handle(alert("idle_alert_triggered.json", host))["body"])["outcome"].startswith(
+            "warned"
+        )
+    # hpc-1 gets busy by one monitor while the other kind still sees it idle: its warning stands.
     parts.monitors.set(1234567, "gpu_ir:ir-1,host:hpc-1", "OK")
-    recovered = event("idle_alert_recovered.json")
-    recovered["body"] = json.dumps({**json.loads(recovered["body"]), "alert_scope": "gpu_ir:ir-1,host:hpc-1"})
-    answer = json.loads(idle_alert.handle(recovered)["body"])
-    assert answer["ignored"].startswith("IR-1 is still idle on hpc-2")
+    answer = json.loads(idle_alert.handle(alert("idle_alert_recovered.json", "hpc-1"))["body"])
+    assert answer["ignored"].startswith("IR-1 is still idle on hpc-1")
+    # Both monitors see hpc-1 busy: its warning goes, hpc-2's (still idle) stays.
+    parts.monitors.set(7654321, "gpu_ir:ir-1,host:hpc-1", "OK")
+    answer = json.loads(idle_alert.handle(alert("idle_alert_recovered.json", "hpc-1"))["body"])
+    assert answer["outcome"] == "recovered hpc-1; still idle hpc-2"
     assert parts.alloc(1).phase is Phase.IDLE_WARNED
     # hpc-2 too: now the lease is busy and the warning goes.
     parts.monitors.set(1234567, "gpu_ir:ir-1,host:hpc-2", "OK")
-    assert json.loads(idle_alert.handle(recovered)["body"])["outcome"] == "recovered"
+    assert json.loads(idle_alert.handle(alert("idle_alert_recovered.json", "hpc-2"))["body"])["outcome"] == "recovered"
     assert parts.alloc(1).phase is Phase.ALLOCATED
 
 

@@ -78,6 +78,10 @@ SLACK_MESSAGE = "slack_message"
 # so a command redelivered after its write landed (its call still failed) is answered, not applied twice.
 LAST_COMMANDS = "gpufarm_last_commands"
 LAST_COMMANDS_KEPT = 10
+# Per host (or `host/uuid` device) of a lease: when it was warned idle, and what the lease gave back idle
+# (gpufarm.core.partial), so one idle host of a busy lease is judged, cleared and returned on its own.
+IDLE_PARTS = "gpufarm_idle_parts"
+IDLE_RETURNED = "gpufarm_idle_returned"
 # The units a lease holds on shared pools, one `host=<unit>` entry each (gpufarm.core.units): which GPUs or MIG
 # slices are its, by index, uuid and profile.
 DEVICES = "gpufarm_devices"
@@ -121,6 +125,18 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "Last gpufarm commands",
         FieldKind.TEXTARRAY,
         "Ids of the last gpufarm commands applied (a redelivered one is not applied twice)",
+    ),
+    FieldSpec(
+        IDLE_PARTS,
+        "Idle hosts",
+        FieldKind.TEXTARRAY,
+        "host=time (or host/device=time) of each part of the lease warned idle and not busy since",
+    ),
+    FieldSpec(
+        IDLE_RETURNED,
+        "Returned idle",
+        FieldKind.TEXTARRAY,
+        "host=GPUs@time of each host (or device) the lease gave back idle while the rest stayed busy",
     ),
     FieldSpec(
         DEVICES,

@@ -60,6 +60,7 @@ class Step(StrEnum):
     RELEASED = "released"
     CANCELLED = "cancelled"
     RECLAIMED = "reclaimed"
+    SHRUNK = "shrunk"  # idle hosts (or devices) given back while the rest of the lease stays (gpufarm.core.partial)
     FREED = "freed"
     REPAIRED = "repaired"
     SUMMARY = "summary"

@@ -133,6 +133,9 @@ class Allocation(BaseModel):
     devices: tuple[str, ...] = ()
     approved_by: str | None = None
     idle_warned_at: datetime | None = None
+    # `part=time` and `part=gpus@time` entries, as stored (decoded by gpufarm.core.partial).
+    idle_parts: tuple[str, ...] = ()
+    idle_returned: tuple[str, ...] = ()
     reclaim_reason: ReclaimReason | None = None
     request_id: str | None = None
     slack_channel: str | None = None
@@ -180,6 +183,8 @@ class Allocation(BaseModel):
             devices=tuple(_list(v.get(f.DEVICES))),
             approved_by=_text(v.get(f.APPROVED_BY)),
             idle_warned_at=parse_time(_text(v.get(f.IDLE_WARNED_AT))),
+            idle_parts=tuple(_list(v.get(f.IDLE_PARTS))),
+            idle_returned=tuple(_list(v.get(f.IDLE_RETURNED))),
             reclaim_reason=_enum(ReclaimReason, _text(v.get(f.RECLAIM_REASON)), None),
             request_id=_text(v.get(f.REQUEST_ID)),
             slack_channel=_text(v.get(f.SLACK_CHANNEL)),

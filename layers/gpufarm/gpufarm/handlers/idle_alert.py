@@ -10,9 +10,10 @@ logged: Datadog must not retry what can never apply.
 A notification can arrive late or out of order (a retried Triggered after its Recovered). Before acting, the
 handler asks the monitor what its group says now: a Triggered whose group is no longer in Alert, or a Recovered
 whose group is in Alert again, is stale and changes nothing. When the monitor cannot say (a hand-made monitor
-deleted since, Datadog unreachable) the alert is acted on as it reads. A Recovered clears the warning only when
-no other group of the lease (another host, or another kind's monitor) is still in Alert among gpufarm's monitors:
-half a lease getting busy does not excuse the idle half.
+deleted since, Datadog unreachable) the alert is acted on as it reads. A Recovered for a host clears that host's
+warning only when no other group of the lease on that host (another kind's monitor) is still in Alert among
+gpufarm's monitors; the lease's other hosts keep their own warnings (gpufarm.core.partial), so half a lease getting
+busy does not excuse the idle half.
 
 Triggered / Re-Triggered / Renotify warn the requester once (Keep / Release buttons, phase idle-warned) and,
 when the warning is older than the farm's grace period, resolve the incident with reason idle; the incident
@@ -205,11 +206,20 @@ def _still_idle(runtime: rt.Runtime, alert: IdleAlert, ir: int) -> str | None:
         log.warning("idle alert: gpufarm's alerting monitor groups unknown (%s); acting on the alert as sent", exc)
         return None
     others = [(mid, tags) for mid, tags in groups if lease & set(tags) and (str(mid), frozenset(tags)) != this]
+    hosts_named = {t for t in alert.scope_tags() if t.startswith("host:")}
+    if hosts_named:
+        # Idle state is kept per host (gpufarm.core.partial): only the same host's other groups, or a lease-wide
+        # one, keep this host's warning; another host still idle keeps its own.
+        others = [(mid, tags) for mid, tags in others if hosts_named & set(tags) or not _names_host(tags)]
     if not others:
         return None
     hosts = sorted({t[len("host:") :] for _, tags in others for t in tags if t.startswith("host:")})
     where = f" on {', '.join(hosts[:5])}" if hosts else ""
     return f"IR-{ir} is still idle{where} (monitor {others[0][0]}); the warning stands"
+
+
+def _names_host(tags: tuple[str, ...]) -> bool:
+    return any(t.startswith("host:") for t in tags)
 
 
 def _scope_answer(scope: IdleScope) -> dict[str, Any]:
