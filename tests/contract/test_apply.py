@@ -22,6 +22,7 @@ from gpufarm.core.errors import ValidationFailed
 from gpufarm.core.farm import parse_farm
 from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
+from gpufarm.setup.dashboards import desired_metadata
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm_sandbox.emulator.app import Sandbox
 
@@ -43,8 +44,9 @@ teams:
     quotas: {onprem-hpc: {H100: {gpus: 8}}}
   vision: {}
 """
-# With the farm configuration, apply also manages its idle monitors: one per kind for the two dedicated pools.
-MONITORS = len(desired_monitors(parse_farm(FARM_YAML)))
+# With the farm configuration, apply also manages its idle monitors (one per kind for the two dedicated pools), the
+# five dashboards and the metric metadata.
+MONITORS = len(desired_monitors(parse_farm(FARM_YAML))) + 5 + len(desired_metadata())
 
 
 @pytest.fixture

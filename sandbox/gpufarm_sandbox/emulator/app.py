@@ -64,9 +64,11 @@ class Sandbox:
         slack_signing_secret: str = DEFAULT_SLACK_SIGNING_SECRET,
         base_url: str = "http://127.0.0.1:8320",
     ) -> None:
+        from gpufarm_sandbox.emulator.dashboard_pages import DashboardPagesModule
         from gpufarm_sandbox.emulator.dashboards import DashboardsModule
         from gpufarm_sandbox.emulator.hosts import HostsModule
         from gpufarm_sandbox.emulator.incidents import IncidentsModule
+        from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
         from gpufarm_sandbox.emulator.metrics import MetricsModule
         from gpufarm_sandbox.emulator.monitors import MonitorsModule
         from gpufarm_sandbox.emulator.slack import SlackModule
@@ -90,6 +92,9 @@ class Sandbox:
         self.incidents = IncidentsModule(self)
         self.monitors = MonitorsModule(self)
         self.dashboards = DashboardsModule(self)
+        self.metric_metadata = MetricMetadataModule(self)
+        # The local view of the stored dashboards (HTML pages, not Datadog's API).
+        self.dashboard_pages = DashboardPagesModule(self)
         self.slack = SlackModule(self)
         self.modules: list[Module] = [
             self.webhooks,
@@ -98,6 +103,8 @@ class Sandbox:
             self.incidents,
             self.monitors,
             self.dashboards,
+            self.metric_metadata,
+            self.dashboard_pages,
             self.slack,
         ]
         self._extra: list[Route] = []

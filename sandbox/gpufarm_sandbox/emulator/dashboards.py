@@ -75,6 +75,11 @@ class DashboardsModule(BaseModule):
             ]
         }
 
+    def live(self) -> list[dict[str, Any]]:
+        """Copies of every dashboard not deleted, as GET answers them (the local dashboard pages read these)."""
+        with self.sb.lock:
+            return [_view(copy.deepcopy(d)) for d in self._dashboards.values() if not d.get("deleted_at")]
+
     # -- handlers -------------------------------------------------------------------------------------
 
     def _create(self, request: Request) -> Response:
@@ -218,13 +223,20 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
 
 def _model_problem(body: Mapping[str, Any]) -> str | None:
     """Why the client's Dashboard model rejects the body, or None when it parses cleanly."""
+    # The model does not want server-assigned keys on input; ids and dates are checked as the server sets them.
+    candidate = {k: v for k, v in body.items() if k not in _SERVER_KEYS}
+    return _text_problem(json.dumps(candidate, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _text_problem(text: str) -> str | None:
+    """_model_problem of one JSON text, cached: deserializing a large dashboard takes the client a second or more,
+    and `gpufarm datadog apply` sends the same ones again on every fresh sandbox."""
     from datadog_api_client.exceptions import OpenApiException
     from datadog_api_client.v1.model.dashboard import Dashboard
 
-    # The model does not want server-assigned keys on input; ids and dates are checked as the server sets them.
-    candidate = {k: v for k, v in body.items() if k not in _SERVER_KEYS}
     try:
-        model = _client().deserialize(json.dumps(candidate), (Dashboard,), True)
+        model = _client().deserialize(text, (Dashboard,), True)
     except (OpenApiException, TypeError, ValueError) as exc:
         return f"Invalid dashboard: {_short(str(exc))}"
     path = _deepest_unparsed(model)

@@ -28,6 +28,8 @@ KIND_LABELS = (
     ("webhook", "webhooks"),
     ("notification rule", "notification rules"),
     ("monitor", "monitors"),
+    ("dashboard", "dashboards"),
+    ("metric metadata", "metric metadata"),
 )
 ACTIONS = ("create", "update", "delete", "unchanged")
 PAST = {"create": "created", "update": "updated", "delete": "deleted", "unchanged": "unchanged"}

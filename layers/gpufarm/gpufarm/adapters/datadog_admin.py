@@ -51,6 +51,10 @@ class DatadogAdmin:
     def _dashboards(self) -> Any:
         return dc.build("datadog_api_client.v1.api.dashboards_api", "DashboardsApi", self._client)
 
+    @cached_property
+    def _metrics(self) -> Any:
+        return dc.build("datadog_api_client.v1.api.metrics_api", "MetricsApi", self._client)
+
     # -- incident types -------------------------------------------------------------------------------
 
     def list_incident_types(self) -> list[dict[str, Any]]:
@@ -269,6 +273,40 @@ class DatadogAdmin:
         """Replace a dashboard's definition, keeping its id and URL."""
         with dc.errors("update dashboard", caller_body=True):
             response = self._dashboards.update_dashboard(dashboard_id=dashboard_id, body=dict(dashboard))
+        return dc.plain_dict(response)
+
+    def get_dashboard(self, dashboard_id: str) -> dict[str, Any] | None:
+        """A dashboard's whole definition (widgets with their ids), or None when it does not exist."""
+        try:
+            with dc.errors("get dashboard"):
+                response = self._dashboards.get_dashboard(dashboard_id=dashboard_id)
+        except NotFound:
+            return None
+        return dc.plain_dict(response)
+
+    def delete_dashboard(self, dashboard_id: str) -> None:
+        """Delete a dashboard; one already gone counts as deleted."""
+        try:
+            with dc.errors("delete dashboard"):
+                self._dashboards.delete_dashboard(dashboard_id=dashboard_id)
+        except NotFound:
+            return
+
+    # -- Metric metadata ------------------------------------------------------------------------------
+
+    def get_metric_metadata(self, metric: str) -> dict[str, Any] | None:
+        """A metric's metadata (type, unit, per_unit, description, ...), or None for a metric Datadog does not know."""
+        try:
+            with dc.errors("get metric metadata"):
+                response = self._metrics.get_metric_metadata(metric_name=metric)
+        except NotFound:
+            return None
+        return dc.plain_dict(response)
+
+    def update_metric_metadata(self, metric: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """Set a metric's metadata (`PUT /api/v1/metrics/{metric_name}`)."""
+        with dc.errors("update metric metadata", caller_body=True):
+            response = self._metrics.update_metric_metadata(metric_name=metric, body=dict(metadata))
         return dc.plain_dict(response)
 
 

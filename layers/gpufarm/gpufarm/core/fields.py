@@ -78,13 +78,13 @@ SLACK_MESSAGE = "slack_message"
 # so a command redelivered after its write landed (its call still failed) is answered, not applied twice.
 LAST_COMMANDS = "gpufarm_last_commands"
 LAST_COMMANDS_KEPT = 10
+# The units a lease holds on shared pools, one `host=<unit>` entry each (gpufarm.core.units): which GPUs or MIG
+# slices are its, by index, uuid and profile.
+DEVICES = "gpufarm_devices"
 # Per host (or `host/uuid` device) of a lease: when it was warned idle, and what the lease gave back idle
 # (gpufarm.core.partial), so one idle host of a busy lease is judged, cleared and returned on its own.
 IDLE_PARTS = "gpufarm_idle_parts"
 IDLE_RETURNED = "gpufarm_idle_returned"
-# The units a lease holds on shared pools, one `host=<unit>` entry each (gpufarm.core.units): which GPUs or MIG
-# slices are its, by index, uuid and profile.
-DEVICES = "gpufarm_devices"
 # The lease's audit trail: one line per step, appended in the same PATCH as the change (gpufarm.core.history).
 HISTORY = "gpufarm_history"
 # Bounded keeps and operator exemptions (gpufarm.core.keeps).
@@ -127,6 +127,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "Ids of the last gpufarm commands applied (a redelivered one is not applied twice)",
     ),
     FieldSpec(
+        DEVICES,
+        "GPU devices",
+        FieldKind.TEXTARRAY,
+        "host=index[/uuid[/MIG profile]] of each GPU or MIG slice held on a shared pool",
+    ),
+    FieldSpec(
         IDLE_PARTS,
         "Idle hosts",
         FieldKind.TEXTARRAY,
@@ -137,12 +143,6 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "Returned idle",
         FieldKind.TEXTARRAY,
         "host=GPUs@time of each host (or device) the lease gave back idle while the rest stayed busy",
-    ),
-    FieldSpec(
-        DEVICES,
-        "GPU devices",
-        FieldKind.TEXTARRAY,
-        "host=index[/uuid[/MIG profile]] of each GPU or MIG slice held on a shared pool",
     ),
     FieldSpec(
         HISTORY,

@@ -1,24 +1,27 @@
 """`gpufarm datadog apply`: read what Datadog holds, plan (gpufarm.setup.plan), execute, idempotently.
 
 Executing applies a plan's changes in dependency order: gpufarm's incident type first (fields and notification
-rules need its id), then its fields, the secret variable, the webhooks, the rules, and the idle monitors (created,
-updated in place, and with `--prune` deleted). A second run plans
+rules need its id), then its fields, the secret variable, the webhooks, the rules, the idle monitors (created,
+updated in place, and with `--prune` deleted), gpufarm's dashboards (the same) and the metric
+metadata. A second run plans
 nothing but "unchanged"; a run stopped half-way leaves nothing inconsistent that the next run does not converge.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 from pydantic import SecretStr
 
 from gpufarm.config import Settings
-from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.errors import NotFound, ValidationFailed
 from gpufarm.core.farm import FarmConfig
 from gpufarm.core.inventory import MANAGED_TAG
+from gpufarm.setup.dashboards import KIND as DASHBOARD
+from gpufarm.setup.dashboards import METADATA_KIND, dashboard_key, desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import KIND as MONITOR
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import (
@@ -97,14 +100,41 @@ class SetupApi(Protocol):
     def delete_monitor(self, monitor_id: int) -> None:
         """Delete a monitor."""
 
+    def list_dashboards(self) -> list[dict[str, Any]]:
+        """Summaries of the custom dashboards (id, title, description...)."""
+
+    def get_dashboard(self, dashboard_id: str) -> dict[str, Any] | None:
+        """A dashboard's whole definition, or None."""
+
+    def create_dashboard(self, dashboard: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a dashboard."""
+
+    def update_dashboard(self, dashboard_id: str, dashboard: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace a dashboard's definition."""
+
+    def delete_dashboard(self, dashboard_id: str) -> None:
+        """Delete a dashboard."""
+
+    def get_metric_metadata(self, metric: str) -> dict[str, Any] | None:
+        """A metric's metadata, or None for a metric Datadog does not know."""
+
+    def update_metric_metadata(self, metric: str, metadata: Mapping[str, Any]) -> dict[str, Any]:
+        """Set a metric's metadata."""
+
 
 # -- reading and executing ------------------------------------------------------------------------------------
 
 
 def read_current(
-    api: SetupApi, incident_type: str = DEFAULT_INCIDENT_TYPE, *, with_monitors: bool = False
+    api: SetupApi,
+    incident_type: str = DEFAULT_INCIDENT_TYPE,
+    *,
+    with_monitors: bool = False,
+    with_dashboards: bool = False,
+    metrics: Sequence[str] = (),
 ) -> CurrentState:
-    """Read everything apply manages (the fields of gpufarm's incident type only; monitors when asked)."""
+    """Read everything apply manages (the fields of gpufarm's incident type only; monitors and gpufarm's dashboards
+    when asked; the metadata of the metrics named)."""
     types = api.list_incident_types()
     named = gpufarm_types(types, incident_type)
     fields = api.list_field_definitions(str(named[0]["id"])) if len(named) == 1 else []
@@ -115,7 +145,21 @@ def read_current(
         variable=api.get_custom_variable(SECRET_VARIABLE),
         rules=api.list_notification_rules(),
         monitors=api.list_monitors(monitor_tags=MANAGED_TAG) if with_monitors else [],
+        dashboards=read_dashboards(api) if with_dashboards else [],
+        metric_metadata={metric: api.get_metric_metadata(metric) for metric in metrics},
     )
+
+
+def read_dashboards(api: SetupApi) -> list[dict[str, Any]]:
+    """The whole definitions of the dashboards carrying gpufarm's ownership marker (nobody else's is read)."""
+    out: list[dict[str, Any]] = []
+    for summary in api.list_dashboards():
+        if dashboard_key(summary) is None:
+            continue
+        found = api.get_dashboard(str(summary["id"]))
+        if found is not None and dashboard_key(found) is not None:
+            out.append(found)
+    return out
 
 
 def execute(plan: Plan, api: SetupApi, secret: SecretStr | None) -> list[Change]:
@@ -158,8 +202,8 @@ def _execute_one(change: Change, type_id: str, api: SetupApi, secret: SecretStr 
             api.create_webhook(change.body)
         else:
             api.update_webhook(change.name, change.body)
-    elif change.kind == MONITOR:
-        _execute_monitor(change, api)
+    elif change.kind in _NO_TYPE_EXECUTORS:
+        _NO_TYPE_EXECUTORS[change.kind](change, api)
     elif change.kind == "notification rule":
         if create:
             api.create_notification_rule(change.body, type_id)
@@ -181,9 +225,43 @@ def _execute_monitor(change: Change, api: SetupApi) -> None:
         api.update_monitor(int(change.target_id), change.body)
 
 
+def _execute_dashboard(change: Change, api: SetupApi) -> None:
+    if change.action is Action.CREATE:
+        api.create_dashboard(change.body)
+        return
+    assert change.target_id is not None
+    if change.action is Action.DELETE:
+        api.delete_dashboard(change.target_id)
+    else:
+        api.update_dashboard(change.target_id, change.body)
+
+
+def _execute_metadata(change: Change, api: SetupApi) -> None:
+    try:
+        api.update_metric_metadata(change.name, change.body)
+    except NotFound:
+        # A Datadog that takes metadata only for metrics it has seen: the next apply after the first point sets it.
+        return
+
+
+# Objects that do not hang off gpufarm's incident type.
+_NO_TYPE_EXECUTORS: dict[str, Callable[[Change, SetupApi], None]] = {
+    MONITOR: _execute_monitor,
+    DASHBOARD: _execute_dashboard,
+    METADATA_KIND: _execute_metadata,
+}
+
+
 def apply_setup(api: SetupApi, spec: SetupSpec, *, secret: SecretStr | None, dry_run: bool = False) -> Plan:
     """Read, plan and (unless dry_run) execute; returns the plan (raises ValidationFailed if blocked)."""
-    plan = plan_setup(read_current(api, spec.incident_type, with_monitors=spec.monitors is not None), spec)
+    current = read_current(
+        api,
+        spec.incident_type,
+        with_monitors=spec.monitors is not None,
+        with_dashboards=spec.dashboards is not None,
+        metrics=sorted(spec.metric_metadata or {}),
+    )
+    plan = plan_setup(current, spec)
     if not dry_run:
         execute(plan, api, secret)
     return plan
@@ -204,7 +282,8 @@ def run_apply(
 ) -> Plan:
     """Apply against the Datadog in settings; webhook URLs default to GPUFARM_INCIDENT/IDLE_WEBHOOK_URL.
 
-    With `farm`, its idle monitors are managed too (dropdown choices come from it unless valid_values is given).
+    With `farm`, its idle monitors, gpufarm's dashboards and the metric metadata are managed too (dropdown choices
+    come from it unless valid_values is given).
     """
     from gpufarm.adapters.datadog_admin import DatadogAdmin
 
@@ -218,6 +297,8 @@ def run_apply(
         incident_type=incident_type or settings.incident_type,
         monitors=desired_monitors(farm) if farm is not None else None,
         prune=prune,
+        dashboards=desired_dashboards(farm) if farm is not None else None,
+        metric_metadata=desired_metadata() if farm is not None else None,
     )
     admin = DatadogAdmin(settings)
     try:

@@ -11,6 +11,7 @@ from gpufarm.config import Settings
 from gpufarm.core.errors import GpufarmError, NotFound
 from gpufarm.core.farm import FarmConfig
 from gpufarm.setup.apply import execute, read_current
+from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Change, Plan, SetupSpec, plan_setup
 
@@ -63,8 +64,8 @@ def datadog() -> None:
 @click.option(
     "--prune",
     is_flag=True,
-    help="Delete gpufarm's monitors (tagged gpufarm:managed) that the farm's idle policy no longer asks for "
-    "[needs the farm configuration].",
+    help="Delete gpufarm's monitors (tagged gpufarm:managed) that the farm's idle policy no longer asks for, and "
+    "gpufarm's dashboards (marked [gpufarm-dashboard:...]) it no longer defines [needs the farm configuration].",
 )
 @click.option("--rotate-secret", is_flag=True, help="Write GPUFARM_WEBHOOK_SECRET again (secrets cannot be read back).")
 @click.option(
@@ -84,8 +85,8 @@ def apply(
     rotate_secret: bool,
     incident_type: str | None,
 ) -> None:
-    """Create or update gpufarm's incident type, its fields and notification rules, the webhooks and secret, and the
-    idle monitors generated from the farm's idle policy."""
+    """Create or update gpufarm's incident type, its fields and notification rules, the webhooks and secret, the
+    idle monitors generated from the farm's idle policy, gpufarm's dashboards and the metric metadata."""
     from gpufarm.adapters.datadog_admin import DatadogAdmin
     from gpufarm.config import load_settings
 
@@ -107,6 +108,8 @@ def apply(
             incident_type=(incident_type or settings.incident_type).strip(),
             monitors=desired_monitors(farm) if farm is not None else None,
             prune=prune,
+            dashboards=desired_dashboards(farm) if farm is not None else None,
+            metric_metadata=desired_metadata() if farm is not None else None,
         )
         if not spec.incident_type:
             raise click.UsageError("--incident-type must not be empty")
@@ -114,7 +117,14 @@ def apply(
         try:
             if not as_json:
                 click.echo(f"Datadog at {settings.datadog_base_url()}")
-            plan = plan_setup(read_current(admin, spec.incident_type, with_monitors=farm is not None), spec)
+            current = read_current(
+                admin,
+                spec.incident_type,
+                with_monitors=farm is not None,
+                with_dashboards=farm is not None,
+                metrics=sorted(spec.metric_metadata or {}),
+            )
+            plan = plan_setup(current, spec)
             if not as_json:
                 _print_plan(plan)
             if plan.blocked:

@@ -5,7 +5,9 @@ incident custom fields of gpufarm.core.fields.SCHEMA on that type only, the webh
 `gpufarm-idle` with their payload templates and a secret header, the secret custom variable
 GPUFARM_WEBHOOK_SECRET, and the incident notification rules, scoped to that type, that call the incident webhook
 on create and on state/phase changes, and (given the farm configuration) the idle monitors generated from its idle
-policy (gpufarm.setup.monitors; dropped ones are deleted only with `--prune`). The org's other incident types,
+policy (gpufarm.setup.monitors; dropped ones are deleted only with `--prune`), the five dashboards and the node
+agent's metric metadata (gpufarm.setup.dashboards; dashboards gpufarm no longer defines are deleted only with
+`--prune`). The org's other incident types,
 their fields, rules and incidents are never changed; a rule that calls gpufarm's webhook from another type (an
 older gpufarm's) is moved to gpufarm's.
 
@@ -28,6 +30,7 @@ from gpufarm.core import fields as f
 from gpufarm.core.errors import ValidationFailed
 
 if TYPE_CHECKING:
+    from gpufarm.setup.dashboards_farm import DashboardSpec
     from gpufarm.setup.monitors import IdleMonitor
 
 INCIDENT_WEBHOOK = "gpufarm-incidents"
@@ -71,7 +74,7 @@ class Action(StrEnum):
     CREATE = "create"
     UPDATE = "update"
     UNCHANGED = "unchanged"
-    DELETE = "delete"  # only with --prune: a gpufarm monitor the idle policy no longer asks for
+    DELETE = "delete"  # only with --prune: a gpufarm monitor or dashboard the farm no longer asks for
     BLOCKED = "blocked"  # cannot be applied as things stand; `detail` says what to do
 
 
@@ -161,8 +164,12 @@ class SetupSpec:
     incident_type: str = DEFAULT_INCIDENT_TYPE
     # The idle monitors the farm's policy asks for; None: monitors are not managed (no farm configuration given).
     monitors: Sequence[IdleMonitor] | None = None
-    # Delete gpufarm's monitors the policy no longer asks for (without it they are only reported).
+    # Delete gpufarm's monitors and dashboards the farm no longer asks for (without it they are only reported).
     prune: bool = False
+    # gpufarm's dashboards (gpufarm.setup.dashboards); None: dashboards are not managed (no farm configuration).
+    dashboards: Sequence[DashboardSpec] | None = None
+    # Metric metadata to send, per metric (gpufarm.setup.dashboards.desired_metadata); None: not managed.
+    metric_metadata: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,10 @@ class CurrentState:
     rules: list[dict[str, Any]]
     # gpufarm's monitors (tagged gpufarm:managed); read only when the spec manages monitors.
     monitors: list[dict[str, Any]] = field(default_factory=list)
+    # gpufarm's dashboards (those with its ownership marker), whole; read only when the spec manages dashboards.
+    dashboards: list[dict[str, Any]] = field(default_factory=list)
+    # Each managed metric's metadata as Datadog holds it (None: Datadog does not know the metric yet).
+    metric_metadata: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
 
 # -- desired state ------------------------------------------------------------------------------------------
@@ -284,6 +295,14 @@ def plan_setup(current: CurrentState, spec: SetupSpec) -> Plan:
         from gpufarm.setup.monitors import plan_monitors
 
         changes += plan_monitors(current.monitors, spec.monitors, prune=spec.prune)
+    if spec.dashboards is not None:
+        from gpufarm.setup.dashboards import plan_dashboards
+
+        changes += plan_dashboards(current.dashboards, spec.dashboards, prune=spec.prune)
+    if spec.metric_metadata is not None:
+        from gpufarm.setup.dashboards import plan_metadata
+
+        changes += plan_metadata(current.metric_metadata, spec.metric_metadata)
     return Plan(tuple(changes), type_id, spec.incident_type)
 
 
