@@ -17,6 +17,7 @@ from gpufarm.core.ir import parse_ir
 
 MAX_TEXT = 2000
 MAX_EXTEND_DAYS = 365
+MAX_EXEMPT_DAYS = 365
 
 
 class Verb(StrEnum):
@@ -32,6 +33,7 @@ class Verb(StrEnum):
     APPROVE = "approve"
     REJECT = "reject"
     RECLAIM = "reclaim"
+    EXEMPT = "exempt"
 
 
 class ListScope(StrEnum):
@@ -143,9 +145,8 @@ def parse_command(text: str) -> Command:
         _at_most(rest, 2, "/gpu extend IR-123 7")
         days = _positive_int("days", rest[1], MAX_EXTEND_DAYS) if len(rest) > 1 else None
         return Command(Verb.EXTEND, ir=ir, days=days)
-    if verb in (Verb.REJECT, Verb.RECLAIM):
-        reason = " ".join(rest[1:]).strip() or None
-        return Command(verb, ir=ir, reason=_printable(reason, 300) if reason else None)
+    if verb in (Verb.REJECT, Verb.RECLAIM, Verb.EXEMPT):
+        return _parse_reasoned(verb, ir, rest[1:])
     _at_most(rest, 1, f"/gpu {verb.value} IR-123")
     return Command(verb, ir=ir)
 
@@ -177,6 +178,27 @@ def parse_request_args(words: list[str]) -> dict[str, str]:
     elif bare:
         _put(args, "gpu_count" if bounded.is_whole_number(bare[0]) else "gpu_model", bare[0])
     return args
+
+
+def _parse_reasoned(verb: Verb, ir: int, rest: list[str]) -> Command:
+    """Reject and reclaim take a reason; exempt takes its length too."""
+    if verb is Verb.EXEMPT:
+        return _parse_exempt(ir, rest)
+    reason = " ".join(rest).strip() or None
+    return Command(verb, ir=ir, reason=_printable(reason, 300) if reason else None)
+
+
+def _parse_exempt(ir: int, rest: list[str]) -> Command:
+    """`/gpu exempt IR-12 3d <reason>`: an operator's exemption from idle reclaim, its length in days and why."""
+    usage = "use /gpu exempt IR-123 3d <reason>"
+    if not rest:
+        raise ValidationFailed("days", f"say for how many days; {usage}")
+    length = rest[0].lower()
+    days = _positive_int("days", length[:-1] if length.endswith("d") else length, MAX_EXEMPT_DAYS)
+    reason = " ".join(rest[1:]).strip()
+    if not reason:
+        raise ValidationFailed("reason", f"say why the lease is exempt; {usage}")
+    return Command(Verb.EXEMPT, ir=ir, days=days, reason=_printable(reason, 300))
 
 
 def _parse_list(rest: list[str]) -> Command:

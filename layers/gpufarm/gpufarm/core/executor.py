@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from gpufarm.core import views
+from gpufarm.core import keeps, views
 from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.ledger import ledgered
 from gpufarm.core.lifecycle import Phase, State
@@ -129,6 +129,8 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
         message = svc.extend(ir, actor, cmd.days)
     elif cmd.op is Op.KEEP:
         message = svc.keep(ir, actor)
+    elif cmd.op is Op.EXEMPT:
+        message = svc.exempt(ir, actor, cmd.days, cmd.reason)
     else:
         message = svc.force_reclaim(ir, actor, cmd.reason)
     return message, message.text[:200]
@@ -155,8 +157,10 @@ def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, 
     elif cmd.op is Op.EXTEND:
         ends = isoformat(alloc.expires_at) if alloc.expires_at else "later"
         message = Message(f"{label} extended; it now ends {ends}.")
+    elif cmd.op is Op.EXEMPT:
+        message = keeps.exempted_reply(alloc)
     else:
-        message = views.kept_reply(alloc)
+        message = keeps.kept_reply(alloc)
     return message, f"already applied: {message.text}"[:200]
 
 

@@ -36,6 +36,7 @@ class Op(StrEnum):
     EXTEND = "extend"
     KEEP = "keep"
     FORCE_RECLAIM = "force-reclaim"
+    EXEMPT = "exempt"  # an operator exempts a lease from idle reclaim until an end date (gpufarm.core.keeps)
     IDLE = "idle"  # the idle monitor fired: warn, or reclaim after the grace period
     BUSY = "busy"  # the idle monitor recovered: clear the warning
     EXPIRE = "expire"  # the sync found the expiry (or the idle grace) passed
@@ -74,7 +75,9 @@ class IdleScope(BaseModel):
 
 
 # Commands people send; the rest come from monitors and the scheduled sync.
-USER_OPS = frozenset({Op.CREATE, Op.DECIDE, Op.APPROVE, Op.REJECT, Op.RELEASE, Op.EXTEND, Op.KEEP, Op.FORCE_RECLAIM})
+USER_OPS = frozenset(
+    {Op.CREATE, Op.DECIDE, Op.APPROVE, Op.REJECT, Op.RELEASE, Op.EXTEND, Op.KEEP, Op.FORCE_RECLAIM, Op.EXEMPT}
+)
 
 
 class IncidentCommand(BaseModel):

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Concatenate, ParamSpec, TypeVar
 
 from gpufarm.core import fields as f
-from gpufarm.core import history, partial, reconcile, views
+from gpufarm.core import history, keeps, reconcile, views
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfig, PoolKind
 from gpufarm.core.history import Step
@@ -325,10 +325,24 @@ class GpuFarm:
         if alloc.state is State.RESOLVED:
             return Message(f"{_ended(alloc)}; nothing to keep.")
         if alloc.phase is not Phase.IDLE_WARNED:
+            held = keeps.suppressed(alloc, self.clock.now())
+            if held is not None:
+                return Message(f"{alloc.ir_label} is {held}; nothing to keep.")
             return Message(f"{alloc.ir_label} has no idle warning to clear ({alloc.phase.value}).")
-        cleared: dict[str, object] = {f.IDLE_WARNED_AT: None, f.IDLE_PARTS: []}
-        self._write(alloc, Phase.ALLOCATED, cleared, step=self._step(actor, Step.KEPT))
-        return views.kept_reply(alloc)
+        # Bounded per lease by the keep policy (gpufarm.core.keeps); refused past it, nothing written.
+        return keeps.keep(self, alloc, actor, self._warning_cleared())
+
+    @_invocation
+    def exempt(self, ir: int, actor: str, days: int | None, reason: str | None) -> Message:
+        """An operator exempts a lease from idle reclaim until an end date, with a reason (gpufarm.core.keeps)."""
+        alloc = self._get(ir)
+        if alloc.state is State.RESOLVED:
+            return Message(f"{_ended(alloc)}; nothing to exempt.")
+        return keeps.exempt(self, alloc, actor, days=days, reason=reason, cleared=self._warning_cleared())
+
+    def _warning_cleared(self) -> dict[str, object]:
+        """The fields an idle warning is cleared by."""
+        return {f.IDLE_WARNED_AT: None}
 
     @_invocation
     def allocation(self, ir: int) -> Allocation:
@@ -479,12 +493,13 @@ class GpuFarm:
         """A monitor says the IR's GPUs (on `scope`'s hosts or devices) are idle: warn once, reclaim if still idle
         after the grace period. An alert for hosts the lease does not hold changes nothing."""
         alloc = self._get(ir)
+        held = keeps.suppressed(alloc, self.clock.now())
+        if held is not None and alloc.state is not State.RESOLVED:
+            # A keep or an operator's exemption holds idle reclaim off until its end (gpufarm.core.keeps).
+            return Outcome(ir, f"nothing to do: {alloc.ir_label} is {held}")
         foreign = _foreign_hosts(alloc, scope)
         if foreign:
             return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
-        judged = partial.idle(self, alloc, scope)  # per host or device: warn, give the idle part back, or reclaim
-        if judged is not None:
-            return judged
         where = f" {scope.describe()}" if scope is not None and scope.describe() else ""
         if alloc.phase is Phase.ALLOCATED and alloc.state is State.STABLE:
             now = self.clock.now()
@@ -508,9 +523,6 @@ class GpuFarm:
         foreign = _foreign_hosts(alloc, scope)
         if foreign:
             return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
-        cleared = partial.busy(self, alloc, scope)  # per host or device: only the parts the recovery names
-        if cleared is not None:
-            return cleared
         if alloc.phase is not Phase.IDLE_WARNED or alloc.state is State.RESOLVED:
             return Outcome(ir, f"nothing to do ({alloc.phase.value})")
         busy = self._step(history.MONITOR, Step.RECOVERED, scope.describe() if scope is not None else "")
@@ -536,10 +548,7 @@ class GpuFarm:
         if alloc.phase in GRANTED_PHASES and alloc.expires_at is not None and alloc.expires_at <= self.clock.now():
             return ReclaimReason.EXPIRED
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
-            # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
-            policy = self.farm.idle.policy(alloc.environment, alloc.team)
-            if not alloc.hosts or partial.every_part_due(alloc, self.clock.now(), policy):
-                return ReclaimReason.IDLE
+            return ReclaimReason.IDLE
         return None
 
     @_invocation

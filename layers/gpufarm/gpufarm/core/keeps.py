@@ -1,0 +1,160 @@
+"""Bounded keeps and operator exemptions from idle reclaim.
+
+Keep answers an idle warning at most `max_keeps` times per lease, each holding idle reclaim off for `keep_hours`
+(the farm file's `keeps:` section, per environment and team; gpufarm.core.keep_policy). The count and the end of
+the hold are incident fields (keep_count, kept_until) and every keep is a history entry, so the warning it
+answered stays on record though its timestamp is cleared. Past the maximum Keep is refused, saying why and whom to
+ask: only an operator can exempt a lease (`/gpu exempt IR-n 3d reason`, or the Exempt button on the operators'
+card) until an end date (exempt_until, exempt_by); a researcher can neither exempt a lease nor turn reclaim off.
+Every keep and every exemption is posted to the operators' channel. These run as incident commands in the pool's
+group like every other change (docs/design.md, rule 7).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gpufarm.core import fields as f
+from gpufarm.core.errors import Conflict, NotAllowed, ValidationFailed
+from gpufarm.core.history import Step
+from gpufarm.core.keep_policy import KeepPolicy
+from gpufarm.core.lifecycle import Phase
+from gpufarm.core.model import Allocation, isoformat
+from gpufarm.core.views import Message, section
+
+if TYPE_CHECKING:
+    from gpufarm.core.service import GpuFarm
+
+MAX_REASON = 300
+# Phases a lease holds GPUs in: only those can be idle, so only those can be kept or exempted.
+_HOLDING = frozenset({Phase.ALLOCATED, Phase.IDLE_WARNED})
+
+
+def policy(svc: GpuFarm, alloc: Allocation) -> KeepPolicy:
+    """The keep policy of the lease's environment and team."""
+    return svc.farm.keeps.policy(alloc.environment, alloc.team)
+
+
+def suppressed(alloc: Allocation, now: datetime) -> str | None:
+    """Why idle reclaim is held off for the lease now ('exempt until ... (granted by ...)', 'kept until ...')."""
+    if alloc.exempt_until is not None and alloc.exempt_until > now:
+        by = f" (granted by <@{alloc.exempt_by}>)" if alloc.exempt_by else ""
+        return f"exempt from idle reclaim until {isoformat(alloc.exempt_until)}{by}"
+    if alloc.kept_until is not None and alloc.kept_until > now:
+        return f"kept until {isoformat(alloc.kept_until)}"
+    return None
+
+
+def keep(svc: GpuFarm, alloc: Allocation, actor: str, cleared: dict[str, object]) -> Message:
+    """Keep a warned lease: the next of its bounded keeps, or a refusal that says why and whom to ask.
+
+    `cleared` is what the service clears with the warning (its timestamp, the warned parts); nothing is written
+    when the keep is refused or the lease is exempt.
+    """
+    now = svc.clock.now()
+    if alloc.exempt_until is not None and alloc.exempt_until > now:
+        return Message(f"{alloc.ir_label} is {suppressed(alloc, now)}; nothing to keep.")
+    rules = policy(svc, alloc)
+    if alloc.keep_count >= rules.max_keeps:
+        return refused(svc, alloc, rules)
+    n = alloc.keep_count + 1
+    until = now + timedelta(hours=rules.keep_hours)
+    values = {**cleared, f.KEEP_COUNT: str(n), f.KEPT_UNTIL: isoformat(until)}
+    step = svc._step(actor, Step.KEPT, f"{n} of {rules.max_keeps}", f"until {isoformat(until)}")
+    updated = svc._write(alloc, Phase.ALLOCATED, values, step=step)
+    svc._post_operators(
+        Message(
+            f"<@{actor}> kept {updated.ir_label} ({_lease(updated)}): keep {n} of {rules.max_keeps}, "
+            f"idle reclaim held off until {isoformat(until)}."
+        )
+    )
+    return kept_reply(updated, rules.max_keeps)
+
+
+def kept_reply(alloc: Allocation, max_keeps: int | None = None) -> Message:
+    """To whoever kept a lease (and to a redelivery of that keep)."""
+    until = f" until {isoformat(alloc.kept_until)}" if alloc.kept_until else ""
+    of = f" of {max_keeps}" if max_keeps is not None else ""
+    text = f"{alloc.ir_label} kept{until} (keep {alloc.keep_count}{of}); the idle warning is cleared."
+    return Message(text)
+
+
+def refused(svc: GpuFarm, alloc: Allocation, rules: KeepPolicy) -> Message:
+    """Keep past the maximum: why, and whom to ask for an exemption."""
+    ops = _operators_named(svc)
+    text = (
+        f":no_entry: {alloc.ir_label} cannot be kept again: it has used its {rules.max_keeps} keeps of "
+        f"{rules.keep_hours} h (the policy for team {alloc.team} in {alloc.environment}); still idle after the "
+        f"grace period it is reclaimed. To hold it longer, ask the GPU operators{ops} for an exemption "
+        f"(`/gpu exempt {alloc.ir_label} 3d <reason>`). Nothing was changed."
+    )
+    return Message(text.replace("`", ""), [section(text)])
+
+
+def exempt(
+    svc: GpuFarm,
+    alloc: Allocation,
+    actor: str,
+    *,
+    days: int | None,
+    reason: str | None,
+    cleared: dict[str, object],
+) -> Message:
+    """An operator exempts a lease from idle reclaim until an end date, with a reason; the warning is cleared."""
+    if actor not in svc._operators():
+        raise NotAllowed(
+            "only GPU operators can exempt a lease from idle reclaim; a researcher can Keep a warned lease "
+            f"(at most {policy(svc, alloc).max_keeps} times) or ask the operators{_operators_named(svc)}"
+        )
+    if alloc.phase not in _HOLDING:
+        raise Conflict(f"{alloc.ir_label} holds no GPUs ({alloc.phase.value}); nothing to exempt")
+    rules = policy(svc, alloc)
+    if days is None or days < 1:
+        raise ValidationFailed("days", f"say for how long: /gpu exempt {alloc.ir_label} 3d <reason>")
+    if days > rules.max_exempt_days:
+        raise ValidationFailed(
+            "days", f"an exemption lasts at most {rules.max_exempt_days} days in {alloc.environment}"
+        )
+    text = " ".join((reason or "").split())
+    if not text:
+        raise ValidationFailed("reason", f"say why: /gpu exempt {alloc.ir_label} {days}d <reason>")
+    now = svc.clock.now()
+    if alloc.exempt_until is not None and alloc.exempt_until > now and alloc.exempt_by != actor:
+        raise Conflict(
+            f"{alloc.ir_label} is already {suppressed(alloc, now)}; nothing changed "
+            "(the operator who granted it can change it)"
+        )
+    until = now + timedelta(days=days)
+    values: dict[str, object] = {f.EXEMPT_UNTIL: isoformat(until), f.EXEMPT_BY: actor}
+    if alloc.phase is Phase.IDLE_WARNED:
+        values |= cleared
+    step = svc._step(actor, Step.EXEMPTED, f"until {isoformat(until)}", f"reason: {text[:MAX_REASON]}")
+    updated = svc._write(alloc, Phase.ALLOCATED, values, step=step)
+    notice = (
+        f"<@{actor}> exempted {updated.ir_label} ({_lease(updated)}) from idle reclaim until {isoformat(until)}: "
+        f"{text[:MAX_REASON]}"
+    )
+    svc._post_operators(Message(notice))
+    svc._tell(updated.requester, Message(notice))
+    return exempted_reply(updated)
+
+
+def exempted_reply(alloc: Allocation) -> Message:
+    """To the operator who exempted a lease (and to a redelivery of that exemption)."""
+    until = isoformat(alloc.exempt_until) if alloc.exempt_until else "its end date"
+    return Message(f"{alloc.ir_label} is exempt from idle reclaim until {until}.")
+
+
+def _lease(alloc: Allocation) -> str:
+    return f"{alloc.gpu_count}x {alloc.gpu_model} in {alloc.environment}, team {alloc.team}, <@{alloc.requester}>"
+
+
+def _operators_named(svc: GpuFarm) -> str:
+    """` (@gpu-operators in #gpu-ops)` as Slack mentions, or '' when neither is configured."""
+    parts = []
+    if svc.operators_usergroup:
+        parts.append(f"<!subteam^{svc.operators_usergroup}>")
+    if svc.operators_channel:
+        parts.append(f"in <#{svc.operators_channel}>")
+    return f" ({' '.join(parts)})" if parts else ""
