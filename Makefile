@@ -28,7 +28,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto --dist loadfile
 
 cfn-lint: $(STAMP)
 	$(BIN)/cfn-lint template.yaml

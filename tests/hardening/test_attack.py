@@ -23,6 +23,8 @@ def test_forged_slack_requests_are_all_refused_with_no_side_effect(target: Targe
 
 # The local host's worker threads draw on the global `random` (retry jitter) while hypothesis draws the next body in
 # this thread; hypothesis takes that for a strategy using `random` and warns. The bodies do not depend on it.
+# 10,000 bodies take ~40 s alone and over 100 s beside another test worker on two cores.
+@pytest.mark.timeout(600)
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 def test_fuzzed_bodies_into_every_function_url_never_break_a_handler(target: Target) -> None:
     figures = run_fuzz(target, FUZZED)
