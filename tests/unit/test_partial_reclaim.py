@@ -259,8 +259,9 @@ def test_keep_clears_every_hosts_warning(world: World) -> None:
     world.svc.keep(ir, USER)
     lease = world.alloc(ir)
     assert lease.phase is Phase.ALLOCATED and lease.idle_parts == ()
-    # Still idle: the next notification warns again and the grace starts over.
-    world.clock.advance(minutes=60)
+    # Still idle once the keep's hold (keeps.keep_hours, 24 h by default) is over: the next notification warns
+    # again and the grace starts over.
+    world.clock.advance(hours=24, minutes=1)
     assert world.idle(ir, first).startswith("warned")
 
 

@@ -101,6 +101,18 @@ class IdleKind(StrEnum):
     LOW_UTILIZATION = "low_utilization"
 
 
+class PartialIdle(StrEnum):
+    """What becomes of the idle hosts (or devices) of a lease whose other hosts are busy, once the grace has passed.
+
+    A lease idle everywhere is reclaimed whole after the grace either way (gpufarm.core.partial).
+    """
+
+    # The idle part is warned about (and re-warned while it stays idle); the lease keeps every host.
+    WARN = "warn"
+    # The idle part goes back to the pool: the lease shrinks to its busy hosts and stays open.
+    RECLAIM = "reclaim"
+
+
 _MAX_WINDOW = 24 * 60  # minutes; Datadog metric monitors look back at most a week, a day is plenty here
 _MAX_GRACE = 7 * 24 * 60
 
@@ -136,6 +148,7 @@ class IdlePolicy(_Strict):
     grace_minutes: int
     startup_grace_minutes: int
     kinds: dict[IdleKind, IdleKindPolicy]
+    partial: PartialIdle = PartialIdle.RECLAIM
 
     def enabled(self) -> list[tuple[IdleKind, IdleKindPolicy]]:
         """The kinds whose monitors exist, in IdleKind order."""
@@ -148,6 +161,7 @@ class IdleOverride(_Strict):
     grace_minutes: int | None = Field(default=None, ge=1, le=_MAX_GRACE)
     startup_grace_minutes: int | None = Field(default=None, ge=0, le=_MAX_WINDOW)
     kinds: dict[IdleKind, IdleKindOverride] = Field(default_factory=dict)
+    partial: PartialIdle | None = None
 
     @model_validator(mode="after")
     def _thresholds_where_they_mean_something(self) -> IdleOverride:
@@ -176,6 +190,8 @@ class IdleSettings(_Strict):
     startup_grace_minutes: int = Field(default=30, ge=0, le=_MAX_WINDOW)
     # Per kind: only what is set changes the defaults (idle and idle_held: 60 min; low_utilization: 120 min, 5 %).
     kinds: dict[IdleKind, IdleKindOverride] = Field(default_factory=dict)
+    # Part of a multi-host lease idle past the grace, the rest busy: return that part (reclaim) or only warn.
+    partial: PartialIdle = PartialIdle.RECLAIM
     environments: dict[Name, IdleOverride] = Field(default_factory=dict)
     teams: dict[Name, IdleOverride] = Field(default_factory=dict)
 
@@ -196,7 +212,7 @@ class IdleSettings(_Strict):
 
     def policy(self, environment: str | None = None, team: str | None = None) -> IdlePolicy:
         """The policy in effect for an allocation of `team` in `environment` (either may be unknown: None)."""
-        grace, startup = self.grace_minutes, self.startup_grace_minutes
+        grace, startup, partial = self.grace_minutes, self.startup_grace_minutes, self.partial
         kinds = _default_kinds()
         for kind, change in self.kinds.items():
             kinds[kind] = kinds[kind].model_copy(update=change.model_dump(exclude_none=True))
@@ -206,9 +222,10 @@ class IdleSettings(_Strict):
             grace = override.grace_minutes if override.grace_minutes is not None else grace
             if override.startup_grace_minutes is not None:
                 startup = override.startup_grace_minutes
+            partial = override.partial if override.partial is not None else partial
             for kind, change in override.kinds.items():
                 kinds[kind] = kinds[kind].model_copy(update=change.model_dump(exclude_none=True))
-        return IdlePolicy(grace_minutes=grace, startup_grace_minutes=startup, kinds=kinds)
+        return IdlePolicy(grace_minutes=grace, startup_grace_minutes=startup, kinds=kinds, partial=partial)
 
     def grace_for(self, environment: str | None, team: str | None) -> int:
         """Minutes a warned allocation of this environment and team may stay idle before it is reclaimed."""

@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import Concatenate, ParamSpec, TypeVar
 
 from gpufarm.core import fields as f
-from gpufarm.core import history, keeps, reconcile, views
+from gpufarm.core import history, keeps, partial, reconcile, views
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfig, PoolKind
 from gpufarm.core.history import Step
@@ -341,8 +341,8 @@ class GpuFarm:
         return keeps.exempt(self, alloc, actor, days=days, reason=reason, cleared=self._warning_cleared())
 
     def _warning_cleared(self) -> dict[str, object]:
-        """The fields an idle warning is cleared by."""
-        return {f.IDLE_WARNED_AT: None}
+        """The fields an idle warning is cleared by (its time and the parts it named)."""
+        return {f.IDLE_WARNED_AT: None, f.IDLE_PARTS: []}
 
     @_invocation
     def allocation(self, ir: int) -> Allocation:
@@ -500,6 +500,9 @@ class GpuFarm:
         foreign = _foreign_hosts(alloc, scope)
         if foreign:
             return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
+        judged = partial.idle(self, alloc, scope)  # per host or device: warn, give the idle part back, or reclaim
+        if judged is not None:
+            return judged
         where = f" {scope.describe()}" if scope is not None and scope.describe() else ""
         if alloc.phase is Phase.ALLOCATED and alloc.state is State.STABLE:
             now = self.clock.now()
@@ -523,6 +526,9 @@ class GpuFarm:
         foreign = _foreign_hosts(alloc, scope)
         if foreign:
             return Outcome(ir, f"ignored: {', '.join(foreign)[:200]} not held by {alloc.ir_label}")
+        cleared = partial.busy(self, alloc, scope)  # per host or device: only the parts the recovery names
+        if cleared is not None:
+            return cleared
         if alloc.phase is not Phase.IDLE_WARNED or alloc.state is State.RESOLVED:
             return Outcome(ir, f"nothing to do ({alloc.phase.value})")
         busy = self._step(history.MONITOR, Step.RECOVERED, scope.describe() if scope is not None else "")
@@ -548,7 +554,10 @@ class GpuFarm:
         if alloc.phase in GRANTED_PHASES and alloc.expires_at is not None and alloc.expires_at <= self.clock.now():
             return ReclaimReason.EXPIRED
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
-            return ReclaimReason.IDLE
+            # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
+            policy = self.farm.idle.policy(alloc.environment, alloc.team)
+            if not alloc.hosts or partial.every_part_due(alloc, self.clock.now(), policy):
+                return ReclaimReason.IDLE
         return None
 
     @_invocation

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpufarm.core import history
-from gpufarm.core.farm import FarmConfig, IdleKind, IdlePolicy, PoolKind
+from gpufarm.core.farm import FarmConfig, IdleKind, IdlePolicy, PartialIdle, PoolKind
 from gpufarm.core.links import Links
 from gpufarm.core.model import MAX_GPU_COUNT, MAX_PURPOSE, Allocation
 from gpufarm.core.serial import IdleScope
@@ -359,25 +359,50 @@ def idle_warning(
     warned_at: datetime,
     scope: IdleScope | None = None,
     links: Links | None = None,
+    *,
+    partial: PartialIdle | None = None,
 ) -> Message:
     """To the requester: which of the lease's GPUs look idle, how, since when, when they go back, and what Keep does.
 
-    Without a scope (an `ir:`-only alert from a hand-made monitor) the whole lease is said to look idle.
+    Without a scope (an `ir:`-only alert from a hand-made monitor) the whole lease is said to look idle. `partial`
+    (the pool's idle.partial) says the idle part is only part of the lease: it alone goes back, or is only warned.
     """
     links = links or Links()
     reclaim_at = warned_at + timedelta(minutes=policy.grace_minutes)
+    if partial is PartialIdle.RECLAIM:
+        fate = (
+            f"*Reclaim:* these GPUs go back to the pool at {_when(reclaim_at)} (the lease's {policy.grace_minutes} "
+            "min grace) unless they get busy again or you keep them; the lease keeps its busy hosts. "
+            "Release gives the whole lease back now."
+        )
+    elif partial is PartialIdle.WARN:
+        fate = (
+            "*Reclaim:* not while the rest of the lease is busy (this pool only warns about a partly idle lease); "
+            f"if every host is idle past the {policy.grace_minutes} min grace the whole lease is reclaimed."
+        )
+    else:
+        fate = (
+            f"*Reclaim:* at {_when(reclaim_at)} (the lease's {policy.grace_minutes} min grace) unless it gets busy "
+            "again or you keep it; Release gives the GPUs back now."
+        )
     lines = [
         f":zzz: *{alloc.ir_label}* ({_what(alloc)}) has been idle: {_idle_where(alloc, scope)}.",
         f"*Seen:* {_idle_how(policy, scope)}.",
-        f"*Reclaim:* at {_when(reclaim_at)} (the lease's {policy.grace_minutes} min grace) unless it gets busy again "
-        "or you keep it; Release gives the GPUs back now.",
+        fate,
         # The idle monitors re-notify every grace period while a group stays in alert (gpufarm.setup.monitors).
         f"*Keep:* clears this warning; it holds until the monitors see it idle again (within {policy.grace_minutes} "
         "min if the GPUs stay idle).",
         f"<{links.incident(alloc.ir)}|Incident {alloc.ir_label}> · <{links.dashboard(alloc.ir)}|GPU metrics>",
     ]
+    summary = (
+        f"part of {alloc.ir_label} is idle and goes back at {_when(reclaim_at)} unless you keep it"
+        if partial is PartialIdle.RECLAIM
+        else f"part of {alloc.ir_label} is idle"
+        if partial is PartialIdle.WARN
+        else f"{alloc.ir_label} is idle and will be reclaimed at {_when(reclaim_at)} unless you keep it"
+    )
     return Message(
-        f"{alloc.ir_label} is idle and will be reclaimed at {_when(reclaim_at)} unless you keep it",
+        summary,
         [
             section("\n".join(lines)),
             actions(
@@ -387,6 +412,29 @@ def idle_warning(
             ),
         ],
     )
+
+
+def partly_reclaimed(alloc: Allocation, given: Mapping[str, int], hosts_gone: Sequence[str], grace: int) -> Message:
+    """To the requester and the operators: which idle hosts (or devices) left a lease, and what it keeps."""
+    parts = _named(f"`{p}` ({n} GPU{'s' if n != 1 else ''})" for p, n in sorted(given.items()))
+    gpus = sum(given.values())
+    kept = _named(f"`{h}` ({alloc.host_gpus.get(h, 0)} GPUs)" for h in alloc.hosts) or "no host"
+    gone = _named(f"`{h}`" for h in hosts_gone)
+    untagged = f" Its `{alloc.ir_tag}` tag is removed from {gone}." if hosts_gone else ""
+    text = (
+        f":recycle: *{alloc.ir_label}* gave back {parts}: idle past the {grace} min grace while the rest of the lease "
+        f"was busy; {gpus} GPU{'s' if gpus != 1 else ''} are back in `{alloc.environment}`.{untagged}\n"
+        f"The lease stays open with {kept}: {alloc.gpu_count}x {alloc.gpu_model}, until {_when(alloc.expires_at)}."
+    )
+    return Message(text.replace("*", "").replace("`", ""), [section(text)])
+
+
+def partly_busy_again(alloc: Allocation, cleared: Sequence[str], still_idle: Sequence[str]) -> Message:
+    """To the requester: some warned parts are busy again; the warning stands for the rest."""
+    text = (
+        f"{alloc.ir_label}: {_named(cleared)} busy again, its idle warning cleared; still idle: {_named(still_idle)}."
+    )
+    return Message(text, [section(text)])
 
 
 # The few names a warning lists before it says how many more (a section holds 3000 characters).
