@@ -56,10 +56,20 @@ class GpuModelSpec(_Strict):
     memory_gb: int | None = Field(default=None, ge=1, le=4096)
 
 
+class MetricsSource(StrEnum):
+    """What reports a pool's GPU metrics, and so what its idle monitors read (gpufarm.setup.monitors)."""
+
+    # gpufarm's own node agent: `gpufarm.gpu.*` series tagged per device with the lease (`gpu_ir`).
+    GPUFARM_NODE = "gpufarm-node"
+    # The Datadog Agent's GPU check: `gpu.*` series tagged `gpu_uuid`; the lease comes from the host's `ir:` tags.
+    DATADOG_AGENT = "datadog-agent"
+
+
 class EnvironmentSpec(_Strict):
     """A pool of GPU hosts: where GPUs come from and how they are shared."""
 
     kind: PoolKind = PoolKind.DEDICATED
+    metrics_source: MetricsSource = MetricsSource.GPUFARM_NODE
     description: str = ""
     gpu_models: tuple[ModelName, ...] = Field(min_length=1)
     # Known clusters of the pool; placement prefers one cluster, this list only documents (hosts carry cluster tags).

@@ -17,6 +17,21 @@ grace (`new_group_delay`); an alert re-notifies every grace period while it last
 group's recovery comes back. Every message notifies the idle webhook, whose payload carries the monitor's tags
 (kind, window) and the rendered message (value).
 
+An environment whose nodes run the Datadog Agent's GPU check instead (`metrics_source: datadog-agent`) gets monitors
+on the check's `gpu.sm_active` (percent of time the SMs were active, per `gpu_uuid`), grouped by the host's `ir`
+tag (Datadog stamps host tags on every metric the host's Agent sends) and the host (and `gpu_uuid` on shared
+pools), scoped to leased hosts (`ir:ir-*`) instead of `NOT gpu_ir:none`:
+
+- *idle*: `max(last_Nm):max:gpu.sm_active{...} by {ir,host} < 1`: no SM activity on any of the lease's GPUs on that
+  host for the window. The check's process series (`gpu.process.*`) exist only while a process runs, so no series
+  says "no process"; an idle GPU and one held by a process doing nothing both read ~0 % SM activity, so this one
+  monitor covers *idle_held* too (an idle_held monitor is made only when *idle* is disabled);
+- *low_utilization*: `avg(last_Nm):avg:gpu.sm_active{...} by {ir,host} < T`.
+
+On a shared host the `ir:` host tags name every lease on it, so each device's group exists once per lease there:
+the Agent cannot say which lease a device serves, so a sliced pool that needs exact attribution runs gpufarm-node
+(its per-device `gpu_ir`).
+
 Monitors are gpufarm's when they carry MANAGED_TAG; each one's stable identity is its KEY_TAG_KEY tag, so a changed
 threshold updates the monitor in place and a removed group is deleted only with `--prune`.
 """
@@ -29,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig, IdleKind, IdleKindPolicy, PoolKind
+from gpufarm.core.farm import FarmConfig, IdleKind, IdleKindPolicy, MetricsSource, PoolKind
 from gpufarm.core.inventory import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
 from gpufarm.setup.plan import IDLE_HANDLE, Action, Change
 
@@ -56,6 +71,15 @@ _WHAT = {
     IdleKind.IDLE_HELD: "GPU memory held with no activity",
     IdleKind.LOW_UTILIZATION: "low GPU utilisation",
 }
+# The Datadog Agent's GPU check (metric prefix `gpu.`): SM activity per device, tagged gpu_uuid; the lease is the
+# host's `ir:` tag, which Datadog stamps on every metric the host's Agent sends.
+AGENT_ACTIVITY_METRIC = "gpu.sm_active"
+AGENT_LEASE_KEY = "ir"
+_AGENT_WHAT = {
+    IdleKind.IDLE: "no GPU activity",
+    IdleKind.IDLE_HELD: "no GPU activity",
+    IdleKind.LOW_UTILIZATION: "low GPU activity",
+}
 # Options gpufarm sets; options Datadog adds on its own (defaults) are not compared.
 _COMPARED_FIELDS = ("name", "query", "message")
 
@@ -77,6 +101,7 @@ class _Signature:
     startup_minutes: int
     grace_minutes: int
     per_device: bool
+    source: MetricsSource = MetricsSource.GPUFARM_NODE
 
 
 @dataclass(frozen=True)
@@ -93,19 +118,30 @@ def desired_monitors(farm: FarmConfig) -> list[IdleMonitor]:
     teams = sorted(farm.idle.teams)
     groups: dict[_Signature, list[_Cell]] = {}
     for env_name in sorted(farm.environments):
-        per_device = farm.environments[env_name].kind is PoolKind.SHARED
+        env = farm.environments[env_name]
+        per_device = env.kind is PoolKind.SHARED
         for team in [None, *teams]:
             policy = farm.idle.policy(env_name, team)
-            for kind, kind_policy in policy.enabled():
-                signature = _Signature(
-                    kind, kind_policy, policy.startup_grace_minutes, policy.grace_minutes, per_device
-                )
+            for kind, kind_policy in _kinds_for(env.metrics_source, policy.enabled()):
+                startup, grace = policy.startup_grace_minutes, policy.grace_minutes
+                signature = _Signature(kind, kind_policy, startup, grace, per_device, env.metrics_source)
                 groups.setdefault(signature, []).append(_Cell(env_name, team))
     monitors = [_monitor(signature, cells, teams) for signature, cells in groups.items()]
     return sorted(monitors, key=lambda m: (list(IdleKind).index(m.kind), m.body["name"]))
 
 
+def _kinds_for(
+    source: MetricsSource, enabled: list[tuple[IdleKind, IdleKindPolicy]]
+) -> list[tuple[IdleKind, IdleKindPolicy]]:
+    """The kinds a source's monitors judge: on the Agent's check, "no activity" is idle and idle_held at once."""
+    if source is MetricsSource.DATADOG_AGENT and any(kind is IdleKind.IDLE for kind, _ in enabled):
+        return [(kind, policy) for kind, policy in enabled if kind is not IdleKind.IDLE_HELD]
+    return enabled
+
+
 def _monitor(signature: _Signature, cells: Sequence[_Cell], overridden_teams: Sequence[str]) -> IdleMonitor:
+    if signature.source is MetricsSource.DATADOG_AGENT:
+        return _agent_monitor(signature, cells, overridden_teams)
     kind, policy = signature.kind, signature.policy
     where = _where(cells, overridden_teams)
     scope = " AND ".join([MANAGED_TAG, f"NOT {LEASE_KEY}:none", *([where] if where else [])])
@@ -122,17 +158,45 @@ def _monitor(signature: _Signature, cells: Sequence[_Cell], overridden_teams: Se
     else:
         threshold = float(policy.threshold_percent if policy.threshold_percent is not None else 0.0)
         query = f"avg({window}):avg:{metric}{{{scope}}} {by} < {_number(threshold)}"
+    message = _message(kind, policy, signature.per_device)
+    return _body(signature, cells, query, threshold, what=_WHAT[kind], message=message)
+
+
+def _agent_monitor(signature: _Signature, cells: Sequence[_Cell], overridden_teams: Sequence[str]) -> IdleMonitor:
+    """A monitor on the Datadog Agent GPU check's SM activity, grouped by the host's `ir` tag and the host."""
+    kind, policy = signature.kind, signature.policy
+    where = _where(cells, overridden_teams)
+    # Only leased hosts carry an `ir:` tag; the wildcard keeps the rest (and their N/A group) out.
+    scope = " AND ".join([MANAGED_TAG, f"{AGENT_LEASE_KEY}:ir-*", *([where] if where else [])])
+    keys = [AGENT_LEASE_KEY, HOST_KEY, *([DEVICE_KEY] if signature.per_device else [])]
+    window = f"last_{policy.window_minutes}m"
+    by = "by {" + ",".join(keys) + "}"
+    metric = AGENT_ACTIVITY_METRIC
+    if kind is IdleKind.LOW_UTILIZATION:
+        threshold = float(policy.threshold_percent if policy.threshold_percent is not None else 0.0)
+        query = f"avg({window}):avg:{metric}{{{scope}}} {by} < {_number(threshold)}"
+    else:
+        query, threshold = f"max({window}):max:{metric}{{{scope}}} {by} < 1", 1.0
+    what = _AGENT_WHAT[kind]
+    message = _message(kind, policy, signature.per_device, lease_key=AGENT_LEASE_KEY, what=what)
+    return _body(signature, cells, query, threshold, what=what, message=message)
+
+
+def _body(
+    signature: _Signature, cells: Sequence[_Cell], query: str, threshold: float, *, what: str, message: str
+) -> IdleMonitor:
+    kind, policy = signature.kind, signature.policy
     identity = json.dumps([kind.value, sorted((c.environment, c.team or "") for c in cells)])
     key = f"{kind.value.replace('_', '-')}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"
     envs = sorted({c.environment for c in cells})
     teams_named = sorted({c.team for c in cells if c.team})
     label = ", ".join(envs) + (f"; teams {', '.join(teams_named)}" if teams_named else "")
-    name = f"{NAME_PREFIX}{_WHAT[kind]} ({label})"
+    name = f"{NAME_PREFIX}{what} ({label})"
     body: dict[str, Any] = {
         "name": name[:200],
         "type": "query alert",
         "query": query,
-        "message": _message(kind, policy, signature.per_device),
+        "message": message,
         "tags": sorted(
             [
                 MANAGED_TAG,
@@ -179,13 +243,16 @@ def _where(cells: Sequence[_Cell], overridden_teams: Sequence[str]) -> str:
     return "(" + " OR ".join(f"({p})" for p in parts) + ")"
 
 
-def _message(kind: IdleKind, policy: IdleKindPolicy, per_device: bool) -> str:
+def _message(
+    kind: IdleKind, policy: IdleKindPolicy, per_device: bool, *, lease_key: str = LEASE_KEY, what: str | None = None
+) -> str:
     where = "{{host.name}}" + (" device {{gpu_uuid.name}}" if per_device else "")
     window = policy.window_minutes
+    lease = "{{" + lease_key + ".name}}"
     return (
-        f"{{{{#is_alert}}}}gpufarm lease {{{{gpu_ir.name}}}} on {where}: {_WHAT[kind]} over the last {window} "
+        f"{{{{#is_alert}}}}gpufarm lease {lease} on {where}: {what or _WHAT[kind]} over the last {window} "
         f"minutes (kind {kind.value}, {MESSAGE_VALUE_MARK}{{{{value}}}}). {IDLE_HANDLE}{{{{/is_alert}}}}"
-        f"{{{{#is_recovery}}}}gpufarm lease {{{{gpu_ir.name}}}} on {where} is busy again "
+        f"{{{{#is_recovery}}}}gpufarm lease {lease} on {where} is busy again "
         f"(kind {kind.value}). {IDLE_HANDLE}{{{{/is_recovery}}}}"
     )
 
