@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Concatenate, ParamSpec, TypeVar
 
+from gpufarm.core import cards, history, keeps, partial, reconcile, views
 from gpufarm.core import fields as f
-from gpufarm.core import history, keeps, partial, reconcile, views
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfig, PoolKind
 from gpufarm.core.history import Step
@@ -49,7 +49,16 @@ from gpufarm.core.policy import (
     over_hard_limit,
     team_usage,
 )
-from gpufarm.core.ports import Chat, Clock, HostTags, IncidentStore, InventorySource, MetricsSink, WorkQueue
+from gpufarm.core.ports import (
+    Chat,
+    Clock,
+    HostTags,
+    IncidentStore,
+    InventorySource,
+    MetricsQuery,
+    MetricsSink,
+    WorkQueue,
+)
 from gpufarm.core.reads import Reads, live_query
 from gpufarm.core.reconcile import (
     HOLDING_PHASES,
@@ -119,6 +128,7 @@ class GpuFarm:
         metrics: MetricsSink | None = None,
         queue: WorkQueue | None = None,
         links: Links | None = None,
+        usage: MetricsQuery | None = None,
         sources: Sequence[InventorySource] = (),
     ) -> None:
         self.incidents = incidents
@@ -131,6 +141,8 @@ class GpuFarm:
         self.metrics = metrics
         self.queue = queue
         self.links = links or Links()
+        # Measured GPU utilisation for the operators' cards (gpufarm.core.cards); None: "utilisation unavailable".
+        self.usage = usage
         # Inventory sources besides the registered hosts (AWS, Azure): read by the sync (gpufarm.core.sources).
         self.sources: Sequence[InventorySource] = tuple(sources)
         # The view of the invocation running on each thread (the local function host runs several at once).
@@ -231,7 +243,8 @@ class GpuFarm:
         if decision.verdict is Verdict.APPROVE:
             approved = self._step(history.POLICY, Step.APPROVED, decision.reason)
             alloc = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER}, step=approved)
-            self._post_operators(views.operator_decided(alloc, f"Approved by policy: {decision.reason}"))
+            outcome = f"Approved by policy: {decision.reason}"
+            self._post_operators(cards.decided_card(alloc, outcome, self.links.incident(alloc.ir)))
         else:
             self._ask_operators(alloc, decision.reason)
         return views.request_created(alloc, approved=decision.verdict is Verdict.APPROVE, reason=decision.reason)
@@ -819,7 +832,7 @@ class GpuFarm:
             log.warning("%s needs an operator but no operators channel is configured", alloc.ir_label)
             return
         name = self.chat.user_name(alloc.requester) if alloc.requester else None
-        message = views.operator_request(alloc, reason, name)
+        message = cards.request_card(alloc, reason, name, cards.gather(self, alloc))
         ts = self.chat.post_message(self.operators_channel, message.text, message.blocks)
         asked = history.appended(alloc.history, self._step(history.POLICY, Step.ASKED, reason))
         self._reads().wrote(
@@ -832,7 +845,7 @@ class GpuFarm:
         channel, _, ts = (alloc.slack_message or "").partition("/")
         if not channel or not ts:
             return
-        message = views.operator_decided(alloc, outcome)
+        message = cards.decided_card(alloc, outcome, self.links.incident(alloc.ir))
         try:
             self.chat.update_message(channel, ts, message.text, message.blocks)
         except UpstreamError:

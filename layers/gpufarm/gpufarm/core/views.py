@@ -252,33 +252,6 @@ def refused(reason: str) -> Message:
     return Message(text, [section(text)])
 
 
-def operator_request(alloc: Allocation, reason: str, requester_name: str | None = None) -> Message:
-    """To the operators' channel: a request beyond quota with Approve / Reject buttons."""
-    who = f"<@{alloc.requester}>" + (f" ({requester_name})" if requester_name else "")
-    text = f"*{alloc.ir_label}* needs approval: {who} asks for {_what(alloc)}, {alloc.duration_days} days."
-    if alloc.purpose:
-        text += f"\n>{alloc.purpose}"
-    value = alloc.ir_label
-    return Message(
-        f"{alloc.ir_label} needs approval",
-        [
-            section(text),
-            context(reason),
-            actions(
-                f"decide:{alloc.ir}",
-                button("Approve", ACTION_APPROVE, value, "primary"),
-                button("Reject", ACTION_REJECT, value, "danger"),
-            ),
-        ],
-    )
-
-
-def operator_decided(alloc: Allocation, outcome: str) -> Message:
-    """The operators' message once decided: same facts, no buttons."""
-    text = f"*{alloc.ir_label}*: <@{alloc.requester}> asked for {_what(alloc)}, {alloc.duration_days} days."
-    return Message(f"{alloc.ir_label}: {outcome}", [section(text), context(outcome)])
-
-
 def approved_notice(alloc: Allocation, operator: str) -> Message:
     """To the requester: an operator approved."""
     text = f"*{alloc.ir_label}* was approved by <@{operator}>; allocating hosts now."

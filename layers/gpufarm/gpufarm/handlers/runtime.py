@@ -59,6 +59,17 @@ class SystemClock:
         return time.time()
 
 
+class LazyQuery:
+    """The Datadog query port, built on its first query: the cards that read it must not build the gateway early."""
+
+    def __init__(self, port: Callable[[], Any]) -> None:
+        self._port = port
+
+    def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> Any:
+        """As MetricsQuery.scalar."""
+        return self._port().scalar(query, start, end, aggregator)
+
+
 class Runtime:
     """Lazily built collaborators for one environment."""
 
@@ -220,6 +231,7 @@ class Runtime:
                     metrics=self._port("metrics"),
                     queue=self.queue(),
                     links=Links.for_site(self.settings.datadog_site, self.settings.public_url),
+                    usage=LazyQuery(lambda: self._port("metrics_query")),
                 )
                 self._parts["service"] = svc
             elif svc.farm is not farm:
