@@ -117,13 +117,22 @@ INVOKE = ("lambda:InvokeFunction", "SlackWorkerFunction")  # adapters.aws.Lambda
 DD_KEY = ("secretsmanager:GetSecretValue", "DatadogApiKeySecretArn")  # the Datadog extension, when installed
 WORKER_DLQ = ("sqs:SendMessage", "SlackWorkerDeadLetterQueue")  # Lambda's on-failure destination (SAM adds it)
 EVERY = SECRET | FARM | {DD_KEY}
+# adapters.aws_inventory: EC2 describes (no resource-level permission) and the P and G On-Demand quotas.
+AWS_INVENTORY = {
+    ("ec2:DescribeInstances", "*"),
+    ("ec2:DescribeInstanceTypes", "*"),
+    ("ec2:DescribeCapacityReservations", "*"),
+    ("servicequotas:GetServiceQuota", "quota:ec2/L-417A185B"),
+    ("servicequotas:GetServiceQuota", "quota:ec2/L-DB2E81BA"),
+    ("servicequotas:GetAWSDefaultServiceQuota", "*"),
+}
 # What each function's code calls in AWS (follow each handler through gpufarm.handlers.runtime).
 CALLS = {
     "SlackIngressFunction": EVERY | {INVOKE},  # verify, the farm for the modal and requests, hand off
     "SlackWorkerFunction": EVERY | {WORKER_DLQ, SEND},  # reads; incident changes queued as commands
     "IncidentWebhookFunction": EVERY | {SEND},  # URL: read the incident, queue it; SQS: allocate, reclaim
     "IdleAlertFunction": EVERY | {SEND},  # idle warning and reclaim, queued in the incident's pool group
-    "QuotaSyncFunction": EVERY | {SEND},  # the sync; pool repairs go through the allocation queue
+    "QuotaSyncFunction": EVERY | {SEND} | AWS_INVENTORY,  # the sync; pool repairs go through the allocation queue
 }
 
 
@@ -131,8 +140,12 @@ def _resource_tokens(resource: Any) -> list[str]:
     """A grant's resources as short names: the resource, parameter or secret each points at."""
     if isinstance(resource, list):
         return [token for item in resource for token in _resource_tokens(item)]
+    if resource == "*":
+        return ["*"]  # only actions AWS authorizes on no resource (EC2 describes)
     if isinstance(resource, dict) and "Fn::Sub" in resource:
         text = str(resource["Fn::Sub"])
+        if ":servicequotas:" in text:
+            return [f"quota:{text.rsplit(':', 1)[1]}"]
         for kind, marker in (("secret", ":secret:"), ("parameter", ":parameter/")):
             if marker in text:
                 return [f"{kind}:{text.split(marker, 1)[1].replace('${', '').replace('}', '').removesuffix('-*')}"]
@@ -203,6 +216,12 @@ CODE_CALLS = {
     r"parameters\.get_secret\(": "secretsmanager:GetSecretValue",
     # Parameter Store hands out a Secrets Manager secret under this path; the caller needs GetSecretValue too.
     r"/aws/reference/secretsmanager/": "secretsmanager:GetSecretValue",
+    # adapters.aws_inventory passes the client's methods to its pager: `ec2.describe_instances,`.
+    r"\.describe_instances\b": "ec2:DescribeInstances",
+    r"\.describe_instance_types\b": "ec2:DescribeInstanceTypes",
+    r"\.describe_capacity_reservations\b": "ec2:DescribeCapacityReservations",
+    r"\.get_service_quota\b": "servicequotas:GetServiceQuota",
+    r"\.get_aws_default_service_quota\b": "servicequotas:GetAWSDefaultServiceQuota",
 }
 CLIENT_RE = re.compile(r"(?:_LazyClient|aws_client|boto3\.client|create_client)\(\s*\"(\w+)\"")
 

@@ -98,8 +98,8 @@ class AwsInventory(CloudTags):
     instance_types: tuple[TypePattern, ...] = Field(default=DEFAULT_AWS_TYPES, min_length=1, max_length=200)
     capacity_reservations: bool = True
     quotas: bool = True
-    # botocore's standard retry mode: attempts per call, throttling included, before the region is skipped.
-    max_attempts: int = Field(default=4, ge=1, le=10)
+    # botocore's standard retry mode: retries per call (throttling included, with backoff) before the step is skipped.
+    max_retries: int = Field(default=4, ge=0, le=10)
 
 
 class AzureInventory(CloudTags):

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
     from gpufarm.core.farm import FarmConfig
-    from gpufarm.core.ports import AsyncInvoker, Clock, IncidentStore, MonitorStates, WorkQueue
+    from gpufarm.core.ports import AsyncInvoker, Clock, IncidentStore, InventorySource, MonitorStates, WorkQueue
     from gpufarm.core.service import GpuFarm
 
 log = logging.getLogger(__name__)
@@ -238,7 +238,24 @@ class Runtime:
                 svc.farm = farm
                 svc.operators_usergroup = self.settings.operators_usergroup or farm.operators_usergroup
                 svc.operators_channel = self.settings.operators_channel or farm.operators_channel
+            svc.sources = self.inventory_sources(farm)
             return svc
+
+    def inventory_sources(self, farm: FarmConfig) -> tuple[InventorySource, ...]:
+        """The farm file's cloud inventory sources (inventory.aws, inventory.azure), rebuilt when the farm changes.
+
+        A seam or an override named `inventory_sources` (farm -> sources) builds them instead: the local host's
+        moto-backed AWS and stubbed Azure, a benchmark's. Building one reads nothing: a source reads when the
+        sync asks it to (gpufarm.core.sources).
+        """
+        with self._lock:
+            built: tuple[FarmConfig, tuple[InventorySource, ...]] | None = self._parts.get("built_inventory_sources")
+            if built is not None and built[0] is farm:
+                return built[1]
+            factory = self._parts.get("inventory_sources")
+            sources = tuple(factory(farm)) if factory is not None else cloud_sources(farm, self.settings.http_timeout)
+            self._parts["built_inventory_sources"] = (farm, sources)
+            return sources
 
     def incidents(self) -> IncidentStore:
         """Incidents (Datadog), for handlers that read one before queueing work."""
@@ -253,6 +270,22 @@ class Runtime:
     def _port(self, name: str) -> Any:
         """A Datadog-backed port: the override when a test set one, else the gateway."""
         return self._parts[name] if name in self._parts else self.gateway()
+
+
+def cloud_sources(farm: FarmConfig, http_timeout: float) -> tuple[InventorySource, ...]:
+    """The AWS and Azure inventory sources the farm file enables, on their production clients."""
+    settings = farm.inventory
+    sources: list[InventorySource] = []
+    if settings.aws is not None and settings.aws.enabled:
+        from gpufarm.adapters.aws_inventory import AwsInventorySource
+
+        sources.append(AwsInventorySource(settings.aws, farm.environments, http_timeout=http_timeout))
+    if settings.azure is not None and settings.azure.enabled:
+        from gpufarm.adapters.azure_inventory import AzureInventorySource
+
+        timeouts = {"connection_timeout": 5.0, "read_timeout": http_timeout}
+        sources.append(AzureInventorySource(settings.azure, farm.environments, client_options=timeouts))
+    return tuple(sources)
 
 
 class NotConfigured(ConfigurationError):
