@@ -16,7 +16,6 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from gpufarm.core.errors import GpufarmError, ValidationFailed
 from gpufarm.core.inventory_config import InventorySettings
-from gpufarm.core.inventory_config import InventorySettings
 from gpufarm.core.keep_policy import KeepSettings
 from gpufarm.core.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, Name
 
