@@ -71,6 +71,7 @@ class Sandbox:
         from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
         from gpufarm_sandbox.emulator.metrics import MetricsModule
         from gpufarm_sandbox.emulator.monitors import MonitorsModule
+        from gpufarm_sandbox.emulator.pages import PagesModule
         from gpufarm_sandbox.emulator.slack import SlackModule
         from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
@@ -96,6 +97,8 @@ class Sandbox:
         # The local view of the stored dashboards (HTML pages, not Datadog's API).
         self.dashboard_pages = DashboardPagesModule(self)
         self.slack = SlackModule(self)
+        # The incident and metrics pages gpufarm's links open locally (HTML for people, not Datadog's API).
+        self.pages = PagesModule(self)
         self.modules: list[Module] = [
             self.webhooks,
             self.hosts,
@@ -106,6 +109,7 @@ class Sandbox:
             self.metric_metadata,
             self.dashboard_pages,
             self.slack,
+            self.pages,
         ]
         self._extra: list[Route] = []
         self._build_map()

@@ -435,6 +435,11 @@ class MonitorsModule(BaseModule):
         events = self.evaluate(monitor_id)
         return json_response({"evaluated_at": self.sb.clock.now(), "events": events})
 
+    def events(self) -> list[dict[str, Any]]:
+        """The recent notification events, oldest first (copies: the caller may keep them)."""
+        with self.sb.lock:
+            return [dict(e) for e in self._events]
+
     def _events_endpoint(self, request: Request) -> Response:
         monitor_id = query_int(request, "monitor_id", None)
         with self.sb.lock:
