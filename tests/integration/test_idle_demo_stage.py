@@ -1,5 +1,6 @@
-"""The idle demo stage on the local host: reclaim of an idle lease for a waiting request, and an expiry, from the
-node agent's metrics through the monitors `datadog apply` makes; a missing step fails the stage."""
+"""The idle demo stage on the local host: reclaim of an idle lease for a waiting request, an expiry, and a half-idle
+two-host lease losing its idle host, from the node agent's metrics through the monitors `datadog apply` makes; a
+missing step fails the stage."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def _context(local: LocalEnv, lines: list[str]) -> DemoContext:
     return DemoContext(sandbox=local.sandbox, base_url=local.url, settings=Settings(), out=lines.append, local=local)
 
 
-def test_idle_lease_is_warned_reclaimed_for_the_waiting_request_and_a_lease_expires(
+def test_idle_lease_is_reclaimed_for_the_waiting_request_a_lease_expires_and_a_half_idle_lease_shrinks(
     local: LocalEnv, farm: LocalFarm
 ) -> None:
     lines: list[str] = []
@@ -26,11 +27,23 @@ def test_idle_lease_is_warned_reclaimed_for_the_waiting_request_and_a_lease_expi
     stage.run(ctx)
     output = "\n".join(lines)
     assert ctx.failures == [], output
-    assert ctx.checks == 15, output
-    for fact in ("phase reclaimed, reason idle", "phase reclaimed, reason expired", "carol is warned in a DM"):
+    assert ctx.checks == 24, output
+    facts = (
+        "phase reclaimed, reason idle",
+        "phase reclaimed, reason expired",
+        "carol is warned in a DM",
+        "warned for hpc-a-02 alone",
+        "gpufarm's monitors alerted on the idle host's group only: gpu_ir:ir-3,host:hpc-a-02",
+        "hpc-a-02 lost the lease's tag; hpc-a-01 keeps it",
+        "later alerts for the returned host change nothing",
+    )
+    for fact in facts:
         assert f"[ok ] {fact}" in output, output
     # The idle lease held 8 GPUs for 7 days; reclaimed about 2 h after the allocation, nearly all of it comes back.
     assert 160 * 8 < ctx.shared["idle_gpu_hours_reclaimed"] < 168 * 8
+    # The half-idle lease gave back one 8-GPU host about 2 h into its 7 days.
+    assert 160 * 8 < ctx.shared["partial_gpu_hours_reclaimed"] < 168 * 8
+    assert "GPU-hours reclaimed in this stage:" in output
     # No alert was posted by hand: every idle webhook call came from a sandbox monitor's notification.
     events = farm.get("/_sandbox/monitors/events")["events"]
     assert any(e["notified"] and e["transition"] == "Triggered" for e in events)

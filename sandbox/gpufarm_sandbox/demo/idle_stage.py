@@ -1,4 +1,5 @@
-"""Demo stage "idle": an idle lease is warned and reclaimed for a waiting request, and a lease expires.
+"""Demo stage "idle": an idle lease is warned and reclaimed for a waiting request, a lease expires, and a two-host
+lease half idle loses its idle host.
 
 Driven only by the node agent's metrics through the monitors `gpufarm datadog apply` creates from the farm's idle
 policy; no alert is posted by hand. The cloud pool's one A100 host goes to a lease whose job runs, then stops (the
@@ -6,7 +7,10 @@ simulated node runs the real gpufarm-node on fake NVML, its fake processes gone)
 waits. On the sandbox clock the monitors see the idle host after the window, the idle webhook warns the requester
 with Keep / Release, nobody keeps it, and after the grace the lease is reclaimed (reason idle) and the waiting
 request gets the host. That lease then runs past its expiry and the scheduled sync reclaims it (reason expired).
-The GPU-hours the idle lease would have held until its expiry are printed from its incident fields.
+Then a 16-GPU lease on two HPC hosts keeps one host busy while the other's job stops: only the idle host alerts,
+it is warned on its own, and past the grace it is given back (idle.partial: reclaim) while the lease stays open on
+its busy host, which keeps its tag. The GPU-hours each reclaim frees until the lease's expiry are printed from the
+incident fields.
 """
 
 from __future__ import annotations
@@ -16,7 +20,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, CAROL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import (
+    ALICE,
+    BOB,
+    CAROL,
+    DANA,
+    HOSTS,
+    OPERATORS_CHANNEL,
+    LocalFarm,
+    Person,
+    ir_in,
+)
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
@@ -24,6 +38,8 @@ if TYPE_CHECKING:
 
 HOST = ("aws-p4d-01", "cloud-aws", "aws-use1", "A100", 8)
 STEP_S = 60.0  # one agent cycle and one monitor evaluation per simulated minute
+# The half-idle lease is followed in coarser steps (16 GPUs per cycle): the monitors' windows hold a dozen points.
+HALF_STEP_MIN = 5
 BUSY_MINUTES = 10  # the job runs this long after the allocation, then stops
 # Simulated minutes to wait for the warning (start-up grace + window + slack) and for the reclaim (grace + slack).
 WARN_LIMIT_MIN = 240
@@ -56,6 +72,11 @@ def run(ctx: DemoContext) -> None:
         if not _reclaimed(ctx, farm, nodes, (idle_ir, waiting_ir), grace_minutes):
             return
         _expired(ctx, farm, nodes, waiting_ir)
+        nodes.stop()
+        nodes = None
+        _half_idle(ctx, farm, grace_minutes)
+        hours = ctx.shared.get("idle_gpu_hours_reclaimed", 0.0) + ctx.shared.get("partial_gpu_hours_reclaimed", 0.0)
+        ctx.info(f"GPU-hours reclaimed in this stage: {hours:.0f} (whole lease and partial)")
     finally:
         if nodes is not None:
             nodes.stop()
@@ -81,7 +102,8 @@ def _setup(ctx: DemoContext) -> bool:
 def _ask(farm: LocalFarm, person: Person, text: str) -> int | None:
     farm.slash(person, text)
     farm.settle()
-    answer = [m for m in farm.messages(user=person.id, kind="response") if "A100" in m["text"]]
+    model = text.split()[2]
+    answer = [m for m in farm.messages(user=person.id, kind="response") if model in m["text"]]
     return ir_in(answer[-1]["text"]) if answer else None
 
 
@@ -108,12 +130,12 @@ def _fill_pool(ctx: DemoContext, farm: LocalFarm) -> tuple[int, int] | None:
     return idle_ir, waiting_ir
 
 
-def _simulate(ctx: DemoContext) -> SimulatedFarm:
+def _simulate(ctx: DemoContext, hosts: list[Any] | None = None) -> SimulatedFarm:
     from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
     from gpufarm_sandbox.simfarm import HostSpec, simulate_hosts
 
     return simulate_hosts(
-        [HostSpec(*HOST)],
+        hosts or [HostSpec(*HOST)],
         ctx.base_url,
         DEFAULT_DD_API_KEY,
         DEFAULT_DD_APP_KEY,
@@ -122,10 +144,10 @@ def _simulate(ctx: DemoContext) -> SimulatedFarm:
     )
 
 
-def _minute(farm: LocalFarm, nodes: SimulatedFarm) -> bool:
-    """One agent cycle pushed, the sandbox clock a minute on (the monitors evaluate), the functions settled."""
+def _minute(farm: LocalFarm, nodes: SimulatedFarm, minutes: int = 1) -> bool:
+    """One agent cycle pushed, the sandbox clock a minute (or more) on (the monitors evaluate), functions settled."""
     flushed = all(r.flushed for r in nodes.step_all())
-    farm.post("/_sandbox/clock", {"advance": STEP_S})
+    farm.post("/_sandbox/clock", {"advance": STEP_S * minutes})
     farm.settle(timeout=10)
     return flushed
 
@@ -266,3 +288,129 @@ def _expired(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: int) -
             f"{ALICE.name} is told",
             told[-1]["text"][:110] if told else "",
         )
+
+
+def _half_idle(ctx: DemoContext, farm: LocalFarm, grace_minutes: int) -> None:
+    """A two-host lease whose second host goes idle: warned for that host, which then leaves the lease."""
+    lease = None
+    with ctx.step(f"{BOB.name} gets 16 H100 on two HPC hosts (beyond quota: {DANA.name} approves)"):
+        ir = _ask(farm, BOB, "request 16 H100 project=vit-l team=vision env=onprem-hpc days=7 purpose=pretraining")
+        asked = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} needs approval") if ir else []
+        if asked:
+            farm.click(DANA, asked[-1], "gpu_approve")
+            farm.settle()
+        lease = farm.allocation(ir) if ir is not None else None
+        ctx.check(
+            lease is not None and lease.phase is Phase.ALLOCATED and len(lease.hosts) == 2,
+            f"{BOB.name}'s lease holds two hosts",
+            f"IR-{ir} {lease.phase.value} on {', '.join(lease.hosts)}" if lease is not None else "no IR",
+        )
+    if lease is None or lease.phase is not Phase.ALLOCATED or len(lease.hosts) != 2:
+        return
+    busy_host, idle_host = sorted(lease.hosts)
+    nodes = _simulate(ctx, [_spec(busy_host), _spec(idle_host)])
+    try:
+        for host in (busy_host, idle_host):
+            nodes.assign(host, lease.ir)
+            nodes.set_profile(host, "busy")
+        if _half_warned(ctx, farm, nodes, lease.ir, idle_host):
+            _half_reclaimed(ctx, farm, nodes, (lease.ir, idle_host, busy_host), grace_minutes)
+    finally:
+        nodes.stop()
+
+
+def _spec(host: str) -> Any:
+    from gpufarm_sandbox.simfarm import HostSpec
+
+    name, model, gpus, env, cluster = next(h for h in HOSTS if h[0] == host)
+    return HostSpec(name, env, cluster, model, gpus)
+
+
+def _half_warned(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: int, idle_host: str) -> bool:
+    with ctx.step(f"The job on {idle_host} stops, the other host keeps training: only {idle_host} alerts"):
+        started = ctx.sandbox.clock.now()
+        minutes = 0
+        while minutes < WARN_LIMIT_MIN and farm.allocation(ir).phase is not Phase.IDLE_WARNED:
+            if minutes >= BUSY_MINUTES:
+                nodes.set_profile(idle_host, "idle")
+            _minute(farm, nodes, HALF_STEP_MIN)
+            minutes += HALF_STEP_MIN
+        farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED, timeout=10)
+        lease = farm.allocation(ir)
+        ctx.check(
+            lease.phase is Phase.IDLE_WARNED and [p.split("=")[0] for p in lease.idle_parts] == [idle_host],
+            f"warned for {idle_host} alone (the lease's idle state names that host)",
+            f"{(ctx.sandbox.clock.now() - started) / 60:.0f} min after allocation; " + " ".join(lease.idle_parts),
+        )
+        groups = {
+            e["group"]
+            for e in farm.get("/_sandbox/monitors/events")["events"]
+            if e["notified"] and e["transition"] == "Triggered" and f"ir-{ir}," in e["group"]
+        }
+        ctx.check(
+            bool(groups) and all(f"host:{idle_host}" in g for g in groups),
+            "gpufarm's monitors alerted on the idle host's group only",
+            "; ".join(sorted(groups)),
+        )
+        dms = farm.messages(user=BOB.id, kind="dm", contains=f"part of IR-{ir} is idle")
+        ctx.check(
+            bool(dms) and idle_host in json.dumps(dms[-1]),
+            f"{BOB.name} is told {idle_host} goes back unless kept",
+            dms[-1]["text"][:110] if dms else "no DM",
+        )
+        return lease.phase is Phase.IDLE_WARNED
+
+
+def _half_reclaimed(
+    ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, lease_hosts: tuple[int, str, str], grace_minutes: int
+) -> None:
+    ir, idle_host, busy_host = lease_hosts
+    with ctx.step(f"Past the {grace_minutes}-minute grace: {idle_host} leaves IR-{ir}, {busy_host} stays"):
+        minutes = 0
+        while minutes < RECLAIM_LIMIT_MIN and idle_host in farm.allocation(ir).hosts:
+            _minute(farm, nodes, HALF_STEP_MIN)
+            minutes += HALF_STEP_MIN
+        lease = farm.allocation(ir)
+        ctx.check(
+            lease.phase is Phase.ALLOCATED
+            and lease.hosts == (busy_host,)
+            and lease.host_gpus == {busy_host: 8}
+            and lease.gpu_count == 8,
+            f"the lease stays open with {busy_host}: hosts, GPUs per host and GPU count shrank",
+            f"{minutes} min after the warning; {lease.phase.value}, {lease.gpu_count} GPUs on {', '.join(lease.hosts)}",
+        )
+        ctx.check(
+            f"ir:ir-{ir}" not in farm.ir_tags(idle_host) and f"ir:ir-{ir}" in farm.ir_tags(busy_host),
+            f"{idle_host} lost the lease's tag; {busy_host} keeps it",
+            f"{idle_host}: {' '.join(farm.ir_tags(idle_host)) or 'no ir tag'}; "
+            f"{busy_host}: {' '.join(farm.ir_tags(busy_host))}",
+        )
+        told = farm.messages(user=BOB.id, kind="dm", contains=f"IR-{ir} gave back")
+        ops = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} gave back")
+        ctx.check(
+            bool(told) and bool(ops) and idle_host in told[-1]["text"] and busy_host in told[-1]["text"],
+            f"{BOB.name} and the operators are told which host went and what the lease keeps",
+            told[-1]["text"][:120] if told else "no DM",
+        )
+        # Still idle there, the monitors keep alerting for a host the lease no longer holds: nothing else changes.
+        for _ in range(3):
+            _minute(farm, nodes, HALF_STEP_MIN)
+        after = farm.allocation(ir)
+        ctx.check(
+            after.hosts == (busy_host,) and after.gpu_count == 8 and after.phase is Phase.ALLOCATED,
+            "later alerts for the returned host change nothing",
+            f"{after.phase.value}, {after.gpu_count} GPUs",
+        )
+        returned = [r for r in lease.idle_returned if r.startswith(f"{idle_host}=")]
+        if not returned or lease.expires_at is None:
+            ctx.check(False, "the lease records the host it gave back", " ".join(lease.idle_returned))
+            return
+        gpus, _, at = returned[-1].partition("=")[2].partition("@")
+        when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        hours = max(0.0, (lease.expires_at - when).total_seconds() / 3600)
+        ctx.check(
+            hours > 0,
+            "GPU-hours reclaimed from the idle half",
+            f"{gpus} GPUs x {hours:.1f} h = {int(gpus) * hours:.0f} GPU-hours",
+        )
+        ctx.shared["partial_gpu_hours_reclaimed"] = int(gpus) * hours
