@@ -225,7 +225,7 @@ class BadDay:
 
         steps: list[Callable[[], Any]] = []
         if by["release"].ir:
-            steps.append(partial(self.farm.slash, ALICE, f"release {ir('release')}"))
+            steps.append(partial(self.farm.slash, ALICE, f"release {ir('release')} now"))
         if by["extend"].ir:
             steps.append(partial(self.farm.slash, ALICE, f"extend {ir('extend')} {EXTEND_DAYS}"))
         if by["approve"].ir:
@@ -244,7 +244,7 @@ class BadDay:
             self.settle()
         self.together(
             [
-                partial(self.farm.slash, by[name].kind.user, f"release IR-{by[name].ir}")
+                partial(self.farm.slash, by[name].kind.user, f"release IR-{by[name].ir} now")
                 for name in ("extend", "recover")
                 if by[name].ir
             ]

@@ -120,7 +120,7 @@ def release_and_extend(race: RaceFarm, n: int) -> list[str]:
     """`/gpu release IR-n`, then `/gpu extend IR-n` 0.1 s later: the release is never lost."""
     alloc = race.allocated(f"rel-ext-{n}")
     race.pair(
-        lambda: race.farm.slash(ALICE, f"release {alloc.ir_label}"),
+        lambda: race.farm.slash(ALICE, f"release {alloc.ir_label} now"),
         lambda: race.farm.slash(ALICE, f"extend {alloc.ir_label} 2"),
     )
     problems = _reclaimed(race, alloc, ReclaimReason.RELEASED)
@@ -143,7 +143,7 @@ def release_and_idle_warning(race: RaceFarm, n: int) -> list[str]:
     """`/gpu release IR-n` and the idle monitor's Triggered together: released, warned only if it came first."""
     alloc = race.allocated(f"rel-idle-{n}")
     race.pair(
-        lambda: race.farm.slash(ALICE, f"release {alloc.ir_label}"),
+        lambda: race.farm.slash(ALICE, f"release {alloc.ir_label} now"),
         lambda: race.idle_alert(alloc.ir, "Triggered", f"{n}-release"),
         gap=0.0,
     )

@@ -496,7 +496,7 @@ def measure(api: Api, plan: Layout, *, tag: str = "0001") -> dict[str, FarmPath]
 
     # release → untagged: the worker queues the release, the consumer resolves it, the webhook's message reclaims.
     runner.fresh()
-    command = parse_command(f"release IR-{ir}").to_payload()
+    command = parse_command(f"release IR-{ir} now").to_payload()
     runner.worker(paths["release"], "worker release", {"kind": "command", "user": req.requester, "command": command})
     runner.drain(paths["release"])
     runner.consume(paths["release"], {"incident_id": incident_id, "reason": "resolved/reclaiming"})

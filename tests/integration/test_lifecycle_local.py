@@ -63,7 +63,7 @@ def test_request_within_quota_is_allocated_and_release_reclaims(farm: LocalFarm)
     assert host in json.dumps(dm["blocks"]) and f"GPUFARM_IR=IR-{ir}" in dm["text"]
     assert farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir}")
 
-    farm.slash(ALICE, f"release IR-{ir}")
+    farm.slash(ALICE, f"release IR-{ir} now")
     assert farm.settle()
     a = farm.allocation(ir)
     assert (a.phase, a.state, a.reclaim_reason, a.hosts) == (
@@ -164,7 +164,7 @@ def test_a_full_pool_waits_and_allocates_when_a_release_frees_capacity(farm: Loc
     second = request(farm, CAROL, "request 8 A100 project=asr team=speech env=cloud-aws")
     assert farm.allocation(second).phase is Phase.WAITING
     assert "no room" in farm.messages(user=CAROL.id, kind="dm")[-1]["text"]
-    farm.slash(ALICE, f"release IR-{first}")
+    farm.slash(ALICE, f"release IR-{first} now")
     assert farm.settle()
     assert farm.wait_for(lambda: farm.allocation(second).phase is Phase.ALLOCATED)
     assert farm.allocation(second).hosts == ("aws-p4d-01",)
@@ -331,7 +331,7 @@ def test_status_list_quota_and_extend(farm: LocalFarm) -> None:
         answers = farm.messages(user=ALICE.id, kind="response")
         assert expect in answers[-1]["text"] or expect in json.dumps(answers[-1]["blocks"]), (text, answers[-1])
     assert farm.allocation(ir).duration_days == 15
-    farm.slash(BOB, f"release IR-{ir}")
+    farm.slash(BOB, f"release IR-{ir} now")
     assert farm.settle()
     assert "only the requester" in farm.messages(user=BOB.id, kind="response")[-1]["text"]
 
@@ -377,7 +377,7 @@ def test_shared_slices_put_two_irs_on_one_node(farm: LocalFarm) -> None:
     a, b = farm.allocation(first), farm.allocation(second)
     assert a.host_gpus == b.host_gpus == {"k8s-l4-01": 2}
     assert sorted(farm.ir_tags("k8s-l4-01")) == sorted([a.ir_tag, b.ir_tag])
-    farm.slash(CAROL, f"release IR-{first}")
+    farm.slash(CAROL, f"release IR-{first} now")
     assert farm.settle()
     tags = farm.user_tags("k8s-l4-01")
     assert b.ir_tag in tags and a.ir_tag not in tags and "team:vision" in tags and "team:speech" not in tags

@@ -160,10 +160,11 @@ def test_the_decision_counts_grants_committed_before_it(world: World) -> None:
     first, second, third = (world.alloc(ir) for ir in (1, 2, 3))
     assert first.phase is Phase.ALLOCATED and first.approved_by == "policy"
     assert second.phase is Phase.REQUESTED and second.slack_message  # beyond quota, within the hard limit
-    assert (third.phase, third.state) == (Phase.REJECTED, State.RESOLVED)  # 8 + 10 > 16
+    assert (third.phase, third.state) == (Phase.REJECTED, State.RESOLVED)  # 8 + 16 (10 asked, two hosts) > 16
     assert "refused" in third.title
     answer = world.answers()[-1]
-    assert "IR-3 refused: team nlp would hold 18 H100 in hpc, over its hard limit of 16" in answer
+    assert "IR-3 refused: 10 GPUs asked, the fewest whole hosts in hpc that hold it are 8 + 8 GPUs" in answer
+    assert "team nlp would hold 24 H100 in hpc, over its hard limit of 16" in answer
     assert "The request is closed" in answer
 
 
@@ -177,7 +178,8 @@ def test_an_operator_approval_cannot_break_the_hard_limit(world: World) -> None:
     assert world.alloc(2).phase is Phase.ALLOCATED
     assert world.alloc(3).phase is Phase.REQUESTED
     assert (
-        "IR-3 cannot be approved: team nlp would hold 20 H100 in hpc, over its hard limit of 16"
+        # 6 asked is charged the whole 8-GPU host it takes: 16 held + 8.
+        "IR-3 cannot be approved: team nlp would hold 24 H100 in hpc, over its hard limit of 16"
         in (world.answers()[-1])
     )
 

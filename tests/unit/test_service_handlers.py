@@ -187,7 +187,7 @@ def test_an_action_on_an_unknown_ir_is_answered_at_once(parts: Parts) -> None:
 
 def test_a_retried_delivery_of_one_action_is_queued_once_and_two_clicks_twice(parts: Parts) -> None:
     requested(parts)
-    release = job("command", command={"verb": "release", "ir": 1})
+    release = job("command", command={"verb": "release", "ir": 1, "confirmed": True})
     slack_worker.handle(release)
     slack_worker.handle(release)  # Slack's retry of the same delivery: same response_url
     other = {**release, "response_url": RESPONSE_URL.replace("FAKE", "EKAF")}

@@ -451,7 +451,7 @@ def _shared_slices(ctx: DemoContext, farm: LocalFarm) -> list[int]:
 def _release(ctx: DemoContext, farm: LocalFarm, ir: int) -> None:
     with ctx.step(f"{ALICE.name} releases IR-{ir}"):
         hosts = farm.allocation(ir).hosts
-        farm.slash(ALICE, f"release IR-{ir}")
+        farm.slash(ALICE, f"release IR-{ir} now")
         farm.settle()
         a = farm.allocation(ir)
         ctx.check(

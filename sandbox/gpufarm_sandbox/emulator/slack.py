@@ -39,6 +39,7 @@ from gpufarm_sandbox.emulator.slack_workspace import (
     TEAM_DOMAIN,
     TEAM_ID,
     TEAM_NAME,
+    TEAM_USERGROUPS,
     TRIGGER_RE,
     ChannelsBody,
     ChannelSpec,
@@ -159,6 +160,9 @@ class SlackModule(BaseModule):
                 "name": "GPU operators",
                 "users": ["U0000000002"],
             }
+            # The example farm's teams name these groups as their members (a test may replace them).
+            for group_id, handle, members in TEAM_USERGROUPS:
+                self.usergroups[group_id] = {"id": group_id, "handle": handle, "name": handle, "users": list(members)}
 
     def dump(self) -> dict[str, Any]:
         """Directory, messages, views and deliveries; response_url tokens are capabilities and never shown."""

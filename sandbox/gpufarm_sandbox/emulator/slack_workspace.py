@@ -20,6 +20,13 @@ BOT_NAME = "gpu-bot"
 VERIFICATION_TOKEN = "fake-verification-token"
 DEFAULT_CHANNEL = "C0000000001"
 DEFAULT_USERGROUP = "S0000000001"
+# The team user groups config/farm.example.yaml names (teams.<name>.members), with the demo's researchers in them:
+# alice (U0000000001) in nlp, bob (U0000000003) in vision, carol (U0000000004) in speech. (id, handle, members)
+TEAM_USERGROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("S0000000011", "team-nlp", ("U0000000001",)),
+    ("S0000000012", "team-vision", ("U0000000003",)),
+    ("S0000000013", "team-speech", ("U0000000004",)),
+)
 MAX_MESSAGES_KEPT = 10_000
 
 TRIGGER_RE = re.compile(r"^\d+\.\d+\.[0-9a-f]+$")

@@ -17,6 +17,8 @@ from gpufarm.core.ir import parse_ir
 
 MAX_TEXT = 2000
 MAX_EXTEND_DAYS = 365
+# `/gpu release IR-n now` skips the confirmation button (scripts, and people who mean it).
+CONFIRM_WORDS = frozenset({"now", "confirm", "yes"})
 MAX_EXEMPT_DAYS = 365
 
 
@@ -83,6 +85,10 @@ class Command:
     args: dict[str, str] | None = field(default=None)
     # The word that was not understood, for a help answer that says so.
     unknown: str | None = None
+    # `/gpu release IR-n now`: released at once; without it the answer is a Release button Slack confirms.
+    confirmed: bool | None = None
+    # An inline request the worker completes (the team from the user's membership): its Slack request id.
+    request_id: str | None = None
 
     @property
     def opens_modal(self) -> bool:
@@ -113,6 +119,8 @@ class Command:
             reason=_opt_str(data.get("reason")),
             args=args,
             unknown=_opt_str(data.get("unknown")),
+            confirmed=_opt_bool(data.get("confirmed")),
+            request_id=_opt_str(data.get("request_id")),
         )
 
 
@@ -145,6 +153,8 @@ def parse_command(text: str) -> Command:
         _at_most(rest, 2, "/gpu extend IR-123 7")
         days = _positive_int("days", rest[1], MAX_EXTEND_DAYS) if len(rest) > 1 else None
         return Command(Verb.EXTEND, ir=ir, days=days)
+    if verb is Verb.RELEASE and len(rest) == 2 and rest[1].lower() in CONFIRM_WORDS:
+        return Command(verb, ir=ir, confirmed=True)
     if verb in (Verb.REJECT, Verb.RECLAIM, Verb.EXEMPT):
         return _parse_reasoned(verb, ir, rest[1:])
     _at_most(rest, 1, f"/gpu {verb.value} IR-123")
@@ -242,6 +252,14 @@ def _opt_int(value: object) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationFailed("command", "the hand-off payload carries a malformed number")
+    return value
+
+
+def _opt_bool(value: object) -> bool | None:
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise ValidationFailed("command", "the hand-off payload carries a malformed flag")
     return value
 
 

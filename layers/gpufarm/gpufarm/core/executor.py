@@ -51,6 +51,9 @@ def request(svc: GpuFarm, gpu_request: GpuRequest, *, response_url: str | None, 
     then decides it, one command at a time per pool: overlapping deliveries of one Slack request share the
     create's dedup id (SQS drops the twin), and a retry after the dedup window finds the incident by request id.
     """
+    # Membership first, and never skipped: a request is not accepted for a team Slack cannot vouch the user is in
+    # (NotAllowed; MembershipUnavailable, an UpstreamError with a retry hint, when Slack fails).
+    svc.check_requester(gpu_request)
     try:
         decision = svc.precheck(gpu_request)
     except UpstreamError as exc:
@@ -107,11 +110,13 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
         message = svc.decide_request(alloc.ir)
         return message, message.text[:200]
     ir = cmd.incident
-    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE):
+    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND):
         if cmd.op is Op.IDLE:
             outcome = svc.idle_triggered(ir, cmd.idle)
         elif cmd.op is Op.BUSY:
             outcome = svc.idle_recovered(ir, cmd.idle)
+        elif cmd.op is Op.REMIND:
+            outcome = svc.remind(ir)
         else:
             outcome = svc.expire(ir)
         return None, outcome.action
@@ -139,7 +144,7 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
 def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, str]:
     """What a command that already applied did, said again from the incident it left (nothing written)."""
     label = alloc.ir_label
-    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE):
+    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND):
         return None, f"already applied ({alloc.phase.value})"
     if cmd.op is Op.DECIDE:
         if alloc.state is not State.RESOLVED:

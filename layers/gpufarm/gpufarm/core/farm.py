@@ -8,7 +8,7 @@ offending key instead of silently granting or refusing GPUs.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -17,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpufarm.core.errors import GpufarmError, ValidationFailed
 from gpufarm.core.inventory_config import InventorySettings
 from gpufarm.core.keep_policy import KeepSettings
-from gpufarm.core.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, Name
+from gpufarm.core.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, SLACK_USER_PATTERN, Name
 
 _MODEL_RE = re.compile(GPU_MODEL_PATTERN)
 
@@ -92,10 +92,30 @@ class ModelQuota(_Strict):
         return self
 
 
+USERGROUP_PATTERN = r"^S[A-Z0-9]{2,20}$"
+# A team names its people by user group in the main; a listed user is for the odd guest, not a directory.
+MAX_TEAM_USERS = 500
+
+
+class TeamMembers(_Strict):
+    """Who may act for a team: the members of a Slack user group, users named here, or both."""
+
+    usergroup: str | None = Field(default=None, pattern=USERGROUP_PATTERN)
+    users: tuple[Annotated[str, Field(pattern=SLACK_USER_PATTERN)], ...] = Field(default=(), max_length=MAX_TEAM_USERS)
+
+    @model_validator(mode="after")
+    def _names_someone(self) -> TeamMembers:
+        if self.usergroup is None and not self.users:
+            raise ValueError("name a usergroup (its S... id), users (U... ids), or both")
+        return self
+
+
 class TeamSpec(_Strict):
-    """A team: its quotas per pool and model, and the longest allocation it may hold."""
+    """A team: who belongs to it, its quotas per pool and model, and the longest allocation it may hold."""
 
     description: str = ""
+    # None only in a farm where no team names members (membership is then not checked: gpufarm.core.membership).
+    members: TeamMembers | None = None
     max_days: int = Field(default=30, ge=1, le=MAX_DURATION_DAYS)
     quotas: dict[Name, dict[ModelName, ModelQuota]] = Field(default_factory=dict)
 
@@ -248,6 +268,92 @@ def _check_thresholds(thresholds: Mapping[IdleKind, float | None]) -> None:
             raise ValueError(f"kinds.{kind.value}.threshold_percent: only low_utilization has a threshold")
 
 
+class WasteAction(StrEnum):
+    """What a request that would leave most of a dedicated host unused gets (gpufarm.core.charging)."""
+
+    ALLOW = "allow"  # charged the whole host and granted as the quota allows
+    OPERATORS = "operators"  # charged the whole host and sent to an operator whatever the quota says
+    REFUSE = "refuse"  # refused: ask for the whole host, or use a shared pool
+
+
+class ChargingPolicy(_Strict):
+    """The charging policy in effect for one environment and team."""
+
+    waste: WasteAction
+    waste_threshold_percent: float
+
+
+class ChargingOverride(_Strict):
+    """A per-environment or per-team change to the charging policy; keys left out inherit."""
+
+    waste: WasteAction | None = None
+    waste_threshold_percent: float | None = Field(default=None, ge=0, le=100)
+
+
+class ChargingSettings(_Strict):
+    """Dedicated pools charge whole hosts; this says what happens to a request that would waste most of one.
+
+    A request wastes the share of the GPUs it is charged for that it did not ask for (1 asked on an 8-GPU host:
+    87.5 %); above the threshold the `waste` action applies. Overrides apply per environment, then per team.
+    """
+
+    waste: WasteAction = WasteAction.ALLOW
+    waste_threshold_percent: float = Field(default=50.0, ge=0, le=100)
+    environments: dict[Name, ChargingOverride] = Field(default_factory=dict)
+    teams: dict[Name, ChargingOverride] = Field(default_factory=dict)
+
+    def policy(self, environment: str | None = None, team: str | None = None) -> ChargingPolicy:
+        """The policy in effect for a request of `team` in `environment`."""
+        values = _overridden(self, (self.environments.get(environment or ""), self.teams.get(team or "")))
+        return ChargingPolicy.model_validate(values)
+
+
+_MAX_WAITING_HOURS = 90 * 24
+_MAX_REMINDER_HOURS = 30 * 24
+
+
+class LeasePolicy(_Strict):
+    """The lease policy in effect for one environment and team."""
+
+    waiting_max_hours: int
+    reminder_hours: int
+
+
+class LeaseOverride(_Strict):
+    """A per-environment or per-team change to the lease policy; keys left out inherit."""
+
+    waiting_max_hours: int | None = Field(default=None, ge=1, le=_MAX_WAITING_HOURS)
+    reminder_hours: int | None = Field(default=None, ge=0, le=_MAX_REMINDER_HOURS)
+
+
+class LeaseSettings(_Strict):
+    """Leases: how long an approved request may wait for hosts, and when the holder is reminded of the end.
+
+    A lease's days count from the moment its hosts are allocated; until then it waits at most
+    `waiting_max_hours` from when it started waiting, then it is withdrawn. `reminder_hours` before the end the
+    holder gets one reminder with Extend and Release (0: none). Overrides apply per environment, then per team.
+    """
+
+    waiting_max_hours: int = Field(default=72, ge=1, le=_MAX_WAITING_HOURS)
+    reminder_hours: int = Field(default=24, ge=0, le=_MAX_REMINDER_HOURS)
+    environments: dict[Name, LeaseOverride] = Field(default_factory=dict)
+    teams: dict[Name, LeaseOverride] = Field(default_factory=dict)
+
+    def policy(self, environment: str | None = None, team: str | None = None) -> LeasePolicy:
+        """The policy in effect for a lease of `team` in `environment`."""
+        values = _overridden(self, (self.environments.get(environment or ""), self.teams.get(team or "")))
+        return LeasePolicy.model_validate(values)
+
+
+def _overridden(base: BaseModel, overrides: Iterable[BaseModel | None]) -> dict[str, Any]:
+    """The base settings' own values (not their override tables) with each override's set keys applied in order."""
+    values = base.model_dump(exclude={"environments", "teams"})
+    for override in overrides:
+        if override is not None:
+            values |= override.model_dump(exclude_none=True)
+    return values
+
+
 class Defaults(_Strict):
     """Values used when a request leaves them out."""
 
@@ -265,6 +371,8 @@ class FarmConfig(_Strict):
     teams: dict[Name, TeamSpec] = Field(default_factory=dict)
     idle: IdleSettings = IdleSettings()
     keeps: KeepSettings = KeepSettings()
+    charging: ChargingSettings = ChargingSettings()
+    leases: LeaseSettings = LeaseSettings()
     defaults: Defaults = Defaults()
     inventory: InventorySettings = InventorySettings()
 
@@ -290,13 +398,26 @@ class FarmConfig(_Strict):
                     f"teams.{team_name}.max_days ({team.max_days}) is below defaults.duration_days "
                     f"({self.defaults.duration_days})"
                 )
-        for env_name in self.idle.environments:
-            if env_name not in self.environments:
-                raise ValueError(f"idle.environments: '{env_name}' is not an environment")
-        for team_name in self.idle.teams:
-            if team_name not in self.teams:
-                raise ValueError(f"idle.teams: '{team_name}' is not a team")
+        self._overrides_and_members_resolve()
         return self
+
+    def _overrides_and_members_resolve(self) -> None:
+        for section, settings in (("idle", self.idle), ("charging", self.charging), ("leases", self.leases)):
+            for env_name in settings.environments:
+                if env_name not in self.environments:
+                    raise ValueError(f"{section}.environments: '{env_name}' is not an environment")
+            for team_name in settings.teams:
+                if team_name not in self.teams:
+                    raise ValueError(f"{section}.teams: '{team_name}' is not a team")
+        open_teams = sorted(name for name, team in self.teams.items() if team.members is None)
+        if open_teams and len(open_teams) < len(self.teams):
+            # A team left without members would let anyone charge it: once membership is on, it is on for all.
+            raise ValueError(f"teams.{open_teams[0]}.members: every team names its members once one team does")
+
+    @property
+    def membership_checked(self) -> bool:
+        """True when the teams name their members, so who may act for a team is checked (gpufarm.core.membership)."""
+        return any(team.members is not None for team in self.teams.values())
 
     @model_validator(mode="after")
     def _keep_overrides_resolve(self) -> FarmConfig:

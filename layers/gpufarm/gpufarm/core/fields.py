@@ -74,6 +74,11 @@ RECLAIM_REASON = "reclaim_reason"
 REQUEST_ID = "request_id"
 SLACK_CHANNEL = "slack_channel"
 SLACK_MESSAGE = "slack_message"
+# Lease semantics (gpufarm.core.leases): when hosts were allocated (the lease's days count from then), since when
+# an approved request has waited for hosts, and the expiry its one reminder was sent for.
+ALLOCATED_AT = "allocated_at"
+WAITING_SINCE = "waiting_since"
+EXPIRY_REMINDED = "expiry_reminded"
 # The dedup ids of the last incident commands that wrote this incident, written in the same PATCH as each change,
 # so a command redelivered after its write landed (its call still failed) is answered, not applied twice.
 LAST_COMMANDS = "gpufarm_last_commands"
@@ -120,6 +125,15 @@ SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(REQUEST_ID, "Request id", FieldKind.TEXTBOX, "Idempotency key of the Slack request"),
     FieldSpec(SLACK_CHANNEL, "Slack channel", FieldKind.TEXTBOX, "Channel the request came from"),
     FieldSpec(SLACK_MESSAGE, "Operator message", FieldKind.TEXTBOX, "channel/ts of the operators' approval message"),
+    FieldSpec(
+        ALLOCATED_AT, "Allocated at", FieldKind.TEXTBOX, "ISO 8601 UTC time hosts were allocated (days count from it)"
+    ),
+    FieldSpec(
+        WAITING_SINCE, "Waiting since", FieldKind.TEXTBOX, "ISO 8601 UTC time the approved request began waiting"
+    ),
+    FieldSpec(
+        EXPIRY_REMINDED, "Expiry reminded", FieldKind.TEXTBOX, "The expiry (ISO 8601 UTC) the holder was reminded of"
+    ),
     FieldSpec(
         LAST_COMMANDS,
         "Last gpufarm commands",

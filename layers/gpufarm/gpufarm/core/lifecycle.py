@@ -37,6 +37,8 @@ class ReclaimReason(StrEnum):
     OPERATOR = "operator"
     RESOLVED_IN_DATADOG = "resolved-in-datadog"
     CANCELLED = "cancelled"
+    # Approved but no hosts came within the lease policy's waiting limit (gpufarm.core.leases).
+    WITHDRAWN = "withdrawn"
 
 
 PHASE_STATE: dict[Phase, State] = {

@@ -133,6 +133,10 @@ class Allocation(BaseModel):
     devices: tuple[str, ...] = ()
     approved_by: str | None = None
     idle_warned_at: datetime | None = None
+    # Lease semantics (gpufarm.core.leases).
+    allocated_at: datetime | None = None
+    waiting_since: datetime | None = None
+    expiry_reminded: datetime | None = None
     # `part=time` and `part=gpus@time` entries, as stored (decoded by gpufarm.core.partial).
     idle_parts: tuple[str, ...] = ()
     idle_returned: tuple[str, ...] = ()
@@ -183,6 +187,9 @@ class Allocation(BaseModel):
             devices=tuple(_list(v.get(f.DEVICES))),
             approved_by=_text(v.get(f.APPROVED_BY)),
             idle_warned_at=parse_time(_text(v.get(f.IDLE_WARNED_AT))),
+            allocated_at=parse_time(_text(v.get(f.ALLOCATED_AT))),
+            waiting_since=parse_time(_text(v.get(f.WAITING_SINCE))),
+            expiry_reminded=parse_time(_text(v.get(f.EXPIRY_REMINDED))),
             idle_parts=tuple(_list(v.get(f.IDLE_PARTS))),
             idle_returned=tuple(_list(v.get(f.IDLE_RETURNED))),
             reclaim_reason=_enum(ReclaimReason, _text(v.get(f.RECLAIM_REASON)), None),

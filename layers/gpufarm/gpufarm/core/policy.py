@@ -12,15 +12,16 @@ the reason in the title), and an operator's approval that would break the hard l
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from pydantic import ValidationError
 
 from gpufarm.core import bounded
+from gpufarm.core.charging import Charge, waste_verdict
 from gpufarm.core.errors import NotAllowed, ValidationFailed
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.farm import FarmConfig, WasteAction
 from gpufarm.core.lifecycle import Phase
 from gpufarm.core.model import MAX_GPU_COUNT, Allocation, GpuRequest
 
@@ -140,14 +141,27 @@ class Ask:
     environment: str
     gpu_model: str
     gpu_count: int
+    # What it counts against the quota (whole hosts on dedicated pools, gpufarm.core.charging); None: gpu_count.
+    charge: Charge | None = None
+
+    @property
+    def charged(self) -> int:
+        """GPUs the request counts against its team's quota."""
+        return self.charge.charged if self.charge is not None else self.gpu_count
 
 
 def decide_grant(request: Ask, farm: FarmConfig, *, team_used: int, pool_capacity: int) -> Decision:
-    """`decide` for a request already recorded in an incident."""
+    """`decide` for a request already recorded in an incident; the reason says when whole hosts are charged."""
+    decision = _decide_grant(request, farm, team_used=team_used, pool_capacity=pool_capacity)
+    note = request.charge.explain() if request.charge is not None else None
+    return replace(decision, reason=f"{note}; {decision.reason}") if note else decision
+
+
+def _decide_grant(request: Ask, farm: FarmConfig, *, team_used: int, pool_capacity: int) -> Decision:
     quota = farm.quota(request.team, request.environment, request.gpu_model)
     entitled = quota.gpus if quota else 0
     hard = quota.hard_limit if quota else None
-    total = team_used + request.gpu_count
+    total = team_used + request.charged
     where = f"{request.gpu_model} in {request.environment}"
     if quota is None:
         return Decision(
@@ -174,6 +188,17 @@ def decide_grant(request: Ask, farm: FarmConfig, *, team_used: int, pool_capacit
             entitled,
             hard,
         )
+    waste = waste_verdict(farm, request.team, request.charge) if request.charge is not None else None
+    if waste is not None and waste[0] is WasteAction.REFUSE:
+        return Decision(
+            Verdict.REFUSE,
+            f"{waste[1]}; ask for whole hosts, or use a shared pool",
+            team_used,
+            entitled,
+            hard,
+        )
+    if waste is not None:
+        return Decision(Verdict.NEEDS_OPERATOR, f"{waste[1]}; an operator decides", team_used, entitled, hard)
     if total <= entitled:
         return Decision(
             Verdict.APPROVE,
@@ -196,7 +221,7 @@ def over_hard_limit(request: Ask, farm: FarmConfig, *, team_used: int) -> str | 
     quota = farm.quota(request.team, request.environment, request.gpu_model)
     if quota is None or quota.hard_limit is None:
         return None
-    total = team_used + request.gpu_count
+    total = team_used + request.charged
     if total <= quota.hard_limit:
         return None
     return (
@@ -205,11 +230,17 @@ def over_hard_limit(request: Ask, farm: FarmConfig, *, team_used: int) -> str | 
     )
 
 
-def team_usage(allocations: Iterable[Allocation], team: str, environment: str, gpu_model: str) -> int:
-    """GPUs a team holds or has been granted for one model in one pool."""
+def team_usage(
+    allocations: Iterable[Allocation],
+    team: str,
+    environment: str,
+    gpu_model: str,
+    charge: Callable[[Allocation], int] | None = None,
+) -> int:
+    """GPUs a team holds or has been granted for one model in one pool: `charge` of each (gpu_count without one)."""
     model = gpu_model.upper()
     return sum(
-        a.gpu_count
+        (charge(a) if charge is not None else a.gpu_count)
         for a in allocations
         if a.phase in GRANTED_PHASES
         and a.team == team

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core import history
+from gpufarm.core import history, leases
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
 from gpufarm.core.history import Step
@@ -59,6 +59,8 @@ class SyncReport:
     """What one scheduled sync did."""
 
     expired: list[int] = field(default_factory=list)
+    withdrawn: list[int] = field(default_factory=list)
+    reminded: list[int] = field(default_factory=list)
     idle_reclaimed: list[int] = field(default_factory=list)
     tags_removed: list[str] = field(default_factory=list)
     tags_restored: list[str] = field(default_factory=list)
@@ -95,13 +97,19 @@ def sync(svc: GpuFarm) -> SyncReport:
     for alloc in svc._live():
         reason = svc._due(alloc)
         if reason is None:
+            if leases.reminder_due(alloc, svc.farm, svc.clock.now()):
+                _remind(svc, alloc, bucket)
+                report.reminded.append(alloc.ir)
             continue
         if svc.queue is not None:
             command = IncidentCommand(op=Op.EXPIRE, ir=alloc.ir, origin=f"sync-{bucket}")
             svc.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
         else:
             svc._resolve(alloc, reason, by=None)
-        (report.expired if reason is ReclaimReason.EXPIRED else report.idle_reclaimed).append(alloc.ir)
+        if reason is ReclaimReason.WITHDRAWN:
+            report.withdrawn.append(alloc.ir)
+        else:
+            (report.expired if reason is ReclaimReason.EXPIRED else report.idle_reclaimed).append(alloc.ir)
     sizes: dict[str, int] = {}
     for host in svc._inventory():
         sizes[host.environment] = sizes.get(host.environment, 0) + 1
@@ -142,6 +150,15 @@ def read_ledger(svc: GpuFarm) -> Ledger:
         down_after_minutes=settings.down_after_minutes,
         environments=svc.farm.environments,
     )
+
+
+def _remind(svc: GpuFarm, alloc: Allocation, bucket: int) -> None:
+    """The reminder before a lease's end, as a command in its pool's group (re-checked there, sent once)."""
+    if svc.queue is None:
+        svc.remind(alloc.ir)
+        return
+    command = IncidentCommand(op=Op.REMIND, ir=alloc.ir, origin=f"sync-{bucket}")
+    svc.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
 
 
 def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int = 1) -> Repair:
@@ -235,7 +252,8 @@ def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None) -> int:
     for a in live:
         if a.phase in HOLDING_PHASES:
             key = (a.team, a.environment, (a.gpu_model or "").upper())
-            held[key] = held.get(key, 0) + a.gpu_count
+            # What the lease holds: whole hosts on dedicated pools (gpufarm.core.charging), not what it asked.
+            held[key] = held.get(key, 0) + (sum(a.host_gpus.values()) or a.gpu_count)
     for team, spec in sorted(svc.farm.teams.items()):
         for env, models in sorted(spec.quotas.items()):
             for model, q in sorted(models.items()):

@@ -39,7 +39,8 @@ class Op(StrEnum):
     EXEMPT = "exempt"  # an operator exempts a lease from idle reclaim until an end date (gpufarm.core.keeps)
     IDLE = "idle"  # the idle monitor fired: warn, or reclaim after the grace period
     BUSY = "busy"  # the idle monitor recovered: clear the warning
-    EXPIRE = "expire"  # the sync found the expiry (or the idle grace) passed
+    EXPIRE = "expire"  # the sync found the expiry (or the idle grace, or a waiting request's limit) passed
+    REMIND = "remind"  # the sync found a lease within its reminder window before its end (gpufarm.core.leases)
 
 
 # Host names as Datadog's `host:` tag carries them, and the node agent's device UUIDs (spec/metrics.yaml).

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Concatenate, ParamSpec, TypeVar
 
-from gpufarm.core import cards, history, keeps, partial, reconcile, views
+from gpufarm.core import cards, charging, history, keeps, lease_views, leases, partial, reconcile, views
 from gpufarm.core import fields as f
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfig, PoolKind
@@ -33,6 +33,7 @@ from gpufarm.core.inventory import IR_KEY, GpuHost, tag_values
 from gpufarm.core.ir import format_ir, ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State, check_transition, state_for
 from gpufarm.core.links import Links
+from gpufarm.core.membership import Membership
 from gpufarm.core.model import Allocation, GpuRequest, IncidentRecord, encode_host_gpus, isoformat
 from gpufarm.core.placement import free_capacity, place, pool_hosts
 from gpufarm.core.policy import (
@@ -43,7 +44,6 @@ from gpufarm.core.policy import (
     Decision,
     Verdict,
     authorize,
-    decide,
     decide_grant,
     extension_days,
     over_hard_limit,
@@ -157,10 +157,23 @@ class GpuFarm:
             return
         reads = Reads(self.incidents, self.hosts)
         self._local.reads = reads
+        # Team membership is read once per user group per invocation too (gpufarm.core.membership).
+        self._local.membership = Membership(self.farm, self.chat, self.operators_usergroup)
         try:
             yield reads
         finally:
             self._local.reads = None
+            self._local.membership = None
+
+    def membership(self) -> Membership:
+        """The invocation's membership lookups (a fresh one outside any invocation)."""
+        current: Membership | None = getattr(self._local, "membership", None)
+        return current if current is not None else Membership(self.farm, self.chat, self.operators_usergroup)
+
+    @_invocation
+    def check_requester(self, request: GpuRequest) -> None:
+        """NotAllowed unless the requester may charge the request's team; MembershipUnavailable when Slack fails."""
+        self.membership().check(request.requester, request.team, f"request GPUs for team {request.team}")
 
     def _reads(self) -> Reads:
         """The open view, or a fresh one for a single step called outside any invocation."""
@@ -225,10 +238,10 @@ class GpuFarm:
             return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already decided")
         model = (alloc.gpu_model or "").upper()
         env = alloc.environment or ""
-        ask = Ask(alloc.team or "", env, model, alloc.gpu_count)
+        ask = Ask(alloc.team or "", env, model, alloc.gpu_count, charge=self._charge(env, model, alloc.gpu_count))
         # The team's grants in this pool and the pool's hosts: nothing else decides a request.
         live = [a for a in self._live(env, ask.team) if a.ir != alloc.ir]
-        used = team_usage(live, ask.team, env, model)
+        used = team_usage(live, ask.team, env, model, charge=self._held)
         capacity = self._reads().capacity(env, model, ask.gpu_count, units=self._shared(env))
         decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
         if decision.verdict is Verdict.REFUSE:
@@ -251,9 +264,11 @@ class GpuFarm:
 
     def _decide(self, request: GpuRequest) -> Decision:
         env = request.environment
-        used = team_usage(self._live(env, request.team), request.team, env, request.gpu_model)
+        model = request.gpu_model
+        used = team_usage(self._live(env, request.team), request.team, env, model, charge=self._held)
+        ask = Ask(request.team, env, model, request.gpu_count, charge=self._charge(env, model, request.gpu_count))
         capacity = self._reads().capacity(env, request.gpu_model, request.gpu_count, units=self._shared(env))
-        return decide(request, self.farm, team_used=used, pool_capacity=capacity)
+        return decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
 
     def _first_for(self, request_id: str, created: IncidentRecord) -> IncidentRecord:
         """The oldest live incident carrying this request_id (ours when the search does not show it yet)."""
@@ -273,9 +288,11 @@ class GpuFarm:
         self._expect_phase(alloc, Phase.REQUESTED, "approved")
         # Serialized with every other grant of the pool (docs/design.md, rule 7): the hard limit holds for operators.
         model = (alloc.gpu_model or "").upper()
-        ask = Ask(alloc.team or "", alloc.environment or "", model, alloc.gpu_count)
+        env = alloc.environment or ""
+        ask = Ask(alloc.team or "", env, model, alloc.gpu_count, charge=self._charge(env, model, alloc.gpu_count))
         live = [a for a in self._live(ask.environment, ask.team) if a.ir != alloc.ir]
-        over = over_hard_limit(ask, self.farm, team_used=team_usage(live, ask.team, ask.environment, model))
+        used = team_usage(live, ask.team, ask.environment, model, charge=self._held)
+        over = over_hard_limit(ask, self.farm, team_used=used)
         if over:
             raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
         updated = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor}, step=self._step(actor, Step.APPROVED))
@@ -300,6 +317,7 @@ class GpuFarm:
         """The requester (or an operator) gives the GPUs back: the incident is resolved; the webhook reclaims."""
         alloc = self._get(ir)
         authorize(Action.RELEASE, actor, self._operators(), alloc)
+        self.membership().check(actor, alloc.team, f"release {alloc.ir_label}")
         reason = ReclaimReason.CANCELLED if alloc.phase is Phase.REQUESTED else ReclaimReason.RELEASED
         if actor != alloc.requester:
             reason = ReclaimReason.OPERATOR
@@ -316,6 +334,7 @@ class GpuFarm:
         """Push the expiry out, within the team's max_days."""
         alloc = self._get(ir)
         authorize(Action.EXTEND, actor, self._operators(), alloc)
+        self.membership().check(actor, alloc.team, f"extend {alloc.ir_label}")
         if alloc.state is State.RESOLVED or alloc.phase not in GRANTED_PHASES | {Phase.REQUESTED}:
             raise Conflict(f"{_ended(alloc)}; nothing to extend (request GPUs again instead)")
         add = extension_days(alloc, self.farm, days)
@@ -373,7 +392,8 @@ class GpuFarm:
         # Each scope reads only what it shows: a user's own through the requester facet, a team's through the team
         # facet, so a user's list costs the same whatever else the farm holds (docs/design.md, "Reads per invocation").
         if scope == "all":
-            return views.list_message("All live allocations", sorted(self._live(), key=lambda a: -a.ir))
+            everything = sorted(self._live(), key=lambda a: -a.ir)
+            return views.list_message("All live allocations", everything, self._positions(everything))
         mine = self._reads().requested_by(user)
         if scope == "team":
             if team is not None:
@@ -382,8 +402,9 @@ class GpuFarm:
             if not teams:
                 raise ValidationFailed("team", "you hold no allocations; say which team: /gpu list team nlp")
             shown = sorted((a for t in teams for a in self._live(team=t)), key=lambda a: -a.ir)
-            return views.list_message(f"Live allocations of team {', '.join(sorted(t for t in teams if t))}", shown)
-        return views.list_message("Your live allocations", sorted(mine, key=lambda a: -a.ir))
+            title = f"Live allocations of team {', '.join(sorted(t for t in teams if t))}"
+            return views.list_message(title, shown, self._positions(shown))
+        return views.list_message("Your live allocations", sorted(mine, key=lambda a: -a.ir), self._positions(mine))
 
     @_invocation
     def quota(self, team: str | None = None) -> Message:
@@ -392,7 +413,7 @@ class GpuFarm:
             self.farm.team(team)
         live = self._live()
         rows = [
-            QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(live, name, env, model))
+            QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(live, name, env, model, charge=self._held))
             for name, spec in sorted(self.farm.teams.items())
             if team is None or name == team
             for env, models in sorted(spec.quotas.items())
@@ -475,7 +496,11 @@ class GpuFarm:
             check=False,
             step=freed,
         )
-        message = views.reclaimed(updated, _reason_text(reason), hosts)
+        if reason is ReclaimReason.WITHDRAWN:
+            hours = self.farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
+            message = lease_views.withdrawn(updated, hours)
+        else:
+            message = views.reclaimed(updated, _reason_text(reason), hosts)
         self._tell(updated.requester, message)
         self._post_operators(message)
         return Outcome(alloc.ir, "reclaimed", tuple(hosts))
@@ -564,14 +589,27 @@ class GpuFarm:
     def _due(self, alloc: Allocation) -> ReclaimReason | None:
         if alloc.state is State.RESOLVED:
             return None
-        if alloc.phase in GRANTED_PHASES and alloc.expires_at is not None and alloc.expires_at <= self.clock.now():
+        # A lease's days run from its allocation; a request still waiting for hosts has its own limit instead.
+        if leases.expired(alloc, self.clock.now()):
             return ReclaimReason.EXPIRED
+        if leases.waiting_over(alloc, self.farm, self.clock.now()):
+            return ReclaimReason.WITHDRAWN
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
             # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
             policy = self.farm.idle.policy(alloc.environment, alloc.team)
             if not alloc.hosts or partial.every_part_due(alloc, self.clock.now(), policy):
                 return ReclaimReason.IDLE
         return None
+
+    @_invocation
+    def remind(self, ir: int) -> Outcome:
+        """Once per end, before it: tell the holder when the lease ends, with Extend and Release (core.leases)."""
+        alloc = self._get(ir)
+        if not leases.reminder_due(alloc, self.farm, self.clock.now()) or alloc.expires_at is None:
+            return Outcome(ir, f"nothing to do ({alloc.phase.value})")
+        updated = self._write(alloc, alloc.phase, {f.EXPIRY_REMINDED: isoformat(alloc.expires_at)})
+        self._tell(updated.requester, lease_views.expiry_reminder(updated, self.links))
+        return Outcome(ir, f"reminded (ends {isoformat(alloc.expires_at)})")
 
     @_invocation
     def sync(self) -> SyncReport:
@@ -587,6 +625,32 @@ class GpuFarm:
     def publish_gauges(self) -> int:
         """Quota and inventory gauges; returns how many series were sent."""
         return reconcile.publish_gauges(self)
+
+    # ==== charging and queue positions ====================================================================
+
+    def _pool_hosts(self, environment: str, gpu_model: str) -> list[GpuHost]:
+        """A dedicated pool's hosts of one model, whose sizes decide what a request is charged (none when shared)."""
+        env = self.farm.environments.get(environment)
+        if env is None or env.kind is not PoolKind.DEDICATED:
+            return []
+        return pool_hosts(self._inventory(environment), environment, gpu_model)
+
+    def _charge(self, environment: str, gpu_model: str, count: int) -> charging.Charge:
+        """What a request for `count` GPUs counts against its team's quota (whole hosts on dedicated pools)."""
+        return charging.charge(self.farm, environment, self._pool_hosts(environment, gpu_model), count)
+
+    def _held(self, alloc: Allocation) -> int:
+        """What a granted lease counts against its team's quota: what it holds, or will take once allocated."""
+        return charging.held(alloc, self.farm, self._pool_hosts)
+
+    def _positions(self, shown: Iterable[Allocation]) -> dict[int, leases.Position]:
+        """Queue positions of the waiting allocations among `shown`, against everything waiting in their pools."""
+        waiting = [a for a in shown if a.phase in leases.WAITING]
+        out: dict[int, leases.Position] = {}
+        for env in sorted({a.environment or "" for a in waiting}):
+            queue = self._live(env, phases=leases.WAITING)
+            out |= {a.ir: leases.position(a, queue) for a in waiting if a.environment == env}
+        return out
 
     # ==== helpers ==========================================================================================
 
@@ -736,12 +800,15 @@ class GpuFarm:
 
     def _allocated(self, alloc: Allocation, plan: dict[str, int], devices: Devices | None = None) -> Outcome:
         hosts = sorted(plan)
-        expires = self.clock.now() + timedelta(days=alloc.duration_days or self.farm.defaults.duration_days)
+        # The lease's days start now, when its hosts are allocated, however long it waited (gpufarm.core.leases).
+        expires = leases.lease_end(self.clock.now(), alloc.duration_days or self.farm.defaults.duration_days)
         where = ", ".join(f"{h} ({plan[h]} GPUs)" for h in hosts)
         updated = self._write(
             alloc,
             Phase.ALLOCATED,
             {
+                f.ALLOCATED_AT: isoformat(self.clock.now()),
+                f.WAITING_SINCE: None,
                 f.HOSTS: hosts,
                 f.HOST_GPUS: encode_host_gpus(plan),
                 **({f.DEVICES: encode_devices(devices)} if devices else {}),
@@ -756,8 +823,15 @@ class GpuFarm:
         if alloc.phase is Phase.WAITING:
             return Outcome(alloc.ir, "waiting (still)")
         position = self._queue_position(alloc)
-        updated = self._write(alloc, Phase.WAITING, {}, step=self._step(history.GPUFARM, Step.WAITING, position))
-        self._tell(updated.requester, views.waiting(updated))
+        updated = self._write(
+            alloc,
+            Phase.WAITING,
+            {f.WAITING_SINCE: isoformat(self.clock.now())},
+            step=self._step(history.GPUFARM, Step.WAITING, position),
+        )
+        place = leases.position(updated, self._live(updated.environment, phases=leases.WAITING))
+        deadline = leases.waiting_deadline(updated, self.farm)
+        self._tell(updated.requester, lease_views.waiting(updated, place, deadline))
         return Outcome(alloc.ir, "waiting")
 
     def _resolve(self, alloc: Allocation, reason: ReclaimReason, *, by: str | None, note: str | None = None) -> Message:
@@ -823,9 +897,7 @@ class GpuFarm:
         )
 
     def _operators(self) -> frozenset[str]:
-        if not self.operators_usergroup:
-            return frozenset()
-        return self.chat.usergroup_members(self.operators_usergroup)
+        return self.membership().operators()
 
     def _ask_operators(self, alloc: Allocation, reason: str) -> None:
         if not self.operators_channel:
@@ -910,6 +982,7 @@ def _reason_text(reason: ReclaimReason) -> str:
         ReclaimReason.OPERATOR: "reclaimed by an operator",
         ReclaimReason.RESOLVED_IN_DATADOG: "its incident was resolved in Datadog",
         ReclaimReason.CANCELLED: "the request was cancelled",
+        ReclaimReason.WITHDRAWN: "it waited past its limit for hosts and was withdrawn",
     }[reason]
 
 

@@ -35,7 +35,7 @@ HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
   `/gpu request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="fine-tune"`
 • `/gpu list [mine | team [name] | all]` — allocations
 • `/gpu status IR-123` — one allocation, its hosts, expiry and history
-• `/gpu release IR-123` — give the GPUs back
+• `/gpu release IR-123 [now]` — give the GPUs back (a Release button confirms it unless `now`)
 • `/gpu extend IR-123 [days]` — keep them longer
 • `/gpu quota [team]` — quotas and what is in use
 Operators: `/gpu approve IR-123`, `/gpu reject IR-123 <reason>`, `/gpu reclaim IR-123 <reason>`,
@@ -88,6 +88,22 @@ def button(text: str, action_id: str, value: str, style: str | None = None) -> d
 def actions(block_id: str, *buttons: dict[str, Any]) -> dict[str, Any]:
     """A row of buttons."""
     return {"type": "actions", "block_id": block_id, "elements": list(buttons)}
+
+
+def release_button(alloc: Allocation) -> dict[str, Any]:
+    """A Release button Slack confirms (a Block Kit confirmation dialog) before the click is sent."""
+    out = button("Release", ACTION_RELEASE, alloc.ir_label, "danger")
+    out["confirm"] = {
+        "title": _plain(f"Release {alloc.ir_label}?"),
+        "text": {
+            "type": "mrkdwn",
+            "text": f"The GPUs of *{alloc.ir_label}* go back to the pool now; jobs still running on them lose them.",
+        },
+        "confirm": _plain("Release"),
+        "deny": _plain("Keep them"),
+        "style": "danger",
+    }
+    return out
 
 
 def _plain(text: str) -> dict[str, Any]:
@@ -381,7 +397,7 @@ def idle_warning(
             actions(
                 f"idle:{alloc.ir}",
                 button("Keep", ACTION_KEEP, alloc.ir_label, "primary"),
-                button("Release", ACTION_RELEASE, alloc.ir_label, "danger"),
+                release_button(alloc),
             ),
         ],
     )
@@ -517,13 +533,18 @@ def _chunks(lines: Sequence[str], limit: int, most: int) -> list[str]:
     return out
 
 
-def list_message(title: str, allocations: Sequence[Allocation]) -> Message:
-    """Allocations, one line each, newest first."""
+def list_message(
+    title: str, allocations: Sequence[Allocation], positions: Mapping[int, object] | None = None
+) -> Message:
+    """Allocations, one line each, newest first; a waiting one says where it stands in its queue (`positions`)."""
     if not allocations:
         return Message(f"{title}: none.", [section(f"*{title}*: none.")])
+    places = positions or {}
     rows = [
         f"• *{a.ir_label}* `{a.phase.value}` {a.gpu_count}x {a.gpu_model} `{a.environment}` "
-        f"{a.team}/{a.project} <@{a.requester}>" + (f" on {', '.join(a.hosts)}" if a.hosts else "")
+        f"{a.team}/{a.project} <@{a.requester}>"
+        + (f" on {', '.join(a.hosts)}" if a.hosts else "")
+        + (f" ({places[a.ir]})" if a.ir in places else "")
         for a in allocations
     ]
     text = f"*{title}* ({len(allocations)})\n" + "\n".join(rows)
@@ -561,5 +582,5 @@ def _owner_buttons(alloc: Allocation) -> dict[str, Any]:
     return actions(
         f"owner:{alloc.ir}",
         button("Extend", ACTION_EXTEND, alloc.ir_label),
-        button("Release", ACTION_RELEASE, alloc.ir_label, "danger"),
+        release_button(alloc),
     )

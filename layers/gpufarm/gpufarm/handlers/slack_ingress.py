@@ -134,6 +134,9 @@ def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
 
 
 def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -> dict[str, Any]:
+    if not (command.args or {}).get("team") and _checks_membership(runtime):
+        # Which team is the user's only one is Slack's to say (user groups): the worker picks it or asks.
+        return _teamless_request(runtime, form, command)
     try:
         request = build_request(
             command.args or {},
@@ -156,6 +159,44 @@ def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -
     )
     what = f"{request.gpu_count}x {request.gpu_model} in {request.environment} for {request.team}/{request.project}"
     return _hand_off(runtime, job, f"Requesting {what}…")
+
+
+def _checks_membership(runtime: rt.Runtime) -> bool:
+    try:
+        return runtime.farm().membership_checked
+    except rt.ConfigurationError:
+        raise
+    except GpufarmError:
+        return False  # the request's own validation below says what is wrong with the farm
+
+
+def _teamless_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -> dict[str, Any]:
+    """Validate all but the team here (at once, with team left to the worker), then hand the command over."""
+    args = dict(command.args or {})
+    try:
+        farm = runtime.farm()
+        # Any team stands in for the check of the other fields; the worker validates again with the real one.
+        build_request(
+            {**args, "team": next(iter(sorted(farm.teams)), "")},
+            farm,
+            requester=form.user_id,
+            channel=form.channel_id,
+            request_id=request_id("cmd", form.trigger_id),
+        )
+    except rt.ConfigurationError:
+        raise
+    except GpufarmError as exc:
+        if not (isinstance(exc, ValidationFailed) and exc.field in ("team", "duration_days")):
+            return _ephemeral(views.error_message(rt.describe(exc)).text)
+    handed = Command(Verb.REQUEST, args=args, request_id=request_id("cmd", form.trigger_id))
+    job = Job(
+        kind="command",
+        user=form.user_id,
+        channel=form.channel_id,
+        response_url=form.response_url,
+        command=handed.to_payload(),
+    )
+    return _hand_off(runtime, job, "Requesting GPUs for your team…")
 
 
 def _working_text(command: Command) -> str:

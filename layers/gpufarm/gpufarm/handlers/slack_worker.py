@@ -19,10 +19,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufarm.core import executor, views
+from gpufarm.core import executor, lease_views, views
 from gpufarm.core.commands import Command, Verb
 from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
+from gpufarm.core.farm import FarmConfigError
 from gpufarm.core.model import GpuRequest
+from gpufarm.core.policy import build_request
 from gpufarm.core.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.views import Message
@@ -55,7 +57,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         message = dispatch(runtime.service(), job)
         ok = True
     except GpufarmError as exc:
-        if isinstance(exc, UpstreamError | rt.ConfigurationError):
+        if isinstance(exc, UpstreamError | rt.ConfigurationError | FarmConfigError):
             log.error("%s for %s failed: %s", job.kind, job.user, exc)  # noqa: TRY400 - message is enough
         message = views.error_message(rt.describe(exc))
         ok = False
@@ -97,10 +99,28 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team)
     if cmd.verb is Verb.QUOTA:
         return svc.quota(cmd.team)
+    if cmd.verb is Verb.REQUEST:
+        return _request_for_my_team(svc, job, cmd)
+    if cmd.verb is Verb.RELEASE and not cmd.confirmed:
+        # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it).
+        return lease_views.release_confirm(svc.allocation(ir))
     op = COMMAND_OPS.get(cmd.verb)
     if op is None:
         return views.help_message()
     return _submit(svc, job, op, ir, days=cmd.days, reason=cmd.reason)
+
+
+def _request_for_my_team(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
+    """An inline request without `team=`: the user's only team, or an answer listing their teams to choose from."""
+    team = svc.membership().team_for_request(job.user, None)
+    request = build_request(
+        {**(cmd.args or {}), "team": team},
+        svc.farm,
+        requester=job.user,
+        channel=job.channel,
+        request_id=cmd.request_id or "",
+    )
+    return executor.request(svc, request, response_url=job.response_url, origin=request.request_id)
 
 
 def _action(svc: GpuFarm, job: Job) -> Message | None:

@@ -1,0 +1,102 @@
+"""Charging what is held: on dedicated pools a request counts against its team's quota by the whole hosts it takes.
+
+A dedicated host is held whole (gpufarm.core.placement), so a 1-GPU request on a pool of 8-GPU hosts keeps 8 GPUs
+from everyone else; charging the 1 asked would let a team hold far beyond its quota while its figures said
+otherwise. A granted lease that holds hosts is charged what its incident records (`host_gpus`: whole hosts on
+dedicated pools, units on shared ones); one still waiting for hosts is charged what placement would take in its
+pool (the smallest set of whole hosts that fits, the smallest host when one is enough). Shared pools charge the
+units asked. The farm YAML's `charging:` section may send to operators, or refuse, a request that would waste
+most of a host (FarmConfig.charging; per environment and team overrides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpufarm.core.farm import FarmConfig, PoolKind, WasteAction
+from gpufarm.core.inventory import GpuHost
+from gpufarm.core.lifecycle import Phase
+from gpufarm.core.model import Allocation
+from gpufarm.core.placement import Capacity, place_dedicated
+
+# Phases whose incident records the hosts it holds.
+_HOLDING = frozenset({Phase.ALLOCATED, Phase.IDLE_WARNED})
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What a request asks for and what it counts against its team's quota."""
+
+    environment: str
+    asked: int
+    charged: int
+    # Sizes of the whole hosts it would take (dedicated pools; empty on shared ones or when nothing fits).
+    hosts: tuple[int, ...] = ()
+
+    @property
+    def wasted_percent(self) -> float:
+        """The share of the charged GPUs the request did not ask for."""
+        return 100.0 * (self.charged - self.asked) / self.charged if self.charged > self.asked else 0.0
+
+    def explain(self) -> str | None:
+        """`1 GPU asked, an 8-GPU host is the smallest unit in onprem-hpc: 8 GPUs count against your quota`."""
+        if self.charged <= self.asked:
+            return None
+        asked = f"{self.asked} GPU{'s' if self.asked != 1 else ''} asked"
+        if len(self.hosts) == 1:
+            unit = f"{_article(self.hosts[0])} {self.hosts[0]}-GPU host"
+            return (
+                f"{asked}, {unit} is the smallest unit in {self.environment}: "
+                f"{self.charged} GPUs count against your quota"
+            )
+        sizes = " + ".join(str(size) for size in self.hosts)
+        return (
+            f"{asked}, the fewest whole hosts in {self.environment} that hold it are {sizes} GPUs: "
+            f"{self.charged} GPUs count against your quota"
+        )
+
+
+def charge(farm: FarmConfig, environment: str, hosts: Sequence[GpuHost], asked: int) -> Charge:
+    """What a request for `asked` GPUs on these pool hosts (one model, all of the pool) is charged."""
+    env = farm.environments.get(environment)
+    if env is None or env.kind is not PoolKind.DEDICATED or asked < 1:
+        return Charge(environment, asked, asked)
+    # The pool as if empty: the charge is what the request takes, not what happens to be free now.
+    plan = place_dedicated([Capacity(h, h.gpu_count) for h in hosts], asked)
+    if plan is None:
+        return Charge(environment, asked, asked)  # it can never fit; the policy refuses it on its own terms
+    sizes = tuple(sorted(plan.values(), reverse=True))
+    return Charge(environment, asked, max(asked, sum(sizes)), sizes)
+
+
+def held(alloc: Allocation, farm: FarmConfig, hosts_of: Callable[[str, str], Sequence[GpuHost]]) -> int:
+    """GPUs a granted lease counts against its team: what it holds, or what it will take once allocated."""
+    if alloc.phase in _HOLDING and alloc.host_gpus:
+        return sum(alloc.host_gpus.values())
+    env = alloc.environment or ""
+    pool = farm.environments.get(env)
+    if pool is None or pool.kind is not PoolKind.DEDICATED:
+        return alloc.gpu_count
+    return charge(farm, env, hosts_of(env, (alloc.gpu_model or "").upper()), alloc.gpu_count).charged
+
+
+def waste_verdict(farm: FarmConfig, team: str, charged: Charge) -> tuple[WasteAction, str] | None:
+    """The waste policy's action and its reason when `charged` leaves more of its hosts unused than allowed."""
+    if charged.charged <= charged.asked:
+        return None
+    policy = farm.charging.policy(charged.environment, team)
+    if policy.waste is WasteAction.ALLOW or charged.wasted_percent <= policy.waste_threshold_percent:
+        return None
+    unused = charged.charged - charged.asked
+    reason = (
+        f"{unused} of the {charged.charged} GPUs it holds would sit unused ({charged.wasted_percent:.0f} %, "
+        f"over {team}'s limit of {policy.waste_threshold_percent:g} % in {charged.environment})"
+    )
+    return policy.waste, reason
+
+
+def _article(number: int) -> str:
+    """`an` before a number said with a vowel sound (8, 11, 18, 80-89), else `a`."""
+    text = str(number)
+    return "an" if text.startswith("8") or (len(text) in (2, 5) and text.startswith(("11", "18"))) else "a"
