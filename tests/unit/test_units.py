@@ -279,3 +279,32 @@ def test_a_dedicated_lease_message_is_unchanged() -> None:
         incident_id="x", ir=5, title="t", state="active", phase=Phase.ALLOCATED, hosts=("h",), host_gpus={"h": 8}
     )
     assert "CUDA_VISIBLE_DEVICES" not in allocated(alloc).blocks[0]["text"]["text"]
+
+
+# -- idle alerts about devices -------------------------------------------------------------------------------------
+
+
+def test_an_idle_alert_for_a_slice_the_lease_does_not_hold_changes_nothing(farm: Farm) -> None:
+    from gpufarm.core.serial import IdleScope
+
+    first, second = farm.lease(1), farm.lease(1, OTHER)
+    theirs = units.lease_devices(farm.alloc(second))["slice-1"][0].id
+    mine = units.lease_devices(farm.alloc(first))["slice-1"][0].id
+    outcome = farm.svc.idle_triggered(first, IdleScope(hosts=("slice-1",), devices=(theirs,), kind="idle"))
+    assert outcome.action.startswith("ignored") and theirs in outcome.action
+    assert farm.alloc(first).phase is Phase.ALLOCATED
+    warned = farm.svc.idle_triggered(first, IdleScope(hosts=("slice-1",), devices=(mine,), kind="idle"))
+    assert warned.action.startswith("warned") and farm.alloc(first).phase is Phase.IDLE_WARNED
+
+
+def test_the_idle_webhook_reads_a_per_device_groups_long_status_line() -> None:
+    from gpufarm.handlers.idle_alert import IdleAlert
+
+    group = f"gpu_ir:ir-3,host:k8s-mig-01,gpu_uuid:{_mig_uuid(0, 1)}"
+    status = (
+        "gpufarm.gpu.processes over gpufarm:managed AND NOT gpu_ir:none AND environment:shared-slices,"
+        f"{group} was < 1 at all times during the last 60m."
+    )
+    alert = IdleAlert.model_validate({"alert_transition": "Triggered", "alert_scope": group, "alert_status": status})
+    assert len(status) > 200
+    assert alert.ir() == 3 and alert.idle_scope().devices == (_mig_uuid(0, 1),)

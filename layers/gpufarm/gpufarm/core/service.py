@@ -76,6 +76,7 @@ from gpufarm.core.units import (
     encode_devices,
     holdings,
     is_assign_of,
+    lease_devices,
 )
 from gpufarm.core.views import Message, QuotaRow
 
@@ -991,8 +992,11 @@ def _tag_of(ir: int | None) -> str | None:
 
 
 def _foreign_hosts(alloc: Allocation, scope: IdleScope | None) -> list[str]:
-    """Hosts an idle alert names that the allocation does not hold (Datadog lowercases host tags)."""
-    if scope is None or not scope.hosts:
+    """Hosts an idle alert names that the allocation does not hold (Datadog lowercases host tags), and devices
+    it does not hold where it records its units (a shared pool's lease; gpufarm.core.units)."""
+    if scope is None:
         return []
     held = {h.lower() for h in alloc.hosts}
-    return [h for h in scope.hosts if h.lower() not in held]
+    foreign = [h for h in scope.hosts if h.lower() not in held]
+    mine = {u.uuid for units in lease_devices(alloc).values() for u in units if u.uuid}
+    return foreign + ([d for d in scope.devices if d not in mine] if mine else [])

@@ -73,7 +73,8 @@ class IdleAlert(BaseModel):
     alert_transition: str = Field(min_length=1, max_length=40)
     alert_scope: str = Field(default="", max_length=2000)
     alert_id: str | int | None = None
-    alert_status: str = Field(default="", max_length=200)
+    # Datadog's status line restates the query's scope and the group: a per-device group on a shared pool passes 200.
+    alert_status: str = Field(default="", max_length=2000)
     alert_title: str = Field(default="", max_length=500)
     date: str = Field(default="", max_length=40)
     alert_query: str = Field(default="", max_length=2000)
