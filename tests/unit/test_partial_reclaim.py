@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import executor, partial
+from gpufarm.core import executor, partial, units
 from gpufarm.core import fields as f
 from gpufarm.core.farm import FarmConfigError, PartialIdle, parse_farm
+from gpufarm.core.inventory import GpuUnit, unit_tag
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.model import Allocation
 from gpufarm.core.policy import build_request, team_usage
@@ -295,3 +296,26 @@ def test_a_shared_lease_gives_back_its_idle_device_once(world: World) -> None:
     world.idle(ir, "slice-1", devices=(OTHER_DEVICE,))
     world.clock.advance(minutes=60)
     assert world.idle(ir, "slice-1", devices=(OTHER_DEVICE,)).startswith("resolved (idle)")
+
+
+def test_a_shared_lease_with_recorded_units_gives_back_exactly_the_idle_unit(world: World) -> None:
+    uuids = [f"gpu-0a1b2c3d-0000-4000-8000-0000000000{10 + i:02x}" for i in range(8)]
+    uuids[0], uuids[1] = DEVICE, OTHER_DEVICE
+    world.hosts.tags["slice-1"]["datadog"] += [unit_tag(GpuUnit(i, uuid=u)) for i, u in enumerate(uuids)]
+    ir = world.lease(2, env="slices", model="A100")
+    lease = world.alloc(ir)
+    assert [u.uuid for u in units.lease_devices(lease)["slice-1"]] == [DEVICE, OTHER_DEVICE]
+    assert {f"gpu_assign:ir-{ir}/{DEVICE}", f"gpu_assign:ir-{ir}/{OTHER_DEVICE}"} <= set(world.hosts.user("slice-1"))
+    # A device the lease does not hold is not its part.
+    assert world.idle(ir, "slice-1", devices=(uuids[5],)).startswith("ignored:")
+    world.idle(ir, "slice-1", devices=(DEVICE,))
+    world.clock.advance(minutes=60)
+    assert world.idle(ir, "slice-1", devices=(DEVICE,)).startswith(f"returned slice-1/{DEVICE}")
+    lease = world.alloc(ir)
+    assert [u.uuid for u in units.lease_devices(lease)["slice-1"]] == [OTHER_DEVICE] and lease.gpu_count == 1
+    tags = world.hosts.user("slice-1")
+    assert f"gpu_assign:ir-{ir}/{DEVICE}" not in tags
+    assert f"gpu_assign:ir-{ir}/{OTHER_DEVICE}" in tags and f"ir:ir-{ir}" in tags
+    # The unit is free again: the next lease of one GPU gets exactly it.
+    other = world.lease(1, env="slices", model="A100", rid="req-00000002")
+    assert [u.uuid for u in units.lease_devices(world.alloc(other))["slice-1"]] == [DEVICE]

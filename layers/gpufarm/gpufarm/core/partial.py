@@ -35,9 +35,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from gpufarm.core import fields as f
-from gpufarm.core import history, views
+from gpufarm.core import history, units, views
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import IdlePolicy, PartialIdle, PoolKind
+from gpufarm.core.inventory import GpuUnit, assign_tag
+from gpufarm.core.ir import ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.model import Allocation, encode_host_gpus, isoformat, parse_time
 from gpufarm.core.serial import IdleScope
@@ -127,8 +129,9 @@ def host_of(part: str) -> str:
 def named_parts(alloc: Allocation, scope: IdleScope | None, kind: PoolKind) -> list[str]:
     """The lease's parts an alert names, in the lease's spelling of its hosts; every host when it names none.
 
-    On a shared pool an alert for one device on one host (the monitors' group there) names `host/uuid`. Parts the
-    lease already gave back are left out: their alerts change nothing.
+    On a shared pool an alert for one device on one host (the monitors' group there) names `host/uuid`; a device
+    the lease's recorded units (gpufarm.core.units) do not include is not its own. Parts the lease already gave
+    back are left out: their alerts change nothing.
     """
     held = {h.lower(): h for h in alloc.hosts}
     gone = returned_parts(alloc.idle_returned)
@@ -136,7 +139,8 @@ def named_parts(alloc: Allocation, scope: IdleScope | None, kind: PoolKind) -> l
     if not hosts:
         parts = list(alloc.hosts)
     elif kind is PoolKind.SHARED and scope is not None and scope.devices and len(hosts) == 1:
-        parts = [f"{hosts[0]}{DEVICE_SEP}{d}" for d in scope.devices]
+        recorded = {u.uuid.lower() for u in units.lease_devices(alloc).get(hosts[0], ()) if u.uuid}
+        parts = [f"{hosts[0]}{DEVICE_SEP}{d}" for d in scope.devices if not recorded or d.lower() in recorded]
     else:
         parts = hosts
     return [p for p in dict.fromkeys(parts) if p not in gone]
@@ -338,11 +342,13 @@ def _shrink(
     gone_hosts = sorted(h for h in alloc.hosts if h not in remaining)
     for host in gone_hosts:
         svc._untag_host(host, alloc)
+    kept_units = _kept_units(svc, alloc, given, remaining)
     now = svc.clock.now()
     values: dict[str, object] = {
         f.HOSTS: [h for h in alloc.hosts if h in remaining],
         f.HOST_GPUS: encode_host_gpus(remaining),
         f.GPU_COUNT: str(sum(remaining.values())),
+        **({f.DEVICES: units.encode_devices(kept_units)} if kept_units is not None else {}),
         f.IDLE_PARTS: encode_idle(decision.idle),
         f.IDLE_RETURNED: [*alloc.idle_returned, *(returned_entry(p, n, now) for p, n in sorted(given.items()))][
             -MAX_PARTS:
@@ -359,3 +365,31 @@ def _shrink(
     svc._post_operators(message)
     log.info("%s gave back %s idle past the grace", alloc.ir_label, ", ".join(given))
     return updated, sorted(given)
+
+
+def _kept_units(
+    svc: GpuFarm, alloc: Allocation, given: Mapping[str, int], remaining: Mapping[str, int]
+) -> units.Devices | None:
+    """The recorded units (shared pools) the lease keeps; the returned devices' `gpu_assign` tags are removed.
+
+    None when the lease records no units (a dedicated lease, or one allocated before units were kept): its GPU
+    count per host says all there is.
+    """
+    recorded = units.lease_devices(alloc)
+    if not recorded:
+        return None
+    returned = {p.lower() for p in given}
+    me = ir_tag_value(alloc.ir)
+    kept: dict[str, tuple[GpuUnit, ...]] = {}
+    for host, held in recorded.items():
+        if host not in remaining:
+            continue  # untagged whole by _untag_host, its gpu_assign tags with it
+        stays = tuple(u for u in held if f"{host}{DEVICE_SEP}{u.uuid}".lower() not in returned)
+        # Units known by index only (an agent that publishes none) cannot be matched: the count decides.
+        stays = stays[: remaining[host]]
+        kept[host] = stays
+        drop = {assign_tag(me, u.uuid) for u in held if u.uuid and u not in stays}
+        current = svc._user_tags(host) if drop else None
+        if current is not None and drop & set(current):
+            svc._put_tags(host, [t for t in current if t not in drop])
+    return {h: v for h, v in kept.items() if v}
