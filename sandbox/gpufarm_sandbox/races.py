@@ -193,7 +193,8 @@ def expiry_and_keep(race: RaceFarm, n: int) -> list[str]:
 
 
 def approve_and_reject(race: RaceFarm, n: int) -> list[str]:
-    """Two operators' clicks, Approve and Reject, on one request beyond quota: exactly one decision stands."""
+    """An operator's Approve click and a reject command (with its reason) on one request beyond quota: exactly one
+    decision stands."""
     race.farm.slash(BOB, f"request 12 H100 project=ar-{n} team=vision env=onprem-hpc days=1")
     race.settle()
     asks = [
@@ -207,7 +208,7 @@ def approve_and_reject(race: RaceFarm, n: int) -> list[str]:
     assert ir is not None
     race.pair(
         lambda: race.farm.click(DANA, asks[-1], "gpu_approve"),
-        lambda: race.farm.click(DANA, asks[-1], "gpu_reject"),
+        lambda: race.farm.slash(DANA, f"reject IR-{ir} no budget for round {n}"),
         gap=0.0,
     )
     final = race.farm.allocation(ir)

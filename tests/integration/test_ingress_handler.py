@@ -22,6 +22,7 @@ import pytest
 from test_ingress_events import (
     TEST_SIGNING_SECRET,
     TEST_TIMESTAMP,
+    TRIGGER_ID,
     command_body,
     load_event,
     payload_body,
@@ -278,7 +279,6 @@ def test_another_slash_command_is_not_ours(ingress: Any) -> None:
     ("name", "action", "user"),
     [
         ("slack_block_actions_approve.json", "gpu_approve", "U0000000002"),
-        ("slack_block_actions_reject.json", "gpu_reject", "U0000000002"),
         ("slack_block_actions_release.json", "gpu_release", "U0000000001"),
         ("slack_block_actions_extend.json", "gpu_extend", "U0000000001"),
     ],
@@ -289,6 +289,53 @@ def test_button_clicks_are_acked_empty_and_handed_off(ingress: Any, name: str, a
     [(_, job)] = invoker.calls
     assert (job["kind"], job["action"], job["ir"], job["user"]) == ("action", action, 1, user)
     assert job["channel"] == "C0000000001" and job["message_ts"] == "1700000000.000100"
+
+
+OPERATOR = {"id": "U0000000002", "username": "gpu.operator", "name": "gpu.operator", "team_id": "T0000000001"}
+
+
+def test_reject_opens_the_reason_form_and_its_submission_is_handed_off(ingress: Any) -> None:
+    invoker, chat, _ = ingress
+    assert call(load_event("slack_block_actions_reject.json")) == (200, None)
+    assert invoker.calls == []  # nothing acts on the click itself
+    [(trigger, view)] = chat.views
+    assert trigger == TRIGGER_ID and view["callback_id"] == "gpu_reason"
+    assert json.loads(view["private_metadata"]) == {"action": "gpu_reject", "ir": 1}
+    submitted = {
+        "type": "view_submission",
+        "user": OPERATOR,
+        "view": {
+            "id": "V0000000009",
+            "callback_id": view["callback_id"],
+            "private_metadata": view["private_metadata"],
+            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "over\nbudget"}}}},
+        },
+    }
+    assert call(slack_event(payload_body(submitted))) == (200, None)
+    [(_, job)] = invoker.calls
+    assert (job["kind"], job["action"], job["ir"], job["user"]) == ("action", "gpu_reject", 1, "U0000000002")
+    assert job["reason"] == "over budget" and "response_url" not in job
+    submitted["view"]["state"] = {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "  "}}}}
+    status, body = call(slack_event(payload_body(submitted)))
+    assert status == 200 and body == {"response_action": "errors", "errors": {"reason": "say why"}}
+    assert len(invoker.calls) == 1
+
+
+def test_a_forged_reason_form_changes_nothing(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    forged = {
+        "type": "view_submission",
+        "user": OPERATOR,
+        "view": {
+            "id": "V0000000009",
+            "callback_id": "gpu_reason",
+            "private_metadata": '{"action": "gpu_approve", "ir": 1}',
+            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "x"}}}},
+        },
+    }
+    status, body = call(slack_event(payload_body(forged)))
+    assert status == 200 and list(body["errors"]) == ["reason"]
+    assert invoker.calls == []
 
 
 def test_view_submission_is_validated_and_handed_off(ingress: Any) -> None:

@@ -106,11 +106,17 @@ def test_beyond_quota_an_operator_approves_by_click_and_others_cannot(farm: Loca
 def test_operator_rejects_by_click(farm: LocalFarm) -> None:
     ir = request(farm, BOB, "request 16 H100 project=vit team=vision env=onprem-hpc")
     [ask] = farm.messages(channel=OPERATORS_CHANNEL, contains="needs approval")
+    # Reject asks for a reason first: the click opens the form, its submission rejects.
     farm.click(DANA, ask, "gpu_reject")
+    [form] = [v for v in farm.views() if v["user"] == DANA.id and v["callback_id"] == "gpu_reason"]
+    assert farm.allocation(ir).phase is Phase.REQUESTED
+    reason = {"reason": {"reason": {"type": "plain_text_input", "value": "vision is over budget this month"}}}
+    assert farm.submit_view(DANA, form["id"], reason)["status"] == 200
     assert farm.settle()
     a = farm.allocation(ir)
     assert (a.phase, a.state, a.hosts) == (Phase.REJECTED, State.RESOLVED, ())
-    assert "rejected" in farm.messages(user=BOB.id, kind="dm")[-1]["text"]
+    told = farm.messages(user=BOB.id, kind="dm")[-1]["text"]
+    assert f"rejected by <@{DANA.id}>: vision is over budget this month" in told
 
 
 def test_over_the_hard_limit_is_refused_and_nothing_is_created(farm: LocalFarm) -> None:

@@ -92,7 +92,7 @@ def test_counts_are_kept_raw_for_the_policy_to_judge() -> None:
         ("quota Vision", Command(Verb.QUOTA, team="vision")),
         ("approve IR-9", Command(Verb.APPROVE, ir=9)),
         ("reject IR-9 over budget this month", Command(Verb.REJECT, ir=9, reason="over budget this month")),
-        ("reclaim IR-9", Command(Verb.RECLAIM, ir=9)),
+        ("reclaim IR-9 idle for a week", Command(Verb.RECLAIM, ir=9, reason="idle for a week")),
         ("STATUS IR-1", Command(Verb.STATUS, ir=1)),
     ],
 )
@@ -114,6 +114,8 @@ def test_verbs(text: str, expected: Command) -> None:
         ("list everything", "scope"),
         ("list all now", "text"),
         ("quota a b", "text"),
+        ("reject IR-9", "reason"),
+        ("reclaim IR-9", "reason"),
         ("x" * 2001, "text"),
     ],
 )

@@ -117,7 +117,7 @@ def utilisation(query: MetricsQuery | None, leases: Sequence[Allocation], now: d
 def request_card(alloc: Allocation, reason: str, requester_name: str | None, ctx: CardContext) -> Message:
     """To the operators' channel: a request beyond quota, its context, and Approve / Reject (a reason modal)."""
     who = f"<@{alloc.requester}>" + (f" ({requester_name})" if requester_name else "")
-    what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for {alloc.team}/{alloc.project}"
+    what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
     text = f"*<{ctx.link}|{alloc.ir_label}>* needs approval: {who} asks for {what}, {alloc.duration_days} days."
     if alloc.purpose:
         text += f"\n>{alloc.purpose}"
@@ -139,7 +139,7 @@ def request_card(alloc: Allocation, reason: str, requester_name: str | None, ctx
 
 def decided_card(alloc: Allocation, outcome: str, link: str) -> Message:
     """The card once decided: the ask, who decided and why, no buttons."""
-    what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for {alloc.team}/{alloc.project}"
+    what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
     text = f"*<{link}|{alloc.ir_label}>*: <@{alloc.requester}> asked for {what}, {alloc.duration_days} days."
     return Message(f"{alloc.ir_label}: {outcome}", [section(text), section(f"*{outcome}*")])
 

@@ -191,11 +191,14 @@ def parse_request_args(words: list[str]) -> dict[str, str]:
 
 
 def _parse_reasoned(verb: Verb, ir: int, rest: list[str]) -> Command:
-    """Reject and reclaim take a reason; exempt takes its length too."""
+    """Reject and reclaim take a reason (required); exempt takes its length too."""
     if verb is Verb.EXEMPT:
         return _parse_exempt(ir, rest)
-    reason = " ".join(rest).strip() or None
-    return Command(verb, ir=ir, reason=_printable(reason, 300) if reason else None)
+    reason = " ".join(rest).strip()
+    if not reason:
+        # The requester reads it ("rejected by @dana: <reason>"), and the lease's history keeps it.
+        raise ValidationFailed("reason", f"say why: /gpu {verb.value} IR-{ir} <reason>")
+    return Command(verb, ir=ir, reason=_printable(reason, 300))
 
 
 def _parse_exempt(ir: int, rest: list[str]) -> Command:

@@ -21,7 +21,7 @@ from gpufarm.core.history import Step
 from gpufarm.core.keep_policy import KeepPolicy
 from gpufarm.core.lifecycle import Phase
 from gpufarm.core.model import Allocation, isoformat
-from gpufarm.core.views import Message, section
+from gpufarm.core.views import ACTION_EXEMPT, ACTION_RECLAIM, Message, actions, button, section
 
 if TYPE_CHECKING:
     from gpufarm.core.service import GpuFarm
@@ -64,12 +64,28 @@ def keep(svc: GpuFarm, alloc: Allocation, actor: str, cleared: dict[str, object]
     step = svc._step(actor, Step.KEPT, f"{n} of {rules.max_keeps}", f"until {isoformat(until)}")
     updated = svc._write(alloc, Phase.ALLOCATED, values, step=step)
     svc._post_operators(
-        Message(
+        operators_card(
+            updated,
             f"<@{actor}> kept {updated.ir_label} ({_lease(updated)}): keep {n} of {rules.max_keeps}, "
-            f"idle reclaim held off until {isoformat(until)}."
+            f"idle reclaim held off until {isoformat(until)}.",
         )
     )
     return kept_reply(updated, rules.max_keeps)
+
+
+def operators_card(alloc: Allocation, text: str) -> Message:
+    """A lease's news for the operators' channel, with Exempt and Reclaim (each opens a reason form)."""
+    return Message(
+        text,
+        [
+            section(text),
+            actions(
+                f"lease:{alloc.ir}",
+                button("Exempt…", ACTION_EXEMPT, alloc.ir_label),
+                button("Reclaim…", ACTION_RECLAIM, alloc.ir_label, "danger"),
+            ),
+        ],
+    )
 
 
 def kept_reply(alloc: Allocation, max_keeps: int | None = None) -> Message:
@@ -82,6 +98,13 @@ def kept_reply(alloc: Allocation, max_keeps: int | None = None) -> Message:
 
 def refused(svc: GpuFarm, alloc: Allocation, rules: KeepPolicy) -> Message:
     """Keep past the maximum: why, and whom to ask for an exemption."""
+    svc._post_operators(
+        operators_card(
+            alloc,
+            f"<@{alloc.requester}> cannot keep {alloc.ir_label} ({_lease(alloc)}) again: its {rules.max_keeps} "
+            f"keeps of {rules.keep_hours} h are used; still idle after the grace it is reclaimed unless exempted.",
+        )
+    )
     ops = _operators_named(svc)
     text = (
         f":no_entry: {alloc.ir_label} cannot be kept again: it has used its {rules.max_keeps} keeps of "

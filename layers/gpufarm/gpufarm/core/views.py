@@ -24,7 +24,10 @@ ACTION_REJECT = "gpu_reject"
 ACTION_RELEASE = "gpu_release"
 ACTION_EXTEND = "gpu_extend"
 ACTION_KEEP = "gpu_keep"
-ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_RELEASE, ACTION_EXTEND, ACTION_KEEP)
+# Operators' buttons that open a reason form first (gpufarm.core.reason_modal), as Reject does.
+ACTION_RECLAIM = "gpu_reclaim"
+ACTION_EXEMPT = "gpu_exempt"
+ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_RELEASE, ACTION_EXTEND, ACTION_KEEP, ACTION_RECLAIM, ACTION_EXEMPT)
 
 MAX_MESSAGE_BLOCKS = 50
 MAX_SECTION_TEXT = 3000

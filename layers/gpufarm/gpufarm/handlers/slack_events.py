@@ -120,6 +120,9 @@ class Job(BaseModel):
     action: str | None = Field(default=None, max_length=255)
     ir: int | None = Field(default=None, ge=1)
     message_ts: str | None = Field(default=None, max_length=40)
+    # kind=action from a reason form (gpufarm.core.reason_modal): why, and for an exemption how many days.
+    reason: str | None = Field(default=None, max_length=300)
+    days: int | None = Field(default=None, ge=1, le=365)
 
 
 def request_id(kind: str, unique: str) -> str:

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 
 from pydantic import ValidationError
 
-from gpufarm.core import bounded, views
+from gpufarm.core import bounded, reason_modal, views
 from gpufarm.core.commands import Command, Verb, parse_command
 from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
 from gpufarm.core.ir import parse_ir
@@ -245,6 +245,9 @@ def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]
     except ValidationFailed:
         return http.error(400, "the button carries no incident number")
     telemetry.correlate(slack_user=payload.user.id, ir=ir)
+    if action.action_id in reason_modal.FORMS:
+        # Reject, Reclaim and Exempt take a reason: the click opens the form, its submission acts.
+        return _open_reason_form(runtime, payload, action.action_id, ir)
     container = payload.container
     channel = payload.channel.id if payload.channel else (container.channel_id if container else None)
     job = Job(
@@ -264,8 +267,49 @@ def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]
     return http.respond(200)
 
 
+def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str, ir: int) -> dict[str, Any]:
+    if not payload.trigger_id:
+        return http.error(400, "the click carries no trigger_id")
+    try:
+        runtime.ingress_chat().open_view(payload.trigger_id, reason_modal.modal(action_id, ir))
+    except rt.ConfigurationError:
+        raise
+    except GpufarmError as exc:
+        log.warning("views.open failed for the reason form: %s", exc)
+        verb = reason_modal.FORMS[action_id].submit.lower()
+        if payload.response_url:
+            try:
+                runtime.ingress_chat().respond(
+                    payload.response_url, f"I could not open the form in time; use `/gpu {verb} IR-{ir} <reason>`."
+                )
+            except GpufarmError:
+                log.warning("could not tell %s the reason form failed", payload.user.id)
+    return http.respond(200)
+
+
+def _reason_submitted(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
+    view = payload.view
+    try:
+        form = reason_modal.read(view.state.values, view.private_metadata)
+    except ValidationFailed as exc:
+        block = exc.field if exc.field in (reason_modal.REASON_BLOCK, reason_modal.DAYS_BLOCK) else "reason"
+        return http.respond(200, {"response_action": "errors", "errors": {block: exc.message[:150]}})
+    telemetry.correlate(slack_user=payload.user.id, ir=form.ir)
+    job = Job(kind="action", user=payload.user.id, action=form.action, ir=form.ir, reason=form.reason, days=form.days)
+    try:
+        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
+    except UpstreamError as exc:
+        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400
+        return http.respond(
+            200, {"response_action": "errors", "errors": {"reason": "gpufarm is unavailable; try again"}}
+        )
+    return http.respond(200)
+
+
 def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
     view = payload.view
+    if view.callback_id == reason_modal.REASON_CALLBACK:
+        return _reason_submitted(runtime, payload)
     if view.callback_id != views.REQUEST_CALLBACK:
         return http.error(400, "unknown view")
     values = views.form_values(view.state.values)

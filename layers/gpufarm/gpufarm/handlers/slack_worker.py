@@ -127,7 +127,7 @@ def _action(svc: GpuFarm, job: Job) -> Message | None:
     op = ACTION_OPS.get(job.action or "")
     if op is None:
         raise ValidationFailed("action", "that button is not one of gpufarm's")
-    return _submit(svc, job, op, job.ir or 0)
+    return _submit(svc, job, op, job.ir or 0, days=job.days, reason=job.reason)
 
 
 # The verbs and buttons that change an incident, and the incident command each one becomes.
@@ -145,6 +145,8 @@ ACTION_OPS = {
     views.ACTION_RELEASE: Op.RELEASE,
     views.ACTION_EXTEND: Op.EXTEND,
     views.ACTION_KEEP: Op.KEEP,
+    views.ACTION_RECLAIM: Op.FORCE_RECLAIM,
+    views.ACTION_EXEMPT: Op.EXEMPT,
 }
 
 
