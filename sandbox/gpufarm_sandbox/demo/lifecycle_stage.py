@@ -143,11 +143,14 @@ class LocalFarm:
         self._ok(self.post("/_sandbox/hosts", {"hosts": body}))
 
     @classmethod
-    def ready(cls, local: LocalEnv, *, drain_s: float = 10) -> LocalFarm:
-        """A reset sandbox with the workspace, the hosts and `gpufarm datadog apply` done, as `gpufarm local` has."""
+    def ready(cls, local: LocalEnv, *, drain_s: float = 10, monitors: bool = True) -> LocalFarm:
+        """A reset sandbox with the workspace, the hosts and the Datadog setup `gpufarm local` makes: the same
+        apply (gpufarm_sandbox.localhost.setup), idle monitors included, from the farm configuration the functions
+        read. `monitors=False` leaves the monitors out, for a test that must not meet an idle alert."""
         from gpufarm.config import Settings
         from gpufarm.core.farm import parse_farm
         from gpufarm.handlers import runtime
+        from gpufarm_sandbox.localhost.setup import apply_local_setup
 
         local.host.drain(timeout=drain_s)
         local.sandbox.reset()
@@ -155,6 +158,10 @@ class LocalFarm:
         farm = cls(local.url, local.host, Settings())
         farm.seed_workspace()
         farm.seed_hosts()
+        if monitors:
+            if apply_local_setup(local).plan is None:
+                raise RuntimeError("no farm configuration: the local Datadog setup was skipped")
+            return farm
         values = parse_farm((local.host.root / "config" / "farm.example.yaml").read_text()).valid_values()
         if farm.apply_setup(values).blocked:
             raise RuntimeError("gpufarm datadog apply was blocked on the sandbox")

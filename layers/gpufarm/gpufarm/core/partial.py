@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from gpufarm.core import fields as f
 from gpufarm.core import history, units, views
 from gpufarm.core.bounded import ascii_digits
+from gpufarm.core.delivery import deliver_warning
 from gpufarm.core.farm import IdlePolicy, PartialIdle, PoolKind
 from gpufarm.core.inventory import GpuUnit, assign_tag
 from gpufarm.core.ir import ir_tag_value
@@ -321,13 +322,11 @@ def _warn(
     kind = f"kind {(scope.kind if scope is not None else None) or 'idle'}"
     evidence = scope.describe() if scope is not None and scope.describe() else "on " + ", ".join(decision.warned)
     step = svc._step(history.MONITOR, history.Step.WARNED, kind, evidence)
-    updated = svc._write(alloc, Phase.IDLE_WARNED, values, step=step)
-    part_of = not _covers_lease(updated, decision.idle)
-    svc._tell(
-        updated.requester,
-        views.idle_warning(updated, policy, now, scope, svc.links, partial=policy.partial if part_of else None),
-    )
-    return updated
+    part_of = not _covers_lease(alloc, decision.idle)
+    warning = views.idle_warning(alloc, policy, now, scope, svc.links, partial=policy.partial if part_of else None)
+    # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
+    deliver_warning(svc.chat, alloc.requester, warning)
+    return svc._write(alloc, Phase.IDLE_WARNED, values, step=step)
 
 
 def _shrink(

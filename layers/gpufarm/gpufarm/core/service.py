@@ -26,6 +26,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from gpufarm.core import cards, charging, history, keeps, lease_views, leases, partial, reconcile, views
 from gpufarm.core import fields as f
+from gpufarm.core.delivery import deliver_warning
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfig, PoolKind
 from gpufarm.core.history import Step
@@ -549,9 +550,10 @@ class GpuFarm:
             warned = self._step(
                 history.MONITOR, Step.WARNED, f"kind {(scope.kind if scope else None) or 'idle'}", evidence
             )
-            updated = self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)}, step=warned)
-            policy = self.farm.idle.policy(updated.environment, updated.team)
-            self._tell(updated.requester, views.idle_warning(updated, policy, now, scope, self.links))
+            policy = self.farm.idle.policy(alloc.environment, alloc.team)
+            # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
+            deliver_warning(self.chat, alloc.requester, views.idle_warning(alloc, policy, now, scope, self.links))
+            self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)}, step=warned)
             return Outcome(ir, f"warned{where}")
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
             self._resolve(alloc, ReclaimReason.IDLE, by=None)

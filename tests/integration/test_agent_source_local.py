@@ -1,0 +1,94 @@
+"""An environment on the Datadog Agent (`metrics_source: datadog-agent`) end to end on the local host: the local
+Datadog setup makes its idle monitors on the Agent GPU check's `gpu.sm_active`, a lease's host sends Agent-shaped
+series (gpufarm_sandbox.agentcheck: no gpufarm tag on them, the lease reaches them through the host's `ir:` tag),
+the sandbox evaluates the monitors on its clock, the idle webhook takes the `ir,host` scope, and the requester is
+warned once, with links that open locally: the incident page and the metrics explorer."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufarm.core.lifecycle import Phase
+from gpufarm.handlers import runtime
+from gpufarm_sandbox import agentcheck
+from gpufarm_sandbox.demo.lifecycle_stage import CAROL, LocalFarm, ir_in
+from gpufarm_sandbox.localhost import LocalEnv
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def agent_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalFarm]:
+    """The example farm with its AWS pool on the Datadog Agent, set up as `gpufarm local` does."""
+    text = (ROOT / "config" / "farm.example.yaml").read_text()
+    path = tmp_path / "farm.yaml"
+    path.write_text(text.replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent"))
+    monkeypatch.setenv("GPUFARM_FARM_CONFIG", str(path))
+    runtime.reset()
+    farm = LocalFarm.ready(local)
+    try:
+        yield farm
+    finally:
+        farm.settle(timeout=10)
+        farm.close()
+        runtime.reset()
+
+
+def test_an_agent_pool_lease_is_warned_from_agent_metrics_and_its_links_open(agent_farm: LocalFarm) -> None:
+    farm = agent_farm
+    names = [m["name"] for m in farm.get("/_sandbox/state")["monitors"]["monitors"]]
+    assert "[gpufarm] no GPU activity (cloud-aws)" in names, names
+    farm.slash(CAROL, "request 8 A100 project=asr team=speech env=cloud-aws")
+    assert farm.settle()
+    ir = ir_in(farm.messages(user=CAROL.id, kind="response", contains="IR-")[-1]["text"])
+    assert ir is not None
+    lease = farm.allocation(ir)
+    assert lease.phase is Phase.ALLOCATED and tuple(lease.hosts) == ("aws-p4d-01",)
+
+    # 50 minutes of the Agent's check on the lease's host: every GPU held by a process doing nothing.
+    now = int(_clock(farm))
+    check = agentcheck.AgentGpuCheck("aws-p4d-01", "A100")
+    api_key = farm.host.env["DD_API_KEY"]
+    agentcheck.push(farm.base_url, api_key, check.series(agentcheck.Activity.held(), range(now - 3000, now + 1, 60)))
+    farm.post("/_sandbox/clock", {"advance": 60})
+    assert farm.settle()
+    assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED, timeout=20)
+
+    events = [e for e in farm.get("/_sandbox/monitors/events")["events"] if e["notified"]]
+    assert {(e["group"], e["transition"]) for e in events} == {(f"ir:ir-{ir},host:aws-p4d-01", "Triggered")}
+    [warning] = farm.messages(user=CAROL.id, kind="dm", contains="has been idle")
+    text = _text(warning)
+    assert "aws-p4d-01" in text
+    links = re.findall(r"<(http[^|>]+)\|", text)
+    incident = next(u for u in links if "/incidents/" in u)
+    assert incident == f"{farm.base_url}/incidents/{ir}"
+    status, page = _open(incident)
+    assert status == 200 and f"IR-{ir}" in page and "idle-warned" in page
+    assert "Triggered" in page and "is idle and will be reclaimed" in page, page  # the monitor's alert and the DM
+    explorer = next(u for u in links if "/metric/explorer" in u)
+    status, page = _open(explorer)
+    assert status == 200 and "<h1>" in page
+
+
+def _text(message: dict[str, Any]) -> str:
+    parts = [message.get("text", "")]
+    parts += [str((block.get("text") or {}).get("text", "")) for block in message.get("blocks", [])]
+    return "\n".join(parts)
+
+
+def _open(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.status, response.read().decode()
+
+
+def _clock(farm: LocalFarm) -> float:
+    state: Any = farm.get("/_sandbox/clock")
+    return float(state["now"])
