@@ -109,6 +109,8 @@ def test_a_request_waiting_past_its_limit_is_withdrawn_with_its_own_message(worl
     told = world.dms()[-1]
     assert "waited 72 h without hpc freeing room for it and was withdrawn" in told
     assert "time ran out" not in told
+    assert any(" sync withdrawn: no hosts within the waiting limit" in line for line in gone.history)
+    assert any(" gpufarm waiting: " in line for line in gone.history)
     assert world.alloc(first).phase is Phase.ALLOCATED
 
 
@@ -124,6 +126,9 @@ def test_one_reminder_before_the_end_with_extend_and_a_confirmed_release(world: 
     assert set(buttons) == {ACTION_EXTEND, ACTION_RELEASE}
     assert buttons[ACTION_RELEASE]["confirm"]["confirm"]["text"] == "Release"
     assert world.alloc(ir).expiry_reminded == world.alloc(ir).expires_at
+    assert [line.split(" ", 2)[2] for line in world.alloc(ir).history if " reminded: " in line] == [
+        f"reminded: ends {world.alloc(ir).expires_at:%Y-%m-%dT%H:%M:%SZ}"
+    ]
     world.clock.advance(hours=1)
     assert world.svc.sync().reminded == []  # once per end
     assert world.svc.remind(ir).action.startswith("nothing to do")

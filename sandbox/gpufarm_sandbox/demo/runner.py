@@ -17,6 +17,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("lifecycle: request, approve, allocate, release from Slack", "gpufarm_sandbox.demo.lifecycle_stage"),
     ("node agents: NVML metrics attributed to each IR", "gpufarm_sandbox.demo.metrics_stage"),
     ("idle reclaim and expiry: agent metrics through gpufarm's own monitors", "gpufarm_sandbox.demo.idle_stage"),
+    ("inventory: clouds, no agent, a source skipped, the ledger", "gpufarm_sandbox.demo.inventory_stage"),
 )
 
 

@@ -7,7 +7,9 @@ GPUFARM_LOCAL_INVOKE_URL), hands the runtime:
 - the sandbox's virtual clock (Slack signatures from the sandbox carry sandbox time, and expiries are judged
   on it even after a demo or test moved it forward);
 - invokes and queue messages handed to the local host;
-- the example farm file when no farm configuration is set.
+- the example farm file when no farm configuration is set;
+- the farm file's AWS and Azure inventory sources on simulated clouds (gpufarm_sandbox.clouds: moto for EC2, a
+  stubbed Azure transport).
 The production wiring knows none of these names.
 
 The clock, invokes and queue messages travel over HTTP to whatever host the URLs name, except when the host
@@ -35,6 +37,7 @@ from gpufarm.adapters.aws import _checked_function, _checked_sqs_id, _payload_by
 from gpufarm.config import Settings
 from gpufarm.core.errors import UpstreamError, ValidationFailed
 from gpufarm.handlers import runtime
+from gpufarm_sandbox.clouds import clouds_for
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.localhost.host import LocalHost
@@ -213,6 +216,8 @@ def local_seams(settings: Settings, env: Mapping[str, str]) -> dict[str, Any]:
     queue_url = env.get(QUEUE_URL_ENV, "").strip()
     if queue_url:
         parts["queue"] = HostQueue(queue_url)
+    # The farm file's AWS and Azure inventory sources read simulated clouds (moto, a stubbed Azure) locally.
+    parts["inventory_sources"] = clouds_for(base).sources
     if not settings.farm_config and not settings.farm_config_parameter:
         example = find_example_farm()
         if example is not None:

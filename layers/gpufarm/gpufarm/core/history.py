@@ -63,6 +63,8 @@ class Step(StrEnum):
     SHRUNK = "shrunk"  # idle hosts (or devices) given back while the rest of the lease stays (gpufarm.core.partial)
     FREED = "freed"
     REPAIRED = "repaired"
+    REMINDED = "reminded"  # the one reminder before a lease's end (gpufarm.core.leases)
+    WITHDRAWN = "withdrawn"  # a waiting request past its waiting limit
     SUMMARY = "summary"
 
 

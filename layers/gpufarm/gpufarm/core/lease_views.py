@@ -40,7 +40,7 @@ def waiting(alloc: Allocation, position: Position, deadline: datetime | None) ->
     text = (
         f":hourglass: *{alloc.ir_label}* is approved but `{alloc.environment}` has no room for "
         f"{alloc.gpu_count}x {alloc.gpu_model} right now: it is {position} (first come, first served). "
-        f"Its {alloc.duration_days} days start when its hosts are allocated.{limit}"
+        f"Its {_days(alloc.duration_days)} when its hosts are allocated.{limit}"
     )
     return Message(text.replace("*", "").replace("`", ""), [section(text)])
 
@@ -75,6 +75,10 @@ def choose_team(teams: Sequence[str]) -> Message:
     listed = ", ".join(f"`{t}`" for t in teams)
     text = f"You are in several teams ({listed}); say which one the GPUs are for, e.g. `team={teams[0]}`."
     return Message(text.replace("`", ""), [section(text)])
+
+
+def _days(days: int | None) -> str:
+    return "1 day starts" if days == 1 else f"{days} days start"
 
 
 def _when(moment: datetime | None) -> str:

@@ -610,7 +610,9 @@ class GpuFarm:
         alloc = self._get(ir)
         if not leases.reminder_due(alloc, self.farm, self.clock.now()) or alloc.expires_at is None:
             return Outcome(ir, f"nothing to do ({alloc.phase.value})")
-        updated = self._write(alloc, alloc.phase, {f.EXPIRY_REMINDED: isoformat(alloc.expires_at)})
+        ends = isoformat(alloc.expires_at)
+        reminded = self._step(history.SYNC, Step.REMINDED, f"ends {ends}")
+        updated = self._write(alloc, alloc.phase, {f.EXPIRY_REMINDED: ends}, step=reminded)
         self._tell(updated.requester, lease_views.expiry_reminder(updated, self.links))
         return Outcome(ir, f"reminded (ends {isoformat(alloc.expires_at)})")
 
@@ -876,6 +878,8 @@ class GpuFarm:
             return self._step(by, Step.RELEASED)
         if reason is ReclaimReason.CANCELLED:
             return self._step(by, Step.CANCELLED)
+        if reason is ReclaimReason.WITHDRAWN:
+            return self._step(history.SYNC, Step.WITHDRAWN, "no hosts within the waiting limit")
         actor = by or (history.MONITOR if reason is ReclaimReason.IDLE else history.SYNC)
         return self._step(actor, Step.RECLAIMED, f"reason: {reason.value}", f"note: {note}" if note else "")
 

@@ -1,0 +1,245 @@
+"""Simulated clouds for the inventory sources: AWS through moto in-process, Azure through the stubbed transport.
+
+`gpufarm local`, `gpufarm demo` and benchmarks/scale.py give gpufarm's real AWS and Azure inventory sources
+(gpufarm.adapters.aws_inventory, azure_inventory) clients that answer from here instead of the clouds:
+
+- AWS: botocore clients whose requests moto's own stubber answers in this process (EC2 instances with moto's GPU
+  instance types); nothing is patched process-wide, so no other botocore client of the process is affected. moto
+  has no Service Quotas for EC2, so the P and G On-Demand vCPU quotas are answered here in Service Quotas' own
+  JSON shape (`quota_limits`). `faults` makes a region's calls fail with an error code (RequestLimitExceeded for
+  throttling) as EC2 sends it;
+- Azure: an AzureFarm (gpufarm_sandbox.azurestub) per subscription.
+
+`clouds_for(base_url)` holds one LocalClouds per local environment, which the local seams hand the runtime as its
+`inventory_sources` (gpufarm_sandbox.localhost.seams).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufarm.core.farm import FarmConfig
+from gpufarm.core.ports import InventorySource
+from gpufarm_sandbox.azurestub import Answer, AzureFarm, StubCredential, StubTransport
+
+ACCOUNT_KEY = "AKIAGPUFARMLOCAL0001"  # moto keys its accounts by access key; nothing here reaches AWS
+SECRET_KEY = "gpufarm-local-not-a-secret"  # noqa: S105 - moto's stand-in credential
+AMI = "ami-12c6146b"  # one of moto's stock images
+# The AWS defaults of the P and G On-Demand vCPU quotas, as Service Quotas reports them for a new account.
+DEFAULT_QUOTAS = {"L-417A185B": 384.0, "L-DB2E81BA": 768.0}
+_QUOTA_NAMES = {
+    "L-417A185B": "Running On-Demand P instances",
+    "L-DB2E81BA": "Running On-Demand G and VT instances",
+}
+_LAUNCH_CHUNK = 500
+_JSON = "application/x-amz-json-1.1"
+
+
+def _response(url: str, status: int, content_type: str, body: bytes) -> Any:
+    from botocore.awsrequest import AWSResponse
+    from botocore.compat import HTTPHeaders
+
+    headers = HTTPHeaders()
+    headers["Content-Type"] = content_type
+    return AWSResponse(url, status, headers, _Raw(body))
+
+
+class _Raw:
+    """A response body botocore reads through stream()."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **kwargs: Any) -> Iterable[bytes]:
+        yield self._body
+
+
+@dataclass
+class SimulatedAws:
+    """EC2 (moto) and EC2's Service Quotas for gpufarm's AWS inventory source, with fault injection per region."""
+
+    quota_limits: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_QUOTAS))
+    # region -> the error code every EC2 and Service Quotas call of that region answers with.
+    faults: dict[str, str] = field(default_factory=dict)
+    # region -> capacity reservations (EC2's fields: capacityReservationId, instanceType, totalInstanceCount,
+    # availableInstanceCount, reservationType default | capacity-block).
+    reservations: dict[str, list[dict[str, object]]] = field(default_factory=dict)
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        # Made on the first client: a local environment whose sync never reads AWS never loads moto.
+        self._session: Any = None
+        self._moto: Any = None
+
+    def client(self, service: str, region: str) -> Any:
+        """A botocore client for the inventory source (its client_factory), answered in this process."""
+        from botocore.config import Config
+
+        with self._lock:
+            if self._session is None:
+                import botocore.session
+                from moto.core.botocore_stubber import BotocoreStubber
+
+                self._moto = BotocoreStubber()
+                self._moto.enabled = True
+                self._session = botocore.session.get_session()
+        config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=1, read_timeout=5)
+        client = self._session.create_client(
+            service,
+            region_name=region,
+            aws_access_key_id=ACCOUNT_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            config=config,
+        )
+        client.meta.events.register_first("before-send", self._answer)
+        return client
+
+    def launch(self, region: str, instance_type: str, names: Iterable[str], tags: Mapping[str, str]) -> list[str]:
+        """Run instances (one per name, its Name tag) with these tags; returns their instance ids."""
+        ec2 = self.client("ec2", region)
+        ids: list[str] = []
+        pending = list(names)
+        with self._lock:
+            faults, self.faults = self.faults, {}
+        try:
+            for start in range(0, len(pending), _LAUNCH_CHUNK):
+                chunk = pending[start : start + _LAUNCH_CHUNK]
+                answer = ec2.run_instances(
+                    ImageId=AMI, InstanceType=instance_type, MinCount=len(chunk), MaxCount=len(chunk)
+                )
+                created = [i["InstanceId"] for i in answer["Instances"]]
+                for iid, name in zip(created, chunk, strict=True):
+                    ec2.create_tags(Resources=[iid], Tags=[{"Key": "Name", "Value": name}, *_tag_list(tags)])
+                ids += created
+        finally:
+            with self._lock:
+                self.faults = faults
+        return ids
+
+    def _answer(self, request: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self.calls += 1
+            fault = next((code for region, code in self.faults.items() if f".{region}." in request.url), None)
+        target = str(request.headers.get("X-Amz-Target", b"") or "")
+        if fault is not None:
+            if "ServiceQuotas" in target:
+                body = json.dumps({"__type": fault, "message": f"{fault} (simulated)"}).encode()
+                return _response(request.url, 400, _JSON, body)
+            xml = (
+                f"<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error><Code>{fault}</Code>"
+                f"<Message>{fault} (simulated)</Message></Error></Errors><RequestID>gpufarm-sim</RequestID></Response>"
+            )
+            status = 503 if fault == "RequestLimitExceeded" else 400
+            return _response(request.url, status, "text/xml", xml.encode())
+        if "ServiceQuotas" in target:
+            return self._quota(request)
+        body = request.body or b""
+        if b"Action=DescribeCapacityReservations" in (body.encode() if isinstance(body, str) else body):
+            return self._reservations(request)
+        return self._moto(kwargs.get("event_name", "before-send"), request)
+
+    def _reservations(self, request: Any) -> Any:
+        # moto has no capacity reservations: answered here, in EC2's XML, from `reservations`.
+        region = next((r for r in self.reservations if f".{r}." in request.url), None)
+        items = "".join(
+            "<item>"
+            + "".join(f"<{key}>{value}</{key}>" for key, value in item.items())
+            + "<state>active</state></item>"
+            for item in self.reservations.get(region or "", [])
+        )
+        xml = (
+            "<?xml version='1.0' encoding='UTF-8'?><DescribeCapacityReservationsResponse "
+            "xmlns='http://ec2.amazonaws.com/doc/2016-11-15/'><requestId>gpufarm-sim</requestId>"
+            f"<capacityReservationSet>{items}</capacityReservationSet></DescribeCapacityReservationsResponse>"
+        )
+        return _response(request.url, 200, "text/xml", xml.encode())
+
+    def _quota(self, request: Any) -> Any:
+        body = json.loads(request.body or b"{}")
+        code = str(body.get("QuotaCode", ""))
+        if body.get("ServiceCode") != "ec2" or code not in self.quota_limits:
+            error = {"__type": "NoSuchResourceException", "message": f"no quota {code}"}
+            return _response(request.url, 400, _JSON, json.dumps(error).encode())
+        quota = {
+            "ServiceCode": "ec2",
+            "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+            "QuotaCode": code,
+            "QuotaName": _QUOTA_NAMES.get(code, code),
+            "Value": self.quota_limits[code],
+            "Unit": "None",
+            "Adjustable": True,
+            "GlobalQuota": False,
+        }
+        return _response(request.url, 200, _JSON, json.dumps({"Quota": quota}).encode())
+
+
+def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+@dataclass
+class LocalClouds:
+    """The simulated clouds of one local environment, and the inventory sources on them."""
+
+    aws: SimulatedAws = field(default_factory=SimulatedAws)
+    azure: dict[str, AzureFarm] = field(default_factory=dict)
+
+    def azure_farm(self, subscription: str) -> AzureFarm:
+        """The stubbed subscription (made on first use)."""
+        farm = self.azure.get(subscription)
+        if farm is None:
+            farm = self.azure[subscription] = AzureFarm(subscription)
+        return farm
+
+    def sources(self, farm: FarmConfig) -> list[InventorySource]:
+        """gpufarm's AWS and Azure sources as the farm file configures them, on these clouds."""
+        from gpufarm.adapters.aws_inventory import AwsInventorySource
+        from gpufarm.adapters.azure_inventory import AzureInventorySource
+
+        settings = farm.inventory
+        out: list[InventorySource] = []
+        if settings.aws is not None and settings.aws.enabled:
+            out.append(AwsInventorySource(settings.aws, farm.environments, client_factory=self.aws.client))
+        if settings.azure is not None and settings.azure.enabled:
+            subs = settings.azure.subscriptions
+            transport = _routed_transport({s: self.azure_farm(s) for s in subs})
+            out.append(
+                AzureInventorySource(
+                    settings.azure,
+                    farm.environments,
+                    credential=StubCredential(),
+                    client_options={"transport": transport, "retry_backoff_factor": 0.0},
+                )
+            )
+        return out
+
+
+def _routed_transport(farms: Mapping[str, AzureFarm]) -> StubTransport:
+    """One transport for several stubbed subscriptions: each request goes to its subscription's AzureFarm."""
+
+    def answer(method: str, path: str, query: Mapping[str, str]) -> Answer:
+        parts = path.split("/")
+        farm = farms.get(parts[2]) if len(parts) > 2 else None
+        if farm is None:
+            return 404, {"error": {"code": "SubscriptionNotFound", "message": path}}, {}
+        return farm.answer(method, path, query)
+
+    return StubTransport(answer)
+
+
+_clouds: dict[str, LocalClouds] = {}
+_clouds_lock = threading.Lock()
+
+
+def clouds_for(base_url: str) -> LocalClouds:
+    """The simulated clouds of the local environment whose sandbox is at base_url (made on first use)."""
+    with _clouds_lock:
+        clouds = _clouds.get(base_url)
+        if clouds is None:
+            clouds = _clouds[base_url] = LocalClouds()
+        return clouds

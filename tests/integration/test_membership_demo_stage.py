@@ -1,0 +1,38 @@
+"""The membership demo stage on the local host: a foreign team refused, a whole host charged, a waiting lease that
+gets its full duration from allocation, one reminder before the end."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufarm.config import Settings
+from gpufarm_sandbox.demo import membership_stage as stage
+from gpufarm_sandbox.demo.context import DemoContext
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.localhost import LocalEnv
+
+pytestmark = pytest.mark.integration
+
+
+def test_membership_charging_and_lease_semantics_through_slack(local: LocalEnv, farm: LocalFarm) -> None:
+    lines: list[str] = []
+    ctx = DemoContext(sandbox=local.sandbox, base_url=local.url, settings=Settings(), out=lines.append, local=local)
+    stage.run(ctx)
+    output = "\n".join(lines)
+    assert ctx.failures == [], output
+    for fact in (
+        "refused, naming her own teams",
+        "no incident was created",
+        "she is told what counts against the quota",
+        "/gpu quota shows the 8 held",
+        "answered with a confirmed Release button; nothing released yet",
+        "the click released it",
+        "the waiting message gives its queue position and says the days start at allocation",
+        "its day counts from the allocation, not from the request",
+        "a reminder DM with Extend and Release",
+        "sent once (the incident records the end it was sent for)",
+    ):
+        assert f"[ok ] {fact}" in output, output
+    # Everything the stage took is given back: the pools are as the stages after it expect.
+    live = [a for a in farm.incidents() if a.state.value != "resolved"]
+    assert live == [], [a.ir_label for a in live]
