@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 SAM ?= sam
 LAYER_BUILD := .aws-sam/build/GpufarmLayer
 
-.PHONY: venv demo test lint typecheck unit cfn-lint bench local sandbox sam-build layer-check clean
+.PHONY: venv demo test lint typecheck unit cfn-lint bench local sandbox sam-build layer-check screenshots clean
 
 venv: $(STAMP)
 
@@ -41,6 +41,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/hardening.py --scale 10
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/scale.py
+
+# docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times.
+screenshots: $(STAMP)
+	$(BIN)/python benchmarks/dashboard_screenshots.py --out docs/screenshots
 
 local: $(STAMP)
 	$(BIN)/gpufarm local

@@ -35,9 +35,13 @@ from gpufarm_sandbox.emulator.web import Auth, Route
 PLOTLY_PATH = "/dashboards/_static/plotly.min.js"
 SPANS = {"15m": 900, "1h": 3600, "4h": 14400, "1d": 86400, "2d": 172800, "1w": 604800, "30d": 2592000}
 DEFAULT_SPAN = "1h"
+MAX_LEGEND = 12
 _MARKER_RE = re.compile(r"\s*\[gpufarm-dashboard:[a-z0-9-]+\]")
 _BYTES = ("byte", "kibibyte", "mebibyte", "gibibyte")
 _BYTE_SCALE = {"byte": 1, "kibibyte": 1024, "mebibyte": 1024**2, "gibibyte": 1024**3}
+# Units that count things: a number of devices reads as the number alone (and a formula over it, GPU-hours, is not
+# a count of devices any more).
+_COUNTS = frozenset({"device", "process", "error", "row", "event", "sample", "unit", "item", "host", "node"})
 _SHORT_UNITS = {"percent": "%", "degree celsius": "°C", "watt": "W", "megahertz": "MHz", "second": "s", "joule": "J"}
 
 
@@ -231,6 +235,8 @@ class _Page:
         values = [v for s in result.series for _, v in s.points]
         _, label = _scale(unit, values)
         layout = _layout(label)
+        # Past a dozen lines a legend hides the chart; hovering names each line.
+        layout["showlegend"] = 0 < len(traces) <= MAX_LEGEND
         if not traces:
             layout["annotations"] = [{"text": "no data", "showarrow": False, "xref": "paper", "yref": "paper"}]
         if display == "bars":
@@ -271,7 +277,8 @@ class _Page:
             )
             body.append(f"<tr>{cells}</tr>")
         rows = "".join(body) or f'<tr><td colspan="{len(result.group_keys) + len(result.columns)}">no data</td></tr>'
-        return f'<table class="query-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        table = f'<table class="query-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+        return f'<div class="table-wrap">{table}</div>'
 
 
 def _group_value(group: Sequence[str], key: str) -> str:
@@ -281,6 +288,8 @@ def _group_value(group: Sequence[str], key: str) -> str:
 
 def _scale(unit: str | None, values: Sequence[float]) -> tuple[float, str]:
     """A divisor and axis label that keep byte values readable (GiB rather than 80000000000 B)."""
+    if unit in _COUNTS:
+        return 1.0, ""
     if unit in _BYTES:
         base = _BYTE_SCALE[str(unit)]
         top = max((abs(v) for v in values), default=0.0) * base
@@ -351,7 +360,8 @@ main,.widgets{display:flex;flex-wrap:wrap;gap:10px;align-items:flex-start}
 .widget{background:#fff;border:1px solid #dde;border-radius:4px;padding:8px;flex:1 1 420px;min-width:320px}
 .widget.query_value{flex:0 1 180px;min-width:150px} .value{font-size:30px;margin:8px 0;font-weight:600}
 .group{flex:1 1 100%;background:#eceef3;border-radius:4px;padding:6px 8px}
-.query-table{border-collapse:collapse;font-size:12px;width:100%}
+.widget.query_table{flex:1 1 100%} .table-wrap{max-height:360px;overflow:auto}
+.query-table{border-collapse:collapse;font-size:12px;width:100%;white-space:nowrap}
 .query-table th,.query-table td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left}
 .query-table td.num{text-align:right;font-variant-numeric:tabular-nums}
 .note{font-size:13px;flex:1 1 100%} .widget-error,.error{color:#b00020}

@@ -206,7 +206,7 @@ def project(farm: FarmConfig) -> dict[str, Any]:
                 [Formula("a", "utilisation %")],
             ),
             table(
-                "GPU-hours per lease",
+                "GPU-hours per lease (hourly averages, summed)",
                 [
                     Query("held", f"sum:gpufarm.ir.gpus{{{s}}} by {{gpu_ir}}{hourly}", "sum"),
                     Query("busy", f"sum:gpufarm.ir.gpus_busy{{{s}}} by {{gpu_ir}}{hourly}", "sum"),

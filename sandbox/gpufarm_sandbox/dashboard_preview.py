@@ -1,0 +1,134 @@
+"""A small farm to look at gpufarm's dashboards on: what the dashboard browser test and the screenshots run.
+
+On a sandbox served at `url`: `gpufarm datadog apply` with the farm configuration (the five dashboards and the
+metric metadata included), simulated nodes of the three example pools running the real node agent on fake NVML, a
+few leases (whole hosts on the dedicated pools, MIG slices on the shared one, each with its hosts' `ir:`, `team:`
+and `project:` tags), and the quota and inventory gauges the scheduled sync publishes, every sandbox minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from pydantic import SecretStr
+
+if TYPE_CHECKING:
+    from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.config import Settings
+    from gpufarm.core.farm import FarmConfig
+    from gpufarm_sandbox.emulator.app import Sandbox
+    from gpufarm_sandbox.simfarm import SimulatedFarm
+
+# (host, IR, team, project, devices or None for the whole host, workload profile)
+LEASES: tuple[tuple[str, int, str, str, tuple[str, ...] | None, str], ...] = (
+    ("gpu-aws-001", 101, "nlp", "llm-ko", None, "busy"),
+    ("gpu-hpc-002", 102, "vision", "seg-3d", None, "idle-held"),
+    ("gpu-slc-003", 103, "vision", "tiny-vit", ("0/0", "0/1", "0/2"), "busy"),
+    ("gpu-slc-003", 104, "nlp", "tokenizer", ("1/0", "1/1"), "idle"),
+)
+SECRET = "dashboard-preview-webhook-secret-01"  # noqa: S105 - the local sandbox's throw-away webhook secret
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The dashboards made (key -> id) and how many agent cycles ran."""
+
+    dashboards: dict[str, str]
+    cycles: int
+
+
+class _SandboxClock:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def now(self) -> datetime:
+        return self._sandbox.clock.now_dt()
+
+
+def settings_for(url: str) -> Settings:
+    """Settings aimed at the sandbox at url, with its keys."""
+    from gpufarm.config import Settings
+    from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, DEFAULT_SLACK_TOKEN
+
+    return Settings(
+        datadog_host=url,
+        datadog_api_key=SecretStr(DEFAULT_DD_API_KEY),
+        datadog_app_key=SecretStr(DEFAULT_DD_APP_KEY),
+        slack_api_url=f"{url}/slack/api/",
+        slack_bot_token=SecretStr(DEFAULT_SLACK_TOKEN),
+        webhook_secret=SecretStr(SECRET),
+        max_retries=1,
+    )
+
+
+def build_preview(
+    sandbox: Sandbox, url: str, farm: FarmConfig, *, hosts: int = 6, cycles: int = 30, per_process: bool = True
+) -> Preview:
+    """Apply, simulate `hosts` nodes with the LEASES on them for `cycles` sandbox minutes, publish gauges."""
+    from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.adapters.slack import SlackChat
+    from gpufarm.core.reconcile import publish_gauges
+    from gpufarm.core.service import GpuFarm
+    from gpufarm.setup.apply import run_apply
+    from gpufarm.setup.dashboards import KIND, dashboard_key
+    from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+    from gpufarm_sandbox.simfarm import start_simulated_farm
+
+    settings = settings_for(url)
+    plan = run_apply(
+        settings,
+        incident_webhook_url=f"{url}/fn/incident_webhook/",
+        idle_webhook_url=f"{url}/fn/idle_alert/",
+        farm=farm,
+        env={},
+    )
+    made = [c for c in plan.changes if c.kind == KIND]
+    gateway = DatadogGateway(settings)
+    nodes = start_simulated_farm(
+        hosts,
+        url,
+        DEFAULT_DD_API_KEY,
+        DEFAULT_DD_APP_KEY,
+        clock=sandbox.clock.now,
+        background=False,
+        per_process=per_process,
+    )
+    try:
+        _lease(nodes, gateway, LEASES)
+        svc = GpuFarm(
+            incidents=gateway,
+            hosts=gateway,
+            chat=SlackChat.from_settings(settings),
+            clock=_SandboxClock(sandbox),
+            farm=farm,
+            metrics=gateway,
+        )
+        for _ in range(cycles):
+            nodes.step_all()
+            publish_gauges(svc)
+            sandbox.clock.advance(60)
+    finally:
+        nodes.stop()
+        gateway.close()
+    dashboards = {str(dashboard_key(d)): str(d["id"]) for d in sandbox.dashboards.live() if dashboard_key(d)}
+    if len(dashboards) < len(made):
+        raise RuntimeError(f"apply planned {len(made)} dashboards, the sandbox holds {len(dashboards)}")
+    return Preview(dashboards, cycles)
+
+
+def _lease(
+    nodes: SimulatedFarm,
+    gateway: DatadogGateway,
+    leases: Sequence[tuple[str, int, str, str, tuple[str, ...] | None, str]],
+) -> None:
+    present = set(nodes.hosts)
+    for host, ir, team, project, devices, profile in leases:
+        if host not in present:
+            continue
+        gpus = list(devices) if devices is not None else None
+        nodes.assign(host, ir, gpus=gpus)
+        nodes.set_profile(host, profile, gpus=gpus)
+        gateway.add_tags(host, [f"ir:ir-{ir}", f"team:{team}", f"project:{project}"])
