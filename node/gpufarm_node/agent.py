@@ -1,4 +1,5 @@
-"""One node's agent: snapshot -> attribution -> series -> sender, every interval; registration on its own schedule."""
+"""One node's agent: snapshot -> attribution -> series -> sender, every interval; the host's tags read every cycle
+(gpufarm_node.hosttags: the lease of each device and of the host); registration on its own schedule."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from operator import attrgetter
 
 from gpufarm_node.attribution import Attributor, Workload
 from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
+from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.model import NodeSnapshot, SnapshotSource
 from gpufarm_node.registration import HostRegistrar, unit_tags
 from gpufarm_node.sender import Sender
@@ -52,6 +54,7 @@ class Agent:
         registrar: HostRegistrar | None = None,
         clock: Callable[[], float] = time.time,
         flush_interval: float = 0.0,
+        host_tags: HostTagWatch | None = None,
     ) -> None:
         self.source = source
         self.attributor = attributor
@@ -60,6 +63,7 @@ class Agent:
         self.environment = environment
         self.cluster = cluster
         self.registrar = registrar
+        self.host_tags = host_tags
         self.builder = SeriesBuilder(identity_tags(environment, cluster), options)
         self._clock = clock
         self._flush_interval = flush_interval
@@ -79,11 +83,19 @@ class Agent:
         collect_seconds = time.perf_counter() - started
         if self.registrar is not None and self.registrar.due() and snap.gpus:
             self.registrar.refresh(_main_model(snap), len(snap.gpus), unit_tags(snap))
-        host_ir = self.registrar.host_ir() if self.registrar is not None else None
+        host_tags = self.host_tags
+        assigned = None
+        if host_tags is not None:
+            # Every cycle (when the rate limit allows): a new assignment is attributed from this cycle on.
+            host_tags.poll()
+        if host_tags is not None and host_tags.known:
+            host_ir, assigned = host_tags.host_ir, host_tags.assignments
+        else:
+            host_ir = self.registrar.host_ir() if self.registrar is not None else None
         self._dropped.update(self.sender.take_dropped())
         stats = AgentStats(collect_seconds, dict(self._dropped))
         self._dropped.clear()
-        series = self.builder.build(snap, workloads, self.attributor.device_owners, host_ir, stats)
+        series = self.builder.build(snap, workloads, self.attributor.device_owners, host_ir, stats, assigned=assigned)
         self.last_series = series
         timestamp = int(self._clock() if now is None else now)
         self.sender.send(series, timestamp)
@@ -129,6 +141,8 @@ class Agent:
         try:
             self.sender.close()
         finally:
+            if self.host_tags is not None:
+                self.host_tags.close()
             self.source.close()
 
 

@@ -70,6 +70,7 @@ METRICS: Final = _defs(
     ("gpu.activity.sm", GAUGE, "percent"),
     ("gpu.activity.sm_occupancy", GAUGE, "percent"),
     ("gpu.activity.dram", GAUGE, "percent"),
+    ("gpu.mig.activity", GAUGE, "percent"),
     # per container (and pod) on each device
     ("container.memory.used", GAUGE, "byte"),
     ("container.sm_utilization", GAUGE, "percent"),

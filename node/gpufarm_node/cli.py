@@ -163,6 +163,11 @@ def _hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     help="Seconds between host tag registrations.",
 )
 @click.option("--no-register", is_flag=True, help="Do not set inventory host tags.")
+@click.option(
+    "--no-tag-reads",
+    is_flag=True,
+    help="Do not read this host's tags every cycle (device assignments then come from processes and pods only).",
+)
 @click.option("--pcie", is_flag=True, help="Read PCIe throughput (each read blocks ~20 ms in the driver).")
 @click.option(
     "--buffer-points",
@@ -221,12 +226,12 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
     workdir: Path | None = None
     topology = _fake_topology(opts) if opts["fake"] else None
     try:
-        sender, registrar = _outputs(opts)
+        sender, registrar, host_tags = _outputs(opts)
         if topology is not None:
             workdir = Path(tempfile.mkdtemp(prefix="gpufarm-node-fake-"))
-            agent = _fake_agent(opts, topology, workdir, sender, registrar)
+            agent = _fake_agent(opts, topology, workdir, sender, registrar=registrar, host_tags=host_tags)
         else:
-            agent = _nvml_agent(opts, sender, registrar)
+            agent = _nvml_agent(opts, sender, registrar, host_tags)
         try:
             agent.start()
         except NvmlUnavailable as exc:
@@ -259,7 +264,7 @@ def _xid_mode(opts: dict[str, Any]) -> Any:
     return "poll" if opts["once"] else "thread"
 
 
-def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any) -> Any:
+def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any, host_tags: Any) -> Any:
     from gpufarm_node.agent import Agent
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
     from gpufarm_node.nvml_source import NvmlSource
@@ -273,6 +278,7 @@ def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any) -> Any:
         Attributor(ProcFs(opts["proc_root"]), pods=pods, owners=owners),
         sender,
         registrar=registrar,
+        host_tags=host_tags,
         **_agent_options(opts),
     )
 
@@ -288,7 +294,9 @@ def _fake_topology(opts: dict[str, Any]) -> Any:
         raise click.BadParameter(str(exc), param_hint="--fake") from exc
 
 
-def _fake_agent(opts: dict[str, Any], topology: Any, workdir: Path, sender: Any, registrar: Any) -> Any:
+def _fake_agent(
+    opts: dict[str, Any], topology: Any, workdir: Path, sender: Any, *, registrar: Any, host_tags: Any
+) -> Any:
     from gpufarm_node.fakenode import fake_node
 
     node = fake_node(
@@ -296,6 +304,7 @@ def _fake_agent(opts: dict[str, Any], topology: Any, workdir: Path, sender: Any,
         workdir,
         sender,
         registrar=registrar,
+        host_tags=host_tags,
         xid_mode=_xid_mode(opts),
         pcie=opts["pcie"],
         interval=opts["interval"],
@@ -304,15 +313,16 @@ def _fake_agent(opts: dict[str, Any], topology: Any, workdir: Path, sender: Any,
     return node.agent
 
 
-def _outputs(opts: dict[str, Any]) -> tuple[Any, Any]:
-    """The sender and (when keys allow) the registrar."""
+def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The sender and (when keys allow) the registrar and the per-cycle host tags read."""
     from gpufarm_node.datadog import api_client, tags_api, target_from_env
+    from gpufarm_node.hosttags import HostTagWatch
     from gpufarm_node.registration import HostRegistrar
     from gpufarm_node.sender import DatadogSender, DogStatsdSender, JsonLinesSender, SeriesIntake
 
     interval = round(opts["interval"])
     if opts["dry_run"]:
-        return JsonLinesSender(opts["hostname"], interval=interval), None
+        return JsonLinesSender(opts["hostname"], interval=interval), None, None
     endpoint = opts["dogstatsd"]
     target = target_from_env(need_api_key=endpoint is None)
     client = api_client(target) if target.api_key else None
@@ -335,7 +345,10 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any]:
             opts["cluster"],
             interval=opts["register_interval"],
         )
-    return sender, registrar
+    host_tags = None
+    if client is not None and target.app_key and not opts["no_tag_reads"]:
+        host_tags = HostTagWatch.from_client(client, opts["hostname"])
+    return sender, registrar, host_tags
 
 
 if __name__ == "__main__":

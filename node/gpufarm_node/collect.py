@@ -8,9 +8,13 @@ Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
   less than `held_memory_bytes`) or `idle_held` (memory held, activity under the threshold), as 0/1 gauges
   `gpufarm.gpu.idle_state{state:...}`. A device whose activity NVML cannot measure (a MIG slice without GPM)
   counts as busy while it has processes: the agent never calls idle what it cannot see.
-- A device's IR is its owner's (pod-resources or assignment), else that of the processes holding most of its
+- A device's IR is the one the allocator assigned it (the host's `gpu_assign:ir-<N>/<uuid>` tags,
+  gpufarm_node.hosttags), else its owner's (pod-resources), else that of the processes holding most of its
   memory, else the host's single `ir:` tag, else `none`. A process's IR is its own (environment or pod label),
   else its device's.
+- Every MIG slice has one activity series, `gpufarm.gpu.mig.activity` (percent): GPM graphics activity where the
+  GPU supports GPM (`activity_source:gpm`), else process presence, 100 while the slice runs compute processes and
+  0 without (`activity_source:processes`), so idle monitors can judge every slice with one query.
 - That attribution is the `gpu_ir` tag (`ir-123` or `none`) on every device, container, process and IR series,
   plus `ir` when there is one. Datadog attaches host tags to every series, so on a shared sliced host tagged
   with two IRs `ir` carries both; `gpu_ir` is the agent's own key and stays exact: group by it for slices.
@@ -91,6 +95,8 @@ def identity_tags(environment: str, cluster: str) -> tuple[str, ...]:
 @dataclass(slots=True)
 class _Device:
     uuid: str
+    # The uuid lower-cased, as tags (and so `gpu_assign` tags) spell it.
+    key: str
     tags: tuple[str, ...]
     memory: MemoryInfo | None
     utilization: float | None
@@ -113,6 +119,8 @@ class _Cycle:
     workloads: Mapping[int, Workload | None]
     owners: Mapping[str, DeviceOwner]
     host_ir: str | None
+    # {lower-case device uuid: IR} from the host's gpu_assign tags.
+    assigned: Mapping[str, str]
     out: list[Series] = field(default_factory=list)
     irs: dict[str, _IrTotals] = field(default_factory=dict)
 
@@ -144,11 +152,13 @@ class SeriesBuilder:
         owners: Mapping[str, DeviceOwner],
         host_ir: str | None = None,
         stats: AgentStats | None = None,
+        *,
+        assigned: Mapping[str, str] | None = None,
     ) -> list[Series]:
-        """Every series of one cycle."""
+        """Every series of one cycle; `assigned` maps lower-case device uuids to the IR the allocator gave them."""
         if len(self._tag_cache) > _TAG_CACHE:
             self._tag_cache.clear()
-        cycle = _Cycle(workloads, owners, host_ir)
+        cycle = _Cycle(workloads, owners, host_ir, assigned or _NOTHING)
         for gpu in snap.gpus:
             self._gpu(gpu, cycle)
         self._ir_rollups(cycle.irs, cycle.out)
@@ -184,12 +194,12 @@ class SeriesBuilder:
         )
         if not gpu.healthy:
             owner = cycle.owners.get(gpu.uuid)
-            ir = (owner.ir if owner else None) or cycle.host_ir or NO_IR
+            ir = cycle.assigned.get(uuid) or (owner.ir if owner else None) or cycle.host_ir or NO_IR
             out.append(_series(("gpufarm.gpu.unhealthy", 1.0, self._with_ir(tags, ir))))
             cycle.totals(ir).devices["unhealthy"] += 1
             return
         if not gpu.mig_enabled:
-            device = _Device(gpu.uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
+            device = _Device(gpu.uuid, uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
             ir = self._device(device, cycle)
             # Whole GPUs carry their IR on parent values too (energy and power per IR); slices share theirs.
             tags = self._with_ir(tags, ir)
@@ -197,25 +207,38 @@ class SeriesBuilder:
         else:
             out.append(_series(("gpufarm.gpu.unhealthy", 0.0, tags)))
             for mig in gpu.migs:
-                mig_tags = self._cached(
+                mig_tags, mig_key = self._cached(
                     ("mig", mig.uuid, gpu.index, model, uuid, mig.profile, mig.gpu_instance_id),
                     partial(self._mig_tags, gpu.index, model, uuid, mig),
                 )
                 activity = mig.activity.get("graphics") if mig.activity else None
-                device = _Device(mig.uuid, mig_tags, mig.memory, None, mig.processes, activity)
+                device = _Device(mig.uuid, mig_key, mig_tags, mig.memory, None, mig.processes, activity)
                 ir = self._device(device, cycle)
+                ir_tags = self._with_ir(mig_tags, ir)
                 if mig.activity:
-                    ir_tags = self._with_ir(mig_tags, ir)
                     for name, value in mig.activity.items():
                         out.append(
                             _series((_ACTIVITY_METRICS.get(name) or f"gpufarm.gpu.activity.{name}", value, ir_tags))
                         )
+                # One activity per slice whatever the GPU: GPM where it has it, else whether anything runs.
+                if activity is not None:
+                    source_tags, value = (
+                        self._cached(("activity", ir_tags, "gpm"), partial(_with_source, ir_tags, "gpm")),
+                        activity,
+                    )
+                else:
+                    source_tags = self._cached(
+                        ("activity", ir_tags, "processes"), partial(_with_source, ir_tags, "processes")
+                    )
+                    value = 100.0 if mig.processes else 0.0
+                out.append(_series(("gpufarm.gpu.mig.activity", value, source_tags)))
         self._parent_values(gpu, tags, out)
 
-    def _mig_tags(self, index: int, model: str, parent_uuid: str, mig: MigSnapshot) -> tuple[str, ...]:
-        return (
+    def _mig_tags(self, index: int, model: str, parent_uuid: str, mig: MigSnapshot) -> tuple[tuple[str, ...], str]:
+        key = mig.uuid.lower()
+        tags = (
             *self.common,
-            f"gpu_uuid:{mig.uuid.lower()}",
+            f"gpu_uuid:{key}",
             f"gpu_index:{index}",
             f"gpu_model:{model}",
             "gpu_slicing_mode:mig",
@@ -223,6 +246,7 @@ class SeriesBuilder:
             f"mig_profile:{mig.profile}",
             f"gpu_instance_id:{mig.gpu_instance_id}",
         )
+        return tags, key
 
     def _with_ir(self, tags: tuple[str, ...], ir: str) -> tuple[str, ...]:
         key = ("ir", tags, ir)
@@ -237,7 +261,13 @@ class SeriesBuilder:
         append = out.append
         owner = cycle.owners.get(device.uuid)
         processes = device.processes
-        ir = (owner.ir if owner else None) or _majority_ir(processes, cycle.workloads) or cycle.host_ir or NO_IR
+        ir = (
+            (cycle.assigned.get(device.key) if cycle.assigned else None)
+            or (owner.ir if owner else None)
+            or _majority_ir(processes, cycle.workloads)
+            or cycle.host_ir
+            or NO_IR
+        )
         tags = self._with_ir(device.tags, ir)
         memory = device.memory
         if memory is not None:
@@ -474,6 +504,7 @@ class SeriesBuilder:
 
 
 _PID = attrgetter("pid")
+_NOTHING: Mapping[str, str] = {}
 # A device's processes by IR and by container tags (positions in its process list), for one sequence of workload
 # objects; the first item keeps those objects alive while the plan is cached.
 _Plan = tuple[
@@ -497,6 +528,10 @@ _IR_METRICS = (
 _ACTIVITY_METRICS: dict[str, str] = {
     name: f"gpufarm.gpu.activity.{name}" for name in ("graphics", "sm", "sm_occupancy", "dram")
 }
+
+
+def _with_source(tags: tuple[str, ...], source: str) -> tuple[str, ...]:
+    return (*tags, f"activity_source:{source}")
 
 
 @lru_cache(maxsize=4096)

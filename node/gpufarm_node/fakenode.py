@@ -12,6 +12,7 @@ from gpufarm_node.agent import Agent
 from gpufarm_node.attribution import Attributor, DeviceOwners, PodMetadataFile, PodResourcesOwners, ProcFs
 from gpufarm_node.collect import CollectOptions
 from gpufarm_node.fake_nvml import FakeHost, FakeNvml
+from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.nvml_source import NvmlSource
 from gpufarm_node.registration import HostRegistrar
 from gpufarm_node.sender import Sender
@@ -41,6 +42,7 @@ def fake_node(
     options: CollectOptions | None = None,
     owners: DeviceOwners | None = None,
     registrar: HostRegistrar | None = None,
+    host_tags: HostTagWatch | None = None,
     xid_mode: Literal["thread", "poll", "off"] = "poll",
     pcie: bool = False,
     interval: float = 15.0,
@@ -79,5 +81,6 @@ def fake_node(
         registrar=registrar,
         clock=clock,
         flush_interval=flush_interval,
+        host_tags=host_tags,
     )
     return FakeNode(fake, host, source, attributor, agent)
