@@ -26,6 +26,7 @@ from gpufarm.core import history
 from gpufarm.core.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.model import Allocation
 from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm, Person, ir_in
 
 pytestmark = pytest.mark.hardening
@@ -48,6 +49,7 @@ def farm(target: Target) -> Iterator[LocalFarm]:
         fresh.post("/_sandbox/faults", {})
         fresh.settle(timeout=30)
         fresh.close()
+        runtime.reset()
 
 
 class Day:
@@ -182,7 +184,13 @@ def test_with_a_fifth_of_calls_failing_every_idle_lease_is_reclaimed_once_after_
 
 
 @pytest.mark.timeout(300)
-def test_with_slack_down_the_warning_waits_and_so_does_the_reclaim(farm: LocalFarm) -> None:
+def test_with_slack_down_the_warning_waits_and_so_does_the_reclaim(
+    farm: LocalFarm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What is tested is the queue's redeliveries and the monitor's re-notifications, not the adapter's own retries
+    # (seconds of backoff per call): the functions make one attempt per call here.
+    monkeypatch.setenv("GPUFARM_MAX_RETRIES", "0")
+    runtime.reset()
     day = Day(farm)
     ir = day.lease(ALICE, "request 8 H100 project=quiet team=nlp env=onprem-hpc")
     day.hosts.update(dict.fromkeys(farm.allocation(ir).hosts, (ir, False)))
