@@ -66,19 +66,18 @@ class _Stage:
         return max(found, key=lambda m: m["seq"]) if found else None
 
     def request(self, person: Person, text: str) -> int | None:
-        """A request within quota, allocated; its IR."""
+        """A request within quota, allocated; its IR (None when it was not)."""
+        allocated: int | None = None
         with self.ctx.step(f"{person.name}: /gpu {text}"):
             self.farm.slash(person, text)
             self.farm.settle()
             project = text.split("project=")[1].split(maxsplit=1)[0]
             ir = ir_in(_shown(self.answer(person, f"/{project}`")))
-            if ir is None or not self.farm.wait_for(lambda: self.farm.allocation(ir).phase is Phase.ALLOCATED):
-                self.ctx.check(False, f"{person.name}'s lease is allocated", f"IR-{ir}")
-                return None
-            lease = self.farm.allocation(ir)
-            self.ctx.check(True, f"IR-{ir} allocated", ", ".join(lease.hosts))
-            return ir
-        return None
+            if ir is not None and self.farm.wait_for(lambda: self.farm.allocation(ir).phase is Phase.ALLOCATED):
+                allocated = ir
+            hosts = ", ".join(self.farm.allocation(ir).hosts) if allocated is not None and ir is not None else ""
+            self.ctx.check(allocated is not None, f"{person.name}'s lease IR-{ir} is allocated", hosts)
+        return allocated
 
     def idle(self, ir: int) -> None:
         """The idle monitor notifies about the lease (each notification its own date, as Datadog sends)."""
@@ -150,7 +149,7 @@ class _Stage:
                     return
                 farm.click(ALICE, warning, "gpu_keep")
                 farm.settle()
-                farm.wait_for(lambda n=n: farm.allocation(ir).keep_count == n)  # type: ignore[misc]
+                farm.wait_for(lambda n=n: farm.allocation(ir).keep_count == n)
                 lease = farm.allocation(ir)
                 ctx.check(
                     lease.phase is Phase.ALLOCATED and lease.keep_count == n,
