@@ -182,7 +182,9 @@ def test_an_inline_request_without_a_team_becomes_a_request_for_the_only_team(wo
     args = {"gpu_count": "8", "gpu_model": "H100", "environment": "hpc", "project": "p"}
     handed = Command(Verb.REQUEST, args=args, request_id="slack-cmd-0123456789")
     job = Job(kind="command", user=BOB, response_url=URL, command=handed.to_payload())
+    world.chat.calls.clear()
     assert dispatch(world.svc, job) is None
+    assert world.chat.calls.count(VISION_GROUP) == 1  # picked and checked with one read of the group
     (_, body), *_ = world.queue.sent
     assert body["command"]["request"]["team"] == "vision"
     assert body["command"]["request"]["request_id"] == "slack-cmd-0123456789"

@@ -83,24 +83,19 @@ def reminder_due(alloc: Allocation, farm: FarmConfig, now: datetime) -> bool:
 
 
 def position(alloc: Allocation, live: Iterable[Allocation]) -> Position:
-    """The request's place among the waiting requests of its pool and model (FIFO by IR)."""
+    """The request's place among the waiting requests of its pool and model (FIFO by IR, as allocation serves them:
+    a request waits behind the older ones in phase waiting; one just approved has not joined the queue yet)."""
     model = (alloc.gpu_model or "").upper()
     queue = {
         a.ir
         for a in live
-        if a.phase in WAITING
+        if a.phase is Phase.WAITING
         and a.state is not State.RESOLVED
         and a.environment == alloc.environment
         and (a.gpu_model or "").upper() == model
     }
     queue.add(alloc.ir)
     return Position(sorted(queue).index(alloc.ir) + 1, len(queue), model or "its model")
-
-
-def positions(live: Iterable[Allocation]) -> dict[int, Position]:
-    """Queue positions of every waiting allocation among `live`, by IR."""
-    allocs = list(live)
-    return {a.ir: position(a, allocs) for a in allocs if a.phase in WAITING and a.state is not State.RESOLVED}
 
 
 def _ordinal(number: int) -> str:

@@ -827,14 +827,16 @@ class GpuFarm:
     def _go_waiting(self, alloc: Allocation) -> Outcome:
         if alloc.phase is Phase.WAITING:
             return Outcome(alloc.ir, "waiting (still)")
-        position = self._queue_position(alloc)
+        # Its place among the pool's requests waiting for the model, first come first served (gpufarm.core.leases).
+        place = leases.position(alloc, self._live(alloc.environment, phases=leases.WAITING))
         updated = self._write(
             alloc,
             Phase.WAITING,
             {f.WAITING_SINCE: isoformat(self.clock.now())},
-            step=self._step(history.GPUFARM, Step.WAITING, position),
+            step=self._step(
+                history.GPUFARM, Step.WAITING, f"position {place.place} of {place.of} for {place.gpu_model}"
+            ),
         )
-        place = leases.position(updated, self._live(updated.environment, phases=leases.WAITING))
         deadline = leases.waiting_deadline(updated, self.farm)
         self._tell(updated.requester, lease_views.waiting(updated, place, deadline))
         return Outcome(alloc.ir, "waiting")
@@ -882,14 +884,6 @@ class GpuFarm:
             return self._step(history.SYNC, Step.WITHDRAWN, "no hosts within the waiting limit")
         actor = by or (history.MONITOR if reason is ReclaimReason.IDLE else history.SYNC)
         return self._step(actor, Step.RECLAIMED, f"reason: {reason.value}", f"note: {note}" if note else "")
-
-    def _queue_position(self, alloc: Allocation) -> str:
-        """`position 2 of 3 for H100`: where a waiting request stands in its pool's queue for its model."""
-        model = (alloc.gpu_model or "").upper()
-        waiting = [a.ir for a in self._live(alloc.environment, phases={Phase.WAITING}) if a.gpu_model == model]
-        ahead = sum(1 for n in waiting if n < alloc.ir)
-        total = len({*waiting, alloc.ir})
-        return f"position {ahead + 1} of {total} for {model or 'its model'}"
 
     def _expect_phase(self, alloc: Allocation, phase: Phase, verb: str) -> None:
         if alloc.phase is not phase:

@@ -112,15 +112,17 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
 
 def _request_for_my_team(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     """An inline request without `team=`: the user's only team, or an answer listing their teams to choose from."""
-    team = svc.membership().team_for_request(job.user, None)
-    request = build_request(
-        {**(cmd.args or {}), "team": team},
-        svc.farm,
-        requester=job.user,
-        channel=job.channel,
-        request_id=cmd.request_id or "",
-    )
-    return executor.request(svc, request, response_url=job.response_url, origin=request.request_id)
+    # One invocation's reads: the team is picked and then checked with one read of each user group.
+    with svc.reading():
+        team = svc.membership().team_for_request(job.user, None)
+        request = build_request(
+            {**(cmd.args or {}), "team": team},
+            svc.farm,
+            requester=job.user,
+            channel=job.channel,
+            request_id=cmd.request_id or "",
+        )
+        return executor.request(svc, request, response_url=job.response_url, origin=request.request_id)
 
 
 def _action(svc: GpuFarm, job: Job) -> Message | None:
