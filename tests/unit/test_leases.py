@@ -166,3 +166,14 @@ def test_lease_settings_are_validated() -> None:
 
 def test_the_field_schema_carries_the_lease_fields() -> None:
     assert {f.ALLOCATED_AT, f.WAITING_SINCE, f.EXPIRY_REMINDED} <= set(f.BY_NAME)
+
+
+def test_a_redelivered_reminder_command_is_answered_from_the_ledger_not_sent_twice(world: World) -> None:
+    from gpufarm.core import executor
+
+    ir = world.ask(days=1)
+    world.clock.advance(hours=1)
+    command = IncidentCommand(op=Op.REMIND, ir=ir, origin="sync-1")
+    assert executor.execute(world.svc, command).startswith("reminded (ends ")
+    assert executor.execute(world.svc, command).startswith("already applied")
+    assert len([t for t in world.dms() if t.startswith(f"IR-{ir} ends ")]) == 1

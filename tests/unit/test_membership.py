@@ -193,3 +193,22 @@ def test_an_inline_request_without_a_team_becomes_a_request_for_the_only_team(wo
         dispatch(world.svc, asked)
     assert len(world.queue.sent) == 1
     assert Op.CREATE.value == body["command"]["op"]
+
+
+def test_slack_check_resolves_every_group_and_names_the_one_slack_does_not_know() -> None:
+    from gpufarm.setup.slack_check import report
+
+    chat, lines = TeamChat(), []
+    farm = parse_farm(MEMBERS_YAML)
+    assert report(farm, chat, lines.append) == 0
+    assert lines == [
+        "operators_usergroup S0000000001: 1 member(s)",
+        "team nlp: 1 member(s)",
+        "team vision: 3 member(s)",
+    ]
+    del chat.groups[VISION_GROUP]
+    lines.clear()
+    assert report(farm, chat, lines.append) == 1
+    assert "teams.vision.members.usergroup names Slack user group S0000000012, which does not exist" in lines[-1]
+    chat.down = True
+    assert report(farm, chat, lines.append) == 2

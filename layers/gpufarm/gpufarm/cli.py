@@ -17,6 +17,7 @@ from gpufarm import __version__
 # Commands of this distribution, imported only when used so `gpufarm --help` stays fast.
 OWN_COMMANDS = {
     "datadog": "gpufarm.setup.cli:datadog",
+    "slack": "gpufarm.setup.slack_check:slack",
 }
 ENTRY_POINT_GROUP = "gpufarm.commands"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
