@@ -9,17 +9,27 @@ consumer's reclaim), one sync with no change and one after 1 % of the hosts drif
 each pool's or shard's repair). Prints every figure beside its target and how it grows from the small farm to
 the large one.
 
-Run: .venv/bin/python benchmarks/scale.py [--sizes small,large]
+With every inventory source on (the default; --no-sources leaves them out) the syncs also read AWS and Azure:
+moto's EC2 with 2,000 GPU instances in two regions (most of them the cloud pools' registered hosts, 20 without an
+agent) and a stubbed Azure subscription with 500 VMs, through gpufarm's own sources (gpufarm_sandbox.clouds), and
+the farm file's static list; each sync's calls, wall time and nodes per source are printed.
+
+Run: .venv/bin/python benchmarks/scale.py [--sizes small,large] [--no-sources]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
+from gpufarm.core.farm import FarmConfig
+from gpufarm.core.ports import InventorySource, SourceReading
 from gpufarm_sandbox import scalefarm
 from gpufarm_sandbox.localhost.template import load_template
 from gpufarm_sandbox.process import free_port, start_sandbox
@@ -39,6 +49,22 @@ TARGETS = {
     "sync": ("sync, no change", 60.0),
     "drift": ("sync, 1 % drift", 60.0),
 }
+# The simulated clouds: EC2 GPU instances and Azure VMs, and how many of each run no agent.
+EC2_INSTANCES = 2_000
+AZURE_VMS = 500
+NO_AGENT = {"ec2": 20, "azure": 5}
+AZURE_SUBSCRIPTION = "00000000-0000-4000-8000-000000000001"
+INVENTORY_YAML = f"""inventory:
+  down_after_minutes: 60
+  aws:
+    regions: [us-east-1, us-west-2]
+    default_environment: cloud-aws
+  azure:
+    subscriptions: [{AZURE_SUBSCRIPTION}]
+    locations: [eastus]
+  static:
+    - {{name: onprem-static-01, environment: onprem-hpc, gpu_model: H100, gpu_count: 8}}
+"""
 # Before this work, at 20,000 / 3,000 (issue 9): request 145 s, approval 121 s, sync 400-650 s.
 BEFORE = {"request": "145 s", "approval": "121 s", "sync": "400-650 s"}
 
@@ -88,6 +114,80 @@ def growth(results: dict[str, dict[str, FarmPath]]) -> None:
     print(f"  sync after 1 % drift: {large['drift'].total('writes')} writes, {large['drift'].note} (target equal)")
 
 
+class Measured:
+    """An inventory source whose every reading is kept with its wall time."""
+
+    def __init__(self, source: InventorySource, log: list[tuple[SourceReading, float]]) -> None:
+        self.source, self.log, self.name = source, log, source.name
+
+    def read(self) -> SourceReading:
+        """The source's reading, timed."""
+        started = time.perf_counter()
+        reading = self.source.read()
+        self.log.append((reading, time.perf_counter() - started))
+        return reading
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    """A moto server in its own process (as the sandbox is): its work is not the sync's CPU, only its wait."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=2).close()
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError("the moto server did not start") from None
+            time.sleep(0.2)
+        else:
+            return proc, url
+
+
+def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, float]], moto_url: str) -> object:
+    """Moto's EC2 with EC2_INSTANCES GPU instances and a stubbed Azure with AZURE_VMS, named after the cloud hosts."""
+    from gpufarm_sandbox.azurestub import Vm
+    from gpufarm_sandbox.clouds import LocalClouds, SimulatedAws
+
+    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"), timeout=30).close()
+    clouds = LocalClouds(aws=SimulatedAws(endpoint_url=moto_url))
+    half = EC2_INSTANCES // 2
+    tag = {"gpufarm-environment": "cloud-aws"}
+    for region, itype, prefix in (
+        ("us-east-1", "p5.48xlarge", "cloud-aws-h100-"),
+        ("us-west-2", "p4d.24xlarge", "cloud-aws-a100-"),
+    ):
+        registered = [h for h in plan.hosts if h.startswith(prefix)][: half - NO_AGENT["ec2"] // 2]
+        spare = [f"{prefix}spare-{i:03d}" for i in range(half - len(registered))]
+        clouds.aws.launch(region, itype, [*registered, *spare], tag)
+    azure = clouds.azure_farm(AZURE_SUBSCRIPTION)
+    shared = [h for h in plan.hosts if h.startswith("shared-slices-a100-")][: AZURE_VMS - NO_AGENT["azure"]]
+    names = [*shared, *(f"azure-spare-{i:03d}" for i in range(AZURE_VMS - len(shared)))]
+    azure.vms = [Vm(n, "Standard_NC24ads_A100_v4", tags={"gpufarm-environment": "shared-slices"}) for n in names]
+    azure.limits = {"standardNCADSA100v4Family": 24 * AZURE_VMS * 2}
+    clouds.aws.calls = 0
+
+    def sources(farm: FarmConfig) -> list[InventorySource]:
+        return [Measured(s, log) for s in clouds.sources(farm)]
+
+    return sources
+
+
+def show_sources(log: list[tuple[SourceReading, float]]) -> None:
+    """Each sync's reading per source: calls, wall time, nodes, quotas, errors."""
+    print("  inventory sources, per reading (each sync reads each source once):")
+    for reading, wall in log:
+        print(
+            f"    {reading.source:<7} {reading.calls:3d} calls {wall:6.2f} s wall  {len(reading.nodes):5d} nodes"
+            f"  {len(reading.quotas):2d} quotas  {len(reading.errors)} errors"
+        )
+
+
 def template_limits() -> dict[str, int]:
     """Each function's MemorySize from template.yaml; its Timeout goes into TIMEOUT_S (shares are of it)."""
     functions = load_template(ROOT / "template.yaml").functions
@@ -103,13 +203,15 @@ def main() -> None:
     print("template.yaml: " + ", ".join(f"{FUNCTIONS[k]} {TIMEOUT_S[k]} s / {memory[k]} MB" for k in FUNCTIONS))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="small,large", help="comma-separated: tiny, small, large")
+    parser.add_argument("--no-sources", action="store_true", help="no AWS, Azure or static inventory source")
     args = parser.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     farm_file = Path(tempfile.mkdtemp(prefix="gpufarm-scale-")) / "farm.yaml"
-    farm_file.write_text(scalefarm.farm_yaml())
+    farm_file.write_text(scalefarm.farm_yaml() + ("" if args.no_sources else INVENTORY_YAML))
     os.environ.update(scalefarm.environment(url, farm_file))
     proc, _ = start_sandbox(port)
+    moto = None if args.no_sources else start_moto()
     api = scalefarm.Api(url)
     results: dict[str, dict[str, FarmPath]] = {}
     try:
@@ -119,14 +221,20 @@ def main() -> None:
             scalefarm.prepare(api)
             plan = scalefarm.layout(hosts, leases)
             scalefarm.seed(api, plan)
+            readings: list[tuple[SourceReading, float]] = []
+            if moto is not None:
+                scalefarm.OVERRIDES["inventory_sources"] = simulated_clouds(plan, readings, moto[1])
             seeded = time.perf_counter() - started
             results[size] = scalefarm.measure(api, plan)
             del plan
             show(size, hosts, leases, seeded, results[size])
+            if readings:
+                show_sources(readings)
         growth(results)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        for child in (proc, *(moto[:1] if moto else ())):
+            child.terminate()
+            child.wait(timeout=10)
 
 
 if __name__ == "__main__":

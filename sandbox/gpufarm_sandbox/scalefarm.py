@@ -63,6 +63,8 @@ POOLS: tuple[PoolShare, ...] = (
     PoolShare("shared-slices", "shared", "A100", 0.10, 0.10, ("k8s-shared",)),
     PoolShare("shared-slices", "shared", "L4", 0.10, 0.10, ("k8s-shared",)),
 )
+# More collaborators every fresh runtime gets (benchmarks/scale.py: the inventory sources on simulated clouds).
+OVERRIDES: dict[str, Any] = {}
 # Timeouts (s) of the functions each invocation runs in, as template.yaml sets them.
 TIMEOUT_S = {"worker": 60, "consumer": 60, "sync": 120}
 
@@ -401,7 +403,7 @@ class Runner:
         from gpufarm.handlers import runtime
 
         runtime.reset()
-        runtime.override(queue=self.queue)
+        runtime.override(queue=self.queue, **OVERRIDES)
         self.queue.messages.clear()
 
     def invoke(self, path: FarmPath, name: str, function: str, run: Callable[[], Any]) -> Any:

@@ -25,9 +25,9 @@ from gpufarm.core.inventory import GPU_ASSIGN_KEY, IR_KEY, PROJECT_KEY, TEAM_KEY
 from gpufarm.core.ir import ir_tag_value
 from gpufarm.core.lifecycle import Phase, ReclaimReason
 from gpufarm.core.model import Allocation
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.ports import InventorySource, MetricPoint, MetricSeries, SourceReading
 from gpufarm.core.serial import IncidentCommand, Op, pool_group
-from gpufarm.core.sources import Ledger, StaticSource, agent_node, ledger_series, merge, read_all
+from gpufarm.core.sources import Ledger, StaticSource, agent_node, ledger_series, merge, read_all, read_in_background
 from gpufarm.core.units import assign_tags, lease_devices, stale_assignments, wanted_assign_tags
 from gpufarm.core.views import Message
 
@@ -93,6 +93,8 @@ def sync(svc: GpuFarm) -> SyncReport:
     pool's repair (or each shard's) goes to the pool's group as its own message.
     """
     report = SyncReport()
+    # The inventory sources (clouds) are read on their own threads while this reads Datadog (gpufarm.core.sources).
+    pending = read_in_background(inventory_sources(svc))
     bucket = int(svc.clock.now().timestamp()) // SYNC_BUCKET_S
     for alloc in svc._live():
         reason = svc._due(alloc)
@@ -129,17 +131,23 @@ def sync(svc: GpuFarm) -> SyncReport:
             report.tags_restored += repair.restored
             report.conflicts += repair.conflicts
             report.allocated += [o.ir for o in repair.outcomes if o.action == "allocated"]
-    ledger = read_ledger(svc)
+    ledger = read_ledger(svc, pending())
     report.inventory = ledger.summary()
     report.series = publish_gauges(svc, ledger)
     return report
 
 
-def read_ledger(svc: GpuFarm) -> Ledger:
-    """Every inventory source read once and merged with the registered hosts (gpufarm.core.sources)."""
+def inventory_sources(svc: GpuFarm) -> list[InventorySource]:
+    """The farm file's static list and the cloud sources the runtime built (gpufarm.core.sources)."""
+    static = svc.farm.inventory.static
+    return [*([StaticSource(static)] if static else []), *svc.sources]
+
+
+def read_ledger(svc: GpuFarm, readings: list[SourceReading] | None = None) -> Ledger:
+    """Every inventory source read once (unless already read) and merged with the registered hosts."""
     settings = svc.farm.inventory
-    sources = [*([StaticSource(settings.static)] if settings.static else []), *svc.sources]
-    readings = read_all(sources)
+    if readings is None:
+        readings = read_all(inventory_sources(svc))
     reads = svc._reads()
     agents = [agent_node(h, reads.listed_info(h.name)) for h in svc._inventory()]
     now = svc.clock.now().timestamp()

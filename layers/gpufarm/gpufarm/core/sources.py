@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from gpufarm.core.inventory import GpuHost, normalize_tag, tag_values
@@ -275,6 +276,23 @@ def read_all(sources: Sequence[InventorySource]) -> list[SourceReading]:
             log.warning("inventory source %s skipped %s: %s", error.source, error.where, error.message)
         readings.append(reading)
     return readings
+
+
+def read_in_background(sources: Sequence[InventorySource]) -> Callable[[], list[SourceReading]]:
+    """Start reading every source, each on its own thread; the result waits for them (read_all's readings).
+
+    The sync reads Datadog meanwhile: a cloud's answers take as long as the cloud takes, and need not add to it.
+    """
+    if not sources:
+        return list
+    pool = ThreadPoolExecutor(max_workers=len(sources), thread_name_prefix="inventory-source")
+    futures = [pool.submit(read_all, [source]) for source in sources]
+    pool.shutdown(wait=False)
+
+    def result() -> list[SourceReading]:
+        return [reading for future in futures for reading in future.result()]
+
+    return result
 
 
 def merge(
