@@ -10,6 +10,9 @@ Each run measures, per cycle, in process CPU time (time.thread_time, so other lo
   wrapper round each call adds (calibrated, printed), for two push cadences: every
   cycle, and the default 60 s flush (one push per four 15 s cycles), as the mean over the measured cycles (the
   cycles that push carry their share);
+- the host's tags read once per cycle (gpufarm_node.hosttags), one GET to the receiver, whose answer carries the
+  tags such a shared host has (registration, 14 units, 7 slice assignments) and Datadog's rate-limit headers: the
+  agent's cost includes it;
 - the floor: a plain loop making the very NVML calls of one agent cycle (recorded from the agent, same
   arguments), measured the same way, in the same process;
 - peak RSS of the agent process, bytes sent per cycle (compressed on the wire, zstd1 by default as the agent
@@ -159,17 +162,44 @@ class TimedNvml:
         return self.spent + self.calls * self.overhead
 
 
+def host_tags(spec: Any) -> list[str]:
+    """The host's user tags as a shared H100 host carries them: registration, its units, the slices' leases."""
+    tags = ["gpufarm:managed", "gpu_model:h100", "gpu_count:8", "environment:aws-cloud", "cluster:bench"]
+    assigned = []
+    for gpu in spec.gpus:
+        if gpu.mig is None:
+            tags.append(f"gpu_unit:{gpu.index}/{gpu.uuid.lower()}")
+            continue
+        for n, (mig, uuid) in enumerate(zip(gpu.mig, gpu.mig_uuids, strict=True)):
+            tags.append(f"gpu_unit:{gpu.index}.{mig.gpu_instance_id}/{uuid.lower()}/{mig.profile}")
+            assigned.append(f"gpu_assign:ir-{3000 + n}/{uuid.lower()}")
+    irs = sorted({f"ir:{a.partition('/')[0].partition(':')[2]}" for a in assigned})
+    return tags + irs + assigned
+
+
 def bench_agent(
-    nvml: Any, fake: Any, workdir: str, sender: Any, clock: Callable[[], float], flush_interval: float
+    nvml: Any,
+    fake: Any,
+    workdir: str,
+    sender: Any,
+    clock: Callable[[], float],
+    flush_interval: float,
+    tags_url: str | None = None,
 ) -> Any:
-    """The agent as the benchmarks run it: `nvml` (the fake, or a wrapper of it) on a fake host in `workdir`."""
+    """The agent as the benchmarks run it: `nvml` (the fake, or a wrapper of it) on a fake host in `workdir`,
+    reading its host tags from `tags_url` every cycle."""
     from gpufarm_node.agent import Agent
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
     from gpufarm_node.fake_nvml import FakeHost
+    from gpufarm_node.hosttags import HostTagWatch, HttpTagsTransport
     from gpufarm_node.nvml_source import NvmlSource
 
     host = FakeHost(fake, workdir)
     pods = PodMetadataFile(host.pods_file)
+    watch = None
+    if tags_url is not None:
+        keys = {"DD-API-KEY": "bench-api-key", "DD-APPLICATION-KEY": "bench-app-key"}
+        watch = HostTagWatch(HttpTagsTransport(tags_url, "gpu-bench-01", keys), "gpu-bench-01")
     return Agent(
         NvmlSource(nvml, clock=clock, xid_mode="poll"),
         Attributor(ProcFs(host.proc_root), pods=pods, owners=PodResourcesOwners(host.pod_resources, pods)),
@@ -179,6 +209,7 @@ def bench_agent(
         cluster="bench",
         clock=clock,
         flush_interval=flush_interval,
+        host_tags=watch,
     )
 
 
@@ -197,7 +228,7 @@ def child(url: str, cycles: int, flush_interval: float, encoding: str) -> dict[s
     with tempfile.TemporaryDirectory() as workdir:
         client = api_client(DatadogTarget(url, "bench-api-key", "bench-app-key"), max_retries=0)
         sender = DatadogSender(SeriesIntake(client, encoding), "gpu-bench-01", clock=clock)
-        agent = bench_agent(timed, fake, workdir, sender, clock, flush_interval)
+        agent = bench_agent(timed, fake, workdir, sender, clock, flush_interval, url)
         agent.start()
         settle_process()  # as the command line does before its first cycle
         costs, series = [], []
@@ -220,6 +251,7 @@ def child(url: str, cycles: int, flush_interval: float, encoding: str) -> dict[s
         "processes": len(topology()["processes"]),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "requests": sender.stats["requests"],
+        "tag_reads": agent.host_tags.stats["reads"],
     }
 
 
@@ -255,18 +287,38 @@ def _floor(timed: TimedNvml, agent: Any, now: list[float], cycles: int) -> list[
 
 
 class Receiver:
-    """Datadog's series intake, reduced to counting bytes: HTTP/1.1 with keep-alive, as Datadog's is (a server
-    that closes after each answer would add a reconnect to every push)."""
+    """Datadog's series intake, reduced to counting bytes, and its host tags endpoint answering `tags`: HTTP/1.1
+    with keep-alive, as Datadog's is (a server that closes after each answer would add a reconnect to every push)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tags: list[str] | None = None) -> None:
         self.compressed = 0
         self.raw = 0
         self.requests = 0
+        self.tag_reads = 0
         self.lock = threading.Lock()
         receiver = self
+        tags_body = json.dumps({"host": "gpu-bench-01", "tags": tags or []}).encode()
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in one write (unbuffered, the body's own segment waits for a delayed ACK).
+            wbufsize = 1 << 16
+
+            def do_GET(self) -> None:
+                if not self.path.startswith("/api/v1/tags/hosts/gpu-bench-01?source=user"):
+                    self.send_error(404)
+                    return
+                with receiver.lock:
+                    receiver.tag_reads += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(tags_body)))
+                # A generous budget, as Datadog's headers say it: the agent reads every cycle.
+                for name, value in (("Limit", "6000"), ("Period", "60"), ("Remaining", "5000"), ("Reset", "30")):
+                    self.send_header(f"X-RateLimit-{name}", value)
+                self.send_header("X-RateLimit-Name", "tags")
+                self.end_headers()
+                self.wfile.write(tags_body)
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -307,7 +359,10 @@ class Receiver:
 
 def run(cycles: int, flush_interval: float, encoding: str) -> dict[str, Any]:
     """One measured run in a child process; adds the bytes the receiver saw."""
-    with Receiver() as receiver:
+    from gpufarm_node.topology import topology_from_dict
+
+    tags = host_tags(topology_from_dict(topology(), seed="bench"))
+    with Receiver(tags) as receiver:
         out = subprocess.run(
             [
                 sys.executable,

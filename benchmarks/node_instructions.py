@@ -5,7 +5,9 @@
 Thread time on a shared machine moves by a third from run to run; instruction counts do not. This runs the agent
 as benchmarks/node.py's child builds it (8 x H100, GPU 7 as 7 x 1g.10gb, 200 processes, 666 series, zstd1), with
 an intake that keeps the compressed bodies instead of an HTTP receiver (the push's compression and body are
-counted, the urllib3 request is not), four times under `valgrind --tool=callgrind`:
+counted, the urllib3 request is not), and the host's tags read every cycle over HTTP from benchmarks/node.py's
+receiver running in this (uncounted) process (the read's request, answer and parsing are counted, the kernel's
+side of the socket is not), four times under `valgrind --tool=callgrind`:
 - warm-up cycles alone, and warm-up plus the measured cycles: the difference is the measured cycles' whole cost
   (interpreter start-up and imports cancel out);
 - the same pair with every fake NVML call made inside `functools.reduce` and callgrind collecting only inside
@@ -28,7 +30,7 @@ import time
 from typing import Any
 
 # benchmarks/node.py's topology and cadence: the script's own folder is first on sys.path.
-from node import CYCLE_S, bench_agent, topology
+from node import CYCLE_S, Receiver, bench_agent, host_tags, topology
 
 TARGET_INSTRUCTIONS = 9.5e6
 
@@ -68,7 +70,7 @@ class ReducedNvml:
         return reduced
 
 
-def child(cycles: int, flush_interval: float, reduced: bool) -> None:
+def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str) -> None:
     """Run the agent for `cycles` cycles (under callgrind when the parent asks)."""
     from gpufarm_node.agent import settle_process
     from gpufarm_node.fake_nvml import FakeNvml
@@ -82,7 +84,7 @@ def child(cycles: int, flush_interval: float, reduced: bool) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         intake = KeptIntake()
         sender = DatadogSender(intake, "gpu-bench-01", clock=clock)
-        agent = bench_agent(nvml, fake, workdir, sender, clock, flush_interval)
+        agent = bench_agent(nvml, fake, workdir, sender, clock, flush_interval, tags_url)
         agent.start()
         settle_process()
         for _ in range(cycles):
@@ -91,7 +93,7 @@ def child(cycles: int, flush_interval: float, reduced: bool) -> None:
         agent.close()
 
 
-def _count(cycles: int, flush_interval: float, reduced: bool) -> int:
+def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str) -> int:
     """Instructions callgrind counted for one child run (only inside functools_reduce when `reduced`)."""
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -105,6 +107,8 @@ def _count(cycles: int, flush_interval: float, reduced: bool) -> int:
             str(cycles),
             "--flush",
             str(flush_interval),
+            "--tags-url",
+            tags_url,
             *(["--reduced"] if reduced else []),
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -124,16 +128,21 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--child", type=int, metavar="CYCLES", help=argparse.SUPPRESS)
     parser.add_argument("--reduced", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tags-url", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        child(args.child, args.flush, args.reduced)
+        child(args.child, args.flush, args.reduced, args.tags_url)
         return
+    from gpufarm_node.topology import topology_from_dict
+
     started = time.monotonic()
-    counts = {
-        (cycles, reduced): _count(cycles, args.flush, reduced)
-        for cycles in (args.warmup, args.warmup + args.cycles)
-        for reduced in (False, True)
-    }
+    with Receiver(host_tags(topology_from_dict(topology(), seed="bench"))) as receiver:
+        counts = {
+            (cycles, reduced): _count(cycles, args.flush, reduced, receiver.url)
+            for cycles in (args.warmup, args.warmup + args.cycles)
+            for reduced in (False, True)
+        }
+        tag_reads = receiver.tag_reads
     whole = (counts[(args.warmup + args.cycles, False)] - counts[(args.warmup, False)]) / args.cycles
     fake = (counts[(args.warmup + args.cycles, True)] - counts[(args.warmup, True)]) / args.cycles
     own = whole - fake
@@ -144,6 +153,7 @@ def main() -> None:
         "fake_per_cycle": fake,
         "own_per_cycle": own,
         "target_own_per_cycle": TARGET_INSTRUCTIONS,
+        "tag_reads": tag_reads,
         "seconds": time.monotonic() - started,
     }
     if args.json:
@@ -156,6 +166,7 @@ def main() -> None:
         f"  the agent's own:                   {own / 1e6:.2f} M (target <= {TARGET_INSTRUCTIONS / 1e6:.1f} M: "
         f"{'met' if own <= TARGET_INSTRUCTIONS else 'missed'})"
     )
+    print(f"  host tag reads answered:           {tag_reads} (one per cycle of the four runs)")
 
 
 if __name__ == "__main__":

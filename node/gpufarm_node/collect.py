@@ -106,7 +106,9 @@ class _Device:
 
 @dataclass(slots=True)
 class _IrTotals:
-    devices: Counter[str] = field(default_factory=Counter)
+    # Devices by state (busy, idle, idle_held, unhealthy): a plain dict, as Counter's constructor is Python code
+    # and a cycle makes one of these per IR.
+    devices: dict[str, int] = field(default_factory=dict)
     activity: list[float] = field(default_factory=list)
     memory: int = 0
     processes: int = 0
@@ -189,14 +191,17 @@ class SeriesBuilder:
 
     def _gpu(self, gpu: GpuSnapshot, cycle: _Cycle) -> None:
         out = cycle.out
-        tags, uuid, model = self._cached(
-            ("gpu", gpu.uuid, gpu.index, gpu.name, gpu.mig_enabled), lambda: self._gpu_tags(gpu)
-        )
+        key = ("gpu", gpu.uuid, gpu.index, gpu.name, gpu.mig_enabled)
+        found = self._tag_cache.get(key)
+        if found is None:
+            found = self._tag_cache[key] = self._gpu_tags(gpu)
+        tags, uuid, model = found
         if not gpu.healthy:
             owner = cycle.owners.get(gpu.uuid)
             ir = cycle.assigned.get(uuid) or (owner.ir if owner else None) or cycle.host_ir or NO_IR
             out.append(_series(("gpufarm.gpu.unhealthy", 1.0, self._with_ir(tags, ir))))
-            cycle.totals(ir).devices["unhealthy"] += 1
+            devices = cycle.totals(ir).devices
+            devices["unhealthy"] = devices.get("unhealthy", 0) + 1
             return
         if not gpu.mig_enabled:
             device = _Device(gpu.uuid, uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
@@ -285,11 +290,14 @@ class SeriesBuilder:
             if None not in sm:
                 measured = min(100.0, sum(cast("list[float]", sm)))
         state = self._idle_state(processes, measured)
-        state_tags = self._cached(("state", tags), lambda: tuple((*tags, f"state:{name}") for name in IDLE_STATES))
-        flags = [1.0 if name == state else 0.0 for name in IDLE_STATES]
-        out.extend(map(_series, zip(repeat("gpufarm.gpu.idle_state"), flags, state_tags)))
+        key = ("state", tags)
+        state_tags = self._tag_cache.get(key)
+        if state_tags is None:
+            state_tags = self._tag_cache[key] = tuple((*tags, f"state:{name}") for name in IDLE_STATES)
+        out.extend(map(_series, zip(repeat("gpufarm.gpu.idle_state"), _STATE_FLAGS[state], state_tags)))
         totals = cycle.totals(ir)
-        totals.devices[state] += 1
+        devices = totals.devices
+        devices[state] = devices.get(state, 0) + 1
         if measured is not None:
             totals.activity.append(measured)
         self._containers(ir, device, owner, cycle)
@@ -315,7 +323,7 @@ class SeriesBuilder:
             return
         out = cycle.out
         processes = device.processes
-        device_tag = self._cached(("uuid", device.uuid), lambda: f"gpu_uuid:{device.uuid.lower()}")
+        device_tag = f"gpu_uuid:{device.key}"
         found = list(map(cycle.workloads.get, map(_PID, processes)))
         # Which process goes to which IR and container depends only on the workload objects, in order: the
         # attributor hands out the same one while a process lives, and the plan holds them, so their ids in
@@ -330,15 +338,19 @@ class SeriesBuilder:
             totals = cycle.totals(ir)
             totals.memory += sum(map(memory.__getitem__, positions))
             totals.processes += len(positions)
-        for ctags, positions in groups:
-            self._container_values(ctags, list(map(processes.__getitem__, positions)), out)
+        if groups:
+            # Each container's values from the device's columns, by position.
+            sms = list(map(_SM_UTIL, processes))
+            take_memory, take_sm = memory.__getitem__, sms.__getitem__
+            for ctags, positions in groups:
+                self._container_values(ctags, sum(map(take_memory, positions)), list(map(take_sm, positions)), out)
         if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
             # A container holds this device but runs nothing on it: zeros, the idle signal (docs/nvml.md §9).
             otags = self._cached(
                 ("owner", device_tag, device_ir, owner),
                 lambda: (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner)),
             )
-            self._container_values(otags, [], out)
+            self._container_values(otags, 0, [], out)
 
     def _plan(self, device_ir: str, device_tag: str, found: list[Workload | None]) -> _Plan:
         """Positions of a device's processes by IR and by container (first seen first), and the containers
@@ -367,7 +379,7 @@ class SeriesBuilder:
         groups: dict[tuple[str, ...], list[ProcessSample]] = {}
         named: set[tuple[str | None, str | None, str | None]] = set()
         want_named = owner is not None and bool(owner.pod)
-        device_tag = self._cached(("uuid", device.uuid), lambda: f"gpu_uuid:{device.uuid.lower()}")
+        device_tag = f"gpu_uuid:{device.key}"
         workloads = cycle.workloads
         per_process = self.options.per_process
         cache = self._tag_cache
@@ -405,30 +417,24 @@ class SeriesBuilder:
             else:
                 members.append(proc)
         for ctags, members in groups.items():
-            self._container_values(ctags, members, out)
+            memory = sum(p.used_memory or 0 for p in members)
+            self._container_values(ctags, memory, [p.sm_util for p in members], out)
         if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
             # A container holds this device but runs nothing on it: zeros, the idle signal (docs/nvml.md §9).
             otags = self._cached(
                 ("owner", device_tag, device_ir, owner),
                 lambda: (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner)),
             )
-            self._container_values(otags, [], out)
+            self._container_values(otags, 0, [], out)
 
     @staticmethod
-    def _container_values(tags: tuple[str, ...], members: list[ProcessSample], out: list[Series]) -> None:
-        memory = 0
-        sm = 0.0
-        measured = True
-        for p in members:
-            memory += p.used_memory or 0
-            if p.sm_util is None:
-                measured = False
-            else:
-                sm += p.sm_util
+    def _container_values(tags: tuple[str, ...], memory: int, sms: list[float | None], out: list[Series]) -> None:
+        """A container's series on one device: its processes' memory (summed), their number and, when every one
+        has it, their SM % summed in order."""
         out.append(_series(("gpufarm.container.memory.used", float(memory), tags)))
-        out.append(_series(("gpufarm.container.processes", float(len(members)), tags)))
-        if measured:
-            out.append(_series(("gpufarm.container.sm_utilization", sm if members else 0, tags)))
+        out.append(_series(("gpufarm.container.processes", float(len(sms)), tags)))
+        if None not in sms:
+            out.append(_series(("gpufarm.container.sm_utilization", sum(sms, 0.0) if sms else 0, tags)))
 
     def _parent_values(self, gpu: GpuSnapshot, tags: tuple[str, ...], out: list[Series]) -> None:
         """Values only the physical GPU has (for a MIG GPU, shared by all its slices)."""
@@ -452,10 +458,11 @@ class SeriesBuilder:
                 append(_series(("gpufarm.gpu.energy", gpu.energy_j - previous, tags)))
         if gpu.clock_event_reasons is not None:
             bits = gpu.clock_event_reasons
-            reasons = self._cached(
-                ("reasons", tags), lambda: tuple((*tags, f"reason:{reason}") for _, reason in CLOCK_EVENT_REASONS)
-            )
-            flags = [1.0 if bits & bit else 0.0 for bit, _ in CLOCK_EVENT_REASONS]
+            key = ("reasons", tags)
+            reasons = self._tag_cache.get(key)
+            if reasons is None:
+                reasons = self._tag_cache[key] = tuple((*tags, f"reason:{reason}") for _, reason in CLOCK_EVENT_REASONS)
+            flags = _reason_flags(bits)
             out.extend(map(_series, zip(repeat("gpufarm.gpu.clock_event_reason"), flags, reasons)))
         if gpu.ecc_uncorrected is not None:
             append(_series(("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags)))
@@ -476,13 +483,13 @@ class SeriesBuilder:
         for ir, totals in sorted(irs.items()):
             tags = self._with_ir(self.common, ir)
             devices = totals.devices
-            busy, idle, held = devices["busy"], devices["idle"], devices["idle_held"]
+            busy, idle, held = devices.get("busy", 0), devices.get("idle", 0), devices.get("idle_held", 0)
             values = [
                 float(busy + idle + held),
                 float(busy),
                 float(idle),
                 float(held),
-                float(devices["unhealthy"]),
+                float(devices.get("unhealthy", 0)),
                 float(totals.memory),
                 float(totals.processes),
             ]
@@ -504,6 +511,9 @@ class SeriesBuilder:
 
 
 _PID = attrgetter("pid")
+_SM_UTIL = attrgetter("sm_util")
+# The 0/1 values of gpufarm.gpu.idle_state for each state, in IDLE_STATES order.
+_STATE_FLAGS = {state: tuple(1.0 if name == state else 0.0 for name in IDLE_STATES) for state in IDLE_STATES}
 _NOTHING: Mapping[str, str] = {}
 # A device's processes by IR and by container tags (positions in its process list), for one sequence of workload
 # objects; the first item keeps those objects alive while the plan is cached.
@@ -528,6 +538,12 @@ _IR_METRICS = (
 _ACTIVITY_METRICS: dict[str, str] = {
     name: f"gpufarm.gpu.activity.{name}" for name in ("graphics", "sm", "sm_occupancy", "dram")
 }
+
+
+@lru_cache(maxsize=1024)
+def _reason_flags(bits: int) -> tuple[float, ...]:
+    """The 0/1 value of each clock event reason for a bitmask (a GPU's mask changes rarely)."""
+    return tuple(1.0 if bits & bit else 0.0 for bit, _ in CLOCK_EVENT_REASONS)
 
 
 def _with_source(tags: tuple[str, ...], source: str) -> tuple[str, ...]:

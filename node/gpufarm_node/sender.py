@@ -39,9 +39,23 @@ MAX_POINT_AGE_S = 3600
 MAX_RAW_BYTES = 5_000_000  # Datadog: 5,242,880 decompressed
 MAX_COMPRESSED_BYTES = 512_000
 _PREFIX_CACHE = 50_000
+# Distinct values whose text a sender keeps (a few hundred per push: flags, sizes, counts repeat; means change).
+_REPR_CACHE = 16_384
 _METRIC = itemgetter(0)
 _TAGS = itemgetter(2)
 _VALUE = itemgetter(1)
+
+
+class _Reprs(dict[float, str]):
+    """Each value's JSON text, by value. Writing a float (`repr`, the shortest round-trip digits) was the push's
+    largest cost, about 1,170 instructions a value; a dict lookup is about 560, and a push writes 2,700 values
+    among a few hundred distinct ones (benchmarks/node_instructions.py, docs/nvml.md §10). Equal keys share one
+    text, so the text is made from the value alone: `repr(float(value) + 0.0)` writes 0, 0.0 and -0.0 all as `0.0`
+    (the same number), any other value as its float's repr."""
+
+    def __missing__(self, value: float) -> str:
+        text = self[value] = repr(float(value) + 0.0)
+        return text
 
 
 class Sender(Protocol):
@@ -176,6 +190,7 @@ class DatadogSender:
         # The last cycle shape seen by a push: its metrics and tags, in order, and their prefixes (None: a key
         # repeats).
         self._shape: tuple[list[str], list[tuple[str, ...]], list[str] | None] = ([], [], None)
+        self._reprs = _Reprs()
         # What was sent, for the benchmark and the demo.
         self.stats: Counter[str] = Counter()
 
@@ -207,6 +222,8 @@ class DatadogSender:
         while self._pending and self._pending[0][0] < horizon:
             self._drop_first("expired")
         limit = self._max_raw
+        if len(self._reprs) > _REPR_CACHE:
+            self._reprs.clear()
         while self._pending:
             body, count, consumed, raw = self._next_batch(limit)
             compressed = self._compress(body.encode())
@@ -284,7 +301,7 @@ class DatadogSender:
             if not math.isfinite(sum(values)):
                 return None
             head = f'{{"timestamp":{timestamp},"value":'
-            reprs = list(map(repr, values))
+            reprs = list(map(self._reprs.__getitem__, values))
             # Each point is head + value + `}`, and a comma.
             cost = len("".join(reprs)) + count * (len(head) + 2)
             if size + cost > limit:
@@ -321,6 +338,7 @@ class DatadogSender:
         size = 16
         consumed = 0
         offset = self._offset
+        reprs = self._reprs
         # The hot loop of a push (hundreds of series per cycle): locals and tuple indexes, no attribute lookups.
         for timestamp, series in self._pending:
             head = f'{{"timestamp":{timestamp},"value":'
@@ -330,7 +348,7 @@ class DatadogSender:
                     consumed += 1
                     self._dropped["rejected"] += 1
                     continue
-                point = f"{head}{value!r}}}"
+                point = f"{head}{reprs[value]}}}"
                 key = (item[0], item[2])
                 points = merged.get(key)
                 if points is None:
