@@ -434,7 +434,8 @@ class SeriesBuilder:
         out.append(_series(("gpufarm.container.memory.used", float(memory), tags)))
         out.append(_series(("gpufarm.container.processes", float(len(sms)), tags)))
         if None not in sms:
-            out.append(_series(("gpufarm.container.sm_utilization", sum(sms, 0.0) if sms else 0, tags)))
+            total = sum(cast("list[float]", sms), 0.0) if sms else 0
+            out.append(_series(("gpufarm.container.sm_utilization", total, tags)))
 
     def _parent_values(self, gpu: GpuSnapshot, tags: tuple[str, ...], out: list[Series]) -> None:
         """Values only the physical GPU has (for a MIG GPU, shared by all its slices)."""
