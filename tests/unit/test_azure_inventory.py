@@ -132,3 +132,10 @@ def test_a_generated_subscription_pages_its_vms() -> None:
 )
 def test_gpu_models_from_size_names(size: str, model: str | None) -> None:
     assert gpu_model_of(size) == model
+
+
+def test_a_fifth_of_requests_throttled_is_absorbed_by_the_retry_policy() -> None:
+    farm = AzureFarm(SUB, vms=[Vm(f"vm-{i}", "Standard_ND96isr_H100_v5") for i in range(450)], throttle=0.2, seed=7)
+    reading = source(farm.transport, max_retries=3).read()
+    assert reading.errors == () and len(reading.nodes) == 450
+    assert farm.transport.calls > reading.calls  # some requests were throttled and retried
