@@ -73,9 +73,11 @@ def test_an_agent_pool_lease_is_warned_from_agent_metrics_and_its_links_open(age
     status, page = _open(incident)
     assert status == 200 and f"IR-{ir}" in page and "idle-warned" in page
     assert "Triggered" in page and "is idle and will be reclaimed" in page, page  # the monitor's alert and the DM
+    # The metrics link shows the series this pool's monitors read: the Agent check's, by the host's ir tag.
     explorer = next(u for u in links if "/metric/explorer" in u)
+    assert "exp_metric=gpu.sm_active" in explorer and f"exp_scope=ir:ir-{ir}" in explorer
     status, page = _open(explorer)
-    assert status == 200 and "<h1>" in page
+    assert status == 200 and "<svg" in page and "host:aws-p4d-01" in page
 
 
 def _text(message: dict[str, Any]) -> str:

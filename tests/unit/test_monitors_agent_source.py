@@ -15,6 +15,7 @@ from werkzeug.test import Client
 
 from gpufarm.core.farm import FarmConfigError, IdleKind, MetricsSource, parse_farm
 from gpufarm.core.inventory import MANAGED_TAG
+from gpufarm.core.links import Links
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import monitors as mon
 from gpufarm.setup.plan import IDLE_HANDLE
@@ -133,3 +134,14 @@ def test_the_sandbox_alerts_only_the_idle_leased_host_from_agent_series() -> Non
     triggered = {(v["ALERT_SCOPE"], v["ALERT_TRANSITION"]) for v in fired}
     # Held-but-inactive is no activity too; the free host has no lease, so no group; one busy GPU keeps its host.
     assert triggered == {("ir:ir-7,host:aws-idle", "Triggered")}
+
+
+def test_the_warnings_metrics_link_shows_the_series_of_the_pools_source() -> None:
+    farm = parse_farm(AGENT)
+    links = Links("https://app.example")
+    agent = links.for_environment(farm, "cloud-aws").dashboard(12)
+    assert "exp_metric=gpu.sm_active" in agent and "exp_scope=ir:ir-12" in agent and "exp_group=host" in agent
+    node = links.for_environment(farm, "onprem-hpc").dashboard(12)
+    assert "exp_metric=gpufarm.gpu.utilization" in node and "exp_scope=gpu_ir:ir-12" in node
+    assert links.for_environment(farm, None).dashboard(12) == links.dashboard(12) == node
+    assert links.for_environment(farm, "cloud-aws").incident(12) == "https://app.example/incidents/12"

@@ -323,7 +323,8 @@ def _warn(
     evidence = scope.describe() if scope is not None and scope.describe() else "on " + ", ".join(decision.warned)
     step = svc._step(history.MONITOR, history.Step.WARNED, kind, evidence)
     part_of = not _covers_lease(alloc, decision.idle)
-    warning = views.idle_warning(alloc, policy, now, scope, svc.links, partial=policy.partial if part_of else None)
+    links = svc.links.for_environment(svc.farm, alloc.environment)
+    warning = views.idle_warning(alloc, policy, now, scope, links, partial=policy.partial if part_of else None)
     # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
     deliver_warning(svc.chat, alloc.requester, warning)
     return svc._write(alloc, Phase.IDLE_WARNED, values, step=step)

@@ -552,7 +552,8 @@ class GpuFarm:
             )
             policy = self.farm.idle.policy(alloc.environment, alloc.team)
             # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
-            deliver_warning(self.chat, alloc.requester, views.idle_warning(alloc, policy, now, scope, self.links))
+            links = self.links.for_environment(self.farm, alloc.environment)
+            deliver_warning(self.chat, alloc.requester, views.idle_warning(alloc, policy, now, scope, links))
             self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)}, step=warned)
             return Outcome(ir, f"warned{where}")
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
