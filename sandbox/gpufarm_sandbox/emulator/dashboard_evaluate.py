@@ -30,6 +30,9 @@ RunQuery = Callable[[str, float, float, float | None], list[GroupSeries]]
 VALUE_RE = re.compile(r"^[A-Za-z0-9_.:/\-]{1,100}$")
 _VARIABLE_RE = re.compile(r"\$([A-Za-z0-9_]+)")
 MAX_ROWS = 200
+# Chart buckets are a minute at least: the node agent sends a point a minute (its default flush), and finer buckets
+# would draw the moments between different agents' points as dips of a sum.
+MIN_STEP_S = 60
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ class Evaluator:
         for request in requests:
             queries = self._queries(request)
             parsed = {name: parse_query(text) for name, text, _ in queries}
-            step = max(pick_interval(span, q.rollup_seconds) for q in parsed.values())
+            step = max(pick_interval(span, max(MIN_STEP_S, q.rollup_seconds or 0)) for q in parsed.values())
             results = {name: self.run(text, self.start, self.end, step) for name, text, _ in queries}
             for f in request.get("formulas") or [{"formula": n} for n in results]:
                 formula = parse_formula(str(f["formula"]))

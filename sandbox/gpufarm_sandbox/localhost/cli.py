@@ -49,6 +49,7 @@ def describe(env: LocalEnv, *, show_secrets: bool = False) -> list[str]:
     shown = env.env if show_secrets else redacted(env.env)
     lines.extend(f"  export {name}={value}" for name, value in sorted(shown.items()))
     lines.append("inspect: GET /_local/state, /_sandbox/state, /_sandbox/slack/messages")
+    lines.append(f"dashboards: {env.url}/dashboards (gpufarm's dashboards drawn from the sandbox's metrics)")
     return lines
 
 

@@ -1,6 +1,7 @@
 """gpufarm's five dashboards, built from the farm configuration (pure: Datadog v1 dashboard JSON, no calls).
 
-- **Farm overview**: per environment and GPU model, total / allocated / free GPUs and busy / idle / down devices;
+- **Farm overview**: per environment and GPU model, total / allocated / free GPUs, busy / idle / lost devices, down
+  and agentless GPUs; cloud quota used vs limit and held by leases; inventory source errors;
 - **Project** (template variables team, project, ir): GPUs held, busy and idle, utilisation, GPU-hours per lease;
 - **Node → device → process**: per host its GPUs, MIG slices, containers and processes with their leases, health;
 - **GPU slicing**: per shared host and MIG slice, the lease and container holding it and how busy it is;
@@ -9,7 +10,8 @@
 Widgets query only what is emitted: the node agent's metrics (spec/metrics.yaml; `host`, `team`, `project`,
 `environment` and `gpufarm` are host tags Datadog stamps on each point) and the gauges the scheduled sync publishes
 (gpufarm.core.reconcile.publish_gauges: `gpufarm.quota.*` per team, environment and model, `gpufarm.inventory.*`
-per environment and model). tests/unit/test_dashboards.py holds every query to those declarations.
+per environment and model, and the ledger's gauges gpufarm.core.sources.LEDGER_GAUGES declares: down and agentless
+GPUs, cloud quotas, source errors). tests/unit/test_dashboards.py holds every query to those declarations.
 
 The lease template variable is the agent's per-device `gpu_ir` tag (exact on shared hosts, where a host carries
 several `ir:` tags); model values are lower-case, as Datadog stores tags.
@@ -103,14 +105,45 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
             Formula("down", "down (lost)"),
         ],
     )
+    unseen = table(
+        "Down and agentless GPUs per environment and model",
+        [
+            Query("down", f"sum:gpufarm.inventory.gpus.down{{{s}}}{by}"),
+            Query("no_agent", f"sum:gpufarm.inventory.gpus.no_agent{{{s}}}{by}"),
+        ],
+        [Formula("down", "down (node silent)"), Formula("no_agent", "no agent (seen by a cloud or static source)")],
+    )
+    quota_by = " by {source,region,family}"
+    cloud = table(
+        "Cloud quota per region and GPU family: used vs limit, held by gpufarm",
+        [
+            Query("limit", f"sum:gpufarm.cloud.quota.limit{{*}}{quota_by}"),
+            Query("used", f"sum:gpufarm.cloud.quota.used{{*}}{quota_by}"),
+            Query("held", f"sum:gpufarm.cloud.quota.held{{*}}{quota_by}"),
+        ],
+        [
+            Formula("limit", "limit (vCPUs / cores)"),
+            Formula("used", "used"),
+            Formula("held", "held by leases"),
+            Formula("100 * used / limit", "% of limit used"),
+        ],
+    )
     widgets: list[Widget] = [
         note(
             "**gpufarm farm overview.** Capacity comes from the scheduled sync (`gpufarm.inventory.*`, "
-            "`gpufarm.quota.allocated`); device states from the node agents (`gpufarm.gpu.idle_state`: busy, idle, "
-            "idle with memory held; `gpufarm.gpu.unhealthy`). A MIG slice counts as one device."
+            "`gpufarm.quota.allocated`, the cloud sources' `gpufarm.cloud.*`); device states from the node agents "
+            "(`gpufarm.gpu.idle_state`: busy, idle, idle with memory held; `gpufarm.gpu.unhealthy`). A MIG slice "
+            "counts as one device."
         ),
         capacity,
         states,
+        unseen,
+        cloud,
+        toplist(
+            "Inventory source errors in the last sync (skipped and reported)",
+            Query("a", "sum:gpufarm.inventory.source.errors{*} by {source}"),
+            "errors",
+        ),
         timeseries(
             "Devices by state",
             [Query("a", f"sum:gpufarm.gpu.idle_state{{{s}}} by {{state}}")],
