@@ -195,3 +195,23 @@ def test_a_long_history_fits_the_status_message() -> None:
     assert len(message.blocks) <= views.MAX_MESSAGE_BLOCKS
     assert all(len(b["text"]["text"]) <= views.MAX_SECTION_TEXT for b in sections)
     assert message.text.count("extended") == history.MAX_ENTRIES
+
+
+def test_a_repair_by_the_sync_is_recorded(svc: GpuFarm) -> None:
+    ir = _request(svc, 8)
+    svc.allocate(svc.allocation(ir))
+    host = svc.allocation(ir).hosts[0]
+    svc.hosts.replace_tags(host, [t for t in svc.hosts.get_tags(host, source="user") if not t.startswith("ir:")])
+    svc.reconcile_pool("hpc")
+    assert _steps(svc, ir)[-1] == ("sync", "repaired", f"restored ir:ir-{ir}, project:p, team:nlp on {host}")
+
+
+def test_status_shows_keeps_and_an_exemption(svc: GpuFarm) -> None:
+    ir = _request(svc, 8)
+    svc.allocate(svc.allocation(ir))
+    svc.idle_triggered(ir)
+    svc.keep(ir, USER)
+    svc.exempt(ir, OPS, 3, "paper deadline")
+    text = svc.status(ir).text
+    assert "Keeps used: 1, idle reclaim held off until " in text
+    assert "Exempt from idle reclaim until " in text and f"(granted by <@{OPS}>)" in text

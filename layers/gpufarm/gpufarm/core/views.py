@@ -500,6 +500,12 @@ def status_message(alloc: Allocation) -> Message:
         lines.append(f"Approved by {who}")
     if alloc.reclaim_reason:
         lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
+    if alloc.keep_count:
+        held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
+        lines.append(f"Keeps used: {alloc.keep_count}{held}")
+    if alloc.exempt_until:
+        by = f" (granted by <@{alloc.exempt_by}>)" if alloc.exempt_by else ""
+        lines.append(f"Exempt from idle reclaim until {_when(alloc.exempt_until)}{by}")
     if alloc.purpose:
         lines.append(f">{alloc.purpose}")
     text = "\n".join(lines)
