@@ -298,3 +298,17 @@ def test_a_down_host_gets_no_allocation_and_its_pool_waits() -> None:
     hosts.reported["hpc-1"] = (clock.now() + timedelta(seconds=1)).timestamp()
     svc.process(svc.incidents.by_ir(second).id)
     assert Allocation.from_record(svc.incidents.by_ir(second)).hosts == ("hpc-1",)
+
+
+def test_the_runtime_builds_the_cloud_sources_the_farm_file_enables_and_reads_nothing() -> None:
+    from gpufarm.handlers.runtime import cloud_sources
+
+    farm = parse_farm(FARM_YAML + INVENTORY)
+    sources = cloud_sources(farm, 5.0)
+    assert [s.name for s in sources] == ["aws", "azure"]
+    assert all(getattr(s, "calls", 0) == 0 for s in sources)
+    off = parse_farm(
+        FARM_YAML + INVENTORY.replace("default_environment: cloud", "default_environment: cloud\n    enabled: false")
+    )
+    assert [s.name for s in cloud_sources(off, 5.0)] == ["azure"]
+    assert cloud_sources(parse_farm(FARM_YAML), 5.0) == ()
