@@ -131,6 +131,9 @@ def test_decide_idle_warns_then_shrinks_then_reclaims_whole(world: World) -> Non
     assert partial.decide_idle(both, [busy_host], late, policy).step is partial.Step.RECLAIM
     assert partial.every_part_due(both, late, policy)
     assert not partial.every_part_due(warned, late, policy)
+    # Parts left in the field of a lease no longer warned (allocated) are no warning.
+    stale = lease.model_copy(update={"idle_parts": tuple(partial.encode_idle(dict.fromkeys(lease.hosts, START)))})
+    assert partial.decide_idle(stale, [idle_host], late, policy).step is partial.Step.WARN
     # A warning from before per-host state (no parts recorded) counts every host as warned then.
     legacy = lease.model_copy(update={"phase": Phase.IDLE_WARNED, "idle_warned_at": START})
     assert partial.every_part_due(legacy, late, policy)

@@ -151,8 +151,11 @@ def current_idle(alloc: Allocation) -> dict[str, datetime]:
     """The lease's per-part idle state, kept to the hosts it still holds.
 
     A lease warned before per-part state existed (phase idle-warned, no parts recorded) counts every host as
-    warned at its warning time, so its reclaim waits the grace it was promised.
+    warned at its warning time, so its reclaim waits the grace it was promised. A lease not in phase idle-warned
+    has no warning standing, whatever its field still says.
     """
+    if alloc.phase is not Phase.IDLE_WARNED:
+        return {}
     held = set(alloc.hosts)
     idle = {p: t for p, t in decode_idle(alloc.idle_parts).items() if host_of(p) in held}
     if not idle and alloc.phase is Phase.IDLE_WARNED and alloc.idle_warned_at is not None:
