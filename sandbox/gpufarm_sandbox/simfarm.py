@@ -34,6 +34,7 @@ from gpufarm_node.collect import CollectOptions
 from gpufarm_node.datadog import DatadogTarget, api_client, tags_api
 from gpufarm_node.fake_nvml import FakeHost, FakeNvml
 from gpufarm_node.fakenode import fake_node
+from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.registration import HostRegistrar
 from gpufarm_node.sender import DatadogSender, SeriesIntake
 from gpufarm_node.topology import (
@@ -403,9 +404,11 @@ def _make_node(
     except TopologyError as exc:
         raise ValueError(f"{spec.hostname}: {exc}") from exc
     owners = StaticOwners()
-    registrar = None
+    registrar = host_tags = None
     if register:
         registrar = HostRegistrar(tags_api(client), spec.hostname, spec.environment, spec.cluster)
+        # As on a real node: the host's tags read every cycle, so an allocator's gpu_assign tag is seen next cycle.
+        host_tags = HostTagWatch.from_client(client, spec.hostname)
     built = fake_node(
         topology,
         root / spec.hostname,
@@ -417,6 +420,7 @@ def _make_node(
         options=CollectOptions(per_process=per_process),
         owners=owners,
         registrar=registrar,
+        host_tags=host_tags,
     )
     node = SimulatedNode(spec, built.fake, built.host, owners, built.agent, rng)
     for device in node.devices():

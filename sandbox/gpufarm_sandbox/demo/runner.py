@@ -18,6 +18,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("node agents: NVML metrics attributed to each IR", "gpufarm_sandbox.demo.metrics_stage"),
     ("membership, charging what is held, lease semantics", "gpufarm_sandbox.demo.membership_stage"),
     ("idle reclaim and expiry: agent metrics through gpufarm's own monitors", "gpufarm_sandbox.demo.idle_stage"),
+    ("GPU slicing: two leases on one MIG host, only the idle one reclaimed", "gpufarm_sandbox.demo.slicing_stage"),
     ("governance: a reject's reason, bounded keeps, an exemption", "gpufarm_sandbox.demo.governance_stage"),
     ("inventory: clouds, no agent, a source skipped, the ledger", "gpufarm_sandbox.demo.inventory_stage"),
 )

@@ -1,0 +1,45 @@
+"""The slicing demo stage on the local host: two leases on one MIG host, attributed from gpu_assign tags alone;
+the idle one is warned and reclaimed through the monitors `datadog apply` makes, the busy one untouched."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufarm.config import Settings
+from gpufarm_sandbox.demo import slicing_stage as stage
+from gpufarm_sandbox.demo.context import DemoContext
+from gpufarm_sandbox.demo.lifecycle_stage import BOB, LocalFarm
+from gpufarm_sandbox.localhost import LocalEnv
+
+pytestmark = pytest.mark.integration
+
+
+def _context(local: LocalEnv, lines: list[str]) -> DemoContext:
+    return DemoContext(sandbox=local.sandbox, base_url=local.url, settings=Settings(), out=lines.append, local=local)
+
+
+def test_only_the_idle_slice_s_lease_is_warned_and_reclaimed(local: LocalEnv, farm: LocalFarm) -> None:
+    lines: list[str] = []
+    ctx = _context(local, lines)
+    stage.run(ctx)
+    output = "\n".join(lines)
+    assert ctx.failures == [], output
+    for fact in (
+        "14 gpu_unit host tags",
+        "the agent attributes each slice from the host's gpu_assign tags",
+        "phase reclaimed, reason idle",
+    ):
+        assert f"[ok ] {fact}" in output, output
+    # No alert was posted by hand: every warning followed a sandbox monitor's notification.
+    events = farm.get("/_sandbox/monitors/events")["events"]
+    assert any(e["notified"] and e["transition"] == "Triggered" and stage.HOST[0] in e["group"] for e in events)
+    # The stage gave its leases back: the sliced host carries no lease's tags any more.
+    assert not [t for t in farm.user_tags(stage.HOST[0]) if t.startswith(("gpu_assign:", "ir:"))]
+    assert len(farm.messages(user=BOB.id, kind="dm", contains="nvidia.com/mig-1g.10gb")) >= 3
+
+
+def test_the_stage_needs_the_local_function_host(local: LocalEnv) -> None:
+    lines: list[str] = []
+    ctx = DemoContext(sandbox=local.sandbox, base_url=local.url, settings=Settings(), out=lines.append)
+    stage.run(ctx)
+    assert ctx.failures == ["the slicing stage needs the local function host (gpufarm demo starts it)"]
