@@ -44,6 +44,8 @@ def test_idle_lease_is_reclaimed_for_the_waiting_request_a_lease_expires_and_a_h
     # The half-idle lease gave back one 8-GPU host about 2 h into its 7 days.
     assert 160 * 8 < ctx.shared["partial_gpu_hours_reclaimed"] < 168 * 8
     assert "GPU-hours reclaimed in this stage:" in output
+    # The half-idle lease is released at the end: later stages find the HPC pool free.
+    assert not [t for h in ("hpc-a-01", "hpc-a-02") for t in farm.ir_tags(h)]
     # No alert was posted by hand: every idle webhook call came from a sandbox monitor's notification.
     events = farm.get("/_sandbox/monitors/events")["events"]
     assert any(e["notified"] and e["transition"] == "Triggered" for e in events)

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 from gpufarm.core.lifecycle import Phase, ReclaimReason
 from gpufarm_sandbox.demo.lifecycle_stage import (
     ALICE,
-    BOB,
     CAROL,
     DANA,
     HOSTS,
@@ -293,8 +292,8 @@ def _expired(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: int) -
 def _half_idle(ctx: DemoContext, farm: LocalFarm, grace_minutes: int) -> None:
     """A two-host lease whose second host goes idle: warned for that host, which then leaves the lease."""
     lease = None
-    with ctx.step(f"{BOB.name} gets 16 H100 on two HPC hosts (beyond quota: {DANA.name} approves)"):
-        ir = _ask(farm, BOB, "request 16 H100 project=vit-l team=vision env=onprem-hpc days=7 purpose=pretraining")
+    with ctx.step(f"{ALICE.name} gets 16 H100 on two HPC hosts (beyond quota: {DANA.name} approves)"):
+        ir = _ask(farm, ALICE, "request 16 H100 project=llm-ko team=nlp env=onprem-hpc days=7 purpose=pretraining")
         asked = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} needs approval") if ir else []
         if asked:
             farm.click(DANA, asked[-1], "gpu_approve")
@@ -302,7 +301,7 @@ def _half_idle(ctx: DemoContext, farm: LocalFarm, grace_minutes: int) -> None:
         lease = farm.allocation(ir) if ir is not None else None
         ctx.check(
             lease is not None and lease.phase is Phase.ALLOCATED and len(lease.hosts) == 2,
-            f"{BOB.name}'s lease holds two hosts",
+            f"{ALICE.name}'s lease holds two hosts",
             f"IR-{ir} {lease.phase.value} on {', '.join(lease.hosts)}" if lease is not None else "no IR",
         )
     if lease is None or lease.phase is not Phase.ALLOCATED or len(lease.hosts) != 2:
@@ -317,6 +316,9 @@ def _half_idle(ctx: DemoContext, farm: LocalFarm, grace_minutes: int) -> None:
             _half_reclaimed(ctx, farm, nodes, (lease.ir, idle_host, busy_host), grace_minutes)
     finally:
         nodes.stop()
+        # The stages after this one find the HPC pool and the team's quota as they were.
+        farm.slash(ALICE, f"release IR-{lease.ir} now")
+        farm.settle()
 
 
 def _spec(host: str) -> Any:
@@ -352,10 +354,10 @@ def _half_warned(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: in
             "gpufarm's monitors alerted on the idle host's group only",
             "; ".join(sorted(groups)),
         )
-        dms = farm.messages(user=BOB.id, kind="dm", contains=f"part of IR-{ir} is idle")
+        dms = farm.messages(user=ALICE.id, kind="dm", contains=f"part of IR-{ir} is idle")
         ctx.check(
             bool(dms) and idle_host in json.dumps(dms[-1]),
-            f"{BOB.name} is told {idle_host} goes back unless kept",
+            f"{ALICE.name} is told {idle_host} goes back unless kept",
             dms[-1]["text"][:110] if dms else "no DM",
         )
         return lease.phase is Phase.IDLE_WARNED
@@ -385,11 +387,11 @@ def _half_reclaimed(
             f"{idle_host}: {' '.join(farm.ir_tags(idle_host)) or 'no ir tag'}; "
             f"{busy_host}: {' '.join(farm.ir_tags(busy_host))}",
         )
-        told = farm.messages(user=BOB.id, kind="dm", contains=f"IR-{ir} gave back")
+        told = farm.messages(user=ALICE.id, kind="dm", contains=f"IR-{ir} gave back")
         ops = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} gave back")
         ctx.check(
             bool(told) and bool(ops) and idle_host in told[-1]["text"] and busy_host in told[-1]["text"],
-            f"{BOB.name} and the operators are told which host went and what the lease keeps",
+            f"{ALICE.name} and the operators are told which host went and what the lease keeps",
             told[-1]["text"][:120] if told else "no DM",
         )
         # Still idle there, the monitors keep alerting for a host the lease no longer holds: nothing else changes.
