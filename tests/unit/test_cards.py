@@ -40,7 +40,7 @@ class FakeUsage:
         self.queries.append((query, start, end))
         if self.fail:
             raise UpstreamError("query metrics failed: 503")
-        return [ScalarResult((f"ir:{ir}",), v) for ir, v in self.values.items()]
+        return [ScalarResult((f"gpu_ir:{ir}",), v) for ir, v in self.values.items()]
 
 
 @dataclass
@@ -99,7 +99,7 @@ def test_the_approval_card_shows_capacity_holdings_utilisation_other_leases_and_
     assert f"last 7 days: mean 12 % over 7 days (IR-{held} 12 %)" in text
     assert f"<@{USER}>'s other live leases: IR-{held} (8x H100 allocated)" in text
     [(query, start, end)] = world.usage.queries
-    assert query == f"avg:gpufarm.gpu.utilization{{ir IN (ir-{held})}} by {{ir}}"
+    assert query == f"avg:gpufarm.gpu.utilization{{gpu_ir IN (ir-{held})}} by {{gpu_ir}}"
     assert (end - start).days == 7
 
 

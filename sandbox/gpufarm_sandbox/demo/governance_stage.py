@@ -7,9 +7,9 @@ pool's free GPUs, what nlp holds and how busy it has been over 7 days, and her o
 types why in the form it opens, and alice reads "rejected by @dana: <reason>". Then alice's lease goes idle: the
 idle monitor's notifications are posted to the idle webhook as Datadog posts them, a day apart on the accelerated
 sandbox clock. She keeps it twice (the operators' channel is told each time), her third Keep is refused with whom
-to ask, and after the grace the lease is reclaimed (reason idle). bob's lease is exempted by dana from the
-operators' card (Exempt..., 3 days and a reason): idle notifications change nothing, and bob cannot exempt
-himself. Everything taken is given back.
+to ask, and after the grace the lease is reclaimed (reason idle). Her next lease is exempted by dana from
+the operators' card (Exempt..., 3 days and a reason): idle notifications change nothing, and alice cannot exempt
+it herself. Everything taken is given back.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
@@ -190,21 +190,21 @@ class _Stage:
 
     def exempted(self) -> None:
         ctx, farm = self.ctx, self.farm
-        ir = self.request(BOB, "request 8 H100 project=vit-large team=vision env=onprem-hpc days=5 purpose=eval")
+        ir = self.request(ALICE, "request 8 H100 project=eval-large team=nlp env=onprem-hpc days=5 purpose=eval")
         if ir is None:
             return
-        with ctx.step(f"IR-{ir} goes idle; {BOB.name} keeps it once; {DANA.name} exempts it from the operators' card"):
+        with ctx.step(f"IR-{ir} goes idle; {ALICE.name} keeps it; {DANA.name} exempts it from the operators' card"):
             self.idle(ir)
             farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
-            warning = self.answer(BOB, f"IR-{ir}")
+            warning = self.answer(ALICE, f"IR-{ir}")
             if warning is None:
                 ctx.check(False, "the idle warning reached the holder")
                 return
-            farm.click(BOB, warning, "gpu_keep")
+            farm.click(ALICE, warning, "gpu_keep")
             farm.settle()
-            farm.slash(BOB, f"exempt IR-{ir} 30d my eval is important")
+            farm.slash(ALICE, f"exempt IR-{ir} 30d my eval is important")
             farm.settle()
-            refused = _shown(self.answer(BOB, "only GPU operators can exempt"))
+            refused = _shown(self.answer(ALICE, "only GPU operators can exempt"))
             ctx.check(bool(refused), "a researcher cannot exempt a lease", refused[:80])
             cards = farm.messages(channel=OPERATORS_CHANNEL, contains=f"kept IR-{ir}")
             if not cards:
@@ -225,7 +225,7 @@ class _Stage:
             self.advance(2 * DAY_S)
             self.idle(ir)
             ctx.check(farm.allocation(ir).phase is Phase.ALLOCATED, "no warning, no reclaim while exempt")
-            farm.slash(BOB, f"release IR-{ir} now")
+            farm.slash(ALICE, f"release IR-{ir} now")
             farm.settle()
             farm.wait_for(lambda: farm.allocation(ir).phase is Phase.RECLAIMED)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from gpufarm.core.errors import GpufarmError
 from gpufarm.core.ir import ir_tag_value
+from gpufarm.core.links import DEVICE_IR_KEY
 from gpufarm.core.model import Allocation
 from gpufarm.core.policy import team_usage
 from gpufarm.core.ports import MetricsQuery
@@ -95,7 +96,9 @@ def utilisation(query: MetricsQuery | None, leases: Sequence[Allocation], now: d
         return UNAVAILABLE
     shown = sorted(leases, key=lambda a: a.ir)[:MAX_LEASES]
     scope = ", ".join(ir_tag_value(a.ir) for a in shown)
-    text = f"avg:{UTILISATION_METRIC}{{ir IN ({scope})}} by {{ir}}"
+    # Per device by the IR the node agent attributes it to (`gpu_ir`, exact even on shared hosts, where the hosts'
+    # `ir` tags name every lease on them).
+    text = f"avg:{UTILISATION_METRIC}{{{DEVICE_IR_KEY} IN ({scope})}} by {{{DEVICE_IR_KEY}}}"
     try:
         results = query.scalar(text, now - timedelta(days=UTILISATION_DAYS), now)
     except GpufarmError as exc:
@@ -104,8 +107,8 @@ def utilisation(query: MetricsQuery | None, leases: Sequence[Allocation], now: d
     by_ir: dict[str, float] = {}
     for result in results:
         tags = dict(t.partition(":")[::2] for t in result.group_tags)
-        if result.value is not None and tags.get("ir"):
-            by_ir[tags["ir"]] = result.value
+        if result.value is not None and tags.get(DEVICE_IR_KEY):
+            by_ir[tags[DEVICE_IR_KEY]] = result.value
     if not by_ir:
         return f"no utilisation measured over {UTILISATION_DAYS} days"
     parts = [f"{a.ir_label} {by_ir[ir_tag_value(a.ir)]:.0f} %" for a in shown if ir_tag_value(a.ir) in by_ir]
