@@ -308,3 +308,39 @@ def test_the_idle_webhook_reads_a_per_device_groups_long_status_line() -> None:
     alert = IdleAlert.model_validate({"alert_transition": "Triggered", "alert_scope": group, "alert_status": status})
     assert len(status) > 200
     assert alert.ir() == 3 and alert.idle_scope().devices == (_mig_uuid(0, 1),)
+
+
+def test_kubernetes_resources_per_profile_and_cuda_devices_for_mixed_units() -> None:
+    held = [
+        GpuUnit(0, None, _gpu_uuid(0)),
+        GpuUnit(1, 2, _mig_uuid(1, 2), "3g.40gb"),
+        GpuUnit(1, 9, _mig_uuid(1, 9), "1g.10gb"),
+        GpuUnit(1, 10, _mig_uuid(1, 10), "1g.10gb"),
+        GpuUnit(2, 3, _mig_uuid(2, 3), "unknown"),
+    ]
+    assert units.kubernetes_resources(held) == {
+        "nvidia.com/gpu": 1,
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/mig-3g.40gb": 1,
+    }
+    visible = units.cuda_visible_devices(held).split(",")
+    assert visible[0] == "0" and all(v.startswith("MIG-") for v in visible[1:]) and len(visible) == 5
+
+
+def test_a_host_with_mixed_profiles_schedules_every_slice_once() -> None:
+    tags = [
+        unit_tag(0, _mig_uuid(0, 1), 1, "3g.40gb"),
+        unit_tag(0, _mig_uuid(0, 2), 2, "1g.10gb"),
+        unit_tag(0, _mig_uuid(0, 3), 3, "1g.10gb"),
+        unit_tag(1, _gpu_uuid(1)),
+    ]
+    host = _host(tags)
+    assert [(u.label, u.profile) for u in host.units] == [
+        ("0.1", "3g.40gb"),
+        ("0.2", "1g.10gb"),
+        ("0.3", "1g.10gb"),
+        ("1", None),
+    ]
+    # Three units on GPU 0 fit a request of three there, leaving the whole GPU 1 free.
+    chosen = units.choose_units(host.units, 3)
+    assert chosen is not None and {u.index for u in chosen} == {0}
