@@ -21,7 +21,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -174,7 +174,7 @@ def _controls(dashboard: Mapping[str, Any], chosen: Mapping[str, str], span: str
 class _Page:
     """Renders widgets into HTML, collecting the Plotly figures the page's script draws."""
 
-    def __init__(self, evaluator: Evaluator, unit: Any) -> None:
+    def __init__(self, evaluator: Evaluator, unit: Callable[[str | None], str | None]) -> None:
         self.evaluator = evaluator
         self.unit = unit
         self.figures: dict[str, dict[str, Any]] = {}
