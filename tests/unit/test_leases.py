@@ -177,3 +177,12 @@ def test_a_redelivered_reminder_command_is_answered_from_the_ledger_not_sent_twi
     assert executor.execute(world.svc, command).startswith("reminded (ends ")
     assert executor.execute(world.svc, command).startswith("already applied")
     assert len([t for t in world.dms() if t.startswith(f"IR-{ir} ends ")]) == 1
+
+
+def test_status_says_when_the_days_start(world: World) -> None:
+    first = world.ask(days=7)
+    second = world.ask(days=5)
+    held = world.svc.status(first).text
+    assert f"7 days from {world.clock.now():%Y-%m-%d %H:%M} UTC, expires " in held
+    waiting = world.svc.status(second).text
+    assert "5 days from when its hosts are allocated, waiting since " in waiting and "expires" not in waiting

@@ -485,12 +485,21 @@ def _idle_kind(name: str | None) -> IdleKind | None:
         return None
 
 
+def _lease_span(alloc: Allocation) -> str:
+    """`7 days from <allocation>, expires <end>`, or, while it waits for hosts, that its days have not started."""
+    if alloc.phase.value in ("approved", "waiting"):
+        since = f", waiting since {_when(alloc.waiting_since)}" if alloc.waiting_since else ""
+        return f"{alloc.duration_days} days from when its hosts are allocated{since}"
+    start = f" from {_when(alloc.allocated_at)}" if alloc.allocated_at else ""
+    return f"{alloc.duration_days} days{start}, expires {_when(alloc.expires_at)}"
+
+
 def status_message(alloc: Allocation) -> Message:
     """One allocation in detail."""
     lines = [
         f"*{alloc.ir_label}* — {alloc.title}",
         f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester <@{alloc.requester}>",
-        f"{_what(alloc)}, {alloc.duration_days} days, expires {_when(alloc.expires_at)}",
+        f"{_what(alloc)}, {_lease_span(alloc)}",
     ]
     if alloc.hosts:
         lines.append("Hosts: " + ", ".join(f"`{h}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
