@@ -122,6 +122,16 @@ def test_the_project_page_shows_the_sandbox_metrics_and_follows_template_variabl
     assert '<option value="4h" selected>' in one and 'value="ir-2"' in one
 
 
+def test_a_dashboard_answers_at_its_key_and_to_datadogs_template_variable_names(
+    sandbox: tuple[Client, dict[str, str]],
+) -> None:
+    client, ids = sandbox
+    status, by_key = _page(client, "/dashboards/project?tpl_var_ir=ir-2")
+    assert status == 200 and _values(by_key)[0] == "4"
+    _, by_id = _page(client, f"/dashboards/{ids['project']}?ir=ir-2")
+    assert _values(by_id) == _values(by_key)
+
+
 def test_units_come_from_the_metric_metadata(sandbox: tuple[Client, dict[str, str]]) -> None:
     client, ids = sandbox
     _, text = _page(client, f"/dashboards/{ids['node']}")
@@ -137,7 +147,8 @@ def test_units_come_from_the_metric_metadata(sandbox: tuple[Client, dict[str, st
         ("?bogus=1", "unknown parameter 'bogus'"),
         ("?span=3y", "span must be one of"),
         ("?ir=ir-1%7Bx%7D", "is not a tag value"),
-        ("?ir=ir-1&ir=ir-2", "given 2 times"),
+        ("?ir=ir-1&ir=ir-2", "given more than once"),
+        ("?ir=ir-1&tpl_var_ir=ir-2", "given more than once"),
     ],
 )
 def test_bad_parameters_get_a_400_saying_why(sandbox: tuple[Client, dict[str, str]], query: str, why: str) -> None:

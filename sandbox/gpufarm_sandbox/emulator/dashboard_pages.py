@@ -8,9 +8,11 @@ number), query_table (an HTML table), note (text) and group (a titled section); 
 drawn. Units come from the metric metadata apply sent.
 
 The charting library is plotly.js, served offline from the `plotly` Python package's own copy at
-`/dashboards/_static/plotly.min.js` (no CDN). Template variables come from the URL's query string
-(`?team=nlp&ir=ir-12`, `*` for every value) and the time frame from `span` (15m ... 30d, ending at the sandbox
-clock's now); anything else in the query string, or a value that is not a tag value, is a 400 page saying why.
+`/dashboards/_static/plotly.min.js` (no CDN). A gpufarm dashboard answers at its id and at its key
+(`/dashboards/project`). Template variables come from the URL's query string (`?team=nlp&ir=ir-12`, or Datadog's
+own spelling `?tpl_var_ir=ir-12`; `*` for every value) and the time frame from `span` (15m ... 30d, ending at the
+sandbox clock's now); anything else in the query string, or a value that is not a tag value, is a 400 page saying
+why.
 When every chart has drawn, the page sets `data-rendered="true"` and `data-render-ms` on its body.
 """
 
@@ -37,6 +39,8 @@ SPANS = {"15m": 900, "1h": 3600, "4h": 14400, "1d": 86400, "2d": 172800, "1w": 6
 DEFAULT_SPAN = "1h"
 MAX_LEGEND = 12
 _MARKER_RE = re.compile(r"\s*\[gpufarm-dashboard:[a-z0-9-]+\]")
+_KEY_RE = re.compile(r"\[gpufarm-dashboard:([a-z0-9-]{1,40})\]")
+TPL_VAR = "tpl_var_"
 _BYTES = ("byte", "kibibyte", "mebibyte", "gibibyte")
 _BYTE_SCALE = {"byte": 1, "kibibyte": 1024, "mebibyte": 1024**2, "gibibyte": 1024**3}
 # Units that count things: a number of devices reads as the number alone (and a formula over it, GPU-hours, is not
@@ -92,7 +96,9 @@ class DashboardPagesModule(BaseModule):
         return _html("Dashboards", body)
 
     def _page(self, request: Request, dashboard_id: str) -> Response:
-        found = [d for d in self.sb.dashboards.live() if d["id"] == dashboard_id]
+        live = self.sb.dashboards.live()
+        # A gpufarm dashboard also answers at its key (`/dashboards/project`), so a link needs no id.
+        found = [d for d in live if d["id"] == dashboard_id] or [d for d in live if _key(d) == dashboard_id]
         if not found:
             return _html("Not found", f"<h1>No dashboard {html.escape(dashboard_id)}</h1>", 404)
         dashboard = found[0]
@@ -128,14 +134,21 @@ class DashboardPagesModule(BaseModule):
         return str(unit) if unit else None
 
 
+def _key(dashboard: Mapping[str, Any]) -> str | None:
+    found = _KEY_RE.search(str(dashboard.get("description") or ""))
+    return found.group(1) if found else None
+
+
 def _params(request: Request, dashboard: Mapping[str, Any]) -> tuple[dict[str, str], str]:
     names = [str(v.get("name")) for v in dashboard.get("template_variables") or []]
     chosen: dict[str, str] = {}
     span = DEFAULT_SPAN
-    for key in request.args:
-        values = request.args.getlist(key)
-        if len(values) != 1:
-            raise PageError(400, f"{key} is given {len(values)} times; give it once")
+    for given in request.args:
+        values = request.args.getlist(given)
+        # Datadog's own dashboard URLs name template variables `tpl_var_<name>`; both spellings work here.
+        key = given.removeprefix(TPL_VAR)
+        if len(values) != 1 or key in chosen:
+            raise PageError(400, f"{key} is given more than once; give it once")
         value = values[0].strip()
         if key == "span":
             if value not in SPANS:
