@@ -97,8 +97,8 @@ def test_every_widget_reads_through_the_client_models_with_nothing_unparsed(
     types = set()
     for specs in wanted.values():
         for spec in specs:
-            assert dash.model_problem(json.dumps(spec.body)) is None
-            dash.validated(spec.body)
+            # desired_dashboards validated them already; this reads its (cached) answer for the same JSON.
+            assert dash.model_problem(json.dumps(spec.body, sort_keys=True)) is None
             types |= {w["definition"]["type"] for w in walk(spec.body["widgets"])}
     assert types == {"note", "group", "timeseries", "query_value", "toplist", "query_table"}
 
