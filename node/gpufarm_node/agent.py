@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from gpufarm_node.attribution import Attributor, Workload
-from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
+from gpufarm_node.collect import AgentStats, CollectOptions, Row, Series, SeriesBuilder, gpu_model, identity_tags
 from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.model import NodeSnapshot, SnapshotSource
 from gpufarm_node.registration import HostRegistrar, unit_tags
@@ -69,7 +69,13 @@ class Agent:
         self._flush_interval = flush_interval
         self._last_flush: float | None = None
         self._dropped: Counter[str] = Counter()
-        self.last_series: list[Series] = []
+        # The last cycle's rows, as handed to the sender.
+        self.last_rows: list[Row] = []
+
+    @property
+    def last_series(self) -> list[Series]:
+        """The last cycle's series (made on demand from its rows, for tests and simulations)."""
+        return list(map(Series._make, self.last_rows))
 
     def start(self) -> None:
         """Initialise the source (NVML); raises NvmlUnavailable when there is none."""
@@ -95,8 +101,8 @@ class Agent:
         self._dropped.update(self.sender.take_dropped())
         stats = AgentStats(collect_seconds, dict(self._dropped))
         self._dropped.clear()
-        series = self.builder.build(snap, workloads, self.attributor.device_owners, host_ir, stats, assigned=assigned)
-        self.last_series = series
+        series = self.builder.rows(snap, workloads, self.attributor.device_owners, host_ir, stats, assigned=assigned)
+        self.last_rows = series
         timestamp = int(self._clock() if now is None else now)
         self.sender.send(series, timestamp)
         flushed = None

@@ -50,8 +50,10 @@ class Series(NamedTuple):
     tags: tuple[str, ...]
 
 
-# Series((metric, value, tags)) without the Python-level __new__ a NamedTuple has: hundreds per cycle.
-_series = cast("Callable[[tuple[str, float, tuple[str, ...]]], Series]", partial(tuple.__new__, Series))
+# What the agent itself handles: a series as a plain (metric, value, tags) tuple. A NamedTuple instance costs about
+# 1,000 instructions more to make than a plain tuple (the subtype's allocation), and a cycle makes hundreds:
+# rows() makes rows, build() the same as Series for callers that read fields by name.
+Row = tuple[str, float, tuple[str, ...]]
 # Tag tuples are built once per device, container or IR and reused every cycle; past this many keys (series
 # churn: containers, pids) the caches start over rather than grow.
 _TAG_CACHE = 8192
@@ -123,7 +125,7 @@ class _Cycle:
     host_ir: str | None
     # {lower-case device uuid: IR} from the host's gpu_assign tags.
     assigned: Mapping[str, str]
-    out: list[Series] = field(default_factory=list)
+    out: list[Row] = field(default_factory=list)
     irs: dict[str, _IrTotals] = field(default_factory=dict)
 
     def totals(self, ir: str) -> _IrTotals:
@@ -157,7 +159,21 @@ class SeriesBuilder:
         *,
         assigned: Mapping[str, str] | None = None,
     ) -> list[Series]:
-        """Every series of one cycle; `assigned` maps lower-case device uuids to the IR the allocator gave them."""
+        """Every series of one cycle (rows() as Series); `assigned` maps lower-case device uuids to the IR the allocator
+        gave them."""
+        return list(map(Series._make, self.rows(snap, workloads, owners, host_ir, stats, assigned=assigned)))
+
+    def rows(
+        self,
+        snap: NodeSnapshot,
+        workloads: Mapping[int, Workload | None],
+        owners: Mapping[str, DeviceOwner],
+        host_ir: str | None = None,
+        stats: AgentStats | None = None,
+        *,
+        assigned: Mapping[str, str] | None = None,
+    ) -> list[Row]:
+        """Every series of one cycle, as (metric, value, tags) rows: what the agent sends."""
         if len(self._tag_cache) > _TAG_CACHE:
             self._tag_cache.clear()
         cycle = _Cycle(workloads, owners, host_ir, assigned or _NOTHING)
@@ -199,7 +215,7 @@ class SeriesBuilder:
         if not gpu.healthy:
             owner = cycle.owners.get(gpu.uuid)
             ir = cycle.assigned.get(uuid) or (owner.ir if owner else None) or cycle.host_ir or NO_IR
-            out.append(_series(("gpufarm.gpu.unhealthy", 1.0, self._with_ir(tags, ir))))
+            out.append(("gpufarm.gpu.unhealthy", 1.0, self._with_ir(tags, ir)))
             devices = cycle.totals(ir).devices
             devices["unhealthy"] = devices.get("unhealthy", 0) + 1
             return
@@ -208,9 +224,9 @@ class SeriesBuilder:
             ir = self._device(device, cycle)
             # Whole GPUs carry their IR on parent values too (energy and power per IR); slices share theirs.
             tags = self._with_ir(tags, ir)
-            out.append(_series(("gpufarm.gpu.unhealthy", 0.0, tags)))
+            out.append(("gpufarm.gpu.unhealthy", 0.0, tags))
         else:
-            out.append(_series(("gpufarm.gpu.unhealthy", 0.0, tags)))
+            out.append(("gpufarm.gpu.unhealthy", 0.0, tags))
             for mig in gpu.migs:
                 mig_tags, mig_key = self._cached(
                     ("mig", mig.uuid, gpu.index, model, uuid, mig.profile, mig.gpu_instance_id),
@@ -222,9 +238,7 @@ class SeriesBuilder:
                 ir_tags = self._with_ir(mig_tags, ir)
                 if mig.activity:
                     for name, value in mig.activity.items():
-                        out.append(
-                            _series((_ACTIVITY_METRICS.get(name) or f"gpufarm.gpu.activity.{name}", value, ir_tags))
-                        )
+                        out.append((_ACTIVITY_METRICS.get(name) or f"gpufarm.gpu.activity.{name}", value, ir_tags))
                 # One activity per slice whatever the GPU: GPM where it has it, else whether anything runs.
                 if activity is not None:
                     source_tags, value = (
@@ -236,7 +250,7 @@ class SeriesBuilder:
                         ("activity", ir_tags, "processes"), partial(_with_source, ir_tags, "processes")
                     )
                     value = 100.0 if mig.processes else 0.0
-                out.append(_series(("gpufarm.gpu.mig.activity", value, source_tags)))
+                out.append(("gpufarm.gpu.mig.activity", value, source_tags))
         self._parent_values(gpu, tags, out)
 
     def _mig_tags(self, index: int, model: str, parent_uuid: str, mig: MigSnapshot) -> tuple[tuple[str, ...], str]:
@@ -276,14 +290,14 @@ class SeriesBuilder:
         tags = self._with_ir(device.tags, ir)
         memory = device.memory
         if memory is not None:
-            append(_series(("gpufarm.gpu.memory.total", float(memory.total), tags)))
-            append(_series(("gpufarm.gpu.memory.used", float(memory.used), tags)))
-            append(_series(("gpufarm.gpu.memory.free", float(memory.free), tags)))
+            append(("gpufarm.gpu.memory.total", float(memory.total), tags))
+            append(("gpufarm.gpu.memory.used", float(memory.used), tags))
+            append(("gpufarm.gpu.memory.free", float(memory.free), tags))
             if memory.reserved is not None:
-                append(_series(("gpufarm.gpu.memory.reserved", float(memory.reserved), tags)))
+                append(("gpufarm.gpu.memory.reserved", float(memory.reserved), tags))
         if device.utilization is not None:
-            append(_series(("gpufarm.gpu.utilization", device.utilization, tags)))
-        append(_series(("gpufarm.gpu.processes", float(len(processes)), tags)))
+            append(("gpufarm.gpu.utilization", device.utilization, tags))
+        append(("gpufarm.gpu.processes", float(len(processes)), tags))
         measured = device.utilization if device.utilization is not None else device.activity
         if measured is None and processes:
             sm = [p.sm_util for p in processes]
@@ -294,7 +308,7 @@ class SeriesBuilder:
         state_tags = self._tag_cache.get(key)
         if state_tags is None:
             state_tags = self._tag_cache[key] = tuple((*tags, f"state:{name}") for name in IDLE_STATES)
-        out.extend(map(_series, zip(repeat("gpufarm.gpu.idle_state"), _STATE_FLAGS[state], state_tags)))
+        out.extend(zip(repeat("gpufarm.gpu.idle_state"), _STATE_FLAGS[state], state_tags))
         totals = cycle.totals(ir)
         devices = totals.devices
         devices[state] = devices.get(state, 0) + 1
@@ -395,9 +409,9 @@ class SeriesBuilder:
             if per_process:
                 ptags = (*self.common, device_tag, f"pid:{proc.pid}", *_ir_tags(ir), *_container_tags(workload))
                 if proc.used_memory is not None:
-                    out.append(_series(("gpufarm.process.memory.used", float(proc.used_memory), ptags)))
+                    out.append(("gpufarm.process.memory.used", float(proc.used_memory), ptags))
                 if proc.sm_util is not None:
-                    out.append(_series(("gpufarm.process.sm_utilization", proc.sm_util, ptags)))
+                    out.append(("gpufarm.process.sm_utilization", proc.sm_util, ptags))
             if workload is None or workload.container_id is None:
                 continue
             if want_named:
@@ -428,16 +442,16 @@ class SeriesBuilder:
             self._container_values(otags, 0, [], out)
 
     @staticmethod
-    def _container_values(tags: tuple[str, ...], memory: int, sms: list[float | None], out: list[Series]) -> None:
+    def _container_values(tags: tuple[str, ...], memory: int, sms: list[float | None], out: list[Row]) -> None:
         """A container's series on one device: its processes' memory (summed), their number and, when every one
         has it, their SM % summed in order."""
-        out.append(_series(("gpufarm.container.memory.used", float(memory), tags)))
-        out.append(_series(("gpufarm.container.processes", float(len(sms)), tags)))
+        out.append(("gpufarm.container.memory.used", float(memory), tags))
+        out.append(("gpufarm.container.processes", float(len(sms)), tags))
         if None not in sms:
             total = sum(cast("list[float]", sms), 0.0) if sms else 0
-            out.append(_series(("gpufarm.container.sm_utilization", total, tags)))
+            out.append(("gpufarm.container.sm_utilization", total, tags))
 
-    def _parent_values(self, gpu: GpuSnapshot, tags: tuple[str, ...], out: list[Series]) -> None:
+    def _parent_values(self, gpu: GpuSnapshot, tags: tuple[str, ...], out: list[Row]) -> None:
         """Values only the physical GPU has (for a MIG GPU, shared by all its slices)."""
         append = out.append
         for metric, value in (
@@ -450,13 +464,13 @@ class SeriesBuilder:
             ("gpufarm.gpu.pcie.rx_throughput", gpu.pcie_rx_kib_s),
         ):
             if value is not None:
-                append(_series((metric, value, tags)))
+                append((metric, value, tags))
         if gpu.energy_j is not None:
             previous = self._energy.get(gpu.uuid)
             self._energy[gpu.uuid] = gpu.energy_j
             # The counter restarts when the driver reloads; a drop is a restart, not negative energy.
             if previous is not None and gpu.energy_j >= previous:
-                append(_series(("gpufarm.gpu.energy", gpu.energy_j - previous, tags)))
+                append(("gpufarm.gpu.energy", gpu.energy_j - previous, tags))
         if gpu.clock_event_reasons is not None:
             bits = gpu.clock_event_reasons
             key = ("reasons", tags)
@@ -464,22 +478,22 @@ class SeriesBuilder:
             if reasons is None:
                 reasons = self._tag_cache[key] = tuple((*tags, f"reason:{reason}") for _, reason in CLOCK_EVENT_REASONS)
             flags = _reason_flags(bits)
-            out.extend(map(_series, zip(repeat("gpufarm.gpu.clock_event_reason"), flags, reasons)))
+            out.extend(zip(repeat("gpufarm.gpu.clock_event_reason"), flags, reasons))
         if gpu.ecc_uncorrected is not None:
-            append(_series(("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags)))
+            append(("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags))
         if gpu.remapped_rows is not None:
             correctable, uncorrectable, pending, failure = gpu.remapped_rows
-            append(_series(("gpufarm.gpu.remapped_rows.correctable", float(correctable), tags)))
-            append(_series(("gpufarm.gpu.remapped_rows.uncorrectable", float(uncorrectable), tags)))
-            append(_series(("gpufarm.gpu.remapped_rows.pending", 1.0 if pending else 0.0, tags)))
-            append(_series(("gpufarm.gpu.remapped_rows.failure", 1.0 if failure else 0.0, tags)))
+            append(("gpufarm.gpu.remapped_rows.correctable", float(correctable), tags))
+            append(("gpufarm.gpu.remapped_rows.uncorrectable", float(uncorrectable), tags))
+            append(("gpufarm.gpu.remapped_rows.pending", 1.0 if pending else 0.0, tags))
+            append(("gpufarm.gpu.remapped_rows.failure", 1.0 if failure else 0.0, tags))
         if gpu.xids:
             for xid, count in sorted(Counter(gpu.xids).items()):
-                append(_series(("gpufarm.gpu.xid_errors", float(count), (*tags, f"xid:{xid}"))))
+                append(("gpufarm.gpu.xid_errors", float(count), (*tags, f"xid:{xid}")))
 
     # -- rollups --------------------------------------------------------------------------------------------
 
-    def _ir_rollups(self, irs: dict[str, _IrTotals], out: list[Series]) -> None:
+    def _ir_rollups(self, irs: dict[str, _IrTotals], out: list[Row]) -> None:
         extend = out.extend
         for ir, totals in sorted(irs.items()):
             tags = self._with_ir(self.common, ir)
@@ -496,19 +510,19 @@ class SeriesBuilder:
             ]
             if totals.activity:
                 values.append(sum(totals.activity) / len(totals.activity))
-            extend(map(_series, zip(_IR_METRICS, values, repeat(tags))))
+            extend(zip(_IR_METRICS, values, repeat(tags)))
 
-    def _node(self, snap: NodeSnapshot, stats: AgentStats, out: list[Series]) -> None:
+    def _node(self, snap: NodeSnapshot, stats: AgentStats, out: list[Row]) -> None:
         common = self.common
-        out.append(Series("gpufarm.node.gpus", float(len(snap.gpus)), common))
-        out.append(Series("gpufarm.node.cycle_time", stats.cycle_time, common))
+        out.append(("gpufarm.node.gpus", float(len(snap.gpus)), common))
+        out.append(("gpufarm.node.cycle_time", stats.cycle_time, common))
         for function, count in sorted(snap.errors.items()):
-            out.append(Series("gpufarm.node.nvml_errors", float(count), (*common, f"function:{function.lower()}")))
+            out.append(("gpufarm.node.nvml_errors", float(count), (*common, f"function:{function.lower()}")))
         for reason, count in sorted(stats.points_dropped.items()):
             if count:
-                out.append(Series("gpufarm.node.points_dropped", float(count), (*common, f"drop_reason:{reason}")))
+                out.append(("gpufarm.node.points_dropped", float(count), (*common, f"drop_reason:{reason}")))
         if snap.events_dropped:
-            out.append(Series("gpufarm.node.events_dropped", float(snap.events_dropped), common))
+            out.append(("gpufarm.node.events_dropped", float(snap.events_dropped), common))
 
 
 _PID = attrgetter("pid")

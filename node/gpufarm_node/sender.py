@@ -30,7 +30,7 @@ from operator import itemgetter
 from typing import IO, Any, Protocol
 
 from gpufarm_node.catalog import COUNT, METRICS
-from gpufarm_node.collect import Series
+from gpufarm_node.collect import Row
 from gpufarm_node.compression import compressor, default_encoding
 
 log = logging.getLogger("gpufarm_node.sender")
@@ -61,8 +61,9 @@ class _Reprs(dict[float, str]):
 class Sender(Protocol):
     """Accepts each cycle's series; `flush` pushes what is pending."""
 
-    def send(self, series: Sequence[Series], timestamp: int) -> None:
-        """Queue one cycle's series, all stamped `timestamp` (epoch seconds)."""
+    def send(self, series: Sequence[Row], timestamp: int) -> None:
+        """Queue one cycle's series, all stamped `timestamp` (epoch seconds): (metric, value, tags) rows, plain
+        tuples or collect.Series."""
 
     def flush(self) -> bool:
         """Push pending series; False when something is left for later (an outage)."""
@@ -136,14 +137,15 @@ class SeriesIntake:
         raise IntakeError(response.status, reason, retry=response.status not in (400, 413, 422))
 
 
-def series_json(series: Series, timestamp: int, host: str | None, interval: int) -> dict[str, Any]:
+def series_json(series: Row, timestamp: int, host: str | None, interval: int) -> dict[str, Any]:
     """One series in the API v2 intake shape (what --dry-run prints)."""
-    definition = METRICS[series.metric]
+    metric, value, tags = series
+    definition = METRICS[metric]
     body: dict[str, Any] = {
-        "metric": series.metric,
+        "metric": metric,
         "type": definition.type,
-        "points": [{"timestamp": timestamp, "value": series.value}],
-        "tags": list(series.tags),
+        "points": [{"timestamp": timestamp, "value": value}],
+        "tags": list(tags),
     }
     if host:
         body["resources"] = [{"name": host, "type": "host"}]
@@ -180,7 +182,7 @@ class DatadogSender:
         self._max_compressed = max_compressed_bytes
         self._clock = clock
         # Cycles waiting to be sent: (timestamp, series); `_offset` series of the first are already sent.
-        self._pending: deque[tuple[int, Sequence[Series]]] = deque()
+        self._pending: deque[tuple[int, Sequence[Row]]] = deque()
         self._offset = 0
         self._points = 0
         self._dropped: Counter[str] = Counter()
@@ -199,7 +201,7 @@ class DatadogSender:
         """Points waiting to be sent."""
         return self._points
 
-    def send(self, series: Sequence[Series], timestamp: int) -> None:
+    def send(self, series: Sequence[Row], timestamp: int) -> None:
         """Queue a cycle; when the buffer is full the oldest points go first."""
         if not series:
             return
@@ -317,9 +319,7 @@ class DatadogSender:
         body = "".join(chain.from_iterable(zip(*columns, strict=True)))
         return f'{{"series":[{body[:-1]}]}}', count, count * cycles, size
 
-    def _prefixes_of(
-        self, metrics: list[str], tags: list[tuple[str, ...]], series: Sequence[Series]
-    ) -> list[str] | None:
+    def _prefixes_of(self, metrics: list[str], tags: list[tuple[str, ...]], series: Sequence[Row]) -> list[str] | None:
         """The prefixes of a cycle's series in order; None when a series appears twice (its points merge then)."""
         known_metrics, known_tags, found = self._shape
         if metrics == known_metrics and tags == known_tags:
@@ -367,9 +367,10 @@ class DatadogSender:
             offset = 0
         return self._render(merged), len(merged), consumed, size
 
-    def _prefix(self, item: Series) -> str:
-        definition = METRICS[item.metric]
-        head = {"metric": item.metric, "type": definition.type, "tags": list(item.tags)}
+    def _prefix(self, item: Row) -> str:
+        metric, _, tags = item
+        definition = METRICS[metric]
+        head = {"metric": metric, "type": definition.type, "tags": list(tags)}
         if definition.unit:
             head["unit"] = definition.unit
         if definition.type == COUNT:
@@ -379,7 +380,7 @@ class DatadogSender:
         if len(self._prefixes) >= _PREFIX_CACHE:
             self._prefixes.clear()  # series churn (pids, containers): start over rather than grow forever
             self._shape = ([], [], None)
-        self._prefixes[(item.metric, item.tags)] = prefix
+        self._prefixes[(metric, tags)] = prefix
         return prefix
 
     def _render(self, merged: dict[tuple[str, tuple[str, ...]], list[str]]) -> str:
@@ -428,13 +429,13 @@ class DogStatsdSender:
         self._dropped: Counter[str] = Counter()
         self.stats: Counter[str] = Counter()
 
-    def send(self, series: Sequence[Series], timestamp: int) -> None:
+    def send(self, series: Sequence[Row], timestamp: int) -> None:
         """Send right away (the Agent aggregates and stamps); lines are packed into datagrams."""
         buffer: list[bytes] = []
         size = 0
-        for item in series:
-            kind = "c" if METRICS[item.metric].type == COUNT else "g"
-            line = f"{item.metric}:{item.value!r}|{kind}|#{','.join(item.tags)}".encode()
+        for metric, value, tags in series:
+            kind = "c" if METRICS[metric].type == COUNT else "g"
+            line = f"{metric}:{value!r}|{kind}|#{','.join(tags)}".encode()
             if buffer and size + len(line) + 1 > self._max:
                 self._write(buffer)
                 buffer, size = [], 0
@@ -475,7 +476,7 @@ class JsonLinesSender:
         self._stream = stream
         self._interval = interval
 
-    def send(self, series: Sequence[Series], timestamp: int) -> None:
+    def send(self, series: Sequence[Row], timestamp: int) -> None:
         """Write the payload now."""
         payload = {"series": [series_json(s, timestamp, self.hostname, self._interval) for s in series]}
         stream = self._stream or sys.stdout

@@ -26,7 +26,7 @@ class RecordingSender:
         self.closed = False
 
     def send(self, series: Any, timestamp: int) -> None:
-        self.cycles.append((timestamp, list(series)))
+        self.cycles.append((timestamp, [Series(*row) for row in series]))
 
     def flush(self) -> bool:
         self.flushes += 1
