@@ -212,3 +212,17 @@ def test_slack_check_resolves_every_group_and_names_the_one_slack_does_not_know(
     assert "teams.vision.members.usergroup names Slack user group S0000000012, which does not exist" in lines[-1]
     chat.down = True
     assert report(farm, chat, lines.append) == 2
+
+
+def test_an_unknown_team_group_met_by_a_queued_command_is_logged_for_the_operators(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    executor.request(world.svc, world.request(user=ALICE), response_url=URL, origin="a")
+    _drain(world)
+    del world.chat.groups[NLP_GROUP]
+    world.chat.groups[VISION_GROUP] = frozenset()
+    summary = executor.execute(world.svc, IncidentCommand(op=Op.EXTEND, ir=1, actor=ALICE, days=1, origin="e"))
+    assert summary.startswith("refused: something went wrong inside gpufarm")
+    assert "teams.nlp.members.usergroup names Slack user group S0000000011, which does not exist" in caplog.text
+    # Operators act for any team: a team group Slack cannot resolve does not stop them.
+    assert "extended by 1 days" in world.svc.extend(1, OPS, 1).text

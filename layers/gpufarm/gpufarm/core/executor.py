@@ -16,6 +16,7 @@ import logging
 
 from gpufarm.core import keeps, views
 from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.farm import FarmConfigError
 from gpufarm.core.ledger import ledgered
 from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.model import Allocation, GpuRequest, isoformat
@@ -93,6 +94,9 @@ def execute(svc: GpuFarm, command: IncidentCommand, *, redelivered_on_failure: b
     except UpstreamError:
         raise
     except GpufarmError as exc:
+        if isinstance(exc, FarmConfigError):
+            # The user reads a generic answer; the operators need the key to fix (e.g. an unknown team user group).
+            log.error("%s for %s: %s", command.op.value, _target(command), exc)  # noqa: TRY400 - no traceback needed
         message = views.error_message(_describe(exc))
         summary = f"refused: {_describe(exc)}"
     if message is not None:

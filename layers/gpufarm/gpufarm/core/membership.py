@@ -77,7 +77,14 @@ class Membership:
         if not self.farm.membership_checked:
             return
         name = team or ""
-        if self.is_member(user, name) or self.is_operator(user):
+        # Operators first: they act for any team, so a team group Slack cannot resolve never stops them.
+        try:
+            operator = self.is_operator(user)
+        except UpstreamError as exc:
+            raise MembershipUnavailable(
+                f"Slack could not say who the GPU operators are ({exc}); nothing was changed"
+            ) from None
+        if operator or self.is_member(user, name):
             return
         mine = self.teams_of(user)
         yours = f"your teams: {', '.join(mine)}" if mine else "you are in no team; ask the GPU operators to add you"
