@@ -15,9 +15,11 @@ Nothing here reaches a network; `calls` counts the requests answered.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -175,7 +177,8 @@ class AzureFarm:
         return 200, body, {}
 
     def _vm_json(self, vm: Vm) -> dict[str, Any]:
-        vm_id = vm.vm_id or f"00000000-0000-4000-8000-{abs(hash(vm.name)) % 10**12:012d}"
+        # A stable vmId per name (the same in every run), shaped as Azure's.
+        vm_id = vm.vm_id or str(uuid.UUID(bytes=hashlib.blake2b(vm.name.encode(), digest_size=16).digest(), version=4))
         return {
             "id": f"/subscriptions/{self.subscription}/resourceGroups/gpu/providers/{_VM_TYPE}/{vm.name}",
             "name": vm.name,
