@@ -6,7 +6,6 @@ change together.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -68,13 +67,6 @@ def expiry_reminder(alloc: Allocation, links: Links | None = None) -> Message:
         f"{alloc.ir_label} ends {_when(alloc.expires_at)}: extend or release it",
         [section(text), context(f"<{links.incident(alloc.ir)}|Incident {alloc.ir_label}>"), owner_buttons(alloc)],
     )
-
-
-def choose_team(teams: Sequence[str]) -> Message:
-    """To a user in several teams who asked without `team=`: which ones they may charge."""
-    listed = ", ".join(f"`{t}`" for t in teams)
-    text = f"You are in several teams ({listed}); say which one the GPUs are for, e.g. `team={teams[0]}`."
-    return Message(text.replace("`", ""), [section(text)])
 
 
 def _days(days: int | None) -> str:
