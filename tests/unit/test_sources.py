@@ -312,3 +312,12 @@ def test_the_runtime_builds_the_cloud_sources_the_farm_file_enables_and_reads_no
     )
     assert [s.name for s in cloud_sources(off, 5.0)] == ["azure"]
     assert cloud_sources(parse_farm(FARM_YAML), 5.0) == ()
+
+
+def test_a_down_hosts_gpus_are_counted_but_not_free() -> None:
+    svc, hosts, clock, metrics = make_farm([])
+    hosts.reported = {"hpc-1": clock.now().timestamp() - 3600, "hpc-2": clock.now().timestamp()}
+    svc.sync()
+    assert metrics.value("gpufarm.inventory.gpus.total", "environment:hpc", "gpu_model:h100") == 16
+    assert metrics.value("gpufarm.inventory.gpus.free", "environment:hpc", "gpu_model:h100") == 8
+    assert metrics.value("gpufarm.inventory.gpus.down", "environment:hpc", "gpu_model:h100") == 8

@@ -690,7 +690,9 @@ class GpuFarm:
             for model in env.gpu_models:
                 hosts = pool_hosts(inventory, env_name, model)
                 used = self._units_used(env_name, env.kind, hosts)
-                free = sum(c.free for c in free_capacity(env.kind, hosts, used))
+                down = self._down(env_name)  # a down host's GPUs are not free: allocation leaves it out
+                up = [h for h in hosts if h.name not in down]
+                free = sum(c.free for c in free_capacity(env.kind, up, used))
                 size = (lambda h: len(h.units)) if env.kind is PoolKind.SHARED else (lambda h: h.gpu_count)
                 out[(env_name, model)] = (free, sum(size(h) for h in hosts))
         return out
