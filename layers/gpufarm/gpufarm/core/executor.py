@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from gpufarm.core import keeps, views
+from gpufarm.core import accounting, keeps, views
 from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfigError
 from gpufarm.core.ledger import ledgered
@@ -114,16 +114,8 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
         message = svc.decide_request(alloc.ir)
         return message, message.text[:200]
     ir = cmd.incident
-    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND):
-        if cmd.op is Op.IDLE:
-            outcome = svc.idle_triggered(ir, cmd.idle)
-        elif cmd.op is Op.BUSY:
-            outcome = svc.idle_recovered(ir, cmd.idle)
-        elif cmd.op is Op.REMIND:
-            outcome = svc.remind(ir)
-        else:
-            outcome = svc.expire(ir)
-        return None, outcome.action
+    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND, Op.ACCRUE):
+        return None, _unattended(svc, cmd)
     if not actor:
         raise ValidationFailed("actor", f"a {cmd.op.value} command names who acts")
     if cmd.op is Op.DECIDE:
@@ -145,10 +137,26 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
     return message, message.text[:200]
 
 
+def _unattended(svc: GpuFarm, cmd: IncidentCommand) -> str:
+    """A command from a monitor or the sync: nobody to answer, what it did for the log."""
+    ir = cmd.incident
+    if cmd.op is Op.ACCRUE:
+        if cmd.accrue is None:
+            raise ValidationFailed("accrue", "an accrue command carries its time and measurement")
+        return svc.accrue(ir, cmd.accrue.until, accounting.scope_busy(cmd.accrue)).action
+    if cmd.op is Op.IDLE:
+        return svc.idle_triggered(ir, cmd.idle).action
+    if cmd.op is Op.BUSY:
+        return svc.idle_recovered(ir, cmd.idle).action
+    if cmd.op is Op.REMIND:
+        return svc.remind(ir).action
+    return svc.expire(ir).action
+
+
 def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, str]:
     """What a command that already applied did, said again from the incident it left (nothing written)."""
     label = alloc.ir_label
-    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND):
+    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND, Op.ACCRUE):
         return None, f"already applied ({alloc.phase.value})"
     if cmd.op is Op.DECIDE:
         if alloc.state is not State.RESOLVED:

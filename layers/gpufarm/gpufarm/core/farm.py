@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpufarm.core.errors import GpufarmError, ValidationFailed
 from gpufarm.core.inventory_config import InventorySettings
 from gpufarm.core.keep_policy import KeepSettings
+from gpufarm.core.ledger_config import MAX_BUDGETS, Budget, LedgerSettings, budget_problems
 from gpufarm.core.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, SLACK_USER_PATTERN, Name
 
 _MODEL_RE = re.compile(GPU_MODEL_PATTERN)
@@ -375,10 +376,13 @@ class FarmConfig(_Strict):
     leases: LeaseSettings = LeaseSettings()
     defaults: Defaults = Defaults()
     inventory: InventorySettings = InventorySettings()
+    ledger: LedgerSettings = LedgerSettings()
+    budgets: tuple[Budget, ...] = Field(default=(), max_length=MAX_BUDGETS)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
         problems = self.inventory.problems({name: env.gpu_models for name, env in self.environments.items()})
+        problems += budget_problems(self.budgets, self.teams)
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():

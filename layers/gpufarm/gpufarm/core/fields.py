@@ -97,6 +97,15 @@ KEEP_COUNT = "keep_count"
 KEPT_UNTIL = "kept_until"
 EXEMPT_UNTIL = "exempt_until"
 EXEMPT_BY = "exempt_by"
+# GPU-hours the lease held, and of those busy, idle, or unmeasured (no metrics), accrued by the sync up to
+# `gpu_hours_until` and finally when the lease ends; held hours per calendar month for the budgets
+# (gpufarm.core.accounting), so a report is rebuilt from incidents alone once metrics retention has passed.
+GPU_HOURS_HELD = "gpu_hours_held"
+GPU_HOURS_BUSY = "gpu_hours_busy"
+GPU_HOURS_IDLE = "gpu_hours_idle"
+GPU_HOURS_UNMEASURED = "gpu_hours_unmeasured"
+GPU_HOURS_UNTIL = "gpu_hours_until"
+GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -168,6 +177,22 @@ SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(KEPT_UNTIL, "Kept until", FieldKind.TEXTBOX, "ISO 8601 UTC time the last Keep holds idle reclaim off"),
     FieldSpec(EXEMPT_UNTIL, "Exempt until", FieldKind.TEXTBOX, "ISO 8601 UTC end of an operator's idle exemption"),
     FieldSpec(EXEMPT_BY, "Exempted by", FieldKind.TEXTBOX, "Slack user id of the operator who granted the exemption"),
+    FieldSpec(GPU_HOURS_HELD, "GPU-hours held", FieldKind.TEXTBOX, "GPU-hours the lease held, accrued by the sync"),
+    FieldSpec(GPU_HOURS_BUSY, "GPU-hours busy", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw busy"),
+    FieldSpec(GPU_HOURS_IDLE, "GPU-hours idle", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw idle"),
+    FieldSpec(
+        GPU_HOURS_UNMEASURED,
+        "GPU-hours unmeasured",
+        FieldKind.TEXTBOX,
+        "Of the held GPU-hours, those no metrics measured (never counted idle)",
+    ),
+    FieldSpec(GPU_HOURS_UNTIL, "GPU-hours until", FieldKind.TEXTBOX, "ISO 8601 UTC time the GPU-hours accrue up to"),
+    FieldSpec(
+        GPU_HOURS_BY_MONTH,
+        "GPU-hours by month",
+        FieldKind.TEXTARRAY,
+        "YYYY-MM=hours of held GPU-hours per calendar month (UTC), for the GPU-hour budgets",
+    ),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

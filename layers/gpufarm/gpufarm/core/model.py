@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
@@ -149,6 +150,13 @@ class Allocation(BaseModel):
     kept_until: datetime | None = None
     exempt_until: datetime | None = None
     exempt_by: str | None = None
+    # Accrued GPU-hours (gpufarm.core.accounting): held, busy, idle, unmeasured, up to when, held per month.
+    hours_held: float = 0.0
+    hours_busy: float = 0.0
+    hours_idle: float = 0.0
+    hours_unmeasured: float = 0.0
+    hours_until: datetime | None = None
+    hours_by_month: tuple[str, ...] = ()
     modified: datetime | None = None
 
     @property
@@ -201,6 +209,12 @@ class Allocation(BaseModel):
             kept_until=parse_time(_text(v.get(f.KEPT_UNTIL))),
             exempt_until=parse_time(_text(v.get(f.EXEMPT_UNTIL))),
             exempt_by=_text(v.get(f.EXEMPT_BY)),
+            hours_held=_hours(v.get(f.GPU_HOURS_HELD)),
+            hours_busy=_hours(v.get(f.GPU_HOURS_BUSY)),
+            hours_idle=_hours(v.get(f.GPU_HOURS_IDLE)),
+            hours_unmeasured=_hours(v.get(f.GPU_HOURS_UNMEASURED)),
+            hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
+            hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
             modified=record.modified,
         )
 
@@ -260,6 +274,16 @@ def _int(value: f.FieldValue) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+def _hours(value: f.FieldValue) -> float:
+    """A GPU-hours textbox: a finite, non-negative number, else 0 (a hand-edited field never breaks a read)."""
+    text = _text(value)
+    try:
+        number = float(text) if text is not None and len(text) <= 32 else 0.0
+    except ValueError:
+        return 0.0
+    return number if math.isfinite(number) and number >= 0 else 0.0
 
 
 def _enum(kind: Any, value: str | None, default: Any) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core import history, leases
+from gpufarm.core import accounting, budgets, history, leases
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
 from gpufarm.core.history import Step
@@ -68,6 +68,10 @@ class SyncReport:
     allocated: list[int] = field(default_factory=list)
     pools_queued: list[str] = field(default_factory=list)
     series: int = 0
+    # Leases whose GPU-hours this sync accrued (writes of their own, apart from repairs), and whether the
+    # busy-GPU query answered (gpufarm.core.accounting).
+    accrued: list[int] = field(default_factory=list)
+    measured: bool = False
     # What the inventory sources found: nodes without an agent, down hosts, unknown nodes, sources skipped.
     inventory: dict[str, Any] = field(default_factory=dict)
 
@@ -133,7 +137,12 @@ def sync(svc: GpuFarm) -> SyncReport:
             report.allocated += [o.ir for o in repair.outcomes if o.action == "allocated"]
     ledger = read_ledger(svc, pending())
     report.inventory = ledger.summary()
-    report.series = publish_gauges(svc, ledger)
+    # One metrics query measures every lease's busy GPUs; the leases due accrue their GPU-hours from it.
+    usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger)
+    report.measured = usage.measured
+    ending = {*report.expired, *report.withdrawn, *report.idle_reclaimed}  # their end writes their final hours
+    report.accrued = accounting.queue_accruals(svc, usage, f"sync-{bucket}", skip=ending)
+    report.series = publish_gauges(svc, ledger, usage)
     return report
 
 
@@ -239,7 +248,7 @@ def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int =
     return repair
 
 
-def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None) -> int:
+def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None, usage: accounting.Usage | None = None) -> int:
     """Quota (entitled / allocated per team, pool, model), inventory (total / free per pool, model) and ledger gauges.
 
     The ledger's (gpufarm.core.sources.LEDGER_GAUGES: down, no agent, cloud quotas, source errors) are read here
@@ -273,6 +282,10 @@ def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None) -> int:
         gauge("gpufarm.inventory.gpus.total", total, tags)
         gauge("gpufarm.inventory.gpus.free", free, tags)
     series += ledger_series(ledger, ts)
+    if usage is None:
+        usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger)
+    measured = accounting.accounts(live, usage, svc._inventory())
+    series += accounting.ledger_series(measured, budgets.burns(svc, svc.farm.budgets), ts)
     if series:
         svc.metrics.submit(series)
     return len(series)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -41,6 +42,7 @@ class Op(StrEnum):
     BUSY = "busy"  # the idle monitor recovered: clear the warning
     EXPIRE = "expire"  # the sync found the expiry (or the idle grace, or a waiting request's limit) passed
     REMIND = "remind"  # the sync found a lease within its reminder window before its end (gpufarm.core.leases)
+    ACCRUE = "accrue"  # the sync accrues a lease's GPU-hours up to its time (gpufarm.core.accounting)
 
 
 # Host names as Datadog's `host:` tag carries them, and the node agent's device UUIDs (spec/metrics.yaml).
@@ -75,6 +77,20 @@ class IdleScope(BaseModel):
         return " ".join(p for p in (f"on {where}" if where else "", f"({how})" if how else "") if p)
 
 
+# `host=busy devices` over the sync's window, `host=?` where nothing measured the host (gpufarm.core.accounting).
+BUSY_ENTRY = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,254}=([0-9]{1,4}(\.[0-9]{1,3})?|\?)$"
+MAX_ACCRUE_HOSTS = 512
+
+
+class AccrueScope(BaseModel):
+    """What an accrue command measured: up to when the lease accrues, and its busy devices per host."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    until: datetime
+    busy: tuple[Annotated[str, Field(pattern=BUSY_ENTRY)], ...] = Field(default=(), max_length=MAX_ACCRUE_HOSTS)
+
+
 # Commands people send; the rest come from monitors and the scheduled sync.
 USER_OPS = frozenset(
     {Op.CREATE, Op.DECIDE, Op.APPROVE, Op.REJECT, Op.RELEASE, Op.EXTEND, Op.KEEP, Op.FORCE_RECLAIM, Op.EXEMPT}
@@ -100,6 +116,8 @@ class IncidentCommand(BaseModel):
     origin: str = Field(default="", max_length=300)
     # Idle and busy commands: the monitor group that fired (which hosts or devices, kind, value, window).
     idle: IdleScope | None = None
+    # Accrue commands: the sync's time and measurement.
+    accrue: AccrueScope | None = None
 
     @model_validator(mode="after")
     def _target(self) -> IncidentCommand:

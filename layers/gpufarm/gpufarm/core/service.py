@@ -18,13 +18,26 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Concatenate, ParamSpec, TypeVar
 
-from gpufarm.core import cards, charging, history, keeps, lease_views, leases, partial, reconcile, views
+from gpufarm.core import (
+    accounting,
+    budgets,
+    cards,
+    charging,
+    history,
+    keeps,
+    lease_views,
+    leases,
+    ledger_views,
+    partial,
+    reconcile,
+    views,
+)
 from gpufarm.core import fields as f
 from gpufarm.core.delivery import deliver_warning
 from gpufarm.core.errors import Conflict, NotFound, UpstreamError, ValidationFailed
@@ -246,6 +259,8 @@ class GpuFarm:
         used = team_usage(live, ask.team, env, model, charge=self._held)
         capacity = self._reads().capacity(env, model, ask.gpu_count, units=self._shared(env))
         decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
+        days = alloc.duration_days or self.farm.defaults.duration_days
+        decision = budgets.gate(self, decision, team=ask.team, project=alloc.project, gpus=ask.charged, days=days)
         if decision.verdict is Verdict.REFUSE:
             self._write(alloc, Phase.REJECTED, {}, step=self._step(history.POLICY, Step.REFUSED, decision.reason))
             title = f"{alloc.title} (refused: {decision.reason})"[:250]
@@ -270,7 +285,10 @@ class GpuFarm:
         used = team_usage(self._live(env, request.team), request.team, env, model, charge=self._held)
         ask = Ask(request.team, env, model, request.gpu_count, charge=self._charge(env, model, request.gpu_count))
         capacity = self._reads().capacity(env, request.gpu_model, request.gpu_count, units=self._shared(env))
-        return decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
+        decision = decide_grant(ask, self.farm, team_used=used, pool_capacity=capacity)
+        return budgets.gate(
+            self, decision, team=ask.team, project=request.project, gpus=ask.charged, days=request.duration_days
+        )
 
     def _first_for(self, request_id: str, created: IncidentRecord) -> IncidentRecord:
         """The oldest live incident carrying this request_id (ours when the search does not show it yet)."""
@@ -421,7 +439,10 @@ class GpuFarm:
             for env, models in sorted(spec.quotas.items())
             for model, q in sorted(models.items())
         ]
-        return views.quota_message(rows, self._inventory_summary())
+        usage = accounting.measure(self.usage, self.clock.now(), self.farm.ledger)
+        acc = accounting.accounts(live, usage, self._inventory())
+        burned = budgets.burns(self, [b for b in self.farm.budgets if team is None or b.team == team])
+        return views.quota_message(rows, self._inventory_summary(), ledger_views.quota_lines(acc, burned, team))
 
     # ==== Incident-driven steps (incident_webhook's queue consumer) ======================================
 
@@ -589,6 +610,11 @@ class GpuFarm:
             return Outcome(ir, f"nothing to do ({alloc.phase.value})")
         self._resolve(alloc, reason, by=None)
         return Outcome(ir, f"resolved ({reason.value})")
+
+    @_invocation
+    def accrue(self, ir: int, until: datetime, busy_of: Mapping[str, float | None]) -> Outcome:
+        """The sync's accrual of a lease's GPU-hours, re-checked on the incident as it is now (core.accounting)."""
+        return Outcome(ir, accounting.apply(self, self._get(ir), until, busy_of))
 
     def _due(self, alloc: Allocation) -> ReclaimReason | None:
         if alloc.state is State.RESOLVED:
@@ -847,7 +873,9 @@ class GpuFarm:
     def _resolve(self, alloc: Allocation, reason: ReclaimReason, *, by: str | None, note: str | None = None) -> Message:
         if alloc.state is State.RESOLVED or alloc.phase in (Phase.RECLAIMING, Phase.RECLAIMED, Phase.REJECTED):
             raise Conflict(f"{alloc.ir_label} has already ended ({alloc.phase.value})")
-        self._write(alloc, Phase.RECLAIMING, {f.RECLAIM_REASON: reason.value}, step=self._ended_step(reason, by, note))
+        # The lease's final GPU-hours land with its end (gpufarm.core.accounting).
+        ended = {f.RECLAIM_REASON: reason.value, **accounting.final_fields(alloc, self.clock.now())}
+        self._write(alloc, Phase.RECLAIMING, ended, step=self._ended_step(reason, by, note))
         if alloc.phase is Phase.REQUESTED and alloc.slack_message:
             who = f" by <@{by}>" if by else ""
             self._update_operator_message(alloc, f"Cancelled{who}" + (f": {note}" if note else ""))

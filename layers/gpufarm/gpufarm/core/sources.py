@@ -128,6 +128,67 @@ LEDGER_GAUGES = (
         "request",
         "API calls a source made in the last sync",
     ),
+    # The measured ledger (gpufarm.core.accounting) and the GPU-hour budgets (gpufarm.core.budgets).
+    GaugeSpec(
+        "gpufarm.ledger.gpus.allocated",
+        ("team", "project", "environment", "gpu_model"),
+        "gpu",
+        "GPUs held by live leases (whole hosts on dedicated pools, units on shared ones)",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.gpus.used",
+        ("team", "project", "environment", "gpu_model"),
+        "gpu",
+        "held GPUs the agents saw busy (gpufarm.ir.gpus_busy, averaged over ledger.window_minutes)",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.gpus.idle",
+        ("team", "project", "environment", "gpu_model"),
+        "gpu",
+        "held GPUs the agents saw not busy",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.gpus.unmeasured",
+        ("team", "project", "environment", "gpu_model"),
+        "gpu",
+        "held GPUs no metrics measured (agent silent or the query failed): never counted idle",
+    ),
+    GaugeSpec(
+        "gpufarm.inventory.gpus.allocated",
+        ("environment", "gpu_model"),
+        "gpu",
+        "GPUs held by live leases per environment and model",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.gpus.unattributed",
+        ("host", "team", "environment"),
+        "gpu",
+        "busy GPUs no lease claims (gpu_ir:none), per host and the team its tags name (none without one)",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.measured",
+        (),
+        "",
+        "1 when the sync's busy-GPU query answered, 0 when every held GPU counts as unmeasured",
+    ),
+    GaugeSpec(
+        "gpufarm.budget.gpu_hours",
+        ("team", "project", "period"),
+        "hour",
+        "a GPU-hour budget for its current period (project:all for a team's own budget)",
+    ),
+    GaugeSpec(
+        "gpufarm.budget.burned",
+        ("team", "project", "period"),
+        "hour",
+        "GPU-hours the budget's leases held in the current period",
+    ),
+    GaugeSpec(
+        "gpufarm.budget.remaining",
+        ("team", "project", "period"),
+        "hour",
+        "GPU-hours left in the budget's current period",
+    ),
 )
 GAUGE_NAMES = frozenset(g.name for g in LEDGER_GAUGES)
 

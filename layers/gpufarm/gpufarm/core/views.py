@@ -581,8 +581,10 @@ class QuotaRow:
     used: int
 
 
-def quota_message(rows: Iterable[QuotaRow], inventory: Mapping[tuple[str, str], tuple[int, int]]) -> Message:
-    """Quotas and use per team, plus free/total GPUs per pool and model."""
+def quota_message(
+    rows: Iterable[QuotaRow], inventory: Mapping[tuple[str, str], tuple[int, int]], ledger: Sequence[str] = ()
+) -> Message:
+    """Quotas and use per team, plus free/total GPUs per pool and model, then the ledger's lines."""
     lines = ["*Quotas* (used / quota, hard limit)"]
     for r in rows:
         hard = str(r.hard_limit) if r.hard_limit is not None else "pool size"
@@ -592,6 +594,7 @@ def quota_message(rows: Iterable[QuotaRow], inventory: Mapping[tuple[str, str], 
     lines.append("*Pools* (free / total GPUs)")
     for (env, model), (free, total) in sorted(inventory.items()):
         lines.append(f"• `{env}` {model}: {free} / {total}")
+    lines += ledger
     text = "\n".join(lines)
     return Message("GPU quotas", [section(text)])
 
