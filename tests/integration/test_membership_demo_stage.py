@@ -36,3 +36,21 @@ def test_membership_charging_and_lease_semantics_through_slack(local: LocalEnv, 
     # Everything the stage took is given back: the pools are as the stages after it expect.
     live = [a for a in farm.incidents() if a.state.value != "resolved"]
     assert live == [], [a.ir_label for a in live]
+
+
+def test_a_request_while_slack_cannot_say_who_is_in_the_team_is_refused_with_a_retry_hint(farm: LocalFarm) -> None:
+    from gpufarm_sandbox.demo.lifecycle_stage import ALICE
+
+    before = len(farm.incidents())
+    status, _ = farm.post(
+        "/_sandbox/faults", {"rate": 1.0, "statuses": [408], "paths": "^/slack/api/usergroups.users.list"}
+    )
+    assert status == 200
+    try:
+        farm.slash(ALICE, "request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=2")
+        assert farm.settle()
+    finally:
+        farm.post("/_sandbox/faults", {"rate": 0.0})
+    told = [m["text"] for m in farm.messages(user=ALICE.id, kind="response")]
+    assert told and "Slack could not say who" in told[-1] and "try again in a minute" in told[-1], told
+    assert len(farm.incidents()) == before  # never approved on unknown membership: nothing was created
