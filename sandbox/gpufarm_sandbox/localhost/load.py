@@ -18,10 +18,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from gpufarm_sandbox.emulator.slack_workspace import TEAM_USERGROUPS
+
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, Person
 
 WORKER = "SlackWorkerFunction"
+# The demo people's teams, as the sandbox's workspace seeds their user groups (`team-<name>`): a request is for the
+# requester's own team, since gpufarm refuses one for a team the user is not in (gpufarm.core.membership).
+TEAM_OF = {user: handle.removeprefix("team-") for _, handle, users in TEAM_USERGROUPS for user in users}
 COMMANDS_PATH = "/_sandbox/slack/commands"
 SLACK_ACK_DEADLINE_MS = 3000.0
 
@@ -148,7 +153,7 @@ def mixed_commands(count: int, people: Sequence[Person], irs: Sequence[int]) -> 
     for i in range(count):
         who = people[i % len(people)]
         if i % 10 == 9:
-            text = f"request 1 H100 project=load-{i} team=nlp env=onprem-hpc days=1"
+            text = f"request 1 H100 project=load-{i} team={TEAM_OF.get(who.id, 'nlp')} env=onprem-hpc days=1"
             planned.append(Planned("request", who, text))
         elif i % 2 == 0 and irs:
             planned.append(Planned("status", who, f"status IR-{irs[(i // 2) % len(irs)]}"))
