@@ -7,7 +7,8 @@
   instance types); nothing is patched process-wide, so no other botocore client of the process is affected. moto
   has no Service Quotas for EC2, so the P and G On-Demand vCPU quotas are answered here in Service Quotas' own
   JSON shape (`quota_limits`). `faults` makes a region's calls fail with an error code (RequestLimitExceeded for
-  throttling) as EC2 sends it;
+  throttling) as EC2 sends it, `throttle_share` a share of all calls. Not for use inside moto's `mock_aws`, whose
+  process-wide stubber would answer each request a second time;
 - Azure: an AzureFarm (gpufarm_sandbox.azurestub) per subscription.
 
 `clouds_for(base_url)` holds one LocalClouds per local environment, which the local seams hand the runtime as its
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -72,10 +74,16 @@ class SimulatedAws:
     # A moto server (`python -m moto.server`) to send EC2's calls to, so its work runs in another process (the
     # benchmark); None: moto's stubber answers them in this process.
     endpoint_url: str | None = None
+    # A share of every call answered RequestLimitExceeded (throttling), whatever the region; seeded.
+    throttle_share: float = 0.0
+    seed: int = 12
+    # botocore's standard-mode retries of the clients handed out.
+    max_retries: int = 1
     calls: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._random = random.Random(self.seed)  # noqa: S311 - fault injection, not security
         # Made on the first client: a local environment whose sync never reads AWS never loads moto.
         self._session: Any = None
         self._moto: Any = None
@@ -93,7 +101,8 @@ class SimulatedAws:
                 self._moto.enabled = True
                 self._session = botocore.session.get_session()
         # moto takes its time over a page of a thousand instances: the timeout is generous.
-        config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=2, read_timeout=120)
+        retries = {"max_attempts": self.max_retries, "mode": "standard"}
+        config = Config(retries=retries, connect_timeout=2, read_timeout=120)  # type: ignore[arg-type]
         client = self._session.create_client(
             service,
             region_name=region,
@@ -131,6 +140,8 @@ class SimulatedAws:
         with self._lock:
             self.calls += 1
             fault = self.faults.get(region)
+            if fault is None and self.throttle_share and self._random.random() < self.throttle_share:
+                fault = "RequestLimitExceeded"
         target = str(request.headers.get("X-Amz-Target", b"") or "")
         if fault is not None:
             if "ServiceQuotas" in target:

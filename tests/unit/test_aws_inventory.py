@@ -94,7 +94,7 @@ def test_gpu_instances_of_every_region_with_model_count_and_environment(aws: Non
 
 
 def test_instance_types_are_read_once_and_the_calls_do_not_grow_with_instances(aws: None) -> None:
-    launch("us-east-1", "p5.48xlarge", 60)
+    launch("us-east-1", "p5.48xlarge", 12)
     clients: dict[str, Counting] = {}
 
     def factory(service: str, region: str) -> Any:
@@ -102,8 +102,8 @@ def test_instance_types_are_read_once_and_the_calls_do_not_grow_with_instances(a
         return clients[service]
 
     source = AwsInventorySource(settings(), ENVS, client_factory=factory)
-    assert len(source.read().nodes) == 60
-    assert len(source.read().nodes) == 60
+    assert len(source.read().nodes) == 12
+    assert len(source.read().nodes) == 12
     assert clients["ec2"].counts == {"describe_instance_types": 1, "describe_instances": 2}
 
 
@@ -239,3 +239,17 @@ def test_a_page_token_that_repeats_fails_the_region_instead_of_looping() -> None
     with stub:
         reading = source.read()
     assert reading.nodes == () and "repeats" in reading.errors[0].message
+
+
+def test_a_fifth_of_calls_throttled_is_absorbed_by_the_retries() -> None:
+    # SimulatedAws answers through moto's stubber on its own clients: no mock_aws around it (both would answer).
+    from gpufarm_sandbox.clouds import SimulatedAws
+
+    clouds = SimulatedAws(throttle_share=0.2, max_retries=4, seed=3)
+    ids = clouds.launch("us-east-1", "p5.48xlarge", ["a", "b", "c"], {"gpufarm-environment": "cloud"})
+    clouds.calls = 0
+    reading = AwsInventorySource(settings(quotas=True), ENVS, client_factory=clouds.client).read()
+    assert sorted(n.id for n in reading.nodes) == sorted(ids) and reading.errors == ()
+    assert clouds.calls > reading.calls  # throttled calls were retried
+    (p_quota,) = [q for q in reading.quotas if q.family == "P"]
+    assert (p_quota.limit, p_quota.used) == (384.0, 576.0)
