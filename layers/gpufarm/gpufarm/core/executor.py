@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from gpufarm.core import accounting, keeps, views
+from gpufarm.core import accounting, keeps, profile_runs, views
 from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.farm import FarmConfigError
 from gpufarm.core.ledger import ledgered
@@ -132,6 +132,10 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
         message = svc.keep(ir, actor)
     elif cmd.op is Op.EXEMPT:
         message = svc.exempt(ir, actor, cmd.days, cmd.reason)
+    elif cmd.op is Op.PROFILE:
+        if cmd.profile is None:
+            raise ValidationFailed("profile", "a profile command carries the stored run")
+        message = profile_runs.record(svc.incidents, svc.clock, svc.allocation(ir), actor, cmd.profile)
     else:
         message = svc.force_reclaim(ir, actor, cmd.reason)
     return message, message.text[:200]
@@ -176,6 +180,8 @@ def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, 
         message = Message(f"{label} extended; it now ends {ends}.")
     elif cmd.op is Op.EXEMPT:
         message = keeps.exempted_reply(alloc)
+    elif cmd.op is Op.PROFILE and cmd.profile is not None:
+        message = profile_runs.recorded_reply(alloc, cmd.profile)
     else:
         message = keeps.kept_reply(alloc)
     return message, f"already applied: {message.text}"[:200]

@@ -65,6 +65,7 @@ class Step(StrEnum):
     REPAIRED = "repaired"
     REMINDED = "reminded"  # the one reminder before a lease's end (gpufarm.core.leases)
     WITHDRAWN = "withdrawn"  # a waiting request past its waiting limit
+    PROFILED = "profiled"  # a profiler run uploaded to the lease, with its page link (gpufarm.core.profile_runs)
     SUMMARY = "summary"
 
 

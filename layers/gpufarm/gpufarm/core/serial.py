@@ -43,6 +43,7 @@ class Op(StrEnum):
     EXPIRE = "expire"  # the sync found the expiry (or the idle grace, or a waiting request's limit) passed
     REMIND = "remind"  # the sync found a lease within its reminder window before its end (gpufarm.core.leases)
     ACCRUE = "accrue"  # the sync accrues a lease's GPU-hours up to its time (gpufarm.core.accounting)
+    PROFILE = "profile"  # a profiler run, already stored, is recorded on the lease (gpufarm.core.profile_runs)
 
 
 # Host names as Datadog's `host:` tag carries them, and the node agent's device UUIDs (spec/metrics.yaml).
@@ -91,9 +92,30 @@ class AccrueScope(BaseModel):
     busy: tuple[Annotated[str, Field(pattern=BUSY_ENTRY)], ...] = Field(default=(), max_length=MAX_ACCRUE_HOSTS)
 
 
+class ProfileScope(BaseModel):
+    """A stored profiler run a profile command records: its name, figures in brief, and its signed page link."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+    summary: str = Field(max_length=80, pattern=r"^[^\n]*$")
+    link: str = Field(pattern=HTTP_URL, max_length=400)
+
+
 # Commands people send; the rest come from monitors and the scheduled sync.
 USER_OPS = frozenset(
-    {Op.CREATE, Op.DECIDE, Op.APPROVE, Op.REJECT, Op.RELEASE, Op.EXTEND, Op.KEEP, Op.FORCE_RECLAIM, Op.EXEMPT}
+    {
+        Op.CREATE,
+        Op.DECIDE,
+        Op.APPROVE,
+        Op.REJECT,
+        Op.RELEASE,
+        Op.EXTEND,
+        Op.KEEP,
+        Op.FORCE_RECLAIM,
+        Op.EXEMPT,
+        Op.PROFILE,
+    }
 )
 
 
@@ -118,6 +140,8 @@ class IncidentCommand(BaseModel):
     idle: IdleScope | None = None
     # Accrue commands: the sync's time and measurement.
     accrue: AccrueScope | None = None
+    # Profile commands: the stored run to record.
+    profile: ProfileScope | None = None
 
     @model_validator(mode="after")
     def _target(self) -> IncidentCommand:

@@ -1,0 +1,87 @@
+"""Profiler runs on a lease: who may upload one, how it is recorded, and how the lease lists its runs.
+
+A run is recorded as one `profiled` entry of the incident's history (gpufarm.core.history), written by the
+pool's one writer (an IncidentCommand with op `profile`, docs/design.md rule 7) only after the run's trace and
+page are both stored; so an upload that failed halfway leaves the incident as it was, and a redelivered
+command appends nothing (gpufarm.core.ledger). The entry names the run and carries its signed page link:
+`profiled: run run-7; 5 steps, 301.2 ms/step; <link>`. `/gpu status` lists these entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpufarm.core import fields as f
+from gpufarm.core import history
+from gpufarm.core.errors import Conflict, NotAllowed
+from gpufarm.core.history import Step
+from gpufarm.core.lifecycle import State
+from gpufarm.core.membership import Membership
+from gpufarm.core.model import Allocation, isoformat
+from gpufarm.core.ports import Clock, IncidentStore
+from gpufarm.core.serial import ProfileScope
+from gpufarm.core.views import Message
+
+RUN_PREFIX = "run "
+
+
+def check_uploader(alloc: Allocation, user: str, membership: Membership) -> None:
+    """Refuse an upload to a resolved lease, or by someone not on it (its requester or a member of its team)."""
+    if alloc.state is State.RESOLVED:
+        raise Conflict(f"{alloc.ir_label} has ended ({alloc.phase.value}); profiler runs go on an open lease")
+    if user == alloc.requester:
+        return
+    if alloc.team and membership.farm.membership_checked and membership.is_member(user, alloc.team):
+        return
+    raise NotAllowed(f"only {alloc.ir_label}'s requester or members of team {alloc.team or '(none)'} can upload runs")
+
+
+def record(incidents: IncidentStore, clock: Clock, alloc: Allocation, actor: str, scope: ProfileScope) -> Message:
+    """Append the run to the lease's history (the one writer's step for op `profile`); the answer names the link."""
+    if alloc.state is State.RESOLVED:
+        raise Conflict(f"{alloc.ir_label} has ended ({alloc.phase.value}); the run was stored but not recorded")
+    step = history.entry(clock.now(), actor, Step.PROFILED, f"{RUN_PREFIX}{scope.run}", scope.summary, scope.link)
+    incidents.update(alloc.incident_id, {f.HISTORY: history.appended(alloc.history, step)})
+    return recorded_reply(alloc, scope)
+
+
+def recorded_reply(alloc: Allocation, scope: ProfileScope) -> Message:
+    """What the uploader reads once the run is on the lease."""
+    return Message(f"{alloc.ir_label}: profiler run {scope.run} recorded ({scope.summary}). Summary: {scope.link}")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One recorded run, as the history holds it."""
+
+    at: str
+    actor: str
+    run: str
+    details: str
+    link: str
+
+
+def runs(lines: Sequence[str]) -> list[Run]:
+    """The lease's recorded runs, oldest first (from its history's `profiled` entries)."""
+    out: list[Run] = []
+    for line in lines:
+        entry = history.parse(line)
+        if entry is None or entry.step != Step.PROFILED.value:
+            continue
+        parts = entry.details.split("; ")
+        name = parts[0].removeprefix(RUN_PREFIX) if parts and parts[0].startswith(RUN_PREFIX) else "?"
+        link = parts[-1] if len(parts) > 1 and parts[-1].startswith(("http://", "https://")) else ""
+        middle = "; ".join(parts[1:-1] if link else parts[1:])
+        out.append(Run(isoformat(entry.at), entry.actor, name, middle, link))
+    return out
+
+
+def runs_text(lines: Sequence[str], limit: int = 5) -> str:
+    """`Profiler runs:` and the newest `limit` runs with their links, or '' for a lease without runs."""
+    found = runs(lines)
+    if not found:
+        return ""
+    shown = [f"• {r.run} ({r.at[:16].replace('T', ' ')}Z): {r.details} <{r.link}|summary>" for r in found[-limit:]]
+    more = f" (newest {limit} of {len(found)})" if len(found) > limit else ""
+    return "*Profiler runs*" + more + ":\n" + "\n".join(shown)

@@ -1,0 +1,148 @@
+"""Uploading profiler runs to a lease: check, analyse, store, then record, in that order.
+
+1. The lease: the IR must exist and be open, and the uploader must be on it (gpufarm.core.profile_runs).
+2. Every trace is read to its end and analysed before anything is stored, so a bad file (not a trace, 2 GB, a
+   truncated gzip) refuses the whole upload with nothing stored. A trace is stored gzipped (as it came when it
+   came gzipped, else compressed here into a temporary file).
+3. Each run's trace and page go to the store (whole or not at all, retried within bounds there).
+4. Only then the run is recorded on the incident, through the pool's one writer (an IncidentCommand `profile`,
+   gpufarm.core.executor.submit), and its figures are published as metrics tagged with the lease.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from gpufarm.core import executor, profile_runs
+from gpufarm.core.errors import UpstreamError, ValidationFailed
+from gpufarm.core.model import Allocation
+from gpufarm.core.serial import IncidentCommand, Op, ProfileScope
+from gpufarm.core.service import GpuFarm
+from gpufarm.profiling import metrics, reader
+from gpufarm.profiling.analysis import Figures, analyse
+from gpufarm.profiling.links import LinkSigner
+from gpufarm.profiling.page import render
+
+log = logging.getLogger(__name__)
+
+MAX_TRACES = 16
+MAX_BATCH_SIZE = 1_000_000
+DAY_S = 86_400
+
+
+class ProfileStore(Protocol):
+    """Where runs are kept (gpufarm.adapters.profile_store.S3ProfileStore)."""
+
+    def put_run(self, key: str, trace_gz: Path, page: str) -> None:
+        """Store a run's gzipped trace and its page, whole or not at all."""
+        ...
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """One run stored and recorded."""
+
+    run: str
+    key: str
+    link: str
+    figures: Figures
+    recorded: str | None  # the one writer's answer when it ran at once; None when queued
+
+
+def run_names(paths: Sequence[Path], name: str | None) -> list[str]:
+    """One run name per trace: the name given (with -2, -3... past the first), else the file's stem."""
+    if not paths:
+        raise ValidationFailed("trace", "name at least one trace file")
+    if len(paths) > MAX_TRACES:
+        raise ValidationFailed("trace", f"at most {MAX_TRACES} traces per upload")
+    if name is not None and not metrics.valid_run_name(name):
+        raise ValidationFailed(
+            "name", "a run name is 1-63 of a-z, 0-9, '_', '.', '-' (starting with a letter or digit)"
+        )
+    out = []
+    for i, path in enumerate(paths):
+        base = name if name is not None else _stem(path)
+        out.append(base if i == 0 or name is None else f"{base[:58]}-{i + 1}")
+    return out
+
+
+def upload(
+    svc: GpuFarm,
+    store: ProfileStore,
+    signer: LinkSigner,
+    *,
+    pages_url: str,
+    retention_days: int,
+    ir: int,
+    actor: str,
+    paths: Sequence[Path],
+    name: str | None = None,
+    batch_size: int | None = None,
+) -> list[Uploaded]:
+    """Upload traces as runs of lease `ir` by `actor`; raises before anything is stored when any input is bad."""
+    if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValidationFailed("batch_size", f"a batch size is 1-{MAX_BATCH_SIZE:,}")
+    names = run_names(paths, name)
+    alloc = svc.allocation(ir)
+    profile_runs.check_uploader(alloc, actor, svc.membership())
+    for path in paths:
+        reader.check_size(path)
+    with tempfile.TemporaryDirectory(prefix="gpufarm-profile-") as work:
+        prepared = [
+            (run, path, *_prepare(path, batch_size, Path(work))) for run, path in zip(names, paths, strict=True)
+        ]
+        now = svc.clock.now()
+        done: list[Uploaded] = []
+        for run, path, figures, gz in prepared:
+            key = f"ir-{ir}/{run}-{now:%Y%m%dt%H%M%Sz}"
+            expires = int(now.timestamp()) + retention_days * DAY_S
+            link = signer.link(pages_url, key, expires)
+            page = render(figures, ir=ir, run=run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=path.name)
+            store.put_run(key, gz, page)
+            scope = ProfileScope(run=run, summary=_brief(figures), link=link)
+            command = IncidentCommand(op=Op.PROFILE, ir=ir, actor=actor, reply_to=actor, origin=key, profile=scope)
+            recorded = executor.submit(svc, command)
+            _publish(svc, figures, alloc, run, now)
+            done.append(Uploaded(run, key, link, figures, recorded))
+    return done
+
+
+def _prepare(path: Path, batch_size: int | None, work: Path) -> tuple[Figures, Path]:
+    """The trace's figures (reading it whole: a bad file raises here) and a gzipped copy to store."""
+    figures = analyse(reader.events(path), batch_size)
+    if reader.is_gzip(path):
+        return figures, path
+    gz = work / f"{len(list(work.iterdir()))}.json.gz"
+    with path.open("rb") as src, gz.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    return figures, gz
+
+
+def _publish(svc: GpuFarm, figures: Figures, alloc: Allocation, run: str, now: datetime) -> None:
+    """The run's metrics; a failure is logged (the run is stored and recorded, its page says the same)."""
+    sink = svc.metrics
+    if sink is None:
+        return
+    try:
+        tags = metrics.lease_tags(alloc.ir, alloc.project, alloc.team, run)
+        sink.submit(metrics.series(figures, tags, int(now.timestamp())))
+    except UpstreamError as exc:
+        log.warning("metrics of run %s on %s not published: %s", run, alloc.ir_label, exc)
+
+
+def _brief(figures: Figures) -> str:
+    step = f"{figures.step_mean_ms:,.1f} ms/step" if figures.step_mean_ms is not None else "no steps"
+    return f"{figures.steps} steps, {step}"[:80]
+
+
+def _stem(path: Path) -> str:
+    stem = path.name.lower().removesuffix(".gz").removesuffix(".json")
+    return metrics.tag_value(stem).replace(":", "_").replace("/", "_")[:63].strip("_.-") or "run"

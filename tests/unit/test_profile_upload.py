@@ -1,0 +1,194 @@
+"""Uploading real profiler traces to a lease: checked, analysed, stored whole, recorded once through the one writer.
+
+The traces are tests/fixtures/profiler's (real torch.profiler output); the store is S3 under moto, or one that
+fails to show that a failed upload leaves the incident as it was.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+import pytest
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
+from moto import mock_aws
+
+from gpufarm.adapters.profile_store import PAGE, PREFIX, TRACE, S3ProfileStore
+from gpufarm.config import Settings
+from gpufarm.core import executor, profile_runs
+from gpufarm.core.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.farm import parse_farm
+from gpufarm.core.model import Allocation
+from gpufarm.core.policy import build_request
+from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.service import GpuFarm
+from gpufarm.profiling.links import LinkSigner
+from gpufarm.profiling.upload import upload
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiler"
+ALICE, MATE, STRANGER = "U0000000001", "U0000000002", "U0000000009"
+PAGES = "https://pages.example.test"
+SIGNER = LinkSigner(b"test-link-secret")
+BUCKET = "gpufarm-profiles-test"
+YAML = FARM_YAML.replace(
+    "  nlp:\n    max_days: 30\n", f"  nlp:\n    members: {{users: [{ALICE}, {MATE}]}}\n    max_days: 30\n"
+).replace("  vision:\n    max_days: 14\n", "  vision:\n    members: {users: [U0000000005]}\n    max_days: 14\n")
+
+
+class FailingStore:
+    """A store whose S3 is down: the page never lands (the adapter deletes the trace it stored first)."""
+
+    def put_run(self, key: str, trace_gz: Path, page: str) -> None:
+        raise UpstreamError("S3 did not store the summary page after 3 attempts (ServiceUnavailable)")
+
+
+@dataclass
+class World:
+    svc: GpuFarm
+    incidents: FakeIncidents
+    metrics: FakeMetrics
+    store: S3ProfileStore
+    s3: object
+    ir: int
+
+    def alloc(self) -> Allocation:
+        return Allocation.from_record(self.incidents.by_ir(self.ir))
+
+    def keys(self) -> list[str]:
+        listed = self.s3.list_objects_v2(Bucket=BUCKET)  # type: ignore[attr-defined]
+        return sorted(o["Key"] for o in listed.get("Contents", []))
+
+    def up(self, *paths: Path, actor: str = ALICE, store: object = None, **kw: object) -> list[object]:
+        return list(
+            upload(
+                self.svc,
+                store or self.store,  # type: ignore[arg-type]
+                SIGNER,
+                pages_url=PAGES,
+                retention_days=30,
+                ir=kw.pop("ir", self.ir),  # type: ignore[arg-type]
+                actor=actor,
+                paths=list(paths),
+                **kw,  # type: ignore[arg-type]
+            )
+        )
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    clock = FakeClock()
+    incidents = FakeIncidents(clock)
+    metrics = FakeMetrics()
+    farm = parse_farm(YAML)
+    svc = GpuFarm(
+        incidents=incidents, hosts=FakeHosts(), chat=FakeChat(), clock=clock, farm=farm, metrics=metrics, queue=None
+    )
+    values = {"gpu_count": "8", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "llm"}
+    request = build_request(values, farm, requester=ALICE, channel=None, request_id="r-000001")
+    alloc, _ = svc.create_request(request)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        store = S3ProfileStore(Settings(max_retries=1), BUCKET, client=s3)
+        yield World(svc, incidents, metrics, store, s3, alloc.ir)
+
+
+def test_an_upload_stores_trace_and_page_records_the_link_and_publishes_metrics(world: World) -> None:
+    (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-7", batch_size=32)
+    folder = PREFIX + done.key + "/"  # type: ignore[attr-defined]
+    assert world.keys() == [folder + PAGE, folder + TRACE]
+    page = world.s3.get_object(Bucket=BUCKET, Key=folder + PAGE)["Body"].read().decode()  # type: ignore[attr-defined]
+    assert "IR-" in page and "run-7" in page and "<svg" in page
+    assert world.store.page(done.key) == page  # type: ignore[attr-defined]
+    (run,) = profile_runs.runs(world.alloc().history)
+    assert run.run == "run-7" and run.actor == ALICE and run.link == done.link  # type: ignore[attr-defined]
+    assert run.details.startswith("5 steps, ")
+    key, query = run.link.removeprefix(PAGES + "/profiles/").split("?")
+    args = dict(part.split("=") for part in query.split("&"))
+    SIGNER.check(key, args["expires"], args["sig"], now=world.svc.clock.now().timestamp())
+    tags = (f"ir:ir-{world.ir}", "run:run-7", "project:llm", "team:nlp")
+    assert world.metrics.value("gpufarm.profile.steps", *tags) == 5
+    assert (world.metrics.value("gpufarm.profile.throughput", *tags) or 0) > 0
+    assert "Profiler runs" in profile_runs.runs_text(world.alloc().history)
+
+
+def test_a_team_member_may_upload_and_a_gzipped_trace_is_stored_as_it_came(world: World) -> None:
+    (done,) = world.up(FIXTURES / "cpu_mlp.json.gz", actor=MATE)
+    stored = world.s3.get_object(Bucket=BUCKET, Key=PREFIX + done.key + "/" + TRACE)  # type: ignore[attr-defined]
+    assert stored["Body"].read() == (FIXTURES / "cpu_mlp.json.gz").read_bytes()
+    assert done.run == "cpu_mlp"  # type: ignore[attr-defined]
+
+
+def test_someone_not_on_the_lease_is_refused_and_nothing_is_stored(world: World) -> None:
+    with pytest.raises(NotAllowed, match="requester or members of team nlp"):
+        world.up(FIXTURES / "cpu_mlp.json", actor=STRANGER)
+    assert world.keys() == [] and profile_runs.runs(world.alloc().history) == [] and world.metrics.series == []
+
+
+def test_an_unknown_or_resolved_ir_is_refused(world: World) -> None:
+    with pytest.raises(NotFound):
+        world.up(FIXTURES / "cpu_mlp.json", ir=world.ir + 100)
+    world.svc.release(world.ir, ALICE)
+    with pytest.raises(Conflict, match="has ended"):
+        world.up(FIXTURES / "cpu_mlp.json")
+    assert world.keys() == []
+
+
+def test_one_bad_trace_refuses_the_whole_upload(world: World, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes((FIXTURES / "cpu_mlp.json.gz").read_bytes()[:9000])
+    with pytest.raises(ValidationFailed, match="truncated or corrupt gzip"):
+        world.up(FIXTURES / "cpu_mlp.json", cut)
+    assert world.keys() == [] and profile_runs.runs(world.alloc().history) == []
+
+
+def test_bad_names_and_batch_sizes_are_refused(world: World) -> None:
+    with pytest.raises(ValidationFailed, match="run name"):
+        world.up(FIXTURES / "cpu_mlp.json", name="Run 7")
+    with pytest.raises(ValidationFailed, match="batch size"):
+        world.up(FIXTURES / "cpu_mlp.json", batch_size=0)
+    assert world.keys() == []
+
+
+def test_s3_failing_leaves_the_incident_as_it_was(world: World) -> None:
+    before = world.alloc().history
+    with pytest.raises(UpstreamError, match="after 3 attempts"):
+        world.up(FIXTURES / "cpu_mlp.json", store=FailingStore())
+    assert world.alloc().history == before and world.metrics.series == []
+
+
+def test_the_store_removes_the_trace_when_the_page_fails(world: World, tmp_path: Path) -> None:
+    calls = {"n": 0}
+    real_put = world.s3.put_object  # type: ignore[attr-defined]
+
+    def put(**kw: object) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise world.s3.exceptions.ClientError(  # type: ignore[attr-defined]
+                {"Error": {"Code": "ServiceUnavailable", "Message": "down"}}, "PutObject"
+            )
+        return real_put(**kw)
+
+    world.s3.put_object = put  # type: ignore[attr-defined]
+    gz = tmp_path / "t.json.gz"
+    shutil.copy(FIXTURES / "cpu_mlp.json.gz", gz)
+    with pytest.raises(UpstreamError, match=r"summary page after 2 attempts \(ServiceUnavailable\)"):
+        world.store.put_run("ir-1/run-1-20261201t150000z", gz, "<html></html>")
+    assert world.keys() == []
+
+
+def test_a_redelivered_profile_command_appends_nothing(world: World) -> None:
+    (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-1")
+    (run,) = profile_runs.runs(world.alloc().history)
+    from gpufarm.core.serial import ProfileScope
+
+    scope = ProfileScope(run="run-1", summary=run.details, link=run.link)
+    again = IncidentCommand(op=Op.PROFILE, ir=world.ir, actor=ALICE, reply_to=ALICE, origin=done.key, profile=scope)  # type: ignore[attr-defined]
+    executor.execute(world.svc, again)
+    assert len(profile_runs.runs(world.alloc().history)) == 1
