@@ -2,16 +2,19 @@
 
 - **Farm overview**: per environment and GPU model, total / allocated / free GPUs, busy / idle / lost devices, down
   and agentless GPUs; cloud quota used vs limit and held by leases; inventory source errors;
-- **Project** (template variables team, project, ir): GPUs held, busy and idle, utilisation, GPU-hours per lease;
+- **Project** (template variables team, project, ir): GPUs held, busy and idle, utilisation, GPU-hours per lease,
+  budget burn;
 - **Node → device → process**: per host its GPUs, MIG slices, containers and processes with their leases, health;
 - **GPU slicing**: per shared host and MIG slice, the lease and container holding it and how busy it is;
-- **Quota ledger**: entitled / allocated / used per team, environment and model; inventory; unattributed usage.
+- **Quota ledger**: entitled / allocated / used / idle / unmeasured per team, project, environment and model;
+  budget burn; inventory; unattributed usage per host and team.
 
 Widgets query only what is emitted: the node agent's metrics (spec/metrics.yaml; `host`, `team`, `project`,
 `environment` and `gpufarm` are host tags Datadog stamps on each point) and the gauges the scheduled sync publishes
 (gpufarm.core.reconcile.publish_gauges: `gpufarm.quota.*` per team, environment and model, `gpufarm.inventory.*`
 per environment and model, and the ledger's gauges gpufarm.core.sources.LEDGER_GAUGES declares: down and agentless
-GPUs, cloud quotas, source errors). tests/unit/test_dashboards.py holds every query to those declarations.
+GPUs, cloud quotas, source errors, the measured ledger, budgets). tests/unit/test_dashboards.py holds every query
+to those declarations.
 
 The lease template variable is the agent's per-device `gpu_ir` tag (exact on shared hosts, where a host carries
 several `ir:` tags); model values are lower-case, as Datadog stores tags.
@@ -252,6 +255,7 @@ def project(farm: FarmConfig) -> dict[str, Any]:
                     Formula("idle + held_idle", "idle GPU-hours"),
                 ],
             ),
+            _budget_table(scope(TEAM, PROJECT)),
             toplist(
                 "GPU memory held per lease",
                 Query("a", f"sum:gpufarm.ir.memory.used{{{s}}} by {{gpu_ir}}"),
@@ -465,6 +469,7 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
     """Entitled, allocated and used per team, environment and model; inventory; unattributed usage."""
     q = scope(TEAM, ENV, MODEL)
     by = " by {team,environment,gpu_model}"
+    ledger_by = " by {team,project,environment,gpu_model}"
     return {
         "title": "gpufarm: quota ledger",
         "layout_type": "ordered",
@@ -477,8 +482,9 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
         "widgets": [
             note(
                 "**Quota ledger.** Entitled is the farm configuration's quota, allocated what the team's leases "
-                "hold (both from the scheduled sync), used the team's busy devices as the node agents see them "
-                "(`team` is the host tag a lease writes). Unattributed usage is busy devices no lease holds."
+                "hold, used / idle / unmeasured what the agents' metrics say of those GPUs (all from the scheduled "
+                "sync; unmeasured GPUs are never counted idle); budgets are GPU-hours per period. Unattributed "
+                "usage is busy GPUs no lease claims."
             ),
             table(
                 "Entitled and allocated per team, environment and model",
@@ -493,10 +499,26 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
                 ],
             ),
             table(
-                "Used: busy devices per team, environment and model",
+                "Held GPUs per team, project, environment and model: used, idle, unmeasured (the sync's ledger)",
+                [
+                    Query("held", f"sum:gpufarm.ledger.gpus.allocated{{{q}}}{ledger_by}"),
+                    Query("used", f"sum:gpufarm.ledger.gpus.used{{{q}}}{ledger_by}"),
+                    Query("idle", f"sum:gpufarm.ledger.gpus.idle{{{q}}}{ledger_by}"),
+                    Query("unmeasured", f"sum:gpufarm.ledger.gpus.unmeasured{{{q}}}{ledger_by}"),
+                ],
+                [
+                    Formula("held", "allocated GPUs"),
+                    Formula("used", "used (busy)"),
+                    Formula("idle", "idle"),
+                    Formula("unmeasured", "unmeasured (no metrics)"),
+                ],
+            ),
+            table(
+                "Used now: busy devices per team, environment and model (node agents)",
                 [Query("busy", f"sum:gpufarm.gpu.idle_state{{{scope(q, 'state:busy', LEASED)}}}{by}")],
                 [Formula("busy", "busy devices")],
             ),
+            _budget_table(scope(TEAM)),
             timeseries(
                 "Allocated vs entitled per team",
                 [
@@ -518,12 +540,37 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
                 [Formula("total", "total GPUs"), Formula("free", "free GPUs")],
             ),
             toplist(
-                "Unattributed usage: busy devices no lease holds, per host",
+                "Unattributed usage: busy GPUs no lease claims, per host and team (the sync's ledger)",
+                Query("a", f"sum:gpufarm.ledger.gpus.unattributed{{{scope(ENV)}}} by {{host,team}}"),
+                "busy GPUs",
+            ),
+            toplist(
+                "Unattributed usage now: busy devices no lease holds, per host (node agents)",
                 Query("a", f"sum:gpufarm.gpu.idle_state{{{scope(ENV, 'state:busy', 'gpu_ir:none')}}} by {{host}}"),
                 "busy devices",
             ),
         ],
     }
+
+
+def _budget_table(where: str) -> Widget:
+    """GPU-hour budgets of the current period: budget, burned, remaining (gpufarm.budget.*; project `all` is a
+    team's own budget)."""
+    by = " by {team,project,period}"
+    return table(
+        "GPU-hour budgets: burned vs budget this period",
+        [
+            Query("budget", f"sum:gpufarm.budget.gpu_hours{{{where}}}{by}"),
+            Query("burned", f"sum:gpufarm.budget.burned{{{where}}}{by}"),
+            Query("remaining", f"sum:gpufarm.budget.remaining{{{where}}}{by}"),
+        ],
+        [
+            Formula("budget", "budget (GPU-hours)"),
+            Formula("burned", "burned"),
+            Formula("remaining", "remaining"),
+            Formula("100 * burned / budget", "% burned"),
+        ],
+    )
 
 
 BUILDERS = {
