@@ -18,6 +18,7 @@ from gpufarm import __version__
 OWN_COMMANDS = {
     "datadog": "gpufarm.setup.cli:datadog",
     "slack": "gpufarm.setup.slack_check:slack",
+    "profile": "gpufarm.profiling.cli:profile",
 }
 ENTRY_POINT_GROUP = "gpufarm.commands"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}

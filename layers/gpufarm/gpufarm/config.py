@@ -22,6 +22,7 @@ SECRET_KEYS = {
     "slack_bot_token": "slack_bot_token",
     "slack_signing_secret": "slack_signing_secret",
     "webhook_secret": "webhook_secret",
+    "profile_link_secret": "profile_link_secret",
 }
 
 
@@ -63,6 +64,10 @@ class Settings(BaseModel):
         default=None, validation_alias=AliasChoices("GPUFARM_SLACK_SIGNING_SECRET", "SLACK_SIGNING_SECRET")
     )
     webhook_secret: SecretStr | None = None
+    # Profiler runs: the bucket, the page function's URL, and the key that signs page links (gpufarm.profiling).
+    profile_bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    profile_pages_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,500}$")
+    profile_link_secret: SecretStr | None = None
     secrets_name: str | None = Field(default=None, description="Secrets Manager secret holding the keys above")
     farm_config: str | None = Field(default=None, description="Path of the farm (quota/pool) YAML file")
     farm_config_parameter: str | None = Field(default=None, description="SSM parameter holding the farm YAML")

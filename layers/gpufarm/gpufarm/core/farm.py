@@ -362,6 +362,16 @@ class Defaults(_Strict):
     extend_days: int = Field(default=7, ge=1, le=MAX_DURATION_DAYS)
 
 
+class ProfileSettings(_Strict):
+    """Profiler runs (gpufarm profile upload): how many days their traces and pages are kept.
+
+    The S3 bucket's lifecycle rule (template.yaml, parameter ProfileRetentionDays, deployed with this value)
+    deletes them then, and the page links gpufarm signs expire at the same time.
+    """
+
+    retention_days: int = Field(default=30, ge=1, le=400)
+
+
 class FarmConfig(_Strict):
     """The whole farm configuration."""
 
@@ -378,6 +388,7 @@ class FarmConfig(_Strict):
     inventory: InventorySettings = InventorySettings()
     ledger: LedgerSettings = LedgerSettings()
     budgets: tuple[Budget, ...] = Field(default=(), max_length=MAX_BUDGETS)
+    profiles: ProfileSettings = ProfileSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
