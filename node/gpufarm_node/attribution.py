@@ -379,10 +379,6 @@ class Attributor:
         self._cache: dict[int, tuple[int, CgroupIdentity, str | None]] = {}
         # pid -> (start time, pod list generation, the joined workload): the per-cycle fast path.
         self._joined: dict[int, tuple[int, int, Workload]] = {}
-        # pid -> workload of the entries of `_joined` made for the pod list generation `_fast_generation`: what a
-        # cycle takes by one C-level lookup per pid, for every pid that needs no check.
-        self._fast: dict[int, Workload] = {}
-        self._fast_generation = -1
         self._seen: set[int] = set()
         self._bad_ir: set[int] = set()
         self.device_owners: Mapping[str, DeviceOwner] = {}
@@ -407,48 +403,28 @@ class Attributor:
         return self.workloads((pid,))[pid]
 
     def workloads(self, pids: Iterable[int]) -> dict[int, Workload | None]:
-        """`workload` of each pid; a cached process the pid cursor did not pass costs a lookup, not a call.
-
-        Every pid is first taken from the fast map in one C-level pass; only the pids that need more (not cached
-        for this pod list, on their turn in the rotation, or passed by the pid cursor) go through `_one`, which
-        decides them exactly as it would decide any pid.
-        """
-        pids = list(pids)
-        self._seen.update(pids)
+        """`workload` of each pid; a cached process the pid cursor did not pass costs a lookup, not a call."""
+        found: dict[int, Workload | None] = {}
+        seen = self._seen
+        cached = self._joined.get
         generation = self.pods.generation if self.pods is not None else 0
-        if self._fast_generation != generation:
-            # The pod list changed: every process is re-joined (by `_one`) and enters the fast map again.
-            self._fast, self._fast_generation = {}, generation
-        fast = self._fast
-        found: dict[int, Workload | None] = dict(zip(pids, map(fast.get, pids), strict=True))
         window, turn = self._window, self._turn
-        if window is None:
-            slow = pids
-        else:
-            low, high = window
-            if low == high:  # no pid handed out since the last cycle
-                slow = [pid for pid in pids if not (pid + turn) % VERIFY_EVERY or pid not in fast]
-            else:
-                slow = [
-                    pid for pid in pids if not (pid + turn) % VERIFY_EVERY or pid not in fast or _passed(pid, low, high)
-                ]
-        for pid in slow:
-            found[pid] = self._one(pid, generation)
+        for pid in pids:
+            seen.add(pid)
+            joined = cached(pid)
+            if joined is not None and window is not None and (pid + turn) % VERIFY_EVERY:
+                low, high = window
+                # Pids in (low, high] may have been handed out again since the last cycle (the cursor may
+                # have wrapped round pid_max: then (low, pid_max) and [0, high]).
+                passed = low < pid <= high if low <= high else (pid > low or pid <= high)
+                if not passed:
+                    if joined[1] == generation:
+                        found[pid] = joined[2]
+                    else:  # the same process: only the pod list changed
+                        found[pid] = self._resolve(pid, joined[0], generation)
+                    continue
+            found[pid] = self._checked(pid, joined, generation)
         return found
-
-    def _one(self, pid: int, generation: int) -> Workload | None:
-        joined = self._joined.get(pid)
-        window = self._window
-        if (
-            joined is not None
-            and window is not None
-            and (pid + self._turn) % VERIFY_EVERY
-            and not _passed(pid, *window)
-        ):
-            if joined[1] == generation:
-                return joined[2]
-            return self._resolve(pid, joined[0], generation)  # the same process: only the pod list changed
-        return self._checked(pid, joined, generation)
 
     def _checked(self, pid: int, joined: tuple[int, int, Workload] | None, generation: int) -> Workload | None:
         """Read the start time, then the cached workload if it is the same process, else read and join."""
@@ -456,7 +432,6 @@ class Attributor:
         if start is None:
             self._cache.pop(pid, None)
             self._joined.pop(pid, None)
-            self._fast.pop(pid, None)
             return None
         if joined is not None and joined[0] == start and joined[1] == generation:
             return joined[2]
@@ -472,11 +447,8 @@ class Attributor:
         _, cgroup, ir = cached
         workload = self._join(cgroup, ir)
         if len(self._joined) >= self._cache_size:
-            self._fast.pop(next(iter(self._joined)), None)
             self._joined.pop(next(iter(self._joined)))
         self._joined[pid] = (start, generation, workload)
-        if generation == self._fast_generation:
-            self._fast[pid] = workload
         return workload
 
     def _read_process(self, pid: int) -> tuple[CgroupIdentity, str | None]:
@@ -497,23 +469,15 @@ class Attributor:
 
     def end_cycle(self) -> None:
         """Forget processes not seen this cycle."""
-        seen = self._seen
-        for cache in (self._cache, self._joined, self._fast):
-            # Set differences in C: usually every cached process was seen, and nothing is deleted.
-            for pid in cache.keys() - seen:
+        for cache in (self._cache, self._joined):
+            for pid in [p for p in cache if p not in self._seen]:
                 del cache[pid]
-        self._bad_ir &= seen
+        self._bad_ir &= self._seen
 
     @property
     def cached(self) -> int:
         """Processes currently cached (for tests and the benchmark)."""
         return len(self._cache)
-
-
-def _passed(pid: int, low: int, high: int) -> bool:
-    """Whether the pid cursor went over `pid` moving from `low` to `high`: pids in (low, high] may have been handed
-    out again since the last cycle (a cursor that wrapped round pid_max covers (low, pid_max) and [0, high])."""
-    return low < pid <= high if low <= high else (pid > low or pid <= high)
 
 
 def _read_once(path: str, size: int) -> bytes | None:

@@ -1,6 +1,6 @@
-"""What the agent caches between cycles (tag tuples, container plans, the attributor's fast map, the sender's value
-texts) never changes what it emits: the same node run with every cache emptied before each cycle emits the same
-series, cycle after cycle, on every built-in topology."""
+"""What the agent caches between cycles (tag tuples, container plans, the attributor's joined workloads, the
+sender's value texts) never changes what it emits: the same node run with every cache emptied before each cycle
+emits the same series, cycle after cycle, on every built-in topology."""
 
 from __future__ import annotations
 
@@ -56,7 +56,6 @@ def _forget(node: FakeNode) -> None:
     attributor = node.attributor
     attributor._cache.clear()
     attributor._joined.clear()
-    attributor._fast.clear()
     collect._ir_tags.cache_clear()
     collect._reason_flags.cache_clear()
 
