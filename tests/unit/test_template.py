@@ -17,7 +17,7 @@ from gpufarm_sandbox.localhost.template import TemplateError, load_template, loa
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TEMPLATE = REPO / "template.yaml"
-FUNCTIONS = ("slack_ingress", "slack_worker", "incident_webhook", "idle_alert", "quota_sync")
+FUNCTIONS = ("slack_ingress", "slack_worker", "incident_webhook", "idle_alert", "quota_sync", "profile_pages")
 BASE = "http://127.0.0.1:8320"
 FN = "  F:\n    Type: AWS::Serverless::Function\n    Properties:"
 
@@ -133,7 +133,10 @@ CALLS = {
     "IncidentWebhookFunction": EVERY | {SEND},  # URL: read the incident, queue it; SQS: allocate, reclaim
     "IdleAlertFunction": EVERY | {SEND},  # idle warning and reclaim, queued in the incident's pool group
     "QuotaSyncFunction": EVERY | {SEND} | AWS_INVENTORY,  # the sync; pool repairs go through the allocation queue
+    "ProfilePagesFunction": EVERY | {("s3:GetObject", "ProfileBucket")},  # a run's page, for a signed link
 }
+# What `gpufarm profile upload` calls (adapters.profile_store), granted by ProfileUploadPolicy to uploaders.
+UPLOAD = {("s3:PutObject", "ProfileBucket"), ("s3:DeleteObject", "ProfileBucket")}
 
 
 def _resource_tokens(resource: Any) -> list[str]:
@@ -144,6 +147,8 @@ def _resource_tokens(resource: Any) -> list[str]:
         return ["*"]  # only actions AWS authorizes on no resource (EC2 describes)
     if isinstance(resource, dict) and "Fn::Sub" in resource:
         text = str(resource["Fn::Sub"])
+        if text.startswith("${ProfileBucket.Arn}"):
+            return ["ProfileBucket"]
         if ":servicequotas:" in text:
             return [f"quota:{text.rsplit(':', 1)[1]}"]
         for kind, marker in (("secret", ":secret:"), ("parameter", ":parameter/")):
@@ -222,6 +227,9 @@ CODE_CALLS = {
     r"\.describe_capacity_reservations\b": "ec2:DescribeCapacityReservations",
     r"\.get_service_quota\b": "servicequotas:GetServiceQuota",
     r"\.get_aws_default_service_quota\b": "servicequotas:GetAWSDefaultServiceQuota",
+    r"\.put_object\(\s*Bucket": "s3:PutObject",
+    r"\.get_object\(\s*Bucket": "s3:GetObject",
+    r"\.delete_object\(\s*Bucket": "s3:DeleteObject",
 }
 CLIENT_RE = re.compile(r"(?:_LazyClient|aws_client|boto3\.client|create_client)\(\s*\"(\w+)\"")
 
@@ -230,9 +238,11 @@ def test_the_code_calls_no_aws_api_beyond_the_grants(raw: dict[str, Any]) -> Non
     # A new AWS call in the layer (an EC2 describe, a Service Quotas read...) needs a grant and a row in CALLS; a
     # grant whose call has gone is a permission nothing uses.
     text = "\n".join(path.read_text() for path in LAYER_CODE.rglob("*.py"))
-    assert set(CLIENT_RE.findall(text)) <= {"lambda", "sqs", "ssm", "secretsmanager"}
+    assert set(CLIENT_RE.findall(text)) <= {"lambda", "sqs", "ssm", "secretsmanager", "s3"}
     called = {action for pattern, action in CODE_CALLS.items() if re.search(pattern, text)}
-    granted_actions = {action for fn in CALLS for action, _ in granted(raw, fn)}
+    upload_policy = raw["Resources"]["ProfileUploadPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert _statements(upload_policy) == UPLOAD
+    granted_actions = {action for fn in CALLS for action, _ in granted(raw, fn)} | {a for a, _ in UPLOAD}
     assert granted_actions == called
 
 

@@ -1,0 +1,73 @@
+"""The profile pages function (Function URL): a run's summary page, for a signed link that has not expired.
+
+`GET /profiles/<key>?expires=<epoch>&sig=<hmac>` (gpufarm.profiling.links): the signature is checked before S3
+is asked, so a link that is not gpufarm's costs no read; the page is served as stored (self-contained HTML) with
+headers that keep it to what it is: no scripts, nothing loaded from elsewhere, framing allowed for Datadog's
+iframe widget. It reads only storage: no Datadog, no Slack, no trace analysis on this path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote
+
+from gpufarm.adapters.profile_store import S3ProfileStore
+from gpufarm.core.errors import NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.handlers import http
+from gpufarm.handlers import runtime as rt
+from gpufarm.profiling.links import LinkSigner
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/profiles/"
+PAGE_HEADERS = {
+    "Content-Type": "text/html; charset=utf-8",
+    # The page is inline CSS and SVG only; the dashboard embeds it, so framing is allowed from Datadog.
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "frame-ancestors https://*.datadoghq.com https://*.datadoghq.eu https://*.ddog-gov.com 'self'",
+    "Cache-Control": "private, max-age=300",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
+    """Serve one run's page, or a short error."""
+    if not http.is_url_event(event) or http.method(event) not in ("GET", "HEAD"):
+        return http.error(405, "only GET of a profile page link")
+    path = str(event.get("rawPath") or "")[:600]
+    params = event.get("queryStringParameters") or {}
+    if not path.startswith(PREFIX) or not isinstance(params, Mapping):
+        return http.error(404, "not a profile page")
+    key = unquote(path.removeprefix(PREFIX)).rstrip("/")
+    try:
+        runtime = rt.current()
+        settings = runtime.settings
+        signer = LinkSigner(settings.require("profile_link_secret").encode())
+        signer.check(
+            key,
+            str(params.get("expires", ""))[:20],
+            str(params.get("sig", ""))[:128],
+            runtime.clock().now().timestamp(),
+        )
+        page = S3ProfileStore(settings, _bucket(settings.profile_bucket)).page(key)
+    except rt.ConfigurationError as exc:
+        # Before NotFound (a missing secret is both): the name is for the operators, not the viewer.
+        log.error("profile pages misconfigured: %s", exc)  # noqa: TRY400 - no traceback needed
+        return http.error(500, "not configured")
+    except (ValidationFailed, NotAllowed) as exc:
+        return http.error(403, str(exc))
+    except NotFound as exc:
+        return http.error(404, str(exc))
+    except UpstreamError as exc:
+        log.warning("profile page %s not served: %s", key[:100], exc)
+        return http.error(503, "storage is unavailable; try again shortly")
+    return http.respond(200, "" if http.method(event) == "HEAD" else page, PAGE_HEADERS)
+
+
+def _bucket(name: str | None) -> str:
+    if not name:
+        raise rt.ConfigurationError("GPUFARM_PROFILE_BUCKET is not set")
+    return name

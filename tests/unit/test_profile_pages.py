@@ -1,0 +1,103 @@
+"""The profile pages function: a run's page for a signed, unexpired link; nothing for any other request."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from gpufarm.adapters.profile_store import S3ProfileStore
+from gpufarm.config import Settings
+from gpufarm.handlers import runtime as rt
+from gpufarm.handlers.profile_pages import handle
+from gpufarm.profiling.links import LinkSigner
+
+BUCKET = "gpufarm-profile-pages"
+KEY = "ir-12/run-7-20261201t150000z"
+SECRET = "pages-test-secret"
+NOW = 1_796_000_000
+
+
+class Clock:
+    def now(self) -> Any:
+        from datetime import UTC, datetime
+
+        return datetime.fromtimestamp(NOW, UTC)
+
+
+@pytest.fixture
+def stored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "GPUFARM_PROFILE_BUCKET": BUCKET,
+        "GPUFARM_PROFILE_LINK_SECRET": SECRET,
+    }.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        trace = tmp_path / "t.json.gz"
+        shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "profiler" / "cpu_mlp.json.gz", trace)
+        S3ProfileStore(Settings(), BUCKET, client=s3).put_run(KEY, trace, "<!doctype html><p>run-7</p>")
+        rt.override(clock=Clock())
+        try:
+            yield
+        finally:
+            rt.reset()
+
+
+def _event(path: str, **query: str) -> dict[str, Any]:
+    return {
+        "version": "2.0",
+        "rawPath": path,
+        "queryStringParameters": query,
+        "headers": {},
+        "requestContext": {"http": {"method": "GET", "path": path}},
+    }
+
+
+def _signed(key: str = KEY, expires: int = NOW + 60, secret: str = SECRET) -> dict[str, Any]:
+    sig = LinkSigner(secret.encode()).signature(key, expires)
+    return _event(f"/profiles/{key}", expires=str(expires), sig=sig)
+
+
+def test_a_signed_link_serves_the_page_with_headers_that_keep_it_self_contained(stored: None) -> None:
+    answer = handle(_signed())
+    assert answer["statusCode"] == 200 and "run-7" in answer["body"]
+    assert "default-src 'none'" in answer["headers"]["Content-Security-Policy"]
+    assert answer["headers"]["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    ("event", "status"),
+    [
+        (_signed(expires=NOW - 1), 403),  # expired
+        (_signed(secret="another"), 403),  # not our signature
+        (
+            _event(
+                f"/profiles/{KEY}",
+                expires=str(NOW + 60),
+                sig=LinkSigner(SECRET.encode()).signature("ir-1/x-20261201t150000z", NOW + 60),
+            ),
+            403,
+        ),
+        (_event("/profiles/../../etc/passwd", expires="1", sig="x"), 403),  # not a run key
+        (_signed(key="ir-12/run-8-20261201t150000z"), 404),  # signed, but no such run
+        (_event("/elsewhere"), 404),
+    ],
+)
+def test_anything_else_is_refused(stored: None, event: dict[str, Any], status: int) -> None:
+    assert handle(event)["statusCode"] == status
+
+
+def test_only_get(stored: None) -> None:
+    event = _signed()
+    event["requestContext"]["http"]["method"] = "POST"
+    assert handle(event)["statusCode"] == 405
