@@ -105,7 +105,10 @@ def test_the_unit_farm_gets_one_monitor_per_kind_per_pool_kind() -> None:
     low = next(m for m in monitors if m.kind is IdleKind.LOW_UTILIZATION)
     assert low.body["query"].startswith("avg(last_120m):avg:gpufarm.gpu.utilization{")
     assert low.body["query"].endswith("< 5") and low.body["options"]["thresholds"] == {"critical": 5.0}
-    assert low.body["options"]["new_group_delay"] == 1800 and low.body["options"]["renotify_interval"] == 60
+    # The start-up grace (30 min) is shorter than the two-hour window: a fresh lease waits one whole window.
+    assert low.body["options"]["new_group_delay"] == 7200 and low.body["options"]["renotify_interval"] == 60
+    idle = next(m for m in monitors if m.kind is IdleKind.IDLE)
+    assert idle.body["options"]["new_group_delay"] == 3600 and not idle.body["options"]["require_full_window"]
 
 
 def test_overrides_split_the_groups_and_every_series_lands_in_exactly_one() -> None:
@@ -119,8 +122,10 @@ def test_overrides_split_the_groups_and_every_series_lands_in_exactly_one() -> N
                 enabled = kind is not IdleKind.IDLE_HELD or team != "vision"
                 assert len(hits) == (1 if enabled else 0), (env, team, kind, [m.body["name"] for m in hits])
     slices_low = [m for m in monitors if m.kind is IdleKind.LOW_UTILIZATION and "< 12" in m.body["query"]]
-    assert len(slices_low) == 2  # vision's start-up grace differs: its own monitor, same threshold
-    assert {m.body["options"]["new_group_delay"] for m in slices_low} == {1800, 300}
+    # vision's start-up grace (5 min) differs, but both are shorter than the two-hour window, which decides: one
+    # monitor, judged only once a fresh lease has a whole window of data.
+    assert len(slices_low) == 1
+    assert {m.body["options"]["new_group_delay"] for m in slices_low} == {7200}
     # Nothing unattributed, nothing off gpufarm's hosts.
     stray = frozenset({"gpu_ir:none", "environment:hpc", MANAGED_TAG, "team:nlp"})
     assert not any(q.metric.matches(stray) for _, q in parsed.values())

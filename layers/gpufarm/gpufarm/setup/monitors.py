@@ -13,9 +13,9 @@ The queries read the node agent's per-device series (spec/metrics.yaml), grouped
 one idle slice of a shared host, alerts on its own. The scope keeps to gpufarm's hosts (`gpufarm:managed`, a host
 tag), drops unattributed devices (`NOT gpu_ir:none`) and narrows by `environment` (and `team`, a host tag gpufarm
 writes on allocation) where overrides make policies differ. A fresh lease's groups are skipped for the start-up
-grace (`new_group_delay`); an alert re-notifies every grace period while it lasts, so a warning cleared by another
-group's recovery comes back. Every message notifies the idle webhook, whose payload carries the monitor's tags
-(kind, window) and the rendered message (value).
+grace or one whole window, whichever is longer (`new_group_delay`); an alert re-notifies every grace period while it
+lasts, so a warning cleared by another group's recovery comes back. Every message notifies the idle webhook, whose
+payload carries the monitor's tags (kind, window) and the rendered message (value).
 
 An environment whose nodes run the Datadog Agent's GPU check instead (`metrics_source: datadog-agent`) gets monitors
 on the check's `gpu.sm_active` (percent of time the SMs were active, per `gpu_uuid`), grouped by the host's `ir`
@@ -98,6 +98,7 @@ class _Signature:
 
     kind: IdleKind
     policy: IdleKindPolicy
+    # The start-up grace or one whole window, whichever is longer: how long a fresh lease's groups go unjudged.
     startup_minutes: int
     grace_minutes: int
     per_device: bool
@@ -123,7 +124,8 @@ def desired_monitors(farm: FarmConfig) -> list[IdleMonitor]:
         for team in [None, *teams]:
             policy = farm.idle.policy(env_name, team)
             for kind, kind_policy in _kinds_for(env.metrics_source, policy.enabled()):
-                startup, grace = policy.startup_grace_minutes, policy.grace_minutes
+                startup = max(policy.startup_grace_minutes, kind_policy.window_minutes)
+                grace = policy.grace_minutes
                 signature = _Signature(kind, kind_policy, startup, grace, per_device, env.metrics_source)
                 groups.setdefault(signature, []).append(_Cell(env_name, team))
     monitors = [_monitor(signature, cells, teams) for signature, cells in groups.items()]
@@ -210,7 +212,9 @@ def _body(
             "notify_no_data": False,
             "require_full_window": False,
             "include_tags": True,
-            # A fresh allocation is not idle: its groups are not evaluated for the start-up grace.
+            # A fresh allocation is not idle: its groups are not evaluated for the start-up grace, nor before they
+            # have one whole window of data (a lease idle from its allocation is warned a window after it, never on
+            # the half-filled window the first evaluation after a shorter grace would see).
             "new_group_delay": signature.startup_minutes * 60,
             # While a group stays idle the webhook hears again each grace period (a cleared warning comes back).
             "renotify_interval": signature.grace_minutes,
