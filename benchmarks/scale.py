@@ -48,6 +48,9 @@ TARGETS = {
     "release": ("release → untagged", 5.0),
     "sync": ("sync, no change", 60.0),
     "drift": ("sync, 1 % drift", 60.0),
+    # The accrue commands the no-change sync queued for the leases due (a quarter of them; at most
+    # ledger.max_accruals), each its own consumer invocation in its pool's group: writes apart from repairs.
+    "accrual": ("accruals of that sync", 60.0),
 }
 # The simulated clouds: EC2 GPU instances and Azure VMs, and how many of each run no agent.
 EC2_INSTANCES = 2_000
@@ -111,6 +114,10 @@ def growth(results: dict[str, dict[str, FarmPath]]) -> None:
         f"peak RSS at most {rss:.0f} MB (target ≤ {MEMORY_MB} MB)"
     )
     print(f"  sync without changes: {large['sync'].total('writes')} writes (target 0)")
+    print(
+        f"  its GPU-hour accruals, apart: {large['accrual'].total('writes')} writes for {len(large['accrual'].calls)} "
+        f"leases due (one PATCH each, at most ledger.max_accruals a sync)"
+    )
     print(f"  sync after 1 % drift: {large['drift'].total('writes')} writes, {large['drift'].note} (target equal)")
 
 

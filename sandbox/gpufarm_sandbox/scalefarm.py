@@ -167,6 +167,9 @@ class Lease:
     request: GpuRequest
     host_gpus: dict[str, int]
     ir: int = 0
+    # Minutes since its GPU-hours last accrued (gpufarm.core.accounting): a quarter of the leases 65, due at an
+    # hourly cadence as at a 15-minute sync in steady state, the rest 10-20, not due for the next 40 minutes.
+    accrued_minutes_ago: int = 10
 
     def tags(self) -> list[str]:
         """The tags gpufarm puts on the lease's hosts."""
@@ -182,6 +185,8 @@ class Lease:
             f.HOSTS: sorted(self.host_gpus),
             f.HOST_GPUS: encode_host_gpus(self.host_gpus),
             f.EXPIRES_AT: isoformat(now + timedelta(days=self.request.duration_days)),
+            f.ALLOCATED_AT: isoformat(now - timedelta(hours=2)),
+            f.GPU_HOURS_UNTIL: isoformat(now - timedelta(minutes=self.accrued_minutes_ago)),
         }
         return values
 
@@ -222,7 +227,8 @@ def layout(n_hosts: int, n_leases: int, *, pools: tuple[PoolShare, ...] = POOLS,
                 requester=user(k % TEAMS),
                 request_id=f"seed-{prefix}{k:06d}-lease",
             )
-            out.leases.append(Lease(request, dict.fromkeys(taken, units)))
+            accrued = 65 if k % 4 == 0 else 5 + 5 * (k % 4)
+            out.leases.append(Lease(request, dict.fromkeys(taken, units), accrued_minutes_ago=accrued))
             k += 1
         out.free[(p.environment, p.model)] = names[cursor:]
     return out
@@ -424,7 +430,8 @@ class Runner:
                 kinds["slack"] += n
             elif route.startswith("/api/v2/series"):
                 kinds["metrics"] += n
-            elif method == "GET" or route.endswith("/search"):
+            elif method == "GET" or route.endswith("/search") or route.startswith("/api/v2/query/"):
+                # A metrics query is a POST that reads (the ledger's busy-GPU query, gpufarm.core.accounting).
                 kinds["reads"] += n
             else:
                 kinds["writes"] += n
@@ -469,7 +476,7 @@ def measure(api: Api, plan: Layout, *, tag: str = "0001") -> dict[str, FarmPath]
     from gpufarm.handlers import quota_sync
 
     runner = Runner(api)
-    paths = {key: FarmPath(key) for key in ("request", "approval", "release", "sync", "drift")}
+    paths = {key: FarmPath(key) for key in ("request", "approval", "release", "sync", "drift", "accrual")}
 
     # request → IR: the worker (the policy's up-front check, the request queued) and what it queued.
     runner.fresh()
@@ -506,7 +513,14 @@ def measure(api: Api, plan: Layout, *, tag: str = "0001") -> dict[str, FarmPath]
     # One sync with nothing to change: the scheduled function, then every repair it queued.
     runner.fresh()
     runner.invoke(paths["sync"], "scheduled sync", "sync", lambda: quota_sync.handle({"job": "quota_sync"}))
+    # Its accrue commands (the leases whose GPU-hours are due) are measured apart from its repairs.
+    queued = list(runner.queue.messages)
+    runner.queue.messages[:] = [m for m in queued if _label(m) != "command accrue"]
     runner.drain(paths["sync"])
+    for body in queued:
+        if _label(body) == "command accrue":
+            runner.consume(paths["accrual"], body)
+    paths["accrual"].note = f"{len(paths['accrual'].calls)} leases due"
 
     # One sync after 1 % of the hosts drifted.
     changed = drift(api, plan)

@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
@@ -170,3 +171,16 @@ def test_ended_leases_still_count_and_the_project_budget_applies_per_quarter(wor
     assert world.metrics.value("gpufarm.budget.remaining", *tags) == 540
     text = world.svc.quota("nlp").blocks[0]["text"]["text"]
     assert "`nlp/big` 2026-Q4: 960 / 1,500 (64 %, 540 left)" in text
+
+
+def test_the_example_farm_documents_the_ledger_and_budgets_it_validates() -> None:
+    text = (Path(__file__).resolve().parents[2] / "config" / "farm.example.yaml").read_text()
+    assert parse_farm(text).ledger.accrue_hours == 1
+    # The commented example budgets, switched on, are a valid configuration.
+    start = text.index("# budgets:")
+    lines = [line.removeprefix("# ") for line in text[start:].splitlines()[:3]]
+    farm = parse_farm(text + "\n".join(lines) + "\n")
+    assert [(b.label(), b.period.value, b.gpu_hours) for b in farm.budgets] == [
+        ("nlp", "month", 20000),
+        ("nlp/llm-ko", "quarter", 30000),
+    ]
