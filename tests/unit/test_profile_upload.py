@@ -192,3 +192,9 @@ def test_a_redelivered_profile_command_appends_nothing(world: World) -> None:
     again = IncidentCommand(op=Op.PROFILE, ir=world.ir, actor=ALICE, reply_to=ALICE, origin=done.key, profile=scope)  # type: ignore[attr-defined]
     executor.execute(world.svc, again)
     assert len(profile_runs.runs(world.alloc().history)) == 1
+
+
+def test_gpu_status_lists_the_run_with_its_link(world: World) -> None:
+    (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-3")
+    text = world.svc.status(world.ir).text
+    assert "profiled: run run-3; 5 steps" in text and done.link in text  # type: ignore[attr-defined]

@@ -68,7 +68,7 @@ def run_local(
     from gpufarm_sandbox.cli import wait_for_interrupt
 
     started = time.perf_counter()
-    with start_local(host, port, template=template, setup=setup) as env, contextlib.ExitStack() as stack:
+    with start_local(host, port, template=template, setup=setup, profiles=True) as env, contextlib.ExitStack() as stack:
         for hook in hooks:
             cleanup = hook(env)
             if cleanup is not None:

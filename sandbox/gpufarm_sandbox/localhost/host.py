@@ -475,9 +475,11 @@ def start_local(
     root: Path | None = None,
     parameters: Mapping[str, str] | None = None,
     setup: bool = False,
+    profiles: bool = False,
 ) -> Iterator[LocalEnv]:
     """Sandbox + LocalHost + HTTP server; sets sb.base_url and os.environ for the functions (restored on exit).
 
+    With profiles, S3 for profiler runs is moto's server on a loopback port (localhost.profiles).
     With setup, `gpufarm datadog apply` runs on the sandbox (localhost.setup) before the Function URLs accept
     requests (they answer 503 until then) and the environment is yielded; what it did is in LocalEnv.setup.
     """
@@ -494,6 +496,17 @@ def start_local(
     except BaseException:
         server.stop()
         raise
+    stack = contextlib.ExitStack()
+    if profiles:
+        # Profiler runs: moto's S3 server and the profile_pages function (gpufarm_sandbox.localhost.profiles).
+        from gpufarm_sandbox.localhost.profiles import local_profiles
+
+        try:
+            local.env.update(stack.enter_context(local_profiles(local.urls.function("profile_pages"))))
+        except BaseException:
+            local.close()
+            server.stop()
+            raise
     names = set(local.env) | DROPPED_LOCALLY
     saved = {name: os.environ.get(name) for name in names}
     os.environ.update(local.env)
@@ -511,6 +524,7 @@ def start_local(
     finally:
         local.close()
         server.stop()
+        stack.close()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import click
 
 from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 
+SEAMS_GROUP = "gpufarm.seams"
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
 _IR = re.compile(r"^(?:ir-?)?([1-9][0-9]{0,8})$", re.IGNORECASE)
@@ -69,6 +71,9 @@ def upload_traces(traces: list[Path], ir_text: str, name: str | None, batch_size
     ir = parse_ir(ir_text)
     if not _USER.match(user):
         raise ValidationFailed("user", f"{user[:40]!r} is not a Slack user id (U0123ABCD)")
+    # A development tool's seams (the local host's, beside `gpufarm local`) apply to the environments it made.
+    for point in entry_points(group=SEAMS_GROUP):
+        rt.install_seams(point.load())
     runtime = rt.current()
     settings = runtime.settings
     if not settings.profile_bucket or not settings.profile_pages_url:
