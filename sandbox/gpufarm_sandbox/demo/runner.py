@@ -21,6 +21,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("GPU slicing: two leases on one MIG host, only the idle one reclaimed", "gpufarm_sandbox.demo.slicing_stage"),
     ("governance: a reject's reason, bounded keeps, an exemption", "gpufarm_sandbox.demo.governance_stage"),
     ("inventory: clouds, no agent, a source skipped, the ledger", "gpufarm_sandbox.demo.inventory_stage"),
+    ("profiler runs: a real trace on a lease, its page and metrics", "gpufarm_sandbox.demo.profile_stage"),
 )
 
 
@@ -30,7 +31,7 @@ def run_demo(out: Callable[[str], None] = click.echo, *, stages: tuple[tuple[str
     from gpufarm_sandbox.localhost import start_local
 
     started = time.perf_counter()
-    with start_local(port=0) as env:
+    with start_local(port=0, profiles=True) as env:
         ctx = DemoContext(sandbox=env.sandbox, base_url=env.url, settings=Settings(), out=out, local=env)
         out(f"gpufarm demo: sandbox and functions on {env.url}")
         for title, module_name in stages:
