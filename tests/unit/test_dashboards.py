@@ -71,7 +71,7 @@ def _runtime_gauges() -> dict[str, set[str]]:
 
 
 def _declared_tags(metric: str) -> set[str]:
-    tags = SPEC["metrics"][metric]["tags"]
+    tags = {**SPEC["metrics"], **SPEC["profile_metrics"]}[metric]["tags"]
     out: set[str] = set()
     for name in [*tags.get("required", []), *tags.get("optional", [])]:
         out.update(SPEC["tagsets"].get(name, [name]))
@@ -126,7 +126,7 @@ def test_every_queried_metric_is_declared_with_the_tags_the_query_uses(
             concrete = re.sub(r",?\$[a-z_]+", "", text).replace("{,", "{").replace("{}", "{*}")
             query = parse_query(concrete)  # the sandbox's parser, as the local pages run it
             used |= {a or b for a, b in _TERM.findall(query.scope)} | set(query.group_by)
-            if query.metric in SPEC["metrics"]:
+            if query.metric in SPEC["metrics"] or query.metric in SPEC["profile_metrics"]:
                 declared = _declared_tags(query.metric)
             else:
                 assert query.metric in gauges, f"{query.metric} is neither in spec/metrics.yaml nor published"

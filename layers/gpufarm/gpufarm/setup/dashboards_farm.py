@@ -267,8 +267,38 @@ def project(farm: FarmConfig) -> dict[str, Any]:
                 [Formula("a", "processes")],
                 display="bars",
             ),
+            *_profile_runs(scope(TEAM, PROJECT)),
         ],
     }
+
+
+def _profile_runs(where: str) -> list[Widget]:
+    """Profiler runs uploaded to the leases (gpufarm profile upload; spec/metrics.yaml `profile_metrics`)."""
+    by = " by {ir,run}"
+    return [
+        note(
+            "**Profiler runs.** Each `gpufarm profile upload` publishes its trace's figures tagged with the lease "
+            "and the run; its summary page (step times, busy streams, top kernels and operators) is linked from "
+            "the lease's history: `/gpu status IR-n`."
+        ),
+        table(
+            "Profiler runs: steps, step time, throughput, memory peak",
+            [
+                Query("steps", f"max:gpufarm.profile.steps{{{where}}}{by}", "last"),
+                Query("step", f"avg:gpufarm.profile.step_time.mean{{{where}}}{by}", "last"),
+                Query("p50", f"avg:gpufarm.profile.step_time.p50{{{where}}}{by}", "last"),
+                Query("tput", f"avg:gpufarm.profile.throughput{{{where}}}{by}", "last"),
+                Query("peak", f"max:gpufarm.profile.memory.peak{{{where}}}{by}", "last"),
+            ],
+            [
+                Formula("steps", "steps"),
+                Formula("step", "mean step ms"),
+                Formula("p50", "p50 step ms"),
+                Formula("tput", "samples/s"),
+                Formula("peak", "memory peak bytes"),
+            ],
+        ),
+    ]
 
 
 # -- Node -> device -> process ----------------------------------------------------------------------------------
