@@ -9,6 +9,7 @@ Started only when asked (`gpufarm local`, the demo): moto's server costs about 1
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +27,8 @@ def local_profiles(pages_url: str, retention_days: int = 30) -> Iterator[dict[st
     import botocore.session
     from moto.server import ThreadedMotoServer
 
+    # moto's server logs each request through werkzeug's logger at INFO (the sandbox's own server does not use it).
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
