@@ -101,3 +101,16 @@ def test_only_get(stored: None) -> None:
     event = _signed()
     event["requestContext"]["http"]["method"] = "POST"
     assert handle(event)["statusCode"] == 405
+
+
+def test_the_bucket_keeps_runs_as_long_as_the_farm_says() -> None:
+    import re
+
+    from gpufarm.core.farm import ProfileSettings, parse_farm
+
+    root = Path(__file__).resolve().parents[2]
+    template = (root / "template.yaml").read_text()
+    default = re.search(r"  ProfileRetentionDays:\n    Type: Number\n    Default: (\d+)\n", template)
+    assert default is not None and "ExpirationInDays: !Ref ProfileRetentionDays" in template
+    example = parse_farm((root / "config" / "farm.example.yaml").read_text()).profiles.retention_days
+    assert int(default.group(1)) == ProfileSettings().retention_days == example
