@@ -114,3 +114,14 @@ def test_the_bucket_keeps_runs_as_long_as_the_farm_says() -> None:
     assert default is not None and "ExpirationInDays: !Ref ProfileRetentionDays" in template
     example = parse_farm((root / "config" / "farm.example.yaml").read_text()).profiles.retention_days
     assert int(default.group(1)) == ProfileSettings().retention_days == example
+
+
+def test_the_sample_event_is_a_well_formed_request_for_a_run(stored: None) -> None:
+    import json
+
+    event = json.loads((Path(__file__).resolve().parents[2] / "events" / "profile_pages_get.json").read_text())
+    assert handle(event)["statusCode"] == 403  # its signature is a placeholder: no secret signs it
+    key = event["rawPath"].removeprefix("/profiles/")
+    expires = int(event["queryStringParameters"]["expires"])
+    event["queryStringParameters"]["sig"] = LinkSigner(SECRET.encode()).signature(key, expires)
+    assert handle(event)["statusCode"] == 200
