@@ -83,6 +83,15 @@ def show(size: str, hosts: int, leases: int, seeded_s: float, paths: dict[str, F
             f"reads {path.total('reads')}, writes {path.total('writes')}, Slack {path.total('slack')}, "
             f"metric posts {path.total('metrics')}"
         )
+        if key == "accrual" and path.calls:
+            # One consumer invocation per lease due: their spread, not every line.
+            walls = sorted(c.wall_s for c in path.calls)
+            print(
+                f"    command accrue x {len(walls)}: median {walls[len(walls) // 2]:.2f} s, "
+                f"max {walls[-1]:.2f} s wall, "
+                f"max {max(c.rss_mb for c in path.calls):.0f} MB peak RSS, {path.total('reads')} reads"
+            )
+            continue
         for call in path.calls:
             print(
                 f"    {call.name:<30} {call.wall_s:7.2f} s wall {call.cpu_s:6.2f} s CPU {call.rss_mb:5.0f} MB peak RSS"
