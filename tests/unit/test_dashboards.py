@@ -250,3 +250,14 @@ def test_metadata_plan_creates_updates_and_keeps() -> None:
     assert changes["gpufarm.gpu.temperature"].detail == "gauge, degree celsius"
     assert changes["gpufarm.gpu.energy"].differences == ("type", "unit", "description")
     assert changes["gpufarm.node.gpus"].action is Action.UNCHANGED
+
+
+def test_the_project_dashboard_embeds_each_teams_newest_profiler_run_when_pages_are_configured() -> None:
+    farm = parse_farm(EXAMPLE)
+    links = {team: f"https://pages.example.test/profiles/latest/{team}?expires=1&sig=ab" for team in farm.teams}
+    plain = {d.key: d.body for d in dash.desired_dashboards(farm)}
+    embedded = {d.key: d.body for d in dash.desired_dashboards(farm, links)}
+    frames = [w for w in walk(embedded["project"]["widgets"]) if w["definition"]["type"] == "iframe"]
+    assert sorted(w["definition"]["url"] for w in frames) == sorted(links.values())
+    assert not [w for w in walk(plain["project"]["widgets"]) if w["definition"]["type"] == "iframe"]
+    assert {k: v for k, v in embedded.items() if k != "project"} == {k: v for k, v in plain.items() if k != "project"}

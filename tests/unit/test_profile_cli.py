@@ -87,7 +87,7 @@ def test_upload_prints_the_link_and_records_the_run(lease: Lease) -> None:
     assert result.exit_code == 0, result.output
     assert f"IR-{lease.ir} run-7: 5 steps" in result.output and "recorded" in result.output
     assert "http://127.0.0.1:9/pages/profiles/ir-" in result.output
-    assert [r.run for r in lease.runs()] == ["run-7"] and lease.objects() == 2
+    assert [r.run for r in lease.runs()] == ["run-7"] and lease.objects() == 3  # trace, page, team's newest
 
 
 def test_the_ir_defaults_to_gpufarm_ir(lease: Lease, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -125,3 +125,27 @@ def test_the_sample_event_is_a_well_formed_request_for_a_run(stored: None) -> No
     expires = int(event["queryStringParameters"]["expires"])
     event["queryStringParameters"]["sig"] = LinkSigner(SECRET.encode()).signature(key, expires)
     assert handle(event)["statusCode"] == 200
+
+
+def test_a_teams_newest_run_is_served_for_its_signed_dashboard_link(stored: None, tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from gpufarm.profiling.links import latest_links
+
+    signer = LinkSigner(SECRET.encode())
+    now = datetime.fromtimestamp(NOW, UTC)
+    links = latest_links("https://pages.example.test/", signer, ["nlp", "Bad Team"], now)
+    assert list(links) == ["nlp"]
+    assert links == latest_links("https://pages.example.test/", signer, ["nlp"], now.replace(month=12, day=31))
+    key, query = links["nlp"].removeprefix("https://pages.example.test/profiles/").split("?")
+    args = dict(part.split("=") for part in query.split("&"))
+    assert key == "latest/nlp"
+    assert handle(_event(f"/profiles/{key}", **args))["statusCode"] == 404  # no run of nlp stored yet
+    s3 = boto3.client("s3", region_name="us-east-1")
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "profiler" / "cpu_mlp.json.gz", trace)
+    S3ProfileStore(Settings(), BUCKET, client=s3).put_run(
+        "ir-12/run-8-20261201t160000z", trace, "<!doctype html><p>run-8</p>", latest="latest/nlp"
+    )
+    answer = handle(_event(f"/profiles/{key}", **args))
+    assert answer["statusCode"] == 200 and "run-8" in answer["body"]

@@ -41,7 +41,7 @@ YAML = FARM_YAML.replace(
 class FailingStore:
     """A store whose S3 is down: the page never lands (the adapter deletes the trace it stored first)."""
 
-    def put_run(self, key: str, trace_gz: Path, page: str) -> None:
+    def put_run(self, key: str, trace_gz: Path, page: str, latest: str | None = None) -> None:
         raise UpstreamError("S3 did not store the summary page after 3 attempts (ServiceUnavailable)")
 
 
@@ -102,7 +102,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
 def test_an_upload_stores_trace_and_page_records_the_link_and_publishes_metrics(world: World) -> None:
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-7", batch_size=32)
     folder = PREFIX + done.key + "/"  # type: ignore[attr-defined]
-    assert world.keys() == [folder + PAGE, folder + TRACE]
+    assert world.keys() == [folder + PAGE, folder + TRACE, PREFIX + "latest/nlp/" + PAGE]
     page = world.s3.get_object(Bucket=BUCKET, Key=folder + PAGE)["Body"].read().decode()  # type: ignore[attr-defined]
     assert "IR-" in page and "run-7" in page and "<svg" in page
     assert world.store.page(done.key) == page  # type: ignore[attr-defined]
@@ -163,13 +163,16 @@ def test_s3_failing_leaves_the_incident_as_it_was(world: World) -> None:
     assert world.alloc().history == before and world.metrics.series == []
 
 
-def test_the_store_removes_the_trace_when_the_page_fails(world: World, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("failing", "what"), [(2, "the summary page"), (3, "the team's newest-run page")])
+def test_the_store_leaves_nothing_of_a_run_it_could_not_store_whole(
+    world: World, tmp_path: Path, failing: int, what: str
+) -> None:
     calls = {"n": 0}
     real_put = world.s3.put_object  # type: ignore[attr-defined]
 
     def put(**kw: object) -> object:
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == failing:
             raise world.s3.exceptions.ClientError(  # type: ignore[attr-defined]
                 {"Error": {"Code": "ServiceUnavailable", "Message": "down"}}, "PutObject"
             )
@@ -178,8 +181,8 @@ def test_the_store_removes_the_trace_when_the_page_fails(world: World, tmp_path:
     world.s3.put_object = put  # type: ignore[attr-defined]
     gz = tmp_path / "t.json.gz"
     shutil.copy(FIXTURES / "cpu_mlp.json.gz", gz)
-    with pytest.raises(UpstreamError, match=r"summary page after 2 attempts \(ServiceUnavailable\)"):
-        world.store.put_run("ir-1/run-1-20261201t150000z", gz, "<html></html>")
+    with pytest.raises(UpstreamError, match=rf"{what} after 2 attempts \(ServiceUnavailable\)"):
+        world.store.put_run("ir-1/run-1-20261201t150000z", gz, "<html></html>", latest="latest/nlp")
     assert world.keys() == []
 
 

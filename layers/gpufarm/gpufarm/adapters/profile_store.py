@@ -34,8 +34,9 @@ class S3ProfileStore:
         self.attempts = settings.max_retries + 1
         self._client = _LazyClient("s3", settings, client)
 
-    def put_run(self, key: str, trace_gz: Path, page: str) -> None:
-        """Store a run's gzipped trace and its page; UpstreamError (nothing left stored) when S3 fails."""
+    def put_run(self, key: str, trace_gz: Path, page: str, latest: str | None = None) -> None:
+        """Store a run's gzipped trace and its page (and the page as `latest`, its team's newest run);
+        UpstreamError, nothing of this run left stored, when S3 fails."""
         folder = PREFIX + checked_key(key) + "/"
         client = self._client.get()
         try:
@@ -60,6 +61,20 @@ class S3ProfileStore:
         except Exception as exc:
             self._forget(folder + TRACE)
             raise self._failed("the summary page", exc) from exc
+        if latest is None:
+            return
+        try:
+            client.put_object(
+                Bucket=self.bucket,
+                Key=PREFIX + checked_key(latest) + "/" + PAGE,
+                Body=page.encode(),
+                ContentType="text/html; charset=utf-8",
+                CacheControl="private, max-age=60",
+            )
+        except Exception as exc:
+            self._forget(folder + PAGE)
+            self._forget(folder + TRACE)
+            raise self._failed("the team's newest-run page", exc) from exc
 
     def page(self, key: str) -> str:
         """A run's summary page; NotFound when there is none (expired by the lifecycle rule, or never stored)."""

@@ -12,13 +12,15 @@ import hashlib
 import hmac
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import quote
 
 from gpufarm.core.errors import NotAllowed, ValidationFailed
 
 # A run's objects: profiles/ir-<n>/<run>-<stamp>/{trace.json.gz,summary.html}; links name the run's folder.
-KEY = re.compile(r"^ir-[1-9][0-9]{0,8}/[a-z0-9][a-z0-9_.-]{0,62}-[0-9]{8}t[0-9]{6}z$")
-MAX_LINK_DAYS = 400
+# `latest/<team>`: the newest run of a team's leases, which the project dashboard's iframe widgets show.
+KEY = re.compile(r"^(ir-[1-9][0-9]{0,8}/[a-z0-9][a-z0-9_.-]{0,62}-[0-9]{8}t[0-9]{6}z|latest/[a-z0-9][a-z0-9_-]{0,62})$")
+LATEST = "latest/"
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,26 @@ class LinkSigner:
             raise NotAllowed("this link is not valid")
         if int(expires) < now:
             raise NotAllowed("this link has expired; open the run from the incident or the dashboard again")
+
+
+def latest_key(team: str) -> str | None:
+    """The key of a team's newest run (None for a team name that cannot be one)."""
+    key = LATEST + team
+    return key if KEY.match(key) else None
+
+
+def latest_links(pages_url: str, signer: LinkSigner, teams: list[str], now: datetime) -> dict[str, str]:
+    """Each team's newest-run link for the dashboard, valid to the start of the year after next.
+
+    The expiry moves once a year, so a re-applied dashboard is unchanged (no drift) for a year at a time.
+    """
+    expires = int(datetime(now.year + 2, 1, 1, tzinfo=UTC).timestamp())
+    out = {}
+    for team in teams:
+        key = latest_key(team)
+        if key is not None:
+            out[team] = signer.link(pages_url, key, expires)
+    return out
 
 
 def checked_key(key: str) -> str:

@@ -28,7 +28,7 @@ from gpufarm.core.serial import IncidentCommand, Op, ProfileScope
 from gpufarm.core.service import GpuFarm
 from gpufarm.profiling import metrics, reader
 from gpufarm.profiling.analysis import Figures, analyse
-from gpufarm.profiling.links import LinkSigner
+from gpufarm.profiling.links import LinkSigner, latest_key
 from gpufarm.profiling.page import render
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,8 @@ DAY_S = 86_400
 class ProfileStore(Protocol):
     """Where runs are kept (gpufarm.adapters.profile_store.S3ProfileStore)."""
 
-    def put_run(self, key: str, trace_gz: Path, page: str) -> None:
-        """Store a run's gzipped trace and its page, whole or not at all."""
+    def put_run(self, key: str, trace_gz: Path, page: str, latest: str | None = None) -> None:
+        """Store a run's gzipped trace and its page (and as `latest`), whole or not at all."""
         ...
 
 
@@ -106,7 +106,7 @@ def upload(
             expires = int(now.timestamp()) + retention_days * DAY_S
             link = signer.link(pages_url, key, expires)
             page = render(figures, ir=ir, run=run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=path.name)
-            store.put_run(key, gz, page)
+            store.put_run(key, gz, page, latest_key(alloc.team) if alloc.team else None)
             scope = ProfileScope(run=run, summary=_brief(figures), link=link)
             command = IncidentCommand(op=Op.PROFILE, ir=ir, actor=actor, reply_to=actor, origin=key, profile=scope)
             recorded = executor.submit(svc, command)

@@ -20,6 +20,7 @@ from gpufarm.config import Settings
 from gpufarm.core.errors import NotFound, ValidationFailed
 from gpufarm.core.farm import FarmConfig
 from gpufarm.core.inventory import MANAGED_TAG
+from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.dashboards import KIND as DASHBOARD
 from gpufarm.setup.dashboards import METADATA_KIND, dashboard_key, desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import KIND as MONITOR
@@ -297,7 +298,7 @@ def run_apply(
         incident_type=incident_type or settings.incident_type,
         monitors=desired_monitors(farm) if farm is not None else None,
         prune=prune,
-        dashboards=desired_dashboards(farm) if farm is not None else None,
+        dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
         metric_metadata=desired_metadata() if farm is not None else None,
     )
     admin = DatadogAdmin(settings)

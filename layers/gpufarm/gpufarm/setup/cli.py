@@ -10,6 +10,7 @@ import click
 from gpufarm.config import Settings
 from gpufarm.core.errors import GpufarmError, NotFound
 from gpufarm.core.farm import FarmConfig
+from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.apply import execute, read_current
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import desired_monitors
@@ -108,7 +109,7 @@ def apply(
             incident_type=(incident_type or settings.incident_type).strip(),
             monitors=desired_monitors(farm) if farm is not None else None,
             prune=prune,
-            dashboards=desired_dashboards(farm) if farm is not None else None,
+            dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
             metric_metadata=desired_metadata() if farm is not None else None,
         )
         if not spec.incident_type:

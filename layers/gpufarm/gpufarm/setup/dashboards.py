@@ -26,6 +26,7 @@ import yaml
 from gpufarm.core.errors import ValidationFailed
 from gpufarm.core.farm import FarmConfig
 from gpufarm.setup.dashboards_farm import BUILDERS, DashboardSpec
+from gpufarm.setup.dashboards_farm import latest_runs as latest_runs_group
 from gpufarm.setup.dashboards_widgets import walk
 from gpufarm.setup.plan import Action, Change
 
@@ -50,11 +51,17 @@ def dashboard_key(dashboard: Mapping[str, Any]) -> str | None:
     return found.group(1) if found else None
 
 
-def desired_dashboards(farm: FarmConfig) -> list[DashboardSpec]:
-    """The five dashboards the farm gets, validated by datadog-api-client's models, in a stable order."""
+def desired_dashboards(farm: FarmConfig, latest_runs: Mapping[str, str] | None = None) -> list[DashboardSpec]:
+    """The five dashboards the farm gets, validated by datadog-api-client's models, in a stable order.
+
+    `latest_runs` (team -> signed link, gpufarm.profiling.links.latest_links) adds the project dashboard's
+    iframes of each team's newest profiler run; without the profile pages configured there are none.
+    """
     out: list[DashboardSpec] = []
     for key, build in BUILDERS.items():
         body = build(farm)
+        if key == "project" and latest_runs:
+            body["widgets"].append(latest_runs_group(latest_runs))
         body["description"] = (
             f"Defined by gpufarm (`gpufarm datadog apply` from the farm configuration); edits made here are put "
             f"back by the next apply. {marker(key)}"

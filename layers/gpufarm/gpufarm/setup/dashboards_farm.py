@@ -22,7 +22,7 @@ several `ir:` tags); model values are lower-case, as Datadog stores tags.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from gpufarm.setup.dashboards_widgets import (
     Query,
     Widget,
     group,
+    iframe,
     note,
     query_value,
     scope,
@@ -270,6 +271,11 @@ def project(farm: FarmConfig) -> dict[str, Any]:
             *_profile_runs(scope(TEAM, PROJECT)),
         ],
     }
+
+
+def latest_runs(links: Mapping[str, str]) -> Widget:
+    """One iframe per team showing its newest profiler run's page (signed links, gpufarm.profiling.links)."""
+    return group("Newest profiler run per team", [iframe(links[team]) for team in sorted(links)])
 
 
 def _profile_runs(where: str) -> list[Widget]:

@@ -129,6 +129,11 @@ def table(title: str, queries: Sequence[Query], formulas: Sequence[Formula], *, 
     }
 
 
+def iframe(url: str) -> Widget:
+    """An embedded page (the profile pages function's signed link)."""
+    return {"definition": {"type": "iframe", "url": url}}
+
+
 def note(content: str) -> Widget:
     """Markdown text."""
     return {
