@@ -8,7 +8,11 @@
   has no Service Quotas for EC2, so the P and G On-Demand vCPU quotas are answered here in Service Quotas' own
   JSON shape (`quota_limits`). `faults` makes a region's calls fail with an error code (RequestLimitExceeded for
   throttling) as EC2 sends it, `throttle_share` a share of all calls. Not for use inside moto's `mock_aws`, whose
-  process-wide stubber would answer each request a second time;
+  process-wide stubber would answer each request a second time. moto takes seconds to render a page of a thousand
+  instances (its serializer, and each instance's tags looked up among all tags: 5-20 s a page on a loaded machine,
+  where EC2 answers in about one), so with `cache_reads` each EC2 Describe request is answered by moto once and
+  then from its recorded answer, byte for byte, until any other EC2 action changes moto's state: `prime` a seeded
+  farm's reads once and the reads measured cost gpufarm's own work (botocore sending and parsing EC2's XML) alone;
 - Azure: an AzureFarm (gpufarm_sandbox.azurestub) per subscription.
 
 `clouds_for(base_url)` holds one LocalClouds per local environment, which the local seams hand the runtime as its
@@ -20,7 +24,8 @@ from __future__ import annotations
 import json
 import random
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -79,7 +84,12 @@ class SimulatedAws:
     seed: int = 12
     # botocore's standard-mode retries of the clients handed out.
     max_retries: int = 1
+    # Answer a repeated EC2 Describe request from moto's recorded answer while no other EC2 action ran since.
+    cache_reads: bool = False
     calls: int = 0
+    # EC2 calls moto answered (not from the recorded answers), and the seconds they took.
+    moto_calls: int = 0
+    moto_s: float = 0.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -87,6 +97,10 @@ class SimulatedAws:
         # Made on the first client: a local environment whose sync never reads AWS never loads moto.
         self._session: Any = None
         self._moto: Any = None
+        # (region, URL, request body) -> (status, Content-Type, body) of moto's answer to an EC2 Describe request.
+        self._answers: dict[tuple[str, str, bytes], tuple[int, str, bytes]] = {}
+        # The request of this thread's call in flight that moto is answering, and when it was sent.
+        self._pending = threading.local()
 
     def client(self, service: str, region: str) -> Any:
         """A botocore client for the inventory source (its client_factory), answered in this process."""
@@ -112,7 +126,15 @@ class SimulatedAws:
             endpoint_url=self.endpoint_url if service == "ec2" else None,
         )
         client.meta.events.register_first("before-send", partial(self._answer, region))
+        if service == "ec2":
+            client.meta.events.register_first("before-parse", self._record)
         return client
+
+    def prime(self, read: Callable[[], object]) -> float:
+        """Run `read` (a seeded farm's AWS reading) once so its answers are recorded; returns the seconds it took."""
+        started = time.perf_counter()
+        read()
+        return time.perf_counter() - started
 
     def launch(self, region: str, instance_type: str, names: Iterable[str], tags: Mapping[str, str]) -> list[str]:
         """Run instances (one per name, its Name tag) with these tags; returns their instance ids."""
@@ -137,6 +159,7 @@ class SimulatedAws:
         return ids
 
     def _answer(self, region: str, request: Any, **kwargs: Any) -> Any:
+        self._pending.request = None  # a try that never got an answer (a connection error) records nothing
         with self._lock:
             self.calls += 1
             fault = self.faults.get(region)
@@ -155,12 +178,37 @@ class SimulatedAws:
             return _response(request.url, status, "text/xml", xml.encode())
         if "ServiceQuotas" in target:
             return self._quota(request)
-        body = request.body or b""
-        if b"Action=DescribeCapacityReservations" in (body.encode() if isinstance(body, str) else body):
+        raw = request.body or b""
+        body = raw.encode() if isinstance(raw, str) else bytes(raw)
+        if b"Action=DescribeCapacityReservations" in body:
             return self._reservations(region, request)
+        key = (region, str(request.url), body)
+        with self._lock:
+            if not body.startswith(b"Action=Describe"):
+                self._answers.clear()  # moto's state may change: no recorded answer stands
+            recorded = self._answers.get(key) if self.cache_reads else None
+        if recorded is not None:
+            return _response(request.url, recorded[0], recorded[1], recorded[2])
+        self._pending.request = (key, time.perf_counter())
         if self.endpoint_url is not None:
             return None  # sent to the moto server
         return self._moto(kwargs.get("event_name", "before-send"), request)
+
+    def _record(self, response_dict: Mapping[str, Any], **kwargs: Any) -> None:
+        # before-parse: moto's answer to this thread's request (none when a recorded answer was given).
+        pending = getattr(self._pending, "request", None)
+        if pending is None:
+            return
+        self._pending.request = None
+        key, sent = pending
+        status = int(response_dict.get("status_code", 0))
+        headers = response_dict.get("headers") or {}
+        body = response_dict.get("body")
+        with self._lock:
+            self.moto_calls += 1
+            self.moto_s += time.perf_counter() - sent
+            if self.cache_reads and status == 200 and isinstance(body, bytes) and key[2].startswith(b"Action=Describe"):
+                self._answers[key] = (status, str(headers.get("Content-Type", "text/xml")), body)
 
     def _reservations(self, region: str, request: Any) -> Any:
         # moto has no capacity reservations: answered here, in EC2's XML, from `reservations`.

@@ -7,7 +7,8 @@ functions' collaborators are built as in Lambda (gpufarm.handlers.runtime from t
 and Slack clients); only the SQS queue is a list, and each message queued is then run as its own invocation of
 the queue consumer (incident_webhook.process_message), one at a time, as one FIFO group runs them. Every
 invocation is measured: wall time, CPU, peak RSS (VmHWM after /proc/self/clear_refs) and the sandbox's request
-counter (`/_sandbox/requests`: reads, writes, metric posts, Slack calls).
+counter (`/_sandbox/requests`: reads, writes, metric posts, Slack calls; the writes told apart as host-tag writes
+and incident writes by gpufarm_sandbox.emulator.counter.kind).
 
 benchmarks/scale.py runs it at 2,000 / 300 and 20,000 / 3,000 (hosts / live leases) and prints the figures;
 tests/integration/test_scale_paths.py runs it small and checks that reads do not grow with unrelated leases.
@@ -16,6 +17,7 @@ tests/integration/test_scale_paths.py runs it small and checks that reads do not
 from __future__ import annotations
 
 import contextlib
+import cProfile
 import gc
 import http.client
 import json
@@ -34,6 +36,7 @@ from gpufarm.core.inventory import normalize_tag
 from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.model import GpuRequest, encode_host_gpus, isoformat
 from gpufarm_node.tags import registration_tags
+from gpufarm_sandbox.emulator import counter
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, DEFAULT_SLACK_TOKEN
 
 TEAMS = 30
@@ -67,6 +70,9 @@ POOLS: tuple[PoolShare, ...] = (
 OVERRIDES: dict[str, Any] = {}
 # Timeouts (s) of the functions each invocation runs in, as template.yaml sets them.
 TIMEOUT_S = {"worker": 60, "consumer": 60, "sync": 120}
+# Where each scheduled sync's cProfile statistics go (`<path>-<n>.prof`), or None (benchmarks/scale.py --profile):
+# the per-function totals at two sizes say which part of the sync grows faster than the farm.
+PROFILE_DIR: Path | None = None
 
 
 def team(i: int) -> str:
@@ -303,11 +309,20 @@ def settle(api: Api) -> None:
     raise RuntimeError("the sandbox's webhook deliveries did not drain")
 
 
-def drift(api: Api, plan: Layout, share: float = 0.01) -> int:
-    """Change the `user` tags of a share of the hosts behind gpufarm's back; returns how many hosts changed.
+@dataclass(frozen=True)
+class Drift:
+    """What `drift` changed: hosts whose tags changed, and the leases among them whose hosts lost their tags."""
+
+    hosts: int
+    leases: int
+
+
+def drift(api: Api, plan: Layout, share: float = 0.01) -> Drift:
+    """Change the `user` tags of a share of the hosts behind gpufarm's back; returns how many hosts and leases.
 
     Half are dedicated hosts of a lease that lost the lease's tags; half are free hosts carrying the tags of an
-    incident that never was. Each needs exactly one write to repair.
+    incident that never was. Each host needs exactly one host-tag write to repair, and each lease that lost a host's
+    tags one incident write (the "repaired" entry of its history, gpufarm.core.history), whatever its hosts.
     """
     n = max(2, int(len(plan.hosts) * share))
     held = [host for lease in plan.leases if lease.request.environment != "shared-slices" for host in lease.host_gpus]
@@ -319,7 +334,8 @@ def drift(api: Api, plan: Layout, share: float = 0.01) -> int:
     for host in stray:
         tags = [*plan.hosts[host], "ir:ir-999999", "team:ghost"]
         api.ok("PUT", f"/api/v1/tags/hosts/{host}?source=user", {"host": host, "tags": tags})
-    return len(lost) + len(stray)
+    holder = {host: lease.ir for lease in plan.leases for host in lease.host_gpus}
+    return Drift(hosts=len(lost) + len(stray), leases=len({holder[host] for host in lost}))
 
 
 # -- invocations ------------------------------------------------------------------------------------------------
@@ -338,6 +354,10 @@ class Invocation:
     writes: int
     metrics: int
     slack: int
+    # The writes, told apart: hosts' `user` tags, incidents (fields, history), anything else (none expected).
+    host_writes: int = 0
+    incident_writes: int = 0
+    other_writes: int = 0
     by_endpoint: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -353,6 +373,8 @@ class FarmPath:
     name: str
     calls: list[Invocation] = field(default_factory=list)
     note: str = ""
+    # What the path should have cost, where the farm knows (the drifted sync: host_writes, incident_writes).
+    expected: dict[str, int] = field(default_factory=dict)
 
     @property
     def wall_s(self) -> float:
@@ -360,7 +382,7 @@ class FarmPath:
         return sum(c.wall_s for c in self.calls)
 
     def total(self, attr: str) -> int:
-        """A count summed over the invocations (reads, writes, metrics, slack)."""
+        """A count summed over the invocations (reads, writes, host_writes, incident_writes, metrics, slack)."""
         return sum(int(getattr(c, attr)) for c in self.calls)
 
 
@@ -418,23 +440,19 @@ class Runner:
         gc.collect()
         self.api.ok("DELETE", "/_sandbox/requests")
         _reset_peak_rss()
+        profiler = cProfile.Profile() if PROFILE_DIR is not None and function == "sync" else None
         wall, cpu = time.perf_counter(), time.process_time()
-        result = run()
+        result = profiler.runcall(run) if profiler is not None else run()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if profiler is not None and PROFILE_DIR is not None:
+            PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+            profiler.dump_stats(PROFILE_DIR / f"{path.name}-{len(path.calls) + 1}.prof")
         rss = _peak_rss_mb()
         counts = self.api.counts()
-        kinds = {"reads": 0, "writes": 0, "metrics": 0, "slack": 0}
+        kinds = dict.fromkeys(counter.KINDS, 0)
         for endpoint, n in counts.items():
-            method, _, route = endpoint.partition(" ")
-            if route.startswith("/slack/"):
-                kinds["slack"] += n
-            elif route.startswith("/api/v2/series"):
-                kinds["metrics"] += n
-            elif method == "GET" or route.endswith("/search") or route.startswith("/api/v2/query/"):
-                # A metrics query is a POST that reads (the ledger's busy-GPU query, gpufarm.core.accounting).
-                kinds["reads"] += n
-            else:
-                kinds["writes"] += n
+            kinds[counter.kind(endpoint)] += n
+        kinds["writes"] = kinds["host_writes"] + kinds["incident_writes"] + kinds["other_writes"]
         path.calls.append(Invocation(name, function, wall, cpu, rss, **kinds, by_endpoint=counts))
         return result
 
@@ -527,5 +545,6 @@ def measure(api: Api, plan: Layout, *, tag: str = "0001") -> dict[str, FarmPath]
     runner.fresh()
     runner.invoke(paths["drift"], "scheduled sync", "sync", lambda: quota_sync.handle({"job": "quota_sync"}))
     runner.drain(paths["drift"])
-    paths["drift"].note = f"{changed} hosts changed"
+    paths["drift"].note = f"{changed.hosts} hosts changed, {changed.leases} leases lost a host's tags"
+    paths["drift"].expected = {"host_writes": changed.hosts, "incident_writes": changed.leases}
     return paths

@@ -206,6 +206,24 @@ def test_a_repair_by_the_sync_is_recorded(svc: GpuFarm) -> None:
     assert _steps(svc, ir)[-1] == ("sync", "repaired", f"restored ir:ir-{ir}, project:p, team:nlp on {host}")
 
 
+def test_a_repair_of_several_hosts_is_one_entry_and_a_quiet_sync_adds_none(svc: GpuFarm) -> None:
+    # One history entry per lease and sync, never one per host: the scale figures count one incident write a lease.
+    ir = _request(svc, 16)  # beyond the team's quota: an operator approves it
+    svc.approve(ir, OPS)
+    svc.allocate(svc.allocation(ir))
+    assert sorted(svc.allocation(ir).hosts) == ["hpc-0", "hpc-1"]
+    before = len(svc.allocation(ir).history)
+    for host in svc.allocation(ir).hosts:
+        svc.hosts.replace_tags(host, [t for t in svc.hosts.get_tags(host, source="user") if not t.startswith("ir:")])
+    svc.reconcile_pool("hpc")
+    svc.reconcile_pool("hpc")
+    steps = _steps(svc, ir)
+    assert len(steps) == before + 1
+    actor, step, details = steps[-1]
+    assert (actor, step) == ("sync", "repaired")
+    assert details.count("restored") == 1 and all(h in details for h in ("hpc-0", "hpc-1"))
+
+
 def test_status_shows_keeps_and_an_exemption(svc: GpuFarm) -> None:
     ir = _request(svc, 8)
     svc.allocate(svc.allocation(ir))

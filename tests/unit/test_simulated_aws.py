@@ -1,0 +1,55 @@
+"""The simulated AWS of benchmarks and local runs: moto's answers to EC2 Describe requests recorded and replayed.
+
+benchmarks/scale.py primes a seeded farm's EC2 reads once so the syncs it measures pay gpufarm's work (botocore
+sending and parsing) and not moto's rendering; a recorded answer must never outlive a change to moto's state, nor
+hide a fault.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufarm.adapters.aws_inventory import AwsInventorySource
+from gpufarm.core.inventory_config import AwsInventory
+from gpufarm_sandbox.clouds import SimulatedAws
+
+pytestmark = pytest.mark.unit
+
+ENVS = ("cloud",)
+SETTINGS = AwsInventory.model_validate({"regions": ["us-east-1"], "capacity_reservations": False, "quotas": False})
+
+
+def _read(clouds: SimulatedAws) -> list[str]:
+    reading = AwsInventorySource(SETTINGS, ENVS, client_factory=clouds.client).read()
+    assert reading.errors == ()
+    return sorted(n.id for n in reading.nodes)
+
+
+def test_a_primed_read_is_answered_from_moto_s_recorded_answers_until_moto_s_state_changes() -> None:
+    clouds = SimulatedAws(cache_reads=True)
+    ids = clouds.launch("us-east-1", "p5.48xlarge", ["a", "b", "c"], {"gpufarm-environment": "cloud"})
+    assert clouds.prime(lambda: _read(clouds)) >= 0
+    answered = clouds.moto_calls
+    assert _read(clouds) == sorted(ids)
+    assert clouds.moto_calls == answered  # a fresh source (a new container) replayed every answer
+    clouds.client("ec2", "us-east-1").terminate_instances(InstanceIds=[ids[0]])
+    assert _read(clouds) == sorted(ids[1:])  # the termination dropped every recorded answer
+    assert clouds.moto_calls > answered + 1
+
+
+def test_faults_still_answer_when_a_recorded_answer_exists() -> None:
+    clouds = SimulatedAws(cache_reads=True)
+    clouds.launch("us-east-1", "p5.48xlarge", ["a"], {"gpufarm-environment": "cloud"})
+    _read(clouds)
+    clouds.faults["us-east-1"] = "UnauthorizedOperation"
+    reading = AwsInventorySource(SETTINGS, ENVS, client_factory=clouds.client).read()
+    assert reading.nodes == () and "UnauthorizedOperation" in reading.errors[0].message
+
+
+def test_without_cache_reads_moto_answers_every_request() -> None:
+    clouds = SimulatedAws()
+    clouds.launch("us-east-1", "p5.48xlarge", ["a"], {"gpufarm-environment": "cloud"})
+    before = clouds.moto_calls
+    _read(clouds)
+    _read(clouds)
+    assert clouds.moto_calls - before == 4  # DescribeInstanceTypes and DescribeInstances, twice
