@@ -67,7 +67,7 @@ class World:
                 self.svc,
                 store or self.store,  # type: ignore[arg-type]
                 SIGNER,
-                pages_url=PAGES,
+                pages_url=kw.pop("pages_url", PAGES),  # type: ignore[arg-type]
                 retention_days=30,
                 ir=kw.pop("ir", self.ir),  # type: ignore[arg-type]
                 actor=actor,
@@ -201,3 +201,13 @@ def test_gpu_status_lists_the_run_with_its_link(world: World) -> None:
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-3")
     text = world.svc.status(world.ir).text
     assert "profiled: run run-3; 5 steps" in text and done.link in text  # type: ignore[attr-defined]
+
+
+def test_a_run_whose_link_would_not_fit_the_history_is_refused_before_anything_is_stored(world: World) -> None:
+    lambda_url = "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.eu-central-1.on.aws/"
+    with pytest.raises(ValidationFailed, match="shorter --name"):
+        world.up(FIXTURES / "cpu_mlp.json", name="r" * 63, pages_url=lambda_url + "x" * 60)
+    assert world.keys() == [] and profile_runs.runs(world.alloc().history) == []
+    (done,) = world.up(FIXTURES / "cpu_mlp.json", name="r" * 63, pages_url=lambda_url)
+    (run,) = profile_runs.runs(world.alloc().history)
+    assert run.link == done.link and run.run == "r" * 63  # type: ignore[attr-defined]

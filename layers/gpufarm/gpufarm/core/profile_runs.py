@@ -9,12 +9,14 @@ command appends nothing (gpufarm.core.ledger). The entry names the run and carri
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from gpufarm.core import fields as f
 from gpufarm.core import history
-from gpufarm.core.errors import Conflict, NotAllowed
+from gpufarm.core.errors import Conflict, NotAllowed, ValidationFailed
 from gpufarm.core.history import Step
 from gpufarm.core.lifecycle import State
 from gpufarm.core.membership import Membership
@@ -24,6 +26,7 @@ from gpufarm.core.serial import ProfileScope
 from gpufarm.core.views import Message
 
 RUN_PREFIX = "run "
+_LINK_RUN = re.compile(r"/profiles/ir-[0-9]+/([a-z0-9][a-z0-9_.-]{0,62})-[0-9]{8}t[0-9]{6}z\?")
 
 
 def check_uploader(alloc: Allocation, user: str, membership: Membership) -> None:
@@ -37,11 +40,23 @@ def check_uploader(alloc: Allocation, user: str, membership: Membership) -> None
     raise NotAllowed(f"only {alloc.ir_label}'s requester or members of team {alloc.team or '(none)'} can upload runs")
 
 
+def entry(at: datetime, actor: str, scope: ProfileScope) -> history.Entry:
+    """The run's history entry; the brief figures, then the run's name (its link's key names it too) are left out
+    before the link would be cut (ValidationFailed when even the link does not fit one entry: the upload checks
+    this before storing anything)."""
+    named = f"{RUN_PREFIX}{scope.run}"
+    for parts in ((named, scope.summary, scope.link), (named, scope.link), (scope.link,)):
+        step = history.entry(at, actor, Step.PROFILED, *parts)
+        if len(step.line()) < history.MAX_ENTRY_CHARS:
+            return step
+    raise ValidationFailed("name", "the run's name and link do not fit the lease's history; use a shorter --name")
+
+
 def record(incidents: IncidentStore, clock: Clock, alloc: Allocation, actor: str, scope: ProfileScope) -> Message:
     """Append the run to the lease's history (the one writer's step for op `profile`); the answer names the link."""
     if alloc.state is State.RESOLVED:
         raise Conflict(f"{alloc.ir_label} has ended ({alloc.phase.value}); the run was stored but not recorded")
-    step = history.entry(clock.now(), actor, Step.PROFILED, f"{RUN_PREFIX}{scope.run}", scope.summary, scope.link)
+    step = entry(clock.now(), actor, scope)
     incidents.update(alloc.incident_id, {f.HISTORY: history.appended(alloc.history, step)})
     return recorded_reply(alloc, scope)
 
@@ -70,11 +85,18 @@ def runs(lines: Sequence[str]) -> list[Run]:
         if entry is None or entry.step != Step.PROFILED.value:
             continue
         parts = entry.details.split("; ")
-        name = parts[0].removeprefix(RUN_PREFIX) if parts and parts[0].startswith(RUN_PREFIX) else "?"
-        link = parts[-1] if len(parts) > 1 and parts[-1].startswith(("http://", "https://")) else ""
-        middle = "; ".join(parts[1:-1] if link else parts[1:])
+        link = parts[-1] if parts[-1].startswith(("http://", "https://")) else ""
+        named = parts[0].startswith(RUN_PREFIX)
+        name = parts[0].removeprefix(RUN_PREFIX) if named else _run_of(link)
+        middle = "; ".join(parts[1 if named else 0 : -1 if link else None])
         out.append(Run(isoformat(entry.at), entry.actor, name, middle, link))
     return out
+
+
+def _run_of(link: str) -> str:
+    """The run's name from its link (`.../profiles/ir-12/<run>-<stamp>?...`), or '?'."""
+    match = _LINK_RUN.search(link)
+    return match.group(1) if match else "?"
 
 
 def runs_text(lines: Sequence[str], limit: int = 5) -> str:

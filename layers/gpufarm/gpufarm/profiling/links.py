@@ -30,8 +30,9 @@ class LinkSigner:
     secret: bytes
 
     def signature(self, key: str, expires: int) -> str:
-        """The link's signature: HMAC-SHA256 over key and expiry, hex."""
-        return hmac.new(self.secret, f"{key}\n{expires}".encode(), hashlib.sha256).hexdigest()
+        """The link's signature: HMAC-SHA256 over key and expiry, its first 128 bits in hex (a link must fit one
+        history entry with the run's name; 128 bits are what a forger has to guess)."""
+        return hmac.new(self.secret, f"{key}\n{expires}".encode(), hashlib.sha256).hexdigest()[:32]
 
     def link(self, base_url: str, key: str, expires: int) -> str:
         """The page's link, valid until `expires` (epoch seconds)."""

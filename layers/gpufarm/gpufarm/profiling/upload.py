@@ -100,18 +100,21 @@ def upload(
             (run, path, *_prepare(path, batch_size, Path(work))) for run, path in zip(names, paths, strict=True)
         ]
         now = svc.clock.now()
-        done: list[Uploaded] = []
+        expires = int(now.timestamp()) + retention_days * DAY_S
+        runs = []
         for run, path, figures, gz in prepared:
             key = f"ir-{ir}/{run}-{now:%Y%m%dt%H%M%Sz}"
-            expires = int(now.timestamp()) + retention_days * DAY_S
-            link = signer.link(pages_url, key, expires)
-            page = render(figures, ir=ir, run=run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=path.name)
+            scope = ProfileScope(run=run, summary=_brief(figures), link=signer.link(pages_url, key, expires))
+            profile_runs.entry(now, actor, scope)  # fits the lease's history, or refused before anything is stored
+            runs.append((key, scope, path, figures, gz))
+        done: list[Uploaded] = []
+        for key, scope, path, figures, gz in runs:
+            page = render(figures, ir=ir, run=scope.run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=path.name)
             store.put_run(key, gz, page, latest_key(alloc.team) if alloc.team else None)
-            scope = ProfileScope(run=run, summary=_brief(figures), link=link)
             command = IncidentCommand(op=Op.PROFILE, ir=ir, actor=actor, reply_to=actor, origin=key, profile=scope)
             recorded = executor.submit(svc, command)
-            _publish(svc, figures, alloc, run, now)
-            done.append(Uploaded(run, key, link, figures, recorded))
+            _publish(svc, figures, alloc, scope.run, now)
+            done.append(Uploaded(scope.run, key, scope.link, figures, recorded))
     return done
 
 
