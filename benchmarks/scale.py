@@ -55,6 +55,8 @@ TARGETS = {
     # The accrue commands the no-change sync queued for the leases due (a quarter of them; at most
     # ledger.max_accruals), each its own consumer invocation in its pool's group: writes apart from repairs.
     "accrual": ("accruals of that sync", 60.0),
+    # Those of the drifted sync: the leases past ledger.max_accruals that the first sync left due.
+    "drift accrual": ("accruals of the drifted sync", 60.0),
 }
 # The simulated clouds: EC2 GPU instances and Azure VMs, and how many of each run no agent.
 EC2_INSTANCES = 2_000
@@ -88,7 +90,7 @@ def show(size: str, hosts: int, leases: int, seeded_s: float, paths: dict[str, F
             f"incidents {path.total('incident_writes')}), Slack {path.total('slack')}, "
             f"metric posts {path.total('metrics')}"
         )
-        if key == "accrual" and path.calls:
+        if key in ("accrual", "drift accrual") and path.calls:
             # One consumer invocation per lease due: their spread, not every line.
             walls = sorted(c.wall_s for c in path.calls)
             print(

@@ -488,13 +488,28 @@ def find_incident(api: Api, request_id: str) -> tuple[int, str]:
     raise RuntimeError(f"no incident carries request id {request_id}")
 
 
+def _sync(runner: Runner, path: FarmPath, accruals: FarmPath) -> None:
+    """The scheduled sync, then every repair it queued; its accrue commands are measured apart, in `accruals`."""
+    from gpufarm.handlers import quota_sync
+
+    runner.invoke(path, "scheduled sync", "sync", lambda: quota_sync.handle({"job": "quota_sync"}))
+    # The leases whose GPU-hours are due: writes of their own (gpufarm.core.accounting), not the repairs'.
+    queued = list(runner.queue.messages)
+    runner.queue.messages[:] = [m for m in queued if _label(m) != "command accrue"]
+    runner.drain(path)
+    for body in queued:
+        if _label(body) == "command accrue":
+            runner.consume(accruals, body)
+    accruals.note = f"{len(accruals.calls)} leases due"
+
+
 def measure(api: Api, plan: Layout, *, tag: str = "0001") -> dict[str, FarmPath]:
     """request → IR, approval → hosts tagged, release → untagged, sync (no change), sync (1 % drift)."""
     from gpufarm.core.commands import parse_command
-    from gpufarm.handlers import quota_sync
 
     runner = Runner(api)
-    paths = {key: FarmPath(key) for key in ("request", "approval", "release", "sync", "drift", "accrual")}
+    keys = ("request", "approval", "release", "sync", "drift", "accrual", "drift accrual")
+    paths = {key: FarmPath(key) for key in keys}
 
     # request → IR: the worker (the policy's up-front check, the request queued) and what it queued.
     runner.fresh()
@@ -530,21 +545,12 @@ def measure(api: Api, plan: Layout, *, tag: str = "0001") -> dict[str, FarmPath]
 
     # One sync with nothing to change: the scheduled function, then every repair it queued.
     runner.fresh()
-    runner.invoke(paths["sync"], "scheduled sync", "sync", lambda: quota_sync.handle({"job": "quota_sync"}))
-    # Its accrue commands (the leases whose GPU-hours are due) are measured apart from its repairs.
-    queued = list(runner.queue.messages)
-    runner.queue.messages[:] = [m for m in queued if _label(m) != "command accrue"]
-    runner.drain(paths["sync"])
-    for body in queued:
-        if _label(body) == "command accrue":
-            runner.consume(paths["accrual"], body)
-    paths["accrual"].note = f"{len(paths['accrual'].calls)} leases due"
+    _sync(runner, paths["sync"], paths["accrual"])
 
-    # One sync after 1 % of the hosts drifted.
+    # One sync after 1 % of the hosts drifted (and the accruals the first sync left over past ledger.max_accruals).
     changed = drift(api, plan)
     runner.fresh()
-    runner.invoke(paths["drift"], "scheduled sync", "sync", lambda: quota_sync.handle({"job": "quota_sync"}))
-    runner.drain(paths["drift"])
+    _sync(runner, paths["drift"], paths["drift accrual"])
     paths["drift"].note = f"{changed.hosts} hosts changed, {changed.leases} leases lost a host's tags"
     paths["drift"].expected = {"host_writes": changed.hosts, "incident_writes": changed.leases}
     return paths
