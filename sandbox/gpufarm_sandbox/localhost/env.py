@@ -99,6 +99,10 @@ class Resolver:
             return name
         if resource["Type"] == QUEUE_TYPE:
             return self.urls.queue(name)
+        if resource["Type"] == "AWS::S3::Bucket":
+            # A bucket's Ref is its name, which S3 wants lowercase: CloudFormation derives one from the stack and the
+            # logical id. Locally moto serves it when the run needs S3 (localhost.profiles), else nothing does.
+            return f"gpufarm-local-{name.lower()}"[:63]
         # Functions are invoked by logical id locally (the local invoke URL accepts it); other resources likewise.
         return name
 
