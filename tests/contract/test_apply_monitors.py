@@ -99,7 +99,8 @@ def test_apply_creates_the_policy_monitors_and_a_second_run_changes_nothing(
     assert set(stored) == set(wanted)
     for key, monitor in stored.items():
         assert monitor["query"] == wanted[key].body["query"]
-        assert monitor["options"]["new_group_delay"] == 30 * 60
+        # The start-up grace (30 min) is shorter than the windows (60 min): a fresh lease waits one whole window.
+        assert monitor["options"]["new_group_delay"] == 60 * 60
         assert "@webhook-gpufarm-idle" in monitor["message"]
         assert mon.validated(monitor)  # Datadog's answer reads back through the client's models, nothing unparsed
     again = _apply(admin, spec)
@@ -216,14 +217,15 @@ def judge_lease(
     admin: DatadogAdmin, client: ApiClient, sandbox: Sandbox, sandbox_url: str, receiver: tuple[Receiver, str]
 ) -> JudgeLease:
     """judge(busy_hosts, span): apply the farm's monitors, lease HOSTS as IR, feed `span` seconds of series
-    (the hosts in busy_hosts working), let one evaluation run; the receiver of the idle webhook's calls."""
+    (the hosts in busy_hosts working), let three evaluations run; the receiver of the idle webhook's calls."""
     app, url = receiver
 
     def judge(busy_hosts: set[str], span: int) -> Receiver:
         _apply(admin, _spec(FARM_YAML, url))
         _lease_hosts(sandbox_url)
         _feed(client, sandbox, busy_hosts=busy_hosts, span=span)
-        assert http(f"{sandbox_url}/_sandbox/clock", "POST", {"advance": 60})[0] == 200
+        for _ in range(3):  # the group is first seen, then judged once it has had a whole window
+            assert http(f"{sandbox_url}/_sandbox/clock", "POST", {"advance": 60})[0] == 200
         assert sandbox.webhooks.drain(10)
         return app
 
@@ -231,8 +233,8 @@ def judge_lease(
 
 
 def test_a_lease_half_idle_on_two_hosts_alerts_for_the_idle_host_only(judge_lease: JudgeLease) -> None:
-    # 16 H100 on two hosts: the first host's 8 sat idle for 50 minutes, the second's 8 worked (avg by {ir}: 46 %).
-    app = judge_lease({HOSTS[1]}, 50 * 60)
+    # 16 H100 on two hosts: the first host's 8 sat idle for the hour, the second's 8 worked (avg by {ir}: 46 %).
+    app = judge_lease({HOSTS[1]}, 59 * 60)
     fired = [(b["alert_scope"], b["alert_transition"], IdleAlert.model_validate(b).idle_scope()) for b in app.bodies]
     scopes = {scope for scope, _, _ in fired}
     assert scopes == {f"gpu_ir:ir-{IR},host:{HOSTS[0]}"}, fired
