@@ -425,6 +425,7 @@ def test_the_real_template_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
             "IncidentWebhookFunction": f"{running.url}/fn/incident_webhook/",
             "IdleAlertFunction": f"{running.url}/fn/idle_alert/",
             "QuotaSyncFunction": None,
+            "ProfilePagesFunction": f"{running.url}/fn/profile_pages/",
         }
         assert current["queues"]["AllocationQueue"]["consumer"] == "IncidentWebhookFunction"
         assert [(s["function"], s["expression"]) for s in current["schedules"]] == [
