@@ -241,6 +241,10 @@ def main() -> None:
     parser.add_argument("--no-sources", action="store_true", help="no AWS, Azure or static inventory source")
     parser.add_argument("--profile", type=Path, help="cProfile each scheduled sync into this folder, per size")
     args = parser.parse_args()
+    if args.profile:
+        # This folder's profile.py (benchmarks/profile.py) would shadow the standard library's, which cProfile imports.
+        here = Path(__file__).resolve().parent
+        sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     farm_file = Path(tempfile.mkdtemp(prefix="gpufarm-scale-")) / "farm.yaml"

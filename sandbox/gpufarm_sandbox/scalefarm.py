@@ -17,7 +17,6 @@ tests/integration/test_scale_paths.py runs it small and checks that reads do not
 from __future__ import annotations
 
 import contextlib
-import cProfile
 import gc
 import http.client
 import json
@@ -440,7 +439,11 @@ class Runner:
         gc.collect()
         self.api.ok("DELETE", "/_sandbox/requests")
         _reset_peak_rss()
-        profiler = cProfile.Profile() if PROFILE_DIR is not None and function == "sync" else None
+        profiler = None
+        if PROFILE_DIR is not None and function == "sync":
+            import cProfile
+
+            profiler = cProfile.Profile()
         wall, cpu = time.perf_counter(), time.process_time()
         result = profiler.runcall(run) if profiler is not None else run()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

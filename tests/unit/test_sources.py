@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -16,7 +17,16 @@ from gpufarm.core.model import Allocation
 from gpufarm.core.policy import build_request
 from gpufarm.core.ports import CloudQuota, HostInfo, SeenNode, SourceError, SourceReading
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.sources import GAUGE_NAMES, LEDGER_GAUGES, UNASSIGNED, agent_node, is_down, ledger_series, merge
+from gpufarm.core.sources import (
+    GAUGE_NAMES,
+    LEDGER_GAUGES,
+    UNASSIGNED,
+    agent_node,
+    is_down,
+    ledger_series,
+    merge,
+    read_in_background,
+)
 
 NOW = 1_800_000_000.0
 
@@ -138,6 +148,33 @@ def test_a_failed_source_is_reported_and_the_others_still_count() -> None:
     series = {(s.metric, s.tags): s.points[0].value for s in ledger_series(ledger, int(NOW))}
     assert series[("gpufarm.inventory.source.errors", ("source:azure",))] == 1
     assert series[("gpufarm.inventory.source.errors", ("source:aws",))] == 0
+
+
+def test_a_source_still_reading_past_the_wait_is_an_error_and_the_others_still_count() -> None:
+    release = threading.Event()
+
+    class Hung:
+        name = "azure"
+
+        def read(self) -> SourceReading:
+            release.wait(5)  # a cloud that does not answer (let go at the end so no thread outlives the test)
+            return SourceReading("azure", nodes=(instance("vm-1"),))
+
+    class Quick:
+        name = "aws"
+
+        def read(self) -> SourceReading:
+            return SourceReading("aws", nodes=(instance("i-1"),))
+
+    try:
+        readings = read_in_background([Hung(), Quick()], wait_s=0.05)()
+    finally:
+        release.set()
+    hung, quick = readings
+    assert hung.nodes == () and hung.errors == (SourceError("azure", "*", "no answer within 0 s"),)
+    assert [n.id for n in quick.nodes] == ["i-1"] and quick.errors == ()
+    ledger = merge([agent("h1")], readings, now=NOW, down_after_minutes=30)
+    assert ledger.down == [] and [n.id for n in ledger.no_agent] == ["i-1"]
 
 
 def test_a_static_entry_for_a_cloud_instance_is_counted_once() -> None:

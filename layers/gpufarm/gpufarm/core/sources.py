@@ -49,6 +49,9 @@ UNASSIGNED = "unassigned"
 INSTANCE_ID_KEY = "instance-id"
 # A report longer than this is cut (the sync report is logged and returned by the function).
 MAX_LISTED = 200
+# How long the sync waits for a source read in the background, from the start of the read: a cloud that has not
+# answered by then is one error of that sync, so a hung API never runs the sync into its timeout (template.yaml).
+SOURCE_WAIT_S = 45.0
 
 
 @dataclass(frozen=True)
@@ -339,19 +342,32 @@ def read_all(sources: Sequence[InventorySource]) -> list[SourceReading]:
     return readings
 
 
-def read_in_background(sources: Sequence[InventorySource]) -> Callable[[], list[SourceReading]]:
+def read_in_background(
+    sources: Sequence[InventorySource], wait_s: float = SOURCE_WAIT_S
+) -> Callable[[], list[SourceReading]]:
     """Start reading every source, each on its own thread; the result waits for them (read_all's readings).
 
-    The sync reads Datadog meanwhile: a cloud's answers take as long as the cloud takes, and need not add to it.
+    The sync reads Datadog meanwhile: a cloud's answers take as long as the cloud takes, and need not add to it,
+    up to `wait_s` from now: a source still reading then is an error of its own and its nodes are not counted
+    (nothing is marked down or missing for it), as when it fails.
     """
     if not sources:
         return list
+    deadline = time.monotonic() + wait_s
     pool = ThreadPoolExecutor(max_workers=len(sources), thread_name_prefix="inventory-source")
-    futures = [pool.submit(read_all, [source]) for source in sources]
+    futures = [(source.name, pool.submit(read_all, [source])) for source in sources]
     pool.shutdown(wait=False)
 
     def result() -> list[SourceReading]:
-        return [reading for future in futures for reading in future.result()]
+        readings: list[SourceReading] = []
+        for name, future in futures:
+            try:
+                readings += future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except TimeoutError:  # concurrent.futures' own since Python 3.11
+                log.warning("inventory source %s skipped: no answer within %.0f s", name, wait_s)
+                late = SourceError(name, "*", f"no answer within {wait_s:.0f} s")
+                readings.append(SourceReading(name, errors=(late,)))
+        return readings
 
     return result
 
