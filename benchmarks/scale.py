@@ -114,6 +114,9 @@ def growth(results: dict[str, dict[str, FarmPath]]) -> None:
     print("\n== growth small → large (target: cost at large ≤ 10 x cost at small)")
     for key, (label, _) in TARGETS.items():
         a, b = small[key], large[key]
+        if not a.calls:
+            print(f"  {label}: none at small → {b.wall_s:.2f} s, {len(b.calls)} invocation(s) at large")
+            continue
         factor = b.wall_s / a.wall_s if a.wall_s else float("nan")
         cpu = sum(c.cpu_s for c in b.calls) / max(1e-9, sum(c.cpu_s for c in a.calls))
         before = f"; before: {BEFORE[key]}" if key in BEFORE else ""
