@@ -53,13 +53,15 @@ def test_an_agent_pool_lease_is_warned_from_agent_metrics_and_its_links_open(age
     lease = farm.allocation(ir)
     assert lease.phase is Phase.ALLOCATED and tuple(lease.hosts) == ("aws-p4d-01",)
 
-    # 50 minutes of the Agent's check on the lease's host: every GPU held by a process doing nothing.
+    # The hour of the Agent's check on the lease's host: every GPU held by a process doing nothing. The monitors
+    # judge the group once it has had a whole window of data (a few evaluations).
     now = int(_clock(farm))
     check = agentcheck.AgentGpuCheck("aws-p4d-01", "A100")
     api_key = farm.host.env["DD_API_KEY"]
-    agentcheck.push(farm.base_url, api_key, check.series(agentcheck.Activity.held(), range(now - 3000, now + 1, 60)))
-    farm.post("/_sandbox/clock", {"advance": 60})
-    assert farm.settle()
+    agentcheck.push(farm.base_url, api_key, check.series(agentcheck.Activity.held(), range(now - 3540, now + 1, 60)))
+    for _ in range(3):
+        farm.post("/_sandbox/clock", {"advance": 60})
+        assert farm.settle()
     assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED, timeout=20)
 
     events = [e for e in farm.get("/_sandbox/monitors/events")["events"] if e["notified"]]

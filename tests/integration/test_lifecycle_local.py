@@ -367,10 +367,20 @@ def test_idle_warning_keep_and_reclaim_after_grace(farm: LocalFarm) -> None:
     # A later notification of the same monitor group carries its own date (a retry of one delivery would not).
     farm.post("/fn/idle_alert/", {**alert, "date": "1767000000000"}, token)
     assert farm.settle()
-    # Past the grace period the 15-minute sync would reclaim it too; pause schedules so this proves the webhook path.
+    assert farm.allocation(ir).phase is Phase.ALLOCATED  # kept: idle alerts change nothing for the keep's 24 h
+    # Past the keep the monitor's re-notification warns again, and past the grace after that it reclaims. The
+    # 15-minute sync would reclaim it too; pause schedules so this proves the webhook path.
     farm.host.schedules_paused = True
+    farm.post("/_sandbox/clock", {"advance": 24 * 3600 + 60})
+    status, body = farm.post(
+        "/fn/idle_alert/", {**alert, "alert_transition": "Renotify", "date": "1767100000000"}, token
+    )
+    assert status == 202
+    assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
     farm.post("/_sandbox/clock", {"advance": 61 * 60})
-    status, body = farm.post("/fn/idle_alert/", {**alert, "alert_transition": "Renotify"}, token)
+    status, body = farm.post(
+        "/fn/idle_alert/", {**alert, "alert_transition": "Renotify", "date": "1767200000000"}, token
+    )
     assert status == 202
     assert farm.wait_for(lambda: farm.allocation(ir).phase is Phase.RECLAIMED)
     farm.host.schedules_paused = False
