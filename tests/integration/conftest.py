@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import ModuleType
 
 import pytest
 
+from gpufarm.config import Settings
 from gpufarm.handlers import runtime
+from gpufarm_sandbox.demo.context import DemoContext
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv, start_local
 
@@ -26,3 +29,22 @@ def farm(local: LocalEnv) -> Iterator[LocalFarm]:
     driver.settle(timeout=10)
     driver.close()
     runtime.reset()
+
+
+StageRun = Callable[[ModuleType], str]
+
+
+@pytest.fixture
+def run_stage(local: LocalEnv, farm: LocalFarm) -> StageRun:
+    """run(stage_module): one demo stage on the local host (the ready farm under it); its printed output, once no
+    step of it failed."""
+
+    def run(stage: ModuleType) -> str:
+        lines: list[str] = []
+        ctx = DemoContext(sandbox=local.sandbox, base_url=local.url, settings=Settings(), out=lines.append, local=local)
+        stage.run(ctx)
+        output = "\n".join(lines)
+        assert ctx.failures == [], output
+        return output
+
+    return run

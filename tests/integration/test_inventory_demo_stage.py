@@ -4,23 +4,18 @@ others sync, and the ledger is printed from the gauges the sync sent."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+
 import pytest
 
-from gpufarm.config import Settings
 from gpufarm_sandbox.demo import inventory_stage as stage
-from gpufarm_sandbox.demo.context import DemoContext
-from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
-from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration
 
 
-def test_no_agent_instances_and_a_skipped_source_are_reported(local: LocalEnv, farm: LocalFarm) -> None:
-    lines: list[str] = []
-    ctx = DemoContext(sandbox=local.sandbox, base_url=local.url, settings=Settings(), out=lines.append, local=local)
-    stage.run(ctx)
-    output = "\n".join(lines)
-    assert ctx.failures == [], output
+def test_no_agent_instances_and_a_skipped_source_are_reported(run_stage: Callable[[ModuleType], str]) -> None:
+    output = run_stage(stage)
     for fact in (
         "the EC2 instance without an agent is reported",
         "only Azure is skipped",

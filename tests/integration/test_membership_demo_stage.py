@@ -3,23 +3,21 @@ gets its full duration from allocation, one reminder before the end."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import ModuleType
+
 import pytest
 
-from gpufarm.config import Settings
 from gpufarm_sandbox.demo import membership_stage as stage
-from gpufarm_sandbox.demo.context import DemoContext
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
-from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration
 
 
-def test_membership_charging_and_lease_semantics_through_slack(local: LocalEnv, farm: LocalFarm) -> None:
-    lines: list[str] = []
-    ctx = DemoContext(sandbox=local.sandbox, base_url=local.url, settings=Settings(), out=lines.append, local=local)
-    stage.run(ctx)
-    output = "\n".join(lines)
-    assert ctx.failures == [], output
+def test_membership_charging_and_lease_semantics_through_slack(
+    run_stage: Callable[[ModuleType], str], farm: LocalFarm
+) -> None:
+    output = run_stage(stage)
     for fact in (
         "refused, naming her own teams",
         "no incident was created",
