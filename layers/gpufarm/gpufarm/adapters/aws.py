@@ -122,6 +122,15 @@ def forget_connections() -> None:
             client._endpoint.http_session.close()  # botocore has no public way to drop its pool
 
 
+def forget_clients() -> None:
+    """Close and drop every cached client: the next call builds them again from the environment as it is then
+    (a development host starting a new local environment, whose endpoints differ; a Lambda container never does)."""
+    with _session_lock:
+        for client in _clients.values():
+            client._endpoint.http_session.close()
+        _clients.clear()
+
+
 class _LazyClient:
     """A client taken from aws_client on first use (or the one a test passes in)."""
 
