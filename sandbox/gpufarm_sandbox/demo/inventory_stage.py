@@ -26,11 +26,13 @@ ENV_TAG = "gpufarm-environment"
 REGISTERED = "aws-p5-01"
 UNREGISTERED = "aws-p5-spare-01"
 AZURE_VM = "nd-h100-eus-01"
+# The stage syncs twice within a rollup bucket (every source, then Azure throttled and skipped): the bucket's max is
+# what the sync that read every source saw, where the default avg would blend the two.
 LEDGER_QUERIES = {
-    "total": "max:gpufarm.inventory.gpus.total{*} by {environment,gpu_model}",
-    "free": "max:gpufarm.inventory.gpus.free{*} by {environment,gpu_model}",
-    "down": "max:gpufarm.inventory.gpus.down{*} by {environment,gpu_model}",
-    "no agent": "max:gpufarm.inventory.gpus.no_agent{*} by {environment,gpu_model}",
+    "total": "max:gpufarm.inventory.gpus.total{*} by {environment,gpu_model}.rollup(max)",
+    "free": "max:gpufarm.inventory.gpus.free{*} by {environment,gpu_model}.rollup(max)",
+    "down": "max:gpufarm.inventory.gpus.down{*} by {environment,gpu_model}.rollup(max)",
+    "no agent": "max:gpufarm.inventory.gpus.no_agent{*} by {environment,gpu_model}.rollup(max)",
 }
 QUOTA_QUERIES = {
     "limit": "max:gpufarm.cloud.quota.limit{*} by {source,region,family}",
