@@ -31,6 +31,8 @@ from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, DANA, HOSTS,
 
 FAULT_RATE = 0.2
 FAULT_STATUSES = (429, 500, 503)
+# How many times a user asks again after "try again in a minute" (membership unreadable while Slack fails).
+RETRIES = 3
 # Half of the injected 5xx come after the request was served (the write landed, its answer lost).
 FAULT_AFTER = 0.5
 # The Datadog API, Slack's Web API and its response_urls; never the sandbox's own inspection endpoints.
@@ -214,10 +216,17 @@ class BadDay:
         by = {r.kind.name: r for r in wave}
         self.faults(True)
         self.together([partial(self.farm.slash, r.kind.user, r.text()) for r in wave])
-        incidents = self.reading(self.farm.incidents)
-        for r in wave:
-            mine = [a for a in incidents if a.project == r.project]
-            r.ir = min(a.ir for a in mine) if mine else None
+        for attempt in range(RETRIES + 1):
+            incidents = self.reading(self.farm.incidents)
+            for r in wave:
+                mine = [a for a in incidents if a.project == r.project]
+                r.ir = min(a.ir for a in mine) if mine else None
+            # A request refused because Slack could not say who is in the team was answered "try again in a
+            # minute" (never approved on unknown membership): its user asks again, as a person would.
+            again = [r for r in wave if r.ir is None and r.kind.name != "refuse"]
+            if not again or attempt == RETRIES:
+                break
+            self.together([partial(self.farm.slash, r.kind.user, r.text()) for r in again])
         self._check_hosts(f"wave {n} after the requests")
 
         def ir(name: str) -> str:
