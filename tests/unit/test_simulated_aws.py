@@ -30,10 +30,12 @@ def test_a_primed_read_is_answered_from_moto_s_recorded_answers_until_moto_s_sta
     ids = clouds.launch("us-east-1", "p5.48xlarge", ["a", "b", "c"], {"gpufarm-environment": "cloud"})
     assert clouds.prime(lambda: _read(clouds)) >= 0
     answered = clouds.moto_calls
-    assert _read(clouds) == sorted(ids)
+    # moto's backend is one per process: other tests in this worker may have left instances in the region too.
+    assert set(ids) <= set(_read(clouds))
     assert clouds.moto_calls == answered  # a fresh source (a new container) replayed every answer
     clouds.client("ec2", "us-east-1").terminate_instances(InstanceIds=[ids[0]])
-    assert _read(clouds) == sorted(ids[1:])  # the termination dropped every recorded answer
+    after = set(_read(clouds))
+    assert ids[0] not in after and set(ids[1:]) <= after  # the termination dropped every recorded answer
     assert clouds.moto_calls > answered + 1
 
 
