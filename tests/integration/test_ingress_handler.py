@@ -266,6 +266,34 @@ def test_hand_off_failure_says_nothing_was_changed(ingress: Any) -> None:
     assert status == 200 and "nothing was changed" in body["text"]
 
 
+def test_every_hand_off_failure_changes_nothing_and_says_so_where_slack_shows_it(ingress: Any) -> None:
+    runtime.override(invoker=Recorder(fail=True))
+    # A click's failure can only be the status (Slack shows no body for block_actions).
+    status, body = call(load_event("slack_block_actions_release.json"))
+    assert status == 503 and "nothing was changed" in body["error"]
+    # A modal's failure lands under one of its fields, so the form stays open with what was typed.
+    status, body = call(load_event("slack_view_submission.json"))
+    assert (status, body) == (
+        200,
+        {"response_action": "errors", "errors": {"project": "gpufarm is unavailable; try again"}},
+    )
+    reason_form = {
+        "type": "view_submission",
+        "user": OPERATOR,
+        "view": {
+            "id": "V0000000009",
+            "callback_id": "gpu_reason",
+            "private_metadata": '{"action": "gpu_reject", "ir": 1}',
+            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "over budget"}}}},
+        },
+    }
+    status, body = call(slack_event(payload_body(reason_form)))
+    assert (status, body) == (
+        200,
+        {"response_action": "errors", "errors": {"reason": "gpufarm is unavailable; try again"}},
+    )
+
+
 def test_another_slash_command_is_not_ours(ingress: Any) -> None:
     body = command_body("help").replace("command=%2Fgpu", "command=%2Fdeploy")
     status, answer = call(slack_event(body))

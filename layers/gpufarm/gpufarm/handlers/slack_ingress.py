@@ -19,7 +19,9 @@ from pydantic import ValidationError
 from gpufarm.core import bounded, reason_modal, views
 from gpufarm.core.commands import Command, Verb, parse_command
 from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
+from gpufarm.core.farm import FarmConfig
 from gpufarm.core.ir import parse_ir
+from gpufarm.core.model import GpuRequest
 from gpufarm.core.policy import build_request
 from gpufarm.handlers import http, snapstart, telemetry
 from gpufarm.handlers import runtime as rt
@@ -106,14 +108,7 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
         return _open_modal(runtime, cmd_form)
     if command.verb is Verb.REQUEST:
         return _inline_request(runtime, cmd_form, command)
-    job = Job(
-        kind="command",
-        user=cmd_form.user_id,
-        channel=cmd_form.channel_id,
-        response_url=cmd_form.response_url,
-        command=command.to_payload(),
-    )
-    return _hand_off(runtime, job, _working_text(command))
+    return _hand_off_command(runtime, _command_job(cmd_form, command), _working_text(command))
 
 
 def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
@@ -138,13 +133,7 @@ def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -
         # Which team is the user's only one is Slack's to say (user groups): the worker picks it or asks.
         return _teamless_request(runtime, form, command)
     try:
-        request = build_request(
-            command.args or {},
-            runtime.farm(),
-            requester=form.user_id,
-            channel=form.channel_id,
-            request_id=request_id("cmd", form.trigger_id),
-        )
+        request = _slash_request(command.args or {}, runtime.farm(), form)
     except rt.ConfigurationError:
         raise
     except GpufarmError as exc:
@@ -158,7 +147,7 @@ def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -
         request=request.model_dump(mode="json"),
     )
     what = f"{request.gpu_count}x {request.gpu_model} in {request.environment} for {request.team}/{request.project}"
-    return _hand_off(runtime, job, f"Requesting {what}…")
+    return _hand_off_command(runtime, job, f"Requesting {what}…")
 
 
 def _checks_membership(runtime: rt.Runtime) -> bool:
@@ -176,27 +165,35 @@ def _teamless_request(runtime: rt.Runtime, form: SlashCommand, command: Command)
     try:
         farm = runtime.farm()
         # Any team stands in for the check of the other fields; the worker validates again with the real one.
-        build_request(
-            {**args, "team": next(iter(sorted(farm.teams)), "")},
-            farm,
-            requester=form.user_id,
-            channel=form.channel_id,
-            request_id=request_id("cmd", form.trigger_id),
-        )
+        _slash_request({**args, "team": next(iter(sorted(farm.teams)), "")}, farm, form)
     except rt.ConfigurationError:
         raise
     except GpufarmError as exc:
         if not (isinstance(exc, ValidationFailed) and exc.field in ("team", "duration_days")):
             return _ephemeral(views.error_message(rt.describe(exc)).text)
     handed = Command(Verb.REQUEST, args=args, request_id=request_id("cmd", form.trigger_id))
-    job = Job(
+    return _hand_off_command(runtime, _command_job(form, handed), "Requesting GPUs for your team…")
+
+
+def _slash_request(values: Mapping[str, str | None], farm: FarmConfig, form: SlashCommand) -> GpuRequest:
+    # The trigger_id names the request, so Slack's retry of the same command maps to the same request id.
+    return build_request(
+        values,
+        farm,
+        requester=form.user_id,
+        channel=form.channel_id,
+        request_id=request_id("cmd", form.trigger_id),
+    )
+
+
+def _command_job(form: SlashCommand, command: Command) -> Job:
+    return Job(
         kind="command",
         user=form.user_id,
         channel=form.channel_id,
         response_url=form.response_url,
-        command=handed.to_payload(),
+        command=command.to_payload(),
     )
-    return _hand_off(runtime, job, "Requesting GPUs for your team…")
 
 
 def _working_text(command: Command) -> str:
@@ -259,12 +256,8 @@ def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]
         ir=ir,
         message_ts=container.message_ts if container else None,
     )
-    try:
-        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
-    except UpstreamError as exc:
-        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400 - the adapter's message says it all
-        return http.error(503, "gpufarm is unavailable; nothing was changed")
-    return http.respond(200)
+    # Slack shows no body for a click, so a failed hand-off can only be its status.
+    return _hand_off(runtime, job, http.respond(200), http.error(503, "gpufarm is unavailable; nothing was changed"))
 
 
 def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str, ir: int) -> dict[str, Any]:
@@ -293,17 +286,10 @@ def _reason_submitted(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str,
         form = reason_modal.read(view.state.values, view.private_metadata)
     except ValidationFailed as exc:
         block = exc.field if exc.field in (reason_modal.REASON_BLOCK, reason_modal.DAYS_BLOCK) else "reason"
-        return http.respond(200, {"response_action": "errors", "errors": {block: exc.message[:150]}})
+        return _field_error(block, exc.message)
     telemetry.correlate(slack_user=payload.user.id, ir=form.ir)
     job = Job(kind="action", user=payload.user.id, action=form.action, ir=form.ir, reason=form.reason, days=form.days)
-    try:
-        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
-    except UpstreamError as exc:
-        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400
-        return http.respond(
-            200, {"response_action": "errors", "errors": {"reason": "gpufarm is unavailable; try again"}}
-        )
-    return http.respond(200)
+    return _hand_off(runtime, job, http.respond(200), _field_error("reason", _MODAL_UNAVAILABLE))
 
 
 def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
@@ -322,34 +308,45 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
             request_id=request_id("view", view.id),
         )
     except ValidationFailed as exc:
-        block = _FIELD_BLOCK.get(exc.field, "project")
-        return http.respond(200, {"response_action": "errors", "errors": {block: exc.message[:150]}})
+        return _field_error(_FIELD_BLOCK.get(exc.field, "project"), exc.message)
     except rt.ConfigurationError:
         raise
     except GpufarmError as exc:
-        return http.respond(200, {"response_action": "errors", "errors": {"project": rt.describe(exc)[:150]}})
+        return _field_error("project", rt.describe(exc))
     telemetry.correlate(slack_user=payload.user.id, request_id=request.request_id)
     job = Job(kind="request", user=payload.user.id, channel=request.channel, request=request.model_dump(mode="json"))
-    try:
-        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
-    except UpstreamError as exc:
-        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400
-        return http.respond(
-            200, {"response_action": "errors", "errors": {"project": "gpufarm is unavailable; try again"}}
-        )
-    return http.respond(200)
+    return _hand_off(runtime, job, http.respond(200), _field_error("project", _MODAL_UNAVAILABLE))
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
 
 
-def _hand_off(runtime: rt.Runtime, job: Job, working: str) -> dict[str, Any]:
+_MODAL_UNAVAILABLE = "gpufarm is unavailable; try again"
+
+
+def _hand_off(runtime: rt.Runtime, job: Job, handed: dict[str, Any], unavailable: dict[str, Any]) -> dict[str, Any]:
+    """Give the job to the worker and answer `handed`, or `unavailable` when the hand-off failed.
+
+    Every path that acts hands off here, so a failed invoke is logged once and changes nothing; each caller
+    chooses the answer Slack shows where that request came from (an ephemeral line, a status, a field error).
+    """
     try:
         runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
     except UpstreamError as exc:
-        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400
-        return _ephemeral(views.error_message("gpufarm is unavailable right now; nothing was changed").text)
-    return _ephemeral(views.working(working).text)
+        log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400 - the adapter's message says it all
+        return unavailable
+    return handed
+
+
+def _hand_off_command(runtime: rt.Runtime, job: Job, working: str) -> dict[str, Any]:
+    # A slash command's answer is an ephemeral line: what is being done, or that nothing was.
+    unavailable = _ephemeral(views.error_message("gpufarm is unavailable right now; nothing was changed").text)
+    return _hand_off(runtime, job, _ephemeral(views.working(working).text), unavailable)
+
+
+def _field_error(block: str, message: str) -> dict[str, Any]:
+    # A modal's error names one input block (Slack shows it under that field and keeps the form open).
+    return http.respond(200, {"response_action": "errors", "errors": {block: message[:150]}})
 
 
 def _ephemeral(text: str) -> dict[str, Any]:
