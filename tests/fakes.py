@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from gpufarm.adapters.slack import check_upload
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.inventory import normalize_tag
@@ -194,6 +195,8 @@ class FakeChat:
         self.usergroup = usergroup
         self.names: dict[str, str] = {}
         self.sent: list[Sent] = []
+        # Uploaded files by id: (filename, bytes); their shares are Sent("file", channel, comment, ts=file id).
+        self.files: dict[str, tuple[str, bytes]] = {}
         self.fail_dms = False
         self._ts = 1000
 
@@ -251,6 +254,15 @@ class FakeChat:
         ts = self._next_ts()
         self.sent.append(Sent("dm", user, text, list(blocks or []), ts))
         return ts
+
+    def upload_file(
+        self, channel: str, filename: str, content: bytes, *, title: str, initial_comment: str | None = None
+    ) -> str:
+        check_upload(channel, filename, content, title=title, initial_comment=initial_comment)
+        file_id = f"F{len(self.files) + 1:010d}"
+        self.files[file_id] = (filename, bytes(content))
+        self.sent.append(Sent("file", channel, initial_comment or "", [], file_id))
+        return file_id
 
     def to(self, target: str, kind: str | None = None) -> list[Sent]:
         """Test helper: what was sent to one user or channel."""

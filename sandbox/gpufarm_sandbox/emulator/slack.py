@@ -27,6 +27,7 @@ from gpufarm_sandbox.emulator.slack_blockkit import (
     rich_text,
     view_errors,
 )
+from gpufarm_sandbox.emulator.slack_files import SlackFiles
 from gpufarm_sandbox.emulator.slack_users import SimulatedUsers
 from gpufarm_sandbox.emulator.slack_workspace import (
     BOT_ID,
@@ -44,6 +45,7 @@ from gpufarm_sandbox.emulator.slack_workspace import (
     ChannelsBody,
     ChannelSpec,
     ResponseSink,
+    SlackFailure,
     StoredMessage,
     StoredView,
     Trigger,
@@ -61,15 +63,6 @@ TRIGGER_TTL_S = 3.0  # trigger_id lives 3 s and works once
 RESPONSE_URL_USES = 5  # response_url: at most 5 uses within 30 minutes
 RESPONSE_URL_TTL_S = 1800.0
 MAX_TEXT = 40_000
-
-
-class SlackFailure(Exception):
-    """Raised inside a Web API method: answered as Slack's `{"ok": false, "error": code, ...extra}` with HTTP 200."""
-
-    def __init__(self, code: str, **extra: Any) -> None:
-        super().__init__(code)
-        self.code = code
-        self.extra = extra
 
 
 def _truthy(value: Any) -> bool:
@@ -99,6 +92,7 @@ class SlackModule(BaseModule):
         self._seq = 0
         self._view_seq = 0
         self.simulated = SimulatedUsers(self)
+        self.files = SlackFiles(self)
         self.reset()
 
     # -- wiring ----------------------------------------------------------------------------------------------------
@@ -115,6 +109,8 @@ class SlackModule(BaseModule):
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
             "usergroups.users.list": self._usergroups_users_list,
+            "files.getUploadURLExternal": self.files.get_upload_url,
+            "files.completeUploadExternal": self.files.complete,
         }
         routes = [
             Route(f"/slack/api/{method}", ("GET", "POST"), self._web_api(impl), Auth.SLACK)
@@ -122,6 +118,7 @@ class SlackModule(BaseModule):
         ]
         return [
             *routes,
+            *self.files.routes(),
             Route("/slack/response/<token>", ("POST",), self._response_url, Auth.NONE),
             Route("/_sandbox/slack/messages", ("GET",), self._messages_get, Auth.NONE),
             Route("/_sandbox/slack/views", ("GET",), self._views_get, Auth.NONE),
@@ -144,6 +141,7 @@ class SlackModule(BaseModule):
             self.triggers.clear()
             self.sinks.clear()
             self.deliveries.clear()
+            self.files.reset()
             self._seq = 0
             self._view_seq = 0
             for spec in (
@@ -175,6 +173,7 @@ class SlackModule(BaseModule):
                 "views": [v.inspect() for v in self.views.values()],
                 "response_urls": {"count": len(self.sinks), "uses": sum(s.uses for s in self.sinks.values())},
                 "deliveries": list(self.deliveries),
+                "files": self.files.dump(),
             }
 
     # -- helpers -----------------------------------------------------------------------------------------------------
@@ -230,6 +229,10 @@ class SlackModule(BaseModule):
     def dm_channel(user: str) -> str:
         """The DM channel id of the bot with a user (stable: U0000000001 -> D0000000001)."""
         return "D" + user[1:]
+
+    def resolve_channel(self, value: Any) -> str:
+        """A channel id, `#name`, name, DM id or user id -> the channel id; SlackFailure(channel_not_found) else."""
+        return self._resolve_channel(value)
 
     def _resolve_channel(self, value: Any) -> str:
         """A channel id, `#name`, name, DM id or user id (posts to the DM) -> channel id; else channel_not_found."""

@@ -47,6 +47,15 @@ BOT_PROFILE = {
 }
 
 
+class SlackFailure(Exception):
+    """Raised inside a Web API method: answered as Slack's `{"ok": false, "error": code, ...extra}` with HTTP 200."""
+
+    def __init__(self, code: str, **extra: Any) -> None:
+        super().__init__(code)
+        self.code = code
+        self.extra = extra
+
+
 @dataclass
 class StoredMessage:
     """One message as a Slack user would see it, with its edit history."""
@@ -63,6 +72,7 @@ class StoredMessage:
     response_type: str | None = None
     deleted: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # ids of the files shared with this message
 
     def to_json(self) -> dict[str, Any]:
         """Shape of `GET /_sandbox/slack/messages`."""
@@ -80,6 +90,7 @@ class StoredMessage:
             "deleted": self.deleted,
             "edited": bool(self.history),
             "history": self.history,
+            **({"files": list(self.files)} if self.files else {}),
         }
 
     def echo(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 import urllib.error
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
 from slack_sdk.http_retry.builtin_handlers import (
     ConnectionErrorRetryHandler,
     RateLimitErrorRetryHandler,
@@ -30,7 +31,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.web.client import WebClient
 
-from gpufarm.core.errors import UpstreamError
+from gpufarm.core.errors import UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
     from slack_sdk.webhook import WebhookResponse
@@ -42,6 +43,14 @@ log = logging.getLogger(__name__)
 SIGNATURE_MAX_AGE_S = 300  # Slack's documented replay window (slack_sdk enforces the same 5 minutes)
 USERGROUP_TTL_S = 60.0  # usergroups.users.list is Tier 2: cache members for a minute
 DEFAULT_MAX_RETRY_WAIT_S = 30.0
+# Uploads: gpufarm shares reports (CSV, HTML); Slack would take 1 GB, but nothing gpufarm writes nears 20 MiB, and a
+# Lambda holds the bytes in memory.
+MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+MAX_UPLOAD_TITLE = 255
+MAX_UPLOAD_COMMENT = 4000
+# A plain file name: no path, no control characters, an extension Slack can type the file by.
+UPLOAD_FILENAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}\.[A-Za-z0-9]{1,10}$")
+UPLOAD_RETRY_STATUSES = (429, 500, 502, 503, 504)
 
 
 class SlackError(UpstreamError):
@@ -142,10 +151,14 @@ class SlackChat:
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT_S,
         usergroup_ttl: float = USERGROUP_TTL_S,
         monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not token:
             raise ValueError("a Slack bot token is required")
         self.timeout = timeout
+        self._max_retries = max_retries
+        self._max_retry_wait = max_retry_wait
+        self._sleep = sleep
         self._handlers = retry_handlers(max_retries, max_retry_wait)
         self.client = WebClient(
             token=token,
@@ -283,6 +296,44 @@ class SlackChat:
         """DM a user (conversations.open + chat.postMessage); returns the ts."""
         return self.post_message(self.open_dm(user), text, blocks)
 
+    def upload_file(
+        self, channel: str, filename: str, content: bytes, *, title: str, initial_comment: str | None = None
+    ) -> str:
+        """Share a file into a channel through slack_sdk's files_upload_v2; returns the file id.
+
+        files_upload_v2 makes three requests: files.getUploadURLExternal, a POST of the bytes to the URL it answers,
+        then files.completeUploadExternal. The two Web API calls are retried by the client's handlers; the POST
+        goes through plain urllib without them, so a 429/5xx there restarts the upload with a fresh URL, at most
+        `max_retries` times (the file reserved by the failed attempt is never completed, so never shown).
+        """
+        check_upload(channel, filename, content, title=title, initial_comment=initial_comment)
+        for attempt in range(self._max_retries + 1):
+            try:
+                response = self.client.files_upload_v2(
+                    channel=channel,
+                    filename=filename,
+                    content=content,
+                    title=title,
+                    initial_comment=initial_comment,
+                )
+            except SlackApiError as exc:
+                raw = exc.response.data
+                code = str(raw.get("error") or "unknown_error") if isinstance(raw, dict) else "invalid_response"
+                raise SlackError("files.upload", code, exc.response.status_code) from None
+            except urllib.error.HTTPError as exc:
+                # The upload URL answered an error (slack_sdk's urlopen raises for any non-2xx status).
+                if exc.code in UPLOAD_RETRY_STATUSES and attempt < self._max_retries:
+                    wait = _header_seconds(exc.headers.get("Retry-After") if exc.headers else None)
+                    if wait <= self._max_retry_wait:
+                        log.warning("upload of %s answered HTTP %s; retrying", filename, exc.code)
+                        self._sleep(wait + random.uniform(0, 0.1))  # noqa: S311 - jitter, not crypto
+                        continue
+                raise SlackError("files.upload", "upload_failed", exc.code) from None
+            except (SlackRequestError, SlackClientError, urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+                raise SlackError("files.upload", f"connection_error: {type(exc).__name__}") from None
+            return _file_id(response.data)
+        raise SlackError("files.upload", "upload_failed")  # pragma: no cover - the loop returns or raises
+
     # -- response_url ----------------------------------------------------------------------------------------------
 
     def respond(
@@ -324,6 +375,45 @@ class SlackChat:
             # Slack answers webhook errors with a short text code (used_url, expired_url, invalid_blocks, ...).
             code = (response.body or "").strip()[:100] or "http_error"
             raise SlackError("response_url", code, response.status_code)
+
+
+def check_upload(
+    channel: str, filename: str, content: bytes, *, title: str, initial_comment: str | None = None
+) -> None:
+    """Refuse an upload gpufarm must not send (ValidationFailed names the argument); nothing is sent then."""
+    if not isinstance(channel, str) or not channel.strip() or len(channel) > 80:
+        raise ValidationFailed("channel", "the channel to share the file into is missing or too long")
+    if not isinstance(filename, str) or not UPLOAD_FILENAME_RE.match(filename) or ".." in filename:
+        raise ValidationFailed(
+            "filename", "a file name is letters, digits, '.', '_' or '-' (at most 130) with an extension, no path"
+        )
+    if not isinstance(content, bytes | bytearray) or not content:
+        raise ValidationFailed("content", "the file is empty")
+    if len(content) > MAX_UPLOAD_BYTES:
+        raise ValidationFailed("content", f"the file is {len(content)} bytes; at most {MAX_UPLOAD_BYTES} are shared")
+    if not isinstance(title, str) or not title.strip() or len(title) > MAX_UPLOAD_TITLE or not title.isprintable():
+        raise ValidationFailed("title", f"a title is 1 to {MAX_UPLOAD_TITLE} printable characters")
+    if initial_comment is not None and (
+        not isinstance(initial_comment, str) or len(initial_comment) > MAX_UPLOAD_COMMENT
+    ):
+        raise ValidationFailed("initial_comment", f"the comment is at most {MAX_UPLOAD_COMMENT} characters")
+
+
+def _header_seconds(value: str | None) -> float:
+    try:
+        return max(0.0, float(value)) if value is not None else 1.0
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def _file_id(data: Any) -> str:
+    """The id of the one file completeUploadExternal answers (`files[0].id`)."""
+    files = data.get("files") if isinstance(data, dict) else None
+    first = files[0] if isinstance(files, list) and files else None
+    file_id = first.get("id") if isinstance(first, dict) else None
+    if not isinstance(file_id, str) or not file_id:
+        raise SlackError("files.completeUploadExternal", "invalid_response")
+    return file_id
 
 
 def _blocks(blocks: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:

@@ -163,6 +163,11 @@ class Chat(Protocol):
     def tell_user(self, user: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None) -> str:
         """DM a user (conversations.open + chat.postMessage); returns the ts."""
 
+    def upload_file(
+        self, channel: str, filename: str, content: bytes, *, title: str, initial_comment: str | None = None
+    ) -> str:
+        """Share a file (a report's CSV) into a channel, the comment as its message; returns the file id."""
+
 
 class AsyncInvoker(Protocol):
     """Hands slow work to another function (Lambda async invoke; in-process locally)."""
@@ -214,6 +219,9 @@ class SeenNode:
     last_reported: float | None = None
     # `ir-123` values of the incidents holding the node (agent hosts only: cloud sources do not know).
     irs: tuple[str, ...] = ()
+    # True when the source saw the node report earlier but not within inventory.down_after_minutes (a Datadog Agent
+    # host whose GPU check fell silent): down by the same rule as a registered host silent that long.
+    silent: bool = False
 
 
 @dataclass(frozen=True)
@@ -263,6 +271,28 @@ class SourceReading:
     reservations: tuple[CapacityReservation, ...] = ()
     errors: tuple[SourceError, ...] = ()
     calls: int = 0
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Datadog event (API v1 `POST /api/v1/events`): what gpufarm tells the event stream, never a secret."""
+
+    title: str
+    text: str
+    tags: tuple[str, ...] = ()
+    # Events with one key group together in the event stream (at most 100 characters).
+    aggregation_key: str | None = None
+    # error, warning, info or success.
+    alert_type: str = "info"
+    # Epoch seconds; None: when Datadog receives it.
+    date_happened: int | None = None
+
+
+class EventSink(Protocol):
+    """Where events go (the Datadog event stream)."""
+
+    def post_event(self, event: Event) -> None:
+        """Post one event; raises UpstreamError after bounded retries."""
 
 
 class InventorySource(Protocol):
