@@ -4,13 +4,16 @@ Every data widget uses formulas and functions requests (`queries` of `data_sourc
 form both Datadog and the sandbox's local dashboard pages evaluate the same way. Widget types: timeseries,
 query_value, toplist, query_table, note and group; datadog-api-client's models take every one (gpufarm.setup.
 dashboards checks it before anything is sent).
+
+The dashboards describe their data widgets as `Chart` specs (a title, a scope, a grouping and one `Series` per
+metric query); `chart` is the one builder that turns a spec into its widget.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 Widget = dict[str, Any]
 
@@ -53,6 +56,62 @@ def _formulas(formulas: Sequence[Formula], limit: int | None = None) -> list[dic
     if limit is not None and out:
         out[0]["limit"] = {"count": limit, "order": "desc"}
     return out
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric query of a chart and the formula that shows it.
+
+    `metric` is `<space aggregation>:<metric name>`; the chart's scope (plus `filter`, this query's own scope
+    terms) and grouping complete the query. A series without an `alias` has no formula of its own: it shows only
+    through the chart's `formulas` (a sum, a ratio, or a column placed after others). `aggregator` reduces it to a
+    number in scalar widgets.
+    """
+
+    name: str
+    metric: str
+    alias: str | None = None
+    filter: str = ""
+    aggregator: str = "last"
+
+
+ChartKind = Literal["table", "timeseries", "toplist", "query_value"]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A data widget as a spec: its kind, title and series, the scope and grouping every series shares.
+
+    `by` is what follows each query's scope: its grouping and any functions (`.rollup(...)`, `.as_count()`).
+    `formulas` come after the series' own, in order; a query value shows its first formula (or its first series).
+    """
+
+    kind: ChartKind
+    title: str
+    series: Sequence[Series]
+    where: str = ""
+    by: str = ""
+    formulas: Sequence[Formula] = ()
+    display: str = "line"
+    precision: int = 0
+
+
+def chart(spec: Chart) -> Widget:
+    """The widget of one chart spec."""
+    queries = [
+        Query(s.name, f"{s.metric}{{{scope(spec.where, s.filter)}}}{spec.by}", s.aggregator) for s in spec.series
+    ]
+    formulas = [Formula(s.name, s.alias) for s in spec.series if s.alias is not None] + list(spec.formulas)
+    if spec.kind == "table":
+        return table(spec.title, queries, formulas)
+    if spec.kind == "timeseries":
+        return timeseries(spec.title, queries, formulas, display=spec.display)
+    if spec.kind == "toplist":
+        [only] = formulas
+        return toplist(spec.title, queries[0], only.alias)
+    return query_value(
+        spec.title, queries, formulas[0].formula if formulas else queries[0].name, precision=spec.precision
+    )
 
 
 def timeseries(title: str, queries: Sequence[Query], formulas: Sequence[Formula], *, display: str = "line") -> Widget:
@@ -151,17 +210,22 @@ def note(content: str) -> Widget:
     }
 
 
-def group(title: str, widgets: Sequence[Widget]) -> Widget:
-    """Widgets shown together under a title."""
+def group(title: str, widgets: Sequence[Widget | Chart]) -> Widget:
+    """Widgets (or chart specs, built here) shown together under a title."""
     return {
         "definition": {
             "type": "group",
             "title": title,
             "layout_type": "ordered",
             "show_title": True,
-            "widgets": list(widgets),
+            "widgets": built(widgets),
         }
     }
+
+
+def built(widgets: Sequence[Widget | Chart]) -> list[Widget]:
+    """The widgets, each chart spec among them built by `chart`."""
+    return [chart(w) if isinstance(w, Chart) else w for w in widgets]
 
 
 def template_variable(name: str, prefix: str, values: Sequence[str] = ()) -> dict[str, Any]:

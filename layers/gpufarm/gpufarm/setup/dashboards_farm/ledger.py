@@ -1,0 +1,108 @@
+"""The quota ledger dashboard: entitled / allocated / used / idle / unmeasured per team, project, environment and
+model; budget burn; inventory; unattributed usage per host and team.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufarm.core.farm import FarmConfig
+from gpufarm.setup.dashboards_farm.common import (
+    ENV,
+    LEASED,
+    MODEL,
+    TEAM,
+    budget_table,
+    dashboard,
+    env_values,
+    model_values,
+)
+from gpufarm.setup.dashboards_widgets import Chart, Formula, Series, note, scope, template_variable
+
+
+def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
+    """Entitled, allocated and used per team, environment and model; inventory; unattributed usage."""
+    q = scope(TEAM, ENV, MODEL)
+    by = " by {team,environment,gpu_model}"
+    variables = [
+        template_variable("team", "team", sorted(farm.teams)),
+        template_variable("environment", "environment", env_values(farm)),
+        template_variable("gpu_model", "gpu_model", model_values(farm)),
+    ]
+    return dashboard(
+        "gpufarm: quota ledger",
+        variables,
+        [
+            note(
+                "**Quota ledger.** Entitled is the farm configuration's quota, allocated what the team's leases "
+                "hold, used / idle / unmeasured what the agents' metrics say of those GPUs (all from the scheduled "
+                "sync; unmeasured GPUs are never counted idle); budgets are GPU-hours per period. Unattributed "
+                "usage is busy GPUs no lease claims."
+            ),
+            Chart(
+                "table",
+                "Entitled and allocated per team, environment and model",
+                [
+                    Series("entitled", "sum:gpufarm.quota.entitled", "entitled GPUs"),
+                    Series("allocated", "sum:gpufarm.quota.allocated", "allocated GPUs"),
+                ],
+                where=q,
+                by=by,
+                formulas=[Formula("100 * allocated / entitled", "% of entitlement")],
+            ),
+            Chart(
+                "table",
+                "Held GPUs per team, project, environment and model: used, idle, unmeasured (the sync's ledger)",
+                [
+                    Series("held", "sum:gpufarm.ledger.gpus.allocated", "allocated GPUs"),
+                    Series("used", "sum:gpufarm.ledger.gpus.used", "used (busy)"),
+                    Series("idle", "sum:gpufarm.ledger.gpus.idle", "idle"),
+                    Series("unmeasured", "sum:gpufarm.ledger.gpus.unmeasured", "unmeasured (no metrics)"),
+                ],
+                where=q,
+                by=" by {team,project,environment,gpu_model}",
+            ),
+            Chart(
+                "table",
+                "Used now: busy devices per team, environment and model (node agents)",
+                [Series("busy", "sum:gpufarm.gpu.idle_state", "busy devices")],
+                where=scope(q, "state:busy", LEASED),
+                by=by,
+            ),
+            budget_table(scope(TEAM)),
+            Chart(
+                "timeseries",
+                "Allocated vs entitled per team",
+                [
+                    Series("entitled", "sum:gpufarm.quota.entitled", "entitled"),
+                    Series("allocated", "sum:gpufarm.quota.allocated", "allocated"),
+                ],
+                where=q,
+                by=" by {team}",
+            ),
+            Chart(
+                "table",
+                "Inventory per environment and model",
+                [
+                    Series("total", "sum:gpufarm.inventory.gpus.total", "total GPUs"),
+                    Series("free", "sum:gpufarm.inventory.gpus.free", "free GPUs"),
+                ],
+                where=scope(ENV, MODEL),
+                by=" by {environment,gpu_model}",
+            ),
+            Chart(
+                "toplist",
+                "Unattributed usage: busy GPUs no lease claims, per host and team (the sync's ledger)",
+                [Series("a", "sum:gpufarm.ledger.gpus.unattributed", "busy GPUs")],
+                where=scope(ENV),
+                by=" by {host,team}",
+            ),
+            Chart(
+                "toplist",
+                "Unattributed usage now: busy devices no lease holds, per host (node agents)",
+                [Series("a", "sum:gpufarm.gpu.idle_state", "busy devices")],
+                where=scope(ENV, "state:busy", "gpu_ir:none"),
+                by=" by {host}",
+            ),
+        ],
+    )

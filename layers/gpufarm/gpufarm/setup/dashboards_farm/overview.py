@@ -1,0 +1,122 @@
+"""The farm overview dashboard: per environment and GPU model, total / allocated / free GPUs, busy / idle / lost
+devices, down and agentless GPUs; cloud quota used vs limit and held by leases; inventory source errors; one group
+per environment of the farm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufarm.core.farm import FarmConfig
+from gpufarm.setup.dashboards_farm.common import ENV, MODEL, dashboard, env_values, model_values
+from gpufarm.setup.dashboards_widgets import Chart, Formula, Series, Widget, group, note, scope, template_variable
+
+
+def farm_overview(farm: FarmConfig) -> dict[str, Any]:
+    """Capacity and state per environment and model, one group per environment of the farm."""
+    s = scope(ENV, MODEL)
+    by = " by {environment,gpu_model}"
+    widgets: list[Widget | Chart] = [
+        note(
+            "**gpufarm farm overview.** Capacity comes from the scheduled sync (`gpufarm.inventory.*`, "
+            "`gpufarm.quota.allocated`, the cloud sources' `gpufarm.cloud.*`); device states from the node agents "
+            "(`gpufarm.gpu.idle_state`: busy, idle, idle with memory held; `gpufarm.gpu.unhealthy`). A MIG slice "
+            "counts as one device."
+        ),
+        Chart(
+            "table",
+            "Capacity per environment and model",
+            [
+                Series("total", "sum:gpufarm.inventory.gpus.total", "total GPUs"),
+                Series("free", "sum:gpufarm.inventory.gpus.free"),
+                Series("allocated", "sum:gpufarm.quota.allocated", "allocated"),
+            ],
+            where=s,
+            by=by,
+            formulas=[Formula("free", "free")],  # the free column after the allocated one
+        ),
+        Chart(
+            "table",
+            "Devices busy, idle and down per environment and model",
+            [
+                Series("busy", "sum:gpufarm.gpu.idle_state", "busy", filter="state:busy"),
+                Series("idle", "sum:gpufarm.gpu.idle_state", "idle (no process)", filter="state:idle"),
+                Series("held", "sum:gpufarm.gpu.idle_state", "idle, memory held", filter="state:idle_held"),
+                Series("down", "sum:gpufarm.gpu.unhealthy", "down (lost)"),
+            ],
+            where=s,
+            by=by,
+        ),
+        Chart(
+            "table",
+            "Down and agentless GPUs per environment and model",
+            [
+                Series("down", "sum:gpufarm.inventory.gpus.down", "down (node silent)"),
+                Series(
+                    "no_agent", "sum:gpufarm.inventory.gpus.no_agent", "no agent (seen by a cloud or static source)"
+                ),
+            ],
+            where=s,
+            by=by,
+        ),
+        Chart(
+            "table",
+            "Cloud quota per region and GPU family: used vs limit, held by gpufarm",
+            [
+                Series("limit", "sum:gpufarm.cloud.quota.limit", "limit (vCPUs / cores)"),
+                Series("used", "sum:gpufarm.cloud.quota.used", "used"),
+                Series("held", "sum:gpufarm.cloud.quota.held", "held by leases"),
+            ],
+            by=" by {source,region,family}",
+            formulas=[Formula("100 * used / limit", "% of limit used")],
+        ),
+        Chart(
+            "toplist",
+            "Inventory source errors in the last sync (skipped and reported)",
+            [Series("a", "sum:gpufarm.inventory.source.errors", "errors")],
+            by=" by {source}",
+        ),
+        Chart(
+            "timeseries",
+            "Devices by state",
+            [Series("a", "sum:gpufarm.gpu.idle_state", "devices")],
+            where=s,
+            by=" by {state}",
+            display="area",
+        ),
+    ]
+    for name in env_values(farm):
+        env = farm.environments[name]
+        e = f"environment:{name}"
+        models = ", ".join(env.gpu_models)
+        widgets.append(
+            group(
+                f"{name} ({env.kind.value}: {models})",
+                [
+                    Chart("query_value", "Total GPUs", [Series("a", "sum:gpufarm.inventory.gpus.total")], where=e),
+                    Chart("query_value", "Allocated GPUs", [Series("a", "sum:gpufarm.quota.allocated")], where=e),
+                    Chart("query_value", "Free GPUs", [Series("a", "sum:gpufarm.inventory.gpus.free")], where=e),
+                    Chart(
+                        "query_value",
+                        "Busy devices",
+                        [Series("a", "sum:gpufarm.gpu.idle_state", filter="state:busy")],
+                        where=e,
+                    ),
+                    Chart(
+                        "timeseries",
+                        "Free vs total GPUs",
+                        [
+                            Series("total", "sum:gpufarm.inventory.gpus.total", "total"),
+                            Series("free", "sum:gpufarm.inventory.gpus.free", "free"),
+                        ],
+                        where=e,
+                        by=" by {gpu_model}",
+                    ),
+                ],
+            )
+        )
+    variables = [
+        template_variable("environment", "environment", env_values(farm)),
+        template_variable("gpu_model", "gpu_model", model_values(farm)),
+    ]
+    return dashboard("gpufarm: farm overview", variables, widgets)
