@@ -66,6 +66,7 @@ class Sandbox:
     ) -> None:
         from gpufarm_sandbox.emulator.dashboard_pages import DashboardPagesModule
         from gpufarm_sandbox.emulator.dashboards import DashboardsModule
+        from gpufarm_sandbox.emulator.events import EventsModule
         from gpufarm_sandbox.emulator.hosts import HostsModule
         from gpufarm_sandbox.emulator.incidents import IncidentsModule
         from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
@@ -94,6 +95,7 @@ class Sandbox:
         self.monitors = MonitorsModule(self)
         self.dashboards = DashboardsModule(self)
         self.metric_metadata = MetricMetadataModule(self)
+        self.events = EventsModule(self)
         # The local view of the stored dashboards (HTML pages, not Datadog's API).
         self.dashboard_pages = DashboardPagesModule(self)
         self.slack = SlackModule(self)
@@ -107,6 +109,7 @@ class Sandbox:
             self.monitors,
             self.dashboards,
             self.metric_metadata,
+            self.events,
             self.dashboard_pages,
             self.slack,
             self.pages,

@@ -31,7 +31,7 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.model import IncidentRecord
-from gpufarm.core.ports import HostInfo, MetricSeries, ScalarResult
+from gpufarm.core.ports import Event, HostInfo, MetricSeries, ScalarResult
 
 if TYPE_CHECKING:
     from gpufarm.core.ports import HostTags, IncidentStore, MetricsQuery, MetricsSink, MonitorStates
@@ -53,6 +53,10 @@ IR_INDEX_SIZE = 50_000
 # Batches aim well below both so the client's own compression (same zlib level) never crosses them.
 MAX_COMPRESSED_BYTES = 500_000
 MAX_RAW_BATCH_BYTES = 3_000_000
+# Event limits (API v1 events): text 4,000 characters, aggregation key 100; a title is kept to one short line.
+MAX_EVENT_TITLE = 200
+MAX_EVENT_TEXT = 4000
+MAX_EVENT_AGGREGATION_KEY = 100
 
 
 class DatadogGateway:
@@ -516,6 +520,26 @@ class DatadogGateway:
             response = self._metrics.query_scalar_data(body=body)
         columns = list(dc.get(dc.get(dc.get(response, "data"), "attributes"), "columns") or [])
         return scalar_results([dc.plain_dict(c) for c in columns])
+
+    # -- EventSink ------------------------------------------------------------------------------------
+
+    def post_event(self, event: Event) -> None:
+        """Post one event to the event stream (API v1 `POST /api/v1/events`; limits in MAX_EVENT_*)."""
+        body: dict[str, Any] = {
+            "title": event.title[:MAX_EVENT_TITLE],
+            "text": event.text[:MAX_EVENT_TEXT],
+            "tags": list(event.tags),
+            "alert_type": event.alert_type,
+            "priority": "normal",
+            "source_type_name": "gpufarm",
+        }
+        if event.aggregation_key:
+            body["aggregation_key"] = event.aggregation_key[:MAX_EVENT_AGGREGATION_KEY]
+        if event.date_happened is not None:
+            body["date_happened"] = event.date_happened
+        events = dc.build("datadog_api_client.v1.api.events_api", "EventsApi", self._client)
+        with dc.errors("post event"):
+            events.create_event(body=body)
 
 
 # -- conversions ----------------------------------------------------------------------------------------

@@ -392,7 +392,8 @@ class FarmConfig(_Strict):
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
-        problems = self.inventory.problems({name: env.gpu_models for name, env in self.environments.items()})
+        agent_pools = [n for n, e in self.environments.items() if e.metrics_source is MetricsSource.DATADOG_AGENT]
+        problems = self.inventory.problems({n: e.gpu_models for n, e in self.environments.items()}, agent_pools)
         problems += budget_problems(self.budgets, self.teams)
         if problems:
             raise ValueError("; ".join(problems))

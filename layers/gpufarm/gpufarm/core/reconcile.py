@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core import accounting, budgets, history, leases
+from gpufarm.core import accounting, agent_source, budgets, history, leases
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
 from gpufarm.core.history import Step
@@ -27,7 +27,16 @@ from gpufarm.core.lifecycle import Phase, ReclaimReason
 from gpufarm.core.model import Allocation
 from gpufarm.core.ports import InventorySource, MetricPoint, MetricSeries, SourceReading
 from gpufarm.core.serial import IncidentCommand, Op, pool_group
-from gpufarm.core.sources import Ledger, StaticSource, agent_node, ledger_series, merge, read_all, read_in_background
+from gpufarm.core.sources import (
+    Ledger,
+    StaticSource,
+    agent_node,
+    ledger_series,
+    merge,
+    post_source_events,
+    read_all,
+    read_in_background,
+)
 from gpufarm.core.units import assign_tags, lease_devices, stale_assignments, wanted_assign_tags
 from gpufarm.core.views import Message
 
@@ -137,6 +146,7 @@ def sync(svc: GpuFarm) -> SyncReport:
             report.allocated += [o.ir for o in repair.outcomes if o.action == "allocated"]
     ledger = read_ledger(svc, pending())
     report.inventory = ledger.summary()
+    post_source_events(svc.events, ledger, int(svc.clock.now().timestamp()))
     # One metrics query measures every lease's busy GPUs; the leases due accrue their GPU-hours from it.
     usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger)
     report.measured = usage.measured
@@ -147,9 +157,10 @@ def sync(svc: GpuFarm) -> SyncReport:
 
 
 def inventory_sources(svc: GpuFarm) -> list[InventorySource]:
-    """The farm file's static list and the cloud sources the runtime built (gpufarm.core.sources)."""
+    """The farm file's static list, the Datadog Agent's GPU check and the cloud sources the runtime built."""
     static = svc.farm.inventory.static
-    return [*([StaticSource(static)] if static else []), *svc.sources]
+    agent = agent_source.for_farm(svc.farm, svc.usage, svc.clock)
+    return [*([StaticSource(static)] if static else []), *([agent] if agent else []), *svc.sources]
 
 
 def read_ledger(svc: GpuFarm, readings: list[SourceReading] | None = None) -> Ledger:

@@ -66,6 +66,7 @@ from gpufarm.core.policy import (
 from gpufarm.core.ports import (
     Chat,
     Clock,
+    EventSink,
     HostTags,
     IncidentStore,
     InventorySource,
@@ -145,6 +146,7 @@ class GpuFarm:
         links: Links | None = None,
         usage: MetricsQuery | None = None,
         sources: Sequence[InventorySource] = (),
+        events: EventSink | None = None,
     ) -> None:
         self.incidents = incidents
         self.hosts = hosts
@@ -160,6 +162,8 @@ class GpuFarm:
         self.usage = usage
         # Inventory sources besides the registered hosts (AWS, Azure): read by the sync (gpufarm.core.sources).
         self.sources: Sequence[InventorySource] = tuple(sources)
+        # The Datadog event stream: the sync posts one event per inventory source it skipped (gpufarm.core.sources).
+        self.events = events
         # The view of the invocation running on each thread (the local function host runs several at once).
         self._local = threading.local()
 

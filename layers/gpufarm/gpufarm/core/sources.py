@@ -1,35 +1,44 @@
 """The inventory ledger: every source's nodes and quotas merged into what exists per environment, model and region.
 
 gpufarm-node's registrations (the managed hosts of Datadog's host list) are what allocation places on; the other
-sources (gpufarm.core.ports.InventorySource: AWS, Azure, the farm file's static list) say what exists besides.
-The merge is pure and decides:
+sources (gpufarm.core.ports.InventorySource: AWS, Azure, the farm file's static list, the Datadog Agent's GPU check
+in gpufarm.core.agent_source) say what exists besides. The merge is pure and decides:
 
 - a node a cloud or static source sees that no registered host answers to (by instance id, DNS or computer
   name, or the host's `instance-id:` tag) is **no agent**: counted per environment and model, listed with its id;
 - a registered host silent for longer than `inventory.down_after_minutes` is **down**: counted, and left out of
   allocation (`down_hosts`). Only the host list's own report time decides that, never a source's silence: a
   source that fails or throttles is skipped and reported, and nothing is marked down or untagged because of it;
+- a host the Datadog Agent's GPU check reports that gpufarm has no registration for is still inventory
+  (**unregistered**: counted per environment and model, never allocated), has an agent (a cloud instance that is
+  that host is not "no agent"), and is down when its check fell silent for as long (the source's own answer says
+  so; a registered host's silence is still the host list's to say);
 - a node whose source could not say its GPU model (an unknown instance type, an answer without GPU information)
   is **unknown**: listed, never counted as a GPU of some other model;
 - per cloud region and quota family: the quota's limit, what is in use, and what gpufarm holds (the vCPUs or
   cores of the registered instances that carry a lease).
 
-The gauges it publishes are declared in LEDGER_GAUGES (names, tags, units) for the dashboards to read.
+The gauges it publishes are declared in LEDGER_GAUGES (names, tags, units) for the dashboards to read. Each sync
+also posts one Datadog event per source it skipped (`source_events`), grouped in the event stream by source.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from gpufarm.core.errors import GpufarmError
 from gpufarm.core.inventory import GpuHost, normalize_tag, tag_values
 from gpufarm.core.inventory_config import StaticHost
 from gpufarm.core.ports import (
     CapacityReservation,
     CloudQuota,
+    Event,
+    EventSink,
     HostInfo,
     InventorySource,
     MetricPoint,
@@ -76,6 +85,12 @@ LEDGER_GAUGES = (
         ("environment", "gpu_model"),
         "gpu",
         "GPUs of nodes a cloud or static source lists that no registered host answers to",
+    ),
+    GaugeSpec(
+        "gpufarm.inventory.gpus.unregistered",
+        ("environment", "gpu_model"),
+        "gpu",
+        "GPUs the Datadog Agent's GPU check reports on hosts gpufarm has no registration for (never allocated)",
     ),
     GaugeSpec(
         "gpufarm.inventory.gpus.cloud",
@@ -194,15 +209,18 @@ LEDGER_GAUGES = (
     ),
 )
 GAUGE_NAMES = frozenset(g.name for g in LEDGER_GAUGES)
+_SPECS = {g.name: g for g in LEDGER_GAUGES}
 
 
 @dataclass
 class PoolCount:
-    """GPUs of one environment and model: registered, down, and seen without an agent."""
+    """GPUs of one environment and model: registered, down, seen without an agent, and reported by the Datadog
+    Agent's GPU check on hosts gpufarm has no registration for."""
 
     total: int = 0
     down: int = 0
     no_agent: int = 0
+    unregistered: int = 0
 
 
 @dataclass(frozen=True)
@@ -382,15 +400,15 @@ def merge(
 ) -> Ledger:
     """Registered hosts and every source's reading as one ledger (see the module docstring)."""
     ledger = Ledger()
-    by_name: dict[str, SeenNode] = {}
-    for node in agents:
+    by_name = _merge_registered(ledger, agents, now, down_after_minutes)
+    registered = set(by_name)
+    # Hosts that report for themselves (the Agent's GPU check) first, so a cloud instance that is one has an agent.
+    for node in (n for r in readings for n in r.nodes if n.agent):
+        if any(n.lower() in registered for n in node.names):
+            continue  # gpufarm's registration of the same host counts it, and its host list entry says if it is down
         for name in node.names:
             by_name.setdefault(name.lower(), node)
-        pool = ledger.pools.setdefault((node.environment or UNASSIGNED, node.gpu_model or "UNKNOWN"), PoolCount())
-        pool.total += node.gpu_count
-        if is_down(node.last_reported, now, down_after_minutes):
-            pool.down += node.gpu_count
-            ledger.down.append(node.id)
+        _merge_unregistered(ledger, node, _environment(node, environments), now, down_after_minutes)
     held: dict[tuple[str, str, str], float] = {}
     counted: set[str] = set()
     for reading in readings:
@@ -398,11 +416,9 @@ def merge(
         ledger.errors += reading.errors
         ledger.reservations += reading.reservations
         for node in reading.nodes:
-            env = (
-                node.environment
-                if node.environment and (environments is None or node.environment in environments)
-                else UNASSIGNED
-            )
+            if node.agent:
+                continue  # merged above
+            env = _environment(node, environments)
             if node.gpu_model is None:
                 ledger.unknown.append(node)
             else:
@@ -429,6 +445,41 @@ def merge(
     return ledger
 
 
+def _merge_registered(
+    ledger: Ledger, agents: Sequence[SeenNode], now: float, down_after_minutes: int | None
+) -> dict[str, SeenNode]:
+    """Count the registered hosts into the ledger (down when silent); every name they answer to."""
+    by_name: dict[str, SeenNode] = {}
+    for node in agents:
+        for name in node.names:
+            by_name.setdefault(name.lower(), node)
+        pool = ledger.pools.setdefault((node.environment or UNASSIGNED, node.gpu_model or "UNKNOWN"), PoolCount())
+        pool.total += node.gpu_count
+        if is_down(node.last_reported, now, down_after_minutes):
+            pool.down += node.gpu_count
+            ledger.down.append(node.id)
+    return by_name
+
+
+def _merge_unregistered(ledger: Ledger, node: SeenNode, env: str, now: float, down_after_minutes: int | None) -> None:
+    """Count a self-reporting host gpufarm has no registration for: inventory, down when its reports stopped."""
+    if node.gpu_model is None:
+        ledger.unknown.append(node)
+        return
+    pool = ledger.pools.setdefault((env, node.gpu_model), PoolCount())
+    pool.unregistered += node.gpu_count
+    if node.silent or is_down(node.last_reported, now, down_after_minutes):
+        pool.down += node.gpu_count
+        ledger.down.append(node.id)
+
+
+def _environment(node: SeenNode, environments: Mapping[str, object] | None) -> str:
+    """The node's environment when the farm has it, else UNASSIGNED."""
+    if node.environment and (environments is None or node.environment in environments):
+        return node.environment
+    return UNASSIGNED
+
+
 def _quota_line(quota: CloudQuota, held: Mapping[tuple[str, str, str], float]) -> QuotaLine:
     return QuotaLine(
         quota.source,
@@ -443,30 +494,49 @@ def _quota_line(quota: CloudQuota, held: Mapping[tuple[str, str, str], float]) -
 
 # -- gauges ----------------------------------------------------------------------------------------------------
 
+# A row of gauges: tag values by key, and the value of each gauge by name. A gauge's tags are those LEDGER_GAUGES
+# declares for it, in that order, so the declaration is the one place a gauge's shape is said.
+Row = tuple[Mapping[str, object], Mapping[str, float]]
 
-def ledger_series(ledger: Ledger, timestamp: int, sources: Iterable[str] = ()) -> list[MetricSeries]:
-    """The ledger as the gauges of LEDGER_GAUGES (sources named with no error still get a 0 error gauge)."""
-    series: list[MetricSeries] = []
 
-    def gauge(name: str, value: float, **tags: object) -> None:
-        tag_list = tuple(normalize_tag(f"{k}:{v}") for k, v in tags.items())
-        series.append(MetricSeries(name, (MetricPoint(timestamp, float(value)),), tag_list, type=3))
-
+def _pool_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
     for (env, model), count in sorted(ledger.pools.items()):
-        gauge("gpufarm.inventory.gpus.down", count.down, environment=env, gpu_model=model)
-        gauge("gpufarm.inventory.gpus.no_agent", count.no_agent, environment=env, gpu_model=model)
+        yield (
+            {"environment": env, "gpu_model": model},
+            {
+                "gpufarm.inventory.gpus.down": count.down,
+                "gpufarm.inventory.gpus.no_agent": count.no_agent,
+                "gpufarm.inventory.gpus.unregistered": count.unregistered,
+            },
+        )
+
+
+def _cloud_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
     for (env, model, source), gpus in sorted(ledger.cloud_gpus.items()):
-        gauge("gpufarm.inventory.gpus.cloud", gpus, environment=env, gpu_model=model, source=source)
+        yield {"environment": env, "gpu_model": model, "source": source}, {"gpufarm.inventory.gpus.cloud": gpus}
+
+
+def _unknown_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
     unknown: dict[tuple[str, str], int] = {}
     for node in ledger.unknown:
         unknown[(node.source, node.region)] = unknown.get((node.source, node.region), 0) + 1
     for (source, region), n in sorted(unknown.items()):
-        gauge("gpufarm.inventory.nodes.unknown", n, source=source, region=region or "none")
+        yield {"source": source, "region": region or "none"}, {"gpufarm.inventory.nodes.unknown": n}
+
+
+def _quota_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
     for q in sorted(ledger.quotas, key=lambda q: (q.source, q.region, q.family)):
-        tags = {"source": q.source, "region": q.region, "family": q.family, "unit": q.unit}
-        gauge("gpufarm.cloud.quota.limit", q.limit, **tags)
-        gauge("gpufarm.cloud.quota.used", q.used, **tags)
-        gauge("gpufarm.cloud.quota.held", q.held, **tags)
+        yield (
+            {"source": q.source, "region": q.region, "family": q.family, "unit": q.unit},
+            {
+                "gpufarm.cloud.quota.limit": q.limit,
+                "gpufarm.cloud.quota.used": q.used,
+                "gpufarm.cloud.quota.held": q.held,
+            },
+        )
+
+
+def _reservation_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
     for r in sorted(ledger.reservations, key=lambda r: (r.source, r.region, r.id)):
         tags = {
             "source": r.source,
@@ -475,16 +545,118 @@ def ledger_series(ledger: Ledger, timestamp: int, sources: Iterable[str] = ()) -
             "kind": r.kind,
             "gpu_model": r.gpu_model or "unknown",
         }
-        gauge("gpufarm.cloud.reservation.instances", r.total, **tags)
-        gauge("gpufarm.cloud.reservation.available", r.available, **tags)
+        yield tags, {"gpufarm.cloud.reservation.instances": r.total, "gpufarm.cloud.reservation.available": r.available}
+
+
+def _source_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
+    # Every source named or read gets an error gauge, 0 when it answered: a source that recovers reads 0 again.
     errors: dict[str, int] = dict.fromkeys(sources, 0) | dict.fromkeys(ledger.calls, 0)
     for error in ledger.errors:
         errors[error.source] = errors.get(error.source, 0) + 1
     for source, n in sorted(errors.items()):
-        gauge("gpufarm.inventory.source.errors", n, source=source)
-    for source, calls in sorted(ledger.calls.items()):
-        gauge("gpufarm.inventory.source.calls", calls, source=source)
+        values = {"gpufarm.inventory.source.errors": float(n)}
+        if source in ledger.calls:
+            values["gpufarm.inventory.source.calls"] = ledger.calls[source]
+        yield {"source": source}, values
+
+
+_ROWS: tuple[Callable[[Ledger, Iterable[str]], Iterable[Row]], ...] = (
+    _pool_rows,
+    _cloud_rows,
+    _unknown_rows,
+    _quota_rows,
+    _reservation_rows,
+    _source_rows,
+)
+
+
+def ledger_series(ledger: Ledger, timestamp: int, sources: Iterable[str] = ()) -> list[MetricSeries]:
+    """The ledger as the gauges of LEDGER_GAUGES (sources named with no error still get a 0 error gauge)."""
+    named = tuple(sources)
+    series: list[MetricSeries] = []
+    for rows in _ROWS:
+        for tags, values in rows(ledger, named):
+            for name, value in values.items():
+                tag_list = tuple(normalize_tag(f"{key}:{tags[key]}") for key in _SPECS[name].tags)
+                series.append(MetricSeries(name, (MetricPoint(timestamp, float(value)),), tag_list, type=3))
     return series
+
+
+# -- source failures as Datadog events -------------------------------------------------------------------------
+
+EVENT_SOURCE_TAG = "gpufarm:inventory"
+MAX_EVENT_PARTS = 20
+# An error's class as the sources write it: an exception or an API error code, with an HTTP status at most.
+_CLASS_RE = re.compile(r"^[A-Z][A-Za-z0-9_.]{0,79}(?: [0-9]{3})?$")
+
+
+def error_class(error: SourceError) -> str:
+    """What kind of failure a source error was (`RequestLimitExceeded`, `HttpResponseError 429`, `Timeout`).
+
+    Read from the message's leading parts (`<step>: <class>: <text>` or `<class>: <text>`), never its free text,
+    which is the source's to write and is left out of events.
+    """
+    for part in error.message.split(": ")[:2]:
+        if _CLASS_RE.match(part):
+            return part
+    return "Timeout" if error.message.startswith("no answer within") else "Error"
+
+
+def source_events(ledger: Ledger, timestamp: int) -> list[Event]:
+    """One event per source this sync skipped (a part of it or all): title, source, error classes, where.
+
+    The parts are named (regions, subscriptions, pools) with their error class only; messages are not carried,
+    so nothing a source's answer held (a URL, a request) reaches the event stream. Events of one source share an
+    aggregation key, so a source failing sync after sync is one group in the stream.
+    """
+    by_source: dict[str, list[SourceError]] = {}
+    for error in ledger.errors:
+        by_source.setdefault(error.source, []).append(error)
+    events: list[Event] = []
+    for source, errors in sorted(by_source.items()):
+        classes = sorted({error_class(e) for e in errors})
+        throttled = all(e.throttled for e in errors)
+        lines = [
+            f"- {e.where}: {error_class(e)}{' (throttled)' if e.throttled else ''}" for e in errors[:MAX_EVENT_PARTS]
+        ]
+        if len(errors) > MAX_EVENT_PARTS:
+            lines.append(f"- and {len(errors) - MAX_EVENT_PARTS} more")
+        text = (
+            f"The inventory sync could not read {len(errors)} part(s) of source {source} and skipped them: their "
+            "nodes and quotas were not counted this sync, and nothing was marked down or untagged because of it.\n"
+            + "\n".join(lines)
+        )
+        tags = (
+            EVENT_SOURCE_TAG,
+            normalize_tag(f"source:{source}"),
+            *(normalize_tag(f"error_class:{c}") for c in classes[:5]),
+        )
+        events.append(
+            Event(
+                title=f"gpufarm inventory source {source} skipped: {', '.join(classes[:3])}"[:200],
+                text=text[:4000],
+                tags=tags,
+                aggregation_key=f"gpufarm-inventory-source-{source}"[:100],
+                alert_type="warning" if throttled else "error",
+                date_happened=timestamp,
+            )
+        )
+    return events
+
+
+def post_source_events(sink: EventSink | None, ledger: Ledger, timestamp: int) -> int:
+    """Post source_events through the sink; returns how many were posted. A failed post is logged, never raised:
+    the sync's report, gauges and logs still say what was skipped."""
+    if sink is None:
+        return 0
+    posted = 0
+    for event in source_events(ledger, timestamp):
+        try:
+            sink.post_event(event)
+            posted += 1
+        except GpufarmError as exc:
+            log.warning("inventory source event not posted (%s): %s", event.title, exc)
+    return posted
 
 
 def _short(exc: BaseException) -> str:

@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
     from gpufarm.core.farm import FarmConfig
-    from gpufarm.core.ports import AsyncInvoker, Clock, IncidentStore, InventorySource, MonitorStates, WorkQueue
+    from gpufarm.core.ports import (
+        AsyncInvoker,
+        Clock,
+        Event,
+        IncidentStore,
+        InventorySource,
+        MonitorStates,
+        WorkQueue,
+    )
     from gpufarm.core.service import GpuFarm
 
 log = logging.getLogger(__name__)
@@ -68,6 +76,17 @@ class LazyQuery:
     def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> Any:
         """As MetricsQuery.scalar."""
         return self._port().scalar(query, start, end, aggregator)
+
+
+class LazyEvents:
+    """The Datadog event port, built on its first event (most syncs post none)."""
+
+    def __init__(self, port: Callable[[], Any]) -> None:
+        self._port = port
+
+    def post_event(self, event: Event) -> None:
+        """As EventSink.post_event."""
+        self._port().post_event(event)
 
 
 class Runtime:
@@ -232,6 +251,7 @@ class Runtime:
                     queue=self.queue(),
                     links=Links.for_site(self.settings.datadog_site, self.settings.public_url),
                     usage=LazyQuery(lambda: self._port("metrics_query")),
+                    events=self._events(),
                 )
                 self._parts["service"] = svc
             elif svc.farm is not farm:
@@ -266,6 +286,13 @@ class Runtime:
         """What Datadog's monitors say of a group now (the idle webhook's check against stale alerts)."""
         states: MonitorStates = self._port("monitor_states")
         return states
+
+    def _events(self) -> Any:
+        """The event stream: the override, else the gateway's (built on the first event), none when a test
+        replaced the metrics port without giving one."""
+        if "events" in self._parts:
+            return self._parts["events"]
+        return None if "metrics" in self._parts else LazyEvents(self.gateway)
 
     def _port(self, name: str) -> Any:
         """A Datadog-backed port: the override when a test set one, else the gateway."""
