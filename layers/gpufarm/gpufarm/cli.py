@@ -19,6 +19,7 @@ OWN_COMMANDS = {
     "datadog": "gpufarm.setup.cli:datadog",
     "slack": "gpufarm.setup.slack_check:slack",
     "profile": "gpufarm.profiling.cli:profile",
+    "report": "gpufarm.reporting.cli:report",
 }
 ENTRY_POINT_GROUP = "gpufarm.commands"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}

@@ -31,10 +31,17 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.model import IncidentRecord
-from gpufarm.core.ports import Event, HostInfo, MetricSeries, ScalarResult
+from gpufarm.core.ports import Event, HostInfo, MetricPoint, MetricSeries, ScalarResult, TimeseriesResult
 
 if TYPE_CHECKING:
-    from gpufarm.core.ports import HostTags, IncidentStore, MetricsQuery, MetricsSink, MonitorStates
+    from gpufarm.core.ports import (
+        HostTags,
+        IncidentStore,
+        MetricsHistory,
+        MetricsQuery,
+        MetricsSink,
+        MonitorStates,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -541,6 +548,30 @@ class DatadogGateway:
         with dc.errors("post event"):
             events.create_event(body=body)
 
+    def timeseries(
+        self, query: str, start: datetime, end: datetime, *, max_points: int = 300
+    ) -> list[TimeseriesResult]:
+        """A query's groups over time (API v2 /query/timeseries), the interval chosen for at most max_points."""
+        if end <= start:
+            raise ValidationFailed("end", "the query window must end after it starts")
+        span_ms = _epoch_ms(end) - _epoch_ms(start)
+        interval_ms = max(60_000, math.ceil(span_ms / max(1, max_points) / 60_000) * 60_000)
+        body = {
+            "data": {
+                "type": "timeseries_request",
+                "attributes": {
+                    "from": _epoch_ms(start),
+                    "to": _epoch_ms(end),
+                    "interval": interval_ms,
+                    "queries": [{"data_source": "metrics", "name": "a", "query": query}],
+                },
+            }
+        }
+        with dc.errors("query metrics"):
+            response = self._metrics.query_timeseries_data(body=body)
+        attributes = dc.plain_dict(dc.get(dc.get(response, "data"), "attributes") or {})
+        return timeseries_results(attributes)
+
 
 # -- conversions ----------------------------------------------------------------------------------------
 
@@ -720,6 +751,25 @@ def scalar_results(columns: Sequence[Mapping[str, Any]]) -> list[ScalarResult]:
     return results
 
 
+def timeseries_results(attributes: Mapping[str, Any]) -> list[TimeseriesResult]:
+    """Groups of a v2 timeseries answer: `series[i].group_tags` with `values[i]` over the shared `times` (ms)."""
+    times = [int(t) // 1000 for t in attributes.get("times") or []]
+    values = list(attributes.get("values") or [])
+    out: list[TimeseriesResult] = []
+    for i, series in enumerate(attributes.get("series") or []):
+        if not isinstance(series, Mapping):
+            continue
+        row = values[i] if i < len(values) and isinstance(values[i], list) else []
+        points = tuple(
+            MetricPoint(t, float(v))
+            for t, v in zip(times, row, strict=False)
+            if isinstance(v, int | float) and math.isfinite(float(v))
+        )
+        tags = tuple(str(t) for t in series.get("group_tags") or [])
+        out.append(TimeseriesResult(tags, points))
+    return out
+
+
 def _alerting(monitor: Any) -> list[tuple[int, tuple[str, ...]]]:
     """(id, group tags) of a listed monitor's groups in Alert."""
     if not isinstance(monitor, dict) or not isinstance(monitor.get("id"), int):
@@ -738,6 +788,6 @@ if TYPE_CHECKING:
 
     def _implements_the_ports(
         gateway: DatadogGateway,
-    ) -> tuple[IncidentStore, HostTags, MetricsSink, MetricsQuery, MonitorStates]:
+    ) -> tuple[IncidentStore, HostTags, MetricsSink, MetricsQuery, MonitorStates, MetricsHistory]:
         """mypy proves here that DatadogGateway satisfies every port it is used as."""
-        return gateway, gateway, gateway, gateway, gateway
+        return gateway, gateway, gateway, gateway, gateway, gateway

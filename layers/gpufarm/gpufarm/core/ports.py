@@ -49,6 +49,14 @@ class ScalarResult:
     value: float | None
 
 
+@dataclass(frozen=True)
+class TimeseriesResult:
+    """One group of a timeseries query: its group tags and its points (a bucket without data is left out)."""
+
+    group_tags: tuple[str, ...]
+    points: tuple[MetricPoint, ...]
+
+
 class IncidentStore(Protocol):
     """Incidents are the allocations; this is the only place their state is kept."""
 
@@ -116,6 +124,15 @@ class MetricsQuery(Protocol):
 
     def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> list[ScalarResult]:
         """Reduce a metrics query to one value per group."""
+
+
+class MetricsHistory(Protocol):
+    """Metrics over time, for reports' charts (Datadog's v2 timeseries query)."""
+
+    def timeseries(
+        self, query: str, start: datetime, end: datetime, *, max_points: int = 300
+    ) -> list[TimeseriesResult]:
+        """A query's groups over the window, in at most about `max_points` buckets each."""
 
 
 class Chat(Protocol):

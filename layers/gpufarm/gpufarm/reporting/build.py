@@ -1,0 +1,176 @@
+"""Build a report from leases (pure): per group GPU-hours held / busy / idle / unmeasured, counts and waits.
+
+Held, busy, idle and unmeasured are the incidents' accrued GPU-hours inside the period (gpufarm.reporting.window);
+**unmeasured** hours (no agent answer when they accrued, or held since the last accrual) are never counted as
+idle, and the leases holding them are listed. Warnings, keeps, exemptions, reclaims and waits come from each
+lease's history (gpufarm.reporting.events). Team rows add the team's entitlement and what it holds now; team and
+project rows their GPU-hour budgets' burn (gpufarm.core.budgets) in the budget's period holding the report's end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from gpufarm.core import accounting, budgets
+from gpufarm.core.farm import FarmConfig
+from gpufarm.core.ledger_config import Budget
+from gpufarm.core.model import Allocation
+from gpufarm.reporting.events import lease_events
+from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
+from gpufarm.reporting.query import GroupBy, ReportQuery
+from gpufarm.reporting.read import MAX_LEASES, Leases
+from gpufarm.reporting.window import lease_hours
+
+NONE = "(none)"
+
+
+def budget_moment(query: ReportQuery) -> datetime:
+    """The instant whose budget periods a report shows: the last second of its period."""
+    return query.period.end - timedelta(seconds=1)
+
+
+def months_to_read(query: ReportQuery, farm: FarmConfig) -> tuple[str, ...]:
+    """The months whose ended leases the report needs: its own, and its budgets' periods."""
+    at = budget_moment(query)
+    months = set(query.period.months)
+    for budget in farm.budgets:
+        months |= set(budgets.period_months(budget.period, at))
+    return tuple(sorted(months))
+
+
+def group_key(alloc: Allocation, by: GroupBy) -> str:
+    """The row a lease belongs to."""
+    if by is GroupBy.IR:
+        return alloc.ir_label
+    value = {GroupBy.TEAM: alloc.team, GroupBy.PROJECT: alloc.project, GroupBy.ENVIRONMENT: alloc.environment}[by]
+    return value or NONE
+
+
+def selected(alloc: Allocation, query: ReportQuery) -> bool:
+    """True when the lease passes the report's team and project filters."""
+    return (query.team is None or alloc.team == query.team) and (
+        query.project is None or alloc.project == query.project
+    )
+
+
+def _add(row: Row, other: Row) -> None:
+    row.leases += other.leases
+    row.held += other.held
+    row.busy += other.busy
+    row.idle += other.idle
+    row.unmeasured += other.unmeasured
+    row.unmeasured_leases += other.unmeasured_leases
+    row.idle_warnings += other.idle_warnings
+    row.keeps += other.keeps
+    row.exemptions += other.exemptions
+    row.reclaims.update(other.reclaims)
+    row.waits += other.waits
+
+
+def _lease_row(alloc: Allocation, query: ReportQuery, now: datetime) -> tuple[Row, LeaseLine] | None:
+    hours = lease_hours(alloc, query.period, now)
+    events = lease_events(alloc, query.period)
+    if hours.held <= 0 and events.ended is None and events.waited_hours is None and not events.counts:
+        return None
+    row = Row(
+        key=group_key(alloc, query.by),
+        leases=1 if hours.held > 0 else 0,
+        held=hours.held,
+        busy=hours.busy,
+        idle=hours.idle,
+        unmeasured=hours.unmeasured,
+        unmeasured_leases=1 if hours.unmeasured > 0 else 0,
+        idle_warnings=events.counts["warned"],
+        keeps=events.counts["kept"],
+        exemptions=events.counts["exempted"],
+    )
+    if events.ended is not None:
+        row.reclaims[events.ended] += 1
+    if events.waited_hours is not None:
+        row.waits.append(events.waited_hours)
+    line = LeaseLine(
+        alloc.ir,
+        alloc.team or NONE,
+        alloc.project or NONE,
+        alloc.environment or NONE,
+        hours.held,
+        hours.busy,
+        hours.idle,
+        hours.unmeasured,
+    )
+    return row, line
+
+
+def _team_extras(row: Row, farm: FarmConfig, live: Sequence[Allocation]) -> None:
+    spec = farm.teams.get(row.key)
+    if spec is None:
+        return
+    row.entitled = sum(q.gpus for models in spec.quotas.values() for q in models.values())
+    row.held_now = sum(
+        sum(accounting.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in accounting.HOLDING
+    )
+
+
+def _budget_uses(applicable: Iterable[Budget], leases: Sequence[Allocation], at: datetime) -> list[BudgetUse]:
+    out = []
+    for budget in applicable:
+        burn = budgets.burn(budget, leases, at)
+        out.append(BudgetUse(budget.label(), burn.period, burn.burned, budget.gpu_hours))
+    return out
+
+
+def build_report(
+    query: ReportQuery,
+    read: Leases,
+    farm: FarmConfig,
+    now: datetime,
+    *,
+    usage: Sequence[UsageSeries] = (),
+    usage_note: str | None = None,
+) -> Report:
+    """The report for `query` from the leases read (see the module docstring); rows by held GPU-hours, largest first."""
+    rows: dict[str, Row] = {}
+    lines: list[LeaseLine] = []
+    chosen = [a for a in read.leases if selected(a, query)]
+    for alloc in chosen:
+        found = _lease_row(alloc, query, now)
+        if found is None:
+            continue
+        part, line = found
+        _add(rows.setdefault(part.key, Row(part.key)), part)
+        lines.append(line)
+    if query.by is GroupBy.TEAM and query.project is None:
+        # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
+        for team in farm.teams if query.team is None else [query.team]:
+            rows.setdefault(team, Row(team))
+    live = [a for a in chosen if a.phase in accounting.HOLDING]
+    at = budget_moment(query)
+    for row in rows.values():
+        if query.by is GroupBy.TEAM:
+            _team_extras(row, farm, live)
+            team_budgets = [b for b in farm.budgets if b.team == row.key and b.project is None]
+            row.budgets = _budget_uses(team_budgets, chosen, at)
+        elif query.by is GroupBy.PROJECT:
+            row.budgets = _budget_uses([b for b in farm.budgets if b.project == row.key], chosen, at)
+    total = Row("total")
+    for row in rows.values():
+        _add(total, row)
+    ordered = sorted(rows.values(), key=lambda r: (-r.held, r.key))
+    notes = [f"{total.unmeasured:,.1f} GPU-hours of {total.unmeasured_leases} lease(s) are unmeasured (not idle)"]
+    if read.cut:
+        notes.append(f"more than {MAX_LEASES:,} leases: the report was cut there")
+    if usage_note:
+        notes.append(usage_note)
+    return Report(
+        query=query,
+        generated=now,
+        rows=ordered,
+        total=total,
+        top_idle=sorted((x for x in lines if x.idle > 0), key=lambda x: (-x.idle, x.ir))[:MAX_LEASE_LINES],
+        unmeasured=sorted((x for x in lines if x.unmeasured > 0), key=lambda x: (-x.unmeasured, x.ir))[
+            :MAX_LEASE_LINES
+        ],
+        notes=notes,
+        usage=list(usage),
+    )

@@ -1,0 +1,149 @@
+"""`gpufarm report`: GPU-hours held vs busy vs idle vs unmeasured per team, project, lease or environment.
+
+Built from the incidents (their accrued GPU-hours and history) of the deployment the settings name (Datadog, or
+the sandbox beside `gpufarm local`), with the farm configuration the runtime reads (GPUFARM_FARM_CONFIG or the
+SSM parameter; `--farm-config` names a file). The HTML adds charts from the ledger gauges and is self-contained.
+
+Exit status: 0 written; 1 a service failed or the configuration is missing; 2 bad input (a bad or too long
+period, --since and --month together, an unknown team or project, a bad option): nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import click
+
+from gpufarm.core.errors import GpufarmError, ValidationFailed
+from gpufarm.reporting.model import Report
+from gpufarm.reporting.query import DEFAULT_SINCE, GroupBy
+
+SEAMS_GROUP = "gpufarm.seams"
+EXIT_FAILED = 1
+EXIT_REFUSED = 2
+FORMATS = ("table", "csv", "json", "html")
+
+
+def render(report: Report, fmt: str) -> str:
+    """The report in one of FORMATS (plotly is imported only for html)."""
+    if fmt == "csv":
+        from gpufarm.reporting.render_csv import render_csv
+
+        return render_csv(report)
+    if fmt == "json":
+        from gpufarm.reporting.render_json import render_json
+
+        return render_json(report)
+    if fmt == "html":
+        from gpufarm.reporting.render_html import render_html
+
+        return render_html(report)
+    from gpufarm.reporting.render_table import render_table
+
+    return render_table(report)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write the whole file or nothing: a temporary file beside it, renamed into place."""
+    directory = path.parent if str(path.parent) else Path()
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+@click.command()
+@click.option(
+    "--since",
+    default=None,
+    help=f"Period back from now: 12h, 30d, 2w, 1y (at most 366 days) [default {DEFAULT_SINCE}].",
+)
+@click.option("--month", default=None, help="A calendar month (UTC), e.g. 2026-11; not with --since.")
+@click.option(
+    "--by", "by", type=click.Choice([g.value for g in GroupBy]), default=GroupBy.TEAM.value, show_default=True
+)
+@click.option("--team", default=None, help="Only this team's leases (a team of the farm file).")
+@click.option("--project", default=None, help="Only this project's leases.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout."
+)
+@click.option(
+    "--farm-config",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Farm YAML [default: the runtime's GPUFARM_FARM_CONFIG or SSM parameter].",
+)
+def report(
+    *,
+    since: str | None,
+    month: str | None,
+    by: str,
+    team: str | None,
+    project: str | None,
+    fmt: str,
+    out: Path | None,
+    farm_config: Path | None,
+) -> None:
+    """GPU-hours held, busy, idle and unmeasured, utilisation, leases, warnings, keeps, exemptions, reclaims,
+    waiting time, quota and budget use, per group over a period."""
+    try:
+        text = build_text(since=since, month=month, by=by, team=team, project=project, fmt=fmt, farm_config=farm_config)
+        if out is not None:
+            write_atomically(out, text)
+    except ValidationFailed as exc:
+        click.echo(f"error: {exc.message}; nothing was written", err=True)
+        sys.exit(EXIT_REFUSED)
+    except GpufarmError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"wrote {out} ({len(text.encode()):,} bytes)")
+
+
+def build_text(
+    *,
+    since: str | None,
+    month: str | None,
+    by: str,
+    team: str | None,
+    project: str | None,
+    fmt: str,
+    farm_config: Path | None,
+) -> str:
+    """Make the report through the runtime's collaborators and render it."""
+    from gpufarm.core.farm import parse_farm
+    from gpufarm.handlers import runtime as rt
+    from gpufarm.reporting.make import make_report
+
+    if since is not None and month is not None:
+        raise ValidationFailed("since", "give --since or --month, not both")
+    # A development tool's seams (the local host's, beside `gpufarm local`) apply to the environments it made.
+    for point in entry_points(group=SEAMS_GROUP):
+        rt.install_seams(point.load())
+    runtime = rt.current()
+    farm = parse_farm(farm_config.read_text()) if farm_config is not None else runtime.farm()
+    built = make_report(
+        runtime.incidents(),
+        farm,
+        runtime.clock().now(),
+        since=since,
+        month=month,
+        by=by,
+        team=team,
+        project=project,
+        # Only the HTML's charts read metrics.
+        metrics=runtime.gateway() if fmt == "html" else None,
+        with_usage=fmt == "html",
+    )
+    return render(built, fmt)

@@ -1,0 +1,119 @@
+"""A report's rows and lines: plain data the renderers (table, CSV, JSON, HTML, Slack) read and never change."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpufarm.reporting.query import ReportQuery
+
+HOURS_DIGITS = 1
+# Lines of the "unmeasured" and "top idle" lists a report keeps (the rows count every lease).
+MAX_LEASE_LINES = 20
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    """One GPU-hour budget of a row's team or project, in its period (gpufarm.core.budgets)."""
+
+    label: str
+    period: str
+    burned: float
+    gpu_hours: float
+
+    @property
+    def percent(self) -> float:
+        """Share burned."""
+        return 100.0 * self.burned / self.gpu_hours
+
+
+@dataclass
+class Row:
+    """One group of a report (a team, project, lease or environment), or the total."""
+
+    key: str
+    leases: int = 0
+    held: float = 0.0
+    busy: float = 0.0
+    idle: float = 0.0
+    unmeasured: float = 0.0
+    unmeasured_leases: int = 0
+    idle_warnings: int = 0
+    keeps: int = 0
+    exemptions: int = 0
+    reclaims: Counter[str] = field(default_factory=Counter)
+    waits: list[float] = field(default_factory=list)
+    # Team rows: the GPUs the farm file entitles the team to (the sum of its quotas) and the GPUs it holds now.
+    entitled: int | None = None
+    held_now: int | None = None
+    budgets: list[BudgetUse] = field(default_factory=list)
+
+    @property
+    def utilisation(self) -> float | None:
+        """Busy share of the measured GPU-hours, in percent (None when nothing was measured)."""
+        measured = self.busy + self.idle
+        return 100.0 * self.busy / measured if measured > 0 else None
+
+    @property
+    def wait_avg(self) -> float | None:
+        """Mean hours from request to allocation of the leases allocated in the period."""
+        return sum(self.waits) / len(self.waits) if self.waits else None
+
+    @property
+    def wait_max(self) -> float | None:
+        """Longest such wait, in hours."""
+        return max(self.waits) if self.waits else None
+
+    def reclaims_text(self) -> str:
+        """`idle 2, released 5` (reasons sorted)."""
+        return ", ".join(f"{reason} {n}" for reason, n in sorted(self.reclaims.items())) or "-"
+
+    def budgets_text(self) -> str:
+        """`nlp 2026-11: 1,200/2,000 (60%)`."""
+        return "; ".join(
+            f"{b.label} {b.period}: {b.burned:,.0f}/{b.gpu_hours:,.0f} ({b.percent:.0f}%)" for b in self.budgets
+        )
+
+    def quota_text(self) -> str:
+        """`12/16 GPUs` held now of the entitlement, or '' for rows without one."""
+        if self.entitled is None:
+            return ""
+        return f"{self.held_now or 0}/{self.entitled} GPUs"
+
+
+@dataclass(frozen=True)
+class LeaseLine:
+    """One lease in a report's lists (top idle, unmeasured)."""
+
+    ir: int
+    team: str
+    project: str
+    environment: str
+    held: float
+    busy: float
+    idle: float
+    unmeasured: float
+
+
+@dataclass(frozen=True)
+class UsageSeries:
+    """One team's GPUs over time from the ledger gauges: (epoch seconds, value) points."""
+
+    team: str
+    metric: str
+    points: tuple[tuple[int, float], ...]
+
+
+@dataclass
+class Report:
+    """A whole report: what it covers, its rows and total, and the leases worth naming."""
+
+    query: ReportQuery
+    generated: datetime
+    rows: list[Row]
+    total: Row
+    top_idle: list[LeaseLine] = field(default_factory=list)
+    unmeasured: list[LeaseLine] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    usage: list[UsageSeries] = field(default_factory=list)

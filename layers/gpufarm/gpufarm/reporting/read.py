@@ -1,0 +1,72 @@
+"""The incidents a report reads: the live leases, and the ended ones that held GPUs in the period's months.
+
+State lives in incident fields (docs/design.md, rule 1), so a report needs nothing else: two searches, both
+narrowed by facets the way the budgets read (gpufarm.core.budgets): `state:(active OR stable)` for what is live,
+and `state:resolved AND gpu_hours_by_month:(2026-11=* OR ...)` for what ended after accruing in the months the
+period touches (every lease writes its final held hours when it ends, so a lease that held GPUs is found). A team
+filter narrows both by `team:`. Reading is bounded at MAX_LEASES; a report cut there says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpufarm.core import fields as f
+from gpufarm.core.model import Allocation, IncidentRecord
+from gpufarm.core.ports import IncidentStore
+from gpufarm.core.reads import live_query
+
+log = logging.getLogger(__name__)
+
+# Leases one report reads at most (live and ended together); 3,000 live leases and a month's ended ones fit.
+MAX_LEASES = 50_000
+
+
+@dataclass(frozen=True)
+class Leases:
+    """What a report read: the leases (each once), and whether the read was cut at MAX_LEASES."""
+
+    leases: tuple[Allocation, ...]
+    cut: bool = False
+
+    def projects(self) -> set[str]:
+        """Projects these leases name."""
+        return {a.project for a in self.leases if a.project}
+
+
+def ended_query(months: Sequence[str], team: str | None = None) -> str:
+    """Resolved leases that accrued GPU-hours in any of these months (of one team, when given)."""
+    values = " OR ".join(f"{m}=*" for m in months)
+    terms = ["state:resolved"]
+    terms += [f"{f.TEAM}:{json.dumps(team)}"] if team is not None else []
+    terms.append(f"{f.GPU_HOURS_BY_MONTH}:({values})")
+    return " AND ".join(terms)
+
+
+def read_leases(
+    incidents: IncidentStore, months: Sequence[str], *, team: str | None = None, limit: int = MAX_LEASES
+) -> Leases:
+    """The live leases and those ended after accruing in `months`, deduplicated by IR, at most `limit`."""
+    found: dict[int, Allocation] = {}
+    cut = False
+    queries = [live_query(team=team)]
+    queries += [ended_query(months, team)] if months else []
+    for query in queries:
+        cut = _collect(incidents.search(query), found, limit) or cut
+        if cut:
+            log.warning("report: more than %d leases, the rest not read", limit)
+            break
+    return Leases(tuple(sorted(found.values(), key=lambda a: a.ir)), cut)
+
+
+def _collect(records: Iterable[IncidentRecord], found: dict[int, Allocation], limit: int) -> bool:
+    """Add decoded records to `found`; True when the limit stopped the read."""
+    for record in records:
+        if len(found) >= limit:
+            return True
+        alloc = Allocation.from_record(record)
+        found.setdefault(alloc.ir, alloc)
+    return False

@@ -1,0 +1,55 @@
+"""A report as CSV: one line per group and one total, every column named (gpufarm.reporting.columns)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from gpufarm.reporting.columns import COLUMNS, REASONS, reclaims_by_reason
+from gpufarm.reporting.model import Report, Row
+
+# A cell a spreadsheet would read as a formula starts with one of these; it is written with a leading quote.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _safe(text: str) -> str:
+    return f"'{text}" if text.startswith(_FORMULA_START) else text
+
+
+def header(report: Report) -> list[str]:
+    """The CSV's column names."""
+    return [
+        "period_start",
+        "period_end",
+        report.query.by.value,
+        *(name for name, _ in COLUMNS),
+        *(f"reclaimed_{reason}" for reason in REASONS),
+        "quota_entitled_gpus",
+        "gpus_held_now",
+        "budgets",
+    ]
+
+
+def _line(report: Report, row: Row) -> list[str]:
+    period = report.query.period
+    reclaims = reclaims_by_reason(row)
+    return [
+        period.start.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        period.end.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        _safe(row.key),
+        *(cell(row) for _, cell in COLUMNS),
+        *(str(reclaims[reason]) for reason in REASONS),
+        "" if row.entitled is None else str(row.entitled),
+        "" if row.held_now is None else str(row.held_now),
+        _safe(row.budgets_text()),
+    ]
+
+
+def render_csv(report: Report) -> str:
+    """The report's rows and its total as CSV text (RFC 4180 quoting, `\\r\\n` line ends)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header(report))
+    for row in [*report.rows, report.total]:
+        writer.writerow(_line(report, row))
+    return buffer.getvalue()

@@ -1,0 +1,245 @@
+"""A report as one self-contained HTML page: the table and its charts, readable offline.
+
+The charts are drawn by plotly.js, inlined from the `plotly` package's own copy (the `report` extra of the
+gpufarm distribution; no CDN, so the file opens on a laptop without a network, as the local dashboards do):
+usage over time per team (held and busy GPUs, from the ledger gauges), GPU-hours held vs busy vs idle vs
+unmeasured per group, and the top idle leases. Every text the page shows is HTML-escaped; the figures travel as
+JSON in a `<script type="application/json">` block with `</` escaped. When every chart has drawn, the page sets
+`data-rendered="true"` on its body (what the browser test and the screenshots wait for).
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import json
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from gpufarm.config import ConfigurationError
+from gpufarm.core.model import isoformat
+from gpufarm.reporting.model import LeaseLine, Report, Row
+from gpufarm.reporting.usage import HELD_METRIC
+
+# Groups the held-vs-busy chart draws (the largest by held GPU-hours); the table lists every one.
+MAX_CHART_GROUPS = 25
+CHART_TITLES = (
+    "Usage over time per team",
+    "GPU-hours held vs busy vs idle vs unmeasured",
+    "Top idle leases",
+)
+_COLOURS = {"busy": "#2e7d32", "idle": "#f9a825", "unmeasured": "#9e9e9e"}
+
+
+@functools.cache
+def plotly_js() -> str:
+    """plotly.js as the `plotly` package ships it; ConfigurationError naming the extra when it is missing."""
+    try:
+        return resources.files("plotly").joinpath("package_data/plotly.min.js").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        raise ConfigurationError(
+            "--format html needs plotly (pip install 'gpufarm[report]'); table, csv and json do not"
+        ) from None
+
+
+def _iso(ts: int) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _layout(**extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "height": 320,
+        "margin": {"l": 70, "r": 10, "t": 10, "b": 50},
+        "legend": {"orientation": "h", "font": {"size": 10}},
+        "paper_bgcolor": "white",
+        "plot_bgcolor": "white",
+    }
+    return layout | extra
+
+
+def _no_data(layout: dict[str, Any], text: str) -> dict[str, Any]:
+    layout["annotations"] = [{"text": text, "showarrow": False, "xref": "paper", "yref": "paper"}]
+    return layout
+
+
+def usage_figure(report: Report) -> dict[str, Any]:
+    """Held (dotted) and busy (solid) GPUs per team over the period."""
+    traces = []
+    for series in sorted(report.usage, key=lambda s: (s.team, s.metric)):
+        held = series.metric == HELD_METRIC
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": f"{series.team} {'held' if held else 'busy'}",
+                "legendgroup": series.team,
+                "x": [_iso(t) for t, _ in series.points],
+                "y": [v for _, v in series.points],
+                "line": {"dash": "dot" if held else "solid", "width": 1.5},
+            }
+        )
+    layout = _layout(yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"})
+    if not traces:
+        _no_data(layout, "no ledger gauges in this period")
+    return {"data": traces, "layout": layout}
+
+
+def hours_figure(report: Report) -> dict[str, Any]:
+    """Stacked bars per group: busy, idle and unmeasured GPU-hours (together the held hours)."""
+    rows = report.rows[:MAX_CHART_GROUPS]
+    keys = [r.key for r in rows]
+    traces = [
+        {
+            "type": "bar",
+            "name": part,
+            "x": keys,
+            "y": [round(getattr(r, part), 3) for r in rows],
+            "marker": {"color": _COLOURS[part]},
+        }
+        for part in ("busy", "idle", "unmeasured")
+    ]
+    layout = _layout(barmode="stack", yaxis={"title": {"text": "GPU-hours"}})
+    if not any(r.held for r in rows):
+        _no_data(layout, "no GPU-hours held in this period")
+    return {"data": traces, "layout": layout}
+
+
+def idle_figure(report: Report) -> dict[str, Any]:
+    """Horizontal bars: the leases with the most idle GPU-hours, the largest on top."""
+    lines = list(reversed(report.top_idle))
+    trace = {
+        "type": "bar",
+        "orientation": "h",
+        "name": "idle GPU-hours",
+        "y": [f"IR-{x.ir} {x.team}/{x.project}" for x in lines],
+        "x": [round(x.idle, 3) for x in lines],
+        "marker": {"color": _COLOURS["idle"]},
+    }
+    layout = _layout(xaxis={"title": {"text": "idle GPU-hours"}}, yaxis={"automargin": True}, showlegend=False)
+    if not lines:
+        _no_data(layout, "no idle GPU-hours in this period")
+    return {"data": [trace], "layout": layout}
+
+
+def _cell(text: str, numeric: bool = False) -> str:
+    return f'<td class="num">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>"
+
+
+def _row_html(row: Row, total: bool = False) -> str:
+    util = "-" if row.utilisation is None else f"{row.utilisation:.1f}"
+    wait = "-" if row.wait_avg is None else f"{row.wait_avg:.1f} / {row.wait_max or 0:.1f}"
+    numbers = [
+        str(row.leases),
+        f"{row.held:,.1f}",
+        f"{row.busy:,.1f}",
+        f"{row.idle:,.1f}",
+        f"{row.unmeasured:,.1f}",
+        util,
+        str(row.idle_warnings),
+        str(row.keeps),
+        str(row.exemptions),
+        wait,
+    ]
+    cells = _cell(row.key) + "".join(_cell(n, True) for n in numbers)
+    cells += _cell(row.reclaims_text()) + _cell(row.quota_text()) + _cell(row.budgets_text())
+    return f'<tr class="total">{cells}</tr>' if total else f"<tr>{cells}</tr>"
+
+
+_HEADERS = (
+    "group",
+    "leases",
+    "held GPU-h",
+    "busy GPU-h",
+    "idle GPU-h",
+    "unmeasured GPU-h",
+    "util %",
+    "idle warnings",
+    "keeps",
+    "exemptions",
+    "wait avg / max h",
+    "reclaims",
+    "quota held now",
+    "budgets",
+)
+
+
+def _table(report: Report) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEADERS)
+    body = "".join(_row_html(r) for r in report.rows) + _row_html(report.total, total=True)
+    return f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _lease_list(title: str, lines: list[LeaseLine], part: str) -> str:
+    if not lines:
+        return ""
+    items = "".join(
+        f"<li>IR-{x.ir} {html.escape(x.team)}/{html.escape(x.project)} ({html.escape(x.environment)}): "
+        f"{getattr(x, part):,.1f} of {x.held:,.1f} GPU-hours</li>"
+        for x in lines
+    )
+    return f"<section><h2>{html.escape(title)}</h2><ul>{items}</ul></section>"
+
+
+def render_html(report: Report) -> str:
+    """The whole page (a few MB: plotly.js is inside it)."""
+    figures = dict(
+        zip(("usage", "hours", "idle"), (usage_figure(report), hours_figure(report), idle_figure(report)), strict=True)
+    )
+    charts = "".join(
+        f'<div class="widget"><h3>{html.escape(title)}</h3><div class="chart" id="chart-{key}"></div></div>'
+        for key, title in zip(figures, CHART_TITLES, strict=True)
+    )
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.notes)
+    period = report.query.period
+    title = f"gpufarm report: {report.query.describe()}"
+    body = (
+        f"<h1>{html.escape(title)}</h1>"
+        f"<p class='frame'>{isoformat(period.start)} → {isoformat(period.end)}; generated {isoformat(report.generated)}"
+        " from the incidents' accrued GPU-hours and history (unmeasured hours are never counted as idle)</p>"
+        f"<main>{charts}</main><section><h2>Per {html.escape(report.query.by.value)}</h2>"
+        f"<div class='table-wrap'>{_table(report)}</div></section>"
+        f"<section><h2>Notes</h2><ul>{notes}</ul></section>"
+        + _lease_list("Unmeasured GPU-hours", report.unmeasured, "unmeasured")
+        + _lease_list("Top idle leases", report.top_idle, "idle")
+    )
+    data = json.dumps(figures).replace("</", "<\\/")
+    scripts = (
+        f'<script id="figures" type="application/json">{data}</script>'
+        f"<script>{plotly_js()}</script><script>{_DRAW_JS}</script>"
+    )
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>{body}{scripts}</body></html>"
+    )
+
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:16px;background:#f4f5f7;color:#1d2330}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:14px 0 6px} h3{font-size:13px;margin:0 0 6px;color:#444}
+.frame{color:#555;font-size:12px;margin:2px 0 10px}
+main{display:flex;flex-wrap:wrap;gap:10px;align-items:flex-start}
+.widget{background:#fff;border:1px solid #dde;border-radius:4px;padding:8px;flex:1 1 560px;min-width:360px}
+.table-wrap{overflow:auto;background:#fff;border:1px solid #dde;border-radius:4px}
+table.report{border-collapse:collapse;font-size:12px;width:100%;white-space:nowrap}
+table.report th,table.report td{border-bottom:1px solid #eee;padding:3px 6px;text-align:left}
+table.report td.num{text-align:right;font-variant-numeric:tabular-nums}
+tr.total td{font-weight:600;border-top:2px solid #ccd}
+section ul{font-size:13px;margin:4px 0}
+"""
+
+# Draws every figure, then marks the body rendered with the time it took since navigation started.
+_DRAW_JS = """
+(function () {
+  var figures = JSON.parse(document.getElementById('figures').textContent);
+  var config = {displaylogo: false, displayModeBar: false, responsive: true};
+  var drawn = Object.keys(figures).map(function (key) {
+    return Plotly.newPlot('chart-' + key, figures[key].data, figures[key].layout, config);
+  });
+  Promise.all(drawn).then(function () {
+    document.body.dataset.renderMs = String(Math.round(performance.now()));
+    document.body.dataset.charts = String(drawn.length);
+    document.body.dataset.rendered = 'true';
+  });
+})();
+"""

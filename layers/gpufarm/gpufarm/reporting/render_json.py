@@ -1,0 +1,75 @@
+"""A report as one JSON document (`--format json`): rows, total, the leases worth naming and the notes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpufarm.core.model import isoformat
+from gpufarm.reporting.columns import reclaims_by_reason
+from gpufarm.reporting.model import LeaseLine, Report, Row
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def row_json(row: Row) -> dict[str, Any]:
+    """One row as JSON."""
+    return {
+        "group": row.key,
+        "leases": row.leases,
+        "gpu_hours": {
+            "held": _round(row.held),
+            "busy": _round(row.busy),
+            "idle": _round(row.idle),
+            "unmeasured": _round(row.unmeasured),
+        },
+        "unmeasured_leases": row.unmeasured_leases,
+        "utilisation_percent": _round(row.utilisation),
+        "idle_warnings": row.idle_warnings,
+        "keeps": row.keeps,
+        "exemptions": row.exemptions,
+        "reclaims": {k: v for k, v in reclaims_by_reason(row).items() if v},
+        "wait_hours": {"avg": _round(row.wait_avg), "max": _round(row.wait_max), "allocations": len(row.waits)},
+        "quota": None if row.entitled is None else {"entitled_gpus": row.entitled, "held_now_gpus": row.held_now},
+        "budgets": [
+            {"budget": b.label, "period": b.period, "burned": _round(b.burned), "gpu_hours": b.gpu_hours}
+            for b in row.budgets
+        ],
+    }
+
+
+def _lease(line: LeaseLine) -> dict[str, Any]:
+    return {
+        "ir": f"IR-{line.ir}",
+        "team": line.team,
+        "project": line.project,
+        "environment": line.environment,
+        "held": _round(line.held),
+        "busy": _round(line.busy),
+        "idle": _round(line.idle),
+        "unmeasured": _round(line.unmeasured),
+    }
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The whole report as a JSON-safe mapping."""
+    period = report.query.period
+    return {
+        "period": {"start": isoformat(period.start), "end": isoformat(period.end), "label": period.label},
+        "by": report.query.by.value,
+        "team": report.query.team,
+        "project": report.query.project,
+        "generated": isoformat(report.generated),
+        "rows": [row_json(r) for r in report.rows],
+        "total": row_json(report.total),
+        "unmeasured_leases": [_lease(x) for x in report.unmeasured],
+        "top_idle_leases": [_lease(x) for x in report.top_idle],
+        "notes": report.notes,
+    }
+
+
+def render_json(report: Report) -> str:
+    """The report as indented JSON text."""
+    return json.dumps(report_json(report), indent=2) + "\n"

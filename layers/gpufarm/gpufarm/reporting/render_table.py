@@ -1,0 +1,59 @@
+"""A report as a plain-text table for the terminal (`--format table`, the default)."""
+
+from __future__ import annotations
+
+from gpufarm.reporting.model import LeaseLine, Report, Row
+
+_HEAD = ("group", "leases", "held h", "busy h", "idle h", "unmeas. h", "util %", "warn", "keep", "exempt", "wait h")
+
+
+def _cells(row: Row) -> tuple[str, ...]:
+    util = "-" if row.utilisation is None else f"{row.utilisation:.0f}"
+    wait = "-" if row.wait_avg is None else f"{row.wait_avg:.1f}"
+    return (
+        row.key,
+        str(row.leases),
+        f"{row.held:,.1f}",
+        f"{row.busy:,.1f}",
+        f"{row.idle:,.1f}",
+        f"{row.unmeasured:,.1f}",
+        util,
+        str(row.idle_warnings),
+        str(row.keeps),
+        str(row.exemptions),
+        wait,
+    )
+
+
+def _line(lease: LeaseLine, value: float) -> str:
+    return f"  IR-{lease.ir} {lease.team}/{lease.project} ({lease.environment}): {value:,.1f} of {lease.held:,.1f} h"
+
+
+def render_table(report: Report) -> str:
+    """Rows, the total, then reclaims, quota and budgets per group, the notes and the leases worth naming."""
+    rows = [_HEAD, *(_cells(r) for r in report.rows), _cells(report.total)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
+
+    out = [f"gpufarm report: {report.query.describe()}", ""]
+    out += [fmt(rows[0]), "  ".join("-" * w for w in widths)]
+    out += [fmt(r) for r in rows[1:-1]]
+    out += ["  ".join("-" * w for w in widths), fmt(rows[-1]), ""]
+    extras = []
+    for row in report.rows:
+        parts = [f"reclaims: {row.reclaims_text()}"]
+        parts += [f"quota held now: {row.quota_text()}"] if row.quota_text() else []
+        parts += [f"budget: {row.budgets_text()}"] if row.budgets else []
+        extras.append(f"  {row.key}: " + "; ".join(parts))
+    out += ["per group:", *extras, ""] if extras else []
+    out += [f"note: {n}" for n in report.notes]
+    if report.unmeasured:
+        out += ["", "unmeasured GPU-hours (no agent answer, or since the last accrual):"]
+        out += [_line(x, x.unmeasured) for x in report.unmeasured]
+    if report.top_idle:
+        out += ["", "top idle leases (idle GPU-hours):"]
+        out += [_line(x, x.idle) for x in report.top_idle]
+    return "\n".join(out) + "\n"

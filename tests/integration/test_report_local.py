@@ -1,0 +1,40 @@
+"""The report end to end on the local host (issue 13 point 3 and the demo's ending): a lease held for an hour with
+6 of 8 GPUs busy accrues through the sync and ends; `gpufarm report --month` writes the month as CSV (a row per
+team, nlp's held GPU-hours) and self-contained HTML; bad input exits 2 and writes nothing."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from gpufarm_sandbox.demo import report_stage
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+
+def test_the_demo_ends_with_the_months_report(
+    run_stage: Callable[[ModuleType], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(report_stage.REPORT_DIR_ENV, str(tmp_path))
+    output = run_stage(report_stage)
+    [csv_path] = tmp_path.glob("report-*.csv")
+    [html_path] = tmp_path.glob("report-*.html")
+    assert f"report written: {csv_path}" in output and f"report written: {html_path}" in output
+    rows = {r["team"]: r for r in csv.DictReader(io.StringIO(csv_path.read_text()))}
+    assert {"nlp", "vision", "speech", "total"} <= set(rows)
+    nlp = rows["nlp"]
+    # One hour and a bit of 8 H100: held, most of it measured busy (6 of 8), the rest idle or unmeasured.
+    assert float(nlp["gpu_hours_held"]) >= 8.0
+    assert float(nlp["gpu_hours_busy"]) > 0
+    held = float(nlp["gpu_hours_held"])
+    parts = sum(float(nlp[k]) for k in ("gpu_hours_busy", "gpu_hours_idle", "gpu_hours_unmeasured"))
+    assert parts == pytest.approx(held, abs=0.3)
+    assert nlp["reclaimed_released"] == "1" and nlp["leases"] == "1"
+    page = html_path.read_text()
+    assert page.count('class="chart"') == 3 and "<script src=" not in page
+    assert not (tmp_path / "refused.csv").exists()
