@@ -17,7 +17,15 @@ from gpufarm_sandbox.localhost.template import TemplateError, load_template, loa
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TEMPLATE = REPO / "template.yaml"
-FUNCTIONS = ("slack_ingress", "slack_worker", "incident_webhook", "idle_alert", "quota_sync", "profile_pages")
+FUNCTIONS = (
+    "slack_ingress",
+    "slack_worker",
+    "incident_webhook",
+    "idle_alert",
+    "quota_sync",
+    "profile_pages",
+    "daily_digest",
+)
 BASE = "http://127.0.0.1:8320"
 FN = "  F:\n    Type: AWS::Serverless::Function\n    Properties:"
 
@@ -86,6 +94,9 @@ def test_functions_handlers_and_folders() -> None:
     assert webhook.environment["GPUFARM_ALLOCATION_QUEUE_URL"] == {"Ref": "AllocationQueue"}
     (schedule,) = template.functions["QuotaSyncFunction"].schedules
     assert (schedule.kind, schedule.expression, schedule.enabled) == ("ScheduleV2", "rate(15 minutes)", True)
+    (digest,) = template.functions["DailyDigestFunction"].schedules
+    assert (digest.kind, digest.expression, digest.timezone) == ("ScheduleV2", "cron(0/15 * * * ? *)", "UTC")
+    assert digest.input is not None and "<aws.scheduler.scheduled-time>" in digest.input
 
 
 def test_allocation_queue_is_fifo_with_a_dead_letter_queue(raw: dict[str, Any]) -> None:
@@ -134,6 +145,7 @@ CALLS = {
     "IdleAlertFunction": EVERY | {SEND},  # idle warning and reclaim, queued in the incident's pool group
     "QuotaSyncFunction": EVERY | {SEND} | AWS_INVENTORY,  # the sync; pool repairs go through the allocation queue
     "ProfilePagesFunction": EVERY | {("s3:GetObject", "ProfileBucket")},  # a run's page, for a signed link
+    "DailyDigestFunction": EVERY,  # reads Datadog, posts to Slack; writes nothing
 }
 # What `gpufarm profile upload` calls (adapters.profile_store), granted by ProfileUploadPolicy to uploaders.
 UPLOAD = {("s3:PutObject", "ProfileBucket"), ("s3:DeleteObject", "ProfileBucket")}

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpufarm_sandbox.localhost")
 
 TICK_S = 2.0  # schedules are also checked this often in real time (the sandbox clock moves with real time)
+MAX_MISSED_TICKS = 100_000  # a jump of the clock is followed this many ticks at most to find the last one due
+# EventBridge Scheduler's context attributes, replaced in a ScheduleV2's Input (docs/slack-lambda.md, "SAM").
+SCHEDULER_ATTRIBUTES = ("schedule-arn", "scheduled-time", "execution-id", "attempt-number")
 
 
 @dataclass
@@ -105,21 +108,22 @@ class Scheduler:
 
     def tick(self, now: float) -> None:
         """Fire every due schedule once; a jump over several periods fires once, not once per missed period."""
-        due: list[ScheduledTrigger] = []
+        due: list[tuple[ScheduledTrigger, float]] = []
         with self.host.lock:
             if self.host.closed or self.paused:
                 return
             for trigger in self.schedules:
                 if trigger.expression is None or trigger.next_due is None or trigger.next_due > now:
                     continue
+                scheduled = self._latest_due(trigger, now)
                 trigger.last_fired = now
                 trigger.fired += 1
                 trigger.next_due = trigger.expression.next_after(now, start=trigger.start)
-                due.append(trigger)
-        for trigger in due:
+                due.append((trigger, scheduled))
+        for trigger, scheduled in due:
             try:
                 self.host.start_task(
-                    self.host.run_async, trigger.function, self._schedule_event(trigger, now), "schedule"
+                    self.host.run_async, trigger.function, self._schedule_event(trigger, now, scheduled), "schedule"
                 )
             except RuntimeError:
                 return
@@ -131,14 +135,41 @@ class Scheduler:
             if trigger.expression is not None and trigger.spec.enabled:
                 trigger.next_due = trigger.expression.next_after(start, start=start)
 
-    def _schedule_event(self, trigger: ScheduledTrigger, now: float) -> Any:
-        """ScheduleV2 passes its Input as-is ({} without one); a classic Schedule wraps it in a Scheduled Event."""
+    @staticmethod
+    def _latest_due(trigger: ScheduledTrigger, now: float) -> float:
+        """The last tick of the timetable at or before now (a jump over several ticks fires once, as the last)."""
+        assert trigger.expression is not None and trigger.next_due is not None
+        tick = trigger.next_due
+        for _ in range(MAX_MISSED_TICKS):
+            following = trigger.expression.next_after(tick, start=trigger.start)
+            if following is None or following > now:
+                break
+            tick = following
+        return tick
+
+    def _schedule_event(self, trigger: ScheduledTrigger, now: float, scheduled: float | None = None) -> Any:
+        """ScheduleV2 passes its Input as-is ({} without one); a classic Schedule wraps it in a Scheduled Event.
+
+        EventBridge Scheduler fills context attributes into a ScheduleV2's Input before it invokes the target
+        (`<aws.scheduler.scheduled-time>` and the others in SCHEDULER_ATTRIBUTES); the local host does the same.
+        """
         spec = trigger.spec
         if spec.input is not None:
+            text = spec.input
+            if spec.kind == "ScheduleV2":
+                values = {
+                    "schedule-arn": f"arn:aws:scheduler:{REGION}:{ACCOUNT_ID}:schedule/default/"
+                    f"{trigger.function.spec.logical_id}-{spec.name}",
+                    "scheduled-time": iso_utc(scheduled if scheduled is not None else now) or "",
+                    "execution-id": uuid.uuid4().hex[:16],
+                    "attempt-number": "1",
+                }
+                for name in SCHEDULER_ATTRIBUTES:
+                    text = text.replace(f"<aws.scheduler.{name}>", values[name])
             try:
-                return json.loads(spec.input)
+                return json.loads(text)
             except ValueError:
-                return spec.input
+                return text
         if spec.kind == "ScheduleV2":
             return {}
         return {

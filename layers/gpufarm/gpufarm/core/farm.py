@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpufarm.core.digest_config import DigestSettings
 from gpufarm.core.errors import GpufarmError, ValidationFailed
 from gpufarm.core.inventory_config import InventorySettings
 from gpufarm.core.keep_policy import KeepSettings
@@ -389,6 +390,8 @@ class FarmConfig(_Strict):
     ledger: LedgerSettings = LedgerSettings()
     budgets: tuple[Budget, ...] = Field(default=(), max_length=MAX_BUDGETS)
     profiles: ProfileSettings = ProfileSettings()
+    # The operators' daily digest: when it is posted and its pressure thresholds (gpufarm.core.digest_config).
+    digest: DigestSettings = DigestSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:

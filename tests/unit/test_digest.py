@@ -1,0 +1,414 @@
+"""The operators' daily digest: each section of the builder, the empty case, its schedule, the run and handler."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
+
+from gpufarm.core import digest_run
+from gpufarm.core.budgets import Burn
+from gpufarm.core.digest import MAX_LINES, Digest, DigestFacts, QuotaUse, build
+from gpufarm.core.digest_config import DigestSettings
+from gpufarm.core.errors import UpstreamError
+from gpufarm.core.farm import FarmConfigError, parse_farm
+from gpufarm.core.ledger_config import Budget
+from gpufarm.core.lifecycle import Phase, State
+from gpufarm.core.links import Links
+from gpufarm.core.model import Allocation, isoformat
+from gpufarm.core.policy import build_request
+from gpufarm.core.ports import ScalarResult
+from gpufarm.core.service import GpuFarm
+from gpufarm.handlers import daily_digest, runtime
+from gpufarm_sandbox.emulator.slack_blockkit import block_errors
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+SINCE = NOW - timedelta(days=1)
+FARM = parse_farm(FARM_YAML)
+SETTINGS = DigestSettings()
+LINKS = Links("https://app.datadoghq.com")
+EVENTS = Path(__file__).resolve().parents[2] / "events"
+_irs = itertools.count(100)
+
+
+def lease(phase: Phase = Phase.ALLOCATED, **values: Any) -> Allocation:
+    """A lease as an incident decodes: nlp/llm 8 H100 in hpc unless told otherwise."""
+    state = State.STABLE if phase in (Phase.ALLOCATED, Phase.IDLE_WARNED) else State.ACTIVE
+    fields: dict[str, Any] = {
+        "incident_id": f"id-{values.get('ir', 0)}",
+        "ir": next(_irs),
+        "title": "GPU request",
+        "state": state,
+        "phase": phase,
+        "team": "nlp",
+        "project": "llm",
+        "gpu_model": "H100",
+        "gpu_count": 8,
+        "environment": "hpc",
+        "requester": "U0000000001",
+        "expires_at": NOW + timedelta(days=5),
+    }
+    fields.update(values)
+    return Allocation(**fields)
+
+
+def facts(leases: Sequence[Allocation] = (), **values: Any) -> DigestFacts:
+    base: dict[str, Any] = {
+        "now": NOW,
+        "since": SINCE,
+        "until": NOW,
+        "leases": leases,
+        "farm": FARM,
+        "capacity": {("hpc", "H100"): (8, 16)},
+    }
+    base.update(values)
+    return DigestFacts(**base)
+
+
+def digest_of(leases: Sequence[Allocation] = (), **values: Any) -> Digest:
+    built = build(facts(leases, **values), SETTINGS, LINKS)
+    assert built is not None
+    return built
+
+
+def text_of(built: Digest) -> str:
+    return "\n".join(b["text"]["text"] for b in built.message.blocks if b["type"] in ("section", "header"))
+
+
+def link(ir: int) -> str:
+    return f"<https://app.datadoghq.com/incidents/{ir}|IR-{ir}>"
+
+
+# -- nothing to say ------------------------------------------------------------------------------------------------
+
+
+def test_a_quiet_farm_gets_no_digest_even_with_free_capacity_to_show() -> None:
+    quiet = [lease(), lease(expires_at=NOW + timedelta(days=3))]
+    assert build(facts(quiet), SETTINGS, LINKS) is None
+    assert build(facts(), SETTINGS, LINKS) is None
+    # Quotas below the threshold, budgets with room and no unattributed use are not news either.
+    calm = facts(
+        quiet,
+        quotas=[QuotaUse("nlp", "hpc", "H100", 4, 8)],
+        burns=[Burn(Budget(team="nlp", gpu_hours=1000), "2026-12", 100.0)],
+        unattributed={},
+    )
+    assert build(calm, SETTINGS, LINKS) is None
+
+
+# -- each section ------------------------------------------------------------------------------------------------
+
+
+def test_waiting_requests_show_their_age_the_longest_waiting_first() -> None:
+    asked = lease(
+        Phase.REQUESTED,
+        history=(f"{isoformat(NOW - timedelta(hours=2))} U0000000001 requested: 8 H100 in hpc for 7 days",),
+    )
+    queued = lease(Phase.WAITING, waiting_since=NOW - timedelta(hours=5, minutes=10))
+    built = digest_of([asked, queued])
+    text = text_of(built)
+    assert built.counts == {"Waiting requests": 2}
+    assert (
+        f"{link(queued.ir)} nlp/llm 8xH100 in `hpc`: waiting for hosts (1st of 1 waiting for H100) for 5 h 10 m" in text
+    )
+    assert f"{link(asked.ir)} nlp/llm 8xH100 in `hpc`: awaiting an operator's decision for 2 h 0 m" in text
+    assert text.index(f"IR-{queued.ir}>") < text.index(f"IR-{asked.ir}>")
+    # Free capacity is shown beside the news.
+    assert "*Free capacity (free / total GPUs)*\n• `hpc`: H100 8 / 16" in text
+
+
+def test_idle_warnings_say_when_the_grace_ends() -> None:
+    warned = lease(Phase.IDLE_WARNED, idle_warned_at=NOW - timedelta(minutes=20))
+    text = text_of(digest_of([warned]))
+    # The farm's grace is 60 minutes.
+    assert f"{link(warned.ir)} nlp/llm 8xH100 in `hpc`: warned 20 m ago, reclaimed in 40 m (2026-12-01 08:40)" in text
+
+
+def test_keeps_show_their_count_and_hold() -> None:
+    kept = lease(keep_count=1, kept_until=NOW + timedelta(hours=20))
+    over = lease(keep_count=2, kept_until=NOW - timedelta(hours=1))  # its hold is over: not shown
+    built = digest_of([kept, over])
+    assert built.counts == {"Kept after an idle warning": 1}
+    assert f"{link(kept.ir)} nlp/llm 8xH100 in `hpc`: keep 1 of 2, held off in 20 h 0 m" in text_of(built)
+
+
+def test_exemptions_and_leases_ending_within_the_horizon() -> None:
+    exempt = lease(exempt_until=NOW + timedelta(hours=6), exempt_by="U0000000OPS")
+    later = lease(exempt_until=NOW + timedelta(days=3))
+    ending = lease(expires_at=NOW + timedelta(hours=23, minutes=30))
+    waiting = lease(Phase.WAITING, expires_at=NOW + timedelta(hours=2), waiting_since=NOW)  # holds nothing: no end
+    built = digest_of([exempt, later, ending, waiting])
+    text = text_of(built)
+    assert built.counts["Exemptions ending within 24 h"] == 1
+    assert built.counts["Leases ending within 24 h"] == 1
+    assert f"{link(exempt.ir)} nlp/llm 8xH100 in `hpc`: exempt from idle reclaim in 6 h 0 m" in text
+    assert "(granted by <@U0000000OPS>)" in text
+    assert f"IR-{later.ir}>" not in text
+    assert f"{link(ending.ir)} nlp/llm 8xH100 in `hpc`, <@U0000000001>: ends in 23 h 30 m (2026-12-02 07:30)" in text
+
+
+def test_unattributed_use_lists_hosts_the_most_first() -> None:
+    built = digest_of(unattributed={("hpc-1", "nlp", "hpc"): 2.0, ("gpu-9", "none", "none"): 3.5, ("x", "a", "b"): 0})
+    text = text_of(built)
+    assert built.counts == {"Unattributed use (busy GPUs no lease claims)": 2}
+    assert text.index("`gpu-9` (no team tag, no pool): up to 3.5 GPUs busy") < text.index(
+        "`hpc-1` (team `nlp`, `hpc`): up to 2 GPUs busy with no lease"
+    )
+    # Not measured is not "none": nothing is claimed either way.
+    assert build(facts(unattributed=None), SETTINGS, LINKS) is None
+
+
+def test_drift_is_the_sync_repairs_since_the_last_digest() -> None:
+    entries = (
+        f"{isoformat(SINCE - timedelta(minutes=5))} sync repaired: restored ir:ir-1 on old-1",  # the last digest's
+        f"{isoformat(NOW - timedelta(hours=3))} sync repaired: restored ir:ir-7 on hpc-1",
+        f"{isoformat(NOW - timedelta(hours=2))} U0000000001 kept: 1 of 2",
+        f"{isoformat(NOW)} sync repaired: restored ir:ir-7 on hpc-2",  # the next digest's
+    )
+    repaired = lease(history=entries)
+    built = digest_of([repaired])
+    text = text_of(built)
+    assert built.counts == {"Drift the sync repaired": 1}
+    assert f"{link(repaired.ir)} 2026-12-01 05:00: restored ir:ir-7 on hpc-1" in text
+    assert "old-1" not in text and "hpc-2" not in text
+
+
+def test_quota_and_budget_pressure_from_their_thresholds() -> None:
+    budget = Budget(team="nlp", gpu_hours=20000)
+    built = digest_of(
+        quotas=[
+            QuotaUse("nlp", "hpc", "H100", 16, 16, 24),
+            QuotaUse("nlp", "cloud", "A100", 4, 8),
+            QuotaUse("vision", "hpc", "H100", 0, 0, 8),
+        ],
+        burns=[Burn(budget, "2026-12", 17000.0), Burn(Budget(team="vision", gpu_hours=10), "2026-12", 1.0)],
+    )
+    text = text_of(built)
+    assert built.counts == {"Quota and budget pressure": 2}
+    assert "`nlp` H100 in `hpc`: 16 of 16 quota GPUs (100 %), hard limit 24" in text
+    assert "`nlp` budget for 2026-12: 17,000 of 20,000 GPU-hours (85 %), 3,000 left" in text
+    assert "A100" not in text.split("Free capacity")[0]
+
+
+def test_unreadable_budgets_are_said() -> None:
+    assert "GPU-hour budgets could not be read" in text_of(digest_of(burns=None))
+
+
+def test_a_large_farm_is_cut_per_section_and_slack_takes_the_blocks() -> None:
+    many = [lease(Phase.WAITING, waiting_since=NOW - timedelta(minutes=i), purpose="x" * 400) for i in range(40)]
+    built = digest_of(many)
+    section = next(b["text"]["text"] for b in built.message.blocks if "Waiting requests" in b["text"]["text"])
+    assert section.count("\n• ") == MAX_LINES
+    assert section.endswith(f"… and {40 - MAX_LINES} more")
+    assert len(section) <= 3000
+    assert block_errors(built.message.blocks) == []
+    assert built.message.text.startswith("GPU farm digest, Tue 2026-12-01 08:00 UTC: waiting requests: 40")
+
+
+def test_times_are_shown_in_the_digest_timezone() -> None:
+    berlin = DigestSettings(timezone="Europe/Berlin")
+    ending = lease(expires_at=NOW + timedelta(hours=2))
+    built = build(facts([ending]), berlin, LINKS)
+    assert built is not None
+    text = text_of(built)
+    assert "GPU farm digest, Tue 2026-12-01 09:00 CET" in text
+    assert "ends in 2 h 0 m (2026-12-01 11:00)" in text
+
+
+# -- the schedule ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("moment", "slot"),
+    [
+        ("2026-12-01T08:00:00+00:00", "2026-12-01T08:00:00+00:00"),
+        ("2026-12-01T08:14:59+00:00", "2026-12-01T08:00:00+00:00"),
+        ("2026-12-01T08:15:00+00:00", None),
+        ("2026-12-01T07:59:00+00:00", None),
+        ("2026-12-01T20:00:00+00:00", None),
+    ],
+)
+def test_a_run_posts_within_one_tick_of_the_digest_time(moment: str, slot: str | None) -> None:
+    found = digest_run.due_slot(datetime.fromisoformat(moment), SETTINGS)
+    assert (found.isoformat() if found else None) == slot
+
+
+def test_local_time_holds_across_daylight_saving_and_odd_offsets() -> None:
+    berlin = DigestSettings(time="08:00", timezone="Europe/Berlin")
+    # 2026-03-29: Berlin moves from UTC+1 to UTC+2; 08:00 local is 06:00 UTC that day, 07:00 UTC the day before.
+    slot = digest_run.due_slot(datetime(2026, 3, 29, 6, 0, tzinfo=UTC), berlin)
+    assert slot is not None and slot.astimezone(UTC) == datetime(2026, 3, 29, 6, 0, tzinfo=UTC)
+    previous = digest_run.previous_slot(slot, berlin)
+    assert previous.astimezone(UTC) == datetime(2026, 3, 28, 7, 0, tzinfo=UTC)
+    assert slot - previous == timedelta(hours=23)
+    kolkata = DigestSettings(time="09:00", timezone="Asia/Kolkata")  # UTC+5:30: lands on a quarter hour
+    assert digest_run.due_slot(datetime(2026, 12, 1, 3, 30, tzinfo=UTC), kolkata) is not None
+
+
+@pytest.mark.parametrize(
+    ("section", "problem"),
+    [
+        ("digest: {time: '8am'}", "HH:MM"),
+        ("digest: {time: '24:00'}", "HH:MM"),
+        ("digest: {timezone: Mars/Olympus}", "not a known IANA timezone"),
+        ("digest: {timezone: ../../etc/passwd}", "IANA timezone name"),
+        ("digest: {horizon_hours: 0}", "horizon_hours"),
+        ("digest: {budget_percent: 120}", "budget_percent"),
+        ("digest: {when: daily}", "when"),
+    ],
+)
+def test_a_bad_digest_section_is_refused_with_its_reason(section: str, problem: str) -> None:
+    with pytest.raises(FarmConfigError, match=problem):
+        parse_farm(FARM_YAML + section + "\n")
+
+
+# -- the run through the service ---------------------------------------------------------------------------------
+
+
+class Query:
+    """A MetricsQuery answering the unattributed gauge's peak."""
+
+    def __init__(self, results: Sequence[ScalarResult] = (), fail: bool = False) -> None:
+        self.results = list(results)
+        self.fail = fail
+        self.asked: list[tuple[str, str]] = []
+
+    def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> list[ScalarResult]:
+        self.asked.append((query, aggregator))
+        if self.fail:
+            raise UpstreamError("query failed")
+        return self.results
+
+
+class FailingChat(FakeChat):
+    def post_message(self, channel: str, text: str, blocks: Sequence[Mapping[str, Any]] | None = None) -> str:
+        raise UpstreamError("slack chat.postMessage failed: ratelimited")
+
+
+def service(chat: FakeChat | None = None, usage: Query | None = None, extra: str = "") -> tuple[GpuFarm, FakeChat]:
+    clock = FakeClock(NOW)
+    hosts = FakeHosts()
+    hosts.seed("hpc-1", "H100", 8, "hpc")
+    chat = chat or FakeChat(operators=frozenset({"U0000000OPS"}))
+    farm = parse_farm(FARM_YAML + extra)
+    svc = GpuFarm(incidents=FakeIncidents(clock), hosts=hosts, chat=chat, clock=clock, farm=farm, usage=usage)
+    return svc, chat
+
+
+def ask(svc: GpuFarm, gpus: int = 24) -> int:
+    """A request past the quota: it waits for an operator."""
+    values = {"gpu_count": str(gpus), "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"}
+    request = build_request(values, svc.farm, requester="U0000000001", channel=None, request_id=f"d-{next(_irs):06d}")
+    alloc, _ = svc.create_request(request)
+    return alloc.ir
+
+
+def test_the_run_posts_once_a_day_to_the_operators_channel() -> None:
+    usage = Query([ScalarResult(("host:hpc-9", "team:nlp", "environment:hpc"), 2.0)])
+    svc, chat = service(usage=usage)
+    ir = ask(svc, 8)
+    svc.clock.current = NOW - timedelta(hours=1)  # type: ignore[attr-defined]
+    assert digest_run.run(svc).reason.startswith("not digest time (the digest is at 08:00 UTC)")
+    svc.clock.current = NOW + timedelta(minutes=3)  # type: ignore[attr-defined]
+    result = digest_run.run(svc)
+    assert result.posted and result.slot == NOW and result.since == SINCE
+    [post] = [s for s in chat.sent if s.kind == "post" and "GPU farm digest" in s.text]
+    assert post.target == "C0000000001"
+    assert result.ts == post.ts
+    shown = json.dumps(post.blocks)
+    assert f"incidents/{ir}|IR-{ir}>" in shown and "hpc-9" in shown
+    assert usage.asked == [(digest_run.UNATTRIBUTED_QUERY, "max")]
+    assert result.sections["Unattributed use (busy GPUs no lease claims)"] == 1
+
+
+def test_nothing_to_say_posts_nothing_and_a_failed_read_is_not_news() -> None:
+    svc, chat = service(usage=Query(fail=True))
+    result = digest_run.run(svc, at=NOW)
+    assert (result.posted, result.reason) == (False, "nothing to say")
+    assert [s for s in chat.sent if s.kind == "post"] == []
+
+
+def test_force_posts_now_with_the_window_since_the_last_digest() -> None:
+    svc, _ = service()
+    ask(svc)
+    svc.clock.current = NOW + timedelta(hours=5)  # type: ignore[attr-defined]
+    result = digest_run.run(svc, force=True)
+    assert result.posted and result.slot == NOW + timedelta(hours=5) and result.since == NOW
+
+
+def test_a_failed_post_raises_so_the_scheduler_retries() -> None:
+    svc, _ = service(chat=FailingChat())
+    ask(svc)
+    with pytest.raises(UpstreamError):
+        digest_run.run(svc, at=NOW)
+
+
+def test_no_operators_channel_no_digest() -> None:
+    svc, _ = service()
+    svc.operators_channel = None
+    ask(svc)
+    assert digest_run.run(svc, at=NOW).reason == "no operators channel is configured"
+
+
+# -- the handler ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def wired() -> Iterator[FakeChat]:
+    clock = FakeClock(NOW + timedelta(seconds=30))
+    chat = FakeChat(operators=frozenset({"U0000000OPS"}))
+    hosts = FakeHosts()
+    hosts.seed("hpc-1", "H100", 8, "hpc")
+    runtime.reset()
+    runtime.override(
+        clock=clock,
+        incidents=FakeIncidents(clock),
+        hosts=hosts,
+        chat=chat,
+        farm=FARM,
+        queue=None,
+        metrics=FakeMetrics(),
+        metrics_query=Query(),
+    )
+    svc = runtime.current().service()
+    ask(svc)
+    yield chat
+    runtime.reset()
+
+
+def test_the_handler_runs_the_scheduled_event(wired: FakeChat) -> None:
+    scheduled = json.loads((EVENTS / "daily_digest_schedule.json").read_text())
+    answer = daily_digest.handle(scheduled)
+    assert answer["posted"] is True and answer["slot"] == NOW.isoformat()
+    assert [s.target for s in wired.sent if s.kind == "post" and "digest" in s.text] == ["C0000000001"]
+
+
+def test_the_handler_decides_on_the_clock_when_the_schedule_time_is_unusable(wired: FakeChat) -> None:
+    # An Input whose placeholder was not filled in, or a time far from the clock: the clock's now decides.
+    assert daily_digest.handle({"job": "daily_digest", "scheduled_time": "<aws.scheduler.scheduled-time>"})["posted"]
+    far = daily_digest.handle({"scheduled_time": "2026-11-01T08:00:00Z"})
+    assert far["posted"] is True and far["slot"] == NOW.isoformat()
+
+
+@pytest.mark.parametrize(
+    ("event", "error"),
+    [
+        ({"job": "quota_sync"}, "job must be"),
+        ({"force": "yes"}, "force must be"),
+        ({"scheduled_time": 12}, "scheduled_time"),
+        ({"scheduled_time": "x" * 500}, "scheduled_time"),
+        ({"job": "daily_digest", "extra": 1}, "unknown keys: extra"),
+    ],
+)
+def test_a_malformed_event_is_refused_and_posts_nothing(wired: FakeChat, event: dict[str, Any], error: str) -> None:
+    answer = daily_digest.handle(event)
+    assert answer["posted"] is False and error in answer["error"]
+    assert [s for s in wired.sent if s.kind == "post" and "digest" in s.text] == []
