@@ -36,6 +36,7 @@ class Verb(StrEnum):
     REJECT = "reject"
     RECLAIM = "reclaim"
     EXEMPT = "exempt"
+    REPORT = "report"
 
 
 class ListScope(StrEnum):
@@ -142,9 +143,10 @@ def parse_command(text: str) -> Command:
         return Command(Verb.REQUEST, args=parse_request_args(rest) if rest else None)
     if verb is Verb.LIST:
         return _parse_list(rest)
-    if verb is Verb.QUOTA:
-        _at_most(rest, 1, "/gpu quota [team]")
-        return Command(Verb.QUOTA, team=rest[0].lower() if rest else None)
+    if verb in (Verb.QUOTA, Verb.REPORT):
+        # Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by the farm's teams).
+        _at_most(rest, 1, "/gpu quota [team]" if verb is Verb.QUOTA else "/gpu report [team | project]")
+        return Command(verb, team=rest[0].lower() if rest else None)
     # The rest take an incident number first.
     if not rest:
         raise ValidationFailed("ir", f"say which allocation: /gpu {verb.value} IR-123")

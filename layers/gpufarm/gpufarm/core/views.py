@@ -41,6 +41,7 @@ HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
 • `/gpu release IR-123 [now]` — give the GPUs back (a Release button confirms it unless `now`)
 • `/gpu extend IR-123 [days]` — keep them longer
 • `/gpu quota [team]` — quotas and what is in use
+• `/gpu report [team | project]` — the last 30 days' GPU-hours (held, busy, idle), the CSV by DM
 Operators: `/gpu approve IR-123`, `/gpu reject IR-123 <reason>`, `/gpu reclaim IR-123 <reason>`,
 `/gpu exempt IR-123 3d <reason>` (no idle reclaim until then)."""
 

@@ -31,6 +31,7 @@ from gpufarm.core.views import Message
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers import telemetry
 from gpufarm.handlers.slack_events import Job
+from gpufarm.reporting.slack import report_answer
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,8 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team)
     if cmd.verb is Verb.QUOTA:
         return svc.quota(cmd.team)
+    if cmd.verb is Verb.REPORT:
+        return report_answer(svc, job.user, cmd.team)
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
