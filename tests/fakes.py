@@ -20,7 +20,7 @@ from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.inventory import normalize_tag
 from gpufarm.core.model import IncidentRecord
-from gpufarm.core.ports import HostInfo, MetricSeries
+from gpufarm.core.ports import HostInfo, HostPage, MetricSeries
 from gpufarm_node.tags import registration_tags
 from gpufarm_sandbox.emulator.incidents_search import matches, parse_query
 
@@ -151,6 +151,14 @@ class FakeHosts:
         self.tags[name] = {"datadog": registration_tags(model, count, env, cluster)}
 
     def list_hosts(self, filter_text: str | None = None) -> Iterator[HostInfo]:
+        yield from self._matching(filter_text)
+
+    def host_page(self, filter_text: str, start: int, count: int) -> HostPage:
+        """One page of the host list and the exact number matching its filter (Datadog's total_matching)."""
+        matching = list(self._matching(filter_text))
+        return HostPage(tuple(matching[start : start + count]), len(matching))
+
+    def _matching(self, filter_text: str | None) -> Iterator[HostInfo]:
         terms = (filter_text or "").split()
         for name, sources in sorted(self.tags.items()):
             merged = tuple(dict.fromkeys(t for tags in sources.values() for t in tags))

@@ -14,7 +14,7 @@ import pytest
 
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.ports import Chat, HostTags, IncidentStore, WorkQueue
+from gpufarm.core.ports import Chat, HostPage, HostPages, HostTags, IncidentStore, WorkQueue
 
 # Makes hosts known with tags per source, as their agents' reports would: {host: {source: [tags]}}.
 SeedHosts = Callable[[Mapping[str, Mapping[str, Sequence[str]]]], None]
@@ -173,6 +173,17 @@ class HostTagsContract:
         assert listed["gpu-node-01"].tags_by_source["user"] == ("ir:ir-7",)
         assert [h.name for h in hosts.list_hosts("gpu_model:a100")] == ["gpu-node-02"]
         assert [h.name for h in hosts.list_hosts("node-01")] == ["gpu-node-01"]
+
+    def test_a_host_page_says_exactly_how_many_match(self, hosts: HostTags, seed_hosts: SeedHosts) -> None:
+        # What a pool's host sizes are counted with (gpufarm.core.reads.Reads.host_sizes).
+        assert isinstance(hosts, HostPages)
+        seed_hosts(
+            {f"gpu-node-0{i}": {"datadog": ["gpu_model:h100", f"gpu_count:{4 * (i % 2 + 1)}"]} for i in range(5)}
+        )
+        page = hosts.host_page("gpu_model:h100", 1, 2)
+        assert [h.name for h in page.hosts] == ["gpu-node-01", "gpu-node-02"] and page.total == 5
+        assert hosts.host_page("gpu_model:h100 gpu_count:8", 0, 1).total == 2
+        assert hosts.host_page("gpu_model:a100", 0, 1) == HostPage((), 0)
 
 
 class ChatContract:

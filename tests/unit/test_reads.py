@@ -12,13 +12,14 @@ from collections.abc import Iterator
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
+from gpufarm.core import charging, reconcile
 from gpufarm.core import fields as f
-from gpufarm.core import reconcile
 from gpufarm.core.farm import parse_farm
+from gpufarm.core.inventory import GpuHost
 from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.policy import build_request
-from gpufarm.core.ports import HostInfo
-from gpufarm.core.reads import Reads, host_filter, live_query
+from gpufarm.core.ports import HostInfo, HostPage
+from gpufarm.core.reads import CENSUS_SAMPLE, Reads, host_filter, live_query
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers.incident_webhook import QueueMessage
 
@@ -33,6 +34,7 @@ class CountingHosts(FakeHosts):
         self.lists: list[str | None] = []
         self.listed = 0
         self.gets: list[str] = []
+        self.pages: list[tuple[str, int, int]] = []
 
     def list_hosts(self, filter_text: str | None = None) -> Iterator[HostInfo]:
         self.lists.append(filter_text)
@@ -43,6 +45,24 @@ class CountingHosts(FakeHosts):
     def get_tags(self, host: str, source: str = "user") -> list[str]:
         self.gets.append(host)
         return super().get_tags(host, source)
+
+    def host_page(self, filter_text: str, start: int, count: int) -> HostPage:
+        self.pages.append((filter_text, start, count))
+        return super().host_page(filter_text, start, count)
+
+
+class ListOnlyHosts(FakeHosts):
+    """A HostTags without pages: the host list and nothing else (the census is not possible)."""
+
+    host_page = None  # type: ignore[assignment]
+
+
+class ApproximateHosts(CountingHosts):
+    """A host list whose match counts are estimates (Datadog's exact_total_matching false)."""
+
+    def host_page(self, filter_text: str, start: int, count: int) -> HostPage:
+        page = super().host_page(filter_text, start, count)
+        return HostPage(page.hosts, None)
 
 
 @pytest.fixture
@@ -290,3 +310,114 @@ def test_a_users_list_reads_only_their_leases_through_the_requester_facet(
     before = len(incidents.searches)
     svc.list_allocations("team", other)
     assert incidents.searches[before:] == [live_query(requester=other), live_query(team="nlp"), queue]
+
+
+# -- a pool's host sizes (charging) -------------------------------------------------------------------------------
+
+
+def _big_pool(hosts: FakeHosts, n: int = 450, *, rare: str | None = None) -> dict[tuple[str, int], int]:
+    """n H100 hosts of pool `big` over two clusters and two sizes, names sorted by cluster; the expected sizes."""
+    want: dict[tuple[str, int], int] = {}
+    for i in range(n):
+        cluster, gpus = ("a", 8) if i < n // 2 else ("b", 4 if i % 3 else 8)
+        hosts.seed(f"big-{cluster}-{i:04d}", "H100", gpus, "big", cluster)
+        want[(cluster, gpus)] = want.get((cluster, gpus), 0) + 1
+    if rare is not None:
+        hosts.seed(rare, "H100", 16, "big", "a")
+        want[("a", 16)] = want.get(("a", 16), 0) + 1
+    return want
+
+
+def test_a_pools_host_sizes_are_counted_from_samples_not_listed(incidents: FakeIncidents) -> None:
+    hosts = CountingHosts()
+    want = _big_pool(hosts)
+    reads = Reads(incidents, hosts)
+    assert reads.host_sizes("big", "h100") == want
+    assert hosts.lists == []  # never the pool's every page
+    pool = host_filter("big", gpu_model="H100")
+    assert pool == "gpufarm:managed environment:big gpu_model:h100"
+    # The first sample shows cluster a only (names follow clusters); a probe further on finds cluster b's sizes.
+    samples = [p for p in hosts.pages if p[0] == pool]
+    counts = sorted(p[0].removeprefix(pool + " ") for p in hosts.pages if p[0] != pool)
+    assert samples[0] == (pool, 0, CENSUS_SAMPLE) and len(samples) == 3
+    assert counts == ["cluster:a gpu_count:8", "cluster:b gpu_count:4", "cluster:b gpu_count:8"]
+    assert all(count == 1 for text, _, count in hosts.pages if text != pool)
+    # Read once per invocation; the capacity check is answered from it, exactly.
+    before = len(hosts.pages)
+    assert reads.host_sizes("big", "H100") == want and len(hosts.pages) == before
+    assert reads.capacity("big", "H100", 1) == sum(gpus * n for (_, gpus), n in want.items())
+    assert hosts.lists == [] and len(hosts.pages) == before
+
+
+def _listed_sizes(hosts: FakeHosts, env: str, model: str) -> dict[tuple[str, int], int]:
+    """The sizes as the pool listed whole gives them (the reference every census must equal)."""
+    listed = (GpuHost.from_tags(i.name, i.tags) for i in FakeHosts.list_hosts(hosts, host_filter(env)))
+    return charging.sizes_of(h for h in listed if h is not None and h.environment == env and h.gpu_model == model)
+
+
+def test_a_size_no_sample_shows_has_the_pool_listed_whole(incidents: FakeIncidents) -> None:
+    hosts = CountingHosts()
+    # One 16-GPU host among 451, named between two sample pages: the counts fall one short of the pool's total.
+    want = _big_pool(hosts, rare="big-a-0104x")
+    assert Reads(incidents, hosts).host_sizes("big", "H100") == want == _listed_sizes(hosts, "big", "H100")
+    assert hosts.lists == [host_filter("big")]
+    assert len([p for p in hosts.pages if p[0] == host_filter("big", gpu_model="H100")]) == 4
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        ["gpufarm:managed", "gpu_model:h100", "gpu_count:8", "environment:big"],  # no cluster: "default"
+        ["gpufarm:managed", "gpu_model:h100", "gpu_count:8", "environment:big", "cluster:a", "cluster:b"],
+        ["gpufarm:managed", "gpu_model:h100", "gpu_count:eight", "environment:big", "cluster:a"],
+    ],
+)
+def test_a_sampled_host_the_counts_cannot_tell_apart_has_the_pool_listed(
+    incidents: FakeIncidents, odd: list[str]
+) -> None:
+    hosts = CountingHosts()
+    _big_pool(hosts)
+    hosts.tags["big-a-0000a"] = {"datadog": odd}  # in the first sample
+    assert Reads(incidents, hosts).host_sizes("big", "H100") == _listed_sizes(hosts, "big", "H100")
+    assert hosts.lists == [host_filter("big")] and len(hosts.pages) == 1
+
+
+def test_without_exact_counts_or_pages_the_pool_is_listed(incidents: FakeIncidents) -> None:
+    approximate = ApproximateHosts()
+    want = _big_pool(approximate)
+    assert Reads(incidents, approximate).host_sizes("big", "H100") == want
+    assert approximate.lists == [host_filter("big")] and len(approximate.pages) == 1
+    plain = ListOnlyHosts()
+    want = _big_pool(plain)
+    assert Reads(incidents, plain).host_sizes("big", "H100") == want
+
+
+def test_a_small_pool_is_sized_from_its_one_sample_and_a_listing_already_read_costs_nothing(
+    incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    reads = Reads(incidents, hosts)
+    assert reads.host_sizes("hpc", "H100") == {("a", 8): 6}
+    assert hosts.pages == [(host_filter("hpc", gpu_model="H100"), 0, CENSUS_SAMPLE)]
+    assert reads.host_sizes("hpc", "A100") == {}
+    listing = Reads(incidents, hosts)
+    listing.inventory("cloud")
+    hosts.pages.clear()
+    assert listing.host_sizes("cloud", "A100") == {("use1", 8): 1} and hosts.pages == []
+
+
+def test_a_requests_decision_on_a_large_pool_lists_none_of_it(svc: GpuFarm, hosts: CountingHosts) -> None:
+    # 300 4-GPU hosts in cluster b beside the six 8-GPU hosts of cluster a: 6 GPUs take one 8-GPU host.
+    for i in range(300):
+        hosts.seed(f"hpc-b-{i:03d}", "H100", 4, "hpc", "b")
+    req = build_request(
+        {"gpu_count": "6", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"},
+        svc.farm,
+        requester=USER,
+        channel=None,
+        request_id="req-hpc-00000001",
+    )
+    decision = svc.precheck(req)
+    assert "within team nlp's quota (8 of 8 H100 in hpc)" in decision.reason
+    assert hosts.lists == [] and hosts.listed == 0
+    # One sample (it shows both clusters) and one count per (cluster, size).
+    assert len(hosts.pages) == 3

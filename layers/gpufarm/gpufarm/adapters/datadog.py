@@ -31,10 +31,11 @@ from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.model import IncidentRecord
-from gpufarm.core.ports import Event, HostInfo, MetricPoint, MetricSeries, ScalarResult, TimeseriesResult
+from gpufarm.core.ports import Event, HostInfo, HostPage, MetricPoint, MetricSeries, ScalarResult, TimeseriesResult
 
 if TYPE_CHECKING:
     from gpufarm.core.ports import (
+        HostPages,
         HostTags,
         IncidentStore,
         MetricsHistory,
@@ -411,22 +412,39 @@ class DatadogGateway:
         """Every host matching the filter, across pages of at most 1000."""
         start = 0
         while True:
-            kwargs: dict[str, Any] = {"start": start, "count": HOSTS_PAGE}
-            if filter_text:
-                kwargs["filter"] = filter_text
-            with dc.errors("list hosts"):
-                body = dc.read_json(self._hosts_raw.list_hosts(**kwargs))
-            if not isinstance(body, dict) or not isinstance(body.get("host_list", []), list):
-                raise UpstreamError("Datadog answered the host list with an unexpected shape")
-            page = body.get("host_list") or []
+            page, total = self._host_page(filter_text, start, HOSTS_PAGE)
             for host in page:
                 info = _host_info(host)
                 if info is not None:
                     yield info
             start += len(page)
-            total = body.get("total_matching")
-            if len(page) < HOSTS_PAGE or (isinstance(total, int) and start >= total):
+            if len(page) < HOSTS_PAGE or (total is not None and start >= total):
                 return
+
+    def host_page(self, filter_text: str, start: int, count: int) -> HostPage:
+        """Up to `count` (1-1000) hosts matching the filter from `start` on, and how many match (None unless exact).
+
+        `total_matching` is trusted only where the answer says `exact_total_matching`: a pool's host sizes are
+        counted with it (gpufarm.core.reads), and an estimate would count them wrong.
+        """
+        if start < 0 or not 1 <= count <= HOSTS_PAGE:
+            raise ValidationFailed("count", f"a host page starts at 0 or later and holds 1-{HOSTS_PAGE} hosts")
+        page, total = self._host_page(filter_text, start, count)
+        hosts = tuple(info for info in (_host_info(h) for h in page) if info is not None)
+        return HostPage(hosts, total)
+
+    def _host_page(self, filter_text: str | None, start: int, count: int) -> tuple[list[Any], int | None]:
+        """One raw page of the host list: its hosts' JSON and the exact match count (None when not exact)."""
+        kwargs: dict[str, Any] = {"start": start, "count": count}
+        if filter_text:
+            kwargs["filter"] = filter_text
+        with dc.errors("list hosts"):
+            body = dc.read_json(self._hosts_raw.list_hosts(**kwargs))
+        if not isinstance(body, dict) or not isinstance(body.get("host_list", []), list):
+            raise UpstreamError("Datadog answered the host list with an unexpected shape")
+        total = body.get("total_matching")
+        exact = isinstance(total, int) and not isinstance(total, bool) and body.get("exact_total_matching") is True
+        return list(body.get("host_list") or []), total if exact else None
 
     def get_tags(self, host: str, source: str = "user") -> list[str]:
         """Tags of one source on a host ([] when none, or when Datadog does not know the host)."""
@@ -788,6 +806,6 @@ if TYPE_CHECKING:
 
     def _implements_the_ports(
         gateway: DatadogGateway,
-    ) -> tuple[IncidentStore, HostTags, MetricsSink, MetricsQuery, MonitorStates, MetricsHistory]:
+    ) -> tuple[IncidentStore, HostTags, HostPages, MetricsSink, MetricsQuery, MonitorStates, MetricsHistory]:
         """mypy proves here that DatadogGateway satisfies every port it is used as."""
-        return gateway, gateway, gateway, gateway, gateway, gateway
+        return gateway, gateway, gateway, gateway, gateway, gateway, gateway

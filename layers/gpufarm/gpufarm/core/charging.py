@@ -5,13 +5,15 @@ from everyone else; charging the 1 asked would let a team hold far beyond its qu
 otherwise. A granted lease that holds hosts is charged what its incident records (`host_gpus`: whole hosts on
 dedicated pools, units on shared ones); one still waiting for hosts is charged what placement would take in its
 pool (the smallest set of whole hosts that fits, the smallest host when one is enough). Shared pools charge the
-units asked. The farm YAML's `charging:` section may send to operators, or refuse, a request that would waste
+units asked. Placement's choice on an empty pool depends on the sizes of its hosts per cluster, never on which
+host is which, so a charge is computed from those sizes (gpufarm.core.reads.Reads.host_sizes counts them without
+listing the pool). The farm YAML's `charging:` section may send to operators, or refuse, a request that would waste
 most of a host (FarmConfig.charging; per environment and team overrides).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpufarm.core.farm import FarmConfig, PoolKind, WasteAction
@@ -22,6 +24,8 @@ from gpufarm.core.placement import Capacity, place_dedicated
 
 # Phases whose incident records the hosts it holds.
 _HOLDING = frozenset({Phase.ALLOCATED, Phase.IDLE_WARNED})
+# Hosts of a pool's model per (cluster, GPUs per host).
+HostSizes = Mapping[tuple[str, int], int]
 
 
 @dataclass(frozen=True)
@@ -57,20 +61,28 @@ class Charge:
         )
 
 
-def charge(farm: FarmConfig, environment: str, hosts: Sequence[GpuHost], asked: int) -> Charge:
-    """What a request for `asked` GPUs on these pool hosts (one model, all of the pool) is charged."""
+def sizes_of(hosts: Iterable[GpuHost]) -> dict[tuple[str, int], int]:
+    """Hosts per (cluster, GPUs per host)."""
+    out: dict[tuple[str, int], int] = {}
+    for host in hosts:
+        out[(host.cluster, host.gpu_count)] = out.get((host.cluster, host.gpu_count), 0) + 1
+    return out
+
+
+def charge(farm: FarmConfig, environment: str, sizes: HostSizes, asked: int) -> Charge:
+    """What a request for `asked` GPUs is charged in a pool whose model's hosts have these sizes (all of the pool)."""
     env = farm.environments.get(environment)
     if env is None or env.kind is not PoolKind.DEDICATED or asked < 1:
         return Charge(environment, asked, asked)
     # The pool as if empty: the charge is what the request takes, not what happens to be free now.
-    plan = place_dedicated([Capacity(h, h.gpu_count) for h in hosts], asked)
+    plan = place_dedicated(_empty_pool(environment, sizes, asked), asked)
     if plan is None:
         return Charge(environment, asked, asked)  # it can never fit; the policy refuses it on its own terms
-    sizes = tuple(sorted(plan.values(), reverse=True))
-    return Charge(environment, asked, max(asked, sum(sizes)), sizes)
+    taken = tuple(sorted(plan.values(), reverse=True))
+    return Charge(environment, asked, max(asked, sum(taken)), taken)
 
 
-def held(alloc: Allocation, farm: FarmConfig, hosts_of: Callable[[str, str], Sequence[GpuHost]]) -> int:
+def held(alloc: Allocation, farm: FarmConfig, sizes_of_pool: Callable[[str, str], HostSizes]) -> int:
     """GPUs a granted lease counts against its team: what it holds, or what it will take once allocated."""
     if alloc.phase in _HOLDING and alloc.host_gpus:
         return sum(alloc.host_gpus.values())
@@ -78,7 +90,7 @@ def held(alloc: Allocation, farm: FarmConfig, hosts_of: Callable[[str, str], Seq
     pool = farm.environments.get(env)
     if pool is None or pool.kind is not PoolKind.DEDICATED:
         return alloc.gpu_count
-    return charge(farm, env, hosts_of(env, (alloc.gpu_model or "").upper()), alloc.gpu_count).charged
+    return charge(farm, env, sizes_of_pool(env, (alloc.gpu_model or "").upper()), alloc.gpu_count).charged
 
 
 def waste_verdict(farm: FarmConfig, team: str, charged: Charge) -> tuple[WasteAction, str] | None:
@@ -94,6 +106,24 @@ def waste_verdict(farm: FarmConfig, team: str, charged: Charge) -> tuple[WasteAc
         f"over {team}'s limit of {policy.waste_threshold_percent:g} % in {charged.environment})"
     )
     return policy.waste, reason
+
+
+def _empty_pool(environment: str, sizes: HostSizes, asked: int) -> list[Capacity]:
+    """Stand-ins for a pool's hosts, every GPU free: as many of each size as a placement of `asked` could take.
+
+    Placement takes the largest hosts until covered, then swaps the last for the smallest that still covers, so it
+    never takes more than ceil(asked / size) hosts of one size from a cluster, nor needs more to choose. Names only
+    break ties between equal choices, which charge the same; between clusters of equal cost they may name other
+    sizes in the explanation (16 + 8 where the pool's names would pick 12 + 12), never another charge.
+    """
+    out: list[Capacity] = []
+    for (cluster, gpus), hosts in sorted(sizes.items()):
+        if gpus < 1:
+            continue  # holds nothing: never part of a placement
+        for i in range(min(hosts, -(-asked // gpus))):
+            host = GpuHost(f"{cluster}/{gpus}/{i:06d}", "", gpus, environment, cluster)
+            out.append(Capacity(host, gpus))
+    return out
 
 
 def _article(number: int) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpufarm.core.model import IncidentRecord
 
@@ -100,6 +100,25 @@ class HostTags(Protocol):
 
     def replace_tags(self, host: str, tags: Sequence[str], source: str = "user") -> list[str]:
         """Replace all tags of a source; an empty list removes them."""
+
+
+@dataclass(frozen=True)
+class HostPage:
+    """One page of the host list and how many hosts match its filter (None unless the backend says it is exact)."""
+
+    hosts: tuple[HostInfo, ...]
+    total: int | None
+
+
+@runtime_checkable
+class HostPages(Protocol):
+    """One page of the host list with its exact match count: a pool's host sizes read without listing the pool.
+
+    Optional beside HostTags: a backend without it has its pools listed whole (gpufarm.core.reads).
+    """
+
+    def host_page(self, filter_text: str, start: int, count: int) -> HostPage:
+        """Up to `count` hosts matching the filter from `start` on, and the exact number matching it."""
 
 
 class MetricsSink(Protocol):

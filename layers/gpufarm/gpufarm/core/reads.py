@@ -10,6 +10,10 @@ and shared by everything that invocation decides:
 - hosts are listed once per scope through the host list's filter (`gpufarm:managed environment:onprem-hpc`; the
   hosts of one IR: `gpufarm:managed ir:ir-123`), each with its tags by source, so a host's `user` tags never cost a
   request of their own unless the host is about to be written (the re-check before a write stays with the caller).
+- a dedicated pool's host sizes (how many hosts of each cluster and GPU count: what charging decides on) are
+  counted rather than listed: one sample page of the pool's model, then one count per (cluster, GPUs per host) the
+  sample shows, trusted once those counts add up to the pool's exact total (`host_sizes`); else the pool is
+  listed whole. A request's decision thus costs a few small reads, not the pool's every page.
 - every write the invocation makes through it (`wrote`, `tagged`) updates what was read, so a later step of the
   same invocation decides on the farm as it is after the earlier steps.
 
@@ -26,16 +30,33 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpufarm.core.errors import NotFound
-from gpufarm.core.inventory import ENVIRONMENT_KEY, IR_KEY, MANAGED_TAG, GpuHost, normalize_tag
+from gpufarm.core.inventory import (
+    CLUSTER_KEY,
+    ENVIRONMENT_KEY,
+    GPU_COUNT_KEY,
+    GPU_MODEL_KEY,
+    IR_KEY,
+    MANAGED_TAG,
+    GpuHost,
+    normalize_tag,
+    tag_values,
+)
 from gpufarm.core.ir import format_ir, ir_tag_value
 from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.model import Allocation, IncidentRecord
-from gpufarm.core.ports import HostInfo, HostTags, IncidentStore
+from gpufarm.core.ports import HostInfo, HostPages, HostTags, IncidentStore
 
 LIVE_QUERY = "state:(active OR stable)"
 USER_SOURCE = "user"
 # (environment, team, phases); None means "any".
 Scope = tuple[str | None, str | None, frozenset[Phase] | None]
+# Hosts of a pool's model per (cluster, GPUs per host).
+Sizes = dict[tuple[str, int], int]
+# The host size census: hosts per sample page, and how many more pages it samples at offsets spread over the pool
+# when the first did not show every (cluster, size) the pool holds (hosts are listed by name, and names often
+# follow clusters), before the pool is listed whole.
+CENSUS_SAMPLE = 100
+CENSUS_PROBES = 3
 
 
 def live_query(
@@ -55,10 +76,11 @@ def live_query(
     return " AND ".join(terms)
 
 
-def host_filter(environment: str | None = None, ir: int | None = None) -> str:
-    """The host list's filter for managed hosts of one pool, or those tagged with one IR."""
+def host_filter(environment: str | None = None, ir: int | None = None, *, gpu_model: str | None = None) -> str:
+    """The host list's filter for managed hosts of one pool (and model), or those tagged with one IR."""
     terms = [MANAGED_TAG]
     terms += [normalize_tag(f"{ENVIRONMENT_KEY}:{environment}")] if environment is not None else []
+    terms += [normalize_tag(f"{GPU_MODEL_KEY}:{gpu_model}")] if gpu_model is not None else []
     terms += [f"{IR_KEY}:{ir_tag_value(ir)}"] if ir is not None else []
     return " ".join(terms)
 
@@ -93,6 +115,7 @@ class Reads:
     # Listed hosts by host filter, each as the list gave it, `user` tags updated by this invocation's writes.
     _listed: dict[str, dict[str, HostInfo]] = field(default_factory=dict)
     _inventory: dict[str, GpuHost | None] = field(default_factory=dict)
+    _sizes: dict[tuple[str, str], Sizes] = field(default_factory=dict)
 
     # -- incidents --------------------------------------------------------------------------------------------
 
@@ -189,6 +212,9 @@ class Reads:
 
         if host_filter(environment) in self._listed or host_filter() in self._listed:
             return sum(size(h) for h in self.inventory(environment) if h.gpu_model == model)
+        counted = None if units else self._sizes.get((environment, model))
+        if counted is not None:
+            return sum(gpus * n for (_, gpus), n in counted.items())
         total = 0
         for info in self.hosts.list_hosts(host_filter(environment)):
             host = GpuHost.from_tags(info.name, info.tags)
@@ -197,6 +223,71 @@ class Reads:
                 if total >= need:
                     break
         return total
+
+    def host_sizes(self, environment: str, gpu_model: str) -> Sizes:
+        """Hosts of a pool's model per (cluster, GPUs per host), as the pool is now; read once per invocation.
+
+        From a listing of the pool this invocation already holds; else counted (`_census`); else listed whole.
+        gpufarm's own writes change hosts' allocation tags, never their inventory tags, so what was read stays true.
+        """
+        model = gpu_model.upper()
+        known = self._sizes.get((environment, model))
+        if known is None:
+            listed = host_filter(environment) in self._listed or host_filter() in self._listed
+            known = None if listed else self._census(environment, model)
+            if known is None:
+                known = {}
+                for host in self.inventory(environment):
+                    if host.gpu_model == model:
+                        known[(host.cluster, host.gpu_count)] = known.get((host.cluster, host.gpu_count), 0) + 1
+            self._sizes[(environment, model)] = known
+        return dict(known)
+
+    def _census(self, environment: str, model: str) -> Sizes | None:
+        """The pool's sizes from sample pages and exact counts; None when they cannot be trusted (list it whole).
+
+        Each (cluster, size) a sample shows is counted once through the host list's filter (`... cluster:hpc-a
+        gpu_count:8`, Datadog's exact `total_matching`). The counts are the pool only when they add up to the
+        pool's own exact total: every host is then of a size already seen. A sampled host the filter could not
+        count as its inventory reads it (no cluster tag, two of one inventory key, a malformed count, another
+        pool: a backend that ignored the filter) stops the census, as does a sum over the total (a host counted
+        twice) or a count the backend will not give exactly. A host whose tags name two pools, clusters or sizes
+        is malformed inventory; outside the samples it is caught only where it makes the sum disagree.
+        """
+        pages = self.hosts
+        if not isinstance(pages, HostPages):
+            return None
+        pool = host_filter(environment, gpu_model=model)
+        first = pages.host_page(pool, 0, CENSUS_SAMPLE)
+        total = first.total
+        if total is None:
+            return None
+        counted: Sizes = {}
+        for probe in range(CENSUS_PROBES + 1):
+            sample = first if probe == 0 else pages.host_page(pool, total * probe // (CENSUS_PROBES + 1), CENSUS_SAMPLE)
+            seen: dict[tuple[str, int], str] = {}
+            tally: Sizes = {}
+            for info in sample.hosts:
+                countable = _countable(info, environment, model)
+                if countable is None:
+                    return None
+                pair, terms = countable
+                seen[pair] = terms
+                tally[pair] = tally.get(pair, 0) + 1
+            if probe == 0 and total <= len(sample.hosts):
+                return tally  # the whole pool is in the sample
+            for pair, terms in seen.items():
+                if pair not in counted:
+                    n = pages.host_page(f"{pool} {terms}", 0, 1).total
+                    if n is None:
+                        return None
+                    counted[pair] = n
+            found = sum(counted.values())
+            if found == total:
+                return {pair: n for pair, n in counted.items() if n}
+            if found > total:
+                return None
+        return None
 
     def tagged_with(self, ir: int, environment: str | None = None) -> list[GpuHost]:
         """Managed hosts carrying one IR's tag: from a listing already read, else the host list filtered by it."""
@@ -245,3 +336,15 @@ class Reads:
             if host is not None:
                 out.append(host)
         return out
+
+
+def _countable(info: HostInfo, environment: str, model: str) -> tuple[tuple[str, int], str] | None:
+    """A listed host's (cluster, GPUs per host) and the filter terms that count its like; None if they cannot."""
+    host = GpuHost.from_tags(info.name, info.tags)
+    clusters, counts = tag_values(info.tags, CLUSTER_KEY), tag_values(info.tags, GPU_COUNT_KEY)
+    if host is None or host.environment != environment or host.gpu_model != model:
+        return None
+    single = (tag_values(info.tags, ENVIRONMENT_KEY), tag_values(info.tags, GPU_MODEL_KEY), clusters, counts)
+    if any(len(values) != 1 for values in single):
+        return None
+    return (host.cluster, host.gpu_count), f"{CLUSTER_KEY}:{clusters[0]} {GPU_COUNT_KEY}:{counts[0]}"

@@ -664,20 +664,20 @@ class GpuFarm:
 
     # ==== charging and queue positions ====================================================================
 
-    def _pool_hosts(self, environment: str, gpu_model: str) -> list[GpuHost]:
-        """A dedicated pool's hosts of one model, whose sizes decide what a request is charged (none when shared)."""
+    def _pool_sizes(self, environment: str, gpu_model: str) -> charging.HostSizes:
+        """A dedicated pool's host sizes for one model, which decide what a request is charged (none when shared)."""
         env = self.farm.environments.get(environment)
         if env is None or env.kind is not PoolKind.DEDICATED:
-            return []
-        return pool_hosts(self._inventory(environment), environment, gpu_model)
+            return {}
+        return self._reads().host_sizes(environment, gpu_model)
 
     def _charge(self, environment: str, gpu_model: str, count: int) -> charging.Charge:
         """What a request for `count` GPUs counts against its team's quota (whole hosts on dedicated pools)."""
-        return charging.charge(self.farm, environment, self._pool_hosts(environment, gpu_model), count)
+        return charging.charge(self.farm, environment, self._pool_sizes(environment, gpu_model), count)
 
     def _held(self, alloc: Allocation) -> int:
         """What a granted lease counts against its team's quota: what it holds, or will take once allocated."""
-        return charging.held(alloc, self.farm, self._pool_hosts)
+        return charging.held(alloc, self.farm, self._pool_sizes)
 
     def _positions(self, shown: Iterable[Allocation]) -> dict[int, leases.Position]:
         """Queue positions of the waiting allocations among `shown`, against everything waiting in their pools."""
