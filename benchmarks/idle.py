@@ -164,6 +164,48 @@ def _part_since(part: str, field: tuple[str, ...]) -> datetime | None:
     return None
 
 
+def _row(case: str, policy: IdlePolicy, kind: IdleKind = IdleKind.IDLE) -> Row:
+    """A case's row before it runs: the policy's window and grace, and the goals they make."""
+    window = policy.kinds[kind].window_minutes
+    warn_goal = window + EVALUATION_MIN
+    return Row(
+        case, kind.value, window, policy.grace_minutes, None, warn_goal, None, warn_goal + policy.grace_minutes, "-"
+    )
+
+
+def _measure(bench: Bench, row: Row, ir: int, go_idle: Callable[[], None], part: str | None = None) -> Allocation:
+    """Keep the lease's job busy BUSY_MINUTES, make it idle (`go_idle`: the onset), run the clock until the lease is
+    warned and then reclaimed, and put the minutes since the onset in `row`; the lease as it ends is returned.
+
+    With `part` (a host of the lease) only that host goes idle: the warning and the reclaim are that part's
+    (gpufarm_idle_parts, gpufarm_idle_returned), and the lease itself stays.
+    """
+    for _ in range(BUSY_MINUTES):
+        bench.minute()
+    go_idle()
+    onset = bench.now()
+
+    def lease() -> Allocation:
+        return bench.farm.allocation(ir)
+
+    if part is None:
+        bench.run_until(lambda: lease().phase is not Phase.ALLOCATED)
+        bench.run_until(lambda: lease().phase in (Phase.RECLAIMING, Phase.RECLAIMED))
+        final = lease()
+        row.warned_min = _minutes(final.idle_warned_at, onset)
+        reclaimed = _history(final, history.Step.RECLAIMED)
+        row.reclaimed_min = _minutes(reclaimed[0].at, onset) if reclaimed else None
+    else:
+        bench.run_until(lambda: bool(lease().idle_parts))
+        warned = lease()
+        bench.run_until(lambda: part not in lease().hosts)
+        final = lease()
+        row.warned_min = _minutes(_part_since(part, warned.idle_parts), onset)
+        row.reclaimed_min = _minutes(_part_since(part, final.idle_returned), onset)
+    row.warned_by = _warned_kind(final)
+    return final
+
+
 def _low_utilization(bench: Bench, host: str) -> None:
     """Each GPU's job computes 8 % of the time at 10 % activity: a mean under 5 %, never a whole idle window."""
     assert bench.nodes is not None
@@ -193,10 +235,7 @@ def whole_lease(kind: IdleKind) -> Callable[[LocalEnv], Row]:
 
     def case(local: LocalEnv) -> Row:
         bench = Bench(local)
-        policy = bench.policy("onprem-hpc", "nlp")
-        window = policy.kinds[kind].window_minutes
-        row = Row(kind.value, kind.value, window, policy.grace_minutes, None, window + EVALUATION_MIN, None, 0, "-")
-        row.reclaim_goal_min = window + policy.grace_minutes + EVALUATION_MIN
+        row = _row(kind.value, bench.policy("onprem-hpc", "nlp"), kind)
         try:
             lease = bench.ask(ALICE, "request 8 H100 project=bench team=nlp env=onprem-hpc days=7")
             if lease is None:
@@ -206,23 +245,16 @@ def whole_lease(kind: IdleKind) -> Callable[[LocalEnv], Row]:
             nodes = bench.simulate([_spec(host)])
             nodes.assign(host, lease.ir)
             nodes.set_profile(host, "busy")
-            for _ in range(BUSY_MINUTES):
-                bench.minute()
-            if kind is IdleKind.IDLE:
-                nodes.set_profile(host, "idle")
-            elif kind is IdleKind.IDLE_HELD:
-                nodes.set_profile(host, "idle-held")
-            else:
-                _low_utilization(bench, host)
-            onset = bench.now()
-            ir = lease.ir
-            bench.run_until(lambda: bench.farm.allocation(ir).phase is not Phase.ALLOCATED)
-            bench.run_until(lambda: bench.farm.allocation(ir).phase in (Phase.RECLAIMING, Phase.RECLAIMED))
-            lease = bench.farm.allocation(ir)
-            row.warned_min = _minutes(lease.idle_warned_at, onset)
-            reclaimed = _history(lease, history.Step.RECLAIMED)
-            row.reclaimed_min = _minutes(reclaimed[0].at, onset) if reclaimed else None
-            row.warned_by = _warned_kind(lease)
+
+            def go_idle() -> None:
+                if kind is IdleKind.IDLE:
+                    nodes.set_profile(host, "idle")
+                elif kind is IdleKind.IDLE_HELD:
+                    nodes.set_profile(host, "idle-held")
+                else:
+                    _low_utilization(bench, host)
+
+            _measure(bench, row, lease.ir, go_idle)
             return row
         finally:
             bench.close()
@@ -233,11 +265,7 @@ def whole_lease(kind: IdleKind) -> Callable[[LocalEnv], Row]:
 def partly_idle(local: LocalEnv) -> Row:
     """A 16-GPU lease on two hosts; one host's job stops and that host is given back."""
     bench = Bench(local)
-    policy = bench.policy("onprem-hpc", "vision")
-    window = policy.kinds[IdleKind.IDLE].window_minutes
-    goal = window + EVALUATION_MIN
-    row = Row("partly idle (1 of 2 hosts)", "idle", window, policy.grace_minutes, None, goal, None, 0, "-")
-    row.reclaim_goal_min = goal + policy.grace_minutes
+    row = _row("partly idle (1 of 2 hosts)", bench.policy("onprem-hpc", "vision"))
     try:
         text = "request 16 H100 project=bench team=vision env=onprem-hpc days=7"
         lease = bench.ask(BOB, text, approve=True)
@@ -249,18 +277,7 @@ def partly_idle(local: LocalEnv) -> Row:
         for host in (busy_host, idle_host):
             nodes.assign(host, lease.ir)
             nodes.set_profile(host, "busy")
-        for _ in range(BUSY_MINUTES):
-            bench.minute()
-        nodes.set_profile(idle_host, "idle")
-        onset = bench.now()
-        ir = lease.ir
-        bench.run_until(lambda: bool(bench.farm.allocation(ir).idle_parts))
-        warned = bench.farm.allocation(ir)
-        bench.run_until(lambda: idle_host not in bench.farm.allocation(ir).hosts)
-        lease = bench.farm.allocation(ir)
-        row.warned_min = _minutes(_part_since(idle_host, warned.idle_parts), onset)
-        row.reclaimed_min = _minutes(_part_since(idle_host, lease.idle_returned), onset)
-        row.warned_by = _warned_kind(lease)
+        lease = _measure(bench, row, lease.ir, lambda: nodes.set_profile(idle_host, "idle"), part=idle_host)
         kept = lease.hosts == (busy_host,) and lease.phase is Phase.ALLOCATED
         row.note = f"kept {busy_host}" if kept else f"lease now {lease.phase.value} on {', '.join(lease.hosts)}"
         return row
@@ -272,12 +289,7 @@ def sliced_device(local: LocalEnv) -> Row:
     """A one-slice lease on the MIG host of the shared pool; its slice goes idle."""
     bench = Bench(local)
     pool = slicing_stage.POOL
-    policy = bench.policy(pool, "vision")
-    window = policy.kinds[IdleKind.IDLE].window_minutes
-    row = Row(
-        "sliced device (1g.10gb)", "idle", window, policy.grace_minutes, None, window + EVALUATION_MIN, None, 0, "-"
-    )
-    row.reclaim_goal_min = window + policy.grace_minutes + EVALUATION_MIN
+    row = _row("sliced device (1g.10gb)", bench.policy(pool, "vision"))
     try:
         # The pool's plain A100 host is taken first, so the lease lands on a slice.
         if bench.ask(ALICE, f"request 8 A100 project=filler team=nlp env={pool} days=7", approve=True) is None:
@@ -295,18 +307,7 @@ def sliced_device(local: LocalEnv) -> Row:
         # The job carries GPUFARM_IR too: the lease is attributed whether or not the agent reads gpu_assign tags.
         nodes.assign(host, lease.ir, gpus=[slot])
         nodes.set_profile(host, "busy", gpus=[slot])
-        for _ in range(BUSY_MINUTES):
-            bench.minute()
-        nodes.set_profile(host, "idle", gpus=[slot])
-        onset = bench.now()
-        ir = lease.ir
-        bench.run_until(lambda: bench.farm.allocation(ir).phase is not Phase.ALLOCATED)
-        bench.run_until(lambda: bench.farm.allocation(ir).phase in (Phase.RECLAIMING, Phase.RECLAIMED))
-        lease = bench.farm.allocation(ir)
-        row.warned_min = _minutes(lease.idle_warned_at, onset)
-        reclaimed = _history(lease, history.Step.RECLAIMED)
-        row.reclaimed_min = _minutes(reclaimed[0].at, onset) if reclaimed else None
-        row.warned_by = _warned_kind(lease)
+        _measure(bench, row, lease.ir, lambda: nodes.set_profile(host, "idle", gpus=[slot]))
         row.note = f"slice {slot} of {host}"
         return row
     finally:
