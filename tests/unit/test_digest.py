@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
@@ -412,3 +412,30 @@ def test_a_malformed_event_is_refused_and_posts_nothing(wired: FakeChat, event: 
     answer = daily_digest.handle(event)
     assert answer["posted"] is False and error in answer["error"]
     assert [s for s in wired.sent if s.kind == "post" and "digest" in s.text] == []
+
+
+# -- the local host's schedule ---------------------------------------------------------------------------------
+
+
+def test_the_local_schedule_fills_in_the_scheduled_time_of_the_last_tick_due() -> None:
+    from types import SimpleNamespace
+
+    from gpufarm_sandbox.localhost.schedule import Expression
+    from gpufarm_sandbox.localhost.scheduler import ScheduledTrigger, Scheduler
+    from gpufarm_sandbox.localhost.template import ScheduleSpec
+
+    spec = ScheduleSpec(
+        "EveryQuarterHour",
+        "ScheduleV2",
+        "cron(0/15 * * * ? *)",
+        '{"job": "daily_digest", "scheduled_time": "<aws.scheduler.scheduled-time>"}',
+    )
+    expression = Expression.parse(spec.expression)
+    start = datetime(2026, 12, 1, 7, 50, tzinfo=UTC).timestamp()
+    function: Any = SimpleNamespace(spec=SimpleNamespace(logical_id="DailyDigestFunction"))
+    trigger = ScheduledTrigger(function, spec, expression, start, expression.next_after(start, start=start))
+    # The clock jumps from 07:50 to 08:20: the ticks at 08:00 and 08:15 are due; one fires, as the later.
+    now = datetime(2026, 12, 1, 8, 20, tzinfo=UTC).timestamp()
+    scheduled = Scheduler._latest_due(trigger, now)
+    event = Scheduler._schedule_event(cast("Any", None), trigger, now, scheduled)
+    assert event == {"job": "daily_digest", "scheduled_time": "2026-12-01T08:15:00Z"}

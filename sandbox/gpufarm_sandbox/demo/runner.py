@@ -22,6 +22,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("governance: a reject's reason, bounded keeps, an exemption", "gpufarm_sandbox.demo.governance_stage"),
     ("inventory: clouds, no agent, a source skipped, the ledger", "gpufarm_sandbox.demo.inventory_stage"),
     ("profiler runs: a real trace on a lease, its page and metrics", "gpufarm_sandbox.demo.profile_stage"),
+    ("the operators' daily digest: what needs an operator today", "gpufarm_sandbox.demo.digest_stage"),
     ("report: the month's GPU-hours as HTML and CSV", "gpufarm_sandbox.demo.report_stage"),
 )
 
