@@ -85,6 +85,8 @@ def test_an_agent_pool_lease_is_warned_from_agent_metrics_and_its_links_open(age
 def _text(message: dict[str, Any]) -> str:
     parts = [message.get("text", "")]
     parts += [str((block.get("text") or {}).get("text", "")) for block in message.get("blocks", [])]
+    # The lease's links are a context block (gpufarm.core.views.lease_links).
+    parts += [str(e.get("text", "")) for block in message.get("blocks", []) for e in block.get("elements") or []]
     return "\n".join(parts)
 
 

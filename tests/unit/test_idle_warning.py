@@ -125,16 +125,22 @@ def test_reclaim_time_keep_and_buttons_follow_the_policy(lease: Allocation) -> N
     text = _text(message)
     assert "*Reclaim:* at 2026-03-02 10:30 UTC (the lease's 90 min grace) unless it gets busy again" in text
     assert "*Keep:* clears this warning; it holds until the monitors see it idle again (within 90 min" in text
-    buttons = message.blocks[1]["elements"]
+    buttons = message.blocks[-1]["elements"]
     assert [(b["text"]["text"], b["action_id"], b["value"]) for b in buttons] == [
         ("Keep", views.ACTION_KEEP, lease.ir_label),
         ("Release", views.ACTION_RELEASE, lease.ir_label),
     ]
 
 
+def _links(message: views.Message) -> str:
+    """The lease's links line (gpufarm.core.views.lease_links), a context block before the buttons."""
+    [block] = [b for b in message.blocks if str(b.get("block_id", "")).startswith(views.LINKS_BLOCK)]
+    return str(block["elements"][0]["text"])
+
+
 def test_links_to_the_incident_and_the_leases_metrics(lease: Allocation) -> None:
     ir = lease.ir
-    default = _text(views.idle_warning(lease, POLICY, WARNED_AT, None))
+    default = _links(views.idle_warning(lease, POLICY, WARNED_AT, None))
     assert f"<https://app.datadoghq.com/incidents/{ir}|Incident {lease.ir_label}>" in default
     explorer = (
         "https://app.datadoghq.com/metric/explorer?exp_metric=gpufarm.gpu.utilization"
@@ -142,9 +148,11 @@ def test_links_to_the_incident_and_the_leases_metrics(lease: Allocation) -> None
     )
     assert f"<{explorer}|GPU metrics>" in default
     eu = Links.for_site("datadoghq.eu")
-    assert f"<https://app.datadoghq.eu/incidents/{ir}|" in _text(views.idle_warning(lease, POLICY, WARNED_AT, None, eu))
+    assert f"<https://app.datadoghq.eu/incidents/{ir}|" in _links(
+        views.idle_warning(lease, POLICY, WARNED_AT, None, eu)
+    )
     local = Links.for_site("datadoghq.com", "http://127.0.0.1:8321/")
-    text = _text(views.idle_warning(lease, POLICY, WARNED_AT, None, local))
+    text = _links(views.idle_warning(lease, POLICY, WARNED_AT, None, local))
     assert f"<http://127.0.0.1:8321/incidents/{ir}|" in text
     assert (
         f"<http://127.0.0.1:8321/metric/explorer?exp_metric=gpufarm.gpu.utilization&exp_scope=gpu_ir:ir-{ir}&" in text
@@ -166,10 +174,11 @@ def test_the_dm_carries_the_scope_and_the_services_links() -> None:
     assert svc.idle_triggered(alloc.ir, scope).action.startswith("warned on hpc-2")
     # One host of two: that part alone goes back after the grace (FARM_YAML's default idle.partial: reclaim).
     dm = next(s for s in chat.sent if "is idle and goes back at" in s.text)
-    text = _text(views.Message(dm.text, dm.blocks))
+    message = views.Message(dm.text, [dict(b) for b in dm.blocks])
+    text = _text(message)
     assert "has been idle: host `hpc-2` (8 GPUs)." in text
     assert "*Seen:* utilisation below 5 % (1.25 % mean over the last 120 min)." in text
     # FARM_YAML's grace is 60 minutes from the warning, which the service records at its clock's now.
     assert "*Reclaim:* these GPUs go back to the pool at 2026-03-02 10:00 UTC (the lease's 60 min grace)" in text
-    assert f"<http://sandbox.test/incidents/{alloc.ir}|Incident {alloc.ir_label}>" in text
+    assert f"<http://sandbox.test/incidents/{alloc.ir}|Incident {alloc.ir_label}>" in _links(message)
     assert Allocation.from_record(incidents.by_ir(alloc.ir)).phase is Phase.IDLE_WARNED

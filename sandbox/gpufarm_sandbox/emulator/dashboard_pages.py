@@ -9,10 +9,11 @@ drawn. Units come from the metric metadata apply sent.
 
 The charting library is plotly.js, served offline from the `plotly` Python package's own copy at
 `/dashboards/_static/plotly.min.js` (no CDN). A gpufarm dashboard answers at its id and at its key
-(`/dashboards/project`). Template variables come from the URL's query string (`?team=nlp&ir=ir-12`, or Datadog's
-own spelling `?tpl_var_ir=ir-12`; `*` for every value) and the time frame from `span` (15m ... 30d, ending at the
-sandbox clock's now); anything else in the query string, or a value that is not a tag value, is a 400 page saying
-why.
+(`/dashboards/project`), and at Datadog's own path `/dashboard/<id>`, which the links of gpufarm's messages open
+under GPUFARM_PUBLIC_URL (gpufarm.core.links). Template variables come from the URL's query string
+(`?team=nlp&ir=ir-12`, or Datadog's own spellings `?tpl_var_ir=ir-12` and `?tpl_var_ir[0]=ir-12`; `*` for every
+value) and the time frame from `span` (15m ... 30d, ending at the sandbox clock's now); anything else in the query
+string, or a value that is not a tag value, is a 400 page saying why.
 When every chart has drawn, the page sets `data-rendered="true"` and `data-render-ms` on its body.
 """
 
@@ -74,6 +75,8 @@ class DashboardPagesModule(BaseModule):
             Route("/dashboards", ("GET",), self._index, Auth.NONE),
             Route(PLOTLY_PATH, ("GET",), self._plotly, Auth.NONE),
             Route("/dashboards/<dashboard_id>", ("GET",), self._page, Auth.NONE),
+            # Datadog's app path: a message's link under GPUFARM_PUBLIC_URL opens the same page.
+            Route("/dashboard/<dashboard_id>", ("GET",), self._page, Auth.NONE),
         ]
 
     def dump(self) -> dict[str, Any]:
@@ -145,8 +148,9 @@ def _params(request: Request, dashboard: Mapping[str, Any]) -> tuple[dict[str, s
     span = DEFAULT_SPAN
     for given in request.args:
         values = request.args.getlist(given)
-        # Datadog's own dashboard URLs name template variables `tpl_var_<name>`; both spellings work here.
-        key = given.removeprefix(TPL_VAR)
+        # Datadog's own dashboard URLs name template variables `tpl_var_<name>` (`tpl_var_<name>[0]` for the
+        # first of several values); every spelling works here, one value per variable.
+        key = given.removeprefix(TPL_VAR).removesuffix("[0]") if given.startswith(TPL_VAR) else given
         if len(values) != 1 or key in chosen:
             raise PageError(400, f"{key} is given more than once; give it once")
         value = values[0].strip()

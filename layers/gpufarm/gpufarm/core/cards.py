@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from gpufarm.core.errors import GpufarmError
 from gpufarm.core.ir import ir_tag_value
-from gpufarm.core.links import DEVICE_IR_KEY
+from gpufarm.core.links import DEVICE_IR_KEY, Links
 from gpufarm.core.model import Allocation
 from gpufarm.core.policy import team_usage
 from gpufarm.core.ports import MetricsQuery
@@ -29,6 +29,7 @@ from gpufarm.core.views import (
     actions,
     button,
     context,
+    linked,
     section,
 )
 
@@ -55,7 +56,7 @@ class CardContext:
     team_leases: tuple[Allocation, ...]
     utilisation: str
     others: tuple[Allocation, ...]  # the requester's other live leases
-    link: str
+    links: Links  # the lease's (its pool's metrics source)
 
 
 def gather(svc: GpuFarm, alloc: Allocation) -> CardContext:
@@ -85,7 +86,7 @@ def gather(svc: GpuFarm, alloc: Allocation) -> CardContext:
     usage = utilisation(svc.usage, leases, svc.clock.now())
     quota = svc.farm.quota(team, env, model)
     limits = (quota.gpus, quota.hard_limit) if quota is not None else None
-    return CardContext(free, held, limits, leases, usage, others, svc.links.incident(alloc.ir))
+    return CardContext(free, held, limits, leases, usage, others, svc.links_for(alloc))
 
 
 def utilisation(query: MetricsQuery | None, leases: Sequence[Allocation], now: datetime) -> str:
@@ -121,11 +122,12 @@ def request_card(alloc: Allocation, reason: str, requester_name: str | None, ctx
     """To the operators' channel: a request beyond quota, its context, and Approve / Reject (a reason modal)."""
     who = f"<@{alloc.requester}>" + (f" ({requester_name})" if requester_name else "")
     what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
-    text = f"*<{ctx.link}|{alloc.ir_label}>* needs approval: {who} asks for {what}, {alloc.duration_days} days."
+    link = ctx.links.incident(alloc.ir)
+    text = f"*<{link}|{alloc.ir_label}>* needs approval: {who} asks for {what}, {alloc.duration_days} days."
     if alloc.purpose:
         text += f"\n>{alloc.purpose}"
     value = alloc.ir_label
-    return Message(
+    message = Message(
         f"{alloc.ir_label} needs approval",
         [
             section(text),
@@ -138,13 +140,17 @@ def request_card(alloc: Allocation, reason: str, requester_name: str | None, ctx
             ),
         ],
     )
+    return linked(alloc, message, ctx.links)
 
 
-def decided_card(alloc: Allocation, outcome: str, link: str) -> Message:
+def decided_card(alloc: Allocation, outcome: str, links: Links) -> Message:
     """The card once decided: the ask, who decided and why, no buttons."""
     what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
-    text = f"*<{link}|{alloc.ir_label}>*: <@{alloc.requester}> asked for {what}, {alloc.duration_days} days."
-    return Message(f"{alloc.ir_label}: {outcome}", [section(text), section(f"*{outcome}*")])
+    text = (
+        f"*<{links.incident(alloc.ir)}|{alloc.ir_label}>*: <@{alloc.requester}> asked for {what}, "
+        f"{alloc.duration_days} days."
+    )
+    return linked(alloc, Message(f"{alloc.ir_label}: {outcome}", [section(text), section(f"*{outcome}*")]), links)
 
 
 def _facts(alloc: Allocation, ctx: CardContext) -> str:

@@ -19,7 +19,7 @@ from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, Up
 from gpufarm.core.farm import FarmConfigError
 from gpufarm.core.ledger import ledgered
 from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import Allocation, GpuRequest, isoformat
+from gpufarm.core.model import Allocation, GpuRequest
 from gpufarm.core.policy import Verdict
 from gpufarm.core.serial import IncidentCommand, Op, pool_group
 from gpufarm.core.service import GpuFarm
@@ -88,7 +88,7 @@ def execute(svc: GpuFarm, command: IncidentCommand, *, redelivered_on_failure: b
     run, ledger = ledgered(svc, command)
     try:
         if command.op is not Op.CREATE and ledger.applied():
-            message, summary = _replayed(Allocation.from_record(ledger.read()), command)
+            message, summary = _replayed(svc, Allocation.from_record(ledger.read()), command)
         else:
             message, summary = _run(run, command)
     except UpstreamError:
@@ -135,7 +135,8 @@ def _run(svc: GpuFarm, cmd: IncidentCommand) -> tuple[Message | None, str]:
     elif cmd.op is Op.PROFILE:
         if cmd.profile is None:
             raise ValidationFailed("profile", "a profile command carries the stored run")
-        message = profile_runs.record(svc.incidents, svc.clock, svc.allocation(ir), actor, cmd.profile)
+        alloc = svc.allocation(ir)
+        message = profile_runs.record(svc.incidents, svc.clock, alloc, actor, cmd.profile, links=svc.links_for(alloc))
     else:
         message = svc.force_reclaim(ir, actor, cmd.reason)
     return message, message.text[:200]
@@ -157,33 +158,31 @@ def _unattended(svc: GpuFarm, cmd: IncidentCommand) -> str:
     return svc.expire(ir).action
 
 
-def _replayed(alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, str]:
+def _replayed(svc: GpuFarm, alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, str]:
     """What a command that already applied did, said again from the incident it left (nothing written)."""
-    label = alloc.ir_label
+    links = svc.links_for(alloc)
     if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND, Op.ACCRUE):
         return None, f"already applied ({alloc.phase.value})"
     if cmd.op is Op.DECIDE:
         if alloc.state is not State.RESOLVED:
-            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="decided"), "again"
-        message = Message(f"{label} has ended ({alloc.phase.value}).")
+            approved = alloc.phase is not Phase.REQUESTED
+            return views.request_created(alloc, approved=approved, reason="decided", links=links), "again"
+        message = views.ended_reply(alloc, links)
     elif cmd.op is Op.APPROVE:
-        message = views.approved_reply(alloc)
+        message = views.approved_reply(alloc, links)
     elif cmd.op is Op.REJECT:
-        message = views.rejected_reply(alloc)
+        message = views.rejected_reply(alloc, links)
     elif cmd.op in (Op.RELEASE, Op.FORCE_RECLAIM):
-        if alloc.reclaim_reason:
-            message = views.releasing_reply(alloc, alloc.reclaim_reason.value)
-        else:
-            message = Message(f"{label} is being released; its hosts are freed shortly.")
+        reason = alloc.reclaim_reason.value if alloc.reclaim_reason else None
+        message = views.releasing_reply(alloc, reason, links)
     elif cmd.op is Op.EXTEND:
-        ends = isoformat(alloc.expires_at) if alloc.expires_at else "later"
-        message = Message(f"{label} extended; it now ends {ends}.")
+        message = views.extended_reply(alloc, None, links)
     elif cmd.op is Op.EXEMPT:
-        message = keeps.exempted_reply(alloc)
+        message = keeps.exempted_reply(alloc, links)
     elif cmd.op is Op.PROFILE and cmd.profile is not None:
-        message = profile_runs.recorded_reply(alloc, cmd.profile)
+        message = profile_runs.recorded_reply(alloc, cmd.profile, links)
     else:
-        message = keeps.kept_reply(alloc)
+        message = keeps.kept_reply(alloc, links=links)
     return message, f"already applied: {message.text}"[:200]
 
 

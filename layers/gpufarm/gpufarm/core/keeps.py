@@ -20,8 +20,9 @@ from gpufarm.core.errors import Conflict, NotAllowed, ValidationFailed
 from gpufarm.core.history import Step
 from gpufarm.core.keep_policy import KeepPolicy
 from gpufarm.core.lifecycle import Phase
+from gpufarm.core.links import Links
 from gpufarm.core.model import Allocation, isoformat
-from gpufarm.core.views import ACTION_EXEMPT, ACTION_RECLAIM, Message, actions, button, section
+from gpufarm.core.views import ACTION_EXEMPT, ACTION_RECLAIM, Message, actions, button, lease_note, linked, section
 
 if TYPE_CHECKING:
     from gpufarm.core.service import GpuFarm
@@ -54,7 +55,8 @@ def keep(svc: GpuFarm, alloc: Allocation, actor: str, cleared: dict[str, object]
     """
     now = svc.clock.now()
     if alloc.exempt_until is not None and alloc.exempt_until > now:
-        return Message(f"{alloc.ir_label} is {suppressed(alloc, now)}; nothing to keep.")
+        text = f"{alloc.ir_label} is {suppressed(alloc, now)}; nothing to keep."
+        return lease_note(alloc, text, svc.links_for(alloc))
     rules = policy(svc, alloc)
     if alloc.keep_count >= rules.max_keeps:
         return refused(svc, alloc, rules)
@@ -68,14 +70,15 @@ def keep(svc: GpuFarm, alloc: Allocation, actor: str, cleared: dict[str, object]
             updated,
             f"<@{actor}> kept {updated.ir_label} ({_lease(updated)}): keep {n} of {rules.max_keeps}, "
             f"idle reclaim held off until {isoformat(until)}.",
+            svc.links_for(updated),
         )
     )
-    return kept_reply(updated, rules.max_keeps)
+    return kept_reply(updated, rules.max_keeps, svc.links_for(updated))
 
 
-def operators_card(alloc: Allocation, text: str) -> Message:
+def operators_card(alloc: Allocation, text: str, links: Links | None = None) -> Message:
     """A lease's news for the operators' channel, with Exempt and Reclaim (each opens a reason form)."""
-    return Message(
+    message = Message(
         text,
         [
             section(text),
@@ -86,14 +89,15 @@ def operators_card(alloc: Allocation, text: str) -> Message:
             ),
         ],
     )
+    return linked(alloc, message, links)
 
 
-def kept_reply(alloc: Allocation, max_keeps: int | None = None) -> Message:
+def kept_reply(alloc: Allocation, max_keeps: int | None = None, links: Links | None = None) -> Message:
     """To whoever kept a lease (and to a redelivery of that keep)."""
     until = f" until {isoformat(alloc.kept_until)}" if alloc.kept_until else ""
     of = f" of {max_keeps}" if max_keeps is not None else ""
     text = f"{alloc.ir_label} kept{until} (keep {alloc.keep_count}{of}); the idle warning is cleared."
-    return Message(text)
+    return lease_note(alloc, text, links)
 
 
 def refused(svc: GpuFarm, alloc: Allocation, rules: KeepPolicy) -> Message:
@@ -103,6 +107,7 @@ def refused(svc: GpuFarm, alloc: Allocation, rules: KeepPolicy) -> Message:
             alloc,
             f"<@{alloc.requester}> cannot keep {alloc.ir_label} ({_lease(alloc)}) again: its {rules.max_keeps} "
             f"keeps of {rules.keep_hours} h are used; still idle after the grace it is reclaimed unless exempted.",
+            svc.links_for(alloc),
         )
     )
     ops = _operators_named(svc)
@@ -112,7 +117,7 @@ def refused(svc: GpuFarm, alloc: Allocation, rules: KeepPolicy) -> Message:
         f"grace period it is reclaimed. To hold it longer, ask the GPU operators{ops} for an exemption "
         f"(`/gpu exempt {alloc.ir_label} 3d <reason>`). Nothing was changed."
     )
-    return Message(text.replace("`", ""), [section(text)])
+    return linked(alloc, Message(text.replace("`", ""), [section(text)]), svc.links_for(alloc))
 
 
 def exempt(
@@ -158,15 +163,16 @@ def exempt(
         f"<@{actor}> exempted {updated.ir_label} ({_lease(updated)}) from idle reclaim until {isoformat(until)}: "
         f"{text[:MAX_REASON]}"
     )
-    svc._post_operators(Message(notice))
-    svc._tell(updated.requester, Message(notice))
-    return exempted_reply(updated)
+    links = svc.links_for(updated)
+    svc._post_operators(lease_note(updated, notice, links))
+    svc._tell(updated.requester, lease_note(updated, notice, links))
+    return exempted_reply(updated, links)
 
 
-def exempted_reply(alloc: Allocation) -> Message:
+def exempted_reply(alloc: Allocation, links: Links | None = None) -> Message:
     """To the operator who exempted a lease (and to a redelivery of that exemption)."""
     until = isoformat(alloc.exempt_until) if alloc.exempt_until else "its end date"
-    return Message(f"{alloc.ir_label} is exempt from idle reclaim until {until}.")
+    return lease_note(alloc, f"{alloc.ir_label} is exempt from idle reclaim until {until}.", links)
 
 
 def _lease(alloc: Allocation) -> str:

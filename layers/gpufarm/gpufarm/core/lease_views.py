@@ -12,7 +12,7 @@ from typing import Any
 from gpufarm.core.leases import Position
 from gpufarm.core.links import Links
 from gpufarm.core.model import Allocation
-from gpufarm.core.views import ACTION_EXTEND, Message, actions, button, context, release_button, section
+from gpufarm.core.views import ACTION_EXTEND, Message, actions, button, linked, release_button, section
 
 
 def owner_buttons(alloc: Allocation) -> dict[str, Any]:
@@ -20,20 +20,21 @@ def owner_buttons(alloc: Allocation) -> dict[str, Any]:
     return actions(f"owner:{alloc.ir}", button("Extend", ACTION_EXTEND, alloc.ir_label), release_button(alloc))
 
 
-def release_confirm(alloc: Allocation) -> Message:
+def release_confirm(alloc: Allocation, links: Links | None = None) -> Message:
     """The answer to `/gpu release IR-n`: what would be given back, and the confirmed button that does it."""
     held = f" on {', '.join(f'`{h}`' for h in alloc.hosts)}" if alloc.hosts else ""
     text = (
         f"Release *{alloc.ir_label}* ({alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}`{held})? "
         "Click Release to give the GPUs back."
     )
-    return Message(
+    message = Message(
         f"Release {alloc.ir_label}? Click Release to confirm.",
         [section(text), actions(f"release:{alloc.ir}", release_button(alloc))],
     )
+    return linked(alloc, message, links)
 
 
-def waiting(alloc: Allocation, position: Position, deadline: datetime | None) -> Message:
+def waiting(alloc: Allocation, position: Position, deadline: datetime | None, links: Links | None = None) -> Message:
     """To the requester: approved, the pool is full; where it stands and how long it may wait."""
     limit = f" If no hosts free by {_when(deadline)} it is withdrawn." if deadline else ""
     text = (
@@ -41,32 +42,31 @@ def waiting(alloc: Allocation, position: Position, deadline: datetime | None) ->
         f"{alloc.gpu_count}x {alloc.gpu_model} right now: it is {position} (first come, first served). "
         f"Its {_days(alloc.duration_days)} when its hosts are allocated.{limit}"
     )
-    return Message(text.replace("*", "").replace("`", ""), [section(text)])
+    return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)
 
 
-def withdrawn(alloc: Allocation, hours: int) -> Message:
+def withdrawn(alloc: Allocation, hours: int, links: Links | None = None) -> Message:
     """To the requester and the operators: a waiting request that got no hosts within its waiting limit."""
     text = (
         f":hourglass_flowing_sand: *{alloc.ir_label}* ({alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` "
         f"for `{alloc.team}/{alloc.project}`) waited {hours} h without `{alloc.environment}` freeing room for it and "
         "was withdrawn. It never held a host and nothing was charged; request again, or ask the GPU operators."
     )
-    return Message(text.replace("*", "").replace("`", ""), [section(text)])
+    return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)
 
 
 def expiry_reminder(alloc: Allocation, links: Links | None = None) -> Message:
     """To the holder, once before the end: when the lease ends, with Extend and a confirmed Release."""
-    links = links or Links()
     hosts = f" on {', '.join(f'`{h}`' for h in alloc.hosts)}" if alloc.hosts else ""
     text = (
         f":alarm_clock: *{alloc.ir_label}* ({alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}`{hosts}) "
         f"ends {_when(alloc.expires_at)}. Extend keeps it longer (within the team's limit); Release gives the GPUs "
         "back now. At the end its hosts are reclaimed."
     )
-    return Message(
-        f"{alloc.ir_label} ends {_when(alloc.expires_at)}: extend or release it",
-        [section(text), context(f"<{links.incident(alloc.ir)}|Incident {alloc.ir_label}>"), owner_buttons(alloc)],
+    message = Message(
+        f"{alloc.ir_label} ends {_when(alloc.expires_at)}: extend or release it", [section(text), owner_buttons(alloc)]
     )
+    return linked(alloc, message, links)
 
 
 def _days(days: int | None) -> str:

@@ -299,10 +299,11 @@ def busy(svc: GpuFarm, alloc: Allocation, scope: IdleScope | None) -> Outcome | 
     if decision.idle:
         values: dict[str, object] = {f.IDLE_PARTS: encode_idle(decision.idle)}
         updated = svc._write(alloc, Phase.IDLE_WARNED, values, step=step)
-        svc._tell(updated.requester, views.partly_busy_again(updated, decision.cleared, sorted(decision.idle)))
+        still = sorted(decision.idle)
+        svc._tell(updated.requester, views.partly_busy_again(updated, decision.cleared, still, svc.links_for(updated)))
         return Outcome(alloc.ir, f"recovered {', '.join(decision.cleared)}; still idle {', '.join(decision.idle)}")
     updated = svc._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None, f.IDLE_PARTS: []}, step=step)
-    svc._tell(updated.requester, views.Message(f"{updated.ir_label} is busy again; the idle warning is cleared."))
+    svc._tell(updated.requester, views.busy_again(updated, svc.links_for(updated)))
     return Outcome(alloc.ir, "recovered")
 
 
@@ -326,7 +327,7 @@ def _warn(
     evidence = scope.describe() if scope is not None and scope.describe() else "on " + ", ".join(decision.warned)
     step = svc._step(history.MONITOR, history.Step.WARNED, kind, evidence)
     part_of = not _covers_lease(alloc, decision.idle)
-    links = svc.links.for_environment(svc.farm, alloc.environment)
+    links = svc.links_for(alloc)
     warning = views.idle_warning(alloc, policy, now, scope, links, partial=policy.partial if part_of else None)
     # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
     deliver_warning(svc.chat, alloc.requester, warning)
@@ -363,7 +364,7 @@ def _shrink(
     gave = ", ".join(f"{p} ({n} GPUs)" for p, n in sorted(given.items()))
     step = svc._step(history.MONITOR, history.Step.SHRUNK, f"idle past the grace: {gave}", f"now {values[f.GPU_COUNT]}")
     updated = svc._write(alloc, Phase.IDLE_WARNED if still_idle else Phase.ALLOCATED, values, step=step)
-    message = views.partly_reclaimed(updated, given, gone_hosts, policy.grace_minutes)
+    message = views.partly_reclaimed(updated, given, gone_hosts, policy.grace_minutes, svc.links_for(updated))
     svc._tell(updated.requester, message)
     svc._post_operators(message)
     log.info("%s gave back %s idle past the grace", alloc.ir_label, ", ".join(given))

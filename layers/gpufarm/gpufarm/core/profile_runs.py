@@ -19,11 +19,12 @@ from gpufarm.core import history
 from gpufarm.core.errors import Conflict, NotAllowed, ValidationFailed
 from gpufarm.core.history import Step
 from gpufarm.core.lifecycle import State
+from gpufarm.core.links import Links
 from gpufarm.core.membership import Membership
 from gpufarm.core.model import Allocation, isoformat
 from gpufarm.core.ports import Clock, IncidentStore
 from gpufarm.core.serial import ProfileScope
-from gpufarm.core.views import Message
+from gpufarm.core.views import Message, lease_note
 
 RUN_PREFIX = "run "
 _LINK_RUN = re.compile(r"/profiles/ir-[0-9]+/([a-z0-9][a-z0-9_.-]{0,62})-[0-9]{8}t[0-9]{6}z\?")
@@ -52,18 +53,27 @@ def entry(at: datetime, actor: str, scope: ProfileScope) -> history.Entry:
     raise ValidationFailed("name", "the run's name and link do not fit the lease's history; use a shorter --name")
 
 
-def record(incidents: IncidentStore, clock: Clock, alloc: Allocation, actor: str, scope: ProfileScope) -> Message:
+def record(
+    incidents: IncidentStore,
+    clock: Clock,
+    alloc: Allocation,
+    actor: str,
+    scope: ProfileScope,
+    *,
+    links: Links | None = None,
+) -> Message:
     """Append the run to the lease's history (the one writer's step for op `profile`); the answer names the link."""
     if alloc.state is State.RESOLVED:
         raise Conflict(f"{alloc.ir_label} has ended ({alloc.phase.value}); the run was stored but not recorded")
     step = entry(clock.now(), actor, scope)
     incidents.update(alloc.incident_id, {f.HISTORY: history.appended(alloc.history, step)})
-    return recorded_reply(alloc, scope)
+    return recorded_reply(alloc, scope, links)
 
 
-def recorded_reply(alloc: Allocation, scope: ProfileScope) -> Message:
+def recorded_reply(alloc: Allocation, scope: ProfileScope, links: Links | None = None) -> Message:
     """What the uploader reads once the run is on the lease."""
-    return Message(f"{alloc.ir_label}: profiler run {scope.run} recorded ({scope.summary}). Summary: {scope.link}")
+    text = f"{alloc.ir_label}: profiler run {scope.run} recorded ({scope.summary}). Summary: {scope.link}"
+    return lease_note(alloc, text, links)
 
 
 @dataclass(frozen=True)

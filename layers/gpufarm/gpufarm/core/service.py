@@ -189,6 +189,10 @@ class GpuFarm:
         current: Membership | None = getattr(self._local, "membership", None)
         return current if current is not None else Membership(self.farm, self.chat, self.operators_usergroup)
 
+    def links_for(self, alloc: Allocation) -> Links:
+        """The links a message about the lease carries: its incident and its pool's dashboard (core.links)."""
+        return self.links.for_environment(self.farm, alloc.environment)
+
     @_invocation
     def check_requester(self, request: GpuRequest) -> None:
         """NotAllowed unless the requester may charge the request's team; MembershipUnavailable when Slack fails."""
@@ -208,7 +212,9 @@ class GpuFarm:
             return views.refused(decision.reason)
         alloc, undecided = self.create_request(request)
         if not undecided:
-            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already requested")
+            links = self.links_for(alloc)
+            granted = alloc.phase is not Phase.REQUESTED
+            return views.request_created(alloc, approved=granted, reason="already requested", links=links)
         return self.decide_request(alloc.ir)
 
     @_invocation
@@ -253,8 +259,10 @@ class GpuFarm:
         alloc = self._get(ir)
         if not _undecided(alloc):
             if alloc.state is State.RESOLVED:
-                return Message(f"{alloc.ir_label} has ended ({alloc.phase.value}).")
-            return views.request_created(alloc, approved=alloc.phase is not Phase.REQUESTED, reason="already decided")
+                return views.ended_reply(alloc, self.links_for(alloc))
+            links = self.links_for(alloc)
+            granted = alloc.phase is not Phase.REQUESTED
+            return views.request_created(alloc, approved=granted, reason="already decided", links=links)
         model = (alloc.gpu_model or "").upper()
         env = alloc.environment or ""
         ask = Ask(alloc.team or "", env, model, alloc.gpu_count, charge=self._charge(env, model, alloc.gpu_count))
@@ -270,18 +278,16 @@ class GpuFarm:
             title = f"{alloc.title} (refused: {decision.reason})"[:250]
             self._reads().wrote(self.incidents.update(alloc.incident_id, {}, title=title))
             log.info("%s refused by policy: %s", alloc.ir_label, decision.reason)
-            text = (
-                f":no_entry: {alloc.ir_label} refused: {decision.reason}. The request is closed; nothing was allocated."
-            )
-            return Message(text, [views.section(text)])
+            return views.policy_refused(alloc, decision.reason, self.links_for(alloc))
         if decision.verdict is Verdict.APPROVE:
             approved = self._step(history.POLICY, Step.APPROVED, decision.reason)
             alloc = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER}, step=approved)
             outcome = f"Approved by policy: {decision.reason}"
-            self._post_operators(cards.decided_card(alloc, outcome, self.links.incident(alloc.ir)))
+            self._post_operators(cards.decided_card(alloc, outcome, self.links_for(alloc)))
         else:
             self._ask_operators(alloc, decision.reason)
-        return views.request_created(alloc, approved=decision.verdict is Verdict.APPROVE, reason=decision.reason)
+        granted = decision.verdict is Verdict.APPROVE
+        return views.request_created(alloc, approved=granted, reason=decision.reason, links=self.links_for(alloc))
 
     def _decide(self, request: GpuRequest) -> Decision:
         env = request.environment
@@ -321,8 +327,8 @@ class GpuFarm:
             raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
         updated = self._write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor}, step=self._step(actor, Step.APPROVED))
         self._update_operator_message(updated, f"Approved by <@{actor}>")
-        self._tell(updated.requester, views.approved_notice(updated, actor))
-        return views.approved_reply(updated)
+        self._tell(updated.requester, views.approved_notice(updated, actor, self.links_for(updated)))
+        return views.approved_reply(updated, self.links_for(updated))
 
     @_invocation
     def reject(self, ir: int, actor: str, reason: str | None = None) -> Message:
@@ -333,8 +339,8 @@ class GpuFarm:
         rejected = self._step(actor, Step.REJECTED, f"reason: {reason}" if reason else "no reason given")
         updated = self._write(alloc, Phase.REJECTED, {}, step=rejected)
         self._update_operator_message(updated, f"Rejected by <@{actor}>" + (f": {reason}" if reason else ""))
-        self._tell(updated.requester, views.rejected_notice(updated, actor, reason))
-        return views.rejected_reply(updated)
+        self._tell(updated.requester, views.rejected_notice(updated, actor, reason, self.links_for(updated)))
+        return views.rejected_reply(updated, self.links_for(updated))
 
     @_invocation
     def release(self, ir: int, actor: str) -> Message:
@@ -371,7 +377,7 @@ class GpuFarm:
             {f.EXPIRES_AT: isoformat(expires), f.DURATION_DAYS: str((alloc.duration_days or 0) + add)},
             step=self._step(actor, Step.EXTENDED, f"{was} -> {isoformat(expires)} (+{add} days)"),
         )
-        return Message(f"{updated.ir_label} extended by {add} days; it now ends {isoformat(expires)}.")
+        return views.extended_reply(updated, add, self.links_for(updated))
 
     @_invocation
     def keep(self, ir: int, actor: str) -> Message:
@@ -379,12 +385,13 @@ class GpuFarm:
         alloc = self._get(ir)
         authorize(Action.KEEP, actor, self._operators(), alloc)
         if alloc.state is State.RESOLVED:
-            return Message(f"{_ended(alloc)}; nothing to keep.")
+            return views.lease_note(alloc, f"{_ended(alloc)}; nothing to keep.", self.links_for(alloc))
         if alloc.phase is not Phase.IDLE_WARNED:
             held = keeps.suppressed(alloc, self.clock.now())
             if held is not None:
-                return Message(f"{alloc.ir_label} is {held}; nothing to keep.")
-            return Message(f"{alloc.ir_label} has no idle warning to clear ({alloc.phase.value}).")
+                return views.lease_note(alloc, f"{alloc.ir_label} is {held}; nothing to keep.", self.links_for(alloc))
+            text = f"{alloc.ir_label} has no idle warning to clear ({alloc.phase.value})."
+            return views.lease_note(alloc, text, self.links_for(alloc))
         # Bounded per lease by the keep policy (gpufarm.core.keeps); refused past it, nothing written.
         return keeps.keep(self, alloc, actor, self._warning_cleared())
 
@@ -393,7 +400,7 @@ class GpuFarm:
         """An operator exempts a lease from idle reclaim until an end date, with a reason (gpufarm.core.keeps)."""
         alloc = self._get(ir)
         if alloc.state is State.RESOLVED:
-            return Message(f"{_ended(alloc)}; nothing to exempt.")
+            return views.lease_note(alloc, f"{_ended(alloc)}; nothing to exempt.", self.links_for(alloc))
         return keeps.exempt(self, alloc, actor, days=days, reason=reason, cleared=self._warning_cleared())
 
     def _warning_cleared(self) -> dict[str, object]:
@@ -408,7 +415,8 @@ class GpuFarm:
     @_invocation
     def status(self, ir: int) -> Message:
         """One allocation in detail (anyone may look)."""
-        return views.status_message(self._get(ir))
+        alloc = self._get(ir)
+        return views.status_message(alloc, self.links_for(alloc))
 
     @_invocation
     def list_allocations(self, scope: str, user: str, team: str | None = None) -> Message:
@@ -417,7 +425,7 @@ class GpuFarm:
         # facet, so a user's list costs the same whatever else the farm holds (docs/design.md, "Reads per invocation").
         if scope == "all":
             everything = sorted(self._live(), key=lambda a: -a.ir)
-            return views.list_message("All live allocations", everything, self._positions(everything))
+            return views.list_message("All live allocations", everything, self._positions(everything), self.links_for)
         mine = self._reads().requested_by(user)
         if scope == "team":
             if team is not None:
@@ -427,8 +435,9 @@ class GpuFarm:
                 raise ValidationFailed("team", "you hold no allocations; say which team: /gpu list team nlp")
             shown = sorted((a for t in teams for a in self._live(team=t)), key=lambda a: -a.ir)
             title = f"Live allocations of team {', '.join(sorted(t for t in teams if t))}"
-            return views.list_message(title, shown, self._positions(shown))
-        return views.list_message("Your live allocations", sorted(mine, key=lambda a: -a.ir), self._positions(mine))
+            return views.list_message(title, shown, self._positions(shown), self.links_for)
+        newest = sorted(mine, key=lambda a: -a.ir)
+        return views.list_message("Your live allocations", newest, self._positions(mine), self.links_for)
 
     @_invocation
     def quota(self, team: str | None = None) -> Message:
@@ -525,9 +534,9 @@ class GpuFarm:
         )
         if reason is ReclaimReason.WITHDRAWN:
             hours = self.farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
-            message = lease_views.withdrawn(updated, hours)
+            message = lease_views.withdrawn(updated, hours, self.links_for(updated))
         else:
-            message = views.reclaimed(updated, _reason_text(reason), hosts)
+            message = views.reclaimed(updated, _reason_text(reason), hosts, self.links_for(updated))
         self._tell(updated.requester, message)
         self._post_operators(message)
         return Outcome(alloc.ir, "reclaimed", tuple(hosts))
@@ -577,8 +586,8 @@ class GpuFarm:
             )
             policy = self.farm.idle.policy(alloc.environment, alloc.team)
             # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
-            links = self.links.for_environment(self.farm, alloc.environment)
-            deliver_warning(self.chat, alloc.requester, views.idle_warning(alloc, policy, now, scope, links))
+            warning = views.idle_warning(alloc, policy, now, scope, self.links_for(alloc))
+            deliver_warning(self.chat, alloc.requester, warning)
             self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)}, step=warned)
             return Outcome(ir, f"warned{where}")
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
@@ -600,7 +609,7 @@ class GpuFarm:
             return Outcome(ir, f"nothing to do ({alloc.phase.value})")
         busy = self._step(history.MONITOR, Step.RECOVERED, scope.describe() if scope is not None else "")
         updated = self._write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None}, step=busy)
-        self._tell(updated.requester, Message(f"{updated.ir_label} is busy again; the idle warning is cleared."))
+        self._tell(updated.requester, views.busy_again(updated, self.links_for(updated)))
         return Outcome(ir, "recovered")
 
     # ==== Scheduled sync (quota_sync) =====================================================================
@@ -644,7 +653,7 @@ class GpuFarm:
         ends = isoformat(alloc.expires_at)
         reminded = self._step(history.SYNC, Step.REMINDED, f"ends {ends}")
         updated = self._write(alloc, alloc.phase, {f.EXPIRY_REMINDED: ends}, step=reminded)
-        self._tell(updated.requester, lease_views.expiry_reminder(updated, self.links))
+        self._tell(updated.requester, lease_views.expiry_reminder(updated, self.links_for(updated)))
         return Outcome(ir, f"reminded (ends {isoformat(alloc.expires_at)})")
 
     @_invocation
@@ -854,7 +863,7 @@ class GpuFarm:
             },
             step=self._step(history.GPUFARM, Step.ALLOCATED, f"hosts: {where}", f"until {isoformat(expires)}"),
         )
-        self._tell(updated.requester, views.allocated(updated))
+        self._tell(updated.requester, views.allocated(updated, self.links_for(updated)))
         return Outcome(alloc.ir, "allocated", tuple(hosts))
 
     def _go_waiting(self, alloc: Allocation) -> Outcome:
@@ -871,7 +880,7 @@ class GpuFarm:
             ),
         )
         deadline = leases.waiting_deadline(updated, self.farm)
-        self._tell(updated.requester, lease_views.waiting(updated, place, deadline))
+        self._tell(updated.requester, lease_views.waiting(updated, place, deadline, self.links_for(updated)))
         return Outcome(alloc.ir, "waiting")
 
     def _resolve(self, alloc: Allocation, reason: ReclaimReason, *, by: str | None, note: str | None = None) -> Message:
@@ -884,7 +893,7 @@ class GpuFarm:
             who = f" by <@{by}>" if by else ""
             self._update_operator_message(alloc, f"Cancelled{who}" + (f": {note}" if note else ""))
         log.info("%s resolved (%s)", alloc.ir_label, reason.value)
-        return views.releasing_reply(alloc, _reason_text(reason))
+        return views.releasing_reply(alloc, _reason_text(reason), self.links_for(alloc))
 
     def _write(
         self,
@@ -953,7 +962,7 @@ class GpuFarm:
         channel, _, ts = (alloc.slack_message or "").partition("/")
         if not channel or not ts:
             return
-        message = cards.decided_card(alloc, outcome, self.links.incident(alloc.ir))
+        message = cards.decided_card(alloc, outcome, self.links_for(alloc))
         try:
             self.chat.update_message(channel, ts, message.text, message.blocks)
         except UpstreamError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 from gpufarm.core import history
 from gpufarm.core.farm import FarmConfig, IdleKind, IdlePolicy, PartialIdle, PoolKind
 from gpufarm.core.links import Links
-from gpufarm.core.model import MAX_GPU_COUNT, MAX_PURPOSE, Allocation
+from gpufarm.core.model import MAX_GPU_COUNT, MAX_PURPOSE, Allocation, isoformat
 from gpufarm.core.serial import IdleScope
 from gpufarm.core.units import cuda_visible_devices, kubernetes_resources, lease_devices, nvml_uuid
 
@@ -108,6 +108,35 @@ def release_button(alloc: Allocation) -> dict[str, Any]:
         "style": "danger",
     }
     return out
+
+
+LINKS_BLOCK = "lease-links"
+
+
+def lease_links(alloc: Allocation, links: Links | None = None) -> dict[str, Any]:
+    """The line every message about a lease carries: its incident and its project dashboard (gpufarm.core.links)."""
+    block = context((links or Links()).line(alloc.ir, alloc.team, alloc.project))
+    block["block_id"] = f"{LINKS_BLOCK}:{alloc.ir}"
+    return block
+
+
+def linked(alloc: Allocation, message: Message, links: Links | None = None) -> Message:
+    """`message` with the lease's links: before its buttons, else last (a text-only message gets its text shown).
+
+    A message that already carries the lease's links is returned as it is.
+    """
+    block_id = f"{LINKS_BLOCK}:{alloc.ir}"
+    blocks = list(message.blocks) or [section(message.text)]
+    if any(b.get("block_id") == block_id for b in blocks):
+        return message
+    at = len(blocks)
+    while at > 0 and blocks[at - 1].get("type") == "actions":
+        at -= 1
+    if len(blocks) >= MAX_MESSAGE_BLOCKS:
+        # Slack takes 50 blocks: the links take the place of the last block before the buttons.
+        blocks.pop(at - 1)
+        at -= 1
+    return Message(message.text, [*blocks[:at], lease_links(alloc, links), *blocks[at:]])
 
 
 def _plain(text: str) -> dict[str, Any]:
@@ -234,24 +263,48 @@ def error_message(text: str) -> Message:
     return Message(f":warning: {text}", [section(f":warning: {text}")])
 
 
-def approved_reply(alloc: Allocation) -> Message:
+def approved_reply(alloc: Allocation, links: Links | None = None) -> Message:
     """To the operator who approved (and to a redelivery of that approval)."""
-    return Message(f"{alloc.ir_label} approved; allocating hosts now.")
+    return linked(alloc, Message(f"{alloc.ir_label} approved; allocating hosts now."), links)
 
 
-def rejected_reply(alloc: Allocation) -> Message:
+def rejected_reply(alloc: Allocation, links: Links | None = None) -> Message:
     """To the operator who rejected (and to a redelivery of that rejection)."""
-    return Message(f"{alloc.ir_label} rejected.")
+    return linked(alloc, Message(f"{alloc.ir_label} rejected."), links)
 
 
-def releasing_reply(alloc: Allocation, reason: str) -> Message:
+def releasing_reply(alloc: Allocation, reason: str | None, links: Links | None = None) -> Message:
     """To whoever released or reclaimed: the incident is resolved, the webhook frees the hosts."""
-    return Message(f"{alloc.ir_label} is being released ({reason}); its hosts are freed shortly.")
+    why = f" ({reason})" if reason else ""
+    return linked(alloc, Message(f"{alloc.ir_label} is being released{why}; its hosts are freed shortly."), links)
 
 
-def kept_reply(alloc: Allocation) -> Message:
-    """To the requester who kept an idle-warned lease (and to a redelivery of that keep)."""
-    return Message(f"{alloc.ir_label} kept; the idle warning is cleared.")
+def lease_note(alloc: Allocation, text: str, links: Links | None = None) -> Message:
+    """A one-line answer or notice about a lease ('IR-n extended ...', 'IR-n is busy again ...'), with its links."""
+    return linked(alloc, Message(text), links)
+
+
+def ended_reply(alloc: Allocation, links: Links | None = None) -> Message:
+    """To an action on a lease that has ended: what it ended as."""
+    return lease_note(alloc, f"{alloc.ir_label} has ended ({alloc.phase.value}).", links)
+
+
+def busy_again(alloc: Allocation, links: Links | None = None) -> Message:
+    """To the requester: the lease's GPUs are busy again, its idle warning cleared."""
+    return lease_note(alloc, f"{alloc.ir_label} is busy again; the idle warning is cleared.", links)
+
+
+def extended_reply(alloc: Allocation, days: int | None, links: Links | None = None) -> Message:
+    """To whoever extended a lease (and, without the days, to a redelivery of that extension)."""
+    ends = isoformat(alloc.expires_at) if alloc.expires_at else "later"
+    by = f" by {days} days" if days else ""
+    return lease_note(alloc, f"{alloc.ir_label} extended{by}; it now ends {ends}.", links)
+
+
+def policy_refused(alloc: Allocation, reason: str, links: Links | None = None) -> Message:
+    """To the requester: a request the policy refused when it was decided; its incident is closed."""
+    text = f":no_entry: {alloc.ir_label} refused: {reason}. The request is closed; nothing was allocated."
+    return linked(alloc, Message(text, [section(text)]), links)
 
 
 def working(text: str) -> Message:
@@ -259,11 +312,11 @@ def working(text: str) -> Message:
     return Message(f":hourglass_flowing_sand: {text}")
 
 
-def request_created(alloc: Allocation, *, approved: bool, reason: str) -> Message:
+def request_created(alloc: Allocation, *, approved: bool, reason: str, links: Links | None = None) -> Message:
     """To the requester: the IR number and what happens next."""
     nxt = "Approved by policy; allocating hosts now." if approved else "Sent to the GPU operators for approval."
     text = f"*{alloc.ir_label}* created: {_what(alloc)}, {alloc.duration_days} days. {nxt}"
-    return Message(text.replace("*", ""), [section(text), context(reason)])
+    return linked(alloc, Message(text.replace("*", ""), [section(text), context(reason)]), links)
 
 
 def refused(reason: str) -> Message:
@@ -272,20 +325,20 @@ def refused(reason: str) -> Message:
     return Message(text, [section(text)])
 
 
-def approved_notice(alloc: Allocation, operator: str) -> Message:
+def approved_notice(alloc: Allocation, operator: str, links: Links | None = None) -> Message:
     """To the requester: an operator approved."""
     text = f"*{alloc.ir_label}* was approved by <@{operator}>; allocating hosts now."
-    return Message(text.replace("*", ""), [section(text)])
+    return linked(alloc, Message(text.replace("*", ""), [section(text)]), links)
 
 
-def rejected_notice(alloc: Allocation, operator: str, reason: str | None) -> Message:
+def rejected_notice(alloc: Allocation, operator: str, reason: str | None, links: Links | None = None) -> Message:
     """To the requester: an operator rejected."""
     text = f":x: *{alloc.ir_label}* ({_what(alloc)}) was rejected by <@{operator}>"
     text += f": {reason}" if reason else "."
-    return Message(text.replace("*", ""), [section(text)])
+    return linked(alloc, Message(text.replace("*", ""), [section(text)]), links)
 
 
-def allocated(alloc: Allocation) -> Message:
+def allocated(alloc: Allocation, links: Links | None = None) -> Message:
     """To the requester: which hosts, and how to carry the IR in code."""
     hosts = "\n".join(f"• `{h}` ({alloc.host_gpus.get(h, 0)} GPUs){_units_of(alloc, h)}" for h in alloc.hosts)
     text = (
@@ -296,11 +349,12 @@ def allocated(alloc: Allocation) -> Message:
     )
     devices = lease_devices(alloc)
     use = "; ".join(f"{h}: CUDA_VISIBLE_DEVICES={cuda_visible_devices(u)}" for h, u in devices.items())
-    return Message(
+    message = Message(
         f"{alloc.ir_label} is allocated on {', '.join(alloc.hosts)}. Use GPUFARM_IR={alloc.ir_label}"
         + (f" ({use})"[:1000] if use else ""),
         [section(text), _owner_buttons(alloc)],
     )
+    return linked(alloc, message, links)
 
 
 # The units a message names one by one on a host before it says how many more (a section holds 3000 characters).
@@ -330,20 +384,11 @@ def _units_of(alloc: Allocation, host: str) -> str:
     return f": {what}{rest}\n   `CUDA_VISIBLE_DEVICES={cuda_visible_devices(shown)}`{kube}"
 
 
-def waiting(alloc: Allocation) -> Message:
-    """To the requester: approved, but the pool is full right now."""
-    text = (
-        f":hourglass: *{alloc.ir_label}* is approved but `{alloc.environment}` has no room for "
-        f"{alloc.gpu_count}x {alloc.gpu_model} right now; it will be allocated as soon as capacity frees."
-    )
-    return Message(text.replace("*", ""), [section(text)])
-
-
-def reclaimed(alloc: Allocation, reason: str, hosts: Sequence[str]) -> Message:
+def reclaimed(alloc: Allocation, reason: str, hosts: Sequence[str], links: Links | None = None) -> Message:
     """To the requester and the operators: the GPUs are back in the pool."""
     where = f" from {', '.join(f'`{h}`' for h in hosts)}" if hosts else ""
     text = f":recycle: *{alloc.ir_label}* ({_what(alloc)}) was reclaimed{where}: {reason}."
-    return Message(text.replace("*", "").replace("`", ""), [section(text)])
+    return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)
 
 
 def idle_warning(
@@ -360,7 +405,6 @@ def idle_warning(
     Without a scope (an `ir:`-only alert from a hand-made monitor) the whole lease is said to look idle. `partial`
     (the pool's idle.partial) says the idle part is only part of the lease: it alone goes back, or is only warned.
     """
-    links = links or Links()
     reclaim_at = warned_at + timedelta(minutes=policy.grace_minutes)
     if partial is PartialIdle.RECLAIM:
         fate = (
@@ -385,7 +429,6 @@ def idle_warning(
         # The idle monitors re-notify every grace period while a group stays in alert (gpufarm.setup.monitors).
         f"*Keep:* clears this warning; it holds until the monitors see it idle again (within {policy.grace_minutes} "
         "min if the GPUs stay idle).",
-        f"<{links.incident(alloc.ir)}|Incident {alloc.ir_label}> · <{links.dashboard(alloc.ir)}|GPU metrics>",
     ]
     summary = (
         f"part of {alloc.ir_label} is idle and goes back at {_when(reclaim_at)} unless you keep it"
@@ -394,7 +437,7 @@ def idle_warning(
         if partial is PartialIdle.WARN
         else f"{alloc.ir_label} is idle and will be reclaimed at {_when(reclaim_at)} unless you keep it"
     )
-    return Message(
+    message = Message(
         summary,
         [
             section("\n".join(lines)),
@@ -405,9 +448,12 @@ def idle_warning(
             ),
         ],
     )
+    return linked(alloc, message, links)
 
 
-def partly_reclaimed(alloc: Allocation, given: Mapping[str, int], hosts_gone: Sequence[str], grace: int) -> Message:
+def partly_reclaimed(
+    alloc: Allocation, given: Mapping[str, int], hosts_gone: Sequence[str], grace: int, links: Links | None = None
+) -> Message:
     """To the requester and the operators: which idle hosts (or devices) left a lease, and what it keeps."""
     parts = _named(f"`{p}` ({n} GPU{'s' if n != 1 else ''})" for p, n in sorted(given.items()))
     gpus = sum(given.values())
@@ -419,15 +465,17 @@ def partly_reclaimed(alloc: Allocation, given: Mapping[str, int], hosts_gone: Se
         f"was busy; {gpus} GPU{'s' if gpus != 1 else ''} are back in `{alloc.environment}`.{untagged}\n"
         f"The lease stays open with {kept}: {alloc.gpu_count}x {alloc.gpu_model}, until {_when(alloc.expires_at)}."
     )
-    return Message(text.replace("*", "").replace("`", ""), [section(text)])
+    return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)
 
 
-def partly_busy_again(alloc: Allocation, cleared: Sequence[str], still_idle: Sequence[str]) -> Message:
+def partly_busy_again(
+    alloc: Allocation, cleared: Sequence[str], still_idle: Sequence[str], links: Links | None = None
+) -> Message:
     """To the requester: some warned parts are busy again; the warning stands for the rest."""
     text = (
         f"{alloc.ir_label}: {_named(cleared)} busy again, its idle warning cleared; still idle: {_named(still_idle)}."
     )
-    return Message(text, [section(text)])
+    return linked(alloc, Message(text, [section(text)]), links)
 
 
 # The few names a warning lists before it says how many more (a section holds 3000 characters).
@@ -495,7 +543,7 @@ def _lease_span(alloc: Allocation) -> str:
     return f"{alloc.duration_days} days{start}, expires {_when(alloc.expires_at)}"
 
 
-def status_message(alloc: Allocation) -> Message:
+def status_message(alloc: Allocation, links: Links | None = None) -> Message:
     """One allocation in detail."""
     lines = [
         f"*{alloc.ir_label}* — {alloc.title}",
@@ -525,7 +573,7 @@ def status_message(alloc: Allocation) -> Message:
     if alloc.phase.value in ("allocated", "idle-warned"):
         blocks.append(_owner_buttons(alloc))
     full = "\n".join([text, *trail])
-    return Message(full.replace("*", ""), blocks)
+    return linked(alloc, Message(full.replace("*", ""), blocks), links)
 
 
 def history_lines(alloc: Allocation) -> list[str]:
@@ -553,9 +601,13 @@ def _chunks(lines: Sequence[str], limit: int, most: int) -> list[str]:
 
 
 def list_message(
-    title: str, allocations: Sequence[Allocation], positions: Mapping[int, object] | None = None
+    title: str,
+    allocations: Sequence[Allocation],
+    positions: Mapping[int, object] | None = None,
+    links: Callable[[Allocation], Links] | None = None,
 ) -> Message:
-    """Allocations, one line each, newest first; a waiting one says where it stands in its queue (`positions`)."""
+    """Allocations, one line each, newest first, each with its links; a waiting one says where it stands in its
+    queue (`positions`). `links` gives each lease's links (its pool's, gpufarm.core.links)."""
     if not allocations:
         return Message(f"{title}: none.", [section(f"*{title}*: none.")])
     places = positions or {}
@@ -566,8 +618,30 @@ def list_message(
         + (f" ({places[a.ir]})" if a.ir in places else "")
         for a in allocations
     ]
-    text = f"*{title}* ({len(allocations)})\n" + "\n".join(rows)
-    return Message(text.replace("*", "").replace("`", ""), [section(text)])
+    head = f"*{title}* ({len(allocations)})"
+    # The links go in the blocks only: the fallback text (notifications) stays one short line per lease.
+    linked_rows = [
+        f"{row} — {(links(a) if links else Links()).line(a.ir, a.team, a.project)}"
+        for row, a in zip(rows, allocations, strict=True)
+    ]
+    text = head + "\n" + "\n".join(rows)
+    return Message(text.replace("*", "").replace("`", ""), [section(t) for t in _packed(head, linked_rows)])
+
+
+def _packed(head: str, rows: Sequence[str]) -> list[str]:
+    """The head and rows in at most MAX_MESSAGE_BLOCKS sections of whole rows; rows past those are counted."""
+    out: list[str] = []
+    current = [head]
+    for i, row in enumerate(rows):
+        if sum(len(x) + 1 for x in current) + len(row) > MAX_SECTION_TEXT - 100:
+            if len(out) == MAX_MESSAGE_BLOCKS - 1:
+                current.append(f"… and {len(rows) - i} more (narrow it: `/gpu list mine`, `/gpu list team <name>`)")
+                break
+            out.append("\n".join(current))
+            current = []
+        current.append(row[: MAX_SECTION_TEXT - 100])
+    out.append("\n".join(current))
+    return out
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
     from gpufarm.core.farm import FarmConfig
+    from gpufarm.core.links import DashboardLookup
     from gpufarm.core.ports import (
         AsyncInvoker,
         Clock,
@@ -249,7 +250,9 @@ class Runtime:
                     operators_channel=self.settings.operators_channel,
                     metrics=self._port("metrics"),
                     queue=self.queue(),
-                    links=Links.for_site(self.settings.datadog_site, self.settings.public_url),
+                    links=Links.for_site(
+                        self.settings.datadog_site, self.settings.public_url, self._project_dashboard()
+                    ),
                     usage=LazyQuery(lambda: self._port("metrics_query")),
                     events=self._events(),
                 )
@@ -293,6 +296,24 @@ class Runtime:
         if "events" in self._parts:
             return self._parts["events"]
         return None if "metrics" in self._parts else LazyEvents(self.gateway)
+
+    def _project_dashboard(self) -> DashboardLookup | None:
+        """The project dashboard's id for the links of messages, read from Datadog once per container
+        (gpufarm.adapters.datadog_dashboards); an override's when one is set, none when a test replaced the
+        incidents port without giving one (no Datadog to read)."""
+        if "project_dashboard" in self._parts:
+            lookup: DashboardLookup | None = self._parts["project_dashboard"]
+            return lookup
+        if "incidents" in self._parts:
+            return None
+
+        def build() -> DashboardLookup:
+            from gpufarm.adapters.datadog_dashboards import ProjectDashboard
+
+            return ProjectDashboard(self.settings)
+
+        built: DashboardLookup = self._get("project_dashboard", build)
+        return built
 
     def _port(self, name: str) -> Any:
         """A Datadog-backed port: the override when a test set one, else the gateway."""

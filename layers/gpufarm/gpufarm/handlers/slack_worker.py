@@ -106,7 +106,8 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return _request_for_my_team(svc, job, cmd)
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
         # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it).
-        return lease_views.release_confirm(svc.allocation(ir))
+        alloc = svc.allocation(ir)
+        return lease_views.release_confirm(alloc, svc.links_for(alloc))
     op = COMMAND_OPS.get(cmd.verb)
     if op is None:
         return views.help_message()
