@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in, shown
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
@@ -55,16 +55,6 @@ class _Stage:
 
     # -- helpers ---------------------------------------------------------------------------------------------------
 
-    def answer(self, person: Person, contains: str) -> dict[str, Any] | None:
-        """The latest answer (response_url or DM) to `person` containing `contains`."""
-        found = [
-            m
-            for kind in ("response", "dm")
-            for m in self.farm.messages(user=person.id, kind=kind, contains=contains)
-            if not m.get("deleted")
-        ]
-        return max(found, key=lambda m: m["seq"]) if found else None
-
     def request(self, person: Person, text: str) -> int | None:
         """A request within quota, allocated; its IR (None when it was not)."""
         allocated: int | None = None
@@ -72,7 +62,7 @@ class _Stage:
             self.farm.slash(person, text)
             self.farm.settle()
             project = text.split("project=")[1].split(maxsplit=1)[0]
-            ir = ir_in(_shown(self.answer(person, f"/{project}`")))
+            ir = ir_in(shown(self.farm.answer(person, f"/{project}`")))
             if ir is not None and self.farm.wait_for(lambda: self.farm.allocation(ir).phase is Phase.ALLOCATED):
                 allocated = ir
             hosts = ", ".join(self.farm.allocation(ir).hosts) if allocated is not None and ir is not None else ""
@@ -109,13 +99,13 @@ class _Stage:
         with ctx.step(f"{ALICE.name} asks for 8 more H100 (beyond nlp's quota): the operators' card has the context"):
             farm.slash(ALICE, "request 8 H100 project=sweep2 team=nlp env=onprem-hpc days=3")
             farm.settle()
-            ir = ir_in(_shown(self.answer(ALICE, "/sweep2`")))
+            ir = ir_in(shown(self.farm.answer(ALICE, "/sweep2`")))
             cards = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} needs approval") if ir else []
             if ir is None or not cards:
                 ctx.check(False, "the request reached the operators", f"IR-{ir}")
                 return
             card = cards[-1]
-            text = _shown(card)
+            text = shown(card)
             ctx.check("Pool `onprem-hpc` now:" in text and "H100 free" in text, "the pool's free capacity now")
             ctx.check(
                 f"Team nlp holds 8 H100 (IR-{held}) in `onprem-hpc`, quota 8, hard limit 16" in text,
@@ -131,10 +121,10 @@ class _Stage:
             reason = "the HPC pool is booked for the benchmark week; ask again on Monday"
             ctx.check(self.submit_form(DANA, {"reason": ("plain_text_input", reason)}), "the reason form is submitted")
             farm.wait_for(lambda: farm.allocation(ir).phase is Phase.REJECTED)
-            told = _shown(self.answer(ALICE, f"IR-{ir}"))
+            told = shown(self.farm.answer(ALICE, f"IR-{ir}"))
             ctx.check(f"rejected by <@{DANA.id}>: {reason}" in told, "the requester reads who and why", told[:120])
             updated = [m for m in farm.messages(channel=OPERATORS_CHANNEL) if m.get("ts") == card["ts"]]
-            decided = _shown(updated[-1]) if updated else ""
+            decided = shown(updated[-1]) if updated else ""
             ctx.check(f"Rejected by <@{DANA.id}>: {reason}" in decided, "the card now says who decided and why")
 
     def kept_to_the_maximum(self, ir: int) -> None:
@@ -143,7 +133,7 @@ class _Stage:
             with ctx.step(f"IR-{ir} goes idle (day {n}): warned, {ALICE.name} clicks Keep ({n} of 2)"):
                 self.idle(ir)
                 farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
-                warning = self.answer(ALICE, f"IR-{ir}")
+                warning = self.farm.answer(ALICE, f"IR-{ir}")
                 if warning is None or farm.allocation(ir).phase is not Phase.IDLE_WARNED:
                     ctx.check(False, "the idle warning reached the holder", f"IR-{ir}")
                     return
@@ -156,20 +146,20 @@ class _Stage:
                     f"kept ({n} of 2) until {lease.kept_until:%Y-%m-%d %H:%M} UTC" if lease.kept_until else "kept",
                 )
                 told = farm.messages(channel=OPERATORS_CHANNEL, contains=f"kept IR-{ir}")
-                ctx.check(len(told) == n, "the operators' channel is told", _shown(told[-1])[:100] if told else "")
+                ctx.check(len(told) == n, "the operators' channel is told", shown(told[-1])[:100] if told else "")
                 self.idle(ir)
                 ctx.check(farm.allocation(ir).phase is Phase.ALLOCATED, "a notification while kept changes nothing")
                 self.advance(DAY_S + 60)
         with ctx.step("Day 3: warned again; the third Keep is refused and says whom to ask"):
             self.idle(ir)
             farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
-            warning = self.answer(ALICE, f"IR-{ir}")
+            warning = self.farm.answer(ALICE, f"IR-{ir}")
             if warning is None:
                 ctx.check(False, "the third warning reached the holder")
                 return
             farm.click(ALICE, warning, "gpu_keep")
             farm.settle()
-            refused = _shown(self.answer(ALICE, "cannot be kept again"))
+            refused = shown(self.farm.answer(ALICE, "cannot be kept again"))
             ctx.check(
                 "it has used its 2 keeps of 24 h" in refused and "ask the GPU operators" in refused,
                 "Keep refused: why and whom to ask",
@@ -196,7 +186,7 @@ class _Stage:
         with ctx.step(f"IR-{ir} goes idle; {ALICE.name} keeps it; {DANA.name} exempts it from the operators' card"):
             self.idle(ir)
             farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
-            warning = self.answer(ALICE, f"IR-{ir}")
+            warning = self.farm.answer(ALICE, f"IR-{ir}")
             if warning is None:
                 ctx.check(False, "the idle warning reached the holder")
                 return
@@ -204,7 +194,7 @@ class _Stage:
             farm.settle()
             farm.slash(ALICE, f"exempt IR-{ir} 30d my eval is important")
             farm.settle()
-            refused = _shown(self.answer(ALICE, "only GPU operators can exempt"))
+            refused = shown(self.farm.answer(ALICE, "only GPU operators can exempt"))
             ctx.check(bool(refused), "a researcher cannot exempt a lease", refused[:80])
             cards = farm.messages(channel=OPERATORS_CHANNEL, contains=f"kept IR-{ir}")
             if not cards:
@@ -233,7 +223,7 @@ class _Stage:
         with self.ctx.step(f"/gpu status IR-{ir}: the lease's whole history"):
             self.farm.slash(ALICE, f"status IR-{ir}")
             self.farm.settle()
-            status = self.answer(ALICE, "History (")
+            status = self.farm.answer(ALICE, "History (")
             text = (status or {}).get("text", "")
             lines = [line for line in text.splitlines() if line.startswith("• ")]
             # `• 2026-12-01 14:54Z <@U0000000001> kept: 1 of 2; until ...`: the step is the fifth word.
@@ -246,17 +236,6 @@ class _Stage:
             self.ctx.shared["governance_history"] = text
             for line in text.splitlines():
                 self.ctx.info(line)
-
-
-def _shown(message: dict[str, Any] | None) -> str:
-    """A message's text and the text of its blocks."""
-    if message is None:
-        return ""
-    parts = [message.get("text") or ""]
-    for block in message.get("blocks") or []:
-        parts += [block["text"]["text"]] if isinstance(block.get("text"), dict) else []
-        parts += [e.get("text", "") for e in block.get("elements", []) if isinstance(e.get("text"), str)]
-    return " ".join(parts)
 
 
 def _after(text: str, marker: str) -> str:

@@ -248,6 +248,16 @@ class LocalFarm:
         found: list[dict[str, Any]] = self.get("/_sandbox/slack/messages" + (f"?{query}" if query else ""))["messages"]
         return found
 
+    def answer(self, person: Person, contains: str) -> dict[str, Any] | None:
+        """The latest answer (response_url or DM) to `person` that contains `contains`, None when there is none."""
+        found = [
+            m
+            for kind in ("response", "dm")
+            for m in self.messages(user=person.id, kind=kind, contains=contains)
+            if not m.get("deleted")
+        ]
+        return max(found, key=lambda m: m["seq"]) if found else None
+
     def views(self) -> list[dict[str, Any]]:
         """Modals the app opened."""
         found: list[dict[str, Any]] = self.get("/_sandbox/slack/views")["views"]
@@ -278,6 +288,17 @@ class LocalFarm:
             self.settle(timeout=2.0)
             time.sleep(0.05)
         return bool(predicate())
+
+
+def shown(message: dict[str, Any] | None) -> str:
+    """A message's text and the text of its blocks (a reason under an answer is a context line); empty for None."""
+    if message is None:
+        return ""
+    parts = [message.get("text") or ""]
+    for block in message.get("blocks") or []:
+        parts += [block["text"]["text"]] if isinstance(block.get("text"), dict) else []
+        parts += [e.get("text", "") for e in block.get("elements", []) if isinstance(e.get("text"), str)]
+    return " ".join(parts)
 
 
 def ir_in(text: str) -> int | None:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.lifecycle import Phase
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, CAROL, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE, CAROL, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in, shown
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
@@ -43,34 +43,12 @@ def run(ctx: DemoContext) -> None:
         farm.close()
 
 
-def _answer(farm: LocalFarm, person: Person, contains: str) -> dict[str, Any] | None:
-    """The latest answer (response_url or DM) to `person` that contains `contains`."""
-    found = [
-        m
-        for kind in ("response", "dm")
-        for m in farm.messages(user=person.id, kind=kind, contains=contains)
-        if not m.get("deleted")
-    ]
-    return max(found, key=lambda m: m["seq"]) if found else None
-
-
-def _shown(message: dict[str, Any] | None) -> str:
-    """A message's text and the text of its blocks (the reason under an answer is a context line)."""
-    if message is None:
-        return ""
-    parts = [message.get("text") or ""]
-    for block in message.get("blocks") or []:
-        parts += [block["text"]["text"]] if isinstance(block.get("text"), dict) else []
-        parts += [e.get("text", "") for e in block.get("elements", []) if isinstance(e.get("text"), str)]
-    return " ".join(parts)
-
-
 def _foreign_team(ctx: DemoContext, farm: LocalFarm) -> None:
     with ctx.step(f"{CAROL.name} (speech) asks for 8 H100 for team nlp: only nlp's members may charge nlp"):
         before = len(farm.incidents())
         farm.slash(CAROL, "request 8 H100 project=borrowed team=nlp env=onprem-hpc days=2")
         farm.settle()
-        told = _shown(_answer(farm, CAROL, "team nlp"))
+        told = shown(farm.answer(CAROL, "team nlp"))
         ctx.check(
             "only members of team nlp or GPU operators can request GPUs for team nlp" in told
             and "your teams: speech" in told,
@@ -85,8 +63,8 @@ def _whole_host(ctx: DemoContext, farm: LocalFarm) -> None:
     with ctx.step(f"{ALICE.name} asks for 1 H100 on the HPC pool without team=: her only team, charged a whole host"):
         farm.slash(ALICE, "request 1 H100 project=probe env=onprem-hpc days=2 purpose=smoke-test")
         farm.settle()
-        answer = _answer(farm, ALICE, "created: 1x H100")
-        told = _shown(answer)
+        answer = farm.answer(ALICE, "created: 1x H100")
+        told = shown(answer)
         ir = ir_in(told)
         ctx.check(ir is not None and "for `nlp/probe`" in told, "the request is for team nlp", told[:90])
         unit = "1 GPU asked, an 8-GPU host is the smallest unit in onprem-hpc: 8 GPUs count against your quota"
@@ -98,7 +76,7 @@ def _whole_host(ctx: DemoContext, farm: LocalFarm) -> None:
         ctx.check(sum(lease.host_gpus.values()) == 8, "it holds one whole host", f"{lease.host_gpus}")
         farm.slash(ALICE, "quota nlp")
         farm.settle()
-        quota = _shown(_answer(farm, ALICE, "Quotas"))
+        quota = shown(farm.answer(ALICE, "Quotas"))
         ctx.check("`nlp` H100 in `onprem-hpc`: 8 / 8" in quota, "/gpu quota shows the 8 held", "nlp onprem-hpc 8 / 8")
         held = ir
     if held is not None:  # None when a step above raised (ctx.step records it and carries on)
@@ -109,7 +87,7 @@ def _release_confirmed(ctx: DemoContext, farm: LocalFarm, ir: int) -> None:
     with ctx.step(f"{ALICE.name} types /gpu release IR-{ir}: a Release button Slack confirms, then the click"):
         farm.slash(ALICE, f"release IR-{ir}")
         farm.settle()
-        confirm = _answer(farm, ALICE, f"Release IR-{ir}?")
+        confirm = farm.answer(ALICE, f"Release IR-{ir}?")
         button = _release_button(confirm)
         ctx.check(
             button is not None and "confirm" in button and farm.allocation(ir).phase is Phase.ALLOCATED,
@@ -147,7 +125,7 @@ def _waiting(ctx: DemoContext, farm: LocalFarm) -> tuple[int, int, datetime] | N
     with ctx.step(f"{ALICE.name} holds the cloud pool's one H100 host; her second cloud lease waits for it"):
         farm.slash(ALICE, "request 8 H100 project=eval env=cloud-aws days=1 purpose=baseline")
         farm.settle()
-        first = ir_in(_shown(_answer(farm, ALICE, "x H100 in `cloud-aws` for `nlp/eval`")))
+        first = ir_in(shown(farm.answer(ALICE, "x H100 in `cloud-aws` for `nlp/eval`")))
         if first is None:
             ctx.check(False, "the first cloud lease was created")
             return None
@@ -155,7 +133,7 @@ def _waiting(ctx: DemoContext, farm: LocalFarm) -> tuple[int, int, datetime] | N
         asked_at = _now(ctx)
         farm.slash(ALICE, "request 8 H100 project=finetune env=cloud-aws days=1 purpose=finetune")
         farm.settle()
-        second = ir_in(_shown(_answer(farm, ALICE, "for `nlp/finetune`")))
+        second = ir_in(shown(farm.answer(ALICE, "for `nlp/finetune`")))
         asks = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{second} needs approval") if second else []
         if second is None or not asks:
             ctx.check(False, "the second cloud lease went to the operators (beyond nlp's quota of 8)")
@@ -163,7 +141,7 @@ def _waiting(ctx: DemoContext, farm: LocalFarm) -> tuple[int, int, datetime] | N
         farm.click(DANA, asks[-1], "gpu_approve")
         farm.settle()
         farm.wait_for(lambda: farm.allocation(second).phase is Phase.WAITING)
-        told = _shown(_answer(farm, ALICE, f"IR-{second} is approved but"))
+        told = shown(farm.answer(ALICE, f"IR-{second} is approved but"))
         ctx.check(farm.allocation(second).phase is Phase.WAITING, f"IR-{second} waits", f"{DANA.name} approved it")
         ctx.check(
             "1st of 1 waiting for H100" in told and "Its 1 day starts when its hosts are allocated" in told,
@@ -172,7 +150,7 @@ def _waiting(ctx: DemoContext, farm: LocalFarm) -> tuple[int, int, datetime] | N
         )
         farm.slash(ALICE, "list")
         farm.settle()
-        listed = _shown(_answer(farm, ALICE, "Your live allocations"))
+        listed = shown(farm.answer(ALICE, "Your live allocations"))
         ctx.check("(1st of 1 waiting for H100)" in listed, "/gpu list shows the position too")
         waited = (first, second, asked_at)
     # None when a step above raised (ctx.step records it and carries on).
@@ -201,8 +179,8 @@ def _reminded(ctx: DemoContext, farm: LocalFarm, second: int) -> None:
     with ctx.step(f"Inside its last 24 h the scheduled sync reminds {ALICE.name} once, with Extend and Release"):
         farm.post("/_sandbox/clock", {"advance": SYNC_TICK_S})
         farm.settle()
-        farm.wait_for(lambda: _answer(farm, ALICE, f"IR-{second} ends ") is not None, timeout=20)
-        reminder = _answer(farm, ALICE, f"IR-{second} ends ")
+        farm.wait_for(lambda: farm.answer(ALICE, f"IR-{second} ends ") is not None, timeout=20)
+        reminder = farm.answer(ALICE, f"IR-{second} ends ")
         actions = {
             e.get("action_id")
             for b in (reminder or {}).get("blocks", [])
