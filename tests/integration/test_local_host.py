@@ -426,10 +426,12 @@ def test_the_real_template_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
             "IdleAlertFunction": f"{running.url}/fn/idle_alert/",
             "QuotaSyncFunction": None,
             "ProfilePagesFunction": f"{running.url}/fn/profile_pages/",
+            "DailyDigestFunction": None,
         }
         assert current["queues"]["AllocationQueue"]["consumer"] == "IncidentWebhookFunction"
         assert [(s["function"], s["expression"]) for s in current["schedules"]] == [
-            ("QuotaSyncFunction", "rate(15 minutes)")
+            ("QuotaSyncFunction", "rate(15 minutes)"),
+            ("DailyDigestFunction", "cron(0/15 * * * ? *)"),
         ]
         assert os.environ["GPUFARM_WORKER_FUNCTION"] == "SlackWorkerFunction"
         assert os.environ["GPUFARM_ALLOCATION_QUEUE_URL"] == f"{running.url}/_local/queues/AllocationQueue"
