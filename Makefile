@@ -42,9 +42,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/scale.py
 
-# docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times.
+# docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times, and
+# the HTML report of a seeded farm (report.png).
 screenshots: $(STAMP)
 	$(BIN)/python benchmarks/dashboard_screenshots.py --out docs/screenshots
+	$(BIN)/python benchmarks/report.py --leases 600 --days 14 --screenshot docs/screenshots/report.png
 
 local: $(STAMP)
 	$(BIN)/gpufarm local

@@ -78,3 +78,74 @@ def test_the_node_dashboard_draws_in_headless_chromium(preview: tuple[str, dict[
     assert summary["errors"] == []
     assert report.screenshot.startswith(b"\x89PNG") and len(report.screenshot) > 20_000
     assert 0 < summary["renderMs"] < RENDER_LIMIT_MS
+
+
+def test_the_html_report_draws_in_headless_chromium(tmp_path: Path) -> None:
+    """The self-contained report (issue 13 point 3), opened from a file as a user opens it, offline: no console
+    error, every chart's SVG and title, the table's rows; the screenshot is kept under .artifacts/report/."""
+    from datetime import UTC, datetime, timedelta
+
+    from gpufarm.core.model import Allocation, isoformat
+    from gpufarm.reporting.build import build_report
+    from gpufarm.reporting.model import UsageSeries
+    from gpufarm.reporting.query import GroupBy, ReportQuery, since_period
+    from gpufarm.reporting.read import Leases
+    from gpufarm.reporting.render_html import CHART_TITLES, render_html
+
+    binary = _chromium()
+    now = datetime(2026, 12, 10, 12, tzinfo=UTC)
+    farm = parse_farm((ROOT / "config" / "farm.example.yaml").read_text())
+    leases = []
+    for i, (team, busy) in enumerate((("nlp", 0.8), ("vision", 0.3), ("speech", 0.5), ("nlp", 0.1)), start=1):
+        start, until = now - timedelta(days=3 + i), now - timedelta(hours=1)
+        held = 8 * (until - start).total_seconds() / 3600
+        leases.append(
+            Allocation.model_validate(
+                {
+                    "incident_id": f"i{i}",
+                    "ir": i,
+                    "title": "t",
+                    "state": "stable",
+                    "phase": "allocated",
+                    "team": team,
+                    "project": f"p{i}",
+                    "environment": "onprem-hpc",
+                    "hosts": (f"h{i}",),
+                    "host_gpus": {f"h{i}": 8},
+                    "allocated_at": start,
+                    "hours_until": until,
+                    "hours_held": held,
+                    "hours_busy": held * busy * 0.9,
+                    "hours_idle": held * (1 - busy) * 0.9,
+                    "hours_unmeasured": held * 0.1,
+                    "hours_by_month": (f"2026-12={held:.3f}",),
+                    "history": (f"{isoformat(start)} gpufarm allocated: hosts: h{i}",),
+                }
+            )
+        )
+    hours = range(int((now - timedelta(days=7)).timestamp()), int(now.timestamp()), 3600)
+    usage = [
+        UsageSeries(team, metric, tuple((t, float(level)) for t in hours))
+        for team, level in (("nlp", 16), ("vision", 8), ("speech", 8))
+        for metric in ("gpufarm.ledger.gpus.allocated", "gpufarm.ledger.gpus.used")
+    ]
+    report = build_report(
+        ReportQuery(since_period("7d", now), GroupBy.TEAM), Leases(tuple(leases)), farm, now, usage=usage
+    )
+    page = tmp_path / "report.html"
+    page.write_text(render_html(report))
+    with chromium(binary) as browser:
+        shown = browser.load(page.as_uri(), timeout_s=60)
+    artifacts = ROOT / ".artifacts" / "report"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    (artifacts / "report.png").write_bytes(shown.screenshot)
+    summary = shown.summary
+    (artifacts / "report.json").write_text(json.dumps({**summary, "load_ms": round(shown.load_ms)}, indent=2))
+
+    assert shown.console_errors == []
+    assert summary["rendered"] is True, summary
+    assert summary["title"] == "gpufarm report: last 7d to 2026-12-10T12:00:00Z by team"
+    assert summary["charts"] == 3 and summary["svgCharts"] >= 3
+    assert set(CHART_TITLES) <= set(summary["headings"])
+    assert shown.screenshot.startswith(b"\x89PNG") and len(shown.screenshot) > 20_000
+    assert 0 < summary["renderMs"] < RENDER_LIMIT_MS

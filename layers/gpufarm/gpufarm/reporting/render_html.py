@@ -1,11 +1,11 @@
 """A report as one self-contained HTML page: the table and its charts, readable offline.
 
 The charts are drawn by plotly.js, inlined from the `plotly` package's own copy (the `report` extra of the
-gpufarm distribution; no CDN, so the file opens on a laptop without a network, as the local dashboards do):
-usage over time per team (held and busy GPUs, from the ledger gauges), GPU-hours held vs busy vs idle vs
-unmeasured per group, and the top idle leases. Every text the page shows is HTML-escaped; the figures travel as
-JSON in a `<script type="application/json">` block with `</` escaped. When every chart has drawn, the page sets
-`data-rendered="true"` on its body (what the browser test and the screenshots wait for).
+gpufarm distribution; no CDN, so the file opens on a laptop without a network, as the local dashboards do): usage
+over time per team (busy GPUs per team stacked, and the GPUs held, from the ledger gauges), GPU-hours held vs busy
+vs idle vs unmeasured per group, and the top idle leases. Every text the page shows is HTML-escaped; the figures
+travel as JSON in a `<script type="application/json">` block with `</` escaped. When every chart has
+drawn, the page sets `data-rendered="true"` on its body (what the browser test and the screenshots wait for).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from gpufarm.core.model import isoformat
 from gpufarm.reporting.model import LeaseLine, Report, Row
 from gpufarm.reporting.usage import HELD_METRIC
 
+MAX_LEGEND = 12
 # Groups the held-vs-busy chart draws (the largest by held GPU-hours); the table lists every one.
 MAX_CHART_GROUPS = 25
 CHART_TITLES = (
@@ -50,7 +51,7 @@ def _iso(ts: int) -> str:
 def _layout(**extra: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "height": 320,
-        "margin": {"l": 70, "r": 10, "t": 10, "b": 50},
+        "margin": {"l": 70, "r": 10, "t": 10, "b": 60},
         "legend": {"orientation": "h", "font": {"size": 10}},
         "paper_bgcolor": "white",
         "plot_bgcolor": "white",
@@ -64,22 +65,40 @@ def _no_data(layout: dict[str, Any], text: str) -> dict[str, Any]:
 
 
 def usage_figure(report: Report) -> dict[str, Any]:
-    """Held (dotted) and busy (solid) GPUs per team over the period."""
-    traces = []
-    for series in sorted(report.usage, key=lambda s: (s.team, s.metric)):
-        held = series.metric == HELD_METRIC
+    """Busy GPUs per team stacked over the period, and the GPUs held by all of them as one dotted line."""
+    traces: list[dict[str, Any]] = []
+    held: dict[int, float] = {}
+    for series in sorted(report.usage, key=lambda s: s.team):
+        if series.metric == HELD_METRIC:
+            for t, v in series.points:
+                held[t] = held.get(t, 0.0) + v
+            continue
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": f"{series.team} {'held' if held else 'busy'}",
-                "legendgroup": series.team,
+                "stackgroup": "busy",
+                "name": f"{series.team} busy",
                 "x": [_iso(t) for t, _ in series.points],
                 "y": [v for _, v in series.points],
-                "line": {"dash": "dot" if held else "solid", "width": 1.5},
+                "line": {"width": 0.5},
+            }
+        )
+    if held:
+        times = sorted(held)
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "held (all teams)",
+                "x": [_iso(t) for t in times],
+                "y": [held[t] for t in times],
+                "line": {"dash": "dot", "width": 2, "color": "#1d2330"},
             }
         )
     layout = _layout(yaxis={"title": {"text": "GPUs"}, "rangemode": "tozero"})
+    # Past a dozen lines a legend hides the chart; hovering names each one.
+    layout["showlegend"] = 0 < len(traces) <= MAX_LEGEND
     if not traces:
         _no_data(layout, "no ledger gauges in this period")
     return {"data": traces, "layout": layout}
@@ -116,7 +135,12 @@ def idle_figure(report: Report) -> dict[str, Any]:
         "x": [round(x.idle, 3) for x in lines],
         "marker": {"color": _COLOURS["idle"]},
     }
-    layout = _layout(xaxis={"title": {"text": "idle GPU-hours"}}, yaxis={"automargin": True}, showlegend=False)
+    layout = _layout(
+        xaxis={"title": {"text": "idle GPU-hours"}},
+        yaxis={"automargin": True, "dtick": 1},
+        showlegend=False,
+        height=max(320, 80 + 22 * len(lines)),
+    )
     if not lines:
         _no_data(layout, "no idle GPU-hours in this period")
     return {"data": [trace], "layout": layout}

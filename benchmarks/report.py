@@ -1,0 +1,251 @@
+"""`gpufarm report` over 3,000 leases and 30 days of metrics on the sandbox: wall time and peak RSS (goal <= 30 s,
+<= 512 MB), as the table and as the self-contained HTML.
+
+The sandbox runs in this process on a free loopback port; `gpufarm datadog apply` is done as gpufarm_sandbox.
+scalefarm prepares it (30 teams, three pools). Leases are seeded as gpufarm leaves them, through the incident API:
+of gpufarm's type, with an allocation's fields, their accrued GPU-hours (held, busy, idle, unmeasured, up to when,
+held per month) and their history (requested, allocated, some idle warnings and keeps, the end), allocated at
+random over the last 30 days; 40 % still hold GPUs, the rest ended (released, expired, idle, operator). 30 days of
+the ledger gauges the sync publishes (gpufarm.ledger.gpus.allocated / used per team, pool and model, every 15
+minutes) are sent through the metrics intake, hour by hour: the intake takes points at most an hour old, so the
+sandbox's clock starts 30 days back and is moved forward as they are sent, ending at wall time. Then the real
+command runs in its own process (`python -m gpufarm report --since 30d`), measured from outside: wall time, and
+peak RSS from the kernel's rusage of that child (os.wait4).
+
+Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--screenshot docs/screenshots/report.png]
+(`make screenshots` makes the report's screenshot with a smaller farm). Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from gpufarm.config import Settings
+from gpufarm.core import accounting
+from gpufarm.core import fields as f
+from gpufarm.core.model import isoformat
+from gpufarm_sandbox import scalefarm
+from gpufarm_sandbox.emulator.app import Sandbox
+from gpufarm_sandbox.emulator.server import ServerThread
+
+ROOT = Path(__file__).resolve().parents[1]
+GOAL_S, GOAL_MB = 30.0, 512.0
+POOLS = (
+    ("onprem-hpc", "H100", 8),
+    ("cloud-aws", "H100", 8),
+    ("cloud-aws", "A100", 8),
+    ("shared-slices", "A100", 1),
+    ("shared-slices", "L4", 1),
+)
+ENDINGS = ("released", "released", "expired", "idle", "operator")
+STEP_S = 900
+
+
+def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[str, object]:
+    """One lease's incident fields as gpufarm leaves them: live (40 %) or ended, with hours and history."""
+    env, model, per_host = POOLS[rng.randrange(len(POOLS))]
+    who = rng.randrange(scalefarm.TEAMS)
+    team, user = scalefarm.team(who), scalefarm.user(who)
+    gpus = per_host * (1 + k % 2) if per_host == 8 else 1 + k % 4
+    hosts = [f"{env}-{model.lower()}-{k:05d}-{i}" for i in range(2 if per_host == 8 and k % 2 else 1)]
+    allocated = now - timedelta(hours=rng.uniform(3, days * 24))
+    requested = allocated - timedelta(minutes=rng.uniform(0, 240))
+    live = rng.random() < 0.4
+    if live:
+        until = now - timedelta(minutes=rng.uniform(5, 65))
+    else:
+        until = min(now - timedelta(minutes=10), allocated + timedelta(hours=rng.uniform(2, 120)))
+    held_hours = max(0.0, (until - allocated).total_seconds() / 3600)
+    held = gpus * held_hours
+    unmeasured = held * rng.choice((0.0, 0.0, 0.02, 0.1))
+    busy = (held - unmeasured) * rng.uniform(0.1, 0.95)
+    idle = held - unmeasured - busy
+    months = [f"{m}={gpus * span:.3f}" for m, span in accounting.month_spans(allocated, until)]
+    history = [
+        f"{isoformat(requested)} {user} requested: {gpus}x{model} in {env}",
+        f"{isoformat(allocated)} gpufarm allocated: hosts: {', '.join(hosts)}",
+    ]
+    if rng.random() < 0.15:
+        warned = allocated + (until - allocated) / 2
+        history += [f"{isoformat(warned)} monitor warned: kind idle", f"{isoformat(warned)} {user} kept: 1 of 2"]
+    reason = rng.choice(ENDINGS)
+    values: dict[str, object] = {
+        f.STATE: "stable" if live else "resolved",
+        f.PHASE: "allocated" if live else "reclaimed",
+        f.TEAM: team,
+        f.PROJECT: f"proj-{k % 200:03d}",
+        f.GPU_MODEL: model,
+        f.GPU_COUNT: str(gpus),
+        f.ENVIRONMENT: env,
+        f.REQUESTER: user,
+        f.DURATION_DAYS: "14",
+        f.EXPIRES_AT: isoformat(allocated + timedelta(days=14)),
+        f.REQUEST_ID: f"report-bench-{k:06d}",
+        f.HOSTS: hosts if live else [],
+        f.HOST_GPUS: [f"{h}={gpus // len(hosts)}" for h in hosts],
+        f.ALLOCATED_AT: isoformat(allocated),
+        f.GPU_HOURS_HELD: f"{held:.3f}",
+        f.GPU_HOURS_BUSY: f"{busy:.3f}",
+        f.GPU_HOURS_IDLE: f"{idle:.3f}",
+        f.GPU_HOURS_UNMEASURED: f"{unmeasured:.3f}",
+        f.GPU_HOURS_UNTIL: isoformat(until),
+        f.GPU_HOURS_BY_MONTH: months,
+    }
+    if not live:
+        step = "released" if reason == "released" else "reclaimed"
+        history.append(f"{isoformat(until)} {'gpufarm' if reason != 'released' else user} {step}: reason: {reason}")
+        values[f.RECLAIM_REASON] = reason
+    values[f.HISTORY] = history
+    return values
+
+
+def seed_leases(api: scalefarm.Api, n: int, days: int, now: datetime) -> None:
+    """n incidents of gpufarm's type through the incident API."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    types = api.ok("GET", "/api/v2/incidents/config/types")["data"]
+    type_id = next(t["id"] for t in types if t["attributes"]["name"] == Settings().incident_type)
+    rng = random.Random(13)
+    bodies = []
+    for k in range(n):
+        values = lease_fields(k, now, rng, days)
+        title = f"GPU request: {values[f.TEAM]}/{values[f.PROJECT]}"
+        attributes = {
+            "title": title,
+            "customer_impacted": False,
+            "fields": f.encode_fields(values),
+            "incident_type_uuid": type_id,
+        }
+        bodies.append({"data": {"type": "incidents", "attributes": attributes}})
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda body: api.ok("POST", "/api/v2/incidents", body), bodies))
+
+
+def seed_metrics(sandbox: Sandbox, api: scalefarm.Api, days: int) -> int:
+    """`days` of ledger gauges per team, pool and model every STEP_S, sent an hour at a time; points sent."""
+    rng = random.Random(7)
+    # The intake takes points at most an hour old: start the sandbox's clock `days` back (a benchmark's seeding of
+    # the past; nothing else moves it backwards) and move it forward as each hour is sent.
+    sandbox.clock._offset -= days * 86400
+    sent = 0
+    levels = {(t, p): rng.uniform(4, 40) for t in range(scalefarm.TEAMS) for p in range(len(POOLS))}
+    for _ in range(days * 24):
+        start = int(sandbox.clock.now()) - 3600 + STEP_S
+        series = []
+        for (t, p), level in levels.items():
+            env, model, _ = POOLS[p]
+            tags = [f"team:{scalefarm.team(t)}", "project:all", f"environment:{env}", f"gpu_model:{model.lower()}"]
+            held = [
+                {"timestamp": s, "value": round(level * rng.uniform(0.8, 1.2))}
+                for s in range(start, start + 3600, STEP_S)
+            ]
+            used = [{"timestamp": p_["timestamp"], "value": p_["value"] * rng.uniform(0.2, 0.9)} for p_ in held]
+            series += [
+                {"metric": "gpufarm.ledger.gpus.allocated", "type": 3, "points": held, "tags": tags},
+                {"metric": "gpufarm.ledger.gpus.used", "type": 3, "points": used, "tags": tags},
+            ]
+            sent += len(held) + len(used)
+        status, answer = api.call("POST", "/api/v2/series", {"series": series})
+        if status != 202 or (answer or {}).get("errors"):
+            raise RuntimeError(f"metrics intake: {status} {str(answer)[:300]}")
+        sandbox.clock.advance(3600)
+    return sent
+
+
+def run_report(env: dict[str, str], args: list[str]) -> dict[str, Any]:
+    """`python -m gpufarm report ARGS` in a child process: exit status, wall time, peak RSS (rusage)."""
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gpufarm", "report", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    assert child.stdout is not None and child.stderr is not None
+    out, err = child.stdout.read(), child.stderr.read()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"gpufarm report {' '.join(args)}: exit {code}: {err.decode()[-500:]}")
+    return {
+        "wall_s": round(wall, 2),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "stdout": out.decode(),
+    }
+
+
+def screenshot(html: Path, target: Path) -> dict[str, Any]:
+    """The HTML in headless Chromium: drawn without a console error, saved as a full-page PNG."""
+    from gpufarm_sandbox.browser import chromium
+
+    with chromium() as browser:
+        page = browser.load(html.resolve().as_uri(), timeout_s=60)
+    if page.console_errors or not page.summary.get("rendered"):
+        raise SystemExit(f"the report did not render cleanly: {page.console_errors} {page.summary}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(page.screenshot)
+    return {"screenshot": str(target), "render_ms": page.summary.get("renderMs"), "svg": page.summary.get("svgCharts")}
+
+
+def main() -> None:
+    """Seed, run the table and the HTML, print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--leases", type=int, default=3000)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--screenshot", type=Path, default=None, help="also save the HTML's screenshot here")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="gpufarm-report-bench-"))
+    farm_file = work / "farm.yaml"
+    farm_file.write_text(scalefarm.farm_yaml())
+    sandbox = Sandbox()
+    with ServerThread(sandbox) as server:
+        sandbox.base_url = server.url
+        env = scalefarm.environment(server.url, farm_file)
+        os.environ.update(env)
+        api = scalefarm.Api(server.url)
+        started = time.perf_counter()
+        scalefarm.prepare(api)
+        points = seed_metrics(sandbox, api, args.days)
+        metrics_s = time.perf_counter() - started
+        seed_leases(api, args.leases, args.days, datetime.now(UTC))
+        seeded_s = time.perf_counter() - started
+        child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_"))}, **env}
+        before = sum(api.counts().values())
+        table = run_report(child_env, ["--since", f"{args.days}d"])
+        between = sum(api.counts().values())
+        html_path = work / "report.html"
+        html = run_report(child_env, ["--since", f"{args.days}d", "--format", "html", "--out", str(html_path)])
+        after = sum(api.counts().values())
+        result: dict[str, Any] = {
+            "leases": args.leases,
+            "days": args.days,
+            "metric_points": points,
+            "seed_s": {"metrics": round(metrics_s, 1), "total": round(seeded_s, 1)},
+            "goal": {"wall_s": GOAL_S, "peak_rss_mb": GOAL_MB},
+            "table": {k: v for k, v in table.items() if k != "stdout"} | {"requests": between - before},
+            "html": {k: v for k, v in html.items() if k != "stdout"}
+            | {"requests": after - between, "bytes": html_path.stat().st_size},
+            "table_head": table["stdout"].splitlines()[:8],
+        }
+        if args.screenshot is not None:
+            result["browser"] = screenshot(html_path, args.screenshot)
+        ok = all(r["wall_s"] <= GOAL_S and r["peak_rss_mb"] <= GOAL_MB for r in (table, html))
+        result["within_goal"] = ok
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
