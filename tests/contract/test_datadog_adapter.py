@@ -383,13 +383,13 @@ def test_large_submissions_are_split_under_the_payload_limit(
     monkeypatch.setattr(dd, "MAX_COMPRESSED_BYTES", 4_000)
     monkeypatch.setattr(dd, "MAX_RAW_BATCH_BYTES", 60_000)
     sizes: list[int] = []
-    real = gateway._metrics.submit_metrics
+    real = gateway._metrics_plain.submit_metrics
 
     def counting(**kwargs: Any) -> Any:
         sizes.append(dd._compressed_size(kwargs["body"]["series"]))
         return real(**kwargs)
 
-    monkeypatch.setattr(gateway._metrics, "submit_metrics", counting)
+    monkeypatch.setattr(gateway._metrics_plain, "submit_metrics", counting)
     now = int(time.time())
     series = [
         MetricSeries(
