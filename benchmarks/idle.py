@@ -36,7 +36,7 @@ from gpufarm.core.lifecycle import Phase
 from gpufarm.core.model import Allocation, parse_time
 from gpufarm_node.topology import ProcessSpec, Profile, container_id
 from gpufarm_sandbox.demo import slicing_stage
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, HOSTS, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, HOSTS, OPERATORS_CHANNEL, LocalFarm, Person
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 from gpufarm_sandbox.localhost import LocalEnv, start_local
 from gpufarm_sandbox.simfarm import HostSpec, SimulatedFarm, simulate_hosts
@@ -114,11 +114,7 @@ class Bench:
         return done()
 
     def ask(self, person: Person, text: str, *, approve: bool = False) -> Allocation | None:
-        self.farm.slash(person, text)
-        self.farm.settle()
-        model = text.split()[2]
-        answers = [m for m in self.farm.messages(user=person.id, kind="response") if model in m["text"]]
-        ir = ir_in(answers[-1]["text"]) if answers else None
+        ir = self.farm.request_ir(person, text)
         if ir is None:
             return None
         if approve:

@@ -9,7 +9,7 @@ import pytest
 from gpufarm.config import Settings
 from gpufarm_sandbox.demo import idle_stage as stage
 from gpufarm_sandbox.demo.context import DemoContext
-from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, actions
 from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def test_a_lease_whose_job_never_stops_is_not_warned_and_the_stage_fails(
     output = "\n".join(lines)
     assert ctx.failures and ctx.failures[0].startswith("the idle monitors alerted"), output
     assert "reason idle" not in output
-    assert not [m for m in farm.messages(kind="dm") if "gpu_keep" in stage._actions(m)]
+    assert not [m for m in farm.messages(kind="dm") if "gpu_keep" in actions(m)]
 
 
 def test_the_stage_needs_the_local_function_host(local: LocalEnv) -> None:

@@ -27,7 +27,7 @@ from gpufarm_sandbox.demo.lifecycle_stage import (
     HOSTS,
     OPERATORS_CHANNEL,
     LocalFarm,
-    Person,
+    actions,
     ir_in,
 )
 
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from gpufarm_sandbox.simfarm import SimulatedFarm
 
 HOST = ("aws-p4d-01", "cloud-aws", "aws-use1", "A100", 8)
-STEP_S = 60.0  # one agent cycle and one monitor evaluation per simulated minute
 # The half-idle lease is followed in coarser steps (16 GPUs per cycle): the monitors' windows hold a dozen points.
 HALF_STEP_MIN = 5
 BUSY_MINUTES = 10  # the job runs this long after the allocation, then stops
@@ -98,26 +97,18 @@ def _setup(ctx: DemoContext) -> bool:
     return ok
 
 
-def _ask(farm: LocalFarm, person: Person, text: str) -> int | None:
-    farm.slash(person, text)
-    farm.settle()
-    model = text.split()[2]
-    answer = [m for m in farm.messages(user=person.id, kind="response") if model in m["text"]]
-    return ir_in(answer[-1]["text"]) if answer else None
-
-
 def _fill_pool(ctx: DemoContext, farm: LocalFarm) -> tuple[int, int] | None:
     idle_ir = waiting_ir = None
     lease = waiting = None
     with ctx.step(f"{CAROL.name} takes the cloud pool's only A100 host; {ALICE.name}'s request for it waits"):
-        idle_ir = _ask(farm, CAROL, "request 8 A100 project=tts team=speech env=cloud-aws days=7 purpose=finetune")
+        idle_ir = farm.request_ir(CAROL, "request 8 A100 project=tts team=speech env=cloud-aws days=7 purpose=finetune")
         lease = farm.allocation(idle_ir) if idle_ir is not None else None
         ctx.check(
             lease is not None and lease.phase is Phase.ALLOCATED and lease.hosts == (HOST[0],),
             f"{CAROL.name}'s lease holds {HOST[0]}",
             f"IR-{idle_ir}" if idle_ir is not None else "no IR",
         )
-        waiting_ir = _ask(farm, ALICE, "request 8 A100 project=llm-ko team=nlp env=cloud-aws days=1 purpose=eval")
+        waiting_ir = farm.request_ir(ALICE, "request 8 A100 project=llm-ko team=nlp env=cloud-aws days=1 purpose=eval")
         waiting = farm.allocation(waiting_ir) if waiting_ir is not None else None
         ctx.check(
             waiting is not None and waiting.phase is Phase.WAITING,
@@ -143,14 +134,6 @@ def _simulate(ctx: DemoContext, hosts: list[Any] | None = None) -> SimulatedFarm
     )
 
 
-def _minute(farm: LocalFarm, nodes: SimulatedFarm, minutes: int = 1) -> bool:
-    """One agent cycle pushed, the sandbox clock a minute (or more) on (the monitors evaluate), functions settled."""
-    flushed = all(r.flushed for r in nodes.step_all())
-    farm.post("/_sandbox/clock", {"advance": STEP_S * minutes})
-    farm.settle(timeout=10)
-    return flushed
-
-
 def _warned(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: int) -> bool:
     warned = False
     with ctx.step(f"IR-{ir}'s job stops; the agent reports its 8 GPUs idle until the monitors alert"):
@@ -162,7 +145,7 @@ def _warned(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: int) ->
         while minutes < WARN_LIMIT_MIN and farm.allocation(ir).phase is not Phase.IDLE_WARNED:
             if minutes == BUSY_MINUTES:
                 nodes.set_profile(HOST[0], "idle")
-            pushed = _minute(farm, nodes) and pushed
+            pushed = farm.minute(nodes) and pushed
             minutes += 1
         farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED, timeout=10)
         lease = farm.allocation(ir)
@@ -183,27 +166,17 @@ def _warned(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: int) ->
         ctx.check(bool(fired), "alerts came from gpufarm's own monitors", "; ".join(fired))
         # The warning is the DM about this IR that carries the Keep button (its wording is the views' business).
         dms = [
-            m for m in farm.messages(user=CAROL.id, kind="dm") if ir_in(m["text"]) == ir and "gpu_keep" in _actions(m)
+            m for m in farm.messages(user=CAROL.id, kind="dm") if ir_in(m["text"]) == ir and "gpu_keep" in actions(m)
         ]
-        actions = _actions(dms[-1]) if dms else set()
+        buttons = actions(dms[-1]) if dms else set()
         ctx.check(
-            bool(dms) and {"gpu_keep", "gpu_release"} <= actions,
+            bool(dms) and {"gpu_keep", "gpu_release"} <= buttons,
             f"{CAROL.name} is warned in a DM with Keep / Release",
             dms[-1]["text"][:110] if dms else "no DM",
         )
         ctx.info("nobody clicks Keep")
         warned = lease.phase is Phase.IDLE_WARNED
     return warned
-
-
-def _actions(message: dict[str, Any]) -> set[str]:
-    """The action ids of a Slack message's buttons."""
-    return {
-        str(e.get("action_id"))
-        for b in message.get("blocks", [])
-        if b.get("type") == "actions"
-        for e in b.get("elements", [])
-    }
 
 
 def _reclaimed(
@@ -214,7 +187,7 @@ def _reclaimed(
     with ctx.step(f"Past the {grace_minutes}-minute grace: IR-{ir} is reclaimed and IR-{waiting_ir} gets its host"):
         minutes = 0
         while minutes < RECLAIM_LIMIT_MIN and farm.allocation(ir).phase is not Phase.RECLAIMED:
-            _minute(farm, nodes)
+            farm.minute(nodes)
             minutes += 1
         farm.wait_for(lambda: farm.allocation(waiting_ir).phase is Phase.ALLOCATED, timeout=20)
         lease = farm.allocation(ir)
@@ -261,7 +234,7 @@ def _expired(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: int) -
     with ctx.step(f"IR-{ir} runs past its expiry; the scheduled sync reclaims it"):
         nodes.assign(HOST[0], ir)
         nodes.set_profile(HOST[0], "busy")
-        _minute(farm, nodes)
+        farm.minute(nodes)
         lease = farm.allocation(ir)
         if lease.expires_at is None:
             ctx.check(False, "the lease has an expiry", "expires_at is empty")
@@ -293,7 +266,7 @@ def _half_idle(ctx: DemoContext, farm: LocalFarm, grace_minutes: int) -> None:
     """A two-host lease whose second host goes idle: warned for that host, which then leaves the lease."""
     lease = None
     with ctx.step(f"{ALICE.name} gets 16 H100 on two HPC hosts (beyond quota: {DANA.name} approves)"):
-        ir = _ask(farm, ALICE, "request 16 H100 project=llm-ko team=nlp env=onprem-hpc days=7 purpose=pretraining")
+        ir = farm.request_ir(ALICE, "request 16 H100 project=llm-ko team=nlp env=onprem-hpc days=7 purpose=pretraining")
         asked = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} needs approval") if ir else []
         if asked:
             farm.click(DANA, asked[-1], "gpu_approve")
@@ -335,7 +308,7 @@ def _half_warned(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: in
         while minutes < WARN_LIMIT_MIN and farm.allocation(ir).phase is not Phase.IDLE_WARNED:
             if minutes >= BUSY_MINUTES:
                 nodes.set_profile(idle_host, "idle")
-            _minute(farm, nodes, HALF_STEP_MIN)
+            farm.minute(nodes, HALF_STEP_MIN)
             minutes += HALF_STEP_MIN
         farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED, timeout=10)
         lease = farm.allocation(ir)
@@ -370,7 +343,7 @@ def _half_reclaimed(
     with ctx.step(f"Past the {grace_minutes}-minute grace: {idle_host} leaves IR-{ir}, {busy_host} stays"):
         minutes = 0
         while minutes < RECLAIM_LIMIT_MIN and idle_host in farm.allocation(ir).hosts:
-            _minute(farm, nodes, HALF_STEP_MIN)
+            farm.minute(nodes, HALF_STEP_MIN)
             minutes += HALF_STEP_MIN
         lease = farm.allocation(ir)
         ctx.check(
@@ -396,7 +369,7 @@ def _half_reclaimed(
         )
         # Still idle there, the monitors keep alerting for a host the lease no longer holds: nothing else changes.
         for _ in range(3):
-            _minute(farm, nodes, HALF_STEP_MIN)
+            farm.minute(nodes, HALF_STEP_MIN)
         after = farm.allocation(ir)
         ctx.check(
             after.hosts == (busy_host,) and after.gpu_count == 8 and after.phase is Phase.ALLOCATED,

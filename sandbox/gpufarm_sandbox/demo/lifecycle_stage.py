@@ -26,12 +26,14 @@ if TYPE_CHECKING:
     from gpufarm.config import Settings
     from gpufarm_sandbox.demo.context import DemoContext
     from gpufarm_sandbox.localhost.host import LocalEnv
+    from gpufarm_sandbox.simfarm import SimulatedFarm
 
 INGRESS_PATH = "/fn/slack_ingress/"
 OPERATORS_GROUP = "S0000000001"
 OPERATORS_CHANNEL = "C0000000001"
 RESEARCH_CHANNEL = "C0000000002"
 SLACK_ACK_BUDGET_MS = 3000
+MINUTE_S = 60.0  # one agent cycle and one monitor evaluation per simulated minute
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,23 @@ class LocalFarm:
         """Wait until hand-offs, webhooks and queued allocations have all run."""
         return bool(self.host.drain(timeout=timeout))
 
+    def request_ir(self, person: Person, text: str) -> int | None:
+        """`person` types `/gpu request <count> <model> ...`; the IR in the latest answer naming that model, once
+        everything settled (None when no answer names one)."""
+        self.slash(person, text)
+        self.settle()
+        model = text.split()[2]
+        answers = [m for m in self.messages(user=person.id, kind="response") if model in m["text"]]
+        return ir_in(answers[-1]["text"]) if answers else None
+
+    def minute(self, nodes: SimulatedFarm, minutes: int = 1) -> bool:
+        """One agent cycle pushed, the sandbox clock a minute (or more) on (the monitors evaluate), functions settled;
+        whether every node's points reached the sandbox."""
+        flushed = all(r.flushed for r in nodes.step_all())
+        self.post("/_sandbox/clock", {"advance": MINUTE_S * minutes})
+        self.settle(timeout=10)
+        return flushed
+
     # -- reading back --------------------------------------------------------------------------------------------------
 
     def messages(self, **filters: str) -> list[dict[str, Any]]:
@@ -299,6 +318,16 @@ def shown(message: dict[str, Any] | None) -> str:
         parts += [block["text"]["text"]] if isinstance(block.get("text"), dict) else []
         parts += [e.get("text", "") for e in block.get("elements", []) if isinstance(e.get("text"), str)]
     return " ".join(parts)
+
+
+def actions(message: dict[str, Any]) -> set[str]:
+    """The action ids of a Slack message's buttons."""
+    return {
+        str(e.get("action_id"))
+        for b in message.get("blocks", [])
+        if b.get("type") == "actions"
+        for e in b.get("elements", [])
+    }
 
 
 def ir_in(text: str) -> int | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, actions, ir_in
 
 if TYPE_CHECKING:
     from gpufarm.core.model import Allocation
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 HOST = ("k8s-mig-01", "shared-slices", "k8s-shared", "A100", 2, "1g.10gb", 7)
 SLICES = 14
 POOL = "shared-slices"
-STEP_S = 60.0  # one agent cycle and one monitor evaluation per simulated minute
 # Simulated minutes to wait for the warning (start-up grace + window + slack) and for the reclaim (grace + slack).
 WARN_LIMIT_MIN = 240
 RECLAIM_LIMIT_MIN = 180
@@ -99,13 +98,6 @@ def _registered(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm) -> bool
         return ctx.check(len(units) == SLICES, f"{SLICES} gpu_unit host tags", units[0] if units else "none")
 
 
-def _ask(farm: LocalFarm, person: Person, text: str) -> int | None:
-    farm.slash(person, text)
-    farm.settle()
-    answer = [m for m in farm.messages(user=person.id, kind="response") if "A100" in m["text"]]
-    return ir_in(answer[-1]["text"]) if answer else None
-
-
 def _fill_plain_hosts(ctx: DemoContext, farm: LocalFarm) -> list[int]:
     """The pool's A100 hosts without MIG are taken, so Bob's leases must share the sliced one."""
     plain = [h for h in _pool_a100(farm) if h.name != HOST[0]]
@@ -115,7 +107,7 @@ def _fill_plain_hosts(ctx: DemoContext, farm: LocalFarm) -> list[int]:
     noun = "host" if len(plain) == 1 else "hosts"
     with ctx.step(f"{ALICE.name} holds the pool's plain A100 {noun} (an operator approves)"):
         for host in plain:
-            ir = _ask(farm, ALICE, f"request {host.gpu_count} A100 project=llm-ko team=nlp env={POOL} days=2")
+            ir = farm.request_ir(ALICE, f"request {host.gpu_count} A100 project=llm-ko team=nlp env={POOL} days=2")
             asks = [m for m in farm.messages(channel=OPERATORS_CHANNEL) if ir is not None and ir_in(m["text"]) == ir]
             if asks and any(b.get("type") == "actions" for b in asks[-1].get("blocks", [])):
                 farm.click(DANA, asks[-1], "gpu_approve")
@@ -145,7 +137,7 @@ def _two_leases(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm) -> tupl
     leases: list[Allocation] = []
     with ctx.step(f"{BOB.name} gets two leases of one slice each; both land on {HOST[0]}, each on its own slice"):
         for project in ("serving", "notebook"):
-            ir = _ask(farm, BOB, f"request 1 A100 project={project} team=vision env={POOL} days=3")
+            ir = farm.request_ir(BOB, f"request 1 A100 project={project} team=vision env={POOL} days=3")
             lease = farm.allocation(ir) if ir is not None else None
             ctx.check(
                 lease is not None and lease.phase is Phase.ALLOCATED and lease.hosts == (HOST[0],),
@@ -201,14 +193,6 @@ def _text(message: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def _minute(farm: LocalFarm, nodes: SimulatedFarm) -> bool:
-    """One agent cycle pushed, the sandbox clock a minute on (the monitors evaluate), the functions settled."""
-    flushed = all(r.flushed for r in nodes.step_all())
-    farm.post("/_sandbox/clock", {"advance": STEP_S})
-    farm.settle(timeout=10)
-    return flushed
-
-
 def _attributed(nodes: SimulatedFarm, uuid_slot: str) -> set[str]:
     """The gpu_ir values of the agent's last series for one slice."""
     node = nodes.node(HOST[0])
@@ -229,7 +213,7 @@ def _only_the_idle_one_warned(ctx: DemoContext, farm: LocalFarm, nodes: Simulate
     with ctx.step(f"IR-{busy}'s job runs with no GPUFARM_IR; IR-{idle}'s slice stays idle until the monitors alert"):
         nodes.set_profile(HOST[0], "busy", gpus=[slots[busy]])
         started = ctx.sandbox.clock.now()
-        pushed = _minute(farm, nodes)
+        pushed = farm.minute(nodes)
         ctx.check(
             _attributed(nodes, slots[busy]) == {f"ir-{busy}"} and _attributed(nodes, slots[idle]) == {f"ir-{idle}"},
             "the agent attributes each slice from the host's gpu_assign tags",
@@ -239,7 +223,7 @@ def _only_the_idle_one_warned(ctx: DemoContext, farm: LocalFarm, nodes: Simulate
         ctx.check(bool(env) and not any("GPUFARM_IR" in e for e in env), "its processes carry no GPUFARM_IR", "")
         minutes = 1
         while minutes < WARN_LIMIT_MIN and farm.allocation(idle).phase is not Phase.IDLE_WARNED:
-            pushed = _minute(farm, nodes) and pushed
+            pushed = farm.minute(nodes) and pushed
             minutes += 1
         farm.wait_for(lambda: farm.allocation(idle).phase is Phase.IDLE_WARNED, timeout=10)
         ctx.check(pushed, "every agent cycle reached the sandbox", f"{minutes} cycles")
@@ -256,7 +240,7 @@ def _only_the_idle_one_warned(ctx: DemoContext, farm: LocalFarm, nodes: Simulate
             "alerts came from gpufarm's own monitors, for the idle slice only",
             "; ".join(sorted({e["group"] for e in fired if HOST[0] in e["group"]}))[:110],
         )
-        warnings = [m for m in farm.messages(user=BOB.id, kind="dm") if "gpu_keep" in _actions(m)]
+        warnings = [m for m in farm.messages(user=BOB.id, kind="dm") if "gpu_keep" in actions(m)]
         ctx.check(
             bool(warnings) and all(ir_in(m["text"]) == idle for m in warnings),
             f"{BOB.name} is warned about IR-{idle} only, with Keep / Release",
@@ -273,16 +257,6 @@ def _device(slot: str) -> tuple[int, int]:
     return int(gpu), int(mig)
 
 
-def _actions(message: dict[str, Any]) -> set[str]:
-    """The action ids of a Slack message's buttons."""
-    return {
-        str(e.get("action_id"))
-        for b in message.get("blocks", [])
-        if b.get("type") == "actions"
-        for e in b.get("elements", [])
-    }
-
-
 def _reclaimed(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, busy: int, idle: int) -> list[int]:
     from gpufarm.core.units import lease_devices
 
@@ -293,7 +267,7 @@ def _reclaimed(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, busy: in
     with ctx.step(f"Past the grace: IR-{idle} is reclaimed, its slice back in the pool; IR-{busy} untouched"):
         minutes = 0
         while minutes < RECLAIM_LIMIT_MIN and farm.allocation(idle).phase is not Phase.RECLAIMED:
-            _minute(farm, nodes)
+            farm.minute(nodes)
             minutes += 1
         lease = farm.allocation(idle)
         ctx.check(
@@ -316,7 +290,7 @@ def _reclaimed(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, busy: in
             f"IR-{busy} was never warned and still holds its slice",
             ", ".join(kept.devices),
         )
-        ir = _ask(farm, BOB, f"request 1 A100 project=notebook team=vision env={POOL} days=1")
+        ir = farm.request_ir(BOB, f"request 1 A100 project=notebook team=vision env={POOL} days=1")
         if ir is not None:
             again.append(ir)
         fresh = farm.allocation(ir) if ir is not None else None
