@@ -125,6 +125,7 @@ def build_text(
     from gpufarm.core.farm import parse_farm
     from gpufarm.handlers import runtime as rt
     from gpufarm.reporting.make import make_report
+    from gpufarm.reporting.query import parse_query
 
     if since is not None and month is not None:
         raise ValidationFailed("since", "give --since or --month, not both")
@@ -133,10 +134,14 @@ def build_text(
         rt.install_seams(point.load())
     runtime = rt.current()
     farm = parse_farm(farm_config.read_text()) if farm_config is not None else runtime.farm()
+    now = runtime.clock().now()
+    # The period, grouping and team are checked before Datadog's client is built: bad input is exit 2 even where
+    # no key is configured.
+    parse_query(farm, now, since=since, month=month, by=by, team=team)
     built = make_report(
         runtime.incidents(),
         farm,
-        runtime.clock().now(),
+        now,
         since=since,
         month=month,
         by=by,
