@@ -9,20 +9,25 @@ never seen has no tags, an unknown user group fails instead of meaning "nobody",
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufarm.adapters.slack import check_upload
 from gpufarm.core import fields as f
 from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.inventory import normalize_tag
 from gpufarm.core.model import IncidentRecord
+from gpufarm.core.policy import build_request
 from gpufarm.core.ports import HostInfo, HostPage, MetricSeries
 from gpufarm_node.tags import registration_tags
 from gpufarm_sandbox.emulator.incidents_search import matches, parse_query
+
+if TYPE_CHECKING:
+    from gpufarm.core.service import GpuFarm
 
 
 class FakeClock:
@@ -361,3 +366,25 @@ teams:
 idle: {grace_minutes: 60}
 defaults: {duration_days: 7, extend_days: 7}
 """
+
+_REQUEST_IDS = itertools.count(1)
+
+
+def ask_hpc(
+    svc: GpuFarm, incidents: FakeIncidents, requester: str, count: int, days: int, team: str = "nlp", project: str = "p"
+) -> int:
+    """A request for `count` H100 of FARM_YAML's `hpc` pool, submitted and its incident processed as the allocation
+    queue would: the new incident's IR."""
+    values = {
+        "gpu_count": str(count),
+        "gpu_model": "H100",
+        "environment": "hpc",
+        "team": team,
+        "project": project,
+        "duration_days": str(days),
+    }
+    request_id = f"hpc-{next(_REQUEST_IDS):06d}"
+    svc.submit_request(build_request(values, svc.farm, requester=requester, channel=None, request_id=request_id))
+    ir = max(r.public_id for r in incidents.records.values())
+    svc.process(incidents.by_ir(ir).id)
+    return ir

@@ -3,13 +3,12 @@ idle, unattributed use, and GPU-hours accrued into the incidents (idempotent, st
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue, ask_hpc
 
 from gpufarm.core import accounting, executor
 from gpufarm.core import fields as f
@@ -20,14 +19,12 @@ from gpufarm.core.inventory import GpuHost
 from gpufarm.core.ledger_config import LedgerSettings
 from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
 from gpufarm.core.ports import ScalarResult
 from gpufarm.core.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.sources import LEDGER_GAUGES
 
 USER = "U0000000001"
-_ids = itertools.count(1)
 LEDGER_YAML = FARM_YAML.replace("hpc: {H100: {gpus: 8, hard_limit: 16}}", "hpc: {H100: {gpus: 32, hard_limit: 64}}")
 
 
@@ -56,19 +53,7 @@ class World:
     metrics: FakeMetrics
 
     def ask(self, count: int = 8, days: int = 7, team: str = "nlp") -> int:
-        values = {
-            "gpu_count": str(count),
-            "gpu_model": "H100",
-            "environment": "hpc",
-            "team": team,
-            "project": "llm",
-            "duration_days": str(days),
-        }
-        request = build_request(values, self.svc.farm, requester=USER, channel=None, request_id=f"a-{next(_ids):06d}")
-        self.svc.submit_request(request)
-        ir = max(r.public_id for r in self.incidents.records.values())
-        self.svc.process(self.incidents.by_ir(ir).id)
-        return ir
+        return ask_hpc(self.svc, self.incidents, USER, count, days, team=team, project="llm")
 
     def alloc(self, ir: int) -> Allocation:
         return Allocation.from_record(self.incidents.by_ir(ir))

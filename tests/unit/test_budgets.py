@@ -3,25 +3,22 @@ request expected to overspend goes to the operators with the numbers; burn is a 
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, ask_hpc
 
 from gpufarm.core import budgets
 from gpufarm.core.farm import FarmConfigError, parse_farm
 from gpufarm.core.ledger_config import Budget, BudgetPeriod
 from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
 from gpufarm.core.service import GpuFarm
 
 USER, OPS = "U0000000001", "U0000000OPS"
-_ids = itertools.count(1)
 BUDGET_YAML = FARM_YAML.replace(
     "hpc: {H100: {gpus: 8, hard_limit: 16}}", "hpc: {H100: {gpus: 32, hard_limit: 64}}"
 ).replace(
@@ -107,19 +104,7 @@ class World:
     metrics: FakeMetrics
 
     def ask(self, count: int, days: int, project: str = "p") -> int:
-        values = {
-            "gpu_count": str(count),
-            "gpu_model": "H100",
-            "environment": "hpc",
-            "team": "nlp",
-            "project": project,
-            "duration_days": str(days),
-        }
-        request = build_request(values, self.svc.farm, requester=USER, channel=None, request_id=f"b-{next(_ids):06d}")
-        self.svc.submit_request(request)
-        ir = max(r.public_id for r in self.incidents.records.values())
-        self.svc.process(self.incidents.by_ir(ir).id)
-        return ir
+        return ask_hpc(self.svc, self.incidents, USER, count, days, project=project)
 
     def alloc(self, ir: int) -> Allocation:
         return Allocation.from_record(self.incidents.by_ir(ir))

@@ -3,26 +3,23 @@ before the end, release confirmed."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue, ask_hpc
 
 from gpufarm.core import fields as f
 from gpufarm.core.commands import Command, Verb, parse_command
 from gpufarm.core.farm import FarmConfigError, parse_farm
 from gpufarm.core.lifecycle import Phase, ReclaimReason
 from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
 from gpufarm.core.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.views import ACTION_EXTEND, ACTION_RELEASE
 
 USER, OPS = "U0000000001", "U0000000OPS"
-_ids = itertools.count(1)
 LEASES_YAML = FARM_YAML.replace(
     "hpc: {H100: {gpus: 8, hard_limit: 16}}", "hpc: {H100: {gpus: 24, hard_limit: 32}}"
 ).replace(
@@ -39,19 +36,7 @@ class World:
     incidents: FakeIncidents
 
     def ask(self, count: int = 8, days: int = 7) -> int:
-        values = {
-            "gpu_count": str(count),
-            "gpu_model": "H100",
-            "environment": "hpc",
-            "team": "nlp",
-            "project": "p",
-            "duration_days": str(days),
-        }
-        request = build_request(values, self.svc.farm, requester=USER, channel=None, request_id=f"l-{next(_ids):06d}")
-        self.svc.submit_request(request)
-        ir = max(r.public_id for r in self.incidents.records.values())
-        self.svc.process(self.incidents.by_ir(ir).id)
-        return ir
+        return ask_hpc(self.svc, self.incidents, USER, count, days)
 
     def alloc(self, ir: int) -> Allocation:
         return Allocation.from_record(self.incidents.by_ir(ir))
