@@ -277,17 +277,9 @@ def test_every_hand_off_failure_changes_nothing_and_says_so_where_slack_shows_it
         200,
         {"response_action": "errors", "errors": {"project": "gpufarm is unavailable; try again"}},
     )
-    reason_form = {
-        "type": "view_submission",
-        "user": OPERATOR,
-        "view": {
-            "id": "V0000000009",
-            "callback_id": "gpu_reason",
-            "private_metadata": '{"action": "gpu_reject", "ir": 1}',
-            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "over budget"}}}},
-        },
-    }
-    status, body = call(slack_event(payload_body(reason_form)))
+    status, body = call(
+        slack_event(payload_body(reason_submission('{"action": "gpu_reject", "ir": 1}', "over budget")))
+    )
     assert (status, body) == (
         200,
         {"response_action": "errors", "errors": {"reason": "gpufarm is unavailable; try again"}},
@@ -322,6 +314,20 @@ def test_button_clicks_are_acked_empty_and_handed_off(ingress: Any, name: str, a
 OPERATOR = {"id": "U0000000002", "username": "gpu.operator", "name": "gpu.operator", "team_id": "T0000000001"}
 
 
+def reason_submission(metadata: str, reason: str) -> dict[str, Any]:
+    """The operator's submission of the reason form whose private_metadata is `metadata`."""
+    return {
+        "type": "view_submission",
+        "user": OPERATOR,
+        "view": {
+            "id": "V0000000009",
+            "callback_id": "gpu_reason",
+            "private_metadata": metadata,
+            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": reason}}}},
+        },
+    }
+
+
 def test_reject_opens_the_reason_form_and_its_submission_is_handed_off(ingress: Any) -> None:
     invoker, chat, _ = ingress
     assert call(load_event("slack_block_actions_reject.json")) == (200, None)
@@ -329,38 +335,18 @@ def test_reject_opens_the_reason_form_and_its_submission_is_handed_off(ingress: 
     [(trigger, view)] = chat.views
     assert trigger == TRIGGER_ID and view["callback_id"] == "gpu_reason"
     assert json.loads(view["private_metadata"]) == {"action": "gpu_reject", "ir": 1}
-    submitted = {
-        "type": "view_submission",
-        "user": OPERATOR,
-        "view": {
-            "id": "V0000000009",
-            "callback_id": view["callback_id"],
-            "private_metadata": view["private_metadata"],
-            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "over\nbudget"}}}},
-        },
-    }
-    assert call(slack_event(payload_body(submitted))) == (200, None)
+    assert call(slack_event(payload_body(reason_submission(view["private_metadata"], "over\nbudget")))) == (200, None)
     [(_, job)] = invoker.calls
     assert (job["kind"], job["action"], job["ir"], job["user"]) == ("action", "gpu_reject", 1, "U0000000002")
     assert job["reason"] == "over budget" and "response_url" not in job
-    submitted["view"]["state"] = {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "  "}}}}
-    status, body = call(slack_event(payload_body(submitted)))
+    status, body = call(slack_event(payload_body(reason_submission(view["private_metadata"], "  "))))
     assert status == 200 and body == {"response_action": "errors", "errors": {"reason": "say why"}}
     assert len(invoker.calls) == 1
 
 
 def test_a_forged_reason_form_changes_nothing(ingress: Any) -> None:
     invoker, _, _ = ingress
-    forged = {
-        "type": "view_submission",
-        "user": OPERATOR,
-        "view": {
-            "id": "V0000000009",
-            "callback_id": "gpu_reason",
-            "private_metadata": '{"action": "gpu_approve", "ir": 1}',
-            "state": {"values": {"reason": {"reason": {"type": "plain_text_input", "value": "x"}}}},
-        },
-    }
+    forged = reason_submission('{"action": "gpu_approve", "ir": 1}', "x")
     status, body = call(slack_event(payload_body(forged)))
     assert status == 200 and list(body["errors"]) == ["reason"]
     assert invoker.calls == []
