@@ -181,6 +181,29 @@ def test_drift_is_the_sync_repairs_since_the_last_digest() -> None:
     assert "old-1" not in text and "hpc-2" not in text
 
 
+def test_many_repairs_are_counted_all_and_the_oldest_shown() -> None:
+    entries = tuple(
+        f"{isoformat(NOW - timedelta(hours=20, minutes=-i))} sync repaired: restored ir:ir-1 on hpc-{i}"
+        for i in range(20)
+    )
+    built = digest_of([lease(history=entries)])
+    section = next(b["text"]["text"] for b in built.message.blocks if "Drift" in b["text"]["text"])
+    assert built.counts == {"Drift the sync repaired": 20}
+    assert section.startswith("*Drift the sync repaired* (20)")
+    assert "hpc-0\n" in section and "hpc-14" in section and "hpc-15" not in section
+    assert section.endswith("… and 5 more")
+
+
+def test_waiting_requests_in_one_queue_have_their_places() -> None:
+    first = lease(Phase.WAITING, waiting_since=NOW - timedelta(hours=3))
+    second = lease(Phase.WAITING, waiting_since=NOW - timedelta(hours=1))
+    other = lease(Phase.WAITING, waiting_since=NOW - timedelta(hours=2), environment="cloud", gpu_model="A100")
+    text = text_of(digest_of([second, other, first]))
+    assert f"IR-{first.ir}> nlp/llm 8xH100 in `hpc`: waiting for hosts (1st of 2 waiting for H100)" in text
+    assert f"IR-{second.ir}> nlp/llm 8xH100 in `hpc`: waiting for hosts (2nd of 2 waiting for H100)" in text
+    assert "(1st of 1 waiting for A100)" in text
+
+
 def test_quota_and_budget_pressure_from_their_thresholds() -> None:
     budget = Budget(team="nlp", gpu_hours=20000)
     built = digest_of(

@@ -59,6 +59,7 @@ def run(ctx: DemoContext) -> None:
             ctx.check("Free capacity" in shown, "free capacity per pool beside the news")
             for block in posts[-1]["blocks"]:
                 if block.get("type") == "section":
-                    ctx.info(block["text"]["text"].split("\n", 1)[0])
+                    for line in block["text"]["text"].split("\n")[:6]:
+                        ctx.info(line)
     finally:
         farm.close()

@@ -23,7 +23,7 @@ from gpufarm.core.digest_config import DigestSettings
 from gpufarm.core.farm import FarmConfig
 from gpufarm.core.lifecycle import Phase, State
 from gpufarm.core.links import Links
-from gpufarm.core.model import Allocation
+from gpufarm.core.model import Allocation, isoformat
 from gpufarm.core.views import MAX_SECTION_TEXT, Message, context, section
 
 MAX_LINES = 15
@@ -75,6 +75,13 @@ class Section:
     title: str
     lines: list[str]
     news: bool = True
+    # How many lines there are when only the first MAX_LINES were formatted (None: all of `lines`).
+    total: int | None = None
+
+    @property
+    def count(self) -> int:
+        """How many lines the section has (shown or not)."""
+        return self.total if self.total is not None else len(self.lines)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
     clock = _Clock(facts.now, settings.zone())
     horizon = facts.now + timedelta(hours=settings.horizon_hours)
     live = [a for a in facts.leases if a.state is not State.RESOLVED]
+    drifted, drift_total = drift_lines(live, facts.since, facts.until, links, clock)
     parts = [
         Section("Waiting requests", waiting_lines(live, facts, links, clock)),
         Section("Idle warnings", idle_lines(live, facts, links, clock)),
@@ -97,10 +105,10 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
         Section(f"Exemptions ending within {settings.horizon_hours} h", exemption_lines(live, horizon, links, clock)),
         Section(f"Leases ending within {settings.horizon_hours} h", ending_lines(live, horizon, links, clock)),
         Section("Unattributed use (busy GPUs no lease claims)", unattributed_lines(facts.unattributed)),
-        Section("Drift the sync repaired", drift_lines(live, facts.since, facts.until, links, clock)),
+        Section("Drift the sync repaired", drifted, total=drift_total),
         Section("Quota and budget pressure", pressure_lines(facts, settings)),
     ]
-    news = [p for p in parts if p.lines and p.news]
+    news = [p for p in parts if p.count and p.news]
     if not news:
         return None
     capacity = Section("Free capacity (free / total GPUs)", capacity_lines(facts.capacity), news=False)
@@ -110,8 +118,8 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
     blocks += [section(_text(p)) for p in shown]
     since = clock.moment(facts.since)
     blocks.append(context(f"Since the last digest ({since}); times in {settings.timezone}."))
-    summary = ", ".join(f"{p.title.lower()}: {len(p.lines)}" for p in news)
-    return Digest(Message(f"{title}: {summary}", blocks), {p.title: len(p.lines) for p in news})
+    summary = ", ".join(f"{p.title.lower()}: {p.count}" for p in news)
+    return Digest(Message(f"{title}: {summary}", blocks), {p.title: p.count for p in news})
 
 
 # -- the sections --------------------------------------------------------------------------------------------------
@@ -121,16 +129,31 @@ def waiting_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, 
     """Requests waiting for an operator or for hosts, the longest waiting first."""
     rows: list[tuple[datetime, str]] = []
     pending = [a for a in live if a.phase in ASKED_PHASES or a.phase in leases.WAITING]
+    places = queue_places(pending)
     for alloc in pending:
         since = waiting_since(alloc) or facts.now
         if alloc.phase in ASKED_PHASES:
             what = "awaiting an operator's decision"
         elif alloc.phase is Phase.WAITING:
-            what = f"waiting for hosts ({leases.position(alloc, pending)})"
+            what = f"waiting for hosts ({places[alloc.ir]})"
         else:
             what = "approved, hosts being allocated"
         rows.append((since, f"{_lease(alloc, links)}: {what} for {clock.age(since)}"))
     return [line for _, line in sorted(rows, key=lambda row: row[0])]
+
+
+def queue_places(pending: Iterable[Allocation]) -> dict[int, leases.Position]:
+    """Each waiting request's place in its pool's queue for its model (as gpufarm.core.leases.position counts it),
+    for all of them at once: first come, first served by IR."""
+    queues: dict[tuple[str | None, str], list[int]] = {}
+    for alloc in pending:
+        if alloc.phase is Phase.WAITING:
+            queues.setdefault((alloc.environment, (alloc.gpu_model or "").upper()), []).append(alloc.ir)
+    places: dict[int, leases.Position] = {}
+    for (_, model), irs in queues.items():
+        for place, ir in enumerate(sorted(irs), 1):
+            places[ir] = leases.Position(place, len(irs), model or "its model")
+    return places
 
 
 def idle_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, clock: _Clock) -> list[str]:
@@ -204,16 +227,26 @@ def unattributed_lines(unattributed: Mapping[tuple[str, str, str], float] | None
     return out
 
 
-def drift_lines(live: Iterable[Allocation], since: datetime, until: datetime, links: Links, clock: _Clock) -> list[str]:
-    """What the sync restored on the live leases between the last digest and this one (their history)."""
-    rows: list[tuple[datetime, int, str]] = []
+def drift_lines(
+    live: Iterable[Allocation], since: datetime, until: datetime, links: Links, clock: _Clock
+) -> tuple[list[str], int]:
+    """What the sync restored on the live leases between the last digest and this one (their history), oldest
+    first: the first MAX_LINES formatted, and how many there are."""
+    marker = f" {history.Step.REPAIRED.value}"
+    # Entries start with their time as isoformat writes it (fixed width, UTC), so text order is time order.
+    first, last = isoformat(since), isoformat(until)
+    found: list[tuple[datetime, int, str, Allocation]] = []
     for alloc in live:
         for line in alloc.history:
+            if marker not in line or not first <= line[: len(first)] <= last:
+                continue  # most entries are other steps or other days: not worth parsing
             entry = history.parse(line)
             if entry is None or entry.step != history.Step.REPAIRED.value or not since <= entry.at < until:
                 continue
-            rows.append((entry.at, alloc.ir, f"{_link(alloc, links)} {clock.moment(entry.at)}: {entry.details}"))
-    return [text for _, _, text in sorted(rows)]
+            found.append((entry.at, alloc.ir, entry.details, alloc))
+    found.sort(key=lambda row: (row[0], row[1]))
+    shown = [f"{_link(a, links)} {clock.moment(at)}: {details}" for at, _, details, a in found[:MAX_LINES]]
+    return shown, len(found)
 
 
 def pressure_lines(facts: DigestFacts, settings: DigestSettings) -> list[str]:
@@ -281,9 +314,9 @@ def _gpus(value: float) -> str:
 def _text(part: Section) -> str:
     """A section's mrkdwn: its title, at most MAX_LINES bullet lines, and how many more there are."""
     lines = [f"• {_cut(line)}" for line in part.lines[:MAX_LINES]]
-    if len(part.lines) > MAX_LINES:
-        lines.append(f"… and {len(part.lines) - MAX_LINES} more")
-    title = f"*{part.title}* ({len(part.lines)})" if part.news else f"*{part.title}*"
+    if part.count > len(lines):
+        lines.append(f"… and {part.count - len(lines)} more")
+    title = f"*{part.title}* ({part.count})" if part.news else f"*{part.title}*"
     text = title + "\n" + "\n".join(lines)
     return text if len(text) <= MAX_SECTION_TEXT else text[: MAX_SECTION_TEXT - 2] + " …"
 
