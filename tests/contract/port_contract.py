@@ -210,6 +210,15 @@ class ChatContract:
     def test_an_unknown_user_is_named_by_its_id(self, chat: Chat) -> None:
         assert chat.user_name("U0000000404") == "U0000000404"
 
+    def test_each_upload_gets_its_own_file_id_and_a_path_as_name_is_refused(self, chat: Chat) -> None:
+        first = chat.upload_file("C0000000001", "report-2026-11.csv", b"team,hours\nnlp,1\n", title="November")
+        second = chat.upload_file(
+            "C0000000001", "report-2026-11.csv", b"team,hours\n", title="November", initial_comment="again"
+        )
+        assert first and second and first != second
+        with pytest.raises(ValidationFailed):
+            chat.upload_file("C0000000001", "../report.csv", b"x", title="report")
+
 
 class WorkQueueContract:
     """What the serialized allocation path relies on from WorkQueue: order within a group, duplicates dropped."""
