@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 
+from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo import digest_stage
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, OPERATORS_CHANNEL, LocalFarm, ir_in
 
@@ -44,6 +45,15 @@ def test_the_schedule_posts_the_digest_at_its_time_with_linked_leases(farm: Loca
     farm.post("/_sandbox/clock", {"advance": _next_digest_time(now) - now - 60})
     assert farm.settle()
     assert len(farm.messages(channel=OPERATORS_CHANNEL, contains="GPU farm digest")) == before
+    # Busy GPUs on a host no lease claims, as the sync's ledger gauge says, an hour before the digest.
+    point = int(_next_digest_time(now)) - 3600
+    gauge = {
+        "metric": "gpufarm.ledger.gpus.unattributed",
+        "type": 3,
+        "points": [{"timestamp": point, "value": 2.0}],
+        "tags": ["host:ghost-01", "team:nlp", "environment:onprem-hpc"],
+    }
+    agentcheck.push(farm.base_url, farm.host.env["DD_API_KEY"], [gauge])
     farm.post("/_sandbox/clock", {"advance": 90})
     assert farm.wait_for(
         lambda: len(farm.messages(channel=OPERATORS_CHANNEL, contains="GPU farm digest")) > before, timeout=30
@@ -55,6 +65,7 @@ def test_the_schedule_posts_the_digest_at_its_time_with_linked_leases(farm: Loca
     assert "Waiting requests" in shown and "Free capacity" in shown
     assert f"/incidents/{waiting[-1]}|IR-{waiting[-1]}>" in shown
     assert "awaiting an operator" in shown
+    assert "`ghost-01` (team `nlp`, `onprem-hpc`): up to 2 GPUs busy with no lease" in shown
 
     # The schedule says it fired with the scheduled time the function decided on.
     state = farm.get("/_local/state")
