@@ -78,6 +78,20 @@ class _Stage:
         self.farm.post("/fn/idle_alert/", body, token)
         self.farm.settle()
 
+    def warned_then_kept(self, ir: int, missing: str = "the idle warning reached the holder") -> bool:
+        """The lease goes idle, its holder is warned and clicks Keep; False (and `missing` a failed check) when no
+        warning reached her."""
+        farm = self.farm
+        self.idle(ir)
+        farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
+        warning = farm.answer(ALICE, f"IR-{ir}")
+        if warning is None or farm.allocation(ir).phase is not Phase.IDLE_WARNED:
+            self.ctx.check(False, missing, f"IR-{ir}")
+            return False
+        farm.click(ALICE, warning, "gpu_keep")
+        farm.settle()
+        return True
+
     def advance(self, seconds: int) -> None:
         self.farm.post("/_sandbox/clock", {"advance": seconds})
         self.farm.settle()
@@ -99,7 +113,7 @@ class _Stage:
         with ctx.step(f"{ALICE.name} asks for 8 more H100 (beyond nlp's quota): the operators' card has the context"):
             farm.slash(ALICE, "request 8 H100 project=sweep2 team=nlp env=onprem-hpc days=3")
             farm.settle()
-            ir = ir_in(shown(self.farm.answer(ALICE, "/sweep2`")))
+            ir = ir_in(shown(farm.answer(ALICE, "/sweep2`")))
             cards = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} needs approval") if ir else []
             if ir is None or not cards:
                 ctx.check(False, "the request reached the operators", f"IR-{ir}")
@@ -121,7 +135,7 @@ class _Stage:
             reason = "the HPC pool is booked for the benchmark week; ask again on Monday"
             ctx.check(self.submit_form(DANA, {"reason": ("plain_text_input", reason)}), "the reason form is submitted")
             farm.wait_for(lambda: farm.allocation(ir).phase is Phase.REJECTED)
-            told = shown(self.farm.answer(ALICE, f"IR-{ir}"))
+            told = shown(farm.answer(ALICE, f"IR-{ir}"))
             ctx.check(f"rejected by <@{DANA.id}>: {reason}" in told, "the requester reads who and why", told[:120])
             updated = [m for m in farm.messages(channel=OPERATORS_CHANNEL) if m.get("ts") == card["ts"]]
             decided = shown(updated[-1]) if updated else ""
@@ -131,14 +145,8 @@ class _Stage:
         ctx, farm = self.ctx, self.farm
         for n in (1, 2):
             with ctx.step(f"IR-{ir} goes idle (day {n}): warned, {ALICE.name} clicks Keep ({n} of 2)"):
-                self.idle(ir)
-                farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
-                warning = self.farm.answer(ALICE, f"IR-{ir}")
-                if warning is None or farm.allocation(ir).phase is not Phase.IDLE_WARNED:
-                    ctx.check(False, "the idle warning reached the holder", f"IR-{ir}")
+                if not self.warned_then_kept(ir):
                     return
-                farm.click(ALICE, warning, "gpu_keep")
-                farm.settle()
                 farm.wait_for(lambda n=n: farm.allocation(ir).keep_count == n)
                 lease = farm.allocation(ir)
                 ctx.check(
@@ -151,15 +159,9 @@ class _Stage:
                 ctx.check(farm.allocation(ir).phase is Phase.ALLOCATED, "a notification while kept changes nothing")
                 self.advance(DAY_S + 60)
         with ctx.step("Day 3: warned again; the third Keep is refused and says whom to ask"):
-            self.idle(ir)
-            farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
-            warning = self.farm.answer(ALICE, f"IR-{ir}")
-            if warning is None:
-                ctx.check(False, "the third warning reached the holder")
+            if not self.warned_then_kept(ir, "the third warning reached the holder"):
                 return
-            farm.click(ALICE, warning, "gpu_keep")
-            farm.settle()
-            refused = shown(self.farm.answer(ALICE, "cannot be kept again"))
+            refused = shown(farm.answer(ALICE, "cannot be kept again"))
             ctx.check(
                 "it has used its 2 keeps of 24 h" in refused and "ask the GPU operators" in refused,
                 "Keep refused: why and whom to ask",
@@ -184,17 +186,11 @@ class _Stage:
         if ir is None:
             return
         with ctx.step(f"IR-{ir} goes idle; {ALICE.name} keeps it; {DANA.name} exempts it from the operators' card"):
-            self.idle(ir)
-            farm.wait_for(lambda: farm.allocation(ir).phase is Phase.IDLE_WARNED)
-            warning = self.farm.answer(ALICE, f"IR-{ir}")
-            if warning is None:
-                ctx.check(False, "the idle warning reached the holder")
+            if not self.warned_then_kept(ir):
                 return
-            farm.click(ALICE, warning, "gpu_keep")
-            farm.settle()
             farm.slash(ALICE, f"exempt IR-{ir} 30d my eval is important")
             farm.settle()
-            refused = shown(self.farm.answer(ALICE, "only GPU operators can exempt"))
+            refused = shown(farm.answer(ALICE, "only GPU operators can exempt"))
             ctx.check(bool(refused), "a researcher cannot exempt a lease", refused[:80])
             cards = farm.messages(channel=OPERATORS_CHANNEL, contains=f"kept IR-{ir}")
             if not cards:
