@@ -12,10 +12,12 @@ the large one.
 With every inventory source on (the default; --no-sources leaves them out) the syncs also read AWS and Azure:
 moto's EC2 with 2,000 GPU instances in two regions (most of them the cloud pools' registered hosts, 20 without an
 agent) and a stubbed Azure subscription with 500 VMs, through gpufarm's own sources (gpufarm_sandbox.clouds), and
-the farm file's static list; each sync's calls, wall time and nodes per source are printed. moto answers a page of a
-thousand instances in 5-20 s of its own rendering, where EC2 answers in about one: each seeded farm's EC2 reads are
-answered by moto once, before anything is measured (SimulatedAws.prime, printed), and the syncs then get moto's
-recorded answers through botocore, so their AWS wall time is gpufarm's own work (sending, parsing EC2's XML).
+the farm file's static list, and the Datadog Agent's GPU check on the shared pool (gpu.device.total of each of its
+hosts and of AGENT_ONLY hosts gpufarm never registered); each sync's calls, wall time and nodes per source are
+printed. moto answers a page of a thousand instances in 5-20 s of its own rendering, where EC2 answers in about one:
+each seeded farm's EC2 reads are answered by moto once, before anything is measured (SimulatedAws.prime, printed),
+and the syncs then get moto's recorded answers through botocore, so their AWS wall time is gpufarm's own work
+(sending, parsing EC2's XML).
 
 Run: .venv/bin/python benchmarks/scale.py [--sizes small,large] [--no-sources] [--profile DIR]
 (--profile: each scheduled sync's cProfile statistics in DIR/<size>/, its wall and CPU inflated by the profiler.)
@@ -73,7 +75,11 @@ INVENTORY_YAML = f"""inventory:
     locations: [eastus]
   static:
     - {{name: onprem-static-01, environment: onprem-hpc, gpu_model: H100, gpu_count: 8}}
+  datadog_agent: {{lookback_minutes: 180}}
 """
+# The pool the Datadog Agent's GPU check reports (metrics_source: datadog-agent), and hosts only the check knows.
+AGENT_POOL = "shared-slices"
+AGENT_ONLY = 10
 # Before this work, at 20,000 / 3,000 (issue 9): request 145 s, approval 121 s, sync 400-650 s.
 BEFORE = {"request": "145 s", "approval": "121 s", "sync": "400-650 s"}
 
@@ -182,6 +188,10 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
 def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, float]], moto_url: str) -> object:
     """Moto's EC2 with EC2_INSTANCES GPU instances and a stubbed Azure with AZURE_VMS, named after the cloud hosts."""
+    from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.config import Settings
+    from gpufarm.core import agent_source
+    from gpufarm.handlers.runtime import SystemClock
     from gpufarm_sandbox.azurestub import Vm
     from gpufarm_sandbox.clouds import LocalClouds, SimulatedAws
 
@@ -201,7 +211,7 @@ def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, floa
     names = [*shared, *(f"azure-spare-{i:03d}" for i in range(AZURE_VMS - len(shared)))]
     azure.vms = [Vm(n, "Standard_NC24ads_A100_v4", tags={"gpufarm-environment": "shared-slices"}) for n in names]
     azure.limits = {"standardNCADSA100v4Family": 24 * AZURE_VMS * 2}
-    farm = parse_farm(scalefarm.farm_yaml() + INVENTORY_YAML)
+    farm = parse_farm(farm_text())
     aws = [s for s in clouds.sources(farm) if s.name == "aws"]
     primed = clouds.aws.prime(aws[0].read)
     print(
@@ -211,9 +221,37 @@ def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, floa
     clouds.aws.calls = 0
 
     def sources(farm: FarmConfig) -> list[InventorySource]:
-        return [Measured(s, log) for s in clouds.sources(farm)]
+        # The Agent GPU check's source too, on the runtime's own clients, so its readings are measured alike.
+        agent = agent_source.for_farm(farm, DatadogGateway(Settings()), SystemClock())
+        return [Measured(s, log) for s in [*clouds.sources(farm), *([agent] if agent else [])]]
 
     return sources
+
+
+def farm_text() -> str:
+    """The scale farm with AGENT_POOL on the Datadog Agent's GPU check, and every inventory source."""
+    agent = f"\n  {AGENT_POOL}:\n    metrics_source: datadog-agent\n"
+    return scalefarm.farm_yaml().replace(f"\n  {AGENT_POOL}:\n", agent, 1) + INVENTORY_YAML
+
+
+def push_agent_checks(api: scalefarm.Api, plan: scalefarm.Layout, url: str) -> int:
+    """The GPU check's gpu.device.total of AGENT_POOL's hosts and of AGENT_ONLY unregistered ones; hosts sent."""
+    from gpufarm.core.inventory import tag_value
+    from gpufarm_sandbox import agentcheck
+    from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY
+
+    now = int(float(api.ok("GET", "/_sandbox/clock")["now"]))
+    pool = [(h, tags) for h, tags in plan.hosts.items() if h.startswith(f"{AGENT_POOL}-")]
+    hosts = [(h, str(tag_value(tags, "gpu_model")).upper(), int(tag_value(tags, "gpu_count") or 8)) for h, tags in pool]
+    hosts += [(f"agent-only-{i:03d}", "L4", 8) for i in range(AGENT_ONLY)]
+    series = []
+    for host, model, count in hosts:
+        own = [] if host in plan.hosts else [f"environment:{AGENT_POOL}"]  # the Agent's `tags:` on a host of its own
+        checked = agentcheck.AgentGpuCheck(host, model, count).series(agentcheck.IDLE, [now])
+        series += [{**s, "tags": [*s["tags"], *own]} for s in checked if s["metric"] == "gpu.device.total"]
+    for start in range(0, len(series), 2000):
+        agentcheck.push(url, DEFAULT_DD_API_KEY, series[start : start + 2000])
+    return len(hosts)
 
 
 def show_sources(log: list[tuple[SourceReading, float]]) -> None:
@@ -221,7 +259,7 @@ def show_sources(log: list[tuple[SourceReading, float]]) -> None:
     print("  inventory sources, per reading (each sync reads each source once):")
     for reading, wall in log:
         print(
-            f"    {reading.source:<7} {reading.calls:3d} calls {wall:6.2f} s wall  {len(reading.nodes):5d} nodes"
+            f"    {reading.source:<13} {reading.calls:3d} calls {wall:6.2f} s wall  {len(reading.nodes):5d} nodes"
             f"  {len(reading.quotas):2d} quotas  {len(reading.errors)} errors"
         )
 
@@ -251,7 +289,7 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     farm_file = Path(tempfile.mkdtemp(prefix="gpufarm-scale-")) / "farm.yaml"
-    farm_file.write_text(scalefarm.farm_yaml() + ("" if args.no_sources else INVENTORY_YAML))
+    farm_file.write_text(scalefarm.farm_yaml() if args.no_sources else farm_text())
     os.environ.update(scalefarm.environment(url, farm_file))
     proc, _ = start_sandbox(port)
     moto = None if args.no_sources else start_moto()
@@ -267,6 +305,7 @@ def main() -> None:
             readings: list[tuple[SourceReading, float]] = []
             if moto is not None:
                 scalefarm.OVERRIDES["inventory_sources"] = simulated_clouds(plan, readings, moto[1])
+                print(f"  the Agent GPU check reports {push_agent_checks(api, plan, url)} hosts of {AGENT_POOL}")
             seeded = time.perf_counter() - started
             scalefarm.PROFILE_DIR = args.profile / size if args.profile else None
             results[size] = scalefarm.measure(api, plan)

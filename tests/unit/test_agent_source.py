@@ -253,3 +253,21 @@ def test_an_agent_check_host_of_an_unknown_device_is_unknown_never_another_model
         [], [SourceReading("datadog-agent", nodes=(check_node("t4", model=None),))], now=NOW, down_after_minutes=None
     )
     assert [n.id for n in ledger.unknown] == ["t4"] and ledger.pools == {}
+
+
+def test_the_example_farm_documents_the_section_it_validates() -> None:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "config" / "farm.example.yaml").read_text()
+    start = text.index("  # datadog_agent:")
+    lines = [line.replace("# ", "", 1) for line in text[start:].splitlines()[:4]]
+    agent_pool = text.replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent", 1)
+    at = agent_pool.index("\n", agent_pool.index("gpu_count: 8}", agent_pool.index("  static:"))) + 1
+    config = parse_farm(agent_pool[:at] + "\n".join(lines) + "\n" + agent_pool[at:])
+    agent = config.inventory.datadog_agent
+    assert agent is not None
+    assert (agent.lookback_minutes, agent.scope("cloud-aws"), agent.device_models) == (
+        180,
+        ("environment:cloud-aws",),
+        {"nvidia_gh200_480gb": "H100"},
+    )

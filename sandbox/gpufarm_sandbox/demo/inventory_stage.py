@@ -1,6 +1,12 @@
 """Demo stage "inventory": the scheduled sync reads AWS and Azure besides the agents; a cloud GPU instance without an
-agent is reported with its instance id, a throttled source is skipped and reported while the others still sync,
-and the ledger (inventory per environment and model, quota per cloud region) is printed from the gauges it sent.
+agent is reported with its instance id, a throttled source is skipped and reported (in the sync's report and as a
+Datadog event) while the others still sync, and the ledger (inventory per environment and model, quota per cloud
+region) is printed from the gauges it sent.
+
+Then the measured ledger: Bob holds 8 H100 for an hour while his node's agent reports 6 of them busy, and the
+ledger per team, environment and model (entitled, allocated, used, idle) and the team's GPU-hour budget burn are
+printed from the gauges and checked against what he holds. The example farm file sets no budget, so the stage
+runs on a copy of it with one (vision, 2,000 GPU-hours a month) and puts the original back afterwards.
 
 The clouds are simulated (gpufarm_sandbox.clouds): EC2 is moto, answered in-process, Azure a stubbed azure-core
 transport; gpufarm's own AWS and Azure sources read them through botocore and azure-mgmt-compute as they would
@@ -10,11 +16,19 @@ function does (QuotaSyncFunction on the local host).
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpufarm.core.lifecycle import Phase
+from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.azurestub import Vm
 from gpufarm_sandbox.clouds import clouds_for
-from gpufarm_sandbox.demo.lifecycle_stage import HOSTS, LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import BOB, HOSTS, LocalFarm, ir_in
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
@@ -39,6 +53,24 @@ QUOTA_QUERIES = {
     "used": "max:gpufarm.cloud.quota.used{*} by {source,region,family}",
     "held": "max:gpufarm.cloud.quota.held{*} by {source,region,family}",
 }
+# The measured ledger per team, environment and model (a team's projects summed), and the budgets' burn.
+TEAM_QUERIES = {
+    "entitled": "max:gpufarm.quota.entitled{*} by {team,environment,gpu_model}.rollup(max)",
+    "allocated": "sum:gpufarm.ledger.gpus.allocated{*} by {team,environment,gpu_model}.rollup(max)",
+    "used": "sum:gpufarm.ledger.gpus.used{*} by {team,environment,gpu_model}.rollup(max)",
+    "idle": "sum:gpufarm.ledger.gpus.idle{*} by {team,environment,gpu_model}.rollup(max)",
+}
+BUDGET_QUERIES = {
+    "budget": "max:gpufarm.budget.gpu_hours{*} by {team,project,period}.rollup(max)",
+    "burned": "max:gpufarm.budget.burned{*} by {team,project,period}.rollup(max)",
+    "remaining": "min:gpufarm.budget.remaining{*} by {team,project,period}.rollup(min)",
+}
+BUDGET = "\nbudgets:\n  - {team: vision, period: month, gpu_hours: 2000}\n"
+LEASE = "request 8 H100 project=ledger-demo team=vision env=onprem-hpc days=1 purpose=ledger"
+BUSY = 6
+# The lease is held a little over an hour (its GPU-hours accrue once an hour), in three steps of the sandbox clock.
+STEP_S = 1300
+STEPS = 3
 
 
 def run(ctx: DemoContext) -> None:
@@ -85,28 +117,44 @@ def run(ctx: DemoContext) -> None:
                 inventory.get("source_errors") == [], "every source answered", str(inventory.get("source_errors"))
             )
             ctx.info(f"calls per source: {inventory.get('source_calls')}")
-        with ctx.step("Azure throttles every request: it is skipped and reported, AWS still syncs, nothing changes"):
-            before = host_tags(farm)
-            azure.throttle = 1.0
-            try:
-                report = sync(ctx)
-            finally:
-                azure.throttle = 0.0
-            inventory = report.get("inventory", {})
-            errors = inventory.get("source_errors", [])
-            for line in errors:
-                ctx.info(f"skipped: {line}")
-            ctx.check(bool(errors) and all(e.startswith("azure ") for e in errors), "only Azure is skipped")
-            ctx.check(any("429" in e for e in errors), "the error says it was throttled (429)")
-            ctx.check(any(ids[1] in line for line in inventory.get("no_agent", [])), "AWS is still read")
-            ctx.check(host_tags(farm) == before, "no host tag changed because a source was unreachable")
-            ctx.check(inventory.get("down") == [], "no host marked down because a source was unreachable")
+        throttled(ctx, farm, azure, ids)
         with ctx.step("the ledger, from the gauges the sync sent"):
             sync(ctx)
             print_ledger(ctx)
+        with budgeted_farm(), ctx.step(f"{BOB.name} holds 8 H100 for an hour, {BUSY} busy: the measured ledger"):
+            measured_ledger(ctx, farm)
     finally:
         clouds.aws.reservations.clear()
         farm.close()
+
+
+def throttled(ctx: DemoContext, farm: LocalFarm, azure: Any, ids: list[str]) -> None:
+    """Azure answers 429 to everything for one sync: skipped and reported, AWS still read, nothing changed."""
+    with ctx.step("Azure throttles every request: it is skipped and reported, AWS still syncs, nothing changes"):
+        before = host_tags(farm)
+        since = int(ctx.sandbox.clock.now())
+        azure.throttle = 1.0
+        try:
+            report = sync(ctx)
+        finally:
+            azure.throttle = 0.0
+        inventory = report.get("inventory", {})
+        errors = inventory.get("source_errors", [])
+        for line in errors:
+            ctx.info(f"skipped: {line}")
+        ctx.check(bool(errors) and all(e.startswith("azure ") for e in errors), "only Azure is skipped")
+        ctx.check(any("429" in e for e in errors), "the error says it was throttled (429)")
+        ctx.check(any(ids[1] in line for line in inventory.get("no_agent", [])), "AWS is still read")
+        ctx.check(host_tags(farm) == before, "no host tag changed because a source was unreachable")
+        ctx.check(inventory.get("down") == [], "no host marked down because a source was unreachable")
+        events = source_events(ctx, since)
+        for event in events[:1]:
+            ctx.info(f"Datadog event: {event['title']} [{event['alert_type']}, {event['aggregation_key']}]")
+        ctx.check(
+            bool(events) and all(e["aggregation_key"] == "gpufarm-inventory-source-azure" for e in events),
+            "the skipped source is a Datadog event, grouped by source",
+            f"{len(events)} event(s)",
+        )
 
 
 def sync(ctx: DemoContext) -> dict[str, Any]:
@@ -153,3 +201,105 @@ def print_ledger(ctx: DemoContext) -> None:
         "the EC2 P-family vCPU quota of us-east-1 is published",
     )
     ctx.check(any("source:azure" in k for k in limits), "the Azure family core quota is published")
+
+
+def source_events(ctx: DemoContext, since: int) -> list[dict[str, Any]]:
+    """The inventory source events in the sandbox's event stream from `since` on, newest first."""
+    found: list[dict[str, Any]] = [
+        e for e in ctx.sandbox.events.events() if "gpufarm:inventory" in e["tags"] and e["date_happened"] >= since
+    ]
+    return found[::-1]
+
+
+@contextmanager
+def budgeted_farm() -> Iterator[None]:
+    """The local functions read a copy of their farm file with a GPU-hour budget (unchanged if it has budgets)."""
+    path = os.environ.get("GPUFARM_FARM_CONFIG")
+    text = Path(path).read_text(encoding="utf-8") if path else ""
+    if not path or re.search(r"^budgets:", text, re.MULTILINE):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="gpufarm-demo-") as folder:
+        copy = Path(folder) / "farm.yaml"
+        copy.write_text(text + BUDGET, encoding="utf-8")
+        os.environ["GPUFARM_FARM_CONFIG"] = str(copy)
+        try:
+            yield
+        finally:
+            os.environ["GPUFARM_FARM_CONFIG"] = path
+
+
+def _busy(ir: int, host: str, end: int) -> list[dict[str, Any]]:
+    """BUSY busy GPUs of the lease over the STEP_S seconds to `end`, one point a minute, as gpufarm-node sends
+    them (sent after the clock moved: the intake takes points up to an hour old)."""
+    return [
+        {
+            "metric": "gpufarm.ir.gpus_busy",
+            "type": 3,
+            "points": [{"timestamp": t, "value": float(BUSY)} for t in range(end - STEP_S + 60, end + 1, 60)],
+            "tags": [f"gpu_ir:ir-{ir}", f"ir:ir-{ir}", "environment:onprem-hpc"],
+            "resources": [{"name": host, "type": "host"}],
+        }
+    ]
+
+
+def measured_ledger(ctx: DemoContext, farm: LocalFarm) -> None:
+    """Hold a lease with busy GPUs for an hour, print the ledger and the budget, check them, release."""
+    farm.slash(BOB, LEASE)
+    farm.settle()
+    answers = farm.messages(user=BOB.id, kind="response", contains="/ledger-demo`")
+    ir = ir_in(answers[-1]["text"]) if answers else None
+    if not ctx.check(ir is not None, "the request has an IR") or ir is None:
+        return
+    if not ctx.check(farm.wait_for(lambda: farm.allocation(ir).phase is Phase.ALLOCATED), f"IR-{ir} is allocated"):
+        return
+    [host, *_] = farm.allocation(ir).hosts
+    try:
+        for _ in range(STEPS):
+            farm.post("/_sandbox/clock", {"advance": STEP_S})
+            agentcheck.push(farm.base_url, farm.host.env["DD_API_KEY"], _busy(ir, host, int(ctx.sandbox.clock.now())))
+            farm.settle()
+        report = sync(ctx)
+        ctx.check(bool(report.get("measured")), "the sync measured the busy GPUs")
+        print_measured(ctx, ir, host)
+    finally:
+        farm.slash(BOB, f"release IR-{ir} now")
+        farm.settle()
+
+
+def print_measured(ctx: DemoContext, ir: int, host: str) -> None:
+    """Entitled / allocated / used / idle per team, environment and model; each budget's burn; checked."""
+    from gpufarm_sandbox.demo.metrics_stage import _query
+
+    lines = {name: _query(ctx, q, window=120) for name, q in TEAM_QUERIES.items()}
+    keys = sorted({k for values in lines.values() for k in values})
+    ctx.info(f"IR-{ir} holds {host}: 8 H100, {BUSY} busy")
+    ctx.info(f"{'team':<10}{'environment':<16}{'model':<8}" + "".join(f"{name:>11}" for name in TEAM_QUERIES))
+    for key in keys:
+        tags = dict(t.split(":", 1) for t in key)
+        cells = "".join(f"{lines[name].get(key, 0):>11.0f}" for name in TEAM_QUERIES)
+        ctx.info(f"{tags.get('team', '?'):<10}{tags.get('environment', '?'):<16}{tags.get('gpu_model', '?'):<8}{cells}")
+    budgets = {name: _query(ctx, q, window=120) for name, q in BUDGET_QUERIES.items()}
+    rows = sorted({k for values in budgets.values() for k in values})
+    ctx.info("")
+    ctx.info(f"{'budget':<24}{'period':<10}" + "".join(f"{name:>11}" for name in BUDGET_QUERIES))
+    for key in rows:
+        tags = dict(t.split(":", 1) for t in key)
+        label = tags.get("team", "?") + ("" if tags.get("project") == "all" else f"/{tags.get('project')}")
+        cells = "".join(f"{budgets[name].get(key, 0):>11.1f}" for name in BUDGET_QUERIES)
+        ctx.info(f"{label:<24}{tags.get('period', '?'):<10}{cells}")
+    vision = {"environment:onprem-hpc", "gpu_model:h100", "team:vision"}
+    got = {name: next((v for k, v in values.items() if set(k) == vision), None) for name, values in lines.items()}
+    ctx.check(
+        got == {"entitled": 8, "allocated": 8, "used": BUSY, "idle": 8 - BUSY},
+        f"vision's H100 line: entitled 8, allocated 8, used {BUSY}, idle {8 - BUSY}",
+        str(got),
+    )
+    team = next((k for k in rows if "team:vision" in k and "project:all" in k), None)
+    burned = budgets["burned"].get(team, 0.0) if team else 0.0
+    remaining = budgets["remaining"].get(team, 0.0) if team else 0.0
+    ctx.check(
+        team is not None and burned >= 8 and abs(burned + remaining - 2000) < 0.01,
+        "vision's month budget burned the hour's GPU-hours (8 GPUs x 1 h at least), the rest remains",
+        f"burned {burned:.1f}, remaining {remaining:.1f} of 2,000",
+    )

@@ -157,9 +157,11 @@ def sync(svc: GpuFarm) -> SyncReport:
 
 
 def inventory_sources(svc: GpuFarm) -> list[InventorySource]:
-    """The farm file's static list, the Datadog Agent's GPU check and the cloud sources the runtime built."""
+    """The farm file's static list, the Datadog Agent's GPU check and the sources the runtime built (the clouds; a
+    runtime that built the Agent's source itself, a benchmark measuring it, keeps its own)."""
     static = svc.farm.inventory.static
-    agent = agent_source.for_farm(svc.farm, svc.usage, svc.clock)
+    built = {s.name for s in svc.sources}
+    agent = None if agent_source.SOURCE in built else agent_source.for_farm(svc.farm, svc.usage, svc.clock)
     return [*([StaticSource(static)] if static else []), *([agent] if agent else []), *svc.sources]
 
 
