@@ -389,3 +389,33 @@ def test_a_list_links_every_lease_and_stays_within_slacks_limits(world: World) -
     assert last.startswith("… and ") and len(rows) + int(last.split()[2]) == 900
     # The fallback text stays one line per lease, without the links.
     assert "/incidents/" not in message.text and message.text.count("\n") == 900
+
+
+# -- the sandbox opens the link -----------------------------------------------------------------------------------
+
+
+def test_the_sandbox_opens_a_messages_dashboard_link_at_datadogs_path_with_its_variables() -> None:
+    from werkzeug.test import Client
+
+    from gpufarm.setup.dashboards import desired_dashboards
+    from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
+
+    sb = Sandbox()
+    client = Client(sb)
+    [body] = [d.body for d in desired_dashboards(parse_farm(FARM_YAML)) if d.key == "project"]
+    keys = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
+    created = client.post("/api/v1/dashboard", json=body, headers=keys)
+    assert created.status_code == 200
+    listed = client.get("/api/v1/dashboard", headers=keys).get_json()["dashboards"]
+    assert dd.marked(listed) == created.get_json()["id"]
+    link = Links("http://sandbox.local", project_dashboard=lambda: dd.marked(listed)).dashboard(12, "nlp", "llm-ko")
+    page = client.get(link.removeprefix("http://sandbox.local"))
+    text = page.get_data(as_text=True)
+    assert page.status_code == 200 and "gpufarm: project" in text
+    assert '<option value="nlp" selected>' in text
+    assert 'name="project" value="llm-ko"' in text and 'name="ir" value="ir-12"' in text
+    # Datadog's spelling of a variable's first value, and a value that is not a tag value (refused, never run).
+    first = client.get(f"/dashboard/{created.get_json()['id']}?tpl_var_ir[0]=ir-3")
+    assert first.status_code == 200 and 'name="ir" value="ir-3"' in first.get_data(as_text=True)
+    bad = client.get(f"/dashboard/{created.get_json()['id']}?tpl_var_ir=%3Cb%3E")
+    assert bad.status_code == 400 and "<b>" not in bad.get_data(as_text=True).split("<body>")[1]

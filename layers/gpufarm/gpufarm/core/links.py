@@ -112,9 +112,8 @@ class Links:
 
     def line(self, ir: int, team: str | None = None, project: str | None = None) -> str:
         """`<incident|Incident IR-n> · <dashboard|Project dashboard>`: both links of a lease, in Slack mrkdwn."""
-        dashboard_id = self._dashboard_id()
-        label = DASHBOARD_LABEL if dashboard_id is not None else METRICS_LABEL
-        return f"<{self.incident(ir)}|Incident {format_ir(ir)}> · <{self.dashboard(ir, team, project)}|{label}>"
+        dashboard = f"<{self.dashboard(ir, team, project)}|{self.dashboard_label()}>"
+        return f"<{self.incident(ir)}|Incident {format_ir(ir)}> · {dashboard}"
 
     def _dashboard_id(self) -> str | None:
         """The project dashboard's id when it can show this pool's leases, else None."""
