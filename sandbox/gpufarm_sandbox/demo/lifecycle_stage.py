@@ -194,10 +194,7 @@ class LocalFarm:
         """A user types `/gpu <text>`; returns the sandbox's record (status, ack body, latency, trigger)."""
         uid = user.id if isinstance(user, Person) else user
         body = {"user": uid, "channel": channel, "command": "/gpu", "text": text, "url": self.base_url + INGRESS_PATH}
-        status, answer = self.post("/_sandbox/slack/commands", body)
-        if status != 200 or not isinstance(answer, dict):
-            raise RuntimeError(f"the sandbox could not deliver the command: {answer}")
-        return answer
+        return self._deliver("/_sandbox/slack/commands", body, "command")
 
     def click(self, user: Person | str, message: dict[str, Any], action_id: str) -> dict[str, Any]:
         """A user clicks a button of a message the app posted."""
@@ -218,10 +215,7 @@ class LocalFarm:
             "action_id": action_id,
             "value": value,
         }
-        status, answer = self.post("/_sandbox/slack/interactions", body)
-        if status != 200 or not isinstance(answer, dict):
-            raise RuntimeError(f"the sandbox could not deliver the click: {answer}")
-        return answer
+        return self._deliver("/_sandbox/slack/interactions", body, "click")
 
     def submit_view(self, user: Person | str, view_id: str, values: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """A user submits an open modal with these `state.values`."""
@@ -233,9 +227,13 @@ class LocalFarm:
             "view_id": view_id,
             "values": values,
         }
-        status, answer = self.post("/_sandbox/slack/interactions", body)
+        return self._deliver("/_sandbox/slack/interactions", body, "submission")
+
+    def _deliver(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
+        # The sandbox's record of what its simulated user sent; a refusal means the demo's own input is wrong.
+        status, answer = self.post(path, body)
         if status != 200 or not isinstance(answer, dict):
-            raise RuntimeError(f"the sandbox could not deliver the submission: {answer}")
+            raise RuntimeError(f"the sandbox could not deliver the {what}: {answer}")
         return answer
 
     def settle(self, timeout: float = 20.0) -> bool:
