@@ -315,13 +315,6 @@ class Runtime:
         built: DashboardLookup = self._get("project_dashboard", build)
         return built
 
-    def _events(self) -> Any:
-        """The event stream: the override, else the gateway's (built on the first event), none when a test
-        replaced the metrics port without giving one."""
-        if "events" in self._parts:
-            return self._parts["events"]
-        return None if "metrics" in self._parts else LazyEvents(self.gateway)
-
     def _port(self, name: str) -> Any:
         """A Datadog-backed port: the override when a test set one, else the gateway."""
         return self._parts[name] if name in self._parts else self.gateway()
