@@ -69,22 +69,23 @@ def decode_list_response(data: bytes) -> list[PodDevices]:
 
 
 def _container_devices(namespace: str, pod: str, data: bytes) -> Iterator[PodDevices]:
+    name, devices = _named_list(data)
+    for device in devices:
+        resource, ids = _named_list(device)
+        yield namespace, pod, name, resource, [i.decode() for i in ids]
+
+
+def _named_list(data: bytes) -> tuple[str, list[bytes]]:
+    """A message's string field 1 and its repeated field 2: ContainerResources' name and devices, ContainerDevices'
+    resource name and device ids (a field 1 given twice: the last wins, as protobuf reads it)."""
     name = ""
-    devices: list[bytes] = []
+    items: list[bytes] = []
     for field, value in _fields(data):
         if field == 1 and isinstance(value, bytes):
             name = value.decode()
         elif field == 2 and isinstance(value, bytes):
-            devices.append(value)
-    for device in devices:
-        resource = ""
-        ids: list[str] = []
-        for field, value in _fields(device):
-            if field == 1 and isinstance(value, bytes):
-                resource = value.decode()
-            elif field == 2 and isinstance(value, bytes):
-                ids.append(value.decode())
-        yield namespace, pod, name, resource, ids
+            items.append(value)
+    return name, items
 
 
 def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
