@@ -494,6 +494,7 @@ def test_the_slack_app_manifest_points_both_endpoints_at_the_ingress() -> None:
         "im:write",
         "users:read",
         "usergroups:read",
+        "files:write",  # /gpu report shares its CSV in the asker's DM
     }
     assert manifest["features"]["bot_user"]["display_name"]
 
