@@ -359,3 +359,18 @@ def test_html_is_self_contained_with_three_charts(incidents: FakeIncidents) -> N
     assert page.count('class="chart"') == 3 and all(t in page for t in CHART_TITLES)
     assert "Plotly" in page and len(page) > 4_000_000  # plotly.js is inside
     assert "<script src=" not in page
+
+
+def test_the_gateways_timeseries_answer_is_decoded_without_empty_buckets() -> None:
+    from gpufarm.adapters.datadog import timeseries_results
+
+    answer = {
+        "series": [{"group_tags": ["team:nlp"], "query_index": 0}, {"group_tags": ["team:vision"]}, "garbage"],
+        "times": [1_700_000_000_000, 1_700_000_300_000],
+        "values": [[8.0, None], [float("nan"), 2]],
+    }
+    assert timeseries_results(answer) == [
+        TimeseriesResult(("team:nlp",), (MetricPoint(1_700_000_000, 8.0),)),
+        TimeseriesResult(("team:vision",), (MetricPoint(1_700_000_300, 2.0),)),
+    ]
+    assert timeseries_results({}) == []
