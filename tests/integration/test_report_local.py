@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -37,4 +38,10 @@ def test_the_demo_ends_with_the_months_report(
     assert nlp["reclaimed_released"] == "1" and nlp["leases"] == "1"
     page = html_path.read_text()
     assert page.count('class="chart"') == 3 and "<script src=" not in page
+    # Usage over time came back through the gateway's timeseries query: the sync's ledger gauges for nlp.
+    figures = json.loads(page.split('<script id="figures" type="application/json">', 1)[1].split("</script>", 1)[0])
+    names = [t["name"] for t in figures["usage"]["data"]]
+    assert "nlp busy" in names and "held (all teams)" in names
+    busy = next(t for t in figures["usage"]["data"] if t["name"] == "nlp busy")
+    assert max(busy["y"]) >= 6
     assert not (tmp_path / "refused.csv").exists()
