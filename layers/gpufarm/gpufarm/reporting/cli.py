@@ -26,6 +26,12 @@ SEAMS_GROUP = "gpufarm.seams"
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
 FORMATS = ("table", "csv", "json", "html")
+REPORT_EPILOG = """\b
+Exit status:
+  0  written
+  1  a service failed, or the configuration is missing (nothing written)
+  2  bad input: a bad or too long period, --since with --month, an unknown team or project (nothing written)
+"""
 
 
 def render(report: Report, fmt: str) -> str:
@@ -60,7 +66,7 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-@click.command()
+@click.command(epilog=REPORT_EPILOG)
 @click.option(
     "--since",
     default=None,
