@@ -22,7 +22,7 @@ def test_no_agent_instances_and_a_skipped_source_are_reported(run_stage: Callabl
         "no host tag changed because a source was unreachable",
         "the EC2 P-family vCPU quota of us-east-1 is published",
         "the skipped source is a Datadog event, grouped by source",
-        "vision's H100 line: entitled 8, allocated 8, used 6, idle 2",
+        "vision/ledger-demo's H100 line: allocated 8, used 6, idle 2, none unmeasured",
     ):
         assert f"[ok ] {fact}" in output, output
     assert "cloud-aws" in output and "us-east-1" in output

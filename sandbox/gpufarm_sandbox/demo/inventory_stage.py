@@ -5,8 +5,10 @@ region) is printed from the gauges it sent.
 
 Then the measured ledger: Bob holds 8 H100 for an hour while his node's agent reports 6 of them busy, and the
 ledger per team, environment and model (entitled, allocated, used, idle) and the team's GPU-hour budget burn are
-printed from the gauges and checked against what he holds. The example farm file sets no budget, so the stage
-runs on a copy of it with one (vision, 2,000 GPU-hours a month) and puts the original back afterwards.
+printed from the gauges and checked against what he holds. The example farm file sets no budget, and earlier stages
+may leave vision at its H100 limit, so the step runs on a copy of the farm file with a budget for vision (BUDGET
+GPU-hours a month) and room in its H100 quota, on a host of its own (LEDGER_HOST), and puts the original back
+afterwards.
 
 The clouds are simulated (gpufarm_sandbox.clouds): EC2 is moto, answered in-process, Azure a stubbed azure-core
 transport; gpufarm's own AWS and Azure sources read them through botocore and azure-mgmt-compute as they would
@@ -17,12 +19,13 @@ function does (QuotaSyncFunction on the local host).
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from gpufarm.core.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
@@ -59,14 +62,21 @@ TEAM_QUERIES = {
     "allocated": "sum:gpufarm.ledger.gpus.allocated{*} by {team,environment,gpu_model}.rollup(max)",
     "used": "sum:gpufarm.ledger.gpus.used{*} by {team,environment,gpu_model}.rollup(max)",
     "idle": "sum:gpufarm.ledger.gpus.idle{*} by {team,environment,gpu_model}.rollup(max)",
+    "unmeasured": "sum:gpufarm.ledger.gpus.unmeasured{*} by {team,environment,gpu_model}.rollup(max)",
 }
 BUDGET_QUERIES = {
     "budget": "max:gpufarm.budget.gpu_hours{*} by {team,project,period}.rollup(max)",
     "burned": "max:gpufarm.budget.burned{*} by {team,project,period}.rollup(max)",
     "remaining": "min:gpufarm.budget.remaining{*} by {team,project,period}.rollup(min)",
 }
-BUDGET = "\nbudgets:\n  - {team: vision, period: month, gpu_hours: 2000}\n"
+# The measured ledger's step: the lease, its own host, vision's budget and its H100 entitlement in the farm's copy.
+BUDGET = 100_000
+ENTITLED = 32
+LEDGER_HOST = ("hpc-b-03", "H100", 8, "onprem-hpc", "hpc-b")
 LEASE = "request 8 H100 project=ledger-demo team=vision env=onprem-hpc days=1 purpose=ledger"
+PROJECT_QUERIES = {
+    name: q.replace("by {team,", "by {team,project,") for name, q in TEAM_QUERIES.items() if name != "entitled"
+}
 BUSY = 6
 # The lease is held a little over an hour (its GPU-hours accrue once an hour), in three steps of the sandbox clock.
 STEP_S = 1300
@@ -213,15 +223,19 @@ def source_events(ctx: DemoContext, since: int) -> list[dict[str, Any]]:
 
 @contextmanager
 def budgeted_farm() -> Iterator[None]:
-    """The local functions read a copy of their farm file with a GPU-hour budget (unchanged if it has budgets)."""
+    """The local functions read a copy of their farm file: vision with a month's GPU-hour budget and ENTITLED H100
+    in onprem-hpc (the original is read again afterwards)."""
     path = os.environ.get("GPUFARM_FARM_CONFIG")
-    text = Path(path).read_text(encoding="utf-8") if path else ""
-    if not path or re.search(r"^budgets:", text, re.MULTILINE):
+    if not path:
         yield
         return
+    farm = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    farm["budgets"] = [*farm.get("budgets", []), {"team": "vision", "period": "month", "gpu_hours": BUDGET}]
+    quotas = farm["teams"]["vision"].setdefault("quotas", {}).setdefault("onprem-hpc", {})
+    quotas["H100"] = {"gpus": ENTITLED, "hard_limit": ENTITLED}
     with tempfile.TemporaryDirectory(prefix="gpufarm-demo-") as folder:
         copy = Path(folder) / "farm.yaml"
-        copy.write_text(text + BUDGET, encoding="utf-8")
+        copy.write_text(yaml.safe_dump(farm, sort_keys=False), encoding="utf-8")
         os.environ["GPUFARM_FARM_CONFIG"] = str(copy)
         try:
             yield
@@ -245,11 +259,16 @@ def _busy(ir: int, host: str, end: int) -> list[dict[str, Any]]:
 
 def measured_ledger(ctx: DemoContext, farm: LocalFarm) -> None:
     """Hold a lease with busy GPUs for an hour, print the ledger and the budget, check them, release."""
+    farm.seed_hosts((LEDGER_HOST,))
     farm.slash(BOB, LEASE)
     farm.settle()
     answers = farm.messages(user=BOB.id, kind="response", contains="/ledger-demo`")
     ir = ir_in(answers[-1]["text"]) if answers else None
-    if not ctx.check(ir is not None, "the request has an IR") or ir is None:
+    said = farm.messages(user=BOB.id)
+    if (
+        not ctx.check(ir is not None, "the request has an IR", said[-1]["text"][:200] if said else "no answer")
+        or ir is None
+    ):
         return
     if not ctx.check(farm.wait_for(lambda: farm.allocation(ir).phase is Phase.ALLOCATED), f"IR-{ir} is allocated"):
         return
@@ -268,7 +287,8 @@ def measured_ledger(ctx: DemoContext, farm: LocalFarm) -> None:
 
 
 def print_measured(ctx: DemoContext, ir: int, host: str) -> None:
-    """Entitled / allocated / used / idle per team, environment and model; each budget's burn; checked."""
+    """Entitled / allocated / used / idle / unmeasured per team, environment and model (allocated is the sum of the
+    other three: a lease whose host sent no busy-GPU metrics is unmeasured, never idle); each budget's burn."""
     from gpufarm_sandbox.demo.metrics_stage import _query
 
     lines = {name: _query(ctx, q, window=120) for name, q in TEAM_QUERIES.items()}
@@ -289,17 +309,23 @@ def print_measured(ctx: DemoContext, ir: int, host: str) -> None:
         cells = "".join(f"{budgets[name].get(key, 0):>11.1f}" for name in BUDGET_QUERIES)
         ctx.info(f"{label:<24}{tags.get('period', '?'):<10}{cells}")
     vision = {"environment:onprem-hpc", "gpu_model:h100", "team:vision"}
-    got = {name: next((v for k, v in values.items() if set(k) == vision), None) for name, values in lines.items()}
+    entitled = next((v for k, v in lines["entitled"].items() if set(k) == vision), None)
+    ctx.check(entitled == ENTITLED, f"vision's H100 entitlement in onprem-hpc is the farm file's {ENTITLED}")
+    lease = vision | {"project:ledger-demo"}
+    got = {
+        name: next((v for k, v in _query(ctx, q, window=120).items() if set(k) == lease), None)
+        for name, q in PROJECT_QUERIES.items()
+    }
     ctx.check(
-        got == {"entitled": 8, "allocated": 8, "used": BUSY, "idle": 8 - BUSY},
-        f"vision's H100 line: entitled 8, allocated 8, used {BUSY}, idle {8 - BUSY}",
+        got == {"allocated": 8, "used": BUSY, "idle": 8 - BUSY, "unmeasured": 0},
+        f"vision/ledger-demo's H100 line: allocated 8, used {BUSY}, idle {8 - BUSY}, none unmeasured",
         str(got),
     )
     team = next((k for k in rows if "team:vision" in k and "project:all" in k), None)
     burned = budgets["burned"].get(team, 0.0) if team else 0.0
     remaining = budgets["remaining"].get(team, 0.0) if team else 0.0
     ctx.check(
-        team is not None and burned >= 8 and abs(burned + remaining - 2000) < 0.01,
+        team is not None and burned >= 8 and abs(burned + remaining - BUDGET) < 0.01,
         "vision's month budget burned the hour's GPU-hours (8 GPUs x 1 h at least), the rest remains",
-        f"burned {burned:.1f}, remaining {remaining:.1f} of 2,000",
+        f"burned {burned:.1f}, remaining {remaining:.1f} of {BUDGET:,}",
     )
