@@ -1,10 +1,12 @@
 """The true ledger: what each lease holds, how much of it the agents saw busy, and the GPU-hours it accrued.
 
 **Used** is measured, never assumed: the sync makes one metrics query (`avg:gpufarm.ir.gpus_busy{*} by
-{gpu_ir,host}` over `ledger.window_minutes`), so the read stays one call whatever the farm's size. A lease's
-GPUs on a host whose agent reported nothing in the window, or every GPU when the query failed, are
-**unmeasured**: counted apart, never as idle (an outage of the metrics must not read as a farm of idle GPUs).
-Busy devices the agent attributed to no lease (`gpu_ir:none`) are **unattributed** usage, per host and team.
+{gpu_ir,host}` over `ledger.window_minutes`), so the read stays one call whatever the farm's size, and one more
+when the farm has `datadog-agent` pools: their devices' `gpu.sm_active` by host and `ir` host tag, merged into the
+same measurement (gpufarm.core.agent_usage). A lease's GPUs on a host that reported nothing in the window, or
+every GPU a failed query should have measured, are **unmeasured**: counted apart, never as idle (an outage of the
+metrics must not read as a farm of idle GPUs). Busy devices the agent attributed to no lease (`gpu_ir:none`, or
+an Agent host without an `ir` tag) are **unattributed** usage, per host and team.
 
 **GPU-hours** accrue into the incidents (gpufarm.core.fields: held, busy, idle, unmeasured, up to when, and
 held per calendar month for the budgets), so a report is rebuilt from incidents alone after metrics retention.
@@ -24,7 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gpufarm.core import agent_usage
 from gpufarm.core import fields as f
+from gpufarm.core.agent_usage import AgentPools
 from gpufarm.core.errors import GpufarmError
 from gpufarm.core.inventory import TEAM_KEY, GpuHost, normalize_tag, tag_value
 from gpufarm.core.ir import ir_tag_value
@@ -74,12 +78,28 @@ class Usage:
 UNMEASURED = Usage(measured=False)
 
 
-def measure(query: MetricsQuery | None, now: datetime, settings: LedgerSettings) -> Usage:
-    """The one metrics query of a sync; a failing or absent query is UNMEASURED (never idle)."""
+def measure(
+    query: MetricsQuery | None, now: datetime, settings: LedgerSettings, agent: AgentPools | None = None
+) -> Usage:
+    """The sync's metrics query, and one more with `agent` pools; a failing or absent query is unmeasured (never idle).
+
+    `agent` (gpufarm.core.agent_usage.for_farm): the `datadog-agent` pools, measured from the Agent's GPU check; a
+    failure of either query leaves only its own hosts unmeasured.
+    """
     if query is None:
         return UNMEASURED
+    start = now - timedelta(minutes=settings.window_minutes)
+    node = _node_usage(query, start, now)
+    extra = agent_usage.measure(query, agent, start, now, skip=node.hosts) if agent is not None else None
+    if extra is None:
+        return node
+    return Usage(True, {**node.busy, **extra.busy}, node.hosts | extra.hosts)
+
+
+def _node_usage(query: MetricsQuery, start: datetime, now: datetime) -> Usage:
+    """gpufarm-node's busy devices per (gpu_ir, host): one query, whatever the farm's size."""
     try:
-        results = query.scalar(USAGE_QUERY, now - timedelta(minutes=settings.window_minutes), now)
+        results = query.scalar(USAGE_QUERY, start, now)
     except GpufarmError as exc:
         log.warning("busy GPUs could not be measured (ledger unmeasured this sync): %s", exc)
         return UNMEASURED

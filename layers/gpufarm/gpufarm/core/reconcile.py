@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core import accounting, agent_source, budgets, history, leases
+from gpufarm.core import accounting, agent_source, agent_usage, budgets, history, leases
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
 from gpufarm.core.history import Step
@@ -148,7 +148,7 @@ def sync(svc: GpuFarm) -> SyncReport:
     report.inventory = ledger.summary()
     post_source_events(svc.events, ledger, int(svc.clock.now().timestamp()))
     # One metrics query measures every lease's busy GPUs; the leases due accrue their GPU-hours from it.
-    usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger)
+    usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger, agent_usage.for_farm(svc.farm))
     report.measured = usage.measured
     ending = {*report.expired, *report.withdrawn, *report.idle_reclaimed}  # their end writes their final hours
     report.accrued = accounting.queue_accruals(svc, usage, f"sync-{bucket}", skip=ending)
@@ -296,7 +296,7 @@ def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None, usage: accounting
         gauge("gpufarm.inventory.gpus.free", free, tags)
     series += ledger_series(ledger, ts)
     if usage is None:
-        usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger)
+        usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger, agent_usage.for_farm(svc.farm))
     measured = accounting.accounts(live, usage, svc._inventory())
     series += accounting.ledger_series(measured, budgets.burns(svc, svc.farm.budgets), ts)
     if series:

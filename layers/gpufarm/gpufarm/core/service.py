@@ -26,6 +26,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from gpufarm.core import (
     accounting,
+    agent_usage,
     budgets,
     cards,
     charging,
@@ -452,7 +453,7 @@ class GpuFarm:
             for env, models in sorted(spec.quotas.items())
             for model, q in sorted(models.items())
         ]
-        usage = accounting.measure(self.usage, self.clock.now(), self.farm.ledger)
+        usage = accounting.measure(self.usage, self.clock.now(), self.farm.ledger, agent_usage.for_farm(self.farm))
         acc = accounting.accounts(live, usage, self._inventory())
         burned = budgets.burns(self, [b for b in self.farm.budgets if team is None or b.team == team])
         return views.quota_message(rows, self._inventory_summary(), ledger_views.quota_lines(acc, burned, team))

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpufarm.core import agent_usage
 from gpufarm.core.farm import FarmConfig, IdleKind, IdleKindPolicy, MetricsSource, PoolKind
 from gpufarm.core.inventory import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
 from gpufarm.setup.plan import IDLE_HANDLE, Action, Change
@@ -72,9 +73,10 @@ _WHAT = {
     IdleKind.LOW_UTILIZATION: "low GPU utilisation",
 }
 # The Datadog Agent's GPU check (metric prefix `gpu.`): SM activity per device, tagged gpu_uuid; the lease is the
-# host's `ir:` tag, which Datadog stamps on every metric the host's Agent sends.
-AGENT_ACTIVITY_METRIC = "gpu.sm_active"
-AGENT_LEASE_KEY = "ir"
+# host's `ir:` tag, which Datadog stamps on every metric the host's Agent sends. Under BUSY_PERCENT is idle here and
+# not busy in the ledger (gpufarm.core.agent_usage): one threshold for both.
+AGENT_ACTIVITY_METRIC = agent_usage.ACTIVITY_METRIC
+AGENT_LEASE_KEY = agent_usage.LEASE_KEY
 _AGENT_WHAT = {
     IdleKind.IDLE: "no GPU activity",
     IdleKind.IDLE_HELD: "no GPU activity",
@@ -178,7 +180,8 @@ def _agent_monitor(signature: _Signature, cells: Sequence[_Cell], overridden_tea
         threshold = float(policy.threshold_percent if policy.threshold_percent is not None else 0.0)
         query = f"avg({window}):avg:{metric}{{{scope}}} {by} < {_number(threshold)}"
     else:
-        query, threshold = f"max({window}):max:{metric}{{{scope}}} {by} < 1", 1.0
+        threshold = agent_usage.BUSY_PERCENT
+        query = f"max({window}):max:{metric}{{{scope}}} {by} < {_number(threshold)}"
     what = _AGENT_WHAT[kind]
     message = _message(kind, policy, signature.per_device, lease_key=AGENT_LEASE_KEY, what=what)
     return _body(signature, cells, query, threshold, what=what, message=message)
