@@ -71,7 +71,7 @@ def _runtime_gauges() -> dict[str, set[str]]:
 
 
 def _declared_tags(metric: str) -> set[str]:
-    tags = {**SPEC["metrics"], **SPEC["profile_metrics"]}[metric]["tags"]
+    tags = {**SPEC["metrics"], **SPEC["profile_metrics"], **SPEC["lifecycle_metrics"]}[metric]["tags"]
     out: set[str] = set()
     for name in [*tags.get("required", []), *tags.get("optional", [])]:
         out.update(SPEC["tagsets"].get(name, [name]))
@@ -126,7 +126,7 @@ def test_every_queried_metric_is_declared_with_the_tags_the_query_uses(
             concrete = re.sub(r",?\$[a-z_]+", "", text).replace("{,", "{").replace("{}", "{*}")
             query = parse_query(concrete)  # the sandbox's parser, as the local pages run it
             used |= {a or b for a, b in _TERM.findall(query.scope)} | set(query.group_by)
-            if query.metric in SPEC["metrics"] or query.metric in SPEC["profile_metrics"]:
+            if query.metric in {**SPEC["metrics"], **SPEC["profile_metrics"], **SPEC["lifecycle_metrics"]}:
                 declared = _declared_tags(query.metric)
             else:
                 assert query.metric in gauges, f"{query.metric} is neither in spec/metrics.yaml nor published"
@@ -162,7 +162,7 @@ def test_the_shipped_metric_spec_is_spec_metrics_yaml() -> None:
 
 def test_metadata_covers_every_declared_metric_in_datadog_units() -> None:
     metadata = dash.desired_metadata()
-    assert set(metadata) == set(SPEC["metrics"])
+    assert set(metadata) == set(SPEC["metrics"]) | set(SPEC["lifecycle_metrics"])
     for name, body in metadata.items():
         assert body["type"] in METRIC_TYPES and body["description"]
         assert body.get("unit") is None or body["unit"] in UNITS, name

@@ -46,7 +46,9 @@ _BYTES = ("byte", "kibibyte", "mebibyte", "gibibyte")
 _BYTE_SCALE = {"byte": 1, "kibibyte": 1024, "mebibyte": 1024**2, "gibibyte": 1024**3}
 # Units that count things: a number of devices reads as the number alone (and a formula over it, GPU-hours, is not
 # a count of devices any more).
-_COUNTS = frozenset({"device", "process", "error", "row", "event", "sample", "unit", "item", "host", "node"})
+_COUNTS = frozenset({"device", "process", "error", "row", "event", "sample", "unit", "item", "host", "node", "request"})
+# Durations in seconds read in the largest unit the values reach (a wait of hours as hours), as Datadog shows them.
+_DURATIONS = (("h", 3600.0), ("min", 60.0))
 _SHORT_UNITS = {"percent": "%", "degree celsius": "°C", "watt": "W", "megahertz": "MHz", "second": "s", "joule": "J"}
 
 
@@ -307,6 +309,9 @@ def _scale(unit: str | None, values: Sequence[float]) -> tuple[float, str]:
     """A divisor and axis label that keep byte values readable (GiB rather than 80000000000 B)."""
     if unit in _COUNTS:
         return 1.0, ""
+    if unit == "second":
+        top = max((abs(v) for v in values), default=0.0)
+        return next(((size, name) for name, size in _DURATIONS if top >= 2 * size), (1.0, "s"))
     if unit in _BYTES:
         base = _BYTE_SCALE[str(unit)]
         top = max((abs(v) for v in values), default=0.0) * base

@@ -35,7 +35,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from gpufarm.core import fields as f
-from gpufarm.core import history, units, views
+from gpufarm.core import history, lifecycle_metrics, units, views
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.delivery import deliver_warning
 from gpufarm.core.farm import IdlePolicy, PartialIdle, PoolKind
@@ -331,7 +331,9 @@ def _warn(
     warning = views.idle_warning(alloc, policy, now, scope, links, partial=policy.partial if part_of else None)
     # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
     deliver_warning(svc.chat, alloc.requester, warning)
-    return svc._write(alloc, Phase.IDLE_WARNED, values, step=step)
+    updated = svc._write(alloc, Phase.IDLE_WARNED, values, step=step)
+    lifecycle_metrics.warned(svc, alloc)
+    return updated
 
 
 def _shrink(
@@ -364,6 +366,7 @@ def _shrink(
     gave = ", ".join(f"{p} ({n} GPUs)" for p, n in sorted(given.items()))
     step = svc._step(history.MONITOR, history.Step.SHRUNK, f"idle past the grace: {gave}", f"now {values[f.GPU_COUNT]}")
     updated = svc._write(alloc, Phase.IDLE_WARNED if still_idle else Phase.ALLOCATED, values, step=step)
+    lifecycle_metrics.reclaimed(svc, alloc, lifecycle_metrics.PARTIAL_IDLE, sum(given.values()))
     message = views.partly_reclaimed(updated, given, gone_hosts, policy.grace_minutes, svc.links_for(updated))
     svc._tell(updated.requester, message)
     svc._post_operators(message)

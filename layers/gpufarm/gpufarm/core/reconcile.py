@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core import accounting, agent_source, agent_usage, budgets, history, leases
+from gpufarm.core import accounting, agent_source, agent_usage, budgets, history, leases, lifecycle_metrics
 from gpufarm.core.bounded import ascii_digits
 from gpufarm.core.farm import PoolKind
 from gpufarm.core.history import Step
@@ -262,7 +262,8 @@ def reconcile_pool(svc: GpuFarm, environment: str, shard: int = 0, shards: int =
 
 
 def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None, usage: accounting.Usage | None = None) -> int:
-    """Quota (entitled / allocated per team, pool, model), inventory (total / free per pool, model) and ledger gauges.
+    """Quota (entitled / allocated per team, pool, model), inventory (total / free per pool, model), waiting requests
+    and idle warnings (gpufarm.core.lifecycle_metrics) and ledger gauges.
 
     The ledger's (gpufarm.core.sources.LEDGER_GAUGES: down, no agent, cloud quotas, source errors) are read here
     when the caller did not read it already.
@@ -295,6 +296,8 @@ def publish_gauges(svc: GpuFarm, ledger: Ledger | None = None, usage: accounting
         gauge("gpufarm.inventory.gpus.total", total, tags)
         gauge("gpufarm.inventory.gpus.free", free, tags)
     series += ledger_series(ledger, ts)
+    # Requests waiting and their age, leases warned as idle: from the same read of the live incidents.
+    series += lifecycle_metrics.gauges(live, svc.farm, svc.clock.now())
     if usage is None:
         usage = accounting.measure(svc.usage, svc.clock.now(), svc.farm.ledger, agent_usage.for_farm(svc.farm))
     measured = accounting.accounts(live, usage, svc._inventory())

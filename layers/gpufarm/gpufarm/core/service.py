@@ -35,6 +35,7 @@ from gpufarm.core import (
     lease_views,
     leases,
     ledger_views,
+    lifecycle_metrics,
     partial,
     reconcile,
     views,
@@ -533,6 +534,8 @@ class GpuFarm:
             check=False,
             step=freed,
         )
+        if alloc.phase is not Phase.RECLAIMED:  # counted once, by the write that reclaimed it
+            lifecycle_metrics.reclaimed(self, alloc, reason.value, lifecycle_metrics.held_gpus(alloc))
         if reason is ReclaimReason.WITHDRAWN:
             hours = self.farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
             message = lease_views.withdrawn(updated, hours, self.links_for(updated))
@@ -590,6 +593,7 @@ class GpuFarm:
             warning = views.idle_warning(alloc, policy, now, scope, self.links_for(alloc))
             deliver_warning(self.chat, alloc.requester, warning)
             self._write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)}, step=warned)
+            lifecycle_metrics.warned(self, alloc)
             return Outcome(ir, f"warned{where}")
         if alloc.phase is Phase.IDLE_WARNED and self._grace_over(alloc):
             self._resolve(alloc, ReclaimReason.IDLE, by=None)

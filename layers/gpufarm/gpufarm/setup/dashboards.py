@@ -7,9 +7,10 @@ gpufarm defines key by key (what Datadog adds itself, widget ids and defaults, i
 hand shows as drift in `--dry-run` and `apply` puts gpufarm's definition back; a dashboard gpufarm no longer defines
 is deleted only with `--prune`. Dashboards without the marker are never read, changed or deleted.
 
-Metric metadata: every metric of the node agent's spec gets its type, unit, per-second unit and description. The
-spec is spec/metrics.yaml, which this package reaches through `metrics.yaml` beside this module, a link to it (a
-built wheel carries the file's content), so the operator CLI needs no checkout.
+Metric metadata: every metric of the node agent's spec, and each lifecycle metric gpufarm publishes itself
+(`lifecycle_metrics`: waiting requests, idle warnings, reclaims), gets its type, unit, per-second unit and
+description. The spec is spec/metrics.yaml, which this package reaches through `metrics.yaml` beside this module,
+a link to it (a built wheel carries the file's content), so the operator CLI needs no checkout.
 """
 
 from __future__ import annotations
@@ -214,7 +215,8 @@ def metric_spec() -> dict[str, Any]:
 
 def desired_metadata(spec: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Each metric's metadata as Datadog's MetricMetadata takes it (keys gpufarm does not set are left out)."""
-    metrics = (spec or metric_spec())["metrics"]
+    declared_spec = spec or metric_spec()
+    metrics = {**declared_spec["metrics"], **(declared_spec.get("lifecycle_metrics") or {})}
     out: dict[str, dict[str, Any]] = {}
     for name, declared in sorted(metrics.items()):
         body: dict[str, Any] = {"type": str(declared["type"])}

@@ -2,9 +2,10 @@
 
 One module a dashboard:
 - **Farm overview** (`overview`): per environment and GPU model, total / allocated / free GPUs, busy / idle / lost
-  devices, down and agentless GPUs; cloud quota used vs limit and held by leases; inventory source errors;
+  devices, down and agentless GPUs, waiting requests and the longest wait, idle warnings and reclaims by reason;
+  cloud quota used vs limit and held by leases; inventory source errors;
 - **Project** (`project`; template variables team, project, ir): GPUs held, busy and idle, utilisation, GPU-hours
-  per lease, budget burn;
+  per lease, idle warnings and reclaims, budget burn;
 - **Node → device → process** (`nodes`): per host its GPUs, MIG slices, containers and processes with their
   leases, health;
 - **GPU slicing** (`slicing`): per shared host and MIG slice, the lease and container holding it and how busy it is;
@@ -18,8 +19,9 @@ Widgets query only what is emitted: the node agent's metrics (spec/metrics.yaml;
 `environment` and `gpufarm` are host tags Datadog stamps on each point) and the gauges the scheduled sync publishes
 (gpufarm.core.reconcile.publish_gauges: `gpufarm.quota.*` per team, environment and model, `gpufarm.inventory.*`
 per environment and model, and the ledger's gauges gpufarm.core.sources.LEDGER_GAUGES declares: down and agentless
-GPUs, cloud quotas, source errors, the measured ledger, budgets). tests/unit/test_dashboards.py holds every query
-to those declarations.
+GPUs, cloud quotas, source errors, the measured ledger, budgets), and the lifecycle metrics (spec/metrics.yaml
+`lifecycle_metrics`: waiting requests, idle warnings, reclaims; gpufarm.core.lifecycle_metrics).
+tests/unit/test_dashboards.py holds every query to those declarations.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The farm overview dashboard: per environment and GPU model, total / allocated / free GPUs, busy / idle / lost
-devices, down and agentless GPUs; cloud quota used vs limit and held by leases; inventory source errors; one group
-per environment of the farm.
+devices, down and agentless GPUs, waiting requests and the longest wait, idle warnings and reclaims by reason;
+cloud quota used vs limit and held by leases; inventory source errors; one group per environment of the farm.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
             "**gpufarm farm overview.** Capacity comes from the scheduled sync (`gpufarm.inventory.*`, "
             "`gpufarm.quota.allocated`, the cloud sources' `gpufarm.cloud.*`); device states from the node agents "
             "(`gpufarm.gpu.idle_state`: busy, idle, idle with memory held; `gpufarm.gpu.unhealthy`). A MIG slice "
-            "counts as one device."
+            "counts as one device. Waiting requests and leases warned as idle are the sync's gauges "
+            "(`gpufarm.requests.*`, `gpufarm.leases.idle_warned`); idle warnings and reclaims are counted as they "
+            "are recorded (`gpufarm.leases.idle_warnings`, `gpufarm.leases.reclaims` by `reclaim_reason`)."
         ),
         Chart(
             "table",
@@ -59,6 +61,7 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
             where=s,
             by=by,
         ),
+        *_lifecycle(s, by),
         Chart(
             "table",
             "Cloud quota per region and GPU family: used vs limit, held by gpufarm",
@@ -102,6 +105,8 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
                         [Series("a", "sum:gpufarm.gpu.idle_state", filter="state:busy")],
                         where=e,
                     ),
+                    Chart("query_value", "Waiting requests", [Series("a", "sum:gpufarm.requests.waiting")], where=e),
+                    Chart("query_value", "Longest wait", [Series("a", "max:gpufarm.requests.oldest_wait")], where=e),
                     Chart(
                         "timeseries",
                         "Free vs total GPUs",
@@ -120,3 +125,63 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
         template_variable("gpu_model", "gpu_model", model_values(farm)),
     ]
     return dashboard("gpufarm: farm overview", variables, widgets)
+
+
+def _lifecycle(where: str, by: str) -> list[Widget | Chart]:
+    """Waiting requests and their age, idle warnings and reclaims by reason (gpufarm.core.lifecycle_metrics): the
+    sync's gauges as last seen, the counts summed over the time frame."""
+    counted = f"{by}.as_count()"
+    return [
+        Chart(
+            "table",
+            "Waiting requests per environment and model: for an operator, for hosts, the longest wait",
+            [
+                Series(
+                    "approval", "sum:gpufarm.requests.waiting", "awaiting an operator", filter="waiting_for:approval"
+                ),
+                Series("hosts", "sum:gpufarm.requests.waiting", "waiting for hosts", filter="waiting_for:hosts"),
+                Series("oldest", "max:gpufarm.requests.oldest_wait", "longest wait"),
+            ],
+            where=where,
+            by=by,
+        ),
+        Chart(
+            "timeseries",
+            "Waiting requests",
+            [Series("a", "sum:gpufarm.requests.waiting", "waiting")],
+            where=where,
+            by=" by {environment,gpu_model,waiting_for}",
+        ),
+        Chart(
+            "table",
+            "Idle leases per environment and model: warned now",
+            [Series("now", "sum:gpufarm.leases.idle_warned", "leases warned as idle now")],
+            where=where,
+            by=by,
+        ),
+        Chart(
+            "table",
+            "Idle warnings per environment and model over the time frame",
+            [Series("warnings", "sum:gpufarm.leases.idle_warnings", "idle warnings", aggregator="sum")],
+            where=where,
+            by=counted,
+        ),
+        Chart(
+            "table",
+            "Reclaims by reason per environment and model over the time frame",
+            [
+                Series("reclaims", "sum:gpufarm.leases.reclaims", "reclaims", aggregator="sum"),
+                Series("gpus", "sum:gpufarm.leases.reclaimed_gpus", "GPUs freed", aggregator="sum"),
+            ],
+            where=where,
+            by=" by {reclaim_reason,environment,gpu_model}.as_count()",
+        ),
+        Chart(
+            "timeseries",
+            "Reclaims by reason",
+            [Series("a", "sum:gpufarm.leases.reclaims", "reclaims")],
+            where=where,
+            by=" by {reclaim_reason}.as_count()",
+            display="bars",
+        ),
+    ]

@@ -1,5 +1,6 @@
 """The project dashboard (template variables team, project, ir): GPUs held, busy and idle, utilisation, GPU-hours
-per lease, budget burn, profiler runs; and the group of each team's newest profiler run page.
+per lease, idle warnings and reclaims, budget burn, profiler runs; and the group of each team's newest profiler run
+page.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def project(farm: FarmConfig) -> dict[str, Any]:
                 by=f"{PER_LEASE}.rollup(avg, 3600)",
                 formulas=[Formula("idle + held_idle", "idle GPU-hours")],
             ),
+            *_idle_and_reclaims(scope(TEAM, PROJECT, LEASE)),
             budget_table(scope(TEAM, PROJECT)),
             Chart(
                 "toplist",
@@ -105,6 +107,54 @@ def project(farm: FarmConfig) -> dict[str, Any]:
             *_profile_runs(scope(TEAM, PROJECT)),
         ],
     )
+
+
+def _idle_and_reclaims(where: str) -> list[Widget | Chart]:
+    """Idle warnings and reclaims of the chosen leases (gpufarm.core.lifecycle_metrics; their `gpu_ir` tag is the
+    lease variable's): counted over the time frame, and the leases warned now."""
+    return [
+        Chart(
+            "query_value",
+            "Leases warned as idle now",
+            [Series("a", "sum:gpufarm.leases.idle_warned")],
+            where=where,
+        ),
+        Chart(
+            "query_value",
+            "Idle warnings (time frame)",
+            [Series("a", "sum:gpufarm.leases.idle_warnings", aggregator="sum")],
+            where=where,
+            by=".as_count()",
+        ),
+        Chart(
+            "query_value",
+            "Reclaims (time frame)",
+            [Series("a", "sum:gpufarm.leases.reclaims", aggregator="sum")],
+            where=where,
+            by=".as_count()",
+        ),
+        Chart(
+            "table",
+            "Idle warnings and reclaims per lease over the time frame",
+            [
+                Series("warnings", "sum:gpufarm.leases.idle_warnings", "idle warnings", aggregator="sum"),
+                Series("reclaims", "sum:gpufarm.leases.reclaims", "reclaims", aggregator="sum"),
+                Series("gpus", "sum:gpufarm.leases.reclaimed_gpus", "GPUs reclaimed", aggregator="sum"),
+            ],
+            where=where,
+            by=f"{PER_LEASE}.as_count()",
+        ),
+        Chart(
+            "table",
+            "Reclaims by reason over the time frame",
+            [
+                Series("reclaims", "sum:gpufarm.leases.reclaims", "reclaims", aggregator="sum"),
+                Series("gpus", "sum:gpufarm.leases.reclaimed_gpus", "GPUs freed", aggregator="sum"),
+            ],
+            where=where,
+            by=" by {reclaim_reason}.as_count()",
+        ),
+    ]
 
 
 def latest_runs(links: Mapping[str, str]) -> Widget:
