@@ -3,7 +3,9 @@
 On a sandbox served at `url`: `gpufarm datadog apply` with the farm configuration (the five dashboards and the
 metric metadata included), simulated nodes of the three example pools running the real node agent on fake NVML, a
 few leases (whole hosts on the dedicated pools, MIG slices on the shared one, each with its hosts' `ir:`, `team:`
-and `project:` tags), and the quota and inventory gauges the scheduled sync publishes, every sandbox minute.
+and `project:` tags), and the quota and inventory gauges the scheduled sync publishes, every sandbox minute. For the
+lifecycle panels (gpufarm.core.lifecycle_metrics) one request waits for an operator's decision the whole run (a
+live incident the sync's gauges count), and the leases are warned as idle and reclaimed at set points of the run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.config import Settings
     from gpufarm.core.farm import FarmConfig
+    from gpufarm.core.service import GpuFarm
     from gpufarm_sandbox.emulator.app import Sandbox
     from gpufarm_sandbox.simfarm import SimulatedFarm
 
@@ -29,6 +32,16 @@ LEASES: tuple[tuple[str, int, str, str, tuple[str, ...] | None, str], ...] = (
     ("gpu-slc-003", 103, "vision", "tiny-vit", ("0/0", "0/1", "0/2"), "busy"),
     ("gpu-slc-003", 104, "nlp", "tokenizer", ("1/0", "1/1"), "idle"),
 )
+# (share of the run, IR, team, project, environment, model, reclaim reason or None for an idle warning, GPUs freed)
+STEPS: tuple[tuple[float, int, str, str, str, str, str | None, int], ...] = (
+    (0.2, 102, "vision", "seg-3d", "onprem-hpc", "H100", None, 0),
+    (0.3, 104, "nlp", "tokenizer", "shared-slices", "A100", None, 0),
+    (0.5, 100, "nlp", "llm-ko", "cloud-aws", "H100", "expired", 8),
+    (0.6, 104, "nlp", "tokenizer", "shared-slices", "A100", "partial-idle", 1),
+    (0.8, 99, "vision", "seg-3d", "onprem-hpc", "H100", "released", 8),
+)
+# The request that waits for an operator: vision beyond its onprem-hpc quota.
+WAITING = {"gpu_count": "16", "gpu_model": "H100", "environment": "onprem-hpc", "team": "vision", "project": "seg-3d"}
 SECRET = "dashboard-preview-webhook-secret-01"  # noqa: S105 - the local sandbox's throw-away webhook secret
 
 
@@ -106,8 +119,10 @@ def build_preview(
             farm=farm,
             metrics=gateway,
         )
-        for _ in range(cycles):
+        _waiting_request(gateway, farm, svc.clock.now())
+        for cycle in range(cycles):
             nodes.step_all()
+            _steps(svc, cycle, cycles)
             publish_gauges(svc)
             sandbox.clock.advance(60)
     finally:
@@ -132,3 +147,41 @@ def _lease(
         nodes.assign(host, ir, gpus=gpus)
         nodes.set_profile(host, profile, gpus=gpus)
         gateway.add_tags(host, [f"ir:ir-{ir}", f"team:{team}", f"project:{project}"])
+
+
+def _waiting_request(gateway: DatadogGateway, farm: FarmConfig, now: datetime) -> None:
+    """The live incident of a request awaiting an operator's decision, requested now."""
+    from gpufarm.core import fields as f
+    from gpufarm.core import history
+    from gpufarm.core.lifecycle import Phase
+    from gpufarm.core.policy import build_request
+
+    request = build_request(WAITING, farm, requester="U0000000002", channel=None, request_id="preview-waiting-1")
+    asked = history.entry(now, request.requester, history.Step.REQUESTED, "16x H100 in onprem-hpc").line()
+    gateway.create(request.title(), {**request.to_fields(Phase.REQUESTED, now), f.HISTORY: [asked]})
+
+
+def _steps(svc: GpuFarm, cycle: int, cycles: int) -> None:
+    """The STEPS due at this cycle, counted as the service counts them (after the write it would make)."""
+    from gpufarm.core import lifecycle_metrics
+    from gpufarm.core.lifecycle import Phase, State
+    from gpufarm.core.model import Allocation
+
+    for share, ir, team, project, environment, model, reason, gpus in STEPS:
+        if cycle != int(share * cycles):
+            continue
+        alloc = Allocation(
+            incident_id=f"preview-{ir}",
+            ir=ir,
+            title=f"preview lease {ir}",
+            state=State.STABLE,
+            phase=Phase.ALLOCATED,
+            team=team,
+            project=project,
+            gpu_model=model,
+            environment=environment,
+        )
+        if reason is None:
+            lifecycle_metrics.warned(svc, alloc)
+        else:
+            lifecycle_metrics.reclaimed(svc, alloc, reason, gpus)

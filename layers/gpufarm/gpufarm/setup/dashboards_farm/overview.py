@@ -147,10 +147,10 @@ def _lifecycle(where: str, by: str) -> list[Widget | Chart]:
         ),
         Chart(
             "timeseries",
-            "Waiting requests",
+            "Waiting requests per environment",
             [Series("a", "sum:gpufarm.requests.waiting", "waiting")],
             where=where,
-            by=" by {environment,gpu_model,waiting_for}",
+            by=" by {environment}",
         ),
         Chart(
             "table",
