@@ -164,6 +164,10 @@ class DatadogGateway:
         return dc.build("datadog_api_client.v2.api.metrics_api", "MetricsApi", self._client)
 
     @cached_property
+    def _metrics_raw(self) -> Any:
+        return dc.build("datadog_api_client.v2.api.metrics_api", "MetricsApi", self._raw_client)
+
+    @cached_property
     def _metrics_plain(self) -> Any:
         return dc.build("datadog_api_client.v2.api.metrics_api", "MetricsApi", self._plain_client)
 
@@ -554,10 +558,15 @@ class DatadogGateway:
                 },
             }
         }
+        # A bulk read (a group per device on the Agent's pools): decoded from the JSON, not the client's models.
         with dc.errors("query metrics"):
-            response = self._metrics.query_scalar_data(body=body)
-        columns = list(dc.get(dc.get(dc.get(response, "data"), "attributes"), "columns") or [])
-        return scalar_results([dc.plain_dict(c) for c in columns])
+            answer = dc.read_json(self._metrics_raw.query_scalar_data(body=body))
+        data = answer.get("data") if isinstance(answer, dict) else None
+        attributes = data.get("attributes") if isinstance(data, dict) else None
+        columns = (attributes.get("columns") if isinstance(attributes, dict) else None) or []
+        if not isinstance(columns, list):
+            raise UpstreamError("Datadog answered the scalar query with an unexpected shape")
+        return scalar_results([c for c in columns if isinstance(c, dict)])
 
     # -- EventSink ------------------------------------------------------------------------------------
 
@@ -770,14 +779,15 @@ def scalar_results(columns: Sequence[Mapping[str, Any]]) -> list[ScalarResult]:
     if not numbers:
         return []
     values = list(numbers[0].get("values") or [])
+    # Each group column's cells read once: the answer is a row per group (per device on the Agent's pools).
+    cells = [(str(c.get("name")), list(c.get("values") or [])) for c in groups]
     results: list[ScalarResult] = []
     for row, value in enumerate(values):
         tags: list[str] = []
-        for column in groups:
-            cells = list(column.get("values") or [])
-            cell = cells[row] if row < len(cells) else []
+        for name, column in cells:
+            cell = column[row] if row < len(column) else []
             items = cell if isinstance(cell, list) else [cell]
-            tags.extend(f"{column.get('name')}:{v}" for v in items)
+            tags.extend(f"{name}:{v}" for v in items)
         results.append(ScalarResult(tuple(tags), float(value) if value is not None else None))
     return results
 
