@@ -162,7 +162,7 @@ def test_the_shipped_metric_spec_is_spec_metrics_yaml() -> None:
 
 def test_metadata_covers_every_declared_metric_in_datadog_units() -> None:
     metadata = dash.desired_metadata()
-    assert set(metadata) == set(SPEC["metrics"]) | set(SPEC["lifecycle_metrics"])
+    assert set(metadata) == set(SPEC["metrics"]) | set(SPEC["lifecycle_metrics"]) | set(SPEC["profile_metrics"])
     for name, body in metadata.items():
         assert body["type"] in METRIC_TYPES and body["description"]
         assert body.get("unit") is None or body["unit"] in UNITS, name
@@ -174,6 +174,8 @@ def test_metadata_covers_every_declared_metric_in_datadog_units() -> None:
         "description": "PCIe transmit throughput, a rate (only with --pcie)",
     }
     assert "unit" not in metadata["gpufarm.gpu.unhealthy"]
+    # Profiler runs' summaries get their units too (the project dashboard's table of runs shows them).
+    assert metadata["gpufarm.profile.step_time.mean"]["unit"] == "millisecond"
 
 
 # -- planning ---------------------------------------------------------------------------------------------------

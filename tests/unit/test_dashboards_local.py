@@ -175,3 +175,19 @@ def test_template_variables_are_substituted_inside_the_scope_only() -> None:
     assert substitute("avg:m{environment IN (a, b),$team}", variables, {"team": "nlp"}) == (
         "avg:m{environment IN (a, b),team:nlp}"
     )
+
+
+def test_the_project_page_embeds_each_teams_newest_profiler_run_as_datadog_does() -> None:
+    link = "https://pages.example/runs/nlp/run-7?expires=1&sig=abc&x=<b>"
+    bodies = desired_dashboards(parse_farm(FARM_YAML), latest_runs={"nlp": link, "bad": "javascript:alert(1)"})
+    project = next(d.body for d in bodies if d.key == "project")
+    client = Client(Sandbox())
+    answer = client.post("/api/v1/dashboard", json=project, headers=KEYS)
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    status, text = _page(client, f"/dashboards/{answer.json['id']}")
+    assert status == 200
+    frames = re.findall(r'<iframe src="([^"]*)"', text)
+    # The signed link is embedded escaped; a link that is not http(s) is never embedded.
+    assert frames == ["https://pages.example/runs/nlp/run-7?expires=1&amp;sig=abc&amp;x=&lt;b&gt;"]
+    assert "javascript:" not in text and "no http(s) URL" in text
+    assert "iframe widgets are not drawn locally" not in text

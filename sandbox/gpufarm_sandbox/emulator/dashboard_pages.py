@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 from werkzeug.wrappers import Request, Response
 
@@ -208,6 +209,8 @@ class _Page:
             return f'<section class="group"><h2>{title}</h2><div class="widgets">{inner}</div></section>'
         if kind == "note":
             return f'<div class="widget note" data-type="note">{_markdown(str(definition.get("content") or ""))}</div>'
+        if kind == "iframe":
+            return self._iframe(str(definition.get("url") or ""), heading)
         if kind not in ("timeseries", "toplist", "query_value", "query_table"):
             shown = html.escape(kind)
             return (
@@ -225,6 +228,17 @@ class _Page:
         else:
             body = self._table(result)
         return f'<div class="widget {kind}" data-type="{kind}">{heading}{body}</div>'
+
+    def _iframe(self, url: str, heading: str) -> str:
+        """The embedded page, as Datadog's iframe widget shows it; only an http(s) URL is embedded."""
+        if urlsplit(url).scheme not in ("http", "https"):
+            return f'<div class="widget" data-type="iframe">{heading}<p class="widget-error">no http(s) URL</p></div>'
+        src = html.escape(url, quote=True)
+        return (
+            f'<div class="widget iframe" data-type="iframe">{heading}'
+            f'<iframe src="{src}" title="embedded page" loading="lazy" referrerpolicy="no-referrer" '
+            f'style="width:100%;height:420px;border:1px solid #ddd"></iframe></div>'
+        )
 
     def _chart(self, figure: dict[str, Any]) -> str:
         key = f"chart-{len(self.figures) + 1}"

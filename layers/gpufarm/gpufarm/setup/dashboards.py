@@ -8,7 +8,8 @@ hand shows as drift in `--dry-run` and `apply` puts gpufarm's definition back; a
 is deleted only with `--prune`. Dashboards without the marker are never read, changed or deleted.
 
 Metric metadata: every metric of the node agent's spec, and each lifecycle metric gpufarm publishes itself
-(`lifecycle_metrics`: waiting requests, idle warnings, reclaims), gets its type, unit, per-second unit and
+(`lifecycle_metrics`: waiting requests, idle warnings, reclaims) and each profiler-run metric (`profile_metrics`:
+`gpufarm profile upload`'s summaries), gets its type, unit, per-second unit and
 description. The spec is spec/metrics.yaml, which this package reaches through `metrics.yaml` beside this module,
 a link to it (a built wheel carries the file's content), so the operator CLI needs no checkout.
 """
@@ -216,7 +217,8 @@ def metric_spec() -> dict[str, Any]:
 def desired_metadata(spec: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Each metric's metadata as Datadog's MetricMetadata takes it (keys gpufarm does not set are left out)."""
     declared_spec = spec or metric_spec()
-    metrics = {**declared_spec["metrics"], **(declared_spec.get("lifecycle_metrics") or {})}
+    sections = ("metrics", "lifecycle_metrics", "profile_metrics")
+    metrics = {name: m for section in sections for name, m in (declared_spec.get(section) or {}).items()}
     out: dict[str, dict[str, Any]] = {}
     for name, declared in sorted(metrics.items()):
         body: dict[str, Any] = {"type": str(declared["type"])}
