@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/hardening.py --scale 10
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/agent_usage.py
 
 # docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times, and
 # the HTML report of a seeded farm (report.png).

@@ -12,9 +12,10 @@ the large one.
 With every inventory source on (the default; --no-sources leaves them out) the syncs also read AWS and Azure:
 moto's EC2 with 2,000 GPU instances in two regions (most of them the cloud pools' registered hosts, 20 without an
 agent) and a stubbed Azure subscription with 500 VMs, through gpufarm's own sources (gpufarm_sandbox.clouds), and
-the farm file's static list, and the Datadog Agent's GPU check on the shared pool (gpu.device.total of each of its
-hosts and of AGENT_ONLY hosts gpufarm never registered); each sync's calls, wall time and nodes per source are
-printed. moto answers a page of a thousand instances in 5-20 s of its own rendering, where EC2 answers in about one:
+the farm file's static list, and the Datadog Agent's GPU check on the shared pool (gpu.device.total, which the
+inventory reads, and gpu.sm_active, which the ledger's used reads, of each of its hosts and of AGENT_ONLY hosts
+gpufarm never registered); each sync's calls, wall time and nodes per source are printed.
+moto answers a page of a thousand instances in 5-20 s of its own rendering, where EC2 answers in about one:
 each seeded farm's EC2 reads are answered by moto once, before anything is measured (SimulatedAws.prime, printed),
 and the syncs then get moto's recorded answers through botocore, so their AWS wall time is gpufarm's own work
 (sending, parsing EC2's XML).
@@ -81,6 +82,8 @@ INVENTORY_YAML = f"""inventory:
 AGENT_POOL = "shared-slices"
 AGENT_ONLY = 10
 AGENT_PUSH = 1000  # series per push of the check's gauges
+# The check's series the syncs read: the inventory's device count and the ledger's SM activity (core/agent_usage.py).
+AGENT_METRICS = ("gpu.device.total", "gpu.sm_active")
 # Before this work, at 20,000 / 3,000 (issue 9): request 145 s, approval 121 s, sync 400-650 s.
 BEFORE = {"request": "145 s", "approval": "121 s", "sync": "400-650 s"}
 
@@ -236,7 +239,7 @@ def farm_text() -> str:
 
 
 def push_agent_checks(api: scalefarm.Api, plan: scalefarm.Layout, url: str) -> int:
-    """The GPU check's gpu.device.total of AGENT_POOL's hosts and of AGENT_ONLY unregistered ones; hosts sent."""
+    """The GPU check's AGENT_METRICS of AGENT_POOL's hosts and of AGENT_ONLY unregistered ones; hosts sent."""
     from gpufarm.core.inventory import tag_value
     from gpufarm_sandbox import agentcheck
     from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY
@@ -249,7 +252,7 @@ def push_agent_checks(api: scalefarm.Api, plan: scalefarm.Layout, url: str) -> i
     for host, model, count in hosts:
         own = [] if host in plan.hosts else [f"environment:{AGENT_POOL}"]  # the Agent's `tags:` on a host of its own
         checked = agentcheck.AgentGpuCheck(host, model, count).series(agentcheck.IDLE, [now])
-        series += [{**s, "tags": [*s["tags"], *own]} for s in checked if s["metric"] == "gpu.device.total"]
+        series += [{**s, "tags": [*s["tags"], *own]} for s in checked if s["metric"] in AGENT_METRICS]
     # The intake takes at most 512,000 bytes uncompressed: about 1,200 of these series (one per GPU, ~420 bytes).
     for start in range(0, len(series), AGENT_PUSH):
         agentcheck.push(url, DEFAULT_DD_API_KEY, series[start : start + AGENT_PUSH])

@@ -157,7 +157,7 @@ LEDGER_GAUGES = (
         "gpufarm.ledger.gpus.used",
         ("team", "project", "environment", "gpu_model"),
         "gpu",
-        "held GPUs the agents saw busy (gpufarm.ir.gpus_busy, averaged over ledger.window_minutes)",
+        "held GPUs seen busy over ledger.window_minutes (gpufarm.ir.gpus_busy; gpu.sm_active on datadog-agent pools)",
     ),
     GaugeSpec(
         "gpufarm.ledger.gpus.idle",
