@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import spec_check
 import yaml
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, ask_hpc
 from werkzeug.test import Client
@@ -33,7 +34,6 @@ from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY,
 ROOT = Path(__file__).resolve().parents[2]
 SPEC: dict[str, Any] = yaml.safe_load((ROOT / "spec" / "metrics.yaml").read_text())
 DECLARED: dict[str, Any] = SPEC["lifecycle_metrics"]
-TYPES = {"gauge": 3, "count": 1}
 USER = "U0000000001"
 OPS = "U0000000OPS"
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -41,21 +41,7 @@ KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_K
 
 
 def _problems(s: MetricSeries) -> list[str]:
-    spec = DECLARED.get(s.metric)
-    if spec is None:
-        return [f"{s.metric} is not declared"]
-    out = []
-    if s.type != TYPES[spec["type"]] or s.unit != spec["unit"]:
-        out.append(f"{s.metric}: type/unit {s.type}/{s.unit}")
-    keys = {t.partition(":")[0]: t.partition(":")[2] for t in s.tags}
-    required, optional = set(spec["tags"].get("required", [])), set(spec["tags"].get("optional", []))
-    out += [f"{s.metric} misses {k}" for k in required - set(keys)]
-    for key, value in keys.items():
-        if key not in required | optional:
-            out.append(f"{s.metric} carries undeclared tag {key}")
-        elif not re.match(SPEC["tags"][key]["value"], value):
-            out.append(f"{s.metric}: {key}:{value} does not match")
-    return out
+    return spec_check.problems(s, "lifecycle_metrics")
 
 
 def _lease(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import spec_check
 import yaml
 
 from gpufarm.core.ports import MetricSeries
@@ -19,29 +19,10 @@ SPEC: dict[str, Any] = yaml.safe_load((ROOT / "spec" / "metrics.yaml").read_text
 DECLARED: dict[str, Any] = SPEC["profile_metrics"]
 CPU = ROOT / "tests" / "fixtures" / "profiler" / "cpu_mlp.json"
 TAGS = lease_tags(12, "llm-pretrain", "NLP", "run-7")
-TYPES = {"gauge": 3, "count": 1}
-
-
-def _expand(keys: list[str]) -> set[str]:
-    return {k for key in keys for k in SPEC["tagsets"].get(key, [key])}
 
 
 def _problems(s: MetricSeries) -> list[str]:
-    spec = DECLARED.get(s.metric)
-    if spec is None:
-        return [f"{s.metric} is not declared"]
-    out = []
-    if s.type != TYPES[spec["type"]] or s.unit != spec["unit"]:
-        out.append(f"{s.metric}: type/unit {s.type}/{s.unit}")
-    keys = {t.partition(":")[0]: t.partition(":")[2] for t in s.tags}
-    required, optional = _expand(spec["tags"].get("required", [])), _expand(spec["tags"].get("optional", []))
-    out += [f"{s.metric} misses {k}" for k in required - set(keys)]
-    for key, value in keys.items():
-        if key not in required | optional:
-            out.append(f"{s.metric} carries undeclared tag {key}")
-        elif not re.match(SPEC["tags"][key]["value"], value):
-            out.append(f"{s.metric}: {key}:{value} does not match")
-    return out
+    return spec_check.problems(s, "profile_metrics")
 
 
 def _gpu_figures() -> Figures:
