@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 
 import pytest
+from local_farm import driven
 
 from gpufarm.config import Settings
-from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo.context import DemoContext
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv, start_local
@@ -24,11 +24,8 @@ def local() -> Iterator[LocalEnv]:
 @pytest.fixture
 def farm(local: LocalEnv) -> Iterator[LocalFarm]:
     """A farm driver on the local host; its work settled and the runtime's collaborators reset after each test."""
-    driver = LocalFarm.ready(local)
-    yield driver
-    driver.settle(timeout=10)
-    driver.close()
-    runtime.reset()
+    with driven(local) as driver:
+        yield driver
 
 
 StageRun = Callable[[ModuleType], str]

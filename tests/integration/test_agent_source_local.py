@@ -13,33 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from local_farm import EXAMPLE_FARM, driven
 
 from gpufarm.core.lifecycle import Phase
-from gpufarm.handlers import runtime
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo.lifecycle_stage import CAROL, LocalFarm, ir_in
 from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture
 def agent_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalFarm]:
     """The example farm with its AWS pool on the Datadog Agent, set up as `gpufarm local` does."""
-    text = (ROOT / "config" / "farm.example.yaml").read_text()
     path = tmp_path / "farm.yaml"
-    path.write_text(text.replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent"))
-    monkeypatch.setenv("GPUFARM_FARM_CONFIG", str(path))
-    runtime.reset()
-    farm = LocalFarm.ready(local)
-    try:
+    path.write_text(EXAMPLE_FARM.read_text().replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent"))
+    with driven(local, monkeypatch, path) as farm:
         yield farm
-    finally:
-        farm.settle(timeout=10)
-        farm.close()
-        runtime.reset()
 
 
 def test_an_agent_pool_lease_is_warned_from_agent_metrics_and_its_links_open(agent_farm: LocalFarm) -> None:

@@ -10,16 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from local_farm import EXAMPLE_FARM, driven, without_inventory
 
 from gpufarm.core.lifecycle import Phase
-from gpufarm.handlers import runtime
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo.lifecycle_stage import CAROL, LocalFarm, ir_in
 from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 # Accrue each quarter hour so one 15-minute sync past the first quarter hour accrues (the default is hourly).
 LEDGER = "ledger: {accrue_hours: 0.25, window_minutes: 15}\n"
 HOST = "aws-p4d-01"
@@ -28,24 +27,12 @@ HOST = "aws-p4d-01"
 @pytest.fixture
 def agent_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalFarm]:
     """The example farm, its AWS pool on the Datadog Agent, without the cloud sources, accruing each quarter hour."""
-    text = (
-        (ROOT / "config" / "farm.example.yaml")
-        .read_text()
-        .replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent")
-    )
+    text = EXAMPLE_FARM.read_text().replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent")
     # Without the cloud inventory sources (their own tests cover them): this test is about the Agent's metrics.
-    start, end = text.index("\ninventory:"), text.index("\ndefaults:")
     path = tmp_path / "farm.yaml"
-    path.write_text(text[:start] + text[end:] + LEDGER)
-    monkeypatch.setenv("GPUFARM_FARM_CONFIG", str(path))
-    runtime.reset()
-    farm = LocalFarm.ready(local)
-    try:
+    path.write_text(without_inventory(text) + LEDGER)
+    with driven(local, monkeypatch, path) as farm:
         yield farm
-    finally:
-        farm.settle(timeout=10)
-        farm.close()
-        runtime.reset()
 
 
 def test_an_agent_pool_lease_accrues_busy_and_idle_hours_from_the_agent_check(agent_farm: LocalFarm) -> None:

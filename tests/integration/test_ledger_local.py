@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from local_farm import EXAMPLE_FARM, driven, without_inventory
 
 from gpufarm.core.lifecycle import Phase
-from gpufarm.handlers import runtime
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
 from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 # Accrue each quarter hour so one 15-minute sync past the first quarter hour accrues (the default is hourly).
 BUDGET = (
     "ledger: {accrue_hours: 0.25, window_minutes: 15}\nbudgets:\n  - {team: nlp, period: month, gpu_hours: 100000}\n"
@@ -30,19 +29,10 @@ BUDGET = (
 def ledger_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalFarm]:
     """The example farm without cloud sources, accruing every quarter hour, with a monthly budget for nlp."""
     path = tmp_path / "farm.yaml"
-    text = (ROOT / "config" / "farm.example.yaml").read_text()
     # Without the cloud inventory sources (their own tests cover them): this test is about the agents' metrics.
-    start, end = text.index("\ninventory:"), text.index("\ndefaults:")
-    path.write_text(text[:start] + text[end:] + BUDGET)
-    monkeypatch.setenv("GPUFARM_FARM_CONFIG", str(path))
-    runtime.reset()
-    farm = LocalFarm.ready(local)
-    try:
+    path.write_text(without_inventory(EXAMPLE_FARM.read_text()) + BUDGET)
+    with driven(local, monkeypatch, path) as farm:
         yield farm
-    finally:
-        farm.settle(timeout=10)
-        farm.close()
-        runtime.reset()
 
 
 def _busy(ir: int, host: str, busy: float, times: range) -> list[dict[str, Any]]:
