@@ -36,6 +36,13 @@ COLUMNS: tuple[tuple[str, Callable[[Row], str]], ...] = (
 )
 
 
+def shown(row: Row, utilisation_digits: int) -> list[str]:
+    """The numbers the table and the HTML show for a row, up to the exemptions, as people read them (1,234.5)."""
+    util = "-" if row.utilisation is None else f"{row.utilisation:.{utilisation_digits}f}"
+    hours = [f"{h:,.1f}" for h in (row.held, row.busy, row.idle, row.unmeasured)]
+    return [str(row.leases), *hours, util, str(row.idle_warnings), str(row.keeps), str(row.exemptions)]
+
+
 def reclaims_by_reason(row: Row) -> dict[str, int]:
     """Every reason's count (0 when none), unknown ones under `other`."""
     out = dict.fromkeys(REASONS, 0)

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpufarm.config import ConfigurationError
 from gpufarm.core.model import isoformat
+from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row
 from gpufarm.reporting.usage import HELD_METRIC
 
@@ -151,20 +152,8 @@ def _cell(text: str, numeric: bool = False) -> str:
 
 
 def _row_html(row: Row, total: bool = False) -> str:
-    util = "-" if row.utilisation is None else f"{row.utilisation:.1f}"
     wait = "-" if row.wait_avg is None else f"{row.wait_avg:.1f} / {row.wait_max or 0:.1f}"
-    numbers = [
-        str(row.leases),
-        f"{row.held:,.1f}",
-        f"{row.busy:,.1f}",
-        f"{row.idle:,.1f}",
-        f"{row.unmeasured:,.1f}",
-        util,
-        str(row.idle_warnings),
-        str(row.keeps),
-        str(row.exemptions),
-        wait,
-    ]
+    numbers = [*shown(row, 1), wait]
     cells = _cell(row.key) + "".join(_cell(n, True) for n in numbers)
     cells += _cell(row.reclaims_text()) + _cell(row.quota_text()) + _cell(row.budgets_text())
     return f'<tr class="total">{cells}</tr>' if total else f"<tr>{cells}</tr>"

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
+from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row
 
 _HEAD = ("group", "leases", "held h", "busy h", "idle h", "unmeas. h", "util %", "warn", "keep", "exempt", "wait h")
 
 
 def _cells(row: Row) -> tuple[str, ...]:
-    util = "-" if row.utilisation is None else f"{row.utilisation:.0f}"
     wait = "-" if row.wait_avg is None else f"{row.wait_avg:.1f}"
-    return (
-        row.key,
-        str(row.leases),
-        f"{row.held:,.1f}",
-        f"{row.busy:,.1f}",
-        f"{row.idle:,.1f}",
-        f"{row.unmeasured:,.1f}",
-        util,
-        str(row.idle_warnings),
-        str(row.keeps),
-        str(row.exemptions),
-        wait,
-    )
+    return (row.key, *shown(row, 0), wait)
 
 
 def _line(lease: LeaseLine, value: float) -> str:
