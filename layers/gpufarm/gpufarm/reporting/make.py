@@ -7,13 +7,14 @@ or written. Bad input raises ValidationFailed (rule 10: a clear answer, nothing 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from gpufarm.core.farm import FarmConfig
 from gpufarm.core.ports import IncidentStore, MetricsHistory
 from gpufarm.reporting.build import build_report, months_to_read
 from gpufarm.reporting.model import Report
-from gpufarm.reporting.query import GroupBy, budget_projects, parse_query
+from gpufarm.reporting.query import GroupBy, budget_projects, known_project, parse_query
 from gpufarm.reporting.read import MAX_LEASES, read_leases
 from gpufarm.reporting.usage import read_usage
 
@@ -35,15 +36,7 @@ def make_report(
     """The report asked for (see the module docstring); usage over time is read only `with_usage` (HTML)."""
     first = parse_query(farm, now, since=since, month=month, by=by, team=team)
     read = read_leases(incidents, months_to_read(first, farm), team=first.team, limit=limit)
-    query = parse_query(
-        farm,
-        now,
-        since=since,
-        month=month,
-        by=by,
-        team=team,
-        project=project,
-        known_projects=budget_projects(farm) | read.projects(),
-    )
+    # The period, grouping and team are those already checked; only the project waits for the leases read.
+    query = replace(first, project=known_project(project, budget_projects(farm) | read.projects()))
     usage, note = read_usage(metrics, query) if with_usage else ([], None)
     return build_report(query, read, farm, now, usage=usage, usage_note=note)

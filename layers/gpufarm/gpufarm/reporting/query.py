@@ -138,12 +138,18 @@ def parse_query(
     if team is not None:
         team = validate_name("team", team)
         farm.team(team)
-    if project is not None:
-        project = validate_name("project", project)
-        if project not in known_projects:
-            known = ", ".join(sorted(known_projects)[:20]) or "none yet"
-            raise ValidationFailed("project", f"unknown project '{project}'; projects: {known}")
-    return ReportQuery(period, group, team, project)
+    return ReportQuery(period, group, team, known_project(project, known_projects))
+
+
+def known_project(project: str | None, known_projects: Collection[str]) -> str | None:
+    """`project` checked against the projects the farm's budgets and the leases name (None stays None)."""
+    if project is None:
+        return None
+    project = validate_name("project", project)
+    if project not in known_projects:
+        known = ", ".join(sorted(known_projects)[:20]) or "none yet"
+        raise ValidationFailed("project", f"unknown project '{project}'; projects: {known}")
+    return project
 
 
 def budget_projects(farm: FarmConfig) -> set[str]:
