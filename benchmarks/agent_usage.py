@@ -1,5 +1,5 @@
-"""What the ledger's query on the Datadog Agent's pools costs a sync (gpufarm.core.agent_usage): one scalar query
-answering a row per device, at the size of the large farm's Agent pool.
+"""What the ledger's query on the Datadog Agent's pools costs a sync (gpufarm.core.accounting.agent_usage): one scalar
+query answering a row per device, at the size of the large farm's Agent pool.
 
 The sandbox runs in its own process (so only gpufarm's work is on this process's CPU clock), seeded with `--hosts`
 hosts of the pool (`environment:shared-slices`), the first `--leased` of them holding two leases (`ir:` host tags,
@@ -66,7 +66,7 @@ def main() -> None:
     try:
         from gpufarm.adapters.datadog import DatadogGateway
         from gpufarm.config import Settings
-        from gpufarm.core import agent_usage
+        from gpufarm.core.accounting import agent_usage
 
         api = scalefarm.Api(url)
         now = seed(api, url, args.hosts, args.leased)

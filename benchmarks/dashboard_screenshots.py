@@ -19,7 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
-from gpufarm.core.farm import parse_farm
+from gpufarm.core.config.farm import parse_farm
 from gpufarm_sandbox.browser import chromium
 from gpufarm_sandbox.dashboard_preview import build_preview
 from gpufarm_sandbox.emulator.app import Sandbox

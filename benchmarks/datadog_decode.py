@@ -38,7 +38,7 @@ from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.datadog import LIVE_QUERY, DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
+from gpufarm.core.kernel import fields as f
 from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 from gpufarm_sandbox.process import control, free_port, start_sandbox

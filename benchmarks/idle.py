@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
-from gpufarm.core import history, units
-from gpufarm.core.farm import IdleKind, IdlePolicy, parse_farm
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import Allocation, parse_time
+from gpufarm.core.config.farm import IdleKind, IdlePolicy, parse_farm
+from gpufarm.core.kernel import history, units
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation, parse_time
 from gpufarm_node.topology import ProcessSpec, Profile, container_id
 from gpufarm_sandbox.demo import slicing_stage
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, HOSTS, OPERATORS_CHANNEL, LocalFarm, Person

@@ -487,7 +487,7 @@ def end_to_end(runs: int) -> dict[str, Any]:
     import re
 
     from gpufarm.config import Settings
-    from gpufarm.core.farm import parse_farm
+    from gpufarm.core.config.farm import parse_farm
     from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm
     from gpufarm_sandbox.localhost import start_local
 

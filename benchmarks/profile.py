@@ -91,8 +91,8 @@ def _upload(path: Path) -> Any:
 
     from gpufarm.adapters.profile_store import S3ProfileStore
     from gpufarm.config import Settings
-    from gpufarm.core.farm import parse_farm
-    from gpufarm.core.policy import build_request
+    from gpufarm.core.config.farm import parse_farm
+    from gpufarm.core.governance.policy import build_request
     from gpufarm.core.service import GpuFarm
     from gpufarm.profiling.links import LinkSigner
     from gpufarm.profiling.upload import upload

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufarm.config import Settings
-from gpufarm.core import accounting
-from gpufarm.core import fields as f
-from gpufarm.core.model import isoformat
+from gpufarm.core.accounting import gpu_hours
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.model import isoformat
 from gpufarm_sandbox import scalefarm
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
@@ -71,7 +71,7 @@ def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[s
     unmeasured = held * rng.choice((0.0, 0.0, 0.02, 0.1))
     busy = (held - unmeasured) * rng.uniform(0.1, 0.95)
     idle = held - unmeasured - busy
-    months = [f"{m}={gpus * span:.3f}" for m, span in accounting.month_spans(allocated, until)]
+    months = [f"{m}={gpus * span:.3f}" for m, span in gpu_hours.month_spans(allocated, until)]
     history = [
         f"{isoformat(requested)} {user} requested: {gpus}x{model} in {env}",
         f"{isoformat(allocated)} gpufarm allocated: hosts: {', '.join(hosts)}",

@@ -35,8 +35,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gpufarm.core.farm import FarmConfig, parse_farm
-from gpufarm.core.ports import InventorySource, SourceReading
+from gpufarm.core.config.farm import FarmConfig, parse_farm
+from gpufarm.core.kernel.ports import InventorySource, SourceReading
 from gpufarm_sandbox import scalefarm
 from gpufarm_sandbox.localhost.template import load_template
 from gpufarm_sandbox.process import free_port, start_sandbox
@@ -82,7 +82,8 @@ INVENTORY_YAML = f"""inventory:
 AGENT_POOL = "shared-slices"
 AGENT_ONLY = 10
 AGENT_PUSH = 1000  # series per push of the check's gauges
-# The check's series the syncs read: the inventory's device count and the ledger's SM activity (core/agent_usage.py).
+# The check's series the syncs read: the inventory's device count and the ledger's SM activity
+# (core/accounting/agent_usage.py).
 AGENT_METRICS = ("gpu.device.total", "gpu.sm_active")
 # Before this work, at 20,000 / 3,000 (issue 9): request 145 s, approval 121 s, sync 400-650 s.
 BEFORE = {"request": "145 s", "approval": "121 s", "sync": "400-650 s"}
@@ -194,7 +195,7 @@ def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, floa
     """Moto's EC2 with EC2_INSTANCES GPU instances and a stubbed Azure with AZURE_VMS, named after the cloud hosts."""
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.config import Settings
-    from gpufarm.core import agent_source
+    from gpufarm.core.inventory import agent_source
     from gpufarm.handlers.runtime import SystemClock
     from gpufarm_sandbox.azurestub import Vm
     from gpufarm_sandbox.clouds import LocalClouds, SimulatedAws
@@ -240,7 +241,7 @@ def farm_text() -> str:
 
 def push_agent_checks(api: scalefarm.Api, plan: scalefarm.Layout, url: str) -> int:
     """The GPU check's AGENT_METRICS of AGENT_POOL's hosts and of AGENT_ONLY unregistered ones; hosts sent."""
-    from gpufarm.core.inventory import tag_value
+    from gpufarm.core.kernel.hosts import tag_value
     from gpufarm_sandbox import agentcheck
     from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY
 

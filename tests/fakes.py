@@ -17,12 +17,12 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.adapters.slack import check_upload
-from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.inventory import normalize_tag
-from gpufarm.core.model import IncidentRecord
-from gpufarm.core.policy import build_request
-from gpufarm.core.ports import HostInfo, HostPage, MetricSeries
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.hosts import normalize_tag
+from gpufarm.core.kernel.model import IncidentRecord
+from gpufarm.core.kernel.ports import HostInfo, HostPage, MetricSeries
 from gpufarm_node.tags import registration_tags
 from gpufarm_sandbox.emulator.incidents_search import matches, parse_query
 
@@ -384,7 +384,9 @@ def ask_hpc(
         "duration_days": str(days),
     }
     request_id = f"hpc-{next(_REQUEST_IDS):06d}"
-    svc.submit_request(build_request(values, svc.farm, requester=requester, channel=None, request_id=request_id))
+    svc.submit_request(
+        build_request(values, svc.context.farm, requester=requester, channel=None, request_id=request_id)
+    )
     ir = max(r.public_id for r in incidents.records.values())
     svc.process(incidents.by_ir(ir).id)
     return ir

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from gpufarm.core.ports import MetricSeries
+from gpufarm.core.kernel.ports import MetricSeries
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC: dict[str, Any] = yaml.safe_load((ROOT / "spec" / "metrics.yaml").read_text())

@@ -1,5 +1,5 @@
 """The Datadog Agent's GPU check, as the sandbox plays it: `gpu.*` series shaped like the Agent's, for tests and demos
-of environments whose `metrics_source` is `datadog-agent` (gpufarm.core.farm.MetricsSource).
+of environments whose `metrics_source` is `datadog-agent` (gpufarm.core.config.farm.MetricsSource).
 
 The Agent's GPU core check (metric prefix `gpu.`) reports per device, tagged with the device tagset (`gpu_uuid`,
 `gpu_device`, `gpu_vendor`, `gpu_driver_version`, `gpu_virtualization_mode`, `gpu_architecture`,

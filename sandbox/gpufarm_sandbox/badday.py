@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm.core.model import Allocation
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.model import Allocation
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, DANA, HOSTS, PEOPLE, LocalFarm, Person
 
 FAULT_RATE = 0.2

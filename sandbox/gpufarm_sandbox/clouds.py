@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig
-from gpufarm.core.ports import InventorySource
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.ports import InventorySource
 from gpufarm_sandbox.azurestub import Answer, AzureFarm, StubCredential, StubTransport
 
 ACCOUNT_KEY = "AKIAGPUFARMLOCAL0001"  # moto keys its accounts by access key; nothing here reaches AWS

@@ -4,7 +4,7 @@ On a sandbox served at `url`: `gpufarm datadog apply` with the farm configuratio
 metric metadata included), simulated nodes of the three example pools running the real node agent on fake NVML, a
 few leases (whole hosts on the dedicated pools, MIG slices on the shared one, each with its hosts' `ir:`, `team:`
 and `project:` tags), and the quota and inventory gauges the scheduled sync publishes, every sandbox minute. For the
-lifecycle panels (gpufarm.core.lifecycle_metrics) one request waits for an operator's decision the whole run (a
+lifecycle panels (gpufarm.core.leases.metrics) one request waits for an operator's decision the whole run (a
 live incident the sync's gauges count), and the leases are warned as idle and reclaimed at set points of the run.
 """
 
@@ -20,7 +20,7 @@ from pydantic import SecretStr
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.config import Settings
-    from gpufarm.core.farm import FarmConfig
+    from gpufarm.core.config.farm import FarmConfig
     from gpufarm.core.service import GpuFarm
     from gpufarm_sandbox.emulator.app import Sandbox
     from gpufarm_sandbox.simfarm import SimulatedFarm
@@ -83,8 +83,8 @@ def build_preview(
     """Apply, simulate `hosts` nodes with the LEASES on them for `cycles` sandbox minutes, publish gauges."""
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SlackChat
-    from gpufarm.core.reconcile import publish_gauges
     from gpufarm.core.service import GpuFarm
+    from gpufarm.core.sync.gauges import publish_gauges
     from gpufarm.setup.apply import run_apply
     from gpufarm.setup.dashboards import KIND, dashboard_key
     from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
@@ -119,11 +119,11 @@ def build_preview(
             farm=farm,
             metrics=gateway,
         )
-        _waiting_request(gateway, farm, svc.clock.now())
+        _waiting_request(gateway, farm, svc.context.clock.now())
         for cycle in range(cycles):
             nodes.step_all()
             _steps(svc, cycle, cycles)
-            publish_gauges(svc)
+            publish_gauges(svc.context)
             sandbox.clock.advance(60)
     finally:
         nodes.stop()
@@ -151,10 +151,10 @@ def _lease(
 
 def _waiting_request(gateway: DatadogGateway, farm: FarmConfig, now: datetime) -> None:
     """The live incident of a request awaiting an operator's decision, requested now."""
-    from gpufarm.core import fields as f
-    from gpufarm.core import history
-    from gpufarm.core.lifecycle import Phase
-    from gpufarm.core.policy import build_request
+    from gpufarm.core.governance.policy import build_request
+    from gpufarm.core.kernel import fields as f
+    from gpufarm.core.kernel import history
+    from gpufarm.core.kernel.lifecycle import Phase
 
     request = build_request(WAITING, farm, requester="U0000000002", channel=None, request_id="preview-waiting-1")
     asked = history.entry(now, request.requester, history.Step.REQUESTED, "16x H100 in onprem-hpc").line()
@@ -163,9 +163,9 @@ def _waiting_request(gateway: DatadogGateway, farm: FarmConfig, now: datetime) -
 
 def _steps(svc: GpuFarm, cycle: int, cycles: int) -> None:
     """The STEPS due at this cycle, counted as the service counts them (after the write it would make)."""
-    from gpufarm.core import lifecycle_metrics
-    from gpufarm.core.lifecycle import Phase, State
-    from gpufarm.core.model import Allocation
+    from gpufarm.core.kernel.lifecycle import Phase, State
+    from gpufarm.core.kernel.model import Allocation
+    from gpufarm.core.leases import metrics
 
     for share, ir, team, project, environment, model, reason, gpus in STEPS:
         if cycle != int(share * cycles):
@@ -182,6 +182,6 @@ def _steps(svc: GpuFarm, cycle: int, cycles: int) -> None:
             environment=environment,
         )
         if reason is None:
-            lifecycle_metrics.warned(svc, alloc)
+            metrics.warned(svc.context, alloc)
         else:
-            lifecycle_metrics.reclaimed(svc, alloc, reason, gpus)
+            metrics.reclaimed(svc.context, alloc, reason, gpus)

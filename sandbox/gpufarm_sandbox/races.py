@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import GRANTED_PHASES
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import GRANTED_PHASES
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.model import Allocation
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in
 
 # Datadog's incident API as slow as the issue measured it; host tags and Slack stay fast.

@@ -7,7 +7,7 @@ clock past SQS's five-minute deduplication window, so the copies reach the handl
 the queue (a late Triggered arriving after its Recovered, an "approved" webhook after the reclaim). The final
 state of the two runs (every request's incident fields and every host's tags) must be identical: handlers read
 the incident fresh, and an incident command already applied is recognised by its id in the incident
-(gpufarm.core.ledger), so a copy changes nothing. tests/hardening/test_redelivery.py runs it CI-sized;
+(gpufarm.core.commands.record), so a copy changes nothing. tests/hardening/test_redelivery.py runs it CI-sized;
 benchmarks/reliability.py at full size.
 """
 

@@ -30,10 +30,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpufarm.core import fields as f
-from gpufarm.core.inventory import normalize_tag
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import GpuRequest, encode_host_gpus, isoformat
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.hosts import normalize_tag
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import GpuRequest, encode_host_gpus, isoformat
 from gpufarm_node.tags import registration_tags
 from gpufarm_sandbox.emulator import counter
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, DEFAULT_SLACK_TOKEN
@@ -172,8 +172,8 @@ class Lease:
     request: GpuRequest
     host_gpus: dict[str, int]
     ir: int = 0
-    # Minutes since its GPU-hours last accrued (gpufarm.core.accounting): a quarter of the leases 65, due at an
-    # hourly cadence as at a 15-minute sync in steady state, the rest 10-20, not due for the next 40 minutes.
+    # Minutes since its GPU-hours last accrued (gpufarm.core.accounting.gpu_hours): a quarter of the leases 65, due at
+    # an hourly cadence as at a 15-minute sync in steady state, the rest 10-20, not due for the next 40 minutes.
     accrued_minutes_ago: int = 10
 
     def tags(self) -> list[str]:
@@ -243,7 +243,7 @@ def prepare(api: Api) -> None:
     """A reset sandbox with the Slack workspace and `gpufarm datadog apply` done (webhooks aimed at a 404)."""
     from gpufarm.adapters.datadog_admin import DatadogAdmin
     from gpufarm.config import Settings
-    from gpufarm.core.farm import parse_farm
+    from gpufarm.core.config.farm import parse_farm
     from gpufarm.setup.apply import apply_setup
     from gpufarm.setup.plan import SetupSpec
 
@@ -321,7 +321,7 @@ def drift(api: Api, plan: Layout, share: float = 0.01) -> Drift:
 
     Half are dedicated hosts of a lease that lost the lease's tags; half are free hosts carrying the tags of an
     incident that never was. Each host needs exactly one host-tag write to repair, and each lease that lost a host's
-    tags one incident write (the "repaired" entry of its history, gpufarm.core.history), whatever its hosts.
+    tags one incident write (the "repaired" entry of its history, gpufarm.core.kernel.history), whatever its hosts.
     """
     n = max(2, int(len(plan.hosts) * share))
     held = [host for lease in plan.leases if lease.request.environment != "shared-slices" for host in lease.host_gpus]
@@ -496,7 +496,7 @@ def _sync(runner: Runner, path: FarmPath, accruals: FarmPath) -> None:
     from gpufarm.handlers import quota_sync
 
     runner.invoke(path, "scheduled sync", "sync", lambda: quota_sync.handle({"job": "quota_sync"}))
-    # The leases whose GPU-hours are due: writes of their own (gpufarm.core.accounting), not the repairs'.
+    # The leases whose GPU-hours are due: writes of their own (gpufarm.core.accounting.gpu_hours), not the repairs'.
     queued = list(runner.queue.messages)
     runner.queue.messages[:] = [m for m in queued if _label(m) != "command accrue"]
     runner.drain(path)
@@ -508,7 +508,7 @@ def _sync(runner: Runner, path: FarmPath, accruals: FarmPath) -> None:
 
 def measure(api: Api, plan: Layout, *, tag: str = "0001") -> dict[str, FarmPath]:
     """request → IR, approval → hosts tagged, release → untagged, sync (no change), sync (1 % drift)."""
-    from gpufarm.core.commands import parse_command
+    from gpufarm.core.chat.command_text import parse_command
 
     runner = Runner(api)
     keys = ("request", "approval", "release", "sync", "drift", "accrual", "drift accrual")

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gpufarm.core.ir import ir_tag_value, parse_ir
+from gpufarm.core.kernel.ir import ir_tag_value, parse_ir
 from gpufarm_node.agent import Agent, CycleReport
 from gpufarm_node.attribution import DeviceOwner, StaticOwners
 from gpufarm_node.collect import CollectOptions

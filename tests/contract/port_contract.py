@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.ports import Chat, HostPage, HostPages, HostTags, IncidentStore, WorkQueue
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.ports import Chat, HostPage, HostPages, HostTags, IncidentStore, WorkQueue
 
 # Makes hosts known with tags per source, as their agents' reports would: {host: {source: [tags]}}.
 SeedHosts = Callable[[Mapping[str, Mapping[str, Sequence[str]]]], None]
@@ -175,7 +175,7 @@ class HostTagsContract:
         assert [h.name for h in hosts.list_hosts("node-01")] == ["gpu-node-01"]
 
     def test_a_host_page_says_exactly_how_many_match(self, hosts: HostTags, seed_hosts: SeedHosts) -> None:
-        # What a pool's host sizes are counted with (gpufarm.core.reads.Reads.host_sizes).
+        # What a pool's host sizes are counted with (gpufarm.core.context.reads.Reads.host_sizes).
         assert isinstance(hosts, HostPages)
         seed_hosts(
             {f"gpu-node-0{i}": {"datadog": ["gpu_model:h100", f"gpu_count:{4 * (i % 2 + 1)}"]} for i in range(5)}

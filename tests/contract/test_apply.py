@@ -17,9 +17,9 @@ from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.farm import parse_farm
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
 from gpufarm.setup.dashboards import desired_metadata

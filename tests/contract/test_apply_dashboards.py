@@ -21,8 +21,8 @@ from pydantic import SecretStr
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
 from gpufarm.config import Settings
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.farm import parse_farm
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.setup import apply as setup
 from gpufarm.setup import dashboards as dash
 from gpufarm.setup import plan as planning

@@ -25,7 +25,7 @@ from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
 from gpufarm.config import Settings
-from gpufarm.core.farm import IdleKind, parse_farm
+from gpufarm.core.config.farm import IdleKind, parse_farm
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import apply as setup
 from gpufarm.setup import monitors as mon

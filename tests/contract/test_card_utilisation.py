@@ -1,5 +1,5 @@
-"""The approval card's utilisation query (gpufarm.core.cards) through the real Datadog adapter, against the sandbox:
-the node agent's per-device series, grouped by the IR it attributes them to."""
+"""The approval card's utilisation query (gpufarm.core.chat.cards) through the real Datadog adapter, against the
+sandbox: the node agent's per-device series, grouped by the IR it attributes them to."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core import cards
-from gpufarm.core.model import Allocation
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
+from gpufarm.core.leases import operators
 
 pytestmark = pytest.mark.contract
 
@@ -44,10 +44,10 @@ def test_the_card_reads_each_leases_mean_utilisation_over_seven_days(gateway: Da
             for (host, device, ir), v in values.items()
         ]
     )
-    text = cards.utilisation(gateway, [_lease(4), _lease(9), _lease(12)], datetime.fromtimestamp(now + 60, UTC))
+    text = operators.utilisation(gateway, [_lease(4), _lease(9), _lease(12)], datetime.fromtimestamp(now + 60, UTC))
     assert text == "mean 32 % over 7 days (IR-4 60 %, IR-9 3 %)"
 
 
 def test_a_lease_without_series_is_said_so(gateway: DatadogGateway) -> None:
     now = datetime.fromtimestamp(time.time(), UTC)
-    assert cards.utilisation(gateway, [_lease(77)], now) == "no utilisation measured over 7 days"
+    assert operators.utilisation(gateway, [_lease(77)], now) == "no utilisation measured over 7 days"

@@ -21,9 +21,9 @@ from gpufarm.adapters import datadog as dd
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -285,7 +285,7 @@ from datetime import UTC, datetime, timedelta
 from pydantic import SecretStr
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.setup.apply import apply_setup
 from gpufarm.setup.plan import SetupSpec
 from gpufarm.adapters.datadog_admin import DatadogAdmin

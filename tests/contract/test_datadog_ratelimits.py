@@ -18,8 +18,8 @@ from helpers import http
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import UpstreamError
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.ratelimit import DEFAULT_LIMIT, DEFAULT_PERIOD_S, GROUP_NAMES
 

@@ -24,10 +24,10 @@ from gpufarm.adapters import datadog as dd
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound
-from gpufarm.core.model import IncidentRecord
-from gpufarm.core.ports import HostInfo
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotFound
+from gpufarm.core.kernel.model import IncidentRecord
+from gpufarm.core.kernel.ports import HostInfo
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -282,7 +282,7 @@ def test_sandbox_answers_decode_to_the_typed_records(
 
 
 def test_a_bulk_answer_of_the_wrong_shape_is_an_upstream_error() -> None:
-    from gpufarm.core.errors import UpstreamError
+    from gpufarm.core.kernel.errors import UpstreamError
 
     for body in (None, [], {"data": []}, {"data": {"attributes": {"incidents": {}}}}):
         with pytest.raises(UpstreamError, match="unexpected shape"):

@@ -23,10 +23,10 @@ from pydantic import SecretStr
 from gpufarm.adapters.datadog import ANY_STATE_QUERY, LIVE_QUERY, DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.policy import build_request
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotFound
 from gpufarm.core.service import GpuFarm
 from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
@@ -204,7 +204,7 @@ def test_each_answer_is_checked_even_when_the_search_filter_is_ignored(
 
 
 def test_without_gpufarm_s_type_the_runtime_says_to_run_apply(settings: Settings, sandbox: Sandbox) -> None:
-    from gpufarm.core.errors import UpstreamError
+    from gpufarm.core.kernel.errors import UpstreamError
 
     gateway = DatadogGateway(settings)
     with pytest.raises(UpstreamError, match="run `gpufarm datadog apply`"):
@@ -246,7 +246,7 @@ def test_sync_counts_and_release_ignore_foreign_incidents(org: Org, gateway: Dat
     # Quota: nlp's 8 H100 in hpc are free (the foreign incident holds none), so policy approves at once.
     request = build_request(
         {"gpu_count": "8", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "llm-ko"},
-        svc.farm,
+        svc.context.farm,
         requester="U0000000001",
         channel="C0000000002",
         request_id="req-ours-0003",

@@ -1,9 +1,10 @@
 """A pool's host sizes counted through the real client: host pages and Datadog's exact match count.
 
-Charging decides on how many hosts of each (cluster, GPUs per host) a dedicated pool holds (gpufarm.core.charging).
-`Reads.host_sizes` counts them with a sample page and one exact count per size instead of listing the pool; here
-the gateway's `host_page` runs against the sandbox, the census is compared with the pool listed whole, and the
-sandbox's request counter shows what it cost. The recorded real answer carries the two fields the count relies on.
+Charging decides on how many hosts of each (cluster, GPUs per host) a dedicated pool holds
+(gpufarm.core.governance.charging). `Reads.host_sizes` counts them with a sample page and one exact count per size
+instead of listing the pool; here the gateway's `host_page` runs against the sandbox, the census is compared with the
+pool listed whole, and the sandbox's request counter shows what it cost. The recorded real answer carries the two fields
+the count relies on.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from recorded import interactions, response_json
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core import charging
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.inventory import GpuHost
-from gpufarm.core.reads import CENSUS_SAMPLE, Reads, host_filter
+from gpufarm.core.context.reads import CENSUS_SAMPLE, Reads, host_filter
+from gpufarm.core.governance import charging
+from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.hosts import GpuHost
 from gpufarm_node.tags import registration_tags
 
 pytestmark = pytest.mark.contract

@@ -23,8 +23,8 @@ from recorded import interactions
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 
 pytestmark = pytest.mark.contract
 

@@ -26,7 +26,7 @@ from gpufarm.adapters.aws import SqsFifoQueue
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.slack import SlackChat
 from gpufarm.config import Settings
-from gpufarm.core.ports import Chat, HostTags, IncidentStore, WorkQueue
+from gpufarm.core.kernel.ports import Chat, HostTags, IncidentStore, WorkQueue
 from gpufarm.setup.apply import run_apply
 from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN
 

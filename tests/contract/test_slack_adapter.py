@@ -1,4 +1,5 @@
-"""SlackChat (core.ports.Chat over slack_sdk) against the Slack sandbox; SignatureCheck against Slack's vectors."""
+"""SlackChat (core.kernel.ports.Chat over slack_sdk) against the Slack sandbox; SignatureCheck against Slack's
+vectors."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from werkzeug.wrappers import Response
 
 from gpufarm.adapters.slack import SignatureCheck, SlackChat, SlackError
 from gpufarm.config import Settings
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.ports import Chat
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.ports import Chat
 from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN, Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpufarm.adapters.slack import MAX_UPLOAD_BYTES, SlackChat, SlackError
-from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN
 
 pytestmark = pytest.mark.contract

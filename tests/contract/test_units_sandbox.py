@@ -13,12 +13,12 @@ from helpers import define_gpufarm_type, http
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core import units
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel import units
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.service import GpuFarm
 from gpufarm_node.tags import registration_tags, unit_tag
 from gpufarm_sandbox.emulator.app import Sandbox
@@ -53,14 +53,16 @@ def svc(settings: Settings, sandbox: Sandbox, sandbox_url: str) -> Iterator[GpuF
 
 def _lease(svc: GpuFarm, count: int, n: int) -> Allocation:
     values = {"gpu_count": str(count), "gpu_model": "A100", "environment": "slices", "team": "nlp", "project": "p"}
-    request = build_request(values, svc.farm, requester="U0000000001", channel=None, request_id=f"req-units-{n:04d}")
-    created = svc.incidents.create(request.title(), request.to_fields(Phase.APPROVED, NOW))
+    request = build_request(
+        values, svc.context.farm, requester="U0000000001", channel=None, request_id=f"req-units-{n:04d}"
+    )
+    created = svc.context.incidents.create(request.title(), request.to_fields(Phase.APPROVED, NOW))
     assert [o.action for o in svc.process(created.id)] == ["allocated"]
-    return Allocation.from_record(svc.incidents.get(created.id))
+    return Allocation.from_record(svc.context.incidents.get(created.id))
 
 
 def _assigned(svc: GpuFarm) -> list[str]:
-    return sorted(t for t in svc.hosts.get_tags(HOST) if t.startswith("gpu_assign:"))
+    return sorted(t for t in svc.context.hosts.get_tags(HOST) if t.startswith("gpu_assign:"))
 
 
 def test_units_are_recorded_tagged_released_and_repaired(svc: GpuFarm, sandbox: Sandbox) -> None:
@@ -76,8 +78,8 @@ def test_units_are_recorded_tagged_released_and_repaired(svc: GpuFarm, sandbox: 
     # Drift: one of the second lease's tags lost, a stray one for the first lease added; the sync puts both right.
     lost = f"gpu_assign:ir-{second.ir}/{theirs[0].id}"
     stray = f"gpu_assign:ir-{first.ir}/{_mig(1, 6).lower()}"
-    current = svc.hosts.get_tags(HOST)
-    svc.hosts.replace_tags(HOST, [*(t for t in current if t != lost), stray])
+    current = svc.context.hosts.get_tags(HOST)
+    svc.context.hosts.replace_tags(HOST, [*(t for t in current if t != lost), stray])
     repair = svc.reconcile_pool("slices")
     assert f"{HOST}:{lost}" in repair.restored and f"{HOST}:{stray}" in repair.removed
     assert _assigned(svc) == sorted(expected)
@@ -85,5 +87,5 @@ def test_units_are_recorded_tagged_released_and_repaired(svc: GpuFarm, sandbox: 
     svc.release(first.ir, "U0000000001")
     svc.process(first.incident_id)
     assert _assigned(svc) == sorted(f"gpu_assign:ir-{second.ir}/{u.id}" for u in theirs)
-    assert len([t for t in svc.hosts.get_tags(HOST) if t.startswith("gpu_unit:")]) == 14
-    assert Allocation.from_record(svc.incidents.get(first.incident_id)).devices == ()
+    assert len([t for t in svc.context.hosts.get_tags(HOST) if t.startswith("gpu_unit:")]) == 14
+    assert Allocation.from_record(svc.context.incidents.get(first.incident_id)).devices == ()

@@ -9,9 +9,9 @@ import pytest
 from attack import Target
 
 from gpufarm.adapters.datadog import DatadogGateway
-from gpufarm.core import fields as f
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox.badday import FAULT_RATE, KINDS, BadDay
 
 # Two waves of the eight kinds: each wave costs about a minute at 20 % (the adapters' bounded retries back off

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from attack import Target
 
-from gpufarm.core import history
-from gpufarm.core.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.model import Allocation
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm, Person, ir_in
 

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 import pytest
 from attack import INGRESS_PATH, Target
 
-from gpufarm.core.lifecycle import State
+from gpufarm.core.kernel.lifecycle import State
 from gpufarm.handlers.slack_events import request_id
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, RESEARCH_CHANNEL, ir_in
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from local_farm import EXAMPLE_FARM, driven
 
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo.lifecycle_stage import CAROL, LocalFarm, ir_in
 from gpufarm_sandbox.localhost import LocalEnv
@@ -75,7 +75,7 @@ def test_an_agent_pool_lease_is_warned_from_agent_metrics_and_its_links_open(age
 def _text(message: dict[str, Any]) -> str:
     parts = [message.get("text", "")]
     parts += [str((block.get("text") or {}).get("text", "")) for block in message.get("blocks", [])]
-    # The lease's links are a context block (gpufarm.core.views.lease_links).
+    # The lease's links are a context block (gpufarm.core.chat.messages.lease_links).
     parts += [str(e.get("text", "")) for block in message.get("blocks", []) for e in block.get("elements") or []]
     return "\n".join(parts)
 

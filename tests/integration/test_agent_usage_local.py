@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from local_farm import EXAMPLE_FARM, driven, without_inventory
 
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo.lifecycle_stage import CAROL, LocalFarm, ir_in
 from gpufarm_sandbox.localhost import LocalEnv

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core.farm import parse_farm
+from gpufarm.core.config.farm import parse_farm
 from gpufarm.setup.dashboards_widgets import walk
 from gpufarm_sandbox.browser import chromium, find_chromium
 from gpufarm_sandbox.dashboard_preview import build_preview
@@ -85,7 +85,7 @@ def test_the_html_report_draws_in_headless_chromium(tmp_path: Path) -> None:
     error, every chart's SVG and title, the table's rows; the screenshot is kept under .artifacts/report/."""
     from datetime import UTC, datetime, timedelta
 
-    from gpufarm.core.model import Allocation, isoformat
+    from gpufarm.core.kernel.model import Allocation, isoformat
     from gpufarm.reporting.build import build_report
     from gpufarm.reporting.model import UsageSeries
     from gpufarm.reporting.query import GroupBy, ReportQuery, since_period

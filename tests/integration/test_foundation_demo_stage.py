@@ -10,8 +10,8 @@ import pytest
 
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.inventory import ALLOCATION_KEYS
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.hosts import ALLOCATION_KEYS
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo import foundation_stage as stage
 from gpufarm_sandbox.demo.context import DemoContext

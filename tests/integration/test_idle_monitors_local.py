@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.setup.apply import apply_setup
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import SetupSpec

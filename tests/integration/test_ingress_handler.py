@@ -30,7 +30,7 @@ from test_ingress_events import (
     slack_event,
 )
 
-from gpufarm.core.errors import UpstreamError
+from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.handlers import runtime
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ import pytest
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core.agent_source import AgentCheckSource
-from gpufarm.core.inventory_config import DatadogAgentInventory
-from gpufarm.core.sources import merge
+from gpufarm.core.config.inventory import DatadogAgentInventory
+from gpufarm.core.inventory.agent_source import AgentCheckSource
+from gpufarm.core.inventory.sources import merge
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, Sandbox
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core import fields as f
-from gpufarm.core.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.model import GpuRequest
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.model import GpuRequest
 from gpufarm_sandbox.demo.lifecycle_stage import (
     ALICE,
     BOB,

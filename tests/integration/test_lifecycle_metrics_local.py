@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, LocalFarm, ir_in
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.setup.dashboards import dashboard_key
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
 

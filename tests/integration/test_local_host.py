@@ -20,7 +20,7 @@ import pytest
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel, LambdaFunctionUrlModel, SqsModel
 from click.testing import CliRunner
 
-from gpufarm.core.errors import UpstreamError
+from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.localhost import LocalEnv, load, seams, start_local
 from gpufarm_sandbox.localhost.cli import describe, local, run_local

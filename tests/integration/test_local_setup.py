@@ -20,8 +20,8 @@ import secret_scan
 from click.testing import CliRunner
 
 from gpufarm.config import Settings
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import Allocation
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.setup.plan import IDLE_WEBHOOK, INCIDENT_WEBHOOK
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, INGRESS_PATH, LocalFarm, ir_in
 from gpufarm_sandbox.localhost import LocalEnv, setup, start_local

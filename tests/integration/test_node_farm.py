@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufarm.core.inventory import GpuHost
+from gpufarm.core.kernel.hosts import GpuHost
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm_sandbox.simfarm import HostSpec, SimulatedFarm, simulate_hosts, start_simulated_farm
 

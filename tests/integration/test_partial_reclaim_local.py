@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
 
 pytestmark = pytest.mark.integration

@@ -52,7 +52,7 @@ def _assert_drift_repaired(drift: FarmPath, *, hosts: int, leases: int) -> None:
     """One host-tag write per drifted host and one incident write (its "repaired" history entry) per lease.
 
     Of the two drifted hosts one lost its lease's tags and one carries a stray incident's: both are re-tagged, and
-    only the lease gets an entry in its history (gpufarm.core.history), one for the sync whatever its hosts.
+    only the lease gets an entry in its history (gpufarm.core.kernel.history), one for the sync whatever its hosts.
     """
     assert drift.expected == {"host_writes": hosts, "incident_writes": leases}
     assert drift.total("host_writes") == hosts
@@ -83,9 +83,10 @@ def test_reads_per_path_do_not_grow_with_unrelated_leases_and_a_quiet_sync_write
 def test_a_large_pool_is_repaired_in_shards_that_each_touch_only_their_hosts(
     api: scalefarm.Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpufarm.core import reconcile
 
-    monkeypatch.setattr(reconcile, "SHARD_HOSTS", 40)
+    from gpufarm.core.sync import repair
+
+    monkeypatch.setattr(repair, "SHARD_HOSTS", 40)
     plan = scalefarm.layout(200, 30)
     scalefarm.seed(api, plan)
     paths = scalefarm.measure(api, plan, tag="shards")

@@ -10,19 +10,20 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue, ask_hpc
 
-from gpufarm.core import accounting, executor
-from gpufarm.core import fields as f
-from gpufarm.core.accounting import UNMEASURED, Usage
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import FarmConfigError, parse_farm
-from gpufarm.core.inventory import GpuHost
-from gpufarm.core.ledger_config import LedgerSettings
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import Allocation
-from gpufarm.core.ports import ScalarResult
-from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.accounting import gpu_hours
+from gpufarm.core.accounting.gpu_hours import UNMEASURED, Usage
+from gpufarm.core.commands import executor
+from gpufarm.core.config.accounting import LedgerSettings
+from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.inventory.sources import LEDGER_GAUGES
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.ports import ScalarResult
+from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.sources import LEDGER_GAUGES
 
 USER = "U0000000001"
 LEDGER_YAML = FARM_YAML.replace("hpc: {H100: {gpus: 8, hard_limit: 16}}", "hpc: {H100: {gpus: 32, hard_limit: 64}}")
@@ -86,7 +87,7 @@ def test_one_query_groups_busy_devices_by_ir_and_host_and_drops_garbage() -> Non
         rows={("ir-1", "a"): 3.0, ("none", "b"): 2.0, ("ir-2", "c"): None, ("ir-3", "d"): float("nan")}
         | {("ir-4", "e"): -1.0, ("ir-5", "f"): 5000.0}
     )
-    usage = accounting.measure(query, now, LedgerSettings(window_minutes=30))
+    usage = gpu_hours.measure(query, now, LedgerSettings(window_minutes=30))
     [(text, start, end)] = query.queries
     assert text == "avg:gpufarm.ir.gpus_busy{*} by {gpu_ir,host}"
     assert (start, end) == (now - timedelta(minutes=30), now)
@@ -99,8 +100,8 @@ def test_one_query_groups_busy_devices_by_ir_and_host_and_drops_garbage() -> Non
 
 def test_a_failing_or_absent_query_is_unmeasured_never_idle() -> None:
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    assert accounting.measure(FakeBusy(fail=True), now, LedgerSettings()) == UNMEASURED
-    assert accounting.measure(None, now, LedgerSettings()) == UNMEASURED
+    assert gpu_hours.measure(FakeBusy(fail=True), now, LedgerSettings()) == UNMEASURED
+    assert gpu_hours.measure(None, now, LedgerSettings()) == UNMEASURED
     assert UNMEASURED.lease_busy(1, "a") is None
 
 
@@ -111,14 +112,14 @@ def test_the_ledger_splits_held_into_used_idle_and_unmeasured(world: World) -> N
     usage = Usage(True, {(f"ir-{first}", a_hosts[0]): 6.0, ("none", b_host): 2.0}, frozenset({a_hosts[0], b_host}))
     tagged = GpuHost.from_tags(b_host, [*world.hosts.tags[b_host]["datadog"], "team:vision"])
     assert tagged is not None
-    acc = accounting.accounts([a, b], usage, [tagged])
+    acc = gpu_hours.accounts([a, b], usage, [tagged])
     line = acc.lines[("nlp", "llm", "hpc", "H100")]
     # 16 + 8 held: IR-first's first host 6 busy and 2 idle, its second host sent nothing (8 unmeasured);
     # IR-second's host reported only unattributed use, so its 8 are measured idle.
     assert (line.allocated, line.used, line.idle, line.unmeasured) == (24, 6.0, 2.0 + 8.0, 8)
     assert acc.allocated == {("hpc", "H100"): 24}
     assert acc.unattributed == {(b_host, "vision", "hpc"): 2.0}
-    failed = accounting.accounts([a, b], UNMEASURED, [])
+    failed = gpu_hours.accounts([a, b], UNMEASURED, [])
     assert failed.lines[("nlp", "llm", "hpc", "H100")].idle == 0 and not failed.measured
 
 
@@ -171,17 +172,17 @@ def test_accrual_arithmetic_splits_busy_idle_unmeasured_and_months() -> None:
         host_gpus={"a": 8, "b": 4},
         allocated_at=start,
     )
-    hours = accounting.accrue(alloc, start + timedelta(hours=2), {"a": 6.0, "b": None})
+    hours = gpu_hours.accrue(alloc, start + timedelta(hours=2), {"a": 6.0, "b": None})
     assert hours is not None
     assert (hours.held, hours.busy, hours.idle, hours.unmeasured) == (24.0, 12.0, 4.0, 8.0)
     assert dict(hours.by_month) == {"2026-11": 12.0, "2026-12": 12.0}
     assert hours.held == hours.busy + hours.idle + hours.unmeasured
     # Busy is capped at what the host holds; accruing to where it already is adds nothing.
-    capped = accounting.accrue(alloc, start + timedelta(hours=1), {"a": 99.0, "b": 0.0})
+    capped = gpu_hours.accrue(alloc, start + timedelta(hours=1), {"a": 99.0, "b": 0.0})
     assert capped is not None and (capped.busy, capped.idle) == (8.0, 4.0)
     written = alloc.model_copy(update={"hours_until": start + timedelta(hours=2), "hours_held": 24.0})
-    assert accounting.accrue(written, start + timedelta(hours=2), {}) is None
-    fields = accounting.hours_fields(hours, start + timedelta(hours=2))
+    assert gpu_hours.accrue(written, start + timedelta(hours=2), {}) is None
+    fields = gpu_hours.hours_fields(hours, start + timedelta(hours=2))
     assert fields[f.GPU_HOURS_HELD] == "24.000" and fields[f.GPU_HOURS_UNTIL] == "2026-12-01T01:00:00Z"
     assert fields[f.GPU_HOURS_BY_MONTH] == ["2026-11=12.000", "2026-12=12.000"]
 
@@ -217,9 +218,9 @@ def test_accrual_is_staggered_and_bounded_per_sync(world: World) -> None:
     settings = LedgerSettings(accrue_hours=1, max_accruals=2)
     live = [world.alloc(ir) for ir in irs]
     now = world.clock.now()  # one hour after the first allocation
-    assert [a.ir for a in accounting.due_leases(live, now, settings)] == irs[:1]
+    assert [a.ir for a in gpu_hours.due_leases(live, now, settings)] == irs[:1]
     later = now + timedelta(minutes=45)
-    assert [a.ir for a in accounting.due_leases(live, later, settings)] == irs[:2]  # capped, oldest first
+    assert [a.ir for a in gpu_hours.due_leases(live, later, settings)] == irs[:2]  # capped, oldest first
 
 
 def test_an_accrue_command_runs_in_the_pool_group_and_a_redelivery_is_not_applied_twice(world: World) -> None:
@@ -228,17 +229,17 @@ def test_an_accrue_command_runs_in_the_pool_group_and_a_redelivery_is_not_applie
     world.busy.rows = {(f"ir-{ir}", host): 8.0}
     world.clock.advance(hours=2)
     queue = FakeQueue()
-    world.svc.queue = queue
+    world.svc.context.queue = queue
     report = world.svc.sync()
     assert report.accrued == [ir]
     [(group, body)] = [(g, b) for g, b in queue.sent if "command" in b]
     command = IncidentCommand.model_validate(body["command"])
     assert (group, command.op, command.ir) == ("hpc", Op.ACCRUE, ir)
     assert world.alloc(ir).hours_held == 0  # the consumer writes it
-    world.svc.queue = None
-    assert executor.execute(world.svc, command).startswith("accrued to 16.0")
+    world.svc.context.queue = None
+    assert executor.execute(world.svc.context, command).startswith("accrued to 16.0")
     assert world.alloc(ir).hours_busy == 16.0
-    assert executor.execute(world.svc, command).startswith("already applied")
+    assert executor.execute(world.svc.context, command).startswith("already applied")
     assert world.alloc(ir).hours_held == 16.0
 
 

@@ -8,12 +8,12 @@ from datetime import datetime, timedelta
 import pytest
 from fakes import FARM_YAML, FakeClock
 
-from gpufarm.core.agent_source import AgentCheckSource, device_model, for_farm, pool_query, recent_query
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import FarmConfig, FarmConfigError, parse_farm
-from gpufarm.core.inventory_config import DatadogAgentInventory
-from gpufarm.core.ports import ScalarResult, SeenNode, SourceReading
-from gpufarm.core.sources import ledger_series, merge
+from gpufarm.core.config.farm import FarmConfig, FarmConfigError, parse_farm
+from gpufarm.core.config.inventory import DatadogAgentInventory
+from gpufarm.core.inventory.agent_source import AgentCheckSource, device_model, for_farm, pool_query, recent_query
+from gpufarm.core.inventory.sources import ledger_series, merge
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.ports import ScalarResult, SeenNode, SourceReading
 
 MODELS = ("H100", "A100", "L4", "A10")
 AGENT_FARM = FARM_YAML.replace(

@@ -13,14 +13,15 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, ask_hpc
 
 from gpufarm.adapters.datadog import scalar_results
-from gpufarm.core import accounting, agent_source, agent_usage
-from gpufarm.core.accounting import UNMEASURED, USAGE_QUERY
-from gpufarm.core.agent_usage import BUSY_PERCENT, AgentPools, decode
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.ledger_config import LedgerSettings
-from gpufarm.core.model import Allocation
-from gpufarm.core.ports import ScalarResult
+from gpufarm.core.accounting import agent_usage, gpu_hours
+from gpufarm.core.accounting.agent_usage import BUSY_PERCENT, AgentPools, decode
+from gpufarm.core.accounting.gpu_hours import UNMEASURED, USAGE_QUERY
+from gpufarm.core.config.accounting import LedgerSettings
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.inventory import agent_source
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.ports import ScalarResult
 from gpufarm.core.service import GpuFarm
 from gpufarm.setup import monitors
 
@@ -159,7 +160,7 @@ def test_measure_makes_one_more_query_and_merges_it_with_the_node_agents() -> No
         node=[ScalarResult(("gpu_ir:ir-1", "host:n1"), 3.0)],
         agent=[device("a1", 0, 90.0, "ir-2"), device("a1", 1, 0.0, "ir-2"), device("a2", 0, 40.0)],
     )
-    usage = accounting.measure(answers, NOW, LedgerSettings(window_minutes=30), POOLS)
+    usage = gpu_hours.measure(answers, NOW, LedgerSettings(window_minutes=30), POOLS)
     assert [(q, s, e) for q, s, e, _ in answers.asked] == [
         (USAGE_QUERY, NOW - timedelta(minutes=30), NOW),
         (AGENT_QUERY, NOW - timedelta(minutes=30), NOW),
@@ -171,25 +172,25 @@ def test_measure_makes_one_more_query_and_merges_it_with_the_node_agents() -> No
     assert usage.unattributed() == {"a2": 1.0}
     # Without agent pools, the node agent's query alone.
     answers.asked.clear()
-    assert accounting.measure(answers, NOW, LedgerSettings()).hosts == {"n1"}
+    assert gpu_hours.measure(answers, NOW, LedgerSettings()).hosts == {"n1"}
     assert len(answers.asked) == 1
 
 
 def test_a_host_the_node_agent_measured_keeps_that_measurement() -> None:
     answers = Answers(node=[ScalarResult(("gpu_ir:ir-1", "host:x"), 2.0)], agent=[device("x", 0, 90.0, "ir-1")])
-    usage = accounting.measure(answers, NOW, LedgerSettings(), POOLS)
+    usage = gpu_hours.measure(answers, NOW, LedgerSettings(), POOLS)
     assert usage.lease_busy(1, "x") == 2.0
 
 
 def test_a_failing_agent_query_leaves_only_its_hosts_unmeasured_and_the_reverse() -> None:
     node = [ScalarResult(("gpu_ir:ir-1", "host:n1"), 3.0)]
     agent = [device("a1", 0, 90.0, "ir-2")]
-    usage = accounting.measure(Answers(node, agent, failing={"agent"}), NOW, LedgerSettings(), POOLS)
+    usage = gpu_hours.measure(Answers(node, agent, failing={"agent"}), NOW, LedgerSettings(), POOLS)
     assert usage.measured and usage.lease_busy(1, "n1") == 3.0
     assert usage.lease_busy(2, "a1") is None  # unmeasured, never idle
-    usage = accounting.measure(Answers(node, agent, failing={"node"}), NOW, LedgerSettings(), POOLS)
+    usage = gpu_hours.measure(Answers(node, agent, failing={"node"}), NOW, LedgerSettings(), POOLS)
     assert usage.lease_busy(1, "n1") is None and usage.lease_busy(2, "a1") == 1.0
-    both = accounting.measure(Answers(node, agent, failing={"node", "agent"}), NOW, LedgerSettings(), POOLS)
+    both = gpu_hours.measure(Answers(node, agent, failing={"node", "agent"}), NOW, LedgerSettings(), POOLS)
     assert both == UNMEASURED
 
 

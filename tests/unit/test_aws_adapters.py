@@ -16,7 +16,7 @@ from moto import mock_aws
 
 from gpufarm.adapters import aws
 from gpufarm.config import ConfigurationMissing, Settings, load_settings
-from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 
 REGION = "us-east-1"
 

@@ -12,7 +12,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpufarm.adapters.aws_inventory import AwsInventorySource, _botocore_factory, quota_family
-from gpufarm.core.inventory_config import AwsInventory
+from gpufarm.core.config.inventory import AwsInventory
 
 ENVS = ("cloud", "hpc")
 AMI = "ami-12c6146b"

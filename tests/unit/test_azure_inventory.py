@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gpufarm.adapters.azure_inventory import AzureInventorySource, gpu_model_of
-from gpufarm.core.inventory_config import AzureInventory
+from gpufarm.core.config.inventory import AzureInventory
 from gpufarm_sandbox.azurestub import AzureFarm, StubCredential, StubTransport, Vm, recorded
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "azure"

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from gpufarm.core import bounded
-from gpufarm.core.commands import parse_command
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.ir import parse_ir
+from gpufarm.core.chat.command_text import parse_command
+from gpufarm.core.kernel import bounded
+from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.ir import parse_ir
 
 
 @pytest.mark.parametrize("opener", ["[", '{"a":'])
@@ -98,9 +98,9 @@ def test_digits_read_back_are_ascii_and_bounded(text: str, expected: int | None)
 
 
 def test_a_host_tag_or_field_with_unicode_or_endless_digits_is_skipped_not_a_crash() -> None:
-    from gpufarm.core.inventory import GpuHost
-    from gpufarm.core.model import decode_host_gpus
-    from gpufarm.core.reconcile import ir_numbers
+    from gpufarm.core.kernel.hosts import GpuHost
+    from gpufarm.core.kernel.model import decode_host_gpus
+    from gpufarm.core.kernel.tags import ir_numbers
 
     tags = ["gpufarm:managed", "gpu_model:h100", "environment:hpc"]
     assert GpuHost.from_tags("a", [*tags, "gpu_count:²"]) is None

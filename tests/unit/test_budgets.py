@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, ask_hpc
 
-from gpufarm.core import budgets
-from gpufarm.core.farm import FarmConfigError, parse_farm
-from gpufarm.core.ledger_config import Budget, BudgetPeriod
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import Allocation
+from gpufarm.core.accounting import budgets
+from gpufarm.core.config.accounting import Budget, BudgetPeriod
+from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.service import GpuFarm
 
 USER, OPS = "U0000000001", "U0000000OPS"

@@ -1,4 +1,4 @@
-"""The operators' approval card carries the context a decision needs (gpufarm.core.cards)."""
+"""The operators' approval card carries the context a decision needs (gpufarm.core.chat.cards)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from datetime import UTC, datetime
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import cards
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.links import Links
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.ports import ScalarResult
+from gpufarm.core.chat import cards
+from gpufarm.core.chat.links import Links
+from gpufarm.core.chat.messages import Message
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.ports import ScalarResult
+from gpufarm.core.leases import operators
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.views import Message
 
 pytestmark = pytest.mark.unit
 
@@ -51,9 +52,11 @@ class World:
 
     def request(self, count: int, user: str = USER) -> int:
         values = {"gpu_count": str(count), "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"}
-        request = build_request(values, self.svc.farm, requester=user, channel=None, request_id=f"c-{next(_ids):06d}")
+        request = build_request(
+            values, self.svc.context.farm, requester=user, channel=None, request_id=f"c-{next(_ids):06d}"
+        )
         self.svc.submit_request(request)
-        record = self.svc.incidents.find_by_request_id(request.request_id)
+        record = self.svc.context.incidents.find_by_request_id(request.request_id)
         assert record is not None
         alloc = self.svc.allocation(record.public_id)
         if alloc.phase.value == "approved":
@@ -112,7 +115,7 @@ def test_a_failed_metrics_query_still_posts_the_card(world: World) -> None:
 
 
 def test_a_team_holding_nothing_is_said_so(world: World) -> None:
-    world.svc.farm = parse_farm(FARM_YAML.replace("gpus: 8, hard_limit: 16", "gpus: 0, hard_limit: 16"))
+    world.svc.context.farm = parse_farm(FARM_YAML.replace("gpus: 8, hard_limit: 16", "gpus: 0, hard_limit: 16"))
     world.request(4)
     text = _text(world.card())
     assert "Team nlp holds 0 H100 in `hpc`, quota 0, hard limit 16" in text
@@ -126,7 +129,7 @@ def test_the_utilisation_query_is_bounded() -> None:
         for n in range(1, 31)
     ]
     usage = FakeUsage(values={f"ir-{n}": 50.0 for n in range(1, 21)})
-    text = cards.utilisation(usage, leases, datetime(2026, 12, 1, tzinfo=UTC))
+    text = operators.utilisation(usage, leases, datetime(2026, 12, 1, tzinfo=UTC))
     assert usage.queries[0][0].count("ir-") == cards.MAX_LEASES
     assert text.startswith("mean 50 % over 7 days") and text.endswith(", 10 more)")
 

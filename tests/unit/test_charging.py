@@ -10,12 +10,12 @@ from dataclasses import dataclass
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
-from gpufarm.core import charging
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.inventory import GpuHost
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.placement import Capacity, place_dedicated
-from gpufarm.core.policy import Ask, Verdict, build_request, decide_grant
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance import charging
+from gpufarm.core.governance.policy import Ask, Verdict, build_request, decide_grant
+from gpufarm.core.inventory.placement import Capacity, place_dedicated
+from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.service import GpuFarm
 from gpufarm_node.tags import registration_tags
 
@@ -104,7 +104,7 @@ def world() -> Iterator[World]:
 
 def _ask(svc: GpuFarm, count: int) -> str:
     values = {"gpu_count": str(count), "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"}
-    request = build_request(values, svc.farm, requester=USER, channel=None, request_id=f"c-{next(_ids):06d}")
+    request = build_request(values, svc.context.farm, requester=USER, channel=None, request_id=f"c-{next(_ids):06d}")
     answer = svc.submit_request(request)
     # The fallback text and what the blocks show (the reason is the context line under the answer).
     shown = [e["text"] for b in answer.blocks for e in ([b["text"]] if "text" in b else b.get("elements", []))]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufarm.core.commands import Command, ListScope, Verb, parse_command
-from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.chat.command_text import Command, ListScope, Verb, parse_command
+from gpufarm.core.kernel.errors import ValidationFailed
 
 
 def test_empty_and_help_give_help() -> None:

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpufarm.core import fields as f
-from gpufarm.core.errors import InvalidTransition, ValidationFailed
-from gpufarm.core.ir import format_ir, ir_from_tags, ir_tag, parse_ir
-from gpufarm.core.lifecycle import Phase, State, check_transition, state_for
-from gpufarm.core.model import Allocation, GpuRequest, IncidentRecord, decode_host_gpus, encode_host_gpus
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import InvalidTransition, ValidationFailed
+from gpufarm.core.kernel.ir import format_ir, ir_from_tags, ir_tag, parse_ir
+from gpufarm.core.kernel.lifecycle import Phase, State, check_transition, state_for
+from gpufarm.core.kernel.model import Allocation, GpuRequest, IncidentRecord, decode_host_gpus, encode_host_gpus
 
 
 @pytest.mark.parametrize("text", ["IR-123", "ir-123", "ir:ir-123", "123", " IR123 ", "#123"])

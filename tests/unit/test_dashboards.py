@@ -15,11 +15,11 @@ import pytest
 import yaml
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
-from gpufarm.core import inventory
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.reconcile import publish_gauges
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.inventory.sources import LEDGER_GAUGES
+from gpufarm.core.kernel import hosts as host_tags
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.sources import LEDGER_GAUGES
+from gpufarm.core.sync.gauges import publish_gauges
 from gpufarm.setup import dashboards as dash
 from gpufarm.setup.dashboards_widgets import walk
 from gpufarm.setup.plan import Action
@@ -33,8 +33,8 @@ FARMS = {"unit": FARM_YAML, "example": EXAMPLE}
 # Tags Datadog stamps on every point from the host: its name, gpufarm's host tags and a lease's allocation tags.
 # (The tests' secret scan takes module constants named *_KEY for secrets: these key names stay in `inventory`.)
 HOST_TAG_KEYS = frozenset(
-    {"host", inventory.MANAGED_TAG.split(":")[0], inventory.ENVIRONMENT_KEY, inventory.TEAM_KEY}
-    | {inventory.PROJECT_KEY, inventory.IR_KEY}
+    {"host", host_tags.MANAGED_TAG.split(":")[0], host_tags.ENVIRONMENT_KEY, host_tags.TEAM_KEY}
+    | {host_tags.PROJECT_KEY, host_tags.IR_KEY}
 )
 _TERM = re.compile(r"!?([a-z_]+):[A-Za-z0-9_.\-*]+|([a-z_]+) (?:NOT )?IN \(")
 
@@ -46,7 +46,7 @@ def wanted() -> dict[str, list[dash.DashboardSpec]]:
 
 def _runtime_gauges() -> dict[str, set[str]]:
     """Every gauge the scheduled sync publishes, with its tag keys: what it sends for an in-memory farm, and the
-    ledger gauges gpufarm.core.sources declares."""
+    ledger gauges gpufarm.core.inventory.sources declares."""
     clock = FakeClock()
     hosts = FakeHosts()
     hosts.seed("hpc-1", "H100", 8, "hpc", "a")
@@ -60,7 +60,7 @@ def _runtime_gauges() -> dict[str, set[str]]:
         farm=parse_farm(FARM_YAML),
         metrics=metrics,
     )
-    assert publish_gauges(svc) > 0
+    assert publish_gauges(svc.context) > 0
     out: dict[str, set[str]] = {}
     for series in metrics.series:
         out.setdefault(series.metric, set()).update(t.split(":", 1)[0] for t in series.tags)

@@ -13,7 +13,7 @@ import pytest
 from fakes import FARM_YAML
 from werkzeug.test import Client
 
-from gpufarm.core.farm import parse_farm
+from gpufarm.core.config.farm import parse_farm
 from gpufarm.setup.dashboards import desired_dashboards
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm_sandbox.emulator.dashboard_evaluate import substitute

@@ -12,18 +12,18 @@ from typing import Any, cast
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
-from gpufarm.core import digest_run
-from gpufarm.core.budgets import Burn
-from gpufarm.core.digest import MAX_LINES, Digest, DigestFacts, QuotaUse, build
-from gpufarm.core.digest_config import DigestSettings
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import FarmConfigError, parse_farm
-from gpufarm.core.ledger_config import Budget
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.links import Links
-from gpufarm.core.model import Allocation, isoformat
-from gpufarm.core.policy import build_request
-from gpufarm.core.ports import ScalarResult
+from gpufarm.core.accounting.budgets import Burn
+from gpufarm.core.chat.links import Links
+from gpufarm.core.config.accounting import Budget
+from gpufarm.core.config.digest import DigestSettings
+from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.digest import run
+from gpufarm.core.digest.build import MAX_LINES, Digest, DigestFacts, QuotaUse, build
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import Allocation, isoformat
+from gpufarm.core.kernel.ports import ScalarResult
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import daily_digest, runtime
 from gpufarm_sandbox.emulator.slack_blockkit import block_errors
@@ -260,20 +260,20 @@ def test_times_are_shown_in_the_digest_timezone() -> None:
     ],
 )
 def test_a_run_posts_within_one_tick_of_the_digest_time(moment: str, slot: str | None) -> None:
-    found = digest_run.due_slot(datetime.fromisoformat(moment), SETTINGS)
+    found = run.due_slot(datetime.fromisoformat(moment), SETTINGS)
     assert (found.isoformat() if found else None) == slot
 
 
 def test_local_time_holds_across_daylight_saving_and_odd_offsets() -> None:
     berlin = DigestSettings(time="08:00", timezone="Europe/Berlin")
     # 2026-03-29: Berlin moves from UTC+1 to UTC+2; 08:00 local is 06:00 UTC that day, 07:00 UTC the day before.
-    slot = digest_run.due_slot(datetime(2026, 3, 29, 6, 0, tzinfo=UTC), berlin)
+    slot = run.due_slot(datetime(2026, 3, 29, 6, 0, tzinfo=UTC), berlin)
     assert slot is not None and slot.astimezone(UTC) == datetime(2026, 3, 29, 6, 0, tzinfo=UTC)
-    previous = digest_run.previous_slot(slot, berlin)
+    previous = run.previous_slot(slot, berlin)
     assert previous.astimezone(UTC) == datetime(2026, 3, 28, 7, 0, tzinfo=UTC)
     assert slot - previous == timedelta(hours=23)
     kolkata = DigestSettings(time="09:00", timezone="Asia/Kolkata")  # UTC+5:30: lands on a quarter hour
-    assert digest_run.due_slot(datetime(2026, 12, 1, 3, 30, tzinfo=UTC), kolkata) is not None
+    assert run.due_slot(datetime(2026, 12, 1, 3, 30, tzinfo=UTC), kolkata) is not None
 
 
 @pytest.mark.parametrize(
@@ -329,7 +329,9 @@ def service(chat: FakeChat | None = None, usage: Query | None = None, extra: str
 def ask(svc: GpuFarm, gpus: int = 24) -> int:
     """A request past the quota: it waits for an operator."""
     values = {"gpu_count": str(gpus), "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"}
-    request = build_request(values, svc.farm, requester="U0000000001", channel=None, request_id=f"d-{next(_irs):06d}")
+    request = build_request(
+        values, svc.context.farm, requester="U0000000001", channel=None, request_id=f"d-{next(_irs):06d}"
+    )
     alloc, _ = svc.create_request(request)
     return alloc.ir
 
@@ -338,23 +340,23 @@ def test_the_run_posts_once_a_day_to_the_operators_channel() -> None:
     usage = Query([ScalarResult(("host:hpc-9", "team:nlp", "environment:hpc"), 2.0)])
     svc, chat = service(usage=usage)
     ir = ask(svc, 8)
-    svc.clock.current = NOW - timedelta(hours=1)  # type: ignore[attr-defined]
-    assert digest_run.run(svc).reason.startswith("not digest time (the digest is at 08:00 UTC)")
-    svc.clock.current = NOW + timedelta(minutes=3)  # type: ignore[attr-defined]
-    result = digest_run.run(svc)
+    svc.context.clock.current = NOW - timedelta(hours=1)  # type: ignore[attr-defined]
+    assert run.run(svc.context).reason.startswith("not digest time (the digest is at 08:00 UTC)")
+    svc.context.clock.current = NOW + timedelta(minutes=3)  # type: ignore[attr-defined]
+    result = run.run(svc.context)
     assert result.posted and result.slot == NOW and result.since == SINCE
     [post] = [s for s in chat.sent if s.kind == "post" and "GPU farm digest" in s.text]
     assert post.target == "C0000000001"
     assert result.ts == post.ts
     shown = json.dumps(post.blocks)
     assert f"incidents/{ir}|IR-{ir}>" in shown and "hpc-9" in shown
-    assert usage.asked == [(digest_run.UNATTRIBUTED_QUERY, "max")]
+    assert usage.asked == [(run.UNATTRIBUTED_QUERY, "max")]
     assert result.sections["Unattributed use (busy GPUs no lease claims)"] == 1
 
 
 def test_nothing_to_say_posts_nothing_and_a_failed_read_is_not_news() -> None:
     svc, chat = service(usage=Query(fail=True))
-    result = digest_run.run(svc, at=NOW)
+    result = run.run(svc.context, at=NOW)
     assert (result.posted, result.reason) == (False, "nothing to say")
     assert [s for s in chat.sent if s.kind == "post"] == []
 
@@ -362,8 +364,8 @@ def test_nothing_to_say_posts_nothing_and_a_failed_read_is_not_news() -> None:
 def test_force_posts_now_with_the_window_since_the_last_digest() -> None:
     svc, _ = service()
     ask(svc)
-    svc.clock.current = NOW + timedelta(hours=5)  # type: ignore[attr-defined]
-    result = digest_run.run(svc, force=True)
+    svc.context.clock.current = NOW + timedelta(hours=5)  # type: ignore[attr-defined]
+    result = run.run(svc.context, force=True)
     assert result.posted and result.slot == NOW + timedelta(hours=5) and result.since == NOW
 
 
@@ -371,14 +373,14 @@ def test_a_failed_post_raises_so_the_scheduler_retries() -> None:
     svc, _ = service(chat=FailingChat())
     ask(svc)
     with pytest.raises(UpstreamError):
-        digest_run.run(svc, at=NOW)
+        run.run(svc.context, at=NOW)
 
 
 def test_no_operators_channel_no_digest() -> None:
     svc, _ = service()
-    svc.operators_channel = None
+    svc.context.operators_channel = None
     ask(svc)
-    assert digest_run.run(svc, at=NOW).reason == "no operators channel is configured"
+    assert run.run(svc.context, at=NOW).reason == "no operators channel is configured"
 
 
 # -- the handler ---------------------------------------------------------------------------------------------------

@@ -12,16 +12,16 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 from pydantic import ValidationError
 
 from gpufarm.adapters.slack import SlackError
-from gpufarm.core import executor
-from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound, UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.model import Allocation, GpuRequest
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import UNASSIGNED_GROUP, IncidentCommand, Op, pool_group
+from gpufarm.core.chat.messages import Message
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotFound, UpstreamError
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.model import Allocation, GpuRequest
+from gpufarm.core.kernel.serial import UNASSIGNED_GROUP, IncidentCommand, Op, pool_group
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.views import Message
 
 USER = "U0000000001"
 OPS = "U0000000OPS"
@@ -39,7 +39,9 @@ class World:
 
     def request(self, count: int = 8, team: str = "nlp") -> GpuRequest:
         values = {"gpu_count": str(count), "gpu_model": "H100", "environment": "hpc", "team": team, "project": "p"}
-        return build_request(values, self.svc.farm, requester=USER, channel=None, request_id=f"r-{next(_ids):06d}")
+        return build_request(
+            values, self.svc.context.farm, requester=USER, channel=None, request_id=f"r-{next(_ids):06d}"
+        )
 
     def run(self) -> list[str]:
         """Be the pool's queue consumer: run every queued command in order (allocating what was approved)."""
@@ -49,8 +51,8 @@ class World:
             command = IncidentCommand.model_validate(body["command"])
             pool = command.request.environment if command.request else self.alloc(command.incident).environment
             assert group == pool_group(pool)
-            done.append(executor.execute(self.svc, command))
-            for a in self.svc._live():
+            done.append(executor.execute(self.svc.context, command))
+            for a in self.svc.context.live():
                 if a.phase is Phase.APPROVED:
                     self.svc.allocate(a)
             for r in self.incidents.search("state:resolved"):
@@ -82,9 +84,9 @@ def command(op: Op, ir: int, actor: str | None = USER, **extra: Any) -> Incident
 
 
 def allocated(world: World) -> int:
-    assert executor.request(world.svc, world.request(), response_url=URL, origin="o") is None
+    assert executor.request(world.svc.context, world.request(), response_url=URL, origin="o") is None
     world.run()
-    [ir] = [a.ir for a in world.svc._live()]
+    [ir] = [a.ir for a in world.svc.context.live()]
     assert world.alloc(ir).phase is Phase.ALLOCATED
     return ir
 
@@ -109,8 +111,8 @@ def test_the_group_is_the_incidents_pool() -> None:
 def test_release_then_extend_the_extend_is_told_it_came_too_late(world: World) -> None:
     ir = allocated(world)
     days = world.alloc(ir).duration_days
-    executor.submit(world.svc, command(Op.RELEASE, ir))
-    executor.submit(world.svc, command(Op.EXTEND, ir, days=2, origin="second"))
+    executor.submit(world.svc.context, command(Op.RELEASE, ir))
+    executor.submit(world.svc.context, command(Op.EXTEND, ir, days=2, origin="second"))
     assert world.alloc(ir).phase is Phase.ALLOCATED  # nothing written before the consumer runs
     world.run()
     a = world.alloc(ir)
@@ -142,8 +144,8 @@ def test_keep_after_the_expiry_is_told_nothing_is_kept(world: World) -> None:
     ir = allocated(world)
     world.svc.idle_triggered(ir)
     world.clock.advance(days=8)
-    executor.submit(world.svc, IncidentCommand(op=Op.EXPIRE, ir=ir))
-    executor.submit(world.svc, command(Op.KEEP, ir))
+    executor.submit(world.svc.context, IncidentCommand(op=Op.EXPIRE, ir=ir))
+    executor.submit(world.svc.context, command(Op.KEEP, ir))
     world.run()
     assert world.alloc(ir).phase is Phase.RECLAIMED
     assert "has ended (its time ran out); nothing to keep" in world.answers()[-1]
@@ -152,9 +154,9 @@ def test_keep_after_the_expiry_is_told_nothing_is_kept(world: World) -> None:
 def test_the_decision_counts_grants_committed_before_it(world: World) -> None:
     # Three requests checked up-front against nothing granted; decided one after another in the pool's group.
     for count in (8, 4, 10):
-        assert executor.request(world.svc, world.request(count), response_url=URL, origin=str(count)) is None
+        assert executor.request(world.svc.context, world.request(count), response_url=URL, origin=str(count)) is None
     # Nothing is created outside the group: three create commands wait in the pool's group.
-    assert list(world.svc._live()) == []
+    assert list(world.svc.context.live()) == []
     assert [(g, b["command"]["op"]) for g, b in world.queue.sent] == [("hpc", "create")] * 3
     world.run()
     first, second, third = (world.alloc(ir) for ir in (1, 2, 3))
@@ -170,10 +172,10 @@ def test_the_decision_counts_grants_committed_before_it(world: World) -> None:
 
 def test_an_operator_approval_cannot_break_the_hard_limit(world: World) -> None:
     for count in (8, 6, 6):
-        executor.request(world.svc, world.request(count), response_url=URL, origin=str(count))
+        executor.request(world.svc.context, world.request(count), response_url=URL, origin=str(count))
     world.run()
     for ir in (2, 3):
-        executor.submit(world.svc, command(Op.APPROVE, ir, actor=OPS))
+        executor.submit(world.svc.context, command(Op.APPROVE, ir, actor=OPS))
     world.run()
     assert world.alloc(2).phase is Phase.ALLOCATED
     assert world.alloc(3).phase is Phase.REQUESTED
@@ -187,8 +189,8 @@ def test_an_operator_approval_cannot_break_the_hard_limit(world: World) -> None:
 def test_a_redelivered_command_does_not_apply_twice(world: World) -> None:
     ir = allocated(world)
     release = command(Op.RELEASE, ir)
-    executor.execute(world.svc, release)
-    executor.execute(world.svc, release)
+    executor.execute(world.svc.context, release)
+    executor.execute(world.svc.context, release)
     assert world.alloc(ir).phase is Phase.RECLAIMING
     # The redelivery found its own id in the incident and said again what it did.
     assert [a for a in world.answers() if "being released" in a][-2:] == [
@@ -199,10 +201,10 @@ def test_a_redelivered_command_does_not_apply_twice(world: World) -> None:
 
 def test_without_a_queue_a_command_runs_at_once(world: World) -> None:
     ir = allocated(world)
-    world.svc.queue = None
-    assert executor.submit(world.svc, command(Op.EXTEND, ir, days=1)).startswith(f"IR-{ir} extended by 1 days")
+    world.svc.context.queue = None
+    assert executor.submit(world.svc.context, command(Op.EXTEND, ir, days=1)).startswith(f"IR-{ir} extended by 1 days")
     with pytest.raises(NotFound):
-        executor.submit(world.svc, command(Op.RELEASE, 99))
+        executor.submit(world.svc.context, command(Op.RELEASE, 99))
     assert world.queue.sent == []
 
 
@@ -229,15 +231,15 @@ def test_overlapping_deliveries_of_one_request_create_one_incident(world: World)
     req = world.request()
     # The original and a retry overlapping it: two workers queue the same create; SQS keeps one.
     for origin in ("first", "retry"):
-        assert executor.request(world.svc, req, response_url=URL, origin=origin) is None
+        assert executor.request(world.svc.context, req, response_url=URL, origin=origin) is None
     assert len(world.queue.sent) == 1
     world.run()
     # A retry after the dedup window runs a second create in the group: it finds the incident by request id.
     world.queue._dedup.clear()
-    executor.request(world.svc, req, response_url=URL, origin="late")
+    executor.request(world.svc.context, req, response_url=URL, origin="late")
     world.run()
     assert world.incidents.creates == 1
-    [alive] = world.svc._live()
+    [alive] = world.svc.context.live()
     answers = world.answers()
     assert len(answers) == 2 and all(a.startswith(f"IR-{alive.ir} created") for a in answers), answers
 
@@ -247,9 +249,9 @@ def test_the_up_front_check_failing_does_not_lose_the_request(world: World, monk
         raise UpstreamError("Datadog search incidents failed: HTTP 503")
 
     monkeypatch.setattr(world.svc, "precheck", down)
-    assert executor.request(world.svc, world.request(), response_url=URL, origin="o") is None
+    assert executor.request(world.svc.context, world.request(), response_url=URL, origin="o") is None
     world.run()
-    [alive] = world.svc._live()
+    [alive] = world.svc.context.live()
     assert alive.phase is Phase.ALLOCATED
 
 
@@ -270,21 +272,21 @@ def test_an_extend_whose_write_landed_but_failed_adds_its_days_once(world: World
     ir = allocated(world)
     flaky = LostAnswers(world.clock)
     flaky.records = world.incidents.records
-    world.svc.incidents = flaky
+    world.svc.context.incidents = flaky
     before = world.alloc(ir)
     extend = command(Op.EXTEND, ir, days=2)
     flaky.fail_after_write = 1
     with pytest.raises(UpstreamError):
-        executor.execute(world.svc, extend)  # the queue redelivers it
+        executor.execute(world.svc.context, extend)  # the queue redelivers it
     assert world.alloc(ir).duration_days == (before.duration_days or 0) + 2
     assert extend.dedup_id() in (world.incidents.by_ir(ir).fields.get(f.LAST_COMMANDS) or [])
-    summary = executor.execute(world.svc, extend)
+    summary = executor.execute(world.svc.context, extend)
     after = world.alloc(ir)
     assert after.duration_days == (before.duration_days or 0) + 2
     assert summary.startswith("already applied")
     assert world.answers()[-1].startswith(f"IR-{ir} extended; it now ends ")
     # A new extend (another delivery, another id) still applies.
-    executor.execute(world.svc, command(Op.EXTEND, ir, days=1, origin="again"))
+    executor.execute(world.svc.context, command(Op.EXTEND, ir, days=1, origin="again"))
     assert world.alloc(ir).duration_days == (before.duration_days or 0) + 3
 
 
@@ -293,7 +295,7 @@ def test_every_write_of_a_command_records_its_id_and_keeps_the_last_few(world: W
     written = len(world.incidents.updates)
     sent = [command(Op.EXTEND, ir, days=1, origin=str(n)) for n in range(f.LAST_COMMANDS_KEPT + 2)]
     for c in sent:
-        executor.execute(world.svc, c)
+        executor.execute(world.svc.context, c)
     assert all(f.LAST_COMMANDS in fields for _, fields in world.incidents.updates[written:])
     kept = world.incidents.by_ir(ir).fields[f.LAST_COMMANDS]
     assert kept == [c.dedup_id() for c in sent][-f.LAST_COMMANDS_KEPT :]
@@ -311,9 +313,9 @@ def test_a_lost_answer_fails_the_command_and_its_redelivery_only_answers(world: 
     world.chat.respond = respond_once_failing  # type: ignore[method-assign,assignment]
     release = command(Op.RELEASE, ir)
     with pytest.raises(UpstreamError):
-        executor.execute(world.svc, release)
+        executor.execute(world.svc.context, release)
     written = len(world.incidents.updates)
-    executor.execute(world.svc, release)
+    executor.execute(world.svc.context, release)
     assert len(world.incidents.updates) == written  # nothing written again
     assert [c.text for c in calls] == [
         f"IR-{ir} is being released (released by the requester); its hosts are freed shortly.",
@@ -328,5 +330,5 @@ def test_an_answer_slack_refuses_for_good_does_not_fail_the_command(world: World
         raise SlackError("response_url", "expired_url", 404)
 
     world.chat.respond = expired  # type: ignore[method-assign,assignment]
-    assert executor.execute(world.svc, command(Op.RELEASE, ir)).startswith(f"IR-{ir} is being released")
+    assert executor.execute(world.svc.context, command(Op.RELEASE, ir)).startswith(f"IR-{ir} is being released")
     assert world.alloc(ir).phase is Phase.RECLAIMING

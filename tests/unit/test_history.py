@@ -1,4 +1,5 @@
-"""The audit trail (gpufarm.core.history): one bounded line per step, written with the change, never rewritten."""
+"""The audit trail (gpufarm.core.kernel.history): one bounded line per step, written with the change, never
+rewritten."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import executor, history, views
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.history import Entry, Step
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IdleScope, IncidentCommand, Op
+from gpufarm.core.chat import messages
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.history import Entry, Step
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 
 pytestmark = pytest.mark.unit
@@ -96,7 +99,7 @@ def svc() -> Iterator[GpuFarm]:
 
 def _request(svc: GpuFarm, count: int) -> int:
     values = {"gpu_count": str(count), "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"}
-    request = build_request(values, svc.farm, requester=USER, channel=None, request_id=f"h-{next(_ids):06d}")
+    request = build_request(values, svc.context.farm, requester=USER, channel=None, request_id=f"h-{next(_ids):06d}")
     # Created and decided as the pool's consumer does (the up-front check would spare a refused one its incident).
     alloc, _ = svc.create_request(request)
     svc.decide_request(alloc.ir)
@@ -156,7 +159,7 @@ def test_operators_decisions_and_the_queue_position_are_recorded(svc: GpuFarm) -
 
 
 def test_a_waiting_request_records_its_position(svc: GpuFarm) -> None:
-    svc.farm = parse_farm(FARM_YAML.replace("gpus: 8, hard_limit: 16", "gpus: 32, hard_limit: 32"))
+    svc.context.farm = parse_farm(FARM_YAML.replace("gpus: 8, hard_limit: 16", "gpus: 32, hard_limit: 32"))
     irs = [_request(svc, 16), _request(svc, 8), _request(svc, 8)]
     for ir in irs:
         svc.allocate(svc.allocation(ir))
@@ -169,9 +172,9 @@ def test_a_redelivered_command_appends_nothing(svc: GpuFarm) -> None:
     ir = _request(svc, 8)
     svc.allocate(svc.allocation(ir))
     extend = IncidentCommand(op=Op.EXTEND, ir=ir, actor=USER, days=3, response_url=URL)
-    executor.execute(svc, extend)
+    executor.execute(svc.context, extend)
     before = svc.allocation(ir).history
-    executor.execute(svc, extend)
+    executor.execute(svc.context, extend)
     assert svc.allocation(ir).history == before
     assert [s[1] for s in _steps(svc, ir)].count("extended") == 1
 
@@ -190,10 +193,10 @@ def test_status_prints_the_history(svc: GpuFarm) -> None:
 def test_a_long_history_fits_the_status_message() -> None:
     lines = [history.entry(T0, USER, Step.EXTENDED, "z" * 280).line() for _ in range(history.MAX_ENTRIES)]
     alloc = Allocation(incident_id="x", ir=7, title="t", state="stable", phase="allocated", history=tuple(lines))
-    message = views.status_message(alloc)
+    message = messages.status_message(alloc)
     sections = [b for b in message.blocks if b["type"] == "section"]
-    assert len(message.blocks) <= views.MAX_MESSAGE_BLOCKS
-    assert all(len(b["text"]["text"]) <= views.MAX_SECTION_TEXT for b in sections)
+    assert len(message.blocks) <= messages.MAX_MESSAGE_BLOCKS
+    assert all(len(b["text"]["text"]) <= messages.MAX_SECTION_TEXT for b in sections)
     assert message.text.count("extended") == history.MAX_ENTRIES
 
 
@@ -201,7 +204,9 @@ def test_a_repair_by_the_sync_is_recorded(svc: GpuFarm) -> None:
     ir = _request(svc, 8)
     svc.allocate(svc.allocation(ir))
     host = svc.allocation(ir).hosts[0]
-    svc.hosts.replace_tags(host, [t for t in svc.hosts.get_tags(host, source="user") if not t.startswith("ir:")])
+    svc.context.hosts.replace_tags(
+        host, [t for t in svc.context.hosts.get_tags(host, source="user") if not t.startswith("ir:")]
+    )
     svc.reconcile_pool("hpc")
     assert _steps(svc, ir)[-1] == ("sync", "repaired", f"restored ir:ir-{ir}, project:p, team:nlp on {host}")
 
@@ -214,7 +219,9 @@ def test_a_repair_of_several_hosts_is_one_entry_and_a_quiet_sync_adds_none(svc: 
     assert sorted(svc.allocation(ir).hosts) == ["hpc-0", "hpc-1"]
     before = len(svc.allocation(ir).history)
     for host in svc.allocation(ir).hosts:
-        svc.hosts.replace_tags(host, [t for t in svc.hosts.get_tags(host, source="user") if not t.startswith("ir:")])
+        svc.context.hosts.replace_tags(
+            host, [t for t in svc.context.hosts.get_tags(host, source="user") if not t.startswith("ir:")]
+        )
     svc.reconcile_pool("hpc")
     svc.reconcile_pool("hpc")
     steps = _steps(svc, ir)

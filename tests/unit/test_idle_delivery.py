@@ -1,4 +1,4 @@
-"""An idle warning is delivered before it is recorded (gpufarm.core.delivery): with Slack failing, nothing is
+"""An idle warning is delivered before it is recorded (gpufarm.core.idle.delivery): with Slack failing, nothing is
 recorded and the step fails so the alert is retried, and no grace starts, so no reclaim; once Slack takes it the
 warning is recorded and the grace runs from then. A refusal no retry can change is recorded undelivered."""
 
@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
-from gpufarm.core import history
-from gpufarm.core.delivery import deliver_warning, may_pass_later
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
+from gpufarm.core.chat.messages import Message
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.idle.delivery import deliver_warning, may_pass_later
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.views import Message
 
 USER = "U0000000002"
 

@@ -8,12 +8,12 @@ import json
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
-from gpufarm.core import fields as f
-from gpufarm.core.farm import FarmConfigError, IdleKind, IdleSettings, parse_farm
-from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IdleScope, IncidentCommand, Op
+from gpufarm.core.config.farm import FarmConfigError, IdleKind, IdleSettings, parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers.idle_alert import IdleAlert
 
@@ -118,8 +118,10 @@ def _service(idle_yaml: str) -> tuple[GpuFarm, FakeIncidents, FakeClock]:
 
 def _allocated(svc: GpuFarm, incidents: FakeIncidents, team: str, count: str = "16") -> Allocation:
     values = {"gpu_count": count, "gpu_model": "H100", "environment": "hpc", "team": team, "project": "p"}
-    request = build_request(values, svc.farm, requester="U0000000001", channel="C0000000002", request_id="req-00000001")
-    fields = request.to_fields(Phase.APPROVED, svc.clock.now())
+    request = build_request(
+        values, svc.context.farm, requester="U0000000001", channel="C0000000002", request_id="req-00000001"
+    )
+    fields = request.to_fields(Phase.APPROVED, svc.context.clock.now())
     ir = incidents.create(request.title(), {**fields, f.APPROVED_BY: "U0000000009"}).public_id
     svc.process(incidents.by_ir(ir).id)
     alloc = Allocation.from_record(incidents.by_ir(ir))

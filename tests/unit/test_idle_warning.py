@@ -9,14 +9,14 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core import views
-from gpufarm.core.farm import IdlePolicy, IdleSettings, parse_farm
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.links import Links
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IdleScope
+from gpufarm.core.chat import messages
+from gpufarm.core.chat.links import Links
+from gpufarm.core.config.farm import IdlePolicy, IdleSettings, parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IdleScope
 from gpufarm.core.service import GpuFarm
 from gpufarm_sandbox.emulator.slack_blockkit import block_errors
 
@@ -45,8 +45,10 @@ def _farm(chat: FakeChat | None = None, links: Links | None = None) -> tuple[Gpu
 
 def _lease(svc: GpuFarm, incidents: FakeIncidents) -> Allocation:
     values = {"gpu_count": "16", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"}
-    request = build_request(values, svc.farm, requester="U0000000001", channel="C0000000002", request_id="req-00000001")
-    fields = request.to_fields(Phase.APPROVED, svc.clock.now())
+    request = build_request(
+        values, svc.context.farm, requester="U0000000001", channel="C0000000002", request_id="req-00000001"
+    )
+    fields = request.to_fields(Phase.APPROVED, svc.context.clock.now())
     ir = incidents.create(request.title(), {**fields, f.APPROVED_BY: "U0000000009"}).public_id
     svc.process(incidents.by_ir(ir).id)
     alloc = Allocation.from_record(incidents.by_ir(ir))
@@ -62,7 +64,7 @@ def lease() -> Allocation:
 POLICY: IdlePolicy = IdleSettings().policy()
 
 
-def _text(message: views.Message) -> str:
+def _text(message: messages.Message) -> str:
     assert block_errors(message.blocks) == [], message.blocks
     return str(message.blocks[0]["text"]["text"])
 
@@ -89,29 +91,29 @@ def _text(message: views.Message) -> str:
     ],
 )
 def test_each_kind_in_words_with_value_and_window(lease: Allocation, scope: IdleScope, says: str) -> None:
-    text = _text(views.idle_warning(lease, POLICY, WARNED_AT, scope))
+    text = _text(messages.idle_warning(lease, POLICY, WARNED_AT, scope))
     assert f"*Seen:* {says}" in text
     assert "has been idle: host `hpc-1` (8 GPUs)." in text
 
 
 def test_hosts_then_devices(lease: Allocation) -> None:
-    both = _text(views.idle_warning(lease, POLICY, WARNED_AT, IdleScope(hosts=("hpc-1", "HPC-2"), kind="idle")))
+    both = _text(messages.idle_warning(lease, POLICY, WARNED_AT, IdleScope(hosts=("hpc-1", "HPC-2"), kind="idle")))
     assert "hosts `hpc-1` (8 GPUs), `HPC-2` (8 GPUs)." in both
     devices = IdleScope(hosts=("hpc-2",), devices=(DEVICE, OTHER_DEVICE), kind="idle", value=0.0)
-    text = _text(views.idle_warning(lease, POLICY, WARNED_AT, devices))
+    text = _text(messages.idle_warning(lease, POLICY, WARNED_AT, devices))
     assert f"has been idle: devices `{DEVICE}`, `{OTHER_DEVICE}` on `hpc-2`." in text
-    one = _text(views.idle_warning(lease, POLICY, WARNED_AT, IdleScope(devices=(DEVICE,), kind="idle")))
+    one = _text(messages.idle_warning(lease, POLICY, WARNED_AT, IdleScope(devices=(DEVICE,), kind="idle")))
     assert f"has been idle: device `{DEVICE}`." in one
 
 
 def test_many_hosts_are_counted_not_listed(lease: Allocation) -> None:
     many = IdleScope(hosts=tuple(f"node-{i:02d}" for i in range(20)), kind="idle")
-    text = _text(views.idle_warning(lease, POLICY, WARNED_AT, many))
+    text = _text(messages.idle_warning(lease, POLICY, WARNED_AT, many))
     assert "`node-07` and 12 more." in text and "node-08" not in text
 
 
 def test_no_scope_says_the_whole_lease_looks_idle(lease: Allocation) -> None:
-    message = views.idle_warning(lease, POLICY, WARNED_AT, None)
+    message = messages.idle_warning(lease, POLICY, WARNED_AT, None)
     text = _text(message)
     assert "has been idle: the whole lease looks idle (16 GPUs on `hpc-1`, `hpc-2`)." in text
     assert "*Seen:* an idle monitor fired (over the monitor's window)." in text
@@ -121,26 +123,26 @@ def test_no_scope_says_the_whole_lease_looks_idle(lease: Allocation) -> None:
 
 def test_reclaim_time_keep_and_buttons_follow_the_policy(lease: Allocation) -> None:
     policy = IdleSettings(grace_minutes=90).policy()
-    message = views.idle_warning(lease, policy, WARNED_AT, IdleScope(hosts=("hpc-1",), kind="idle"))
+    message = messages.idle_warning(lease, policy, WARNED_AT, IdleScope(hosts=("hpc-1",), kind="idle"))
     text = _text(message)
     assert "*Reclaim:* at 2026-03-02 10:30 UTC (the lease's 90 min grace) unless it gets busy again" in text
     assert "*Keep:* clears this warning; it holds until the monitors see it idle again (within 90 min" in text
     buttons = message.blocks[-1]["elements"]
     assert [(b["text"]["text"], b["action_id"], b["value"]) for b in buttons] == [
-        ("Keep", views.ACTION_KEEP, lease.ir_label),
-        ("Release", views.ACTION_RELEASE, lease.ir_label),
+        ("Keep", messages.ACTION_KEEP, lease.ir_label),
+        ("Release", messages.ACTION_RELEASE, lease.ir_label),
     ]
 
 
-def _links(message: views.Message) -> str:
-    """The lease's links line (gpufarm.core.views.lease_links), a context block before the buttons."""
-    [block] = [b for b in message.blocks if str(b.get("block_id", "")).startswith(views.LINKS_BLOCK)]
+def _links(message: messages.Message) -> str:
+    """The lease's links line (gpufarm.core.chat.messages.lease_links), a context block before the buttons."""
+    [block] = [b for b in message.blocks if str(b.get("block_id", "")).startswith(messages.LINKS_BLOCK)]
     return str(block["elements"][0]["text"])
 
 
 def test_links_to_the_incident_and_the_leases_metrics(lease: Allocation) -> None:
     ir = lease.ir
-    default = _links(views.idle_warning(lease, POLICY, WARNED_AT, None))
+    default = _links(messages.idle_warning(lease, POLICY, WARNED_AT, None))
     assert f"<https://app.datadoghq.com/incidents/{ir}|Incident {lease.ir_label}>" in default
     explorer = (
         "https://app.datadoghq.com/metric/explorer?exp_metric=gpufarm.gpu.utilization"
@@ -149,10 +151,10 @@ def test_links_to_the_incident_and_the_leases_metrics(lease: Allocation) -> None
     assert f"<{explorer}|GPU metrics>" in default
     eu = Links.for_site("datadoghq.eu")
     assert f"<https://app.datadoghq.eu/incidents/{ir}|" in _links(
-        views.idle_warning(lease, POLICY, WARNED_AT, None, eu)
+        messages.idle_warning(lease, POLICY, WARNED_AT, None, eu)
     )
     local = Links.for_site("datadoghq.com", "http://127.0.0.1:8321/")
-    text = _links(views.idle_warning(lease, POLICY, WARNED_AT, None, local))
+    text = _links(messages.idle_warning(lease, POLICY, WARNED_AT, None, local))
     assert f"<http://127.0.0.1:8321/incidents/{ir}|" in text
     assert (
         f"<http://127.0.0.1:8321/metric/explorer?exp_metric=gpufarm.gpu.utilization&exp_scope=gpu_ir:ir-{ir}&" in text
@@ -174,7 +176,7 @@ def test_the_dm_carries_the_scope_and_the_services_links() -> None:
     assert svc.idle_triggered(alloc.ir, scope).action.startswith("warned on hpc-2")
     # One host of two: that part alone goes back after the grace (FARM_YAML's default idle.partial: reclaim).
     dm = next(s for s in chat.sent if "is idle and goes back at" in s.text)
-    message = views.Message(dm.text, [dict(b) for b in dm.blocks])
+    message = messages.Message(dm.text, [dict(b) for b in dm.blocks])
     text = _text(message)
     assert "has been idle: host `hpc-2` (8 GPUs)." in text
     assert "*Seen:* utilisation below 5 % (1.25 % mean over the last 120 min)." in text

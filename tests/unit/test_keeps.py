@@ -1,4 +1,4 @@
-"""Bounded keeps and operator exemptions (gpufarm.core.keeps, gpufarm.core.keep_policy)."""
+"""Bounded keeps and operator exemptions (gpufarm.core.idle.keeps, gpufarm.core.config.keeps)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from datetime import timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import commands, executor, history
-from gpufarm.core.commands import Command, Verb
-from gpufarm.core.errors import Conflict, NotAllowed, ValidationFailed
-from gpufarm.core.farm import FarmConfigError, parse_farm
-from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.chat import command_text
+from gpufarm.core.chat.command_text import Command, Verb
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.errors import Conflict, NotAllowed, ValidationFailed
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 
 pytestmark = pytest.mark.unit
@@ -49,7 +51,9 @@ class World:
 
     def lease(self, env: str = "hpc", model: str = "H100") -> int:
         values = {"gpu_count": "8", "gpu_model": model, "environment": env, "team": "nlp", "project": "p"}
-        request = build_request(values, self.svc.farm, requester=USER, channel=None, request_id=f"k-{next(_ids):06d}")
+        request = build_request(
+            values, self.svc.context.farm, requester=USER, channel=None, request_id=f"k-{next(_ids):06d}"
+        )
         alloc, _ = self.svc.create_request(request)
         self.svc.decide_request(alloc.ir)
         self.svc.allocate(self.svc.allocation(alloc.ir))
@@ -185,20 +189,20 @@ def test_actions_on_an_ended_lease_change_nothing(world: World) -> None:
 def test_exempt_is_an_incident_command_and_a_redelivery_is_answered_not_applied(world: World) -> None:
     ir = world.lease()
     cmd = IncidentCommand(op=Op.EXEMPT, ir=ir, actor=OPS, days=3, reason="paper deadline", response_url=URL)
-    executor.execute(world.svc, cmd)
+    executor.execute(world.svc.context, cmd)
     once = world.alloc(ir).history
-    executor.execute(world.svc, cmd)
+    executor.execute(world.svc.context, cmd)
     assert world.alloc(ir).history == once
     answers = [m.text for m in world.chat.to(URL)]
     assert answers[-1].startswith(f"IR-{ir} is exempt from idle reclaim until")
 
 
 def test_the_exempt_command_parses_days_and_reason() -> None:
-    assert commands.parse_command("exempt IR-12 3d benchmark for the paper") == Command(
+    assert command_text.parse_command("exempt IR-12 3d benchmark for the paper") == Command(
         Verb.EXEMPT, ir=12, days=3, reason="benchmark for the paper"
     )
-    assert commands.parse_command("exempt IR-12 5 why not").days == 5
+    assert command_text.parse_command("exempt IR-12 5 why not").days == 5
     for text, field in (("exempt IR-12", "days"), ("exempt IR-12 3d", "reason"), ("exempt IR-12 xd no", "days")):
         with pytest.raises(ValidationFailed) as info:
-            commands.parse_command(text)
+            command_text.parse_command(text)
         assert info.value.field == field

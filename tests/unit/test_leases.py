@@ -10,14 +10,14 @@ from datetime import timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue, ask_hpc
 
-from gpufarm.core import fields as f
-from gpufarm.core.commands import Command, Verb, parse_command
-from gpufarm.core.farm import FarmConfigError, parse_farm
-from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm.core.model import Allocation
-from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.chat.command_text import Command, Verb, parse_command
+from gpufarm.core.chat.messages import ACTION_EXTEND, ACTION_RELEASE
+from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.views import ACTION_EXTEND, ACTION_RELEASE
 
 USER, OPS = "U0000000001", "U0000000OPS"
 LEASES_YAML = FARM_YAML.replace(
@@ -126,10 +126,10 @@ def test_the_sync_sends_reminders_as_commands_in_the_pools_group(world: World) -
     ir = world.ask(days=1)
     world.clock.advance(hours=1)
     queue = FakeQueue()
-    world.svc.queue = queue
+    world.svc.context.queue = queue
     world.svc.sync()
     commands = [IncidentCommand.model_validate(b["command"]) for _, b in queue.sent if "command" in b]
-    # The hour held is due to accrue too (gpufarm.core.accounting); that command is its own.
+    # The hour held is due to accrue too (gpufarm.core.accounting.gpu_hours); that command is its own.
     assert [(c.op, c.ir) for c in commands if c.op is not Op.ACCRUE] == [(Op.REMIND, ir)]
     assert world.alloc(ir).expiry_reminded is None  # the consumer sends it, re-checked there
 
@@ -155,13 +155,13 @@ def test_the_field_schema_carries_the_lease_fields() -> None:
 
 
 def test_a_redelivered_reminder_command_is_answered_from_the_ledger_not_sent_twice(world: World) -> None:
-    from gpufarm.core import executor
+    from gpufarm.core.commands import executor
 
     ir = world.ask(days=1)
     world.clock.advance(hours=1)
     command = IncidentCommand(op=Op.REMIND, ir=ir, origin="sync-1")
-    assert executor.execute(world.svc, command).startswith("reminded (ends ")
-    assert executor.execute(world.svc, command).startswith("already applied")
+    assert executor.execute(world.svc.context, command).startswith("reminded (ends ")
+    assert executor.execute(world.svc.context, command).startswith("already applied")
     assert len([t for t in world.dms() if t.startswith(f"IR-{ir} ends ")]) == 1
 
 

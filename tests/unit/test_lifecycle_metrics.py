@@ -1,4 +1,4 @@
-"""Lifecycle metrics (gpufarm.core.lifecycle_metrics): the sync's waiting and idle-warned gauges from its one read of
+"""Lifecycle metrics (gpufarm.core.leases.metrics): the sync's waiting and idle-warned gauges from its one read of
 the live incidents, reclaims by reason and idle warnings counted once each after their write, a failed submit that
 fails nothing, every series as spec/metrics.yaml `lifecycle_metrics` declares it, and the dashboards' panels over
 them as the sandbox renders them."""
@@ -19,14 +19,16 @@ import yaml
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, ask_hpc
 from werkzeug.test import Client
 
-from gpufarm.core import executor, history, lifecycle_metrics
-from gpufarm.core import fields as f
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import Allocation
-from gpufarm.core.ports import MetricSeries
-from gpufarm.core.serial import IdleScope, IncidentCommand, Op
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.ports import MetricSeries
+from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op
+from gpufarm.core.leases import metrics as lifecycle_metrics
 from gpufarm.core.service import GpuFarm
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
@@ -176,11 +178,11 @@ def _command(op: Op, ir: int, actor: str | None = None, **extra: Any) -> Inciden
 def test_a_reclaim_is_counted_once_with_its_reason_and_gpus_whatever_is_redelivered(world: World) -> None:
     ir = ask_hpc(world.svc, world.incidents, USER, 8, 3)
     reclaim = _command(Op.FORCE_RECLAIM, ir, OPS, reason="maintenance")
-    executor.execute(world.svc, reclaim)
+    executor.execute(world.svc.context, reclaim)
     assert world.counted(lifecycle_metrics.RECLAIMS) == []  # decided; counted when the hosts are freed
     world.process_resolved()
     world.process_resolved()  # the incident webhook's message redelivered
-    executor.execute(world.svc, reclaim)  # the command redelivered: answered from its ledger
+    executor.execute(world.svc.context, reclaim)  # the command redelivered: answered from its ledger
     world.process_resolved()
     [count] = world.counted(lifecycle_metrics.RECLAIMS)
     [gpus] = world.counted(lifecycle_metrics.RECLAIMED_GPUS)
@@ -215,16 +217,16 @@ def test_an_idle_warning_is_counted_once_and_a_repeated_alert_counts_nothing(wor
     ir = ask_hpc(world.svc, world.incidents, USER, 8, 3)
     [host] = Allocation.from_record(world.incidents.by_ir(ir)).hosts
     idle = _command(Op.IDLE, ir, idle=IdleScope(hosts=(host,), kind="idle", value=0.0).model_dump())
-    assert executor.execute(world.svc, idle).startswith("warned")
-    assert executor.execute(world.svc, idle).startswith("already applied")  # redelivered
+    assert executor.execute(world.svc.context, idle).startswith("warned")
+    assert executor.execute(world.svc.context, idle).startswith("already applied")  # redelivered
     again = _command(Op.IDLE, ir, origin="next-alert", idle=IdleScope(hosts=(host,), kind="idle").model_dump())
-    executor.execute(world.svc, again)  # the monitor alerts again: already warned
+    executor.execute(world.svc.context, again)  # the monitor alerts again: already warned
     [warned] = world.counted(lifecycle_metrics.IDLE_WARNINGS)
     assert warned.type == 1 and warned.points[0].value == 1 and f"ir:ir-{ir}" in warned.tags
     assert not _problems(warned)
     # Past the grace the idle lease is reclaimed, counted as idle.
     world.clock.advance(minutes=61)
-    executor.execute(world.svc, _command(Op.IDLE, ir, origin="after-grace", idle={"hosts": [host]}))
+    executor.execute(world.svc.context, _command(Op.IDLE, ir, origin="after-grace", idle={"hosts": [host]}))
     world.process_resolved()
     [count] = world.counted(lifecycle_metrics.RECLAIMS)
     assert "reclaim_reason:idle" in count.tags
@@ -250,7 +252,7 @@ def test_a_failed_submit_is_logged_and_fails_neither_the_reclaim_nor_the_warning
     world = _world(FailingMetrics())
     ir = ask_hpc(world.svc, world.incidents, USER, 8, 3)
     [host] = Allocation.from_record(world.incidents.by_ir(ir)).hosts
-    with caplog.at_level(logging.WARNING, logger="gpufarm.core.lifecycle_metrics"):
+    with caplog.at_level(logging.WARNING, logger="gpufarm.core.leases.metrics"):
         assert world.svc.idle_triggered(ir, IdleScope(hosts=(host,), kind="idle")).action.startswith("warned")
         world.svc.force_reclaim(ir, OPS)
         [outcome] = [o for r in world.incidents.search("state:resolved") for o in world.svc.process(r.id)][:1]
@@ -263,7 +265,7 @@ def test_a_failed_submit_is_logged_and_fails_neither_the_reclaim_nor_the_warning
 
 def test_without_a_metrics_sink_nothing_is_counted_and_nothing_fails() -> None:
     world = _world()
-    world.svc.metrics = None
+    world.svc.context.metrics = None
     ir = ask_hpc(world.svc, world.incidents, USER, 8, 3)
     world.svc.force_reclaim(ir, OPS)
     world.process_resolved()

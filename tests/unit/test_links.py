@@ -1,4 +1,4 @@
-"""Links from every message about a lease (gpufarm.core.links, gpufarm.core.views.lease_links).
+"""Links from every message about a lease (gpufarm.core.chat.links, gpufarm.core.chat.messages.lease_links).
 
 The lease's project dashboard link (Datadog's template-variable URL form, the fallbacks), the runtime's cached
 lookup of the dashboard's id, and then every kind of lease message, driven through the service, the executor and
@@ -22,15 +22,18 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
 from gpufarm.adapters import datadog_dashboards as dd
 from gpufarm.config import Settings
-from gpufarm.core import cards, executor, keeps, lease_views, profile_runs, views
-from gpufarm.core.commands import parse_command
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.links import Links
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IdleScope, IncidentCommand, Op, ProfileScope
+from gpufarm.core.chat import cards, messages
+from gpufarm.core.chat.command_text import parse_command
+from gpufarm.core.chat.links import Links
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.idle import keeps
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op, ProfileScope
+from gpufarm.core.leases import notices, profile_runs
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import slack_worker
 from gpufarm.handlers.slack_events import Job
@@ -141,7 +144,7 @@ def test_a_failed_lookup_falls_back_and_is_retried_later() -> None:
 
 # -- every message about a lease -------------------------------------------------------------------------------
 
-MODULES: tuple[ModuleType, ...] = (views, lease_views, cards, keeps, profile_runs)
+MODULES: tuple[ModuleType, ...] = (messages, notices, cards, keeps, profile_runs)
 
 
 def _builders() -> dict[str, tuple[ModuleType, str]]:
@@ -165,12 +168,12 @@ BUILDERS = _builders()
 class Spy:
     """Records each builder's results, with the lease each was about."""
 
-    seen: dict[str, list[tuple[Allocation, views.Message]]] = field(default_factory=dict)
+    seen: dict[str, list[tuple[Allocation, messages.Message]]] = field(default_factory=dict)
 
-    def wrap(self, key: str, fn: Callable[..., views.Message]) -> Callable[..., views.Message]:
+    def wrap(self, key: str, fn: Callable[..., messages.Message]) -> Callable[..., messages.Message]:
         sig = inspect.signature(fn)
 
-        def spied(*args: Any, **kwargs: Any) -> views.Message:
+        def spied(*args: Any, **kwargs: Any) -> messages.Message:
             message = fn(*args, **kwargs)
             alloc = sig.bind(*args, **kwargs).arguments["alloc"]
             self.seen.setdefault(key, []).append((alloc, message))
@@ -188,7 +191,7 @@ def expected_line(alloc: Allocation) -> str:
 def assert_linked(alloc: Allocation, blocks: list[Any], what: str) -> None:
     """The message carries the lease's links block, well formed, and is valid Block Kit."""
     assert block_errors(blocks) == [], (what, blocks)
-    found = [b for b in blocks if b.get("block_id") == f"{views.LINKS_BLOCK}:{alloc.ir}"]
+    found = [b for b in blocks if b.get("block_id") == f"{messages.LINKS_BLOCK}:{alloc.ir}"]
     assert len(found) == 1, (what, blocks)
     assert found[0]["type"] == "context" and found[0]["elements"][0]["text"] == expected_line(alloc), what
 
@@ -203,9 +206,11 @@ class World:
     def lease(self, count: int = 8, env: str = "hpc", team: str = "nlp", model: str = "H100") -> int:
         """A request as the worker hands it on, decided (and allocated when granted) at once: no queue."""
         values = {"gpu_count": str(count), "gpu_model": model, "environment": env, "team": team, "project": "p"}
-        request = build_request(values, self.svc.farm, requester=USER, channel=None, request_id=f"l-{next(_ids):06d}")
-        assert executor.request(self.svc, request, response_url=URL, origin=request.request_id) is None
-        ir = max(a.ir for a in self.svc._live())
+        request = build_request(
+            values, self.svc.context.farm, requester=USER, channel=None, request_id=f"l-{next(_ids):06d}"
+        )
+        assert executor.request(self.svc.context, request, response_url=URL, origin=request.request_id) is None
+        ir = max(a.ir for a in self.svc.context.live())
         self.svc.allocate_waiting(env)
         return ir
 
@@ -222,11 +227,11 @@ class World:
         """An incident command run twice: once, then as the queue's redelivery (answered from the ledger)."""
         body = {"op": op, "ir": ir, "actor": actor, "response_url": URL, "origin": f"o-{next(_ids)}", **extra}
         cmd = IncidentCommand.model_validate(body)
-        executor.execute(self.svc, cmd)
-        executor.execute(self.svc, cmd)
+        executor.execute(self.svc.context, cmd)
+        executor.execute(self.svc.context, cmd)
 
     def reclaim_resolved(self) -> None:
-        for a in list(self.svc.incidents.search("state:resolved")):  # type: ignore[attr-defined]
+        for a in list(self.svc.context.incidents.search("state:resolved")):  # type: ignore[attr-defined]
             self.svc.process(a.id)
 
 
@@ -280,7 +285,7 @@ def _flows(w: World) -> None:
     # Refused when decided: over the hard limit by then (vision may hold 8 in hpc; the up-front check is skipped).
     request = build_request(
         {"gpu_count": "16", "gpu_model": "H100", "environment": "hpc", "team": "vision", "project": "p"},
-        svc.farm,
+        svc.context.farm,
         requester=USER,
         channel=None,
         request_id="links-refused-01",
@@ -345,7 +350,7 @@ def test_every_lease_message_carries_its_incident_and_project_dashboard(world: W
 
 def test_every_message_sent_that_names_a_lease_links_to_it(world: World) -> None:
     _flows(world)
-    incidents: FakeIncidents = world.svc.incidents  # type: ignore[assignment]
+    incidents: FakeIncidents = world.svc.context.incidents  # type: ignore[assignment]
     leases = {r.public_id: Allocation.from_record(r) for r in incidents.records.values()}
     checked = 0
     for sent in world.chat.sent:
@@ -366,7 +371,7 @@ def test_every_message_sent_that_names_a_lease_links_to_it(world: World) -> None
 
 def _link_lines(blocks: list[Any], ir: int) -> list[str]:
     """The lease's link lines in a message: its links block, or its row of a list."""
-    out = [str(b["elements"][0]["text"]) for b in blocks if b.get("block_id") == f"{views.LINKS_BLOCK}:{ir}"]
+    out = [str(b["elements"][0]["text"]) for b in blocks if b.get("block_id") == f"{messages.LINKS_BLOCK}:{ir}"]
     for block in blocks:
         text = str((block.get("text") or {}).get("text", ""))
         out += [row for row in text.split("\n") if row.startswith(f"• *IR-{ir}* ")]
@@ -380,8 +385,8 @@ def _row_tail(alloc: Allocation) -> str:
 def test_a_list_links_every_lease_and_stays_within_slacks_limits(world: World) -> None:
     fields = {"state": "stable", "phase": "allocated", "team": "nlp", "project": "p", "environment": "hpc"}
     many = [Allocation(incident_id=f"i{n}", ir=n, title="t", **fields) for n in range(900, 0, -1)]  # type: ignore[arg-type]
-    message = views.list_message("All live allocations", many, None, world.svc.links_for)
-    assert block_errors(message.blocks) == [] and len(message.blocks) == views.MAX_MESSAGE_BLOCKS
+    message = messages.list_message("All live allocations", many, None, world.svc.context.links_for)
+    assert block_errors(message.blocks) == [] and len(message.blocks) == messages.MAX_MESSAGE_BLOCKS
     rows = [row for b in message.blocks for row in b["text"]["text"].split("\n") if row.startswith("• ")]
     assert all(row.endswith(_row_tail(a)) for row, a in zip(rows, many, strict=False))
     # Newest first; what does not fit is counted, never cut mid-row.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpufarm.config import Settings
-from gpufarm.core.errors import UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.localhost import seams
 

@@ -10,14 +10,14 @@ from dataclasses import dataclass
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue
 
-from gpufarm.core import executor
-from gpufarm.core.errors import NotAllowed, UpstreamError, ValidationFailed
-from gpufarm.core.farm import FarmConfigError, parse_farm
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.membership import Membership, MembershipMisconfigured, MembershipUnavailable
-from gpufarm.core.model import GpuRequest
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.governance.membership import Membership, MembershipMisconfigured, MembershipUnavailable
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import GpuRequest
+from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 
 ALICE, BOB, GUEST, OPS = "U0000000001", "U0000000003", "U0000000006", "U0000000OPS"
@@ -60,7 +60,9 @@ class World:
 
     def request(self, user: str = ALICE, team: str = "nlp", count: int = 8) -> GpuRequest:
         values = {"gpu_count": str(count), "gpu_model": "H100", "environment": "hpc", "team": team, "project": "p"}
-        return build_request(values, self.svc.farm, requester=user, channel=None, request_id=f"m-{next(_ids):06d}")
+        return build_request(
+            values, self.svc.context.farm, requester=user, channel=None, request_id=f"m-{next(_ids):06d}"
+        )
 
 
 @pytest.fixture
@@ -82,16 +84,19 @@ def test_a_request_for_a_foreign_team_is_refused_and_queues_nothing(world: World
         NotAllowed,
         match=r"only members of team nlp or GPU operators can request GPUs for team nlp \(your teams: vision\)",
     ):
-        executor.request(world.svc, world.request(user=BOB, team="nlp"), response_url=URL, origin="x")
+        executor.request(world.svc.context, world.request(user=BOB, team="nlp"), response_url=URL, origin="x")
     assert world.queue.sent == []
     # A member's request for their team is queued; an operator may request for any team.
-    assert executor.request(world.svc, world.request(user=ALICE), response_url=URL, origin="a") is None
-    assert executor.request(world.svc, world.request(user=OPS, team="vision"), response_url=URL, origin="o") is None
+    assert executor.request(world.svc.context, world.request(user=ALICE), response_url=URL, origin="a") is None
+    assert (
+        executor.request(world.svc.context, world.request(user=OPS, team="vision"), response_url=URL, origin="o")
+        is None
+    )
     assert [b["command"]["op"] for _, b in world.queue.sent] == ["create", "create"]
 
 
 def test_listed_users_and_group_members_both_count(world: World) -> None:
-    members = world.svc.membership()
+    members = world.svc.context.membership()
     assert members.members("vision") == frozenset({BOB, ALICE, GUEST})
     assert members.teams_of(ALICE) == ["nlp", "vision"]
     assert members.teams_of(GUEST) == ["vision"]
@@ -99,7 +104,7 @@ def test_listed_users_and_group_members_both_count(world: World) -> None:
 
 
 def test_a_request_without_a_team_picks_the_only_one_or_lists_them(world: World) -> None:
-    members = world.svc.membership()
+    members = world.svc.context.membership()
     assert members.team_for_request(BOB, None) == "vision"
     assert members.team_for_request(BOB, "nlp") == "nlp"  # named: checked later, not guessed
     with pytest.raises(ValidationFailed, match="several teams; say which one with team=: nlp, vision"):
@@ -111,7 +116,7 @@ def test_a_request_without_a_team_picks_the_only_one_or_lists_them(world: World)
 def test_slack_failing_refuses_with_a_retry_hint_and_never_approves(world: World) -> None:
     world.chat.down = True
     with pytest.raises(MembershipUnavailable, match="nothing was changed") as caught:
-        executor.request(world.svc, world.request(), response_url=URL, origin="down")
+        executor.request(world.svc.context, world.request(), response_url=URL, origin="down")
     assert isinstance(caught.value, UpstreamError)  # the worker answers "try again in a minute"
     assert world.queue.sent == [] and world.incidents.creates == 0
 
@@ -119,24 +124,24 @@ def test_slack_failing_refuses_with_a_retry_hint_and_never_approves(world: World
 def test_a_user_group_slack_does_not_know_is_a_configuration_error_naming_the_team(world: World) -> None:
     del world.chat.groups[VISION_GROUP]
     with pytest.raises(MembershipMisconfigured, match=r"teams\.vision\.members\.usergroup names Slack user group"):
-        world.svc.membership().members("vision")
+        world.svc.context.membership().members("vision")
     assert isinstance(MembershipMisconfigured("x"), FarmConfigError)
 
 
 def test_each_group_is_read_once_per_invocation(world: World) -> None:
-    with world.svc.reading():
-        members = world.svc.membership()
+    with world.svc.context.reading():
+        members = world.svc.context.membership()
         for _ in range(3):
             members.teams_of(ALICE)
             members.is_operator(OPS)
     assert sorted(world.chat.calls) == sorted([NLP_GROUP, VISION_GROUP, "S0000000001"])
-    with world.svc.reading():
-        world.svc.membership().is_member(ALICE, "nlp")
+    with world.svc.context.reading():
+        world.svc.context.membership().is_member(ALICE, "nlp")
     assert world.chat.calls.count(NLP_GROUP) == 2  # a new invocation asks again (the adapter caches a minute)
 
 
 def test_extend_and_release_are_for_members_of_the_leases_team(world: World) -> None:
-    executor.request(world.svc, world.request(user=ALICE), response_url=URL, origin="a")
+    executor.request(world.svc.context, world.request(user=ALICE), response_url=URL, origin="a")
     _drain(world)
     lease = world.svc.allocation(1)
     assert lease.phase is Phase.ALLOCATED
@@ -168,14 +173,14 @@ def test_a_farm_names_members_for_every_team_or_for_none() -> None:
 def _drain(world: World) -> None:
     while world.queue.sent:
         _, body = world.queue.sent.pop(0)
-        executor.execute(world.svc, IncidentCommand.model_validate(body["command"]))
-        for a in world.svc._live():
+        executor.execute(world.svc.context, IncidentCommand.model_validate(body["command"]))
+        for a in world.svc.context.live():
             if a.phase is Phase.APPROVED:
                 world.svc.allocate(a)
 
 
 def test_an_inline_request_without_a_team_becomes_a_request_for_the_only_team(world: World) -> None:
-    from gpufarm.core.commands import Command, Verb
+    from gpufarm.core.chat.command_text import Command, Verb
     from gpufarm.handlers.slack_events import Job
     from gpufarm.handlers.slack_worker import dispatch
 
@@ -217,11 +222,11 @@ def test_slack_check_resolves_every_group_and_names_the_one_slack_does_not_know(
 def test_an_unknown_team_group_met_by_a_queued_command_is_logged_for_the_operators(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
-    executor.request(world.svc, world.request(user=ALICE), response_url=URL, origin="a")
+    executor.request(world.svc.context, world.request(user=ALICE), response_url=URL, origin="a")
     _drain(world)
     del world.chat.groups[NLP_GROUP]
     world.chat.groups[VISION_GROUP] = frozenset()
-    summary = executor.execute(world.svc, IncidentCommand(op=Op.EXTEND, ir=1, actor=ALICE, days=1, origin="e"))
+    summary = executor.execute(world.svc.context, IncidentCommand(op=Op.EXTEND, ir=1, actor=ALICE, days=1, origin="e"))
     assert summary.startswith("refused: something went wrong inside gpufarm")
     assert "teams.nlp.members.usergroup names Slack user group S0000000011, which does not exist" in caplog.text
     # Operators act for any team: a team group Slack cannot resolve does not stop them.

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
-from gpufarm.core.farm import FarmConfigError, IdleKind, MetricsSource, parse_farm
-from gpufarm.core.inventory import MANAGED_TAG
-from gpufarm.core.links import Links
+from gpufarm.core.chat.links import Links
+from gpufarm.core.config.farm import FarmConfigError, IdleKind, MetricsSource, parse_farm
+from gpufarm.core.kernel.hosts import MANAGED_TAG
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import monitors as mon
 from gpufarm.setup.plan import IDLE_HANDLE

@@ -14,8 +14,8 @@ import yaml
 from fakes import FARM_YAML
 from werkzeug.test import Client
 
-from gpufarm.core.farm import IdleKind, parse_farm
-from gpufarm.core.inventory import MANAGED_TAG
+from gpufarm.core.config.farm import IdleKind, parse_farm
+from gpufarm.core.kernel.hosts import MANAGED_TAG
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import monitors as mon
 from gpufarm.setup.plan import IDLE_HANDLE, Action

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpufarm.core import inventory, ir
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.inventory import GpuHost
+from gpufarm.core.kernel import hosts, ir
+from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.hosts import GpuHost
 from gpufarm_node import tags
 
 IR_TEXTS = [
@@ -48,19 +48,19 @@ def test_ir_tag_values_agree(text: str) -> None:
 
 @pytest.mark.parametrize("tag", TAGS)
 def test_normalisation_agrees(tag: str) -> None:
-    assert tags.normalize_tag(tag) == inventory.normalize_tag(tag)
+    assert tags.normalize_tag(tag) == hosts.normalize_tag(tag)
 
 
 def test_inventory_keys_agree() -> None:
     assert (tags.MANAGED_TAG, tags.GPU_MODEL_KEY, tags.GPU_COUNT_KEY, tags.ENVIRONMENT_KEY, tags.CLUSTER_KEY) == (
-        inventory.MANAGED_TAG,
-        inventory.GPU_MODEL_KEY,
-        inventory.GPU_COUNT_KEY,
-        inventory.ENVIRONMENT_KEY,
-        inventory.CLUSTER_KEY,
+        hosts.MANAGED_TAG,
+        hosts.GPU_MODEL_KEY,
+        hosts.GPU_COUNT_KEY,
+        hosts.ENVIRONMENT_KEY,
+        hosts.CLUSTER_KEY,
     )
-    assert tags.IR_KEY == inventory.IR_KEY == ir.TAG_KEY
-    assert tags.tag_values(["ir:ir-1", "team:a", "ir:ir-2"], "ir") == inventory.tag_values(
+    assert tags.IR_KEY == hosts.IR_KEY == ir.TAG_KEY
+    assert tags.tag_values(["ir:ir-1", "team:a", "ir:ir-2"], "ir") == hosts.tag_values(
         ["ir:ir-1", "team:a", "ir:ir-2"], "ir"
     )
 
@@ -85,7 +85,7 @@ def test_only_ascii_digits_make_an_ir(text: str) -> None:
 
 
 def test_unit_and_assign_keys_agree() -> None:
-    assert (tags.GPU_UNIT_KEY, tags.GPU_ASSIGN_KEY) == (inventory.GPU_UNIT_KEY, inventory.GPU_ASSIGN_KEY)
+    assert (tags.GPU_UNIT_KEY, tags.GPU_ASSIGN_KEY) == (hosts.GPU_UNIT_KEY, hosts.GPU_ASSIGN_KEY)
 
 
 def _mig_snapshot_units() -> list[str]:
@@ -109,7 +109,7 @@ def test_a_sliced_nodes_published_units_are_what_the_runtime_schedules() -> None
     assert host is not None
     assert len(host.units) == len(published) == 14
     assert all(u.is_mig and u.profile == "1g.10gb" and u.uuid and u.uuid.startswith("mig-") for u in host.units)
-    assert sorted(inventory.unit_tag(u) for u in host.units) == sorted(published)
+    assert sorted(hosts.unit_tag(u) for u in host.units) == sorted(published)
 
 
 @pytest.mark.parametrize(
@@ -122,15 +122,15 @@ def test_a_sliced_nodes_published_units_are_what_the_runtime_schedules() -> None
     ],
 )
 def test_a_unit_tag_reads_back_as_the_same_unit(index: int, uuid: str, gi: int | None, profile: str | None) -> None:
-    [unit] = inventory.parse_units([tags.unit_tag(index, uuid, gi, profile)])
+    [unit] = hosts.parse_units([tags.unit_tag(index, uuid, gi, profile)])
     assert (unit.index, unit.gi, unit.uuid) == (index, gi, uuid.lower())
     assert unit.profile == (tags.normalize_tag(profile) if profile else None)
 
 
 def test_assign_tags_read_the_same_on_both_sides() -> None:
     written = [
-        inventory.assign_tag("ir-12", "mig-1b2c3d4e-0000-4000-8000-0000000000c1"),
-        inventory.assign_tag("ir-13", "gpu-00000000-0000-4000-8000-000000000007"),
+        hosts.assign_tag("ir-12", "mig-1b2c3d4e-0000-4000-8000-0000000000c1"),
+        hosts.assign_tag("ir-13", "gpu-00000000-0000-4000-8000-000000000007"),
         "gpu_assign:ir-14",
         "gpu_assign:bogus/gpu-1",
         "gpu_assign:ir-²/gpu-1",

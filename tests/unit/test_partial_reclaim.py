@@ -11,15 +11,18 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import executor, partial, units
-from gpufarm.core import fields as f
-from gpufarm.core.farm import FarmConfigError, PartialIdle, parse_farm
-from gpufarm.core.inventory import GpuUnit, unit_tag
-from gpufarm.core.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request, team_usage
-from gpufarm.core.serial import IdleScope, IncidentCommand, Op
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import FarmConfigError, PartialIdle, parse_farm
+from gpufarm.core.governance.policy import build_request, team_usage
+from gpufarm.core.idle import partial
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel import units
+from gpufarm.core.kernel.hosts import GpuUnit, unit_tag
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
+from gpufarm.core.sync import expiry
 
 USER = "U0000000001"
 OPS_CHANNEL = "C0000000001"
@@ -38,7 +41,7 @@ class World:
 
     def lease(self, count: int = 16, env: str = "hpc", model: str = "H100", rid: str = "req-00000001") -> int:
         values = {"gpu_count": str(count), "gpu_model": model, "environment": env, "team": "nlp", "project": "p"}
-        request = build_request(values, self.svc.farm, requester=USER, channel=None, request_id=rid)
+        request = build_request(values, self.svc.context.farm, requester=USER, channel=None, request_id=rid)
         fields = {**request.to_fields(Phase.APPROVED, self.clock.now()), f.APPROVED_BY: "U0000000009"}
         ir = self.incidents.create(request.title(), fields).public_id
         self.svc.process(self.incidents.by_ir(ir).id)
@@ -117,7 +120,7 @@ def test_field_encodings_round_trip_and_skip_malformed_entries() -> None:
 
 def test_decide_idle_warns_then_shrinks_then_reclaims_whole(world: World) -> None:
     ir, idle_host, busy_host = _two_hosts(world)
-    policy = world.svc.farm.idle.policy("hpc", "nlp")
+    policy = world.svc.context.farm.idle.policy("hpc", "nlp")
     lease = world.alloc(ir)
     first = partial.decide_idle(lease, [idle_host], START, policy)
     assert (first.step, first.warned, first.idle) == (partial.Step.WARN, (idle_host,), {idle_host: START})
@@ -205,7 +208,7 @@ def test_a_recovered_host_clears_only_itself(world: World) -> None:
     # The grace counts from each host's own warning: nothing returns at 10:00, the second host does at 10:20.
     world.clock.advance(minutes=40)
     assert world.idle(ir, second) == "nothing to do (idle-warned)"
-    assert not world.svc._due(world.alloc(ir))
+    assert not expiry.due(world.svc.context, world.alloc(ir))
     world.clock.advance(minutes=20)
     assert world.idle(ir, second).startswith(f"returned {second}")
     assert world.alloc(ir).hosts == (first,)
@@ -247,13 +250,13 @@ def test_policy_warn_keeps_the_hosts_and_the_sync_does_not_reclaim_a_partly_idle
     assert warning == f"part of IR-{ir} is idle"
     world.clock.advance(minutes=180)
     assert world.idle(ir, idle_host) == "nothing to do (idle-warned): partly idle past the grace; the policy only warns"
-    assert world.svc._due(world.alloc(ir)) is None
+    assert expiry.due(world.svc.context, world.alloc(ir)) is None
     assert world.svc.expire(ir).action == "nothing to do (idle-warned)"
     assert set(world.alloc(ir).hosts) == {idle_host, busy_host}
     # The busy host going idle too makes the whole lease idle: reclaimed after its own grace.
     world.idle(ir, busy_host)
     world.clock.advance(minutes=60)
-    assert world.svc._due(world.alloc(ir)) is ReclaimReason.IDLE
+    assert expiry.due(world.svc.context, world.alloc(ir)) is ReclaimReason.IDLE
 
 
 def test_keep_clears_every_hosts_warning(world: World) -> None:
@@ -275,9 +278,9 @@ def test_a_redelivered_idle_command_is_not_applied_twice(world: World) -> None:
     world.clock.advance(minutes=60)
     scope = IdleScope(hosts=(idle_host,), kind="idle")
     renotify = IncidentCommand(op=Op.IDLE, ir=ir, origin="1234567|renotify|1772445600", idle=scope)
-    assert executor.execute(world.svc, renotify).startswith(f"returned {idle_host}")
+    assert executor.execute(world.svc.context, renotify).startswith(f"returned {idle_host}")
     written = len(world.incidents.updates)
-    assert executor.execute(world.svc, renotify) == "already applied (allocated)"
+    assert executor.execute(world.svc.context, renotify) == "already applied (allocated)"
     assert len(world.incidents.updates) == written
     assert world.alloc(ir).hosts == (busy_host,) and len(world.dms("gave back")) == 1
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpufarm.core.farm import PoolKind
-from gpufarm.core.inventory import GpuHost
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import Allocation
-from gpufarm.core.placement import Capacity, free_capacity, place, pool_hosts, shared_usage
+from gpufarm.core.config.farm import PoolKind
+from gpufarm.core.inventory.placement import Capacity, free_capacity, place, pool_hosts, shared_usage
+from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import Allocation
 from gpufarm_node.tags import registration_tags
 
 

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from fakes import FARM_YAML
 
-from gpufarm.core.errors import NotAllowed, ValidationFailed
-from gpufarm.core.farm import FarmConfig, FarmConfigError, PoolKind, parse_farm
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.model import Allocation, GpuRequest
-from gpufarm.core.policy import Action, Verdict, authorize, build_request, decide, extension_days, team_usage
+from gpufarm.core.config.farm import FarmConfig, FarmConfigError, PoolKind, parse_farm
+from gpufarm.core.governance.policy import Action, Verdict, authorize, build_request, decide, extension_days, team_usage
+from gpufarm.core.kernel.errors import NotAllowed, ValidationFailed
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.model import Allocation, GpuRequest
 
 ROOT = Path(__file__).resolve().parents[2]
 

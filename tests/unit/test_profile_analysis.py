@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.profiling import reader
 from gpufarm.profiling.analysis import analyse
 from gpufarm.profiling.page import render

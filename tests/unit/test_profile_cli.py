@@ -14,10 +14,10 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 from moto import mock_aws
 
 from gpufarm.cli import cli
-from gpufarm.core import profile_runs
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.leases import profile_runs
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling.capture import gpufarm_trace_handler

@@ -9,7 +9,7 @@ import pytest
 import spec_check
 import yaml
 
-from gpufarm.core.ports import MetricSeries
+from gpufarm.core.kernel.ports import MetricSeries
 from gpufarm.profiling import reader
 from gpufarm.profiling.analysis import Figures, Stream, analyse
 from gpufarm.profiling.metrics import lease_tags, series, tag_value, valid_run_name

@@ -106,7 +106,7 @@ def test_only_get(stored: None) -> None:
 def test_the_bucket_keeps_runs_as_long_as_the_farm_says() -> None:
     import re
 
-    from gpufarm.core.farm import ProfileSettings, parse_farm
+    from gpufarm.core.config.farm import ProfileSettings, parse_farm
 
     root = Path(__file__).resolve().parents[2]
     template = (root / "template.yaml").read_text()

@@ -18,12 +18,13 @@ from moto import mock_aws
 
 from gpufarm.adapters.profile_store import PAGE, PREFIX, TRACE, S3ProfileStore
 from gpufarm.config import Settings
-from gpufarm.core import executor, profile_runs
-from gpufarm.core.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IncidentCommand, Op
+from gpufarm.core.leases import profile_runs
 from gpufarm.core.service import GpuFarm
 from gpufarm.profiling.links import LinkSigner
 from gpufarm.profiling.upload import upload
@@ -64,7 +65,7 @@ class World:
     def up(self, *paths: Path, actor: str = ALICE, store: object = None, **kw: object) -> list[object]:
         return list(
             upload(
-                self.svc,
+                self.svc.context,
                 store or self.store,  # type: ignore[arg-type]
                 SIGNER,
                 pages_url=kw.pop("pages_url", PAGES),  # type: ignore[arg-type]
@@ -111,7 +112,7 @@ def test_an_upload_stores_trace_and_page_records_the_link_and_publishes_metrics(
     assert run.details.startswith("5 steps, ")
     key, query = run.link.removeprefix(PAGES + "/profiles/").split("?")
     args = dict(part.split("=") for part in query.split("&"))
-    SIGNER.check(key, args["expires"], args["sig"], now=world.svc.clock.now().timestamp())
+    SIGNER.check(key, args["expires"], args["sig"], now=world.svc.context.clock.now().timestamp())
     tags = (f"ir:ir-{world.ir}", "run:run-7", "project:llm", "team:nlp")
     assert world.metrics.value("gpufarm.profile.steps", *tags) == 5
     assert (world.metrics.value("gpufarm.profile.throughput", *tags) or 0) > 0
@@ -189,11 +190,11 @@ def test_the_store_leaves_nothing_of_a_run_it_could_not_store_whole(
 def test_a_redelivered_profile_command_appends_nothing(world: World) -> None:
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-1")
     (run,) = profile_runs.runs(world.alloc().history)
-    from gpufarm.core.serial import ProfileScope
+    from gpufarm.core.kernel.serial import ProfileScope
 
     scope = ProfileScope(run="run-1", summary=run.details, link=run.link)
     again = IncidentCommand(op=Op.PROFILE, ir=world.ir, actor=ALICE, reply_to=ALICE, origin=done.key, profile=scope)  # type: ignore[attr-defined]
-    executor.execute(world.svc, again)
+    executor.execute(world.svc.context, again)
     assert len(profile_runs.runs(world.alloc().history)) == 1
 
 

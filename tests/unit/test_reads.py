@@ -1,4 +1,4 @@
-"""One invocation's view (gpufarm.core.reads) and the sync's repair built on it, against in-memory ports.
+"""One invocation's view (gpufarm.core.context.reads) and the sync's repair built on it, against in-memory ports.
 
 Reads are narrowed by facets and shared: a narrower scope is answered from a wider one already read, writes update
 what was read, the policy's capacity check lists the pool no further than the ask, and a repair that finds nothing
@@ -12,15 +12,16 @@ from collections.abc import Iterator
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import charging, reconcile
-from gpufarm.core import fields as f
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.inventory import GpuHost
-from gpufarm.core.lifecycle import Phase, State
-from gpufarm.core.policy import build_request
-from gpufarm.core.ports import HostInfo, HostPage
-from gpufarm.core.reads import CENSUS_SAMPLE, Reads, host_filter, live_query
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.context.reads import CENSUS_SAMPLE, Reads, host_filter, live_query
+from gpufarm.core.governance import charging
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.ports import HostInfo, HostPage
 from gpufarm.core.service import GpuFarm
+from gpufarm.core.sync import repair
 from gpufarm.handlers.incident_webhook import QueueMessage
 
 USER = "U0000000001"
@@ -93,12 +94,12 @@ def _lease(svc: GpuFarm, incidents: FakeIncidents, *, env: str = "hpc", team: st
     values = {"gpu_count": "8", "gpu_model": "H100" if env == "hpc" else "A100", "environment": env, "team": team}
     req = build_request(
         {**values, "project": "p"},
-        svc.farm,
+        svc.context.farm,
         requester=USER,
         channel=None,
         request_id=f"req-{len(incidents.records):08d}",
     )
-    fields = req.to_fields(phase, svc.clock.now())
+    fields = req.to_fields(phase, svc.context.clock.now())
     if phase is not Phase.REQUESTED:
         fields[f.STATE] = State.STABLE.value if phase is Phase.ALLOCATED else State.ACTIVE.value
     return incidents.create(req.title(), fields).public_id
@@ -192,7 +193,7 @@ def test_one_invocation_reads_its_pool_once_across_its_steps(
     for _ in range(2):
         _lease(svc, incidents, env="cloud", phase=Phase.ALLOCATED)
     ir = _lease(svc, incidents, phase=Phase.APPROVED)
-    with svc.reading():
+    with svc.context.reading():
         svc.process(incidents.by_ir(ir).id)
         svc.allocate_waiting("hpc")
         svc.status(ir)
@@ -242,12 +243,12 @@ def test_shards_split_a_pool_by_a_stable_hash_and_together_cover_it(
     svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
 ) -> None:
     names = [f"host-{i:04d}" for i in range(1000)]
-    shards = [reconcile.shard_of(n, 4) for n in names]
-    assert shards == [reconcile.shard_of(n, 4) for n in names]  # stable
+    shards = [repair.shard_of(n, 4) for n in names]
+    assert shards == [repair.shard_of(n, 4) for n in names]  # stable
     assert all(150 < shards.count(s) < 350 for s in range(4))
-    assert reconcile.shards_for(0) == 1
-    assert reconcile.shards_for(reconcile.SHARD_HOSTS) == 1
-    assert reconcile.shards_for(reconcile.SHARD_HOSTS + 1) == 2
+    assert repair.shards_for(0) == 1
+    assert repair.shards_for(repair.SHARD_HOSTS) == 1
+    assert repair.shards_for(repair.SHARD_HOSTS + 1) == 2
     for i in range(6):
         hosts.replace_tags(f"hpc-{i}", [*hosts.user(f"hpc-{i}"), "ir:ir-999"])
     removed: list[str] = []
@@ -411,7 +412,7 @@ def test_a_requests_decision_on_a_large_pool_lists_none_of_it(svc: GpuFarm, host
         hosts.seed(f"hpc-b-{i:03d}", "H100", 4, "hpc", "b")
     req = build_request(
         {"gpu_count": "6", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"},
-        svc.farm,
+        svc.context.farm,
         requester=USER,
         channel=None,
         request_id="req-hpc-00000001",

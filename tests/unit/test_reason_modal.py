@@ -1,4 +1,4 @@
-"""The reason form of Reject, Reclaim and Exempt (gpufarm.core.reason_modal)."""
+"""The reason form of Reject, Reclaim and Exempt (gpufarm.core.chat.reason_form)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpufarm.core import reason_modal, views
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.reason_modal import Submitted
+from gpufarm.core.chat import messages, reason_form
+from gpufarm.core.chat.reason_form import Submitted
+from gpufarm.core.kernel.errors import ValidationFailed
 
 pytestmark = pytest.mark.unit
 
@@ -22,42 +22,42 @@ def _values(reason: str | None, days: str | None = None) -> dict[str, Any]:
 
 
 def test_each_button_opens_its_form_and_only_exempt_asks_for_days() -> None:
-    for action in (views.ACTION_REJECT, views.ACTION_RECLAIM, views.ACTION_EXEMPT):
-        view = reason_modal.modal(action, 12)
-        assert view["callback_id"] == reason_modal.REASON_CALLBACK
+    for action in (messages.ACTION_REJECT, messages.ACTION_RECLAIM, messages.ACTION_EXEMPT):
+        view = reason_form.modal(action, 12)
+        assert view["callback_id"] == reason_form.REASON_CALLBACK
         assert json.loads(view["private_metadata"]) == {"action": action, "ir": 12}
         blocks = [b["block_id"] for b in view["blocks"]]
-        assert blocks == (["reason", "days"] if action == views.ACTION_EXEMPT else ["reason"])
-        assert view["blocks"][0]["element"]["max_length"] == reason_modal.MAX_REASON
+        assert blocks == (["reason", "days"] if action == messages.ACTION_EXEMPT else ["reason"])
+        assert view["blocks"][0]["element"]["max_length"] == reason_form.MAX_REASON
         assert "IR-12" in view["blocks"][0]["label"]["text"]
         assert len(view["title"]["text"]) <= 24
-    assert set(reason_modal.FORMS) <= set(views.ACTIONS)
+    assert set(reason_form.FORMS) <= set(messages.ACTIONS)
 
 
 def test_a_submission_reads_back_bounded_and_on_one_line() -> None:
-    meta = reason_modal.modal(views.ACTION_EXEMPT, 7)["private_metadata"]
-    got = reason_modal.read(_values("paper\ndeadline\x00 friday", "5"), meta)
-    assert got == Submitted(views.ACTION_EXEMPT, 7, "paper deadline friday", 5)
-    meta = reason_modal.modal(views.ACTION_REJECT, 7)["private_metadata"]
-    assert reason_modal.read(_values("x" * 1000), meta).reason == "x" * reason_modal.MAX_REASON
+    meta = reason_form.modal(messages.ACTION_EXEMPT, 7)["private_metadata"]
+    got = reason_form.read(_values("paper\ndeadline\x00 friday", "5"), meta)
+    assert got == Submitted(messages.ACTION_EXEMPT, 7, "paper deadline friday", 5)
+    meta = reason_form.modal(messages.ACTION_REJECT, 7)["private_metadata"]
+    assert reason_form.read(_values("x" * 1000), meta).reason == "x" * reason_form.MAX_REASON
 
 
 @pytest.mark.parametrize(
     ("action", "values", "meta", "field"),
     [
-        (views.ACTION_REJECT, _values("   "), None, "reason"),
-        (views.ACTION_REJECT, _values(None), None, "reason"),
-        (views.ACTION_EXEMPT, _values("why", "0"), None, "days"),
-        (views.ACTION_EXEMPT, _values("why", "²"), None, "days"),
-        (views.ACTION_EXEMPT, _values("why", "9" * 5000), None, "days"),
-        (views.ACTION_REJECT, _values("why"), '{"action": "gpu_approve", "ir": 3}', "form"),
-        (views.ACTION_REJECT, _values("why"), '{"action": "gpu_reject", "ir": true}', "form"),
-        (views.ACTION_REJECT, _values("why"), '{"action": "gpu_reject"}', "form"),
-        (views.ACTION_REJECT, _values("why"), "[[[[", "form"),
+        (messages.ACTION_REJECT, _values("   "), None, "reason"),
+        (messages.ACTION_REJECT, _values(None), None, "reason"),
+        (messages.ACTION_EXEMPT, _values("why", "0"), None, "days"),
+        (messages.ACTION_EXEMPT, _values("why", "²"), None, "days"),
+        (messages.ACTION_EXEMPT, _values("why", "9" * 5000), None, "days"),
+        (messages.ACTION_REJECT, _values("why"), '{"action": "gpu_approve", "ir": 3}', "form"),
+        (messages.ACTION_REJECT, _values("why"), '{"action": "gpu_reject", "ir": true}', "form"),
+        (messages.ACTION_REJECT, _values("why"), '{"action": "gpu_reject"}', "form"),
+        (messages.ACTION_REJECT, _values("why"), "[[[[", "form"),
     ],
 )
 def test_a_bad_submission_names_what_is_wrong(action: str, values: Any, meta: str | None, field: str) -> None:
-    metadata = meta if meta is not None else reason_modal.modal(action, 3)["private_metadata"]
+    metadata = meta if meta is not None else reason_form.modal(action, 3)["private_metadata"]
     with pytest.raises(ValidationFailed) as info:
-        reason_modal.read(values, metadata)
+        reason_form.read(values, metadata)
     assert info.value.field == field

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from fakes import FARM_YAML, FakeClock, FakeIncidents
 
-from gpufarm.core import fields as f
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.model import Allocation, isoformat
-from gpufarm.core.ports import MetricPoint, TimeseriesResult
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.model import Allocation, isoformat
+from gpufarm.core.kernel.ports import MetricPoint, TimeseriesResult
 from gpufarm.reporting.build import build_report
 from gpufarm.reporting.make import make_report
 from gpufarm.reporting.query import GroupBy, Period, ReportQuery, month_period, parse_query, since_period
@@ -325,7 +325,7 @@ class _History:
         self.asked: list[str] = []
 
     def timeseries(self, query: str, start: datetime, end: datetime, *, max_points: int = 300) -> list[Any]:
-        from gpufarm.core.errors import UpstreamError
+        from gpufarm.core.kernel.errors import UpstreamError
 
         self.asked.append(query)
         if self.fail:

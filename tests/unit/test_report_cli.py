@@ -12,9 +12,9 @@ import pytest
 from click.testing import CliRunner
 from fakes import FARM_YAML, FakeClock, FakeIncidents
 
-from gpufarm.core import fields as f
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.model import isoformat
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.model import isoformat
 from gpufarm.handlers import runtime as rt
 from gpufarm.reporting.cli import report
 

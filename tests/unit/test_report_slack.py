@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import fields as f
-from gpufarm.core.commands import Command, Verb, parse_command
-from gpufarm.core.errors import NotAllowed, UpstreamError, ValidationFailed
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.model import isoformat
+from gpufarm.core.chat.command_text import Command, Verb, parse_command
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.model import isoformat
 from gpufarm.core.service import GpuFarm
 from gpufarm.reporting.slack import report_answer
 
@@ -97,7 +97,7 @@ def test_the_verb_parses_with_one_optional_word() -> None:
 
 def test_a_researcher_gets_their_teams_summary_and_the_csv_by_dm(world: tuple[GpuFarm, TeamChat]) -> None:
     svc, chat = world
-    message = report_answer(svc, ALICE, None)
+    message = report_answer(svc.context, ALICE, None)
     text = _text(message)
     assert "GPU report: last 30d" in text and "by project (team nlp)" in text
     assert "*llm*: 192.0 GPU-h held · 96.0 busy · 96.0 idle · 0.0 unmeasured · util 50% · 1 lease(s)" in text
@@ -113,19 +113,19 @@ def test_a_researcher_gets_their_teams_summary_and_the_csv_by_dm(world: tuple[Gp
 def test_a_researcher_is_refused_another_team_and_nothing_is_uploaded(world: tuple[GpuFarm, TeamChat]) -> None:
     svc, chat = world
     with pytest.raises(NotAllowed, match="only members of team vision or GPU operators"):
-        report_answer(svc, ALICE, "vision")
+        report_answer(svc.context, ALICE, "vision")
     # A project that holds another team's GPUs is refused too.
     with pytest.raises(NotAllowed, match="project llm holds GPUs of team vision"):
-        report_answer(svc, ALICE, "llm")
+        report_answer(svc.context, ALICE, "llm")
     assert chat.files == {}
 
 
 def test_an_operator_sees_any_team_or_the_whole_farm(world: tuple[GpuFarm, TeamChat]) -> None:
     svc, chat = world
-    assert "*seg*: 96.0 GPU-h held" in _text(report_answer(svc, OPS, "vision"))
-    farm = _text(report_answer(svc, OPS, None))
+    assert "*seg*: 96.0 GPU-h held" in _text(report_answer(svc.context, OPS, "vision"))
+    farm = _text(report_answer(svc.context, OPS, None))
     assert "*nlp*: 192.0" in farm and "*vision*: 144.0" in farm and "336.0 GPU-hours held" in farm
-    project = _text(report_answer(svc, OPS, "llm"))
+    project = _text(report_answer(svc.context, OPS, "llm"))
     assert "(project llm)" in project and "*vision*: 48.0" in project
     assert len(chat.files) == 3
 
@@ -133,16 +133,16 @@ def test_an_operator_sees_any_team_or_the_whole_farm(world: tuple[GpuFarm, TeamC
 def test_an_unknown_project_is_a_clear_answer(world: tuple[GpuFarm, TeamChat]) -> None:
     svc, chat = world
     with pytest.raises(ValidationFailed, match="unknown project 'ghost'"):
-        report_answer(svc, OPS, "ghost")
+        report_answer(svc.context, OPS, "ghost")
     with pytest.raises(ValidationFailed, match="lowercase"):
-        report_answer(svc, OPS, "<script>")
+        report_answer(svc.context, OPS, "<script>")
     assert chat.files == {}
 
 
 def test_a_refused_upload_still_answers_with_the_summary(world: tuple[GpuFarm, TeamChat]) -> None:
     svc, chat = world
     chat.refuse_uploads = True
-    text = _text(report_answer(svc, ALICE, "nlp"))
+    text = _text(report_answer(svc.context, ALICE, "nlp"))
     assert "*llm*: 192.0" in text and "the CSV could not be attached" in text
 
 

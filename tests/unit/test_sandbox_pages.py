@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from werkzeug.test import Client
 
-from gpufarm.core.links import Links
+from gpufarm.core.chat.links import Links
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm_sandbox.emulator.pages import PageError, explorer_inputs
 

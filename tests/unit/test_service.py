@@ -10,13 +10,13 @@ from datetime import timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue
 
-from gpufarm.core import fields as f
-from gpufarm.core.errors import Conflict, NotAllowed, NotFound, ValidationFailed
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.model import Allocation, GpuRequest
-from gpufarm.core.policy import build_request
-from gpufarm.core.ports import HostInfo
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import Conflict, NotAllowed, NotFound, ValidationFailed
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.model import Allocation, GpuRequest
+from gpufarm.core.kernel.ports import HostInfo
 from gpufarm.core.service import GpuFarm
 
 USER = "U0000000001"
@@ -39,7 +39,7 @@ class World:
         base = {"gpu_count": "8", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "llm-ko"}
         base.update(values)
         return build_request(
-            base, self.svc.farm, requester=user, channel="C0000000002", request_id=f"req-{next(_ids):08d}"
+            base, self.svc.context.farm, requester=user, channel="C0000000002", request_id=f"req-{next(_ids):08d}"
         )
 
     def approved(self, **values: str) -> int:
@@ -482,7 +482,7 @@ def test_sync_expires_repairs_drift_and_publishes_gauges(world: World) -> None:
 
 def test_sync_queues_pool_repairs_when_a_queue_is_wired(world: World) -> None:
     queue = FakeQueue()
-    world.svc.queue = queue
+    world.svc.context.queue = queue
     world.svc.sync()
     world.svc.sync()
     assert sorted(g for g, _ in queue.sent) == ["cloud", "hpc", "slices"]

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeMonitorStates, FakeQueue
 
-from gpufarm.core import fields as f
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import Allocation
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.handlers import idle_alert, incident_webhook, quota_sync, runtime, slack_worker
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"

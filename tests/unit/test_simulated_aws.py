@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from gpufarm.adapters.aws_inventory import AwsInventorySource
-from gpufarm.core.inventory_config import AwsInventory
+from gpufarm.core.config.inventory import AwsInventory
 from gpufarm_sandbox.clouds import SimulatedAws
 
 pytestmark = pytest.mark.unit

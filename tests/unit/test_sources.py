@@ -9,15 +9,9 @@ from datetime import timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
-from gpufarm.core import fields as f
-from gpufarm.core.farm import FarmConfigError, parse_farm
-from gpufarm.core.inventory import GpuHost
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
-from gpufarm.core.ports import CloudQuota, HostInfo, SeenNode, SourceError, SourceReading
-from gpufarm.core.service import GpuFarm
-from gpufarm.core.sources import (
+from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.inventory.sources import (
     GAUGE_NAMES,
     LEDGER_GAUGES,
     UNASSIGNED,
@@ -27,6 +21,12 @@ from gpufarm.core.sources import (
     merge,
     read_in_background,
 )
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.ports import CloudQuota, HostInfo, SeenNode, SourceError, SourceReading
+from gpufarm.core.service import GpuFarm
 
 NOW = 1_800_000_000.0
 
@@ -318,23 +318,23 @@ def test_a_down_host_gets_no_allocation_and_its_pool_waits() -> None:
     def approved() -> int:
         req = build_request(
             {"gpu_count": "8", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"},
-            svc.farm,
+            svc.context.farm,
             requester="U0000000001",
             channel="C0000000002",
-            request_id=f"req-{now}-{len(svc.incidents.records)}",
+            request_id=f"req-{now}-{len(svc.context.incidents.records)}",
         )
         fields = req.to_fields(Phase.APPROVED, clock.now())
-        return svc.incidents.create(req.title(), {**fields, f.APPROVED_BY: "U0000000OPS"}).public_id
+        return svc.context.incidents.create(req.title(), {**fields, f.APPROVED_BY: "U0000000OPS"}).public_id
 
     first = approved()
-    svc.process(svc.incidents.by_ir(first).id)
-    assert Allocation.from_record(svc.incidents.by_ir(first)).hosts == ("hpc-2",)
+    svc.process(svc.context.incidents.by_ir(first).id)
+    assert Allocation.from_record(svc.context.incidents.by_ir(first)).hosts == ("hpc-2",)
     second = approved()
-    svc.process(svc.incidents.by_ir(second).id)
-    assert Allocation.from_record(svc.incidents.by_ir(second)).phase is Phase.WAITING
+    svc.process(svc.context.incidents.by_ir(second).id)
+    assert Allocation.from_record(svc.context.incidents.by_ir(second)).phase is Phase.WAITING
     hosts.reported["hpc-1"] = (clock.now() + timedelta(seconds=1)).timestamp()
-    svc.process(svc.incidents.by_ir(second).id)
-    assert Allocation.from_record(svc.incidents.by_ir(second)).hosts == ("hpc-1",)
+    svc.process(svc.context.incidents.by_ir(second).id)
+    assert Allocation.from_record(svc.context.incidents.by_ir(second)).hosts == ("hpc-1",)
 
 
 def test_the_runtime_builds_the_cloud_sources_the_farm_file_enables_and_reads_nothing() -> None:

@@ -8,12 +8,12 @@ import logging
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
-from gpufarm.core.errors import UpstreamError
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.ports import Event, SourceError, SourceReading
-from gpufarm.core.reconcile import sync
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.inventory.sources import error_class, merge, post_source_events, source_events
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.ports import Event, SourceError, SourceReading
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.sources import error_class, merge, post_source_events, source_events
+from gpufarm.core.sync.run import sync
 
 NOW = 1_800_000_000
 SECRET = "sig=c2VjcmV0LXNhcy10b2tlbg"  # what a cloud's error text might hold: never in an event
@@ -56,7 +56,8 @@ AZURE = SourceReading(
     [
         ("describe_instances: RequestLimitExceeded: Request limit exceeded.", "RequestLimitExceeded"),
         ("virtual_machines.list_all: HttpResponseError 429: Too many requests", "HttpResponseError 429"),
-        ("ClientError: An error occurred", "ClientError"),  # a source that raised (gpufarm.core.sources.read_all)
+        # a source that raised (gpufarm.core.inventory.sources.read_all)
+        ("ClientError: An error occurred", "ClientError"),
         ("query: UpstreamError: query metrics: HTTP 503", "UpstreamError"),
         ("no answer within 45 s", "Timeout"),
         ("something odd happened", "Error"),
@@ -94,7 +95,7 @@ def test_no_failure_no_event_and_a_failed_post_is_logged_never_raised(caplog: py
     assert post_source_events(sink, errors_ledger(SourceReading("aws", calls=3)), NOW) == 0
     assert sink.posted == []
     assert post_source_events(None, errors_ledger(AWS), NOW) == 0
-    with caplog.at_level(logging.WARNING, logger="gpufarm.core.sources"):
+    with caplog.at_level(logging.WARNING, logger="gpufarm.core.inventory.sources"):
         assert post_source_events(Events(fail=True), errors_ledger(AWS, AZURE), NOW) == 0
     assert caplog.text.count("inventory source event not posted") == 2
 
@@ -119,7 +120,7 @@ def test_the_sync_posts_one_event_per_failing_source_each_sync() -> None:
         sources=(Failing(),),
         events=sink,
     )
-    sync(svc)
-    sync(svc)
+    sync(svc.context)
+    sync(svc.context)
     assert [e.aggregation_key for e in sink.posted] == ["gpufarm-inventory-source-aws"] * 2
     assert sink.posted[0].date_happened == int(clock.now().timestamp())

@@ -7,14 +7,14 @@ import itertools
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core import units
-from gpufarm.core.farm import parse_farm
-from gpufarm.core.inventory import MAX_UNITS, GpuHost, GpuUnit, parse_units
-from gpufarm.core.lifecycle import Phase
-from gpufarm.core.model import Allocation
-from gpufarm.core.policy import build_request
+from gpufarm.core.chat.messages import allocated, status_message
+from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import units
+from gpufarm.core.kernel.hosts import MAX_UNITS, GpuHost, GpuUnit, parse_units
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.views import allocated, status_message
 from gpufarm_node.tags import registration_tags, unit_tag
 
 USER = "U0000000001"
@@ -162,7 +162,9 @@ class Farm:
 
     def lease(self, count: int, user: str = USER) -> int:
         values = {"gpu_count": str(count), "gpu_model": "A100", "environment": "slices", "team": "nlp", "project": "p"}
-        request = build_request(values, self.svc.farm, requester=user, channel=None, request_id=f"r-{next(_ids):08d}")
+        request = build_request(
+            values, self.svc.context.farm, requester=user, channel=None, request_id=f"r-{next(_ids):08d}"
+        )
         created = self.incidents.create(request.title(), {**request.to_fields(Phase.APPROVED, self.clock.now())})
         self.svc.process(created.id)
         return created.public_id
@@ -285,7 +287,7 @@ def test_a_dedicated_lease_message_is_unchanged() -> None:
 
 
 def test_an_idle_alert_for_a_slice_the_lease_does_not_hold_changes_nothing(farm: Farm) -> None:
-    from gpufarm.core.serial import IdleScope
+    from gpufarm.core.kernel.serial import IdleScope
 
     first, second = farm.lease(1), farm.lease(1, OTHER)
     theirs = units.lease_devices(farm.alloc(second))["slice-1"][0].id

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 
-from gpufarm.core.errors import GpufarmError, NotFound
+from gpufarm.core.kernel.errors import GpufarmError, NotFound
 
 # Keys of the JSON secret in Secrets Manager (GPUFARM_SECRETS_NAME) and the settings they fill.
 SECRET_KEYS = {

@@ -13,8 +13,8 @@ import json
 import re
 from typing import Any
 
-from gpufarm.core import leases
-from gpufarm.core.lifecycle import Phase, State
+from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.leases import terms
 from gpufarm_sandbox.demo.context import DemoContext
 from gpufarm_sandbox.demo.lifecycle_stage import OPERATORS_CHANNEL, LocalFarm
 
@@ -35,7 +35,7 @@ def run(ctx: DemoContext) -> None:
             before = len(farm.messages(channel=OPERATORS_CHANNEL, contains=DIGEST))
             result: dict[str, Any] = ctx.local.host.invoke("DailyDigestFunction", {"force": True})
             live = [a for a in farm.incidents() if a.state is not State.RESOLVED]
-            waiting = {a.ir for a in live if a.phase is Phase.REQUESTED or a.phase in leases.WAITING}
+            waiting = {a.ir for a in live if a.phase is Phase.REQUESTED or a.phase in terms.WAITING}
             warned = {a.ir for a in live if a.phase is Phase.IDLE_WARNED}
             posts = farm.messages(channel=OPERATORS_CHANNEL, contains=DIGEST)[before:]
             if not result.get("posted"):

@@ -20,13 +20,13 @@ from typing import Any
 from pydantic import SecretStr
 
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import GpufarmError
-from gpufarm.core.inventory import ALLOCATION_KEYS, GpuHost
-from gpufarm.core.ir import format_ir, ir_tag
-from gpufarm.core.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.model import GpuRequest, encode_host_gpus
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import GpufarmError
+from gpufarm.core.kernel.hosts import ALLOCATION_KEYS, GpuHost
+from gpufarm.core.kernel.ir import format_ir, ir_tag
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.model import GpuRequest, encode_host_gpus
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm_node.tags import registration_tags
 from gpufarm_sandbox.demo.context import DemoContext
 
@@ -133,7 +133,7 @@ def _valid_values(settings: Settings, ctx: DemoContext) -> dict[str, list[str]]:
     merged = {k: list(v) for k, v in DEMO_VALUES.items()}
     try:
         from gpufarm.adapters.aws import load_farm_text
-        from gpufarm.core.farm import parse_farm
+        from gpufarm.core.config.farm import parse_farm
 
         farm = parse_farm(load_farm_text(settings)).valid_values()
     except GpufarmError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in, shown
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
 from gpufarm_sandbox.demo.lifecycle_stage import (
     ALICE,
     CAROL,
@@ -51,7 +51,7 @@ def run(ctx: DemoContext) -> None:
         return
     from gpufarm.adapters.aws import load_farm_text
     from gpufarm.config import Settings
-    from gpufarm.core.farm import parse_farm
+    from gpufarm.core.config.farm import parse_farm
 
     settings = Settings()
     grace_minutes = parse_farm(load_farm_text(settings)).idle.grace_minutes

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.azurestub import Vm
 from gpufarm_sandbox.clouds import clouds_for

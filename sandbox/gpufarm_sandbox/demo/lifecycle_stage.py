@@ -16,8 +16,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core.lifecycle import Phase, ReclaimReason
-from gpufarm.core.model import Allocation
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.model import Allocation
 from gpufarm_node.tags import registration_tags
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ class LocalFarm:
         apply (gpufarm_sandbox.localhost.setup), idle monitors included, from the farm configuration the functions
         read. `monitors=False` leaves the monitors out, for a test that must not meet an idle alert."""
         from gpufarm.config import Settings
-        from gpufarm.core.farm import parse_farm
+        from gpufarm.core.config.farm import parse_farm
         from gpufarm.handlers import runtime
         from gpufarm_sandbox.localhost.setup import apply_local_setup
 
@@ -342,7 +342,7 @@ def ir_in(text: str) -> int | None:
 def run(ctx: DemoContext) -> None:
     """Three researchers request; policy approves one, an operator another, the third is refused; one releases."""
     from gpufarm.adapters.aws import load_farm_text
-    from gpufarm.core.farm import parse_farm
+    from gpufarm.core.config.farm import parse_farm
 
     if ctx.local is None:
         ctx.check(False, "the lifecycle stage needs the local function host (gpufarm demo starts it)")

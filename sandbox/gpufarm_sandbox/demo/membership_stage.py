@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, CAROL, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in, shown
 
 if TYPE_CHECKING:

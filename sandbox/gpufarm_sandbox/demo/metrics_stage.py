@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufarm.core.inventory import GpuHost
-from gpufarm.core.ir import ir_tag_value
+from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.ir import ir_tag_value
 from gpufarm_sandbox.demo.context import DemoContext
 
 CYCLES = 3

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
 

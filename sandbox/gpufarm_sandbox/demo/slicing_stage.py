@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpufarm.core.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, actions, ir_in
 
 if TYPE_CHECKING:
-    from gpufarm.core.model import Allocation
+    from gpufarm.core.kernel.model import Allocation
     from gpufarm_sandbox.demo.context import DemoContext
     from gpufarm_sandbox.simfarm import SimulatedFarm
 
@@ -124,15 +124,15 @@ def _fill_plain_hosts(ctx: DemoContext, farm: LocalFarm) -> list[int]:
 
 
 def _pool_a100(farm: LocalFarm) -> list[Any]:
-    from gpufarm.core.inventory import GpuHost
-    from gpufarm.core.reads import host_filter
+    from gpufarm.core.context.reads import host_filter
+    from gpufarm.core.kernel.hosts import GpuHost
 
     hosts = [GpuHost.from_tags(i.name, i.tags) for i in farm.gateway.list_hosts(host_filter(POOL))]
     return [h for h in hosts if h is not None and h.gpu_model == "A100"]
 
 
 def _two_leases(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm) -> tuple[int, int] | None:
-    from gpufarm.core.units import lease_devices
+    from gpufarm.core.kernel.units import lease_devices
 
     leases: list[Allocation] = []
     with ctx.step(f"{BOB.name} gets two leases of one slice each; both land on {HOST[0]}, each on its own slice"):
@@ -258,7 +258,7 @@ def _device(slot: str) -> tuple[int, int]:
 
 
 def _reclaimed(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, busy: int, idle: int) -> list[int]:
-    from gpufarm.core.units import lease_devices
+    from gpufarm.core.kernel.units import lease_devices
 
     slots: dict[int, str] = ctx.shared["slicing_devices"]
     idle_uuid = nodes.node(HOST[0]).device_uuid(_device(slots[idle])).lower()

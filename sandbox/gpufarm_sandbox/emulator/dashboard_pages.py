@@ -10,7 +10,7 @@ drawn. Units come from the metric metadata apply sent.
 The charting library is plotly.js, served offline from the `plotly` Python package's own copy at
 `/dashboards/_static/plotly.min.js` (no CDN). A gpufarm dashboard answers at its id and at its key
 (`/dashboards/project`), and at Datadog's own path `/dashboard/<id>`, which the links of gpufarm's messages open
-under GPUFARM_PUBLIC_URL (gpufarm.core.links). Template variables come from the URL's query string
+under GPUFARM_PUBLIC_URL (gpufarm.core.chat.links). Template variables come from the URL's query string
 (`?team=nlp&ir=ir-12`, or Datadog's own spellings `?tpl_var_ir=ir-12` and `?tpl_var_ir[0]=ir-12`; `*` for every
 value) and the time frame from `span` (15m ... 30d, ending at the sandbox clock's now); anything else in the query
 string, or a value that is not a tag value, is a 400 page saying why.

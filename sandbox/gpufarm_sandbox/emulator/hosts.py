@@ -14,7 +14,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
-from gpufarm.core.inventory import normalize_tag
+from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm_sandbox.emulator.base import BaseModule
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, empty_response, json_body, json_response, query_int
 

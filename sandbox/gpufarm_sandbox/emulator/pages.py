@@ -2,7 +2,7 @@
 
 gpufarm's messages link to a lease's incident (`/incidents/<n>`, the number after IR-) and to its GPUs' metrics
 (`/metric/explorer?exp_metric=...&exp_scope=...&exp_group=...`) under GPUFARM_PUBLIC_URL, which `gpufarm local`
-points at the sandbox (gpufarm.core.links). These pages are what those links show there: the incident's title,
+points at the sandbox (gpufarm.core.chat.links). These pages are what those links show there: the incident's title,
 state and every field, and a timeline put together from what the sandbox saw (created and modified, the monitor
 notifications for the lease, the Slack messages that name it); and the metric's series over the last hours on the
 sandbox clock, one line per group, drawn as inline SVG with a table of last / mean / min / max.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from gpufarm.core.errors import GpufarmError
+from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm_sandbox.localhost.env import redacted
 from gpufarm_sandbox.localhost.host import LocalEnv, start_local
 from gpufarm_sandbox.localhost.template import TemplateError

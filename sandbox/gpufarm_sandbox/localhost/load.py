@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 WORKER = "SlackWorkerFunction"
 # The demo people's teams, as the sandbox's workspace seeds their user groups (`team-<name>`): a request is for the
-# requester's own team, since gpufarm refuses one for a team the user is not in (gpufarm.core.membership).
+# requester's own team, since gpufarm refuses one for a team the user is not in (gpufarm.core.governance.membership).
 TEAM_OF = {user: handle.removeprefix("team-") for _, handle, users in TEAM_USERGROUPS for user in users}
 COMMANDS_PATH = "/_sandbox/slack/commands"
 SLACK_ACK_DEADLINE_MS = 3000.0
@@ -248,9 +248,9 @@ def seed_live(farm: LocalFarm, count: int, *, requester: Person, prefix: str = "
 
     Returns their IR numbers: the incidents a `status` or `list` has to find its way among.
     """
-    from gpufarm.core.farm import parse_farm
-    from gpufarm.core.lifecycle import Phase
-    from gpufarm.core.policy import build_request
+    from gpufarm.core.config.farm import parse_farm
+    from gpufarm.core.governance.policy import build_request
+    from gpufarm.core.kernel.lifecycle import Phase
 
     config = parse_farm((farm.host.root / "config" / "farm.example.yaml").read_text())
     now = datetime.now(UTC)

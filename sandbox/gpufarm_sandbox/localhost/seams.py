@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 from gpufarm.adapters.aws import _checked_function, _checked_sqs_id, _payload_bytes
 from gpufarm.config import Settings
-from gpufarm.core.errors import UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.clouds import clouds_for
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.config import ConfigurationMissing, Settings
-from gpufarm.core.errors import UpstreamError, ValidationFailed
-from gpufarm.core.ports import AsyncInvoker, WorkQueue
+from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
+from gpufarm.core.kernel.ports import AsyncInvoker, WorkQueue
 
 log = logging.getLogger(__name__)
 

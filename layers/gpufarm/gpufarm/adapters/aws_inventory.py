@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from gpufarm.core.inventory_config import AwsInventory
-from gpufarm.core.ports import CapacityReservation, CloudQuota, SeenNode, SourceError, SourceReading
+from gpufarm.core.config.inventory import AwsInventory
+from gpufarm.core.kernel.ports import CapacityReservation, CloudQuota, SeenNode, SourceError, SourceReading
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
-from gpufarm.core.inventory_config import AzureInventory
-from gpufarm.core.ports import CloudQuota, SeenNode, SourceError, SourceReading
+from gpufarm.core.config.inventory import AzureInventory
+from gpufarm.core.kernel.ports import CloudQuota, SeenNode, SourceError, SourceReading
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,21 @@ from typing import TYPE_CHECKING, Any
 
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.model import IncidentRecord
-from gpufarm.core.ports import Event, HostInfo, HostPage, MetricPoint, MetricSeries, ScalarResult, TimeseriesResult
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.model import IncidentRecord
+from gpufarm.core.kernel.ports import (
+    Event,
+    HostInfo,
+    HostPage,
+    MetricPoint,
+    MetricSeries,
+    ScalarResult,
+    TimeseriesResult,
+)
 
 if TYPE_CHECKING:
-    from gpufarm.core.ports import (
+    from gpufarm.core.kernel.ports import (
         HostPages,
         HostTags,
         IncidentStore,
@@ -437,7 +445,7 @@ class DatadogGateway:
         """Up to `count` (1-1000) hosts matching the filter from `start` on, and how many match (None unless exact).
 
         `total_matching` is trusted only where the answer says `exact_total_matching`: a pool's host sizes are
-        counted with it (gpufarm.core.reads), and an estimate would count them wrong.
+        counted with it (gpufarm.core.context.reads), and an estimate would count them wrong.
         """
         if start < 0 or not 1 <= count <= HOSTS_PAGE:
             raise ValidationFailed("count", f"a host page starts at 0 or later and holds 1-{HOSTS_PAGE} hosts")

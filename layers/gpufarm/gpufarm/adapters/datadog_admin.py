@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.config import Settings
-from gpufarm.core.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
     from gpufarm.setup.apply import SetupApi

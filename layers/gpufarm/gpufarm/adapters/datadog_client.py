@@ -34,7 +34,7 @@ from datadog_api_client.exceptions import ApiException, OpenApiException
 from datadog_api_client.rest import RETRY_AFTER_STATUS_CODES, RESTClientObject
 
 from gpufarm.config import Settings
-from gpufarm.core.errors import Conflict, GpufarmError, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotFound, UpstreamError, ValidationFailed
 
 # Every incident operation is beta in the client and refused unless enabled (docs/datadog.md, "Three facts").
 # Only the operations the two adapters call are enabled, so a new call site fails loudly until it is listed.

@@ -1,4 +1,4 @@
-"""The id of gpufarm's project dashboard, for the links of messages (gpufarm.core.links): one read per container.
+"""The id of gpufarm's project dashboard, for the links of messages (gpufarm.core.chat.links): one read per container.
 
 `gpufarm datadog apply` creates the dashboard, so its id is only known there; the runtime finds it instead by the
 ownership marker apply writes into its description (`[gpufarm-dashboard:project]`, gpufarm.setup.dashboards), in
@@ -18,8 +18,8 @@ from typing import Any
 
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.config import Settings
-from gpufarm.core.errors import GpufarmError
-from gpufarm.core.links import PROJECT_DASHBOARD_KEY
+from gpufarm.core.chat.links import PROJECT_DASHBOARD_KEY
+from gpufarm.core.kernel.errors import GpufarmError
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def marked(dashboards: Iterable[Mapping[str, Any]], key: str = PROJECT_DASHBOARD
 
 
 class ProjectDashboard:
-    """Callable: the project dashboard's id, or None (gpufarm.core.links.DashboardLookup); thread-safe."""
+    """Callable: the project dashboard's id, or None (gpufarm.core.chat.links.DashboardLookup); thread-safe."""
 
     def __init__(
         self,

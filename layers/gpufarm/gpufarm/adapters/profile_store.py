@@ -15,7 +15,7 @@ from typing import Any
 
 from gpufarm.adapters.aws import _client_error_code, _LazyClient
 from gpufarm.config import Settings
-from gpufarm.core.errors import NotFound, UpstreamError
+from gpufarm.core.kernel.errors import NotFound, UpstreamError
 from gpufarm.profiling.links import checked_key
 
 log = logging.getLogger(__name__)

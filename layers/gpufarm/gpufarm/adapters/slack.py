@@ -1,4 +1,4 @@
-"""Slack adapter: core.ports.Chat over slack_sdk's WebClient and WebhookClient, and request signature checks.
+"""Slack adapter: core.kernel.ports.Chat over slack_sdk's WebClient and WebhookClient, and request signature checks.
 
 On the Slack ingress path (3-second budget) this module is imported first, so it imports only slack_sdk pieces
 (~70 ms) and nothing from datadog_api_client. 429s are retried a bounded number of times honouring Retry-After
@@ -31,7 +31,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.web.client import WebClient
 
-from gpufarm.core.errors import UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
     from slack_sdk.webhook import WebhookResponse
@@ -139,7 +139,7 @@ def retry_handlers(max_retries: int, max_wait: float) -> list[RetryHandler]:
 
 
 class SlackChat:
-    """core.ports.Chat over slack_sdk; one instance per container, safe to share between threads."""
+    """core.kernel.ports.Chat over slack_sdk; one instance per container, safe to share between threads."""
 
     def __init__(
         self,

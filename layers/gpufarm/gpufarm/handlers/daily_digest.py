@@ -2,7 +2,7 @@
 
 A ScheduleV2 delivers its Input as-is: `{"job": "daily_digest", "scheduled_time": "<aws.scheduler.scheduled-time>"}`,
 the placeholder filled in by EventBridge Scheduler with the run's own time, so a retried run decides as the first
-did (gpufarm.core.digest_run). `{"force": true}` posts the digest now, whatever the time (an operator invoking the
+did (gpufarm.core.digest.run). `{"force": true}` posts the digest now, whatever the time (an operator invoking the
 function by hand). A malformed event is refused with the reason and changes nothing; a failed Slack post raises, so
 the scheduler retries the run.
 """
@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpufarm.core import digest_run
-from gpufarm.core.model import parse_time
+from gpufarm.core.digest import run
+from gpufarm.core.kernel.model import parse_time
 from gpufarm.handlers import runtime as rt
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def handle(event: Mapping[str, Any] | None = None, context: Any = None) -> dict[
         svc = rt.current().service()
     except rt.ConfigurationError as exc:
         raise rt.misconfigured("daily digest", exc) from None
-    result = digest_run.run(svc, at=run_time(scheduled, svc.clock.now()), force=force)
+    result = run.run(svc.context, at=run_time(scheduled, svc.context.now()), force=force)
     summary = result.summary()
     log.info("daily digest: %s", summary)
     return summary

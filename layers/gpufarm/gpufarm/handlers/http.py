@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpufarm.core import bounded
+from gpufarm.core.kernel import bounded
 
 # Per endpoint (each caller passes its own): Slack's bodies are a few kB (a modal submission carries the whole
 # view, ~10 kB); Datadog's rendered webhook payloads are under 2 kB. Anything bigger is not ours.
@@ -63,7 +63,7 @@ def raw_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> bytes:
 
 
 def json_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
-    """A JSON object body of at most `limit` bytes, nested no deeper than gpufarm.core.bounded allows."""
+    """A JSON object body of at most `limit` bytes, nested no deeper than gpufarm.core.kernel.bounded allows."""
     data = raw_body(event, limit)
     try:
         value = bounded.loads(data, max_bytes=limit) if data.strip() else None

@@ -12,7 +12,7 @@ handler asks the monitor what its group says now: a Triggered whose group is no 
 whose group is in Alert again, is stale and changes nothing. When the monitor cannot say (a hand-made monitor
 deleted since, Datadog unreachable) the alert is acted on as it reads. A Recovered for a host clears that host's
 warning only when no other group of the lease on that host (another kind's monitor) is still in Alert among
-gpufarm's monitors; the lease's other hosts keep their own warnings (gpufarm.core.partial), so half a lease getting
+gpufarm's monitors; the lease's other hosts keep their own warnings (gpufarm.core.idle.partial), so half a lease getting
 busy does not excuse the idle half.
 
 Triggered / Re-Triggered / Renotify warn the requester once (Keep / Release buttons, phase idle-warned) and,
@@ -35,13 +35,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufarm.core import executor
-from gpufarm.core.bounded import ascii_digits
-from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
-from gpufarm.core.farm import IdleKind
-from gpufarm.core.inventory import MANAGED_TAG
-from gpufarm.core.ir import ir_tag_value, parse_ir
-from gpufarm.core.serial import DEVICE_UUID, HOST_NAME, MAX_SCOPE_ITEMS, IdleScope, IncidentCommand, Op
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import IdleKind
+from gpufarm.core.kernel.bounded import ascii_digits
+from gpufarm.core.kernel.errors import GpufarmError, NotFound, UpstreamError
+from gpufarm.core.kernel.hosts import MANAGED_TAG
+from gpufarm.core.kernel.ir import ir_tag_value, parse_ir
+from gpufarm.core.kernel.serial import DEVICE_UUID, HOST_NAME, MAX_SCOPE_ITEMS, IdleScope, IncidentCommand, Op
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
@@ -161,7 +161,7 @@ def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
     )
     where = scope.describe()
     try:
-        done = executor.submit(svc, command)
+        done = executor.submit(svc.context, command)
     except NotFound:
         # Unknown, deleted, or another incident type's: nothing gpufarm holds. Datadog must not retry it.
         log.warning("idle alert for IR-%d ignored: no such gpufarm allocation (%s)", ir, where)
@@ -209,7 +209,7 @@ def _still_idle(runtime: rt.Runtime, alert: IdleAlert, ir: int) -> str | None:
     others = [(mid, tags) for mid, tags in groups if lease & set(tags) and (str(mid), frozenset(tags)) != this]
     hosts_named = {t for t in alert.scope_tags() if t.startswith("host:")}
     if hosts_named:
-        # Idle state is kept per host (gpufarm.core.partial): only the same host's other groups, or a lease-wide
+        # Idle state is kept per host (gpufarm.core.idle.partial): only the same host's other groups, or a lease-wide
         # one, keep this host's warning; another host still idle keeps its own.
         others = [(mid, tags) for mid, tags in others if hosts_named & set(tags) or not _names_host(tags)]
     if not others:

@@ -8,10 +8,10 @@ Two triggers, one function:
 - SQS (AllocationQueue): messages of one pool arrive one at a time; each reads the incident fresh and lets the
   core decide (allocate when approved/waiting, reclaim when resolved, else nothing). The webhook body is never
   trusted beyond the incident id, so duplicate, late and out-of-order webhooks converge. The scheduled sync
-  sends {"pool", "reason": "sync"} (with "shard"/"shards" for a large pool, gpufarm.core.reconcile) through the
+  sends {"pool", "reason": "sync"} (with "shard"/"shards" for a large pool, gpufarm.core.sync) through the
 same groups to repair drift without racing an allocation, and
   every other change to an incident (Slack actions, a new request's policy decision, idle alerts, expiries)
-  arrives as {"command": ...} in the incident's pool group (gpufarm.core.executor; docs/design.md, rule 7).
+  arrives as {"command": ...} in the incident's pool group (gpufarm.core.commands.executor; docs/design.md, rule 7).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpufarm.core import executor
-from gpufarm.core.errors import GpufarmError, NotFound, UpstreamError
-from gpufarm.core.model import NAME_PATTERN, Allocation
-from gpufarm.core.reconcile import MAX_SHARDS
-from gpufarm.core.serial import IncidentCommand, pool_group
+from gpufarm.core.commands import executor
+from gpufarm.core.kernel.errors import GpufarmError, NotFound, UpstreamError
+from gpufarm.core.kernel.model import NAME_PATTERN, Allocation
+from gpufarm.core.kernel.serial import IncidentCommand, pool_group
+from gpufarm.core.sync.repair import MAX_SHARDS
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
@@ -63,7 +63,8 @@ class QueueMessage(BaseModel):
 
     incident_id: str | None = Field(default=None, pattern=UUID_PATTERN)
     pool: str | None = Field(default=None, pattern=NAME_PATTERN)
-    # A large pool's repair comes in shards (gpufarm.core.reconcile): this message repairs shard `shard` of `shards`.
+    # A large pool's repair comes in shards (gpufarm.core.sync): this message repairs shard `shard` of
+    # `shards`.
     shard: int = Field(default=0, ge=0, lt=MAX_SHARDS)
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     command: IncidentCommand | None = None
@@ -163,7 +164,7 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
         if message.command is not None:
             telemetry.correlate(ir=message.command.ir)
             command = message.command
-            done = [f"IR-{command.ir} {command.op.value}: {executor.execute(svc, command)}"]
+            done = [f"IR-{command.ir} {command.op.value}: {executor.execute(svc.context, command)}"]
         elif message.pool is not None:
             repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
             done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]

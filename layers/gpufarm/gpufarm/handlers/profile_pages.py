@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from gpufarm.adapters.profile_store import S3ProfileStore
-from gpufarm.core.errors import NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling.links import LinkSigner

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 # Handlers catch rt.ConfigurationError (a missing setting, secret, secret key or parameter): an explicit re-export.
 from gpufarm.config import ConfigurationError as ConfigurationError  # noqa: PLC0414
 from gpufarm.config import Settings
-from gpufarm.core.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
-    from gpufarm.core.farm import FarmConfig
-    from gpufarm.core.links import DashboardLookup
-    from gpufarm.core.ports import (
+    from gpufarm.core.chat.links import DashboardLookup
+    from gpufarm.core.config.farm import FarmConfig
+    from gpufarm.core.kernel.ports import (
         AsyncInvoker,
         Clock,
         Event,
@@ -211,7 +211,7 @@ class Runtime:
         if override is not None:
             farm: FarmConfig = override
             return farm
-        from gpufarm.core.farm import parse_farm
+        from gpufarm.core.config.farm import parse_farm
 
         text = self._farm_text()
         with self._lock:
@@ -233,7 +233,7 @@ class Runtime:
 
     def service(self) -> GpuFarm:
         """The lifecycle use cases wired to this environment's adapters (farm re-read when it changes)."""
-        from gpufarm.core.links import Links
+        from gpufarm.core.chat.links import Links
         from gpufarm.core.service import GpuFarm
 
         farm = self.farm()
@@ -257,11 +257,11 @@ class Runtime:
                     events=self._events(),
                 )
                 self._parts["service"] = svc
-            elif svc.farm is not farm:
-                svc.farm = farm
-                svc.operators_usergroup = self.settings.operators_usergroup or farm.operators_usergroup
-                svc.operators_channel = self.settings.operators_channel or farm.operators_channel
-            svc.sources = self.inventory_sources(farm)
+            elif svc.context.farm is not farm:
+                svc.context.farm = farm
+                svc.context.operators_usergroup = self.settings.operators_usergroup or farm.operators_usergroup
+                svc.context.operators_channel = self.settings.operators_channel or farm.operators_channel
+            svc.context.sources = self.inventory_sources(farm)
             return svc
 
     def inventory_sources(self, farm: FarmConfig) -> tuple[InventorySource, ...]:
@@ -269,7 +269,7 @@ class Runtime:
 
         A seam or an override named `inventory_sources` (farm -> sources) builds them instead: the local host's
         moto-backed AWS and stubbed Azure, a benchmark's. Building one reads nothing: a source reads when the
-        sync asks it to (gpufarm.core.sources).
+        sync asks it to (gpufarm.core.inventory.sources).
         """
         with self._lock:
             built: tuple[FarmConfig, tuple[InventorySource, ...]] | None = self._parts.get("built_inventory_sources")
@@ -400,7 +400,7 @@ def prepare_for_snapshot(services: Sequence[str]) -> None:
 
     from gpufarm.adapters import aws
     from gpufarm.adapters import slack as _slack  # noqa: F401 - loaded into the snapshot, used on the first request
-    from gpufarm.core import model
+    from gpufarm.core.kernel import model
     from gpufarm.handlers import slack_events
 
     settings = Settings()
@@ -444,7 +444,7 @@ def describe(exc: Exception) -> str:
         return str(exc)
     if isinstance(exc, UpstreamError):
         return f"gpufarm could not finish because a service failed ({exc}); try again in a minute"
-    from gpufarm.core.farm import FarmConfigError
+    from gpufarm.core.config.farm import FarmConfigError
 
     if isinstance(exc, FarmConfigError):
         return "the farm configuration is invalid; the GPU operators must fix it (see the function logs)"

@@ -120,7 +120,7 @@ class Job(BaseModel):
     action: str | None = Field(default=None, max_length=255)
     ir: int | None = Field(default=None, ge=1)
     message_ts: str | None = Field(default=None, max_length=40)
-    # kind=action from a reason form (gpufarm.core.reason_modal): why, and for an exemption how many days.
+    # kind=action from a reason form (gpufarm.core.chat.reason_form): why, and for an exemption how many days.
     reason: str | None = Field(default=None, max_length=300)
     days: int | None = Field(default=None, ge=1, le=365)
 

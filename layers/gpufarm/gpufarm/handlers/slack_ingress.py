@@ -16,13 +16,14 @@ from urllib.parse import parse_qs
 
 from pydantic import ValidationError
 
-from gpufarm.core import bounded, reason_modal, views
-from gpufarm.core.commands import Command, Verb, parse_command
-from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
-from gpufarm.core.farm import FarmConfig
-from gpufarm.core.ir import parse_ir
-from gpufarm.core.model import GpuRequest
-from gpufarm.core.policy import build_request
+from gpufarm.core.chat import messages, reason_form
+from gpufarm.core.chat.command_text import Command, Verb, parse_command
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel import bounded
+from gpufarm.core.kernel.errors import GpufarmError, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.ir import parse_ir
+from gpufarm.core.kernel.model import GpuRequest
 from gpufarm.handlers import http, snapstart, telemetry
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers.slack_events import (
@@ -41,7 +42,7 @@ COLD_PATH_SERVICES = ("ssm", "lambda")
 
 SLASH_COMMAND = "/gpu"
 # Errors shown under a modal field must name an input block; anything else lands on the first one.
-_FIELD_BLOCK = {name: name for name in views.FORM_BLOCKS} | {"request": "project", "text": "project"}
+_FIELD_BLOCK = {name: name for name in messages.FORM_BLOCKS} | {"request": "project", "text": "project"}
 
 
 def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
@@ -100,10 +101,10 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
     try:
         command = parse_command(cmd_form.text)
     except ValidationFailed as exc:
-        return _ephemeral(views.error_message(exc.message).text + "\nTry `/gpu help`.")
+        return _ephemeral(messages.error_message(exc.message).text + "\nTry `/gpu help`.")
     telemetry.correlate(slack_user=cmd_form.user_id, ir=command.ir)
     if command.verb is Verb.HELP:
-        return _ephemeral(views.help_message(command.unknown).text)
+        return _ephemeral(messages.help_message(command.unknown).text)
     if command.opens_modal:
         return _open_modal(runtime, cmd_form)
     if command.verb is Verb.REQUEST:
@@ -113,7 +114,7 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
 
 def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
     try:
-        view = views.request_modal(runtime.farm(), channel=form.channel_id)
+        view = messages.request_modal(runtime.farm(), channel=form.channel_id)
         runtime.ingress_chat().open_view(form.trigger_id, view)
     except rt.ConfigurationError:
         raise
@@ -124,7 +125,7 @@ def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
             "`/gpu request 8 H100 project=... team=... env=...`"
         )
     except GpufarmError as exc:
-        return _ephemeral(views.error_message(rt.describe(exc)).text)
+        return _ephemeral(messages.error_message(rt.describe(exc)).text)
     return http.respond(200)
 
 
@@ -137,7 +138,7 @@ def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -
     except rt.ConfigurationError:
         raise
     except GpufarmError as exc:
-        return _ephemeral(views.error_message(rt.describe(exc)).text)
+        return _ephemeral(messages.error_message(rt.describe(exc)).text)
     telemetry.correlate(request_id=request.request_id)
     job = Job(
         kind="request",
@@ -170,7 +171,7 @@ def _teamless_request(runtime: rt.Runtime, form: SlashCommand, command: Command)
         raise
     except GpufarmError as exc:
         if not (isinstance(exc, ValidationFailed) and exc.field in ("team", "duration_days")):
-            return _ephemeral(views.error_message(rt.describe(exc)).text)
+            return _ephemeral(messages.error_message(rt.describe(exc)).text)
     handed = Command(Verb.REQUEST, args=args, request_id=request_id("cmd", form.trigger_id))
     return _hand_off_command(runtime, _command_job(form, handed), "Requesting GPUs for your team…")
 
@@ -234,7 +235,7 @@ def _interaction(runtime: rt.Runtime, raw: str) -> dict[str, Any]:
 
 def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]:
     action = payload.actions[0]
-    if action.action_id not in views.ACTIONS:
+    if action.action_id not in messages.ACTIONS:
         log.info("ignored click on %s", action.action_id[:60])
         return http.respond(200)
     try:
@@ -242,7 +243,7 @@ def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]
     except ValidationFailed:
         return http.error(400, "the button carries no incident number")
     telemetry.correlate(slack_user=payload.user.id, ir=ir)
-    if action.action_id in reason_modal.FORMS:
+    if action.action_id in reason_form.FORMS:
         # Reject, Reclaim and Exempt take a reason: the click opens the form, its submission acts.
         return _open_reason_form(runtime, payload, action.action_id, ir)
     container = payload.container
@@ -264,12 +265,12 @@ def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str
     if not payload.trigger_id:
         return http.error(400, "the click carries no trigger_id")
     try:
-        runtime.ingress_chat().open_view(payload.trigger_id, reason_modal.modal(action_id, ir))
+        runtime.ingress_chat().open_view(payload.trigger_id, reason_form.modal(action_id, ir))
     except rt.ConfigurationError:
         raise
     except GpufarmError as exc:
         log.warning("views.open failed for the reason form: %s", exc)
-        verb = reason_modal.FORMS[action_id].submit.lower()
+        verb = reason_form.FORMS[action_id].submit.lower()
         if payload.response_url:
             try:
                 runtime.ingress_chat().respond(
@@ -283,9 +284,9 @@ def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str
 def _reason_submitted(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
     view = payload.view
     try:
-        form = reason_modal.read(view.state.values, view.private_metadata)
+        form = reason_form.read(view.state.values, view.private_metadata)
     except ValidationFailed as exc:
-        block = exc.field if exc.field in (reason_modal.REASON_BLOCK, reason_modal.DAYS_BLOCK) else "reason"
+        block = exc.field if exc.field in (reason_form.REASON_BLOCK, reason_form.DAYS_BLOCK) else "reason"
         return _field_error(block, exc.message)
     telemetry.correlate(slack_user=payload.user.id, ir=form.ir)
     job = Job(kind="action", user=payload.user.id, action=form.action, ir=form.ir, reason=form.reason, days=form.days)
@@ -294,11 +295,11 @@ def _reason_submitted(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str,
 
 def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
     view = payload.view
-    if view.callback_id == reason_modal.REASON_CALLBACK:
+    if view.callback_id == reason_form.REASON_CALLBACK:
         return _reason_submitted(runtime, payload)
-    if view.callback_id != views.REQUEST_CALLBACK:
+    if view.callback_id != messages.REQUEST_CALLBACK:
         return http.error(400, "unknown view")
-    values = views.form_values(view.state.values)
+    values = messages.form_values(view.state.values)
     try:
         request = build_request(
             values,
@@ -340,8 +341,8 @@ def _hand_off(runtime: rt.Runtime, job: Job, handed: dict[str, Any], unavailable
 
 def _hand_off_command(runtime: rt.Runtime, job: Job, working: str) -> dict[str, Any]:
     # A slash command's answer is an ephemeral line: what is being done, or that nothing was.
-    unavailable = _ephemeral(views.error_message("gpufarm is unavailable right now; nothing was changed").text)
-    return _hand_off(runtime, job, _ephemeral(views.working(working).text), unavailable)
+    unavailable = _ephemeral(messages.error_message("gpufarm is unavailable right now; nothing was changed").text)
+    return _hand_off(runtime, job, _ephemeral(messages.working(working).text), unavailable)
 
 
 def _field_error(block: str, message: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The Slack worker (async invoke from the ingress): do the part that touches Datadog, then answer the user.
 
 Reads (status, list, quota, help) are answered here. Changes to an incident are not made here: each becomes an
-incident command queued in the incident's pool group (gpufarm.core.executor), and the queue consumer answers
+incident command queued in the incident's pool group (gpufarm.core.commands.executor), and the queue consumer answers
 once it has run, so two actions on one incident never interleave (docs/design.md, rule 7). A new request is
 refused here only when it can never fit; otherwise it becomes a create command in its pool's group (dedup id from
 the Slack request id), whose consumer finds the incident by request_id or creates it and decides it, so
@@ -19,15 +19,17 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufarm.core import executor, lease_views, views
-from gpufarm.core.commands import Command, Verb
-from gpufarm.core.errors import GpufarmError, UpstreamError, ValidationFailed
-from gpufarm.core.farm import FarmConfigError
-from gpufarm.core.model import GpuRequest
-from gpufarm.core.policy import build_request
-from gpufarm.core.serial import IncidentCommand, Op
+from gpufarm.core.chat import messages
+from gpufarm.core.chat.command_text import Command, Verb
+from gpufarm.core.chat.messages import Message
+from gpufarm.core.commands import executor
+from gpufarm.core.config.farm import FarmConfigError
+from gpufarm.core.governance.policy import build_request
+from gpufarm.core.kernel.errors import GpufarmError, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.model import GpuRequest
+from gpufarm.core.kernel.serial import IncidentCommand, Op
+from gpufarm.core.leases import notices
 from gpufarm.core.service import GpuFarm
-from gpufarm.core.views import Message
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers import telemetry
 from gpufarm.handlers.slack_events import Job
@@ -60,11 +62,11 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     except GpufarmError as exc:
         if isinstance(exc, UpstreamError | rt.ConfigurationError | FarmConfigError):
             log.error("%s for %s failed: %s", job.kind, job.user, exc)  # noqa: TRY400 - message is enough
-        message = views.error_message(rt.describe(exc))
+        message = messages.error_message(rt.describe(exc))
         ok = False
     except Exception:
         log.exception("%s for %s failed unexpectedly", job.kind, job.user)
-        message = views.error_message(rt.describe(RuntimeError()))
+        message = messages.error_message(rt.describe(RuntimeError()))
         ok = False
     if message is None:
         # Queued: the queue consumer answers once the command has run.
@@ -83,9 +85,9 @@ def dispatch(svc: GpuFarm, job: Job) -> Message | None:
         if request.requester != job.user:
             raise ValidationFailed("request", "the request names another requester")
         # Quota and pool checks read Datadog, so they happen here rather than in the ingress.
-        svc.farm.environment(request.environment)
-        svc.farm.team(request.team)
-        return executor.request(svc, request, response_url=job.response_url, origin=request.request_id)
+        svc.context.farm.environment(request.environment)
+        svc.context.farm.team(request.team)
+        return executor.request(svc.context, request, response_url=job.response_url, origin=request.request_id)
     if job.kind == "action":
         return _action(svc, job)
     return _command(svc, job, Command.from_payload(job.command or {}))
@@ -101,32 +103,32 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     if cmd.verb is Verb.QUOTA:
         return svc.quota(cmd.team)
     if cmd.verb is Verb.REPORT:
-        return report_answer(svc, job.user, cmd.team)
+        return report_answer(svc.context, job.user, cmd.team)
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
         # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it).
         alloc = svc.allocation(ir)
-        return lease_views.release_confirm(alloc, svc.links_for(alloc))
+        return notices.release_confirm(alloc, svc.context.links_for(alloc))
     op = COMMAND_OPS.get(cmd.verb)
     if op is None:
-        return views.help_message()
+        return messages.help_message()
     return _submit(svc, job, op, ir, days=cmd.days, reason=cmd.reason)
 
 
 def _request_for_my_team(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     """An inline request without `team=`: the user's only team, or an answer listing their teams to choose from."""
     # One invocation's reads: the team is picked and then checked with one read of each user group.
-    with svc.reading():
-        team = svc.membership().team_for_request(job.user, None)
+    with svc.context.reading():
+        team = svc.context.membership().team_for_request(job.user, None)
         request = build_request(
             {**(cmd.args or {}), "team": team},
-            svc.farm,
+            svc.context.farm,
             requester=job.user,
             channel=job.channel,
             request_id=cmd.request_id or "",
         )
-        return executor.request(svc, request, response_url=job.response_url, origin=request.request_id)
+        return executor.request(svc.context, request, response_url=job.response_url, origin=request.request_id)
 
 
 def _action(svc: GpuFarm, job: Job) -> Message | None:
@@ -146,13 +148,13 @@ COMMAND_OPS = {
     Verb.EXEMPT: Op.EXEMPT,
 }
 ACTION_OPS = {
-    views.ACTION_APPROVE: Op.APPROVE,
-    views.ACTION_REJECT: Op.REJECT,
-    views.ACTION_RELEASE: Op.RELEASE,
-    views.ACTION_EXTEND: Op.EXTEND,
-    views.ACTION_KEEP: Op.KEEP,
-    views.ACTION_RECLAIM: Op.FORCE_RECLAIM,
-    views.ACTION_EXEMPT: Op.EXEMPT,
+    messages.ACTION_APPROVE: Op.APPROVE,
+    messages.ACTION_REJECT: Op.REJECT,
+    messages.ACTION_RELEASE: Op.RELEASE,
+    messages.ACTION_EXTEND: Op.EXTEND,
+    messages.ACTION_KEEP: Op.KEEP,
+    messages.ACTION_RECLAIM: Op.FORCE_RECLAIM,
+    messages.ACTION_EXEMPT: Op.EXEMPT,
 }
 
 
@@ -175,7 +177,7 @@ def _submit(
         )
     except ValidationError:
         raise ValidationFailed("command", "that command's arguments are out of range") from None
-    executor.submit(svc, command)
+    executor.submit(svc.context, command)
     return None
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.config import running_in_lambda
-from gpufarm.core.ir import format_ir
+from gpufarm.core.kernel.ir import format_ir
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpufarm.core.errors import GpufarmError
+from gpufarm.core.kernel.errors import GpufarmError
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from gpufarm.core.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 
 SEAMS_GROUP = "gpufarm.seams"
 EXIT_FAILED = 1
@@ -82,11 +82,11 @@ def upload_traces(traces: list[Path], ir_text: str, name: str | None, batch_size
     signer = LinkSigner(settings.require("profile_link_secret").encode())
     store = S3ProfileStore(settings, settings.profile_bucket)
     runs = upload_runs(
-        svc,
+        svc.context,
         store,
         signer,
         pages_url=settings.profile_pages_url,
-        retention_days=svc.farm.profiles.retention_days,
+        retention_days=svc.context.farm.profiles.retention_days,
         ir=ir,
         actor=user,
         paths=traces,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gpufarm.config import Settings
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.profiling.links import LinkSigner, latest_links
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import quote
 
-from gpufarm.core.errors import NotAllowed, ValidationFailed
+from gpufarm.core.kernel.errors import NotAllowed, ValidationFailed
 
 # A run's objects: profiles/ir-<n>/<run>-<stamp>/{trace.json.gz,summary.html}; links name the run's folder.
 # `latest/<team>`: the newest run of a team's leases, which the project dashboard's iframe widgets show.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gpufarm.core.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.profiling.analysis import Figures
 
 PREFIX = "gpufarm.profile."

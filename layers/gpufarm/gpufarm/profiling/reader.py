@@ -22,7 +22,7 @@ from typing import IO, Any, cast
 
 import ijson
 
-from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.kernel.errors import ValidationFailed
 
 # "A trace of 2 GB" is refused: what torch.profiler writes for one profiled window is far below this.
 MAX_TRACE_BYTES = 2 * 10**9

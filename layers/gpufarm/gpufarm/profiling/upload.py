@@ -1,12 +1,12 @@
 """Uploading profiler runs to a lease: check, analyse, store, then record, in that order.
 
-1. The lease: the IR must exist and be open, and the uploader must be on it (gpufarm.core.profile_runs).
+1. The lease: the IR must exist and be open, and the uploader must be on it (gpufarm.core.leases.profile_runs).
 2. Every trace is read to its end and analysed before anything is stored, so a bad file (not a trace, 2 GB, a
    truncated gzip) refuses the whole upload with nothing stored. A trace is stored gzipped (as it came when it
    came gzipped, else compressed here into a temporary file).
 3. Each run's trace and page go to the store (whole or not at all, retried within bounds there).
 4. Only then the run is recorded on the incident, through the pool's one writer (an IncidentCommand `profile`,
-   gpufarm.core.executor.submit), and its figures are published as metrics tagged with the lease.
+   gpufarm.core.commands.executor.submit), and its figures are published as metrics tagged with the lease.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from gpufarm.core import executor, profile_runs
-from gpufarm.core.errors import UpstreamError, ValidationFailed
-from gpufarm.core.model import Allocation
-from gpufarm.core.serial import IncidentCommand, Op, ProfileScope
-from gpufarm.core.service import GpuFarm
+from gpufarm.core.commands import executor
+from gpufarm.core.context.lease_context import LeaseContext
+from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IncidentCommand, Op, ProfileScope
+from gpufarm.core.leases import profile_runs, queries
 from gpufarm.profiling import metrics, reader
 from gpufarm.profiling.analysis import Figures, analyse
 from gpufarm.profiling.links import LinkSigner, latest_key
@@ -75,7 +76,7 @@ def run_names(paths: Sequence[Path], name: str | None) -> list[str]:
 
 
 def upload(
-    svc: GpuFarm,
+    ctx: LeaseContext,
     store: ProfileStore,
     signer: LinkSigner,
     *,
@@ -91,15 +92,15 @@ def upload(
     if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise ValidationFailed("batch_size", f"a batch size is 1-{MAX_BATCH_SIZE:,}")
     names = run_names(paths, name)
-    alloc = svc.allocation(ir)
-    profile_runs.check_uploader(alloc, actor, svc.membership())
+    alloc = queries.allocation(ctx, ir)
+    profile_runs.check_uploader(alloc, actor, ctx.membership())
     for path in paths:
         reader.check_size(path)
     with tempfile.TemporaryDirectory(prefix="gpufarm-profile-") as work:
         prepared = [
             (run, path, *_prepare(path, batch_size, Path(work))) for run, path in zip(names, paths, strict=True)
         ]
-        now = svc.clock.now()
+        now = ctx.now()
         expires = int(now.timestamp()) + retention_days * DAY_S
         runs = []
         for run, path, figures, gz in prepared:
@@ -112,8 +113,8 @@ def upload(
             page = render(figures, ir=ir, run=scope.run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=path.name)
             store.put_run(key, gz, page, latest_key(alloc.team) if alloc.team else None)
             command = IncidentCommand(op=Op.PROFILE, ir=ir, actor=actor, reply_to=actor, origin=key, profile=scope)
-            recorded = executor.submit(svc, command)
-            _publish(svc, figures, alloc, scope.run, now)
+            recorded = executor.submit(ctx, command)
+            _publish(ctx, figures, alloc, scope.run, now)
             done.append(Uploaded(scope.run, key, scope.link, figures, recorded))
     return done
 
@@ -129,9 +130,9 @@ def _prepare(path: Path, batch_size: int | None, work: Path) -> tuple[Figures, P
     return figures, gz
 
 
-def _publish(svc: GpuFarm, figures: Figures, alloc: Allocation, run: str, now: datetime) -> None:
+def _publish(ctx: LeaseContext, figures: Figures, alloc: Allocation, run: str, now: datetime) -> None:
     """The run's metrics; a failure is logged (the run is stored and recorded, its page says the same)."""
-    sink = svc.metrics
+    sink = ctx.metrics
     if sink is None:
         return
     try:

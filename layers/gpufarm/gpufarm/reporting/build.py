@@ -4,7 +4,8 @@ Held, busy, idle and unmeasured are the incidents' accrued GPU-hours inside the 
 **unmeasured** hours (no agent answer when they accrued, or held since the last accrual) are never counted as
 idle, and the leases holding them are listed. Warnings, keeps, exemptions, reclaims and waits come from each
 lease's history (gpufarm.reporting.events). Team rows add the team's entitlement and what it holds now; team and
-project rows their GPU-hour budgets' burn (gpufarm.core.budgets) in the budget's period holding the report's end.
+project rows their GPU-hour budgets' burn (gpufarm.core.accounting.budgets) in the budget's period holding the report's
+end.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from gpufarm.core import accounting, budgets
-from gpufarm.core.farm import FarmConfig
-from gpufarm.core.ledger_config import Budget
-from gpufarm.core.model import Allocation
+from gpufarm.core.accounting import budgets, gpu_hours
+from gpufarm.core.config.accounting import Budget
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.lifecycle import HOLDING
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
@@ -108,7 +110,7 @@ def _team_extras(row: Row, farm: FarmConfig, live: Sequence[Allocation]) -> None
         return
     row.entitled = sum(q.gpus for models in spec.quotas.values() for q in models.values())
     row.held_now = sum(
-        sum(accounting.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in accounting.HOLDING
+        sum(gpu_hours.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in HOLDING
     )
 
 
@@ -144,7 +146,7 @@ def build_report(
         # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
         for team in farm.teams if query.team is None else [query.team]:
             rows.setdefault(team, Row(team))
-    live = [a for a in chosen if a.phase in accounting.HOLDING]
+    live = [a for a in chosen if a.phase in HOLDING]
     at = budget_moment(query)
     for row in rows.values():
         if query.by is GroupBy.TEAM:

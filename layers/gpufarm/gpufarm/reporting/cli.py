@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from gpufarm.core.errors import GpufarmError, ValidationFailed
+from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import DEFAULT_SINCE, GroupBy
 
@@ -128,7 +128,7 @@ def build_text(
     farm_config: Path | None,
 ) -> str:
     """Make the report through the runtime's collaborators and render it."""
-    from gpufarm.core.farm import parse_farm
+    from gpufarm.core.config.farm import parse_farm
     from gpufarm.handlers import runtime as rt
     from gpufarm.reporting.make import make_report
     from gpufarm.reporting.query import parse_query

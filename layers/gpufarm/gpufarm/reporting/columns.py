@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpufarm.core.lifecycle import ReclaimReason
+from gpufarm.core.kernel.lifecycle import ReclaimReason
 from gpufarm.reporting.model import Row
 
 # Reclaim reasons as CSV columns, always all of them (a stable schema for spreadsheets), and "other".

@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpufarm.core import history
-from gpufarm.core.history import Step
-from gpufarm.core.lifecycle import State
-from gpufarm.core.model import Allocation
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.history import Step
+from gpufarm.core.kernel.lifecycle import State
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.reporting.query import Period
 
 COUNTED = (Step.WARNED.value, Step.KEPT.value, Step.EXEMPTED.value)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from gpufarm.core.farm import FarmConfig
-from gpufarm.core.ports import IncidentStore, MetricsHistory
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.ports import IncidentStore, MetricsHistory
 from gpufarm.reporting.build import build_report, months_to_read
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import GroupBy, budget_projects, known_project, parse_query

@@ -15,7 +15,7 @@ MAX_LEASE_LINES = 20
 
 @dataclass(frozen=True)
 class BudgetUse:
-    """One GPU-hour budget of a row's team or project, in its period (gpufarm.core.budgets)."""
+    """One GPU-hour budget of a row's team or project, in its period (gpufarm.core.accounting.budgets)."""
 
     label: str
     period: str

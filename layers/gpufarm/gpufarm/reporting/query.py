@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from gpufarm.core.accounting import month_spans
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.farm import FarmConfig
-from gpufarm.core.model import isoformat, validate_name
+from gpufarm.core.accounting.gpu_hours import month_spans
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.model import isoformat, validate_name
 
 # A report looks back at most this far: incidents keep their GPU-hours for ever, but a longer look is a new report.
 MAX_DAYS = 366

@@ -1,8 +1,8 @@
 """The incidents a report reads: the live leases, and the ended ones that held GPUs in the period's months.
 
 State lives in incident fields (docs/design.md, rule 1), so a report needs nothing else: two searches, both
-narrowed by facets the way the budgets read (gpufarm.core.budgets): `state:(active OR stable)` for what is live,
-and `state:resolved AND gpu_hours_by_month:(2026-11=* OR ...)` for what ended after accruing in the months the
+narrowed by facets the way the budgets read (gpufarm.core.accounting.budgets): `state:(active OR stable)` for what is
+live, and `state:resolved AND gpu_hours_by_month:(2026-11=* OR ...)` for what ended after accruing in the months the
 period touches (every lease writes its final held hours when it ends, so a lease that held GPUs is found). A team
 filter narrows both by `team:`. Reading is bounded at MAX_LEASES; a report cut there says so.
 """
@@ -14,10 +14,10 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpufarm.core import fields as f
-from gpufarm.core.model import Allocation, IncidentRecord
-from gpufarm.core.ports import IncidentStore
-from gpufarm.core.reads import live_query
+from gpufarm.core.context.reads import live_query
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.model import Allocation, IncidentRecord
+from gpufarm.core.kernel.ports import IncidentStore
 
 log = logging.getLogger(__name__)
 

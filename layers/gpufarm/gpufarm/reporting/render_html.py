@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from gpufarm.config import ConfigurationError
-from gpufarm.core.model import isoformat
+from gpufarm.core.kernel.model import isoformat
 from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row
 from gpufarm.reporting.usage import HELD_METRIC

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gpufarm.core.model import isoformat
+from gpufarm.core.kernel.model import isoformat
 from gpufarm.reporting.columns import reclaims_by_reason
 from gpufarm.reporting.model import LeaseLine, Report, Row
 

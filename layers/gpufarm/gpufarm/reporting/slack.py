@@ -14,17 +14,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from gpufarm.core.errors import NotAllowed, UpstreamError, ValidationFailed
-from gpufarm.core.membership import MembershipUnavailable
-from gpufarm.core.model import validate_name
-from gpufarm.core.views import Message, context, section
+from gpufarm.core.chat.messages import Message, context, section
+from gpufarm.core.governance.membership import MembershipUnavailable
+from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.model import validate_name
 from gpufarm.reporting.make import make_report
 from gpufarm.reporting.model import Report, Row
 from gpufarm.reporting.query import GroupBy
 from gpufarm.reporting.render_csv import render_csv
 
 if TYPE_CHECKING:
-    from gpufarm.core.service import GpuFarm
+    from gpufarm.core.context.lease_context import LeaseContext
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +70,20 @@ def summary(report: Report, attached: str) -> Message:
     return Message(f"GPU report: {report.query.describe()}: {total.held:,.1f} GPU-hours held", blocks)
 
 
-def _scope(svc: GpuFarm, user: str, word: str | None) -> tuple[str | None, str | None, bool]:
+def _scope(ctx: LeaseContext, user: str, word: str | None) -> tuple[str | None, str | None, bool]:
     """(team, project, operator) the asker may see; NotAllowed or ValidationFailed otherwise."""
-    membership = svc.membership()
+    membership = ctx.membership()
     try:
         operator = membership.is_operator(user)
     except UpstreamError as exc:
         raise MembershipUnavailable(f"Slack could not say who the GPU operators are ({exc}); try again") from None
     name = validate_name("team", word) if word else None
-    if name is not None and name in svc.farm.teams:
+    if name is not None and name in ctx.farm.teams:
         membership.check(user, name, f"see team {name}'s report")
         return name, None, operator
     if name is not None:
         return None, name, operator
-    if operator or not svc.farm.membership_checked:
+    if operator or not ctx.farm.membership_checked:
         return None, None, operator
     mine = membership.teams_of(user)
     if len(mine) == 1:
@@ -93,16 +93,14 @@ def _scope(svc: GpuFarm, user: str, word: str | None) -> tuple[str | None, str |
     raise ValidationFailed("team", f"say which team: /gpu report {mine[0]} (your teams: {', '.join(mine)})")
 
 
-def report_answer(svc: GpuFarm, user: str, word: str | None) -> Message:
+def report_answer(ctx: LeaseContext, user: str, word: str | None) -> Message:
     """Build the report the asker may see, DM them its CSV, and answer with the summary."""
-    with svc.reading():
-        team, project, operator = _scope(svc, user, word)
+    with ctx.reading():
+        team, project, operator = _scope(ctx, user, word)
         by = GroupBy.PROJECT if team is not None else GroupBy.TEAM
-        report = make_report(
-            svc.incidents, svc.farm, svc.clock.now(), since=SINCE, by=by.value, team=team, project=project
-        )
-        if project is not None and not operator and svc.farm.membership_checked:
-            mine = set(svc.membership().teams_of(user))
+        report = make_report(ctx.incidents, ctx.farm, ctx.now(), since=SINCE, by=by.value, team=team, project=project)
+        if project is not None and not operator and ctx.farm.membership_checked:
+            mine = set(ctx.membership().teams_of(user))
             others = sorted(r.key for r in report.rows if r.leases and r.key not in mine)
             if others:
                 raise NotAllowed(
@@ -112,8 +110,8 @@ def report_answer(svc: GpuFarm, user: str, word: str | None) -> Message:
     scope = team or project or "farm"
     filename = f"gpufarm-report-{scope}-{report.query.period.end.strftime('%Y-%m-%d')}.csv"
     try:
-        channel = svc.chat.open_dm(user)
-        svc.chat.upload_file(
+        channel = ctx.chat.open_dm(user)
+        ctx.chat.upload_file(
             channel,
             filename,
             render_csv(report).encode(),

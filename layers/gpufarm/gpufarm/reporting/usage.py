@@ -1,7 +1,7 @@
 """Usage over time for a report's charts: the ledger gauges per team, read back from the metrics.
 
 The sync publishes `gpufarm.ledger.gpus.allocated` (held) and `gpufarm.ledger.gpus.used` (busy) per team, project,
-environment and model (gpufarm.core.accounting.ledger_series). A report reads both summed by team over its
+environment and model (gpufarm.core.accounting.series.ledger_series). A report reads both summed by team over its
 period, two timeseries queries whatever the farm's size, each at most MAX_POINTS buckets per team. Metrics are
 only the charts' source: the report's numbers come from the incidents, so a failed query leaves the charts empty
 with a note and changes no figure.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 
-from gpufarm.core.errors import GpufarmError
-from gpufarm.core.inventory import normalize_tag
-from gpufarm.core.ports import MetricsHistory
+from gpufarm.core.kernel.errors import GpufarmError
+from gpufarm.core.kernel.hosts import normalize_tag
+from gpufarm.core.kernel.ports import MetricsHistory
 from gpufarm.reporting.model import UsageSeries
 from gpufarm.reporting.query import ReportQuery
 

@@ -17,9 +17,9 @@ from typing import Any, Protocol
 from pydantic import SecretStr
 
 from gpufarm.config import Settings
-from gpufarm.core.errors import NotFound, ValidationFailed
-from gpufarm.core.farm import FarmConfig
-from gpufarm.core.inventory import MANAGED_TAG
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.errors import NotFound, ValidationFailed
+from gpufarm.core.kernel.hosts import MANAGED_TAG
 from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.dashboards import KIND as DASHBOARD
 from gpufarm.setup.dashboards import METADATA_KIND, dashboard_key, desired_dashboards, desired_metadata

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 import click
 
 from gpufarm.config import Settings
-from gpufarm.core.errors import GpufarmError, NotFound
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.errors import GpufarmError, NotFound
 from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.apply import execute, read_current
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
@@ -166,7 +166,7 @@ def _emit_json(as_json: bool, settings: Settings, plan: Plan, dry_run: bool, don
 def load_farm(settings: Settings, *, required: bool = False) -> FarmConfig | None:
     """The farm configuration, or None when none is configured (and not required)."""
     from gpufarm.adapters.aws import load_farm_text
-    from gpufarm.core.farm import parse_farm
+    from gpufarm.core.config.farm import parse_farm
 
     try:
         text = load_farm_text(settings)

@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from gpufarm.core.errors import ValidationFailed
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.setup.dashboards_farm import BUILDERS, DashboardSpec
 from gpufarm.setup.dashboards_farm import latest_runs as latest_runs_group
 from gpufarm.setup.dashboards_widgets import walk

@@ -1,4 +1,5 @@
-"""gpufarm's idle monitors, generated from the farm's idle policy (gpufarm.core.farm.IdleSettings); pure: no calls.
+"""gpufarm's idle monitors, generated from the farm's idle policy (gpufarm.core.config.farm.IdleSettings); pure: no
+calls.
 
 One Datadog metric monitor per idle kind and per group of environments and teams that share a policy:
 
@@ -44,9 +45,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpufarm.core import agent_usage
-from gpufarm.core.farm import FarmConfig, IdleKind, IdleKindPolicy, MetricsSource, PoolKind
-from gpufarm.core.inventory import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
+from gpufarm.core.accounting import agent_usage
+from gpufarm.core.config.farm import FarmConfig, IdleKind, IdleKindPolicy, MetricsSource, PoolKind
+from gpufarm.core.kernel.hosts import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
 from gpufarm.setup.plan import IDLE_HANDLE, Action, Change
 
 KIND = "monitor"
@@ -74,7 +75,7 @@ _WHAT = {
 }
 # The Datadog Agent's GPU check (metric prefix `gpu.`): SM activity per device, tagged gpu_uuid; the lease is the
 # host's `ir:` tag, which Datadog stamps on every metric the host's Agent sends. Under BUSY_PERCENT is idle here and
-# not busy in the ledger (gpufarm.core.agent_usage): one threshold for both.
+# not busy in the ledger (gpufarm.core.accounting.agent_usage): one threshold for both.
 AGENT_ACTIVITY_METRIC = agent_usage.ACTIVITY_METRIC
 AGENT_LEASE_KEY = agent_usage.LEASE_KEY
 _AGENT_WHAT = {

@@ -1,7 +1,7 @@
 """What `gpufarm datadog apply` wants Datadog to hold, and the plan that gets it there (pure: no calls).
 
 What it manages: gpufarm's own incident type ("GPU allocation" unless GPUFARM_INCIDENT_TYPE names another), the
-incident custom fields of gpufarm.core.fields.SCHEMA on that type only, the webhooks `gpufarm-incidents` and
+incident custom fields of gpufarm.core.kernel.fields.SCHEMA on that type only, the webhooks `gpufarm-incidents` and
 `gpufarm-idle` with their payload templates and a secret header, the secret custom variable
 GPUFARM_WEBHOOK_SECRET, and the incident notification rules, scoped to that type, that call the incident webhook
 on create and on state/phase changes, and (given the farm configuration) the idle monitors generated from its idle
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from gpufarm.config import Settings
-from gpufarm.core import fields as f
-from gpufarm.core.errors import ValidationFailed
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import ValidationFailed
 
 if TYPE_CHECKING:
     from gpufarm.setup.dashboards_farm import DashboardSpec

@@ -1,7 +1,7 @@
 """`gpufarm slack check`: every Slack user group the farm configuration names exists, and who is in each.
 
-The runtime finds an unknown team group only when it first resolves it (gpufarm.core.membership: the ingress loads
-the farm without calling Slack, and each request reads only the groups it needs). Operators run this after
+The runtime finds an unknown team group only when it first resolves it (gpufarm.core.governance.membership: the ingress
+loads the farm without calling Slack, and each request reads only the groups it needs). Operators run this after
 changing the farm YAML, or in CI before deploying it, to meet the same configuration error at once, for every team.
 Exit status: 0 every group resolves; 1 a group Slack does not know (the key is named); 2 Slack could not answer.
 """
@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import click
 
-from gpufarm.core.errors import NotFound, UpstreamError
-from gpufarm.core.farm import FarmConfig
-from gpufarm.core.membership import Membership, MembershipMisconfigured
-from gpufarm.core.ports import Chat
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.governance.membership import Membership, MembershipMisconfigured
+from gpufarm.core.kernel.errors import NotFound, UpstreamError
+from gpufarm.core.kernel.ports import Chat
 
 
 @click.group()

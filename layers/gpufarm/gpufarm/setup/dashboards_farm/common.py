@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig, PoolKind
-from gpufarm.core.inventory import normalize_tag
+from gpufarm.core.config.farm import FarmConfig, PoolKind
+from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm.setup.dashboards_widgets import Chart, Formula, Series, Widget, built
 
 # Template variables, as they appear in queries.

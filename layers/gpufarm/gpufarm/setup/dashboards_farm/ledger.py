@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.setup.dashboards_farm.common import (
     ENV,
     LEASED,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.setup.dashboards_farm.common import ENV, MODEL, dashboard, env_values, model_values
 from gpufarm.setup.dashboards_widgets import Chart, Formula, Series, Widget, group, note, scope, template_variable
 
@@ -128,7 +128,7 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
 
 
 def _lifecycle(where: str, by: str) -> list[Widget | Chart]:
-    """Waiting requests and their age, idle warnings and reclaims by reason (gpufarm.core.lifecycle_metrics): the
+    """Waiting requests and their age, idle warnings and reclaims by reason (gpufarm.core.leases.metrics): the
     sync's gauges as last seen, the counts summed over the time frame."""
     counted = f"{by}.as_count()"
     return [

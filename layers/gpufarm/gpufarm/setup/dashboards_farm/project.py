@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.setup.dashboards_farm.common import LEASE, LEASED, PER_LEASE, PROJECT, TEAM, budget_table, dashboard
 from gpufarm.setup.dashboards_widgets import (
     Chart,
@@ -110,7 +110,7 @@ def project(farm: FarmConfig) -> dict[str, Any]:
 
 
 def _idle_and_reclaims(where: str) -> list[Widget | Chart]:
-    """Idle warnings and reclaims of the chosen leases (gpufarm.core.lifecycle_metrics; their `gpu_ir` tag is the
+    """Idle warnings and reclaims of the chosen leases (gpufarm.core.leases.metrics; their `gpu_ir` tag is the
     lease variable's): counted over the time frame, and the leases warned now."""
     return [
         Chart(

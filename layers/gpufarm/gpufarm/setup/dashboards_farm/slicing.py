@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufarm.core.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.setup.dashboards_farm.common import HOST, LEASE, LEASED, PER_LEASE, dashboard, one_of, shared_pools
 from gpufarm.setup.dashboards_widgets import Chart, Series, note, scope, template_variable
 

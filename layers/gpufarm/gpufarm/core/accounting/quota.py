@@ -1,0 +1,64 @@
+"""`/gpu quota`: quotas and use per team, free and total GPUs per pool, and the ledger's part: held, used, idle and
+unmeasured GPUs per team and project, and the budgets' burn."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpufarm.core.accounting import agent_usage, budgets, gpu_hours
+from gpufarm.core.accounting.budgets import Burn
+from gpufarm.core.accounting.gpu_hours import Accounts
+from gpufarm.core.chat import messages
+from gpufarm.core.chat.messages import Message, QuotaRow
+from gpufarm.core.context.lease_context import LeaseContext, invocation
+from gpufarm.core.governance.policy import team_usage
+
+MAX_LINES = 40
+
+
+def quota_lines(acc: Accounts, burned: Sequence[Burn], team: str | None = None) -> list[str]:
+    """`/gpu quota` lines: the measured ledger (one line per team, project, pool and model) and budget burn."""
+    lines = ["*Ledger* (held: used / idle / unmeasured GPUs)"]
+    shown = [(k, v) for k, v in sorted(acc.lines.items()) if team is None or k[0] == team]
+    for (name, project, env, model), line in shown[:MAX_LINES]:
+        lines.append(
+            f"• `{name}/{project}` {model} in `{env}`: {line.allocated} held: "
+            f"{line.used:g} used / {line.idle:g} idle / {line.unmeasured} unmeasured"
+        )
+    if len(shown) > MAX_LINES:
+        lines.append(f"• {len(shown) - MAX_LINES} more")
+    if not shown:
+        lines.append("• nothing held")
+    if not acc.measured:
+        lines.append("_busy GPUs could not be measured now: held GPUs show as unmeasured, not idle_")
+    unattributed = sum(v for (_, owner, _), v in acc.unattributed.items() if team is None or owner == team)
+    if unattributed:
+        lines.append(f"• busy GPUs no lease claims: {unattributed:g}")
+    mine = [b for b in burned if team is None or b.budget.team == team]
+    if mine:
+        lines.append("*GPU-hour budgets* (used / budget this period)")
+        lines += [
+            f"• `{b.budget.label()}` {b.period}: {b.burned:,.0f} / {b.budget.gpu_hours:,.0f} "
+            f"({b.percent:.0f} %, {b.remaining:,.0f} left)"
+            for b in mine
+        ]
+    return lines
+
+
+@invocation
+def quota(ctx: LeaseContext, team: str | None = None) -> Message:
+    """Quotas and use per team, and free/total GPUs per pool."""
+    if team is not None:
+        ctx.farm.team(team)
+    live = ctx.live()
+    rows = [
+        QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(live, name, env, model, charge=ctx.held))
+        for name, spec in sorted(ctx.farm.teams.items())
+        if team is None or name == team
+        for env, models in sorted(spec.quotas.items())
+        for model, q in sorted(models.items())
+    ]
+    usage = gpu_hours.measure(ctx.usage, ctx.now(), ctx.farm.ledger, agent_usage.for_farm(ctx.farm))
+    acc = gpu_hours.accounts(live, usage, ctx.inventory())
+    burned = budgets.burns(ctx, [b for b in ctx.farm.budgets if team is None or b.team == team])
+    return messages.quota_message(rows, ctx.inventory_summary(), quota_lines(acc, burned, team))

@@ -1,0 +1,1 @@
+"""What gpufarm says in Slack and reads back: messages, operator cards, links, the reason form, command text."""

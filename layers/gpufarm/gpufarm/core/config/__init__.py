@@ -1,0 +1,1 @@
+"""The farm YAML: pools, GPU models, teams and quotas, idle, inventory, accounting, digest and keep settings."""

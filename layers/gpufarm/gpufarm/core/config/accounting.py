@@ -1,0 +1,77 @@
+"""The farm YAML's `ledger:` and `budgets:` sections: how GPU-hours accrue, and the GPU-hour budgets.
+
+`ledger:` says how the sync measures use (one metrics query per sync, over the last `window_minutes`) and how
+often it writes a lease's accrued GPU-hours into its incident (`accrue_hours`, at most `max_accruals` leases a
+sync). `budgets:` lists GPU-hour budgets per team, optionally per project, per calendar month or quarter: they
+never decay, a period's burn is what the team's leases held in it (gpufarm.core.accounting.budgets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpufarm.core.kernel.model import Name
+
+MAX_BUDGETS = 500
+MAX_BUDGET_HOURS = 100_000_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LedgerSettings(_Strict):
+    """How used GPUs are measured and GPU-hours accrue into the incidents (gpufarm.core.accounting.gpu_hours)."""
+
+    # A lease's accrued GPU-hours are written at most once per this many hours (and always when it ends).
+    accrue_hours: float = Field(default=1.0, ge=0.25, le=24 * 7)
+    # The one metrics query of a sync averages the agents' busy devices over this window.
+    window_minutes: int = Field(default=60, ge=5, le=24 * 60)
+    # At most this many leases accrue in one sync (the ones waiting longest first); the rest wait for the next.
+    max_accruals: int = Field(default=500, ge=1, le=10_000)
+
+
+class BudgetPeriod(StrEnum):
+    """The calendar period a budget covers (UTC)."""
+
+    MONTH = "month"
+    QUARTER = "quarter"
+
+
+class Budget(_Strict):
+    """GPU-hours a team (or one of its projects) may hold in each calendar month or quarter."""
+
+    team: Name
+    project: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    period: BudgetPeriod = BudgetPeriod.MONTH
+    gpu_hours: float = Field(gt=0, le=MAX_BUDGET_HOURS, allow_inf_nan=False)
+
+    @property
+    def key(self) -> tuple[str, str | None, BudgetPeriod]:
+        """What makes a budget unique."""
+        return (self.team, self.project, self.period)
+
+    def label(self) -> str:
+        """`nlp` or `nlp/llm-ko`."""
+        return f"{self.team}/{self.project}" if self.project else self.team
+
+
+def budget_problems(budgets: Sequence[Budget], teams: Collection[str]) -> list[str]:
+    """What is wrong with the budgets: a team the farm does not define, two budgets for one period."""
+    problems: list[str] = []
+    seen: set[tuple[str, str | None, BudgetPeriod]] = set()
+    for index, budget in enumerate(budgets):
+        if budget.team not in teams:
+            problems.append(f"budgets[{index}].team: '{budget.team}' is not a team")
+        if budget.key in seen:
+            problems.append(f"budgets[{index}]: {budget.label()} has two {budget.period.value} budgets")
+        seen.add(budget.key)
+    return problems
+
+
+def budgets_for(budgets: Sequence[Budget], team: str, project: str | None) -> list[Budget]:
+    """The budgets a request of this team and project counts against (the team's own and its project's)."""
+    return [b for b in budgets if b.team == team and (b.project is None or b.project == project)]

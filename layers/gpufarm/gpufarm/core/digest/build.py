@@ -1,0 +1,361 @@
+"""The operators' daily digest: what needs an operator's eye today, built from one read of the farm; pure.
+
+Its news: waiting requests with their age, idle warnings and keeps, exemptions and leases ending within the
+horizon, busy GPUs no lease claims, the drift the sync repaired since the last digest (the live leases'
+`repaired` history entries: state lives in incident fields only, docs/design.md rule 1), and quota and budget
+pressure. Free capacity per pool is shown beside the news, never as news itself: **a digest with no news is not
+posted**. Every lease line links to its incident (gpufarm.core.chat.links). Each section shows at most MAX_LINES lines
+and says how many more there are, so the message stays inside Slack's limits whatever the farm's size.
+
+The reads live in gpufarm.core.digest.run; everything here is a function of `DigestFacts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from gpufarm.core.accounting.budgets import Burn
+from gpufarm.core.chat.links import Links
+from gpufarm.core.chat.messages import MAX_SECTION_TEXT, Message, context, section
+from gpufarm.core.config.digest import DigestSettings
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
+from gpufarm.core.kernel.model import Allocation, isoformat
+from gpufarm.core.leases import terms
+
+MAX_LINES = 15
+MAX_LINE_CHARS = 240
+HEADER_CHARS = 150  # Slack's header block takes at most 150 characters
+ASKED_PHASES = frozenset({Phase.REQUESTED})
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    """A team's holdings of one model in one pool against its quota."""
+
+    team: str
+    environment: str
+    gpu_model: str
+    used: int
+    entitled: int
+    hard_limit: int | None = None
+
+    @property
+    def percent(self) -> float:
+        """Share of the quota held (100 and more: at or past the quota)."""
+        return 100.0 * self.used / self.entitled if self.entitled else (100.0 if self.used else 0.0)
+
+
+@dataclass(frozen=True)
+class DigestFacts:
+    """Everything one digest is built from, read once (gpufarm.core.digest.run.gather)."""
+
+    now: datetime
+    # The window of "since the last digest": the previous digest's time up to this one's.
+    since: datetime
+    until: datetime
+    leases: Sequence[Allocation]
+    farm: FarmConfig
+    # Free and total GPUs per (pool, model).
+    capacity: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    quotas: Sequence[QuotaUse] = ()
+    # None: the budgets could not be read (said in the digest, never taken for "no pressure").
+    burns: Sequence[Burn] | None = ()
+    # Busy GPUs no lease claims, the peak since the last digest per (host, team, pool); None: not measured.
+    unattributed: Mapping[tuple[str, str, str], float] | None = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One titled part of the digest; `news` sections decide whether the digest is posted at all."""
+
+    title: str
+    lines: list[str]
+    news: bool = True
+    # How many lines there are when only the first MAX_LINES were formatted (None: all of `lines`).
+    total: int | None = None
+
+    @property
+    def count(self) -> int:
+        """How many lines the section has (shown or not)."""
+        return self.total if self.total is not None else len(self.lines)
+
+
+@dataclass(frozen=True)
+class Digest:
+    """The message to post and how many lines each of its news sections has."""
+
+    message: Message
+    counts: dict[str, int]
+
+
+def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest | None:
+    """The digest, or None when there is nothing to say."""
+    clock = _Clock(facts.now, settings.zone())
+    horizon = facts.now + timedelta(hours=settings.horizon_hours)
+    live = [a for a in facts.leases if a.state is not State.RESOLVED]
+    drifted, drift_total = drift_lines(live, facts.since, facts.until, links, clock)
+    parts = [
+        Section("Waiting requests", waiting_lines(live, facts, links, clock)),
+        Section("Idle warnings", idle_lines(live, facts, links, clock)),
+        Section("Kept after an idle warning", keep_lines(live, facts, links, clock)),
+        Section(f"Exemptions ending within {settings.horizon_hours} h", exemption_lines(live, horizon, links, clock)),
+        Section(f"Leases ending within {settings.horizon_hours} h", ending_lines(live, horizon, links, clock)),
+        Section("Unattributed use (busy GPUs no lease claims)", unattributed_lines(facts.unattributed)),
+        Section("Drift the sync repaired", drifted, total=drift_total),
+        Section("Quota and budget pressure", pressure_lines(facts, settings)),
+    ]
+    news = [p for p in parts if p.count and p.news]
+    if not news:
+        return None
+    capacity = Section("Free capacity (free / total GPUs)", capacity_lines(facts.capacity), news=False)
+    shown = [*news, *([capacity] if capacity.lines else [])]
+    title = f"GPU farm digest, {clock.day(facts.until)}"[:HEADER_CHARS]
+    blocks = [{"type": "header", "text": {"type": "plain_text", "text": title}}]
+    blocks += [section(_text(p)) for p in shown]
+    since = clock.moment(facts.since)
+    blocks.append(context(f"Since the last digest ({since}); times in {settings.timezone}."))
+    summary = ", ".join(f"{p.title.lower()}: {p.count}" for p in news)
+    return Digest(Message(f"{title}: {summary}", blocks), {p.title: p.count for p in news})
+
+
+# -- the sections --------------------------------------------------------------------------------------------------
+
+
+def waiting_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, clock: _Clock) -> list[str]:
+    """Requests waiting for an operator or for hosts, the longest waiting first."""
+    rows: list[tuple[datetime, str]] = []
+    pending = [a for a in live if a.phase in ASKED_PHASES or a.phase in terms.WAITING]
+    places = queue_places(pending)
+    for alloc in pending:
+        since = waiting_since(alloc) or facts.now
+        if alloc.phase in ASKED_PHASES:
+            what = "awaiting an operator's decision"
+        elif alloc.phase is Phase.WAITING:
+            what = f"waiting for hosts ({places[alloc.ir]})"
+        else:
+            what = "approved, hosts being allocated"
+        rows.append((since, f"{_lease(alloc, links)}: {what} for {clock.age(since)}"))
+    return [line for _, line in sorted(rows, key=lambda row: row[0])]
+
+
+def queue_places(pending: Iterable[Allocation]) -> dict[int, terms.Position]:
+    """Each waiting request's place in its pool's queue for its model (as gpufarm.core.leases.terms.position counts it),
+    for all of them at once: first come, first served by IR."""
+    queues: dict[tuple[str | None, str], list[int]] = {}
+    for alloc in pending:
+        if alloc.phase is Phase.WAITING:
+            queues.setdefault((alloc.environment, (alloc.gpu_model or "").upper()), []).append(alloc.ir)
+    places: dict[int, terms.Position] = {}
+    for (_, model), irs in queues.items():
+        for place, ir in enumerate(sorted(irs), 1):
+            places[ir] = terms.Position(place, len(irs), model or "its model")
+    return places
+
+
+def idle_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, clock: _Clock) -> list[str]:
+    """Leases warned as idle, with when the grace ends and they are reclaimed unless kept or busy again."""
+    out = []
+    warned = sorted((a for a in live if a.phase is Phase.IDLE_WARNED), key=lambda a: a.idle_warned_at or facts.now)
+    for alloc in warned:
+        at = alloc.idle_warned_at
+        if at is None:
+            out.append(f"{_lease(alloc, links)}: warned as idle")
+            continue
+        grace = timedelta(minutes=facts.farm.idle.grace_for(alloc.environment, alloc.team))
+        out.append(
+            f"{_lease(alloc, links)}: warned {clock.age(at)} ago, reclaimed {clock.until(at + grace)}"
+            " unless kept or busy again"
+        )
+    return out
+
+
+def keep_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, clock: _Clock) -> list[str]:
+    """Leases whose requester kept them after an idle warning, while the hold lasts."""
+    out = []
+    kept = [a for a in live if a.kept_until is not None and a.kept_until > facts.now]
+    for alloc in sorted(kept, key=lambda a: (a.kept_until, a.ir)):
+        assert alloc.kept_until is not None
+        most = facts.farm.keeps.policy(alloc.environment, alloc.team).max_keeps
+        out.append(
+            f"{_lease(alloc, links)}: keep {alloc.keep_count} of {most}, held off {clock.until(alloc.kept_until)}"
+        )
+    return out
+
+
+def exemption_lines(live: Iterable[Allocation], horizon: datetime, links: Links, clock: _Clock) -> list[str]:
+    """Exemptions from idle reclaim that end before the horizon."""
+    out = []
+    ending = [a for a in live if a.exempt_until is not None and clock.now < a.exempt_until <= horizon]
+    for alloc in sorted(ending, key=lambda a: (a.exempt_until, a.ir)):
+        assert alloc.exempt_until is not None
+        by = f" (granted by <@{alloc.exempt_by}>)" if alloc.exempt_by else ""
+        out.append(f"{_lease(alloc, links)}: exempt from idle reclaim {clock.until(alloc.exempt_until)}{by}")
+    return out
+
+
+def ending_lines(live: Iterable[Allocation], horizon: datetime, links: Links, clock: _Clock) -> list[str]:
+    """Leases holding hosts whose end comes before the horizon."""
+    out = []
+    ending = [
+        a for a in live if a.phase in HOLDING and a.expires_at is not None and clock.now < a.expires_at <= horizon
+    ]
+    for alloc in sorted(ending, key=lambda a: (a.expires_at, a.ir)):
+        assert alloc.expires_at is not None
+        who = f", <@{alloc.requester}>" if alloc.requester else ""
+        out.append(f"{_lease(alloc, links)}{who}: ends {clock.until(alloc.expires_at)}")
+    return out
+
+
+def unattributed_lines(unattributed: Mapping[tuple[str, str, str], float] | None) -> list[str]:
+    """Hosts where busy GPUs carry no lease, the most first; a failed measurement is said, not hidden."""
+    if unattributed is None:
+        return []
+    rows = sorted(
+        ((busy, host, team, env) for (host, team, env), busy in unattributed.items() if busy > 0), reverse=True
+    )
+    out = []
+    for busy, host, team, env in rows:
+        owner = f"team `{team}`" if team and team != "none" else "no team tag"
+        pool = f"`{env}`" if env and env != "none" else "no pool"
+        out.append(f"`{host}` ({owner}, {pool}): up to {_gpus(busy)} busy with no lease")
+    return out
+
+
+def drift_lines(
+    live: Iterable[Allocation], since: datetime, until: datetime, links: Links, clock: _Clock
+) -> tuple[list[str], int]:
+    """What the sync restored on the live leases between the last digest and this one (their history), oldest
+    first: the first MAX_LINES formatted, and how many there are."""
+    marker = f" {history.Step.REPAIRED.value}"
+    # Entries start with their time as isoformat writes it (fixed width, UTC), so text order is time order.
+    first, last = isoformat(since), isoformat(until)
+    found: list[tuple[datetime, int, str, Allocation]] = []
+    for alloc in live:
+        for line in alloc.history:
+            if marker not in line or not first <= line[: len(first)] <= last:
+                continue  # most entries are other steps or other days: not worth parsing
+            entry = history.parse(line)
+            if entry is None or entry.step != history.Step.REPAIRED.value or not since <= entry.at < until:
+                continue
+            found.append((entry.at, alloc.ir, entry.details, alloc))
+    found.sort(key=lambda row: (row[0], row[1]))
+    shown = [f"{_link(a, links)} {clock.moment(at)}: {details}" for at, _, details, a in found[:MAX_LINES]]
+    return shown, len(found)
+
+
+def pressure_lines(facts: DigestFacts, settings: DigestSettings) -> list[str]:
+    """Teams at or past `quota_percent` of a quota, budgets past `budget_percent` (or unreadable)."""
+    out = []
+    for q in sorted(facts.quotas, key=lambda q: (-q.percent, q.team, q.environment, q.gpu_model)):
+        if q.entitled <= 0 or q.percent < settings.quota_percent:
+            continue
+        hard = f", hard limit {q.hard_limit}" if q.hard_limit is not None else ""
+        out.append(
+            f"`{q.team}` {q.gpu_model} in `{q.environment}`: {q.used} of {q.entitled} quota GPUs "
+            f"({q.percent:.0f} %){hard}"
+        )
+    if facts.burns is None:
+        out.append("GPU-hour budgets could not be read")
+        return out
+    for b in sorted(facts.burns, key=lambda b: (-b.percent, b.budget.label())):
+        if b.percent < settings.budget_percent:
+            continue
+        out.append(
+            f"`{b.budget.label()}` budget for {b.period}: {b.burned:,.0f} of {b.budget.gpu_hours:,.0f} GPU-hours "
+            f"({b.percent:.0f} %), {b.remaining:,.0f} left"
+        )
+    return out
+
+
+def capacity_lines(capacity: Mapping[tuple[str, str], tuple[int, int]]) -> list[str]:
+    """Free / total GPUs per pool, its models on one line."""
+    by_pool: dict[str, list[str]] = {}
+    for (env, model), (free, total) in sorted(capacity.items()):
+        by_pool.setdefault(env, []).append(f"{model} {free} / {total}")
+    return [f"`{env}`: {', '.join(models)}" for env, models in by_pool.items()]
+
+
+# -- helpers -------------------------------------------------------------------------------------------------------
+
+
+def waiting_since(alloc: Allocation) -> datetime | None:
+    """When the request began waiting: its wait for hosts, else its request entry, else its last change."""
+    if alloc.phase in terms.WAITING and alloc.waiting_since is not None:
+        return alloc.waiting_since
+    first = history.parse(alloc.history[0]) if alloc.history else None
+    if first is not None and first.step == history.Step.REQUESTED.value:
+        return first.at
+    return alloc.waiting_since or alloc.modified
+
+
+def _link(alloc: Allocation, links: Links) -> str:
+    return f"<{links.incident(alloc.ir)}|{alloc.ir_label}>"
+
+
+def _lease(alloc: Allocation, links: Links) -> str:
+    """`<incident|IR-12> nlp/llm-ko 8xH100 in onprem-hpc`."""
+    who = "/".join(p for p in (alloc.team, alloc.project) if p) or "unknown team"
+    what = f"{alloc.gpu_count}x{alloc.gpu_model or 'GPU'}"
+    where = f" in `{alloc.environment}`" if alloc.environment else ""
+    return f"{_link(alloc, links)} {who} {what}{where}"
+
+
+def _gpus(value: float) -> str:
+    number = f"{value:.1f}".removesuffix(".0")
+    return f"{number} GPU" if number == "1" else f"{number} GPUs"
+
+
+def _text(part: Section) -> str:
+    """A section's mrkdwn: its title, at most MAX_LINES bullet lines, and how many more there are."""
+    lines = [f"• {_cut(line)}" for line in part.lines[:MAX_LINES]]
+    if part.count > len(lines):
+        lines.append(f"… and {part.count - len(lines)} more")
+    title = f"*{part.title}* ({part.count})" if part.news else f"*{part.title}*"
+    text = title + "\n" + "\n".join(lines)
+    return text if len(text) <= MAX_SECTION_TEXT else text[: MAX_SECTION_TEXT - 2] + " …"
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """Ages and moments as the digest shows them, in the digest's timezone."""
+
+    now: datetime
+    zone: ZoneInfo
+
+    def moment(self, at: datetime) -> str:
+        """`2026-12-01 08:00`, local."""
+        return at.astimezone(self.zone).strftime("%Y-%m-%d %H:%M")
+
+    def day(self, at: datetime) -> str:
+        """`Tue 2026-12-01 08:00 UTC`, local with the zone's abbreviation."""
+        return at.astimezone(self.zone).strftime("%a %Y-%m-%d %H:%M %Z")
+
+    def age(self, since: datetime) -> str:
+        """`3 h 20 m` since a moment (0 m for one in the future)."""
+        return _span(self.now - since)
+
+    def until(self, at: datetime) -> str:
+        """`in 5 h 10 m (2026-12-01 13:10)`, or `now` once past."""
+        if at <= self.now:
+            return f"now (due {self.moment(at)})"
+        return f"in {_span(at - self.now)} ({self.moment(at)})"
+
+
+def _span(delta: timedelta) -> str:
+    minutes = max(0, int(delta.total_seconds() // 60))
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {mins} m"
+    return f"{mins} m"

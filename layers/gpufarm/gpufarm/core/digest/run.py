@@ -1,0 +1,164 @@
+"""Running the operators' daily digest: is it due, one read of the farm, one post to the operators' channel.
+
+The digest function runs every DIGEST_TICK_MINUTES (template.yaml) and posts on the first run at or after the
+farm file's `digest.time` in `digest.timezone`, so the farm file alone moves the hour (and daylight saving never
+does). The run's moment is the schedule's own time when the event carries it (EventBridge Scheduler's
+`<aws.scheduler.scheduled-time>`), so a retry of a run decides as the run did; otherwise the clock's now.
+
+"Since the last digest" is the span between the previous digest time and this one, both computed from the
+settings: nothing is stored (docs/design.md, rule 1), a retried run reports the same window, and two digests
+never count one repair twice. The reads are one view of the invocation (GpuFarm.reading): the live incidents and
+the host list once, one metrics query for unattributed use, and the budgets' searches (gpufarm.core.accounting.budgets).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from gpufarm.core.accounting import budgets
+from gpufarm.core.config.digest import DIGEST_TICK_MINUTES, DigestSettings
+from gpufarm.core.context.lease_context import LeaseContext
+from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
+from gpufarm.core.governance.policy import team_usage
+from gpufarm.core.kernel.errors import GpufarmError
+
+if TYPE_CHECKING:
+    from gpufarm.core.kernel.ports import MetricsQuery
+
+log = logging.getLogger(__name__)
+
+UNATTRIBUTED_METRIC = "gpufarm.ledger.gpus.unattributed"
+# The sync's gauge of busy devices no lease claims (gpufarm.core.accounting.series.ledger_series); its peak per host
+# since the last digest, so a night of unattributed use is not missed by a morning reading.
+UNATTRIBUTED_QUERY = f"max:{UNATTRIBUTED_METRIC}{{*}} by {{host,team,environment}}"
+MAX_UNATTRIBUTED = 10_000
+
+
+@dataclass(frozen=True)
+class DigestRun:
+    """What one run did: posted or why not, the digest's time and window, and how many lines each section had."""
+
+    posted: bool
+    reason: str
+    slot: datetime | None = None
+    since: datetime | None = None
+    ts: str | None = None
+    sections: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, object]:
+        """A JSON-able account for the function's answer and log."""
+        return {
+            "posted": self.posted,
+            "reason": self.reason,
+            "slot": self.slot.isoformat() if self.slot else None,
+            "since": self.since.isoformat() if self.since else None,
+            "ts": self.ts,
+            "sections": dict(self.sections),
+        }
+
+
+def digest_time_on(day: datetime, settings: DigestSettings) -> datetime:
+    """The digest's time on the local calendar day of `day` (timezone-aware)."""
+    local = day.astimezone(settings.zone())
+    at = settings.local_time()
+    # In UTC: arithmetic between two times of one ZoneInfo is wall-clock arithmetic, blind to daylight saving.
+    return local.replace(hour=at.hour, minute=at.minute, second=0, microsecond=0).astimezone(UTC)
+
+
+def latest_slot(moment: datetime, settings: DigestSettings) -> datetime:
+    """The last digest time at or before `moment`."""
+    today = digest_time_on(moment, settings)
+    if today <= moment:
+        return today
+    return previous_slot(today, settings)
+
+
+def previous_slot(slot: datetime, settings: DigestSettings) -> datetime:
+    """The digest time of the local day before `slot`'s (23 or 25 hours before across daylight saving)."""
+    return digest_time_on(slot.astimezone(settings.zone()).replace(hour=12) - timedelta(days=1), settings)
+
+
+def due_slot(moment: datetime, settings: DigestSettings) -> datetime | None:
+    """The digest time this run posts for: the latest one when it passed less than one tick ago, else None."""
+    slot = latest_slot(moment, settings)
+    return slot if moment - slot < timedelta(minutes=DIGEST_TICK_MINUTES) else None
+
+
+def unattributed(
+    query: MetricsQuery | None, since: datetime, until: datetime
+) -> dict[tuple[str, str, str], float] | None:
+    """Peak busy GPUs no lease claims per (host, team, pool) over the window; None when it cannot be read."""
+    if query is None or until <= since:
+        return None
+    try:
+        results = query.scalar(UNATTRIBUTED_QUERY, since, until, aggregator="max")
+    except GpufarmError as exc:
+        log.warning("unattributed use could not be read for the digest: %s", exc)
+        return None
+    out: dict[tuple[str, str, str], float] = {}
+    for result in results[:MAX_UNATTRIBUTED]:
+        tags = dict(t.partition(":")[::2] for t in result.group_tags)
+        host = tags.get("host", "")
+        if not host or result.value is None or not 0 < result.value <= 1024:
+            continue
+        out[(host, tags.get("team", ""), tags.get("environment", ""))] = float(result.value)
+    return out
+
+
+def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
+    """The digest's facts from this invocation's one view of the farm (see the module docstring)."""
+    now = ctx.now()
+    live = ctx.live()
+    quotas = [
+        QuotaUse(name, env, model, team_usage(live, name, env, model, charge=ctx.held), q.gpus, q.hard_limit)
+        for name, spec in sorted(ctx.farm.teams.items())
+        for env, models in sorted(spec.quotas.items())
+        for model, q in sorted(models.items())
+    ]
+    burned: list[budgets.Burn] | None
+    try:
+        burned = budgets.burns(ctx, ctx.farm.budgets)
+    except GpufarmError as exc:
+        log.warning("budgets could not be read for the digest: %s", exc)
+        burned = None
+    return DigestFacts(
+        now=now,
+        since=since,
+        until=until,
+        leases=live,
+        farm=ctx.farm,
+        capacity=ctx.inventory_summary(),
+        quotas=quotas,
+        burns=burned,
+        unattributed=unattributed(ctx.usage, since, now),
+    )
+
+
+def run(ctx: LeaseContext, *, at: datetime | None = None, force: bool = False) -> DigestRun:
+    """Post the digest when it is due at `at` (the schedule's time, else now), or at once with `force`.
+
+    Raises UpstreamError when Slack refuses the post, so the scheduler retries the run; nothing else is written.
+    """
+    settings = ctx.farm.digest
+    moment = at or ctx.now()
+    slot = moment if force else due_slot(moment, settings)
+    if slot is None:
+        return DigestRun(False, f"not digest time (the digest is at {settings.time} {settings.timezone})")
+    if not ctx.operators_channel:
+        log.warning("the daily digest has no operators channel to go to")
+        return DigestRun(False, "no operators channel is configured", slot)
+    since = previous_slot(slot, settings)
+    if force:
+        # By hand: the window since the last scheduled digest.
+        since = latest_slot(moment, settings)
+        since = since if since < moment else previous_slot(since, settings)
+    with ctx.reading():
+        facts = gather(ctx, since, slot)
+    digest = build(facts, settings, ctx.links)
+    if digest is None:
+        return DigestRun(False, "nothing to say", slot, since)
+    ts = ctx.chat.post_message(ctx.operators_channel, digest.message.text, digest.message.blocks)
+    return DigestRun(True, "posted", slot, since, ts, digest.counts)

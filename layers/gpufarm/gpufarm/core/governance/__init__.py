@@ -1,0 +1,1 @@
+"""Who may do what and how much: the request policy, charging whole hosts, team membership."""

@@ -1,0 +1,242 @@
+"""The incident field schema in one place: names, Datadog field types, encoding and decoding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+
+
+class FieldKind(StrEnum):
+    """Datadog incident field value types this project uses."""
+
+    DROPDOWN = "dropdown"
+    MULTISELECT = "multiselect"
+    TEXTBOX = "textbox"
+    TEXTARRAY = "textarray"
+
+    @property
+    def multiple(self) -> bool:
+        """True for kinds whose value is a list."""
+        return self in (FieldKind.MULTISELECT, FieldKind.TEXTARRAY)
+
+
+class FieldTypeCode(IntEnum):
+    """Type codes of user-defined field definitions (`/api/v2/incidents/config/user-defined-fields`)."""
+
+    DROPDOWN = 1
+    MULTISELECT = 2
+    TEXTBOX = 3
+    TEXTARRAY = 4
+
+
+TYPE_CODE: dict[FieldKind, FieldTypeCode] = {
+    FieldKind.DROPDOWN: FieldTypeCode.DROPDOWN,
+    FieldKind.MULTISELECT: FieldTypeCode.MULTISELECT,
+    FieldKind.TEXTBOX: FieldTypeCode.TEXTBOX,
+    FieldKind.TEXTARRAY: FieldTypeCode.TEXTARRAY,
+}
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One incident field gpufarm owns."""
+
+    name: str
+    display_name: str
+    kind: FieldKind
+    description: str
+    # Static choices for dropdowns; None means the choices come from the farm configuration at apply time.
+    valid_values: tuple[str, ...] | None = None
+
+
+# Counts and times are textboxes on purpose: the client's value-type enums lack number/datetime, which
+# would deserialize as `_unparsed` (docs/datadog.md, "Custom field definitions").
+STATE = "state"
+PHASE = "phase"
+TEAM = "team"
+PROJECT = "project"
+GPU_MODEL = "gpu_model"
+GPU_COUNT = "gpu_count"
+ENVIRONMENT = "environment"
+REQUESTER = "requester"
+PURPOSE = "purpose"
+DURATION_DAYS = "duration_days"
+EXPIRES_AT = "expires_at"
+HOSTS = "hosts"
+HOST_GPUS = "host_gpus"
+APPROVED_BY = "approved_by"
+IDLE_WARNED_AT = "idle_warned_at"
+RECLAIM_REASON = "reclaim_reason"
+REQUEST_ID = "request_id"
+SLACK_CHANNEL = "slack_channel"
+SLACK_MESSAGE = "slack_message"
+# Lease semantics (gpufarm.core.leases.terms): when hosts were allocated (the lease's days count from then), since when
+# an approved request has waited for hosts, and the expiry its one reminder was sent for.
+ALLOCATED_AT = "allocated_at"
+WAITING_SINCE = "waiting_since"
+EXPIRY_REMINDED = "expiry_reminded"
+# The dedup ids of the last incident commands that wrote this incident, written in the same PATCH as each change,
+# so a command redelivered after its write landed (its call still failed) is answered, not applied twice.
+LAST_COMMANDS = "gpufarm_last_commands"
+LAST_COMMANDS_KEPT = 10
+# The units a lease holds on shared pools, one `host=<unit>` entry each (gpufarm.core.kernel.units): which GPUs or MIG
+# slices are its, by index, uuid and profile.
+DEVICES = "gpufarm_devices"
+# Per host (or `host/uuid` device) of a lease: when it was warned idle, and what the lease gave back idle
+# (gpufarm.core.idle.partial), so one idle host of a busy lease is judged, cleared and returned on its own.
+IDLE_PARTS = "gpufarm_idle_parts"
+IDLE_RETURNED = "gpufarm_idle_returned"
+# The lease's audit trail: one line per step, appended in the same PATCH as the change (gpufarm.core.kernel.history).
+HISTORY = "gpufarm_history"
+# Bounded keeps and operator exemptions (gpufarm.core.idle.keeps).
+KEEP_COUNT = "keep_count"
+KEPT_UNTIL = "kept_until"
+EXEMPT_UNTIL = "exempt_until"
+EXEMPT_BY = "exempt_by"
+# GPU-hours the lease held, and of those busy, idle, or unmeasured (no metrics), accrued by the sync up to
+# `gpu_hours_until` and finally when the lease ends; held hours per calendar month for the budgets
+# (gpufarm.core.accounting.gpu_hours), so a report is rebuilt from incidents alone once metrics retention has passed.
+GPU_HOURS_HELD = "gpu_hours_held"
+GPU_HOURS_BUSY = "gpu_hours_busy"
+GPU_HOURS_IDLE = "gpu_hours_idle"
+GPU_HOURS_UNMEASURED = "gpu_hours_unmeasured"
+GPU_HOURS_UNTIL = "gpu_hours_until"
+GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
+
+SCHEMA: tuple[FieldSpec, ...] = (
+    FieldSpec(
+        PHASE, "GPU phase", FieldKind.DROPDOWN, "Where the allocation is in its life", tuple(p.value for p in Phase)
+    ),
+    FieldSpec(TEAM, "Team", FieldKind.DROPDOWN, "Team that owns the allocation"),
+    FieldSpec(PROJECT, "Project", FieldKind.TEXTBOX, "AI project the GPUs are for"),
+    FieldSpec(GPU_MODEL, "GPU model", FieldKind.DROPDOWN, "GPU model requested"),
+    FieldSpec(GPU_COUNT, "GPU count", FieldKind.TEXTBOX, "Number of GPUs requested"),
+    FieldSpec(ENVIRONMENT, "Environment", FieldKind.DROPDOWN, "Pool the GPUs come from"),
+    FieldSpec(REQUESTER, "Requester", FieldKind.TEXTBOX, "Slack user id of the researcher"),
+    FieldSpec(PURPOSE, "Purpose", FieldKind.TEXTBOX, "What the GPUs are for"),
+    FieldSpec(DURATION_DAYS, "Duration (days)", FieldKind.TEXTBOX, "Days the allocation is granted for"),
+    FieldSpec(EXPIRES_AT, "Expires at", FieldKind.TEXTBOX, "ISO 8601 UTC time the allocation ends"),
+    FieldSpec(HOSTS, "GPU hosts", FieldKind.TEXTARRAY, "Hosts tagged with this IR"),
+    FieldSpec(HOST_GPUS, "GPUs per host", FieldKind.TEXTARRAY, "host=count pairs of GPUs held on each host"),
+    FieldSpec(APPROVED_BY, "Approved by", FieldKind.TEXTBOX, "policy, or the Slack user id of the operator"),
+    FieldSpec(IDLE_WARNED_AT, "Idle warned at", FieldKind.TEXTBOX, "ISO 8601 UTC time of the last idle warning"),
+    FieldSpec(
+        RECLAIM_REASON,
+        "Reclaim reason",
+        FieldKind.DROPDOWN,
+        "Why the allocation ended",
+        tuple(r.value for r in ReclaimReason),
+    ),
+    FieldSpec(REQUEST_ID, "Request id", FieldKind.TEXTBOX, "Idempotency key of the Slack request"),
+    FieldSpec(SLACK_CHANNEL, "Slack channel", FieldKind.TEXTBOX, "Channel the request came from"),
+    FieldSpec(SLACK_MESSAGE, "Operator message", FieldKind.TEXTBOX, "channel/ts of the operators' approval message"),
+    FieldSpec(
+        ALLOCATED_AT, "Allocated at", FieldKind.TEXTBOX, "ISO 8601 UTC time hosts were allocated (days count from it)"
+    ),
+    FieldSpec(
+        WAITING_SINCE, "Waiting since", FieldKind.TEXTBOX, "ISO 8601 UTC time the approved request began waiting"
+    ),
+    FieldSpec(
+        EXPIRY_REMINDED, "Expiry reminded", FieldKind.TEXTBOX, "The expiry (ISO 8601 UTC) the holder was reminded of"
+    ),
+    FieldSpec(
+        LAST_COMMANDS,
+        "Last gpufarm commands",
+        FieldKind.TEXTARRAY,
+        "Ids of the last gpufarm commands applied (a redelivered one is not applied twice)",
+    ),
+    FieldSpec(
+        DEVICES,
+        "GPU devices",
+        FieldKind.TEXTARRAY,
+        "host=index[/uuid[/MIG profile]] of each GPU or MIG slice held on a shared pool",
+    ),
+    FieldSpec(
+        IDLE_PARTS,
+        "Idle hosts",
+        FieldKind.TEXTARRAY,
+        "host=time (or host/device=time) of each part of the lease warned idle and not busy since",
+    ),
+    FieldSpec(
+        IDLE_RETURNED,
+        "Returned idle",
+        FieldKind.TEXTARRAY,
+        "host=GPUs@time of each host (or device) the lease gave back idle while the rest stayed busy",
+    ),
+    FieldSpec(
+        HISTORY,
+        "GPU lease history",
+        FieldKind.TEXTARRAY,
+        "Every step of the lease, one line each: time, actor, step, details (append-only)",
+    ),
+    FieldSpec(KEEP_COUNT, "Keeps used", FieldKind.TEXTBOX, "How many times Keep answered an idle warning"),
+    FieldSpec(KEPT_UNTIL, "Kept until", FieldKind.TEXTBOX, "ISO 8601 UTC time the last Keep holds idle reclaim off"),
+    FieldSpec(EXEMPT_UNTIL, "Exempt until", FieldKind.TEXTBOX, "ISO 8601 UTC end of an operator's idle exemption"),
+    FieldSpec(EXEMPT_BY, "Exempted by", FieldKind.TEXTBOX, "Slack user id of the operator who granted the exemption"),
+    FieldSpec(GPU_HOURS_HELD, "GPU-hours held", FieldKind.TEXTBOX, "GPU-hours the lease held, accrued by the sync"),
+    FieldSpec(GPU_HOURS_BUSY, "GPU-hours busy", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw busy"),
+    FieldSpec(GPU_HOURS_IDLE, "GPU-hours idle", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw idle"),
+    FieldSpec(
+        GPU_HOURS_UNMEASURED,
+        "GPU-hours unmeasured",
+        FieldKind.TEXTBOX,
+        "Of the held GPU-hours, those no metrics measured (never counted idle)",
+    ),
+    FieldSpec(GPU_HOURS_UNTIL, "GPU-hours until", FieldKind.TEXTBOX, "ISO 8601 UTC time the GPU-hours accrue up to"),
+    FieldSpec(
+        GPU_HOURS_BY_MONTH,
+        "GPU-hours by month",
+        FieldKind.TEXTARRAY,
+        "YYYY-MM=hours of held GPU-hours per calendar month (UTC), for the GPU-hour budgets",
+    ),
+)
+
+BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}
+
+FieldValue = str | list[str] | None
+
+
+def encode_fields(values: Mapping[str, object]) -> dict[str, dict[str, Any]]:
+    """Encode plain values into Datadog's `{type, value}` field objects; `state` is Datadog's own dropdown."""
+    encoded: dict[str, dict[str, Any]] = {}
+    for name, raw in values.items():
+        kind = FieldKind.DROPDOWN if name == STATE else _spec(name).kind
+        encoded[name] = {"type": kind.value, "value": _encode_value(kind, raw)}
+    return encoded
+
+
+def decode_fields(raw: Mapping[str, Any] | None) -> dict[str, FieldValue]:
+    """Decode Datadog's field objects into plain values, keeping only strings and lists of strings."""
+    decoded: dict[str, FieldValue] = {}
+    for name, obj in (raw or {}).items():
+        value = obj.get("value") if isinstance(obj, Mapping) else obj
+        if value is None:
+            decoded[name] = None
+        elif isinstance(value, list):
+            decoded[name] = [str(v) for v in value]
+        else:
+            decoded[name] = str(value)
+    return decoded
+
+
+def _spec(name: str) -> FieldSpec:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"'{name}' is not a gpufarm incident field") from None
+
+
+def _encode_value(kind: FieldKind, raw: object) -> str | list[str] | None:
+    if raw is None:
+        return None
+    if kind.multiple:
+        if isinstance(raw, str) or not isinstance(raw, (list, tuple, set, frozenset)):
+            raise TypeError(f"a {kind.value} field takes a list of strings")
+        return [str(v) for v in raw]
+    if isinstance(raw, (list, tuple, set)):
+        raise TypeError(f"a {kind.value} field takes a single value")
+    return str(raw)

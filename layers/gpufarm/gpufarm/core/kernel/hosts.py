@@ -1,0 +1,192 @@
+"""Host tags that make a host part of the GPU inventory, and the allocation tags gpufarm writes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from gpufarm.core.kernel.bounded import ascii_digits
+
+MANAGED_TAG = "gpufarm:managed"
+GPU_MODEL_KEY = "gpu_model"
+GPU_COUNT_KEY = "gpu_count"
+ENVIRONMENT_KEY = "environment"
+CLUSTER_KEY = "cluster"
+PROJECT_KEY = "project"
+TEAM_KEY = "team"
+IR_KEY = "ir"
+# The host's schedulable units as its node agent publishes them (one tag each): `gpu_unit:<index>/<uuid>` for a
+# whole GPU, `gpu_unit:<index>.<gi>/<mig uuid>/<profile>` for a MIG slice (GPU instance `gi`), uuids lowercased.
+GPU_UNIT_KEY = "gpu_unit"
+# One per unit a lease holds on a shared host, next to its `ir:` tag: `gpu_assign:ir-<N>/<uuid>` (the node agent
+# attributes the unit's series to the lease from it).
+GPU_ASSIGN_KEY = "gpu_assign"
+# A host publishes at most this many units (8 GPUs x 7 slices is 56); more tags than this are ignored.
+MAX_UNITS = 128
+MAX_GPU_INDEX = 63
+_UUID_RE = re.compile(r"^(gpu|mig)-[0-9a-f][0-9a-f-]{7,79}$", re.ASCII)
+# `1g.10gb`, `1g.10gb_me` (Datadog turns `+` into `_`), `unknown` when the driver's name had no profile in it.
+UNKNOWN_PROFILE = "unknown"
+_PROFILE_RE = re.compile(r"^([0-9]{1,2}[gc][0-9a-z._]{0,30}|unknown)$", re.ASCII)
+# Tags a host carries because an incident holds it; reclaim removes exactly these.
+ALLOCATION_KEYS = frozenset({IR_KEY, PROJECT_KEY, TEAM_KEY})
+
+
+def tag_value(tags: Iterable[str], key: str) -> str | None:
+    """The value of the first `key:value` tag, or None."""
+    prefix = f"{key}:"
+    for tag in tags:
+        if tag.startswith(prefix):
+            return tag[len(prefix) :]
+    return None
+
+
+def tag_values(tags: Iterable[str], key: str) -> list[str]:
+    """Every value of `key:value` tags, in order."""
+    prefix = f"{key}:"
+    return [tag[len(prefix) :] for tag in tags if tag.startswith(prefix)]
+
+
+def normalize_tag(tag: str) -> str:
+    """Datadog's normalisation: lowercase, at most 200 characters, odd characters become `_`."""
+    return "".join(ch if ch.isalnum() or ch in "_-:./" else "_" for ch in tag.lower()[:200])
+
+
+@dataclass(frozen=True)
+class GpuUnit:
+    """One schedulable unit of a host: a whole GPU (`gi` None) or a MIG slice of GPU `index`.
+
+    A unit of a host whose agent publishes no units (an older agent) has neither uuid nor profile: it is known by
+    its index alone.
+    """
+
+    index: int
+    gi: int | None = None
+    uuid: str | None = None
+    profile: str | None = None
+
+    @property
+    def id(self) -> str:
+        """What names the unit in `gpu_assign` tags and incident fields: its uuid, else its index."""
+        return self.uuid or str(self.index)
+
+    @property
+    def label(self) -> str:
+        """`3` for GPU 3, `3.1` for GPU instance 1 on GPU 3."""
+        return str(self.index) if self.gi is None else f"{self.index}.{self.gi}"
+
+    @property
+    def is_mig(self) -> bool:
+        """True for a MIG slice."""
+        return self.gi is not None
+
+    def tag_value(self) -> str:
+        """`3/gpu-…`, `3.1/mig-…/1g.10gb`, or `3` for a unit known by index only (the gpu_unit tag's value)."""
+        parts = [self.label, *([self.uuid] if self.uuid else []), *([self.profile] if self.profile else [])]
+        return "/".join(parts)
+
+    @classmethod
+    def parse(cls, text: str) -> GpuUnit | None:
+        """The inverse of tag_value; None for anything malformed (an index past MAX_GPU_INDEX, an odd uuid)."""
+        parts = text.split("/")
+        if not 1 <= len(parts) <= 3:
+            return None
+        index_text, dot, gi_text = parts[0].partition(".")
+        index = ascii_digits(index_text, max_digits=2)
+        gi = ascii_digits(gi_text, max_digits=2) if dot else None
+        if index is None or index > MAX_GPU_INDEX or (dot and gi is None):
+            return None
+        uuid = parts[1] if len(parts) > 1 else None
+        profile = parts[2] if len(parts) > 2 else None
+        if uuid is not None and not _UUID_RE.match(uuid):
+            return None
+        if uuid is not None and uuid.startswith("mig-") != (gi is not None):
+            return None  # a slice has a MIG uuid, a whole GPU a GPU one
+        if profile is not None and (gi is None or not _PROFILE_RE.match(profile)):
+            return None
+        if gi is not None and (uuid is None or profile is None):
+            return None  # a slice is only ever known by its uuid and profile
+        return cls(index, gi, uuid, profile)
+
+
+def unit_tag(unit: GpuUnit) -> str:
+    """`gpu_unit:3.1/mig-…/1g.10gb`."""
+    return f"{GPU_UNIT_KEY}:{unit.tag_value()}"
+
+
+def parse_units(tags: Iterable[str]) -> tuple[GpuUnit, ...]:
+    """The units a host's `gpu_unit` tags publish, by GPU then GPU instance, each uuid once, at most MAX_UNITS."""
+    seen: dict[str, GpuUnit] = {}
+    for value in tag_values(tags, GPU_UNIT_KEY):
+        unit = GpuUnit.parse(value)
+        if unit is not None and unit.uuid is not None and unit.id not in seen:
+            seen[unit.id] = unit
+            if len(seen) == MAX_UNITS:
+                break
+    return tuple(sorted(seen.values(), key=lambda u: (u.index, -1 if u.gi is None else u.gi, u.id)))
+
+
+def assign_tag(ir_value: str, unit_id: str) -> str:
+    """`gpu_assign:ir-123/mig-…` for the lease `ir-123` holding a unit."""
+    return f"{GPU_ASSIGN_KEY}:{ir_value}/{unit_id}"
+
+
+def parse_assign(value: str) -> tuple[str, str] | None:
+    """`ir-123/mig-…` as (`ir-123`, unit id); None when malformed."""
+    ir_value, sep, unit_id = value.partition("/")
+    number = ascii_digits(ir_value.removeprefix("ir-"), max_digits=9) if ir_value.startswith("ir-") else None
+    if not sep or number is None or not unit_id or "/" in unit_id:
+        return None
+    return ir_value, unit_id
+
+
+@dataclass(frozen=True)
+class GpuHost:
+    """A host of the inventory as its tags describe it."""
+
+    name: str
+    gpu_model: str
+    gpu_count: int
+    environment: str
+    cluster: str
+    tags: tuple[str, ...] = ()
+
+    @property
+    def irs(self) -> list[str]:
+        """`ir-123` values of the incidents holding this host."""
+        return tag_values(self.tags, IR_KEY)
+
+    @cached_property
+    def units(self) -> tuple[GpuUnit, ...]:
+        """The schedulable units the host's agent publishes; GPUs 0..gpu_count-1 by index when it publishes none."""
+        published = parse_units(self.tags)
+        if published:
+            return published
+        return tuple(GpuUnit(i) for i in range(min(self.gpu_count, MAX_UNITS)))
+
+    @property
+    def assignments(self) -> dict[str, str]:
+        """Unit id -> `ir-123` of the host's `gpu_assign` tags (the first one wins for a unit tagged twice)."""
+        out: dict[str, str] = {}
+        for value in tag_values(self.tags, GPU_ASSIGN_KEY):
+            parsed = parse_assign(value)
+            if parsed is not None:
+                out.setdefault(parsed[1], parsed[0])
+        return out
+
+    @classmethod
+    def from_tags(cls, name: str, tags: Iterable[str]) -> GpuHost | None:
+        """Build from host tags; None unless the host carries the full set of inventory tags."""
+        tag_list = tuple(tags)
+        if MANAGED_TAG not in tag_list:
+            return None
+        model = tag_value(tag_list, GPU_MODEL_KEY)
+        count = tag_value(tag_list, GPU_COUNT_KEY)
+        env = tag_value(tag_list, ENVIRONMENT_KEY)
+        gpus = ascii_digits(count or "")
+        if not model or gpus is None or not env:
+            return None
+        cluster = tag_value(tag_list, CLUSTER_KEY) or "default"
+        return cls(name, model.upper(), gpus, env, cluster, tag_list)

@@ -1,0 +1,293 @@
+"""Requests and allocations: what a researcher asks for and what an incident holds."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.bounded import ascii_digits
+from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.ir import format_ir, ir_tag
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+
+# Names end up in Datadog tags (`project:llm-ko`): lowercase, start with a letter, no tag-breaking characters.
+NAME_PATTERN = r"^[a-z][a-z0-9_.\-]{0,62}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,31}$"
+SLACK_USER_PATTERN = r"^[UW][A-Z0-9]{2,20}$"
+MAX_GPU_COUNT = 4096
+MAX_DURATION_DAYS = 365
+MAX_PURPOSE = 500
+
+
+def _no_control(text: str) -> str:
+    if any(not ch.isprintable() for ch in text):
+        raise ValueError("must not contain control characters")
+    return text
+
+
+def _lower_name(text: str) -> str:
+    value = text.strip().lower()
+    if not _NAME_RE.match(value):
+        raise ValueError(
+            "use 1-63 lowercase letters, digits, '-', '_' or '.', starting with a letter (it becomes a Datadog tag)"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(_lower_name)]
+GpuModel = Annotated[str, Field(pattern=GPU_MODEL_PATTERN), AfterValidator(str.upper)]
+Purpose = Annotated[str, Field(max_length=MAX_PURPOSE), AfterValidator(_no_control)]
+
+
+def validate_name(field: str, value: str) -> str:
+    """Validate one tag-safe name, raising ValidationFailed naming the field."""
+    try:
+        return _lower_name(value)
+    except ValueError as exc:
+        raise ValidationFailed(field, f"{field}: {exc}") from None
+
+
+class GpuRequest(BaseModel):
+    """A researcher's request for GPUs, validated before anything is created."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+    team: Name
+    project: Name
+    gpu_model: GpuModel
+    gpu_count: int = Field(ge=1, le=MAX_GPU_COUNT)
+    environment: Name
+    duration_days: int = Field(default=7, ge=1, le=MAX_DURATION_DAYS)
+    purpose: Purpose = ""
+    requester: str = Field(pattern=SLACK_USER_PATTERN)
+    channel: str | None = Field(default=None, pattern=r"^[CDG][A-Z0-9]{2,20}$")
+    request_id: str = Field(min_length=8, max_length=80, pattern=r"^[A-Za-z0-9_.:\-]+$")
+
+    def title(self) -> str:
+        """Incident title people see in Datadog."""
+        return f"GPU request: {self.team}/{self.project} {self.gpu_count}x{self.gpu_model} ({self.environment})"
+
+    def to_fields(self, phase: Phase, now: datetime) -> dict[str, object]:
+        """Field values of a freshly created incident."""
+        return {
+            f.STATE: State.ACTIVE.value,
+            f.PHASE: phase.value,
+            f.TEAM: self.team,
+            f.PROJECT: self.project,
+            f.GPU_MODEL: self.gpu_model,
+            f.GPU_COUNT: str(self.gpu_count),
+            f.ENVIRONMENT: self.environment,
+            f.REQUESTER: self.requester,
+            f.PURPOSE: self.purpose or None,
+            f.DURATION_DAYS: str(self.duration_days),
+            f.EXPIRES_AT: isoformat(now + timedelta(days=self.duration_days)),
+            f.REQUEST_ID: self.request_id,
+            f.SLACK_CHANNEL: self.channel,
+        }
+
+
+class IncidentRecord(BaseModel):
+    """An incident as any adapter returns it, independent of the Datadog client's models."""
+
+    # Built on first use: the Slack ingress imports this module but never reads an incident.
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    id: str
+    public_id: int
+    title: str
+    state: str | None = None
+    fields: dict[str, f.FieldValue] = Field(default_factory=dict)
+    created: datetime | None = None
+    modified: datetime | None = None
+    resolved: datetime | None = None
+
+
+class Allocation(BaseModel):
+    """The allocation an incident holds, decoded from its fields."""
+
+    # Built on first use, as IncidentRecord.
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    incident_id: str
+    ir: int
+    title: str
+    state: State
+    phase: Phase
+    team: str | None = None
+    project: str | None = None
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    environment: str | None = None
+    requester: str | None = None
+    purpose: str | None = None
+    duration_days: int | None = None
+    expires_at: datetime | None = None
+    hosts: tuple[str, ...] = ()
+    host_gpus: dict[str, int] = Field(default_factory=dict)
+    # `host=<unit>` entries of the units held on a shared pool, as stored (decoded by gpufarm.core.kernel.units).
+    devices: tuple[str, ...] = ()
+    approved_by: str | None = None
+    idle_warned_at: datetime | None = None
+    # Lease semantics (gpufarm.core.leases.terms).
+    allocated_at: datetime | None = None
+    waiting_since: datetime | None = None
+    expiry_reminded: datetime | None = None
+    # `part=time` and `part=gpus@time` entries, as stored (decoded by gpufarm.core.idle.partial).
+    idle_parts: tuple[str, ...] = ()
+    idle_returned: tuple[str, ...] = ()
+    reclaim_reason: ReclaimReason | None = None
+    request_id: str | None = None
+    slack_channel: str | None = None
+    slack_message: str | None = None
+    history: tuple[str, ...] = ()
+    keep_count: int = 0
+    kept_until: datetime | None = None
+    exempt_until: datetime | None = None
+    exempt_by: str | None = None
+    # Accrued GPU-hours (gpufarm.core.accounting.gpu_hours): held, busy, idle, unmeasured, up to when, held per month.
+    hours_held: float = 0.0
+    hours_busy: float = 0.0
+    hours_idle: float = 0.0
+    hours_unmeasured: float = 0.0
+    hours_until: datetime | None = None
+    hours_by_month: tuple[str, ...] = ()
+    modified: datetime | None = None
+
+    @property
+    def ir_label(self) -> str:
+        """`IR-123`."""
+        return format_ir(self.ir)
+
+    @property
+    def ir_tag(self) -> str:
+        """`ir:ir-123`."""
+        return ir_tag(self.ir)
+
+    @classmethod
+    def from_record(cls, record: IncidentRecord) -> Allocation:
+        """Decode an incident; missing or malformed gpufarm fields fall back to safe defaults."""
+        v = record.fields
+        state = _enum(State, record.state or _text(v.get(f.STATE)), State.ACTIVE)
+        phase = _enum(Phase, _text(v.get(f.PHASE)), Phase.REQUESTED)
+        return cls(
+            incident_id=record.id,
+            ir=record.public_id,
+            title=record.title,
+            state=state,
+            phase=phase,
+            team=_text(v.get(f.TEAM)),
+            project=_text(v.get(f.PROJECT)),
+            gpu_model=_text(v.get(f.GPU_MODEL)),
+            gpu_count=_int(v.get(f.GPU_COUNT)) or 0,
+            environment=_text(v.get(f.ENVIRONMENT)),
+            requester=_text(v.get(f.REQUESTER)),
+            purpose=_text(v.get(f.PURPOSE)),
+            duration_days=_int(v.get(f.DURATION_DAYS)),
+            expires_at=parse_time(_text(v.get(f.EXPIRES_AT))),
+            hosts=tuple(_list(v.get(f.HOSTS))),
+            host_gpus=decode_host_gpus(_list(v.get(f.HOST_GPUS))),
+            devices=tuple(_list(v.get(f.DEVICES))),
+            approved_by=_text(v.get(f.APPROVED_BY)),
+            idle_warned_at=parse_time(_text(v.get(f.IDLE_WARNED_AT))),
+            allocated_at=parse_time(_text(v.get(f.ALLOCATED_AT))),
+            waiting_since=parse_time(_text(v.get(f.WAITING_SINCE))),
+            expiry_reminded=parse_time(_text(v.get(f.EXPIRY_REMINDED))),
+            idle_parts=tuple(_list(v.get(f.IDLE_PARTS))),
+            idle_returned=tuple(_list(v.get(f.IDLE_RETURNED))),
+            reclaim_reason=_enum(ReclaimReason, _text(v.get(f.RECLAIM_REASON)), None),
+            request_id=_text(v.get(f.REQUEST_ID)),
+            slack_channel=_text(v.get(f.SLACK_CHANNEL)),
+            slack_message=_text(v.get(f.SLACK_MESSAGE)),
+            history=tuple(_list(v.get(f.HISTORY))),
+            keep_count=_int(v.get(f.KEEP_COUNT)) or 0,
+            kept_until=parse_time(_text(v.get(f.KEPT_UNTIL))),
+            exempt_until=parse_time(_text(v.get(f.EXEMPT_UNTIL))),
+            exempt_by=_text(v.get(f.EXEMPT_BY)),
+            hours_held=_hours(v.get(f.GPU_HOURS_HELD)),
+            hours_busy=_hours(v.get(f.GPU_HOURS_BUSY)),
+            hours_idle=_hours(v.get(f.GPU_HOURS_IDLE)),
+            hours_unmeasured=_hours(v.get(f.GPU_HOURS_UNMEASURED)),
+            hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
+            hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
+            modified=record.modified,
+        )
+
+
+def encode_host_gpus(host_gpus: dict[str, int]) -> list[str]:
+    """`{"node-1": 2}` → `["node-1=2"]`, sorted for stable diffs."""
+    return [f"{host}={count}" for host, count in sorted(host_gpus.items())]
+
+
+def decode_host_gpus(items: list[str]) -> dict[str, int]:
+    """Inverse of encode_host_gpus; malformed entries are skipped."""
+    out: dict[str, int] = {}
+    for item in items:
+        host, sep, count = item.rpartition("=")
+        number = ascii_digits(count)
+        if sep and host and number is not None:
+            out[host] = number
+    return out
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, in UTC."""
+    return datetime.now(UTC)
+
+
+def isoformat(moment: datetime) -> str:
+    """ISO 8601 in UTC with a Z, to the second."""
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """Parse an ISO 8601 time written by isoformat (or Datadog); None when absent or malformed."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _text(value: f.FieldValue) -> str | None:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value or None
+
+
+def _list(value: f.FieldValue) -> list[str]:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _int(value: f.FieldValue) -> int | None:
+    text = _text(value)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _hours(value: f.FieldValue) -> float:
+    """A GPU-hours textbox: a finite, non-negative number, else 0 (a hand-edited field never breaks a read)."""
+    text = _text(value)
+    try:
+        number = float(text) if text is not None and len(text) <= 32 else 0.0
+    except ValueError:
+        return 0.0
+    return number if math.isfinite(number) and number >= 0 else 0.0
+
+
+def _enum(kind: Any, value: str | None, default: Any) -> Any:
+    try:
+        return kind(value) if value is not None else default
+    except ValueError:
+        return default

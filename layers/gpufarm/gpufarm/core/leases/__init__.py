@@ -1,0 +1,1 @@
+"""The lease lifecycle: request, decision, allocation, reclaim, release, extension, queries, terms, notices."""

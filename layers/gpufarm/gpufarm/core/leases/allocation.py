@@ -1,0 +1,181 @@
+"""Allocation: an approved lease gets hosts (or GPU units on a shared pool), tagged and written into its incident.
+
+Hosts are chosen by model, pool, free capacity and the placement policy (gpufarm.core.inventory.placement), tagged
+with what gpufarm.core.kernel.tags says an allocation writes, then written into the incident; the requester is
+told. A pool with no room puts the lease in its queue (waiting), first come first served per model. Tags are
+re-read before they are written, and on a dedicated pool read again after, so even a lapse in the pool's
+serialization never puts a host in two dedicated leases (docs/design.md, rule 4).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from gpufarm.core.chat import messages
+from gpufarm.core.config.farm import PoolKind
+from gpufarm.core.context.lease_context import LeaseContext, invocation
+from gpufarm.core.context.outcome import Outcome
+from gpufarm.core.inventory.placement import free_capacity, place, pool_hosts
+from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel import history
+from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.history import Step
+from gpufarm.core.kernel.hosts import IR_KEY, GpuHost, tag_values
+from gpufarm.core.kernel.ir import ir_tag_value
+from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
+from gpufarm.core.kernel.model import Allocation, encode_host_gpus, isoformat
+from gpufarm.core.kernel.tags import allocation_tags, assign_tags, is_assign_of
+from gpufarm.core.kernel.units import Devices, assign_units, encode_devices, holdings
+from gpufarm.core.leases import notices, terms
+
+log = logging.getLogger(__name__)
+
+# How many times allocation re-plans after finding a chosen host freshly taken (only a lapse in serialization).
+MAX_REPLANS = 3
+
+
+@invocation
+def allocate(ctx: LeaseContext, alloc: Allocation) -> Outcome:
+    """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""
+    if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
+        return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
+    env_name, model = alloc.environment or "", (alloc.gpu_model or "").upper()
+    env = ctx.farm.environments.get(env_name)
+    if env is None or alloc.gpu_count < 1:
+        # Config changed under a live request: nothing can ever be placed; say so rather than loop.
+        log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, env_name)
+        return go_waiting(ctx, alloc)
+    older = [a for a in ctx.live(env_name, phases={Phase.WAITING}) if a.gpu_model == model and a.ir < alloc.ir]
+    if older:
+        # First come, first served per model: a newer request does not overtake a waiting one.
+        return go_waiting(ctx, alloc)
+    me = ir_tag_value(alloc.ir)
+    excluded: set[str] = ctx.down(env_name)  # silent nodes get nothing (gpufarm.core.inventory.sources)
+    for _ in range(MAX_REPLANS):
+        hosts = [h for h in pool_hosts(ctx.inventory(env_name), env_name, model) if h.name not in excluded]
+        used = ctx.units_used(env_name, env.kind, hosts, exclude_ir=alloc.ir)
+        free = free_capacity(env.kind, hosts, used, holder_ir=me)
+        already = frozenset(h.name for h in hosts if me in h.irs)
+        plan = place(env.kind, free, alloc.gpu_count, prefer=already)
+        devices = _choose_units(ctx, alloc, env.kind, hosts, plan) if plan else {}
+        dedicated = env.kind is PoolKind.DEDICATED
+        taken = _tag_hosts(ctx, alloc, plan, dedicated=dedicated, devices=devices) if plan else set()
+        if not taken:
+            for stray in sorted(already - set(plan or ())):
+                # Left by an earlier attempt that chose differently: this IR does not hold it.
+                ctx.untag_host(stray, alloc)
+            return _allocated(ctx, alloc, plan, devices) if plan else go_waiting(ctx, alloc)
+        excluded |= taken
+    raise UpstreamError(f"{alloc.ir_label}: hosts kept being taken while allocating; retrying later")
+
+
+@invocation
+def allocate_waiting(ctx: LeaseContext, environment: str) -> list[Outcome]:
+    """After capacity frees: allocate approved/waiting incidents of a pool, oldest first per model."""
+    queue = sorted(ctx.live(environment, phases={Phase.APPROVED, Phase.WAITING}), key=lambda a: a.ir)
+    outcomes: list[Outcome] = []
+    blocked: set[str] = set()
+    for alloc in queue:
+        model = (alloc.gpu_model or "").upper()
+        if model in blocked:
+            continue
+        outcome = allocate(ctx, alloc)
+        outcomes.append(outcome)
+        if outcome.action.startswith("waiting"):
+            blocked.add(model)
+    return outcomes
+
+
+def go_waiting(ctx: LeaseContext, alloc: Allocation) -> Outcome:
+    """The lease waits for hosts: its place in the pool's queue for its model, told to the requester once."""
+    if alloc.phase is Phase.WAITING:
+        return Outcome(alloc.ir, "waiting (still)")
+    # Its place among the pool's requests waiting for the model, first come first served (gpufarm.core.leases.terms).
+    spot = terms.position(alloc, ctx.live(alloc.environment, phases=terms.WAITING))
+    queued = f"position {spot.place} of {spot.of} for {spot.gpu_model}"
+    updated = ctx.write(
+        alloc,
+        Phase.WAITING,
+        {f.WAITING_SINCE: isoformat(ctx.now())},
+        step=ctx.step(history.GPUFARM, Step.WAITING, queued),
+    )
+    deadline = terms.waiting_deadline(updated, ctx.farm)
+    ctx.tell(updated.requester, notices.waiting(updated, spot, deadline, ctx.links_for(updated)))
+    return Outcome(alloc.ir, "waiting")
+
+
+def _choose_units(
+    ctx: LeaseContext, alloc: Allocation, kind: PoolKind, hosts: Sequence[GpuHost], plan: dict[str, int]
+) -> Devices:
+    """The GPUs or MIG slices a shared pool's plan takes on each host (none on a dedicated pool)."""
+    if kind is PoolKind.DEDICATED:
+        return {}
+    live = ctx.live(alloc.environment, phases=HOLDING | {Phase.APPROVED})
+    by_name = {h.name: h for h in hosts}
+    devices = assign_units(by_name, plan, holdings(hosts, live, alloc.ir), alloc.ir)
+    if devices is None:
+        # Only a host whose units changed under the count (a lapse in serialization): try again later.
+        raise UpstreamError(f"{alloc.ir_label}: the units of {', '.join(sorted(plan))} changed while allocating")
+    return devices
+
+
+def _tag_hosts(
+    ctx: LeaseContext, alloc: Allocation, plan: dict[str, int], *, dedicated: bool, devices: Devices | None = None
+) -> set[str]:
+    """Tag the planned hosts; returns hosts found taken by another IR (dedicated pools), which were not tagged.
+
+    On a shared pool each host also gets one `gpu_assign` tag per unit `devices` gives the lease there, and
+    loses this lease's others (left by an earlier attempt that chose differently).
+    """
+    me = ir_tag_value(alloc.ir)
+    wanted = allocation_tags([alloc])
+    fresh: dict[str, list[str]] = {}
+    taken: set[str] = set()
+    for host in plan:
+        current = ctx.user_tags(host)
+        if current is None or (dedicated and any(v != me for v in tag_values(current, IR_KEY))):
+            taken.add(host)
+        else:
+            fresh[host] = current
+    if taken:
+        return taken
+    for host, current in fresh.items():
+        units = assign_tags(alloc.ir, (devices or {}).get(host, ()))
+        kept = [t for t in current if not is_assign_of(t, alloc.ir) or t in units]
+        missing = [t for t in [*wanted, *units] if t not in kept]
+        if missing or kept != current:
+            ctx.put_tags(host, [*kept, *missing])
+    if dedicated:
+        # Verify after write: the tag API has no compare-and-set, so a writer outside this pool's queue
+        # could have raced us. Whoever finds a second ir: tag backs off; a lost tag means try again later.
+        for host in fresh:
+            after = ctx.user_tags(host) or []
+            if alloc.ir_tag not in after:
+                raise UpstreamError(f"{alloc.ir_label}: the tags of {host} changed while allocating; retrying")
+            if any(v != me for v in tag_values(after, IR_KEY)):
+                ctx.untag_host(host, alloc)
+                taken.add(host)
+    return taken
+
+
+def _allocated(ctx: LeaseContext, alloc: Allocation, plan: dict[str, int], devices: Devices | None = None) -> Outcome:
+    hosts = sorted(plan)
+    # The lease's days start now, when its hosts are allocated, however long it waited (gpufarm.core.leases.terms).
+    expires = terms.lease_end(ctx.now(), alloc.duration_days or ctx.farm.defaults.duration_days)
+    where = ", ".join(f"{h} ({plan[h]} GPUs)" for h in hosts)
+    updated = ctx.write(
+        alloc,
+        Phase.ALLOCATED,
+        {
+            f.ALLOCATED_AT: isoformat(ctx.now()),
+            f.WAITING_SINCE: None,
+            f.HOSTS: hosts,
+            f.HOST_GPUS: encode_host_gpus(plan),
+            **({f.DEVICES: encode_devices(devices)} if devices else {}),
+            f.EXPIRES_AT: isoformat(expires),
+        },
+        step=ctx.step(history.GPUFARM, Step.ALLOCATED, f"hosts: {where}", f"until {isoformat(expires)}"),
+    )
+    ctx.tell(updated.requester, messages.allocated(updated, ctx.links_for(updated)))
+    return Outcome(alloc.ir, "allocated", tuple(hosts))

@@ -1,0 +1,57 @@
+"""What a lease, a user's or a team's leases look like now: `/gpu status` and `/gpu list`, read, never written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from gpufarm.core.chat import messages
+from gpufarm.core.chat.messages import Message
+from gpufarm.core.context.lease_context import LeaseContext, invocation
+from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.leases import terms
+
+
+@invocation
+def allocation(ctx: LeaseContext, ir: int) -> Allocation:
+    """One allocation by IR; NotFound naming the IR."""
+    return ctx.get(ir)
+
+
+@invocation
+def status(ctx: LeaseContext, ir: int) -> Message:
+    """One allocation in detail (anyone may look)."""
+    alloc = ctx.get(ir)
+    return messages.status_message(alloc, ctx.links_for(alloc))
+
+
+@invocation
+def list_allocations(ctx: LeaseContext, scope: str, user: str, team: str | None = None) -> Message:
+    """Live allocations: the user's own, a team's, or all."""
+    # Each scope reads only what it shows: a user's own through the requester facet, a team's through the team
+    # facet, so a user's list costs the same whatever else the farm holds (docs/design.md, "Reads per invocation").
+    if scope == "all":
+        everything = sorted(ctx.live(), key=lambda a: -a.ir)
+        return messages.list_message("All live allocations", everything, positions(ctx, everything), ctx.links_for)
+    mine = ctx.reads().requested_by(user)
+    if scope == "team":
+        if team is not None:
+            ctx.farm.team(team)
+        teams = {team} if team else {a.team for a in mine if a.team}
+        if not teams:
+            raise ValidationFailed("team", "you hold no allocations; say which team: /gpu list team nlp")
+        shown = sorted((a for t in teams for a in ctx.live(team=t)), key=lambda a: -a.ir)
+        title = f"Live allocations of team {', '.join(sorted(t for t in teams if t))}"
+        return messages.list_message(title, shown, positions(ctx, shown), ctx.links_for)
+    newest = sorted(mine, key=lambda a: -a.ir)
+    return messages.list_message("Your live allocations", newest, positions(ctx, mine), ctx.links_for)
+
+
+def positions(ctx: LeaseContext, shown: Iterable[Allocation]) -> dict[int, terms.Position]:
+    """Queue positions of the waiting allocations among `shown`, against everything waiting in their pools."""
+    waiting = [a for a in shown if a.phase in terms.WAITING]
+    out: dict[int, terms.Position] = {}
+    for env in sorted({a.environment or "" for a in waiting}):
+        queue = ctx.live(env, phases=terms.WAITING)
+        out |= {a.ir: terms.position(a, queue) for a in waiting if a.environment == env}
+    return out

@@ -1,0 +1,67 @@
+"""The sync's gauges: quota (entitled / allocated per team, pool, model), inventory (total / free per pool, model),
+the inventory ledger's (down, no agent, cloud quotas, source errors), waiting requests and idle warnings
+(gpufarm.core.leases.metrics), and the accounting ledger's (gpufarm.core.accounting.series), in one submit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, series
+from gpufarm.core.context.lease_context import LeaseContext, invocation
+from gpufarm.core.inventory.sources import Ledger, ledger_series
+from gpufarm.core.kernel.hosts import normalize_tag
+from gpufarm.core.kernel.lifecycle import HOLDING
+from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
+from gpufarm.core.leases import metrics
+from gpufarm.core.sync.inventory_read import read_ledger
+
+
+@invocation
+def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_hours.Usage | None = None) -> int:
+    """Every gauge of the farm, sent once; returns how many series were sent.
+
+    The inventory ledger (gpufarm.core.inventory.sources.LEDGER_GAUGES) and the busy-GPU measurement are read here
+    when the caller did not read them already.
+    """
+    if ctx.metrics is None:
+        return 0
+    if ledger is None:
+        ledger = read_ledger(ctx)
+    live = ctx.live()
+    ts = int(ctx.now().timestamp())
+    out: list[MetricSeries] = []
+
+    def gauge(name: str, value: float, tags: list[str]) -> None:
+        out.append(MetricSeries(name, (MetricPoint(ts, float(value)),), tuple(tags), type=3))
+
+    held: dict[tuple[str | None, str | None, str], int] = {}
+    for a in live:
+        if a.phase in HOLDING:
+            key = (a.team, a.environment, (a.gpu_model or "").upper())
+            # What the lease holds: whole hosts on dedicated pools (gpufarm.core.governance.charging), not its ask.
+            held[key] = held.get(key, 0) + (sum(a.host_gpus.values()) or a.gpu_count)
+    for team, spec in sorted(ctx.farm.teams.items()):
+        for env, models in sorted(spec.quotas.items()):
+            for model, q in sorted(models.items()):
+                tags = metric_tags(team=team, environment=env, gpu_model=model)
+                gauge("gpufarm.quota.entitled", q.gpus, tags)
+                gauge("gpufarm.quota.allocated", held.get((team, env, model), 0), tags)
+    for (env, model), (free, total) in sorted(ctx.inventory_summary().items()):
+        tags = metric_tags(environment=env, gpu_model=model)
+        gauge("gpufarm.inventory.gpus.total", total, tags)
+        gauge("gpufarm.inventory.gpus.free", free, tags)
+    out += ledger_series(ledger, ts)
+    # Requests waiting and their age, leases warned as idle: from the same read of the live incidents.
+    out += metrics.gauges(live, ctx.farm, ctx.now())
+    if usage is None:
+        usage = gpu_hours.measure(ctx.usage, ctx.now(), ctx.farm.ledger, agent_usage.for_farm(ctx.farm))
+    measured = gpu_hours.accounts(live, usage, ctx.inventory())
+    out += series.ledger_series(measured, budgets.burns(ctx, ctx.farm.budgets), ts)
+    if out:
+        ctx.metrics.submit(out)
+    return len(out)
+
+
+def metric_tags(**values: Any) -> list[str]:
+    """`key:value` metric tags, normalized as Datadog stores them."""
+    return [normalize_tag(f"{k}:{v}") for k, v in values.items()]
