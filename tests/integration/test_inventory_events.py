@@ -13,7 +13,8 @@ import pytest
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
-from gpufarm.core.inventory.sources import merge, post_source_events
+from gpufarm.core.inventory.source_events import post_source_events
+from gpufarm.core.inventory.sources import merge
 from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm.core.kernel.ports import Event, SourceError, SourceReading
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox

@@ -15,7 +15,7 @@ from gpufarm.core.accounting.gpu_hours import UNMEASURED, Usage
 from gpufarm.core.commands import executor
 from gpufarm.core.config.accounting import LedgerSettings
 from gpufarm.core.config.farm import FarmConfigError, parse_farm
-from gpufarm.core.inventory.sources import LEDGER_GAUGES
+from gpufarm.core.inventory.ledger_gauges import LEDGER_GAUGES
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.hosts import GpuHost

@@ -11,7 +11,8 @@ from fakes import FARM_YAML, FakeClock
 from gpufarm.core.config.farm import FarmConfig, FarmConfigError, parse_farm
 from gpufarm.core.config.inventory import DatadogAgentInventory
 from gpufarm.core.inventory.agent_source import AgentCheckSource, device_model, for_farm, pool_query, recent_query
-from gpufarm.core.inventory.sources import ledger_series, merge
+from gpufarm.core.inventory.ledger_gauges import ledger_series
+from gpufarm.core.inventory.sources import merge
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.ports import ScalarResult, SeenNode, SourceReading
 

@@ -11,8 +11,8 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
 from gpufarm.core.chat import cards
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import Message
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel.errors import UpstreamError

@@ -9,7 +9,7 @@ import pytest
 
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import InvalidTransition, ValidationFailed
-from gpufarm.core.kernel.ir import format_ir, ir_from_tags, ir_tag, parse_ir
+from gpufarm.core.kernel.ir import format_ir, ir_tag, parse_ir
 from gpufarm.core.kernel.lifecycle import Phase, State, check_transition, state_for
 from gpufarm.core.kernel.model import Allocation, GpuRequest, IncidentRecord, decode_host_gpus, encode_host_gpus
 
@@ -28,8 +28,6 @@ def test_parse_ir_rejects_garbage(text: str) -> None:
 def test_ir_forms() -> None:
     assert format_ir(7) == "IR-7"
     assert ir_tag(7) == "ir:ir-7"
-    assert ir_from_tags(["gpufarm:managed", "ir:ir-42"]) == 42
-    assert ir_from_tags(["project:x"]) is None
 
 
 def test_lifecycle_allows_the_documented_path_and_nothing_else() -> None:

@@ -16,7 +16,7 @@ import yaml
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
 from gpufarm.core.config.farm import parse_farm
-from gpufarm.core.inventory.sources import LEDGER_GAUGES
+from gpufarm.core.inventory.ledger_gauges import LEDGER_GAUGES
 from gpufarm.core.kernel import hosts as host_tags
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.sync.gauges import publish_gauges

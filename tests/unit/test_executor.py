@@ -12,7 +12,7 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 from pydantic import ValidationError
 
 from gpufarm.adapters.slack import SlackError
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.commands import executor
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request

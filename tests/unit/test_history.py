@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core.chat import messages
+from gpufarm.core.chat import block_kit, messages
 from gpufarm.core.commands import executor
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
@@ -195,8 +195,8 @@ def test_a_long_history_fits_the_status_message() -> None:
     alloc = Allocation(incident_id="x", ir=7, title="t", state="stable", phase="allocated", history=tuple(lines))
     message = messages.status_message(alloc)
     sections = [b for b in message.blocks if b["type"] == "section"]
-    assert len(message.blocks) <= messages.MAX_MESSAGE_BLOCKS
-    assert all(len(b["text"]["text"]) <= messages.MAX_SECTION_TEXT for b in sections)
+    assert len(message.blocks) <= block_kit.MAX_MESSAGE_BLOCKS
+    assert all(len(b["text"]["text"]) <= block_kit.MAX_SECTION_TEXT for b in sections)
     assert message.text.count("extended") == history.MAX_ENTRIES
 
 

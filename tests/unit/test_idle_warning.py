@@ -9,7 +9,7 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
 from gpufarm.config import Settings
-from gpufarm.core.chat import messages
+from gpufarm.core.chat import block_kit, idle_notices
 from gpufarm.core.chat.links import Links
 from gpufarm.core.config.farm import IdlePolicy, IdleSettings, parse_farm
 from gpufarm.core.governance.policy import build_request
@@ -64,7 +64,7 @@ def lease() -> Allocation:
 POLICY: IdlePolicy = IdleSettings().policy()
 
 
-def _text(message: messages.Message) -> str:
+def _text(message: block_kit.Message) -> str:
     assert block_errors(message.blocks) == [], message.blocks
     return str(message.blocks[0]["text"]["text"])
 
@@ -91,29 +91,29 @@ def _text(message: messages.Message) -> str:
     ],
 )
 def test_each_kind_in_words_with_value_and_window(lease: Allocation, scope: IdleScope, says: str) -> None:
-    text = _text(messages.idle_warning(lease, POLICY, WARNED_AT, scope))
+    text = _text(idle_notices.idle_warning(lease, POLICY, WARNED_AT, scope))
     assert f"*Seen:* {says}" in text
     assert "has been idle: host `hpc-1` (8 GPUs)." in text
 
 
 def test_hosts_then_devices(lease: Allocation) -> None:
-    both = _text(messages.idle_warning(lease, POLICY, WARNED_AT, IdleScope(hosts=("hpc-1", "HPC-2"), kind="idle")))
+    both = _text(idle_notices.idle_warning(lease, POLICY, WARNED_AT, IdleScope(hosts=("hpc-1", "HPC-2"), kind="idle")))
     assert "hosts `hpc-1` (8 GPUs), `HPC-2` (8 GPUs)." in both
     devices = IdleScope(hosts=("hpc-2",), devices=(DEVICE, OTHER_DEVICE), kind="idle", value=0.0)
-    text = _text(messages.idle_warning(lease, POLICY, WARNED_AT, devices))
+    text = _text(idle_notices.idle_warning(lease, POLICY, WARNED_AT, devices))
     assert f"has been idle: devices `{DEVICE}`, `{OTHER_DEVICE}` on `hpc-2`." in text
-    one = _text(messages.idle_warning(lease, POLICY, WARNED_AT, IdleScope(devices=(DEVICE,), kind="idle")))
+    one = _text(idle_notices.idle_warning(lease, POLICY, WARNED_AT, IdleScope(devices=(DEVICE,), kind="idle")))
     assert f"has been idle: device `{DEVICE}`." in one
 
 
 def test_many_hosts_are_counted_not_listed(lease: Allocation) -> None:
     many = IdleScope(hosts=tuple(f"node-{i:02d}" for i in range(20)), kind="idle")
-    text = _text(messages.idle_warning(lease, POLICY, WARNED_AT, many))
+    text = _text(idle_notices.idle_warning(lease, POLICY, WARNED_AT, many))
     assert "`node-07` and 12 more." in text and "node-08" not in text
 
 
 def test_no_scope_says_the_whole_lease_looks_idle(lease: Allocation) -> None:
-    message = messages.idle_warning(lease, POLICY, WARNED_AT, None)
+    message = idle_notices.idle_warning(lease, POLICY, WARNED_AT, None)
     text = _text(message)
     assert "has been idle: the whole lease looks idle (16 GPUs on `hpc-1`, `hpc-2`)." in text
     assert "*Seen:* an idle monitor fired (over the monitor's window)." in text
@@ -123,26 +123,26 @@ def test_no_scope_says_the_whole_lease_looks_idle(lease: Allocation) -> None:
 
 def test_reclaim_time_keep_and_buttons_follow_the_policy(lease: Allocation) -> None:
     policy = IdleSettings(grace_minutes=90).policy()
-    message = messages.idle_warning(lease, policy, WARNED_AT, IdleScope(hosts=("hpc-1",), kind="idle"))
+    message = idle_notices.idle_warning(lease, policy, WARNED_AT, IdleScope(hosts=("hpc-1",), kind="idle"))
     text = _text(message)
     assert "*Reclaim:* at 2026-03-02 10:30 UTC (the lease's 90 min grace) unless it gets busy again" in text
     assert "*Keep:* clears this warning; it holds until the monitors see it idle again (within 90 min" in text
     buttons = message.blocks[-1]["elements"]
     assert [(b["text"]["text"], b["action_id"], b["value"]) for b in buttons] == [
-        ("Keep", messages.ACTION_KEEP, lease.ir_label),
-        ("Release", messages.ACTION_RELEASE, lease.ir_label),
+        ("Keep", block_kit.ACTION_KEEP, lease.ir_label),
+        ("Release", block_kit.ACTION_RELEASE, lease.ir_label),
     ]
 
 
-def _links(message: messages.Message) -> str:
+def _links(message: block_kit.Message) -> str:
     """The lease's links line (gpufarm.core.chat.messages.lease_links), a context block before the buttons."""
-    [block] = [b for b in message.blocks if str(b.get("block_id", "")).startswith(messages.LINKS_BLOCK)]
+    [block] = [b for b in message.blocks if str(b.get("block_id", "")).startswith(block_kit.LINKS_BLOCK)]
     return str(block["elements"][0]["text"])
 
 
 def test_links_to_the_incident_and_the_leases_metrics(lease: Allocation) -> None:
     ir = lease.ir
-    default = _links(messages.idle_warning(lease, POLICY, WARNED_AT, None))
+    default = _links(idle_notices.idle_warning(lease, POLICY, WARNED_AT, None))
     assert f"<https://app.datadoghq.com/incidents/{ir}|Incident {lease.ir_label}>" in default
     explorer = (
         "https://app.datadoghq.com/metric/explorer?exp_metric=gpufarm.gpu.utilization"
@@ -151,10 +151,10 @@ def test_links_to_the_incident_and_the_leases_metrics(lease: Allocation) -> None
     assert f"<{explorer}|GPU metrics>" in default
     eu = Links.for_site("datadoghq.eu")
     assert f"<https://app.datadoghq.eu/incidents/{ir}|" in _links(
-        messages.idle_warning(lease, POLICY, WARNED_AT, None, eu)
+        idle_notices.idle_warning(lease, POLICY, WARNED_AT, None, eu)
     )
     local = Links.for_site("datadoghq.com", "http://127.0.0.1:8321/")
-    text = _links(messages.idle_warning(lease, POLICY, WARNED_AT, None, local))
+    text = _links(idle_notices.idle_warning(lease, POLICY, WARNED_AT, None, local))
     assert f"<http://127.0.0.1:8321/incidents/{ir}|" in text
     assert (
         f"<http://127.0.0.1:8321/metric/explorer?exp_metric=gpufarm.gpu.utilization&exp_scope=gpu_ir:ir-{ir}&" in text
@@ -176,7 +176,7 @@ def test_the_dm_carries_the_scope_and_the_services_links() -> None:
     assert svc.idle_triggered(alloc.ir, scope).action.startswith("warned on hpc-2")
     # One host of two: that part alone goes back after the grace (FARM_YAML's default idle.partial: reclaim).
     dm = next(s for s in chat.sent if "is idle and goes back at" in s.text)
-    message = messages.Message(dm.text, [dict(b) for b in dm.blocks])
+    message = block_kit.Message(dm.text, [dict(b) for b in dm.blocks])
     text = _text(message)
     assert "has been idle: host `hpc-2` (8 GPUs)." in text
     assert "*Seen:* utilisation below 5 % (1.25 % mean over the last 120 min)." in text

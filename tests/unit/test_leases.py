@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeQueue, ask_hpc
 
+from gpufarm.core.chat.block_kit import ACTION_EXTEND, ACTION_RELEASE
 from gpufarm.core.chat.command_text import Command, Verb, parse_command
-from gpufarm.core.chat.messages import ACTION_EXTEND, ACTION_RELEASE
 from gpufarm.core.config.farm import FarmConfigError, parse_farm
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason

@@ -22,7 +22,7 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
 from gpufarm.adapters import datadog_dashboards as dd
 from gpufarm.config import Settings
-from gpufarm.core.chat import cards, messages
+from gpufarm.core.chat import block_kit, cards, messages
 from gpufarm.core.chat.command_text import parse_command
 from gpufarm.core.chat.links import Links
 from gpufarm.core.commands import executor
@@ -168,12 +168,12 @@ BUILDERS = _builders()
 class Spy:
     """Records each builder's results, with the lease each was about."""
 
-    seen: dict[str, list[tuple[Allocation, messages.Message]]] = field(default_factory=dict)
+    seen: dict[str, list[tuple[Allocation, block_kit.Message]]] = field(default_factory=dict)
 
-    def wrap(self, key: str, fn: Callable[..., messages.Message]) -> Callable[..., messages.Message]:
+    def wrap(self, key: str, fn: Callable[..., block_kit.Message]) -> Callable[..., block_kit.Message]:
         sig = inspect.signature(fn)
 
-        def spied(*args: Any, **kwargs: Any) -> messages.Message:
+        def spied(*args: Any, **kwargs: Any) -> block_kit.Message:
             message = fn(*args, **kwargs)
             alloc = sig.bind(*args, **kwargs).arguments["alloc"]
             self.seen.setdefault(key, []).append((alloc, message))
@@ -191,7 +191,7 @@ def expected_line(alloc: Allocation) -> str:
 def assert_linked(alloc: Allocation, blocks: list[Any], what: str) -> None:
     """The message carries the lease's links block, well formed, and is valid Block Kit."""
     assert block_errors(blocks) == [], (what, blocks)
-    found = [b for b in blocks if b.get("block_id") == f"{messages.LINKS_BLOCK}:{alloc.ir}"]
+    found = [b for b in blocks if b.get("block_id") == f"{block_kit.LINKS_BLOCK}:{alloc.ir}"]
     assert len(found) == 1, (what, blocks)
     assert found[0]["type"] == "context" and found[0]["elements"][0]["text"] == expected_line(alloc), what
 
@@ -371,7 +371,7 @@ def test_every_message_sent_that_names_a_lease_links_to_it(world: World) -> None
 
 def _link_lines(blocks: list[Any], ir: int) -> list[str]:
     """The lease's link lines in a message: its links block, or its row of a list."""
-    out = [str(b["elements"][0]["text"]) for b in blocks if b.get("block_id") == f"{messages.LINKS_BLOCK}:{ir}"]
+    out = [str(b["elements"][0]["text"]) for b in blocks if b.get("block_id") == f"{block_kit.LINKS_BLOCK}:{ir}"]
     for block in blocks:
         text = str((block.get("text") or {}).get("text", ""))
         out += [row for row in text.split("\n") if row.startswith(f"• *IR-{ir}* ")]
@@ -386,7 +386,7 @@ def test_a_list_links_every_lease_and_stays_within_slacks_limits(world: World) -
     fields = {"state": "stable", "phase": "allocated", "team": "nlp", "project": "p", "environment": "hpc"}
     many = [Allocation(incident_id=f"i{n}", ir=n, title="t", **fields) for n in range(900, 0, -1)]  # type: ignore[arg-type]
     message = messages.list_message("All live allocations", many, None, world.svc.context.links_for)
-    assert block_errors(message.blocks) == [] and len(message.blocks) == messages.MAX_MESSAGE_BLOCKS
+    assert block_errors(message.blocks) == [] and len(message.blocks) == block_kit.MAX_MESSAGE_BLOCKS
     rows = [row for b in message.blocks for row in b["text"]["text"].split("\n") if row.startswith("• ")]
     assert all(row.endswith(_row_tail(a)) for row, a in zip(rows, many, strict=False))
     # Newest first; what does not fit is counted, never cut mid-row.

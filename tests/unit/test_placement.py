@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from gpufarm.core.config.farm import PoolKind
-from gpufarm.core.inventory.placement import Capacity, free_capacity, place, pool_hosts, shared_usage
+from gpufarm.core.inventory.placement import Capacity, free_capacity, place, pool_hosts
 from gpufarm.core.kernel.hosts import GpuHost
-from gpufarm.core.kernel.lifecycle import Phase, State
-from gpufarm.core.kernel.model import Allocation
 from gpufarm_node.tags import registration_tags
 
 
@@ -73,21 +69,6 @@ def test_shared_hosts_can_hold_several_irs() -> None:
     hosts = [host("s1", 8, env="slices", model="A100", irs=("ir-1", "ir-2"))]
     free = free_capacity(PoolKind.SHARED, hosts, {"s1": 6})
     assert place(PoolKind.SHARED, free, 2) == {"s1": 2}
-
-
-def test_shared_usage_sums_host_gpus() -> None:
-    def alloc(ir: int, host_gpus: dict[str, int]) -> Allocation:
-        return Allocation(
-            incident_id=str(ir),
-            ir=ir,
-            title="t",
-            state=State.STABLE,
-            phase=Phase.ALLOCATED,
-            host_gpus=host_gpus,
-            expires_at=datetime(2026, 1, 1, tzinfo=UTC),
-        )
-
-    assert shared_usage([alloc(1, {"s1": 2}), alloc(2, {"s1": 3, "s2": 1})]) == {"s1": 5, "s2": 1}
 
 
 def test_pool_hosts_filters_and_sorts() -> None:

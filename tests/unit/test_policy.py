@@ -8,7 +8,17 @@ import pytest
 from fakes import FARM_YAML
 
 from gpufarm.core.config.farm import FarmConfig, FarmConfigError, PoolKind, parse_farm
-from gpufarm.core.governance.policy import Action, Verdict, authorize, build_request, decide, extension_days, team_usage
+from gpufarm.core.governance.policy import (
+    Action,
+    Ask,
+    Decision,
+    Verdict,
+    authorize,
+    build_request,
+    decide_grant,
+    extension_days,
+    team_usage,
+)
 from gpufarm.core.kernel.errors import NotAllowed, ValidationFailed
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, GpuRequest
@@ -25,6 +35,12 @@ def request(farm: FarmConfig, **values: str) -> GpuRequest:
     base = {"gpu_count": "4", "gpu_model": "h100", "environment": "hpc", "team": "nlp", "project": "llm-ko"}
     base.update(values)
     return build_request(base, farm, requester="U0000000001", channel="C0000000001", request_id="req-00000001")
+
+
+def decide(request: GpuRequest, farm: FarmConfig, *, team_used: int, pool_capacity: int) -> Decision:
+    """The policy's verdict on a new request, weighed as the lease use cases weigh it (no host charging)."""
+    ask = Ask(request.team, request.environment, request.gpu_model, request.gpu_count)
+    return decide_grant(ask, farm, team_used=team_used, pool_capacity=pool_capacity)
 
 
 def alloc(ir: int, phase: Phase, count: int, team: str = "nlp", env: str = "hpc", model: str = "H100") -> Allocation:

@@ -11,16 +11,8 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 
 from gpufarm.core.config.farm import FarmConfigError, parse_farm
 from gpufarm.core.governance.policy import build_request
-from gpufarm.core.inventory.sources import (
-    GAUGE_NAMES,
-    LEDGER_GAUGES,
-    UNASSIGNED,
-    agent_node,
-    is_down,
-    ledger_series,
-    merge,
-    read_in_background,
-)
+from gpufarm.core.inventory.ledger_gauges import GAUGE_NAMES, LEDGER_GAUGES, ledger_series
+from gpufarm.core.inventory.sources import UNASSIGNED, agent_node, is_down, merge, read_in_background
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.hosts import GpuHost
 from gpufarm.core.kernel.lifecycle import Phase

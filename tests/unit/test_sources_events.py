@@ -9,7 +9,8 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
 from gpufarm.core.config.farm import parse_farm
-from gpufarm.core.inventory.sources import error_class, merge, post_source_events, source_events
+from gpufarm.core.inventory.source_events import error_class, post_source_events, source_events
+from gpufarm.core.inventory.sources import merge
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.ports import Event, SourceError, SourceReading
 from gpufarm.core.service import GpuFarm

@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from gpufarm.core.accounting import gpu_hours, quota
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import Message
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.context.outcome import Outcome

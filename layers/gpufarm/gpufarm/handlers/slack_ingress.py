@@ -16,7 +16,7 @@ from urllib.parse import parse_qs
 
 from pydantic import ValidationError
 
-from gpufarm.core.chat import messages, reason_form
+from gpufarm.core.chat import block_kit, messages, modal, reason_form
 from gpufarm.core.chat.command_text import Command, Verb, parse_command
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.governance.policy import build_request
@@ -42,7 +42,7 @@ COLD_PATH_SERVICES = ("ssm", "lambda")
 
 SLASH_COMMAND = "/gpu"
 # Errors shown under a modal field must name an input block; anything else lands on the first one.
-_FIELD_BLOCK = {name: name for name in messages.FORM_BLOCKS} | {"request": "project", "text": "project"}
+_FIELD_BLOCK = {name: name for name in modal.FORM_BLOCKS} | {"request": "project", "text": "project"}
 
 
 def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
 
 def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
     try:
-        view = messages.request_modal(runtime.farm(), channel=form.channel_id)
+        view = modal.request_modal(runtime.farm(), channel=form.channel_id)
         runtime.ingress_chat().open_view(form.trigger_id, view)
     except rt.ConfigurationError:
         raise
@@ -235,7 +235,7 @@ def _interaction(runtime: rt.Runtime, raw: str) -> dict[str, Any]:
 
 def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]:
     action = payload.actions[0]
-    if action.action_id not in messages.ACTIONS:
+    if action.action_id not in block_kit.ACTIONS:
         log.info("ignored click on %s", action.action_id[:60])
         return http.respond(200)
     try:
@@ -297,9 +297,9 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
     view = payload.view
     if view.callback_id == reason_form.REASON_CALLBACK:
         return _reason_submitted(runtime, payload)
-    if view.callback_id != messages.REQUEST_CALLBACK:
+    if view.callback_id != modal.REQUEST_CALLBACK:
         return http.error(400, "unknown view")
-    values = messages.form_values(view.state.values)
+    values = modal.form_values(view.state.values)
     try:
         request = build_request(
             values,

@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpufarm.core.chat import messages
+from gpufarm.core.chat import block_kit, messages
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.command_text import Command, Verb
-from gpufarm.core.chat.messages import Message
 from gpufarm.core.commands import executor
 from gpufarm.core.config.farm import FarmConfigError
 from gpufarm.core.governance.policy import build_request
@@ -148,13 +148,13 @@ COMMAND_OPS = {
     Verb.EXEMPT: Op.EXEMPT,
 }
 ACTION_OPS = {
-    messages.ACTION_APPROVE: Op.APPROVE,
-    messages.ACTION_REJECT: Op.REJECT,
-    messages.ACTION_RELEASE: Op.RELEASE,
-    messages.ACTION_EXTEND: Op.EXTEND,
-    messages.ACTION_KEEP: Op.KEEP,
-    messages.ACTION_RECLAIM: Op.FORCE_RECLAIM,
-    messages.ACTION_EXEMPT: Op.EXEMPT,
+    block_kit.ACTION_APPROVE: Op.APPROVE,
+    block_kit.ACTION_REJECT: Op.REJECT,
+    block_kit.ACTION_RELEASE: Op.RELEASE,
+    block_kit.ACTION_EXTEND: Op.EXTEND,
+    block_kit.ACTION_KEEP: Op.KEEP,
+    block_kit.ACTION_RECLAIM: Op.FORCE_RECLAIM,
+    block_kit.ACTION_EXEMPT: Op.EXEMPT,
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from gpufarm.core.chat.messages import Message, context, section
+from gpufarm.core.chat.block_kit import Message, context, section
 from gpufarm.core.governance.membership import MembershipUnavailable
 from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.model import validate_name

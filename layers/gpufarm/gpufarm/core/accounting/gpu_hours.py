@@ -152,28 +152,44 @@ def accounts(live: Iterable[Allocation], usage: Usage, hosts: Sequence[GpuHost])
     """The ledger from the live leases and one measurement (see the module docstring)."""
     out = Accounts(measured=usage.measured)
     for alloc in live:
-        if alloc.phase not in HOLDING:
-            continue
-        model = (alloc.gpu_model or "").upper()
-        key = (alloc.team or NO_LEASE, alloc.project or NO_LEASE, alloc.environment or NO_LEASE, model)
-        line = out.lines.setdefault(key, LedgerLine())
-        for host, gpus in held_by_host(alloc).items():
-            line.allocated += gpus
-            busy = usage.lease_busy(alloc.ir, host)
-            if busy is None:
-                line.unmeasured += gpus
-            else:
-                line.used += min(busy, gpus)
-                line.idle += gpus - min(busy, gpus)
-        pool = (alloc.environment or NO_LEASE, model)
-        out.allocated[pool] = out.allocated.get(pool, 0) + sum(held_by_host(alloc).values())
+        if alloc.phase in HOLDING:
+            _add_lease(out, alloc, usage)
+    _add_unattributed(out, usage, hosts)
+    return out
+
+
+def _add_lease(out: Accounts, alloc: Allocation, usage: Usage) -> None:
+    """Count one holding lease's GPUs into its ledger line and its pool's total."""
+    model = (alloc.gpu_model or "").upper()
+    key = (alloc.team or NO_LEASE, alloc.project or NO_LEASE, alloc.environment or NO_LEASE, model)
+    line = out.lines.setdefault(key, LedgerLine())
+    for host, gpus in held_by_host(alloc).items():
+        _add_host(line, gpus, usage.lease_busy(alloc.ir, host))
+    pool = (alloc.environment or NO_LEASE, model)
+    out.allocated[pool] = out.allocated.get(pool, 0) + sum(held_by_host(alloc).values())
+
+
+def _add_host(line: LedgerLine, gpus: int, busy: float | None) -> None:
+    """Add a host's held GPUs to a ledger line: busy ones (at most those held) as used, the rest idle.
+
+    A host nothing measured (busy None) counts its GPUs as unmeasured, never as idle.
+    """
+    line.allocated += gpus
+    if busy is None:
+        line.unmeasured += gpus
+    else:
+        line.used += min(busy, gpus)
+        line.idle += gpus - min(busy, gpus)
+
+
+def _add_unattributed(out: Accounts, usage: Usage, hosts: Sequence[GpuHost]) -> None:
+    """Busy devices no lease claims, per host with the team and pool its tags name (NO_LEASE when unknown)."""
     by_name = {h.name: h for h in hosts}
     for host, busy in sorted(usage.unattributed().items()):
         known = by_name.get(host)
         team = (tag_value(known.tags, TEAM_KEY) if known is not None else None) or NO_LEASE
         env = known.environment if known is not None and known.environment else NO_LEASE
         out.unattributed[(host, team, env)] = busy
-    return out
 
 
 # -- GPU-hours into the incidents ------------------------------------------------------------------------------

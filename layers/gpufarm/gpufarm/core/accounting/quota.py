@@ -9,7 +9,8 @@ from gpufarm.core.accounting import agent_usage, budgets, gpu_hours
 from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.accounting.gpu_hours import Accounts
 from gpufarm.core.chat import messages
-from gpufarm.core.chat.messages import Message, QuotaRow
+from gpufarm.core.chat.block_kit import Message
+from gpufarm.core.chat.messages import QuotaRow
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.governance.policy import team_usage
 
@@ -18,6 +19,11 @@ MAX_LINES = 40
 
 def quota_lines(acc: Accounts, burned: Sequence[Burn], team: str | None = None) -> list[str]:
     """`/gpu quota` lines: the measured ledger (one line per team, project, pool and model) and budget burn."""
+    return [*_ledger_lines(acc, team), *_measure_notes(acc, team), *_budget_lines(burned, team)]
+
+
+def _ledger_lines(acc: Accounts, team: str | None) -> list[str]:
+    """The ledger's heading and a line per team, project, pool and model (at most MAX_LINES, then how many more)."""
     lines = ["*Ledger* (held: used / idle / unmeasured GPUs)"]
     shown = [(k, v) for k, v in sorted(acc.lines.items()) if team is None or k[0] == team]
     for (name, project, env, model), line in shown[:MAX_LINES]:
@@ -29,20 +35,33 @@ def quota_lines(acc: Accounts, burned: Sequence[Burn], team: str | None = None) 
         lines.append(f"• {len(shown) - MAX_LINES} more")
     if not shown:
         lines.append("• nothing held")
+    return lines
+
+
+def _measure_notes(acc: Accounts, team: str | None) -> list[str]:
+    """What the ledger could not tell: that nothing was measured now, and busy GPUs no lease claims."""
+    lines: list[str] = []
     if not acc.measured:
         lines.append("_busy GPUs could not be measured now: held GPUs show as unmeasured, not idle_")
     unattributed = sum(v for (_, owner, _), v in acc.unattributed.items() if team is None or owner == team)
     if unattributed:
         lines.append(f"• busy GPUs no lease claims: {unattributed:g}")
+    return lines
+
+
+def _budget_lines(burned: Sequence[Burn], team: str | None) -> list[str]:
+    """The GPU-hour budgets' burn this period, with their heading; nothing when no budget is the team's."""
     mine = [b for b in burned if team is None or b.budget.team == team]
-    if mine:
-        lines.append("*GPU-hour budgets* (used / budget this period)")
-        lines += [
+    if not mine:
+        return []
+    return [
+        "*GPU-hour budgets* (used / budget this period)",
+        *(
             f"• `{b.budget.label()}` {b.period}: {b.burned:,.0f} / {b.budget.gpu_hours:,.0f} "
             f"({b.percent:.0f} %, {b.remaining:,.0f} left)"
             for b in mine
-        ]
-    return lines
+        ),
+    ]
 
 
 @invocation

@@ -1,5 +1,5 @@
 """The ledger's gauges: GPUs held, used, idle and unmeasured per team, project, pool and model, unattributed use,
-and each budget's burn, as gpufarm.core.inventory.sources.LEDGER_GAUGES declares them (sent by the sync)."""
+and each budget's burn, as gpufarm.core.inventory.ledger_gauges.LEDGER_GAUGES declares them (sent by the sync)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 
 
 def ledger_series(acc: Accounts, burned: Iterable[Burn], timestamp: int) -> list[MetricSeries]:
-    """The measured ledger and the budgets as the gauges gpufarm.core.inventory.sources.LEDGER_GAUGES declares."""
+    """The measured ledger and the budgets as the gauges gpufarm.core.inventory.ledger_gauges.LEDGER_GAUGES declares."""
     series: list[MetricSeries] = []
 
     def gauge(name: str, value: float, **tags: object) -> None:

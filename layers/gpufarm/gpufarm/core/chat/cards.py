@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import (
+from gpufarm.core.chat.block_kit import (
     ACTION_APPROVE,
     ACTION_REJECT,
     Message,
@@ -24,6 +23,7 @@ from gpufarm.core.chat.messages import (
     linked,
     section,
 )
+from gpufarm.core.chat.links import Links
 from gpufarm.core.kernel.model import Allocation
 
 MAX_LEASES = 20

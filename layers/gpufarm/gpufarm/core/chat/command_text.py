@@ -125,6 +125,10 @@ class Command:
         )
 
 
+# The verbs that name no allocation; every other verb takes an incident number first.
+_WITHOUT_IR = frozenset({Verb.HELP, Verb.REQUEST, Verb.LIST, Verb.QUOTA, Verb.REPORT})
+
+
 def parse_command(text: str) -> Command:
     """Parse the text after `/gpu`; ValidationFailed (field named) when a known verb has bad arguments."""
     if len(text) > MAX_TEXT:
@@ -137,17 +141,27 @@ def parse_command(text: str) -> Command:
         verb = Verb(head)
     except ValueError:
         return Command(Verb.HELP, unknown=_printable(words[0]))
+    if verb in _WITHOUT_IR:
+        return _parse_without_ir(verb, rest)
+    return _parse_with_ir(verb, rest)
+
+
+def _parse_without_ir(verb: Verb, rest: list[str]) -> Command:
+    """Help, request, list, quota and report: the words after the verb, none of them an incident number."""
     if verb is Verb.HELP:
         return Command(Verb.HELP)
     if verb is Verb.REQUEST:
         return Command(Verb.REQUEST, args=parse_request_args(rest) if rest else None)
     if verb is Verb.LIST:
         return _parse_list(rest)
-    if verb in (Verb.QUOTA, Verb.REPORT):
-        # Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by the farm's teams).
-        _at_most(rest, 1, "/gpu quota [team]" if verb is Verb.QUOTA else "/gpu report [team | project]")
-        return Command(verb, team=rest[0].lower() if rest else None)
-    # The rest take an incident number first.
+    # Quota and report. Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by the
+    # farm's teams).
+    _at_most(rest, 1, "/gpu quota [team]" if verb is Verb.QUOTA else "/gpu report [team | project]")
+    return Command(verb, team=rest[0].lower() if rest else None)
+
+
+def _parse_with_ir(verb: Verb, rest: list[str]) -> Command:
+    """The verbs about one allocation: its incident number first, then what the verb takes after it."""
     if not rest:
         raise ValidationFailed("ir", f"say which allocation: /gpu {verb.value} IR-123")
     ir = parse_ir(rest[0])

@@ -16,7 +16,7 @@ import logging
 
 from gpufarm.core.accounting import gpu_hours
 from gpufarm.core.chat import messages
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.commands.record import ledgered
 from gpufarm.core.config.farm import FarmConfigError
 from gpufarm.core.context.lease_context import LeaseContext

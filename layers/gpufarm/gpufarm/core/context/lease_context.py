@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import Message
 from gpufarm.core.config.farm import FarmConfig, PoolKind
 from gpufarm.core.context.reads import USER_SOURCE, Reads
 from gpufarm.core.governance import charging

@@ -265,23 +265,14 @@ class Reads:
         counted: Sizes = {}
         for probe in range(CENSUS_PROBES + 1):
             sample = first if probe == 0 else pages.host_page(pool, total * probe // (CENSUS_PROBES + 1), CENSUS_SAMPLE)
-            seen: dict[tuple[str, int], str] = {}
-            tally: Sizes = {}
-            for info in sample.hosts:
-                countable = _countable(info, environment, model)
-                if countable is None:
-                    return None
-                pair, terms = countable
-                seen[pair] = terms
-                tally[pair] = tally.get(pair, 0) + 1
+            tallied = _tally(sample.hosts, environment, model)
+            if tallied is None:
+                return None
+            seen, tally = tallied
             if probe == 0 and total <= len(sample.hosts):
                 return tally  # the whole pool is in the sample
-            for pair, terms in seen.items():
-                if pair not in counted:
-                    n = pages.host_page(f"{pool} {terms}", 0, 1).total
-                    if n is None:
-                        return None
-                    counted[pair] = n
+            if not _count_sizes(pages, pool, seen, counted):
+                return None
             found = sum(counted.values())
             if found == total:
                 return {pair: n for pair, n in counted.items() if n}
@@ -336,6 +327,37 @@ class Reads:
             if host is not None:
                 out.append(host)
         return out
+
+
+def _tally(hosts: Iterable[HostInfo], environment: str, model: str) -> tuple[dict[tuple[str, int], str], Sizes] | None:
+    """A sample's (cluster, GPUs per host) pairs with the filter terms that count each, and how many hosts of each.
+
+    None as soon as one host cannot be counted by a filter (_countable): the census cannot be trusted then.
+    """
+    seen: dict[tuple[str, int], str] = {}
+    tally: Sizes = {}
+    for info in hosts:
+        countable = _countable(info, environment, model)
+        if countable is None:
+            return None
+        pair, terms = countable
+        seen[pair] = terms
+        tally[pair] = tally.get(pair, 0) + 1
+    return seen, tally
+
+
+def _count_sizes(pages: HostPages, pool: str, seen: dict[tuple[str, int], str], counted: Sizes) -> bool:
+    """Count each (cluster, size) not counted yet through the host list's filter into `counted`, in `seen`'s order.
+
+    False when the backend will not give one of the counts exactly (the census stops there).
+    """
+    for pair, terms in seen.items():
+        if pair not in counted:
+            n = pages.host_page(f"{pool} {terms}", 0, 1).total
+            if n is None:
+                return False
+            counted[pair] = n
+    return True
 
 
 def _countable(info: HostInfo, environment: str, model: str) -> tuple[tuple[str, int], str] | None:

@@ -18,8 +18,8 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from gpufarm.core.accounting.budgets import Burn
+from gpufarm.core.chat.block_kit import MAX_SECTION_TEXT, Message, context, section
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import MAX_SECTION_TEXT, Message, context, section
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel import history
@@ -132,7 +132,7 @@ def waiting_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, 
     pending = [a for a in live if a.phase in ASKED_PHASES or a.phase in terms.WAITING]
     places = queue_places(pending)
     for alloc in pending:
-        since = waiting_since(alloc) or facts.now
+        since = terms.waiting_since(alloc) or facts.now
         if alloc.phase in ASKED_PHASES:
             what = "awaiting an operator's decision"
         elif alloc.phase is Phase.WAITING:
@@ -281,16 +281,6 @@ def capacity_lines(capacity: Mapping[tuple[str, str], tuple[int, int]]) -> list[
 
 
 # -- helpers -------------------------------------------------------------------------------------------------------
-
-
-def waiting_since(alloc: Allocation) -> datetime | None:
-    """When the request began waiting: its wait for hosts, else its request entry, else its last change."""
-    if alloc.phase in terms.WAITING and alloc.waiting_since is not None:
-        return alloc.waiting_since
-    first = history.parse(alloc.history[0]) if alloc.history else None
-    if first is not None and first.step == history.Step.REQUESTED.value:
-        return first.at
-    return alloc.waiting_since or alloc.modified
 
 
 def _link(alloc: Allocation, links: Links) -> str:

@@ -123,16 +123,6 @@ def build_request(
         raise _first_error(exc) from None
 
 
-def decide(request: GpuRequest, farm: FarmConfig, *, team_used: int, pool_capacity: int) -> Decision:
-    """Approve within the team's remaining quota, ask operators beyond it, refuse over a hard limit."""
-    return decide_grant(
-        Ask(request.team, request.environment, request.gpu_model, request.gpu_count),
-        farm,
-        team_used=team_used,
-        pool_capacity=pool_capacity,
-    )
-
-
 @dataclass(frozen=True)
 class Ask:
     """What a request asks for, as the policy weighs it (from a new request or from its incident)."""
@@ -152,7 +142,8 @@ class Ask:
 
 
 def decide_grant(request: Ask, farm: FarmConfig, *, team_used: int, pool_capacity: int) -> Decision:
-    """`decide` for a request already recorded in an incident; the reason says when whole hosts are charged."""
+    """Approve within the team's remaining quota, ask operators beyond it, refuse over a hard limit; the reason says
+    when whole hosts are charged."""
     decision = _decide_grant(request, farm, team_used=team_used, pool_capacity=pool_capacity)
     note = request.charge.explain() if request.charge is not None else None
     return replace(decision, reason=f"{note}; {decision.reason}") if note else decision

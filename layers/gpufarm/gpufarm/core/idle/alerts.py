@@ -5,7 +5,7 @@ idle reclaim off until its end (gpufarm.core.idle.keeps)."""
 
 from __future__ import annotations
 
-from gpufarm.core.chat import messages
+from gpufarm.core.chat import idle_notices, messages
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.idle import keeps, partial
@@ -43,7 +43,7 @@ def idle_triggered(ctx: LeaseContext, ir: int, scope: IdleScope | None = None) -
         warned = ctx.step(history.MONITOR, Step.WARNED, f"kind {(scope.kind if scope else None) or 'idle'}", evidence)
         policy = ctx.farm.idle.policy(alloc.environment, alloc.team)
         # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
-        warning = messages.idle_warning(alloc, policy, now, scope, ctx.links_for(alloc))
+        warning = idle_notices.idle_warning(alloc, policy, now, scope, ctx.links_for(alloc))
         deliver_warning(ctx.chat, alloc.requester, warning)
         ctx.write(alloc, Phase.IDLE_WARNED, {f.IDLE_WARNED_AT: isoformat(now)}, step=warned)
         metrics.warned(ctx, alloc)

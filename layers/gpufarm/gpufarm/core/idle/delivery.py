@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.ports import Chat
 

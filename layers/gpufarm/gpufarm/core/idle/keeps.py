@@ -14,17 +14,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from gpufarm.core.chat.block_kit import ACTION_EXEMPT, ACTION_RECLAIM, Message, actions, button, linked, section
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import (
-    ACTION_EXEMPT,
-    ACTION_RECLAIM,
-    Message,
-    actions,
-    button,
-    lease_note,
-    linked,
-    section,
-)
+from gpufarm.core.chat.messages import lease_note
 from gpufarm.core.config.keeps import KeepPolicy
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.governance.policy import Action, authorize

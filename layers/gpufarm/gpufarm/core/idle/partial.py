@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from gpufarm.core.chat import messages
+from gpufarm.core.chat import idle_notices, messages
 from gpufarm.core.config.farm import FarmConfig, IdlePolicy, PartialIdle, PoolKind
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.context.outcome import Outcome
@@ -134,17 +134,31 @@ def named_parts(alloc: Allocation, scope: IdleScope | None, kind: PoolKind) -> l
     the lease's recorded units (gpufarm.core.kernel.units) do not include is not its own. Parts the lease already gave
     back are left out: their alerts change nothing.
     """
-    held = {h.lower(): h for h in alloc.hosts}
     gone = returned_parts(alloc.idle_returned)
-    hosts = [held[h.lower()] for h in (scope.hosts if scope is not None else ()) if h.lower() in held]
+    hosts = _named_hosts(alloc, scope)
     if not hosts:
         parts = list(alloc.hosts)
     elif kind is PoolKind.SHARED and scope is not None and scope.devices and len(hosts) == 1:
-        recorded = {u.uuid.lower() for u in units.lease_devices(alloc).get(hosts[0], ()) if u.uuid}
-        parts = [f"{hosts[0]}{DEVICE_SEP}{d}" for d in scope.devices if not recorded or d.lower() in recorded]
+        parts = _device_parts(alloc, hosts[0], scope.devices)
     else:
         parts = hosts
     return [p for p in dict.fromkeys(parts) if p not in gone]
+
+
+def _named_hosts(alloc: Allocation, scope: IdleScope | None) -> list[str]:
+    """The scope's hosts the lease holds, in the lease's spelling (alerts may differ in case); others are dropped."""
+    held = {h.lower(): h for h in alloc.hosts}
+    return [held[h.lower()] for h in (scope.hosts if scope is not None else ()) if h.lower() in held]
+
+
+def _device_parts(alloc: Allocation, host: str, devices: Sequence[str]) -> list[str]:
+    """`host/uuid` parts for the named devices the lease holds on `host`.
+
+    A lease that records no units there (allocated before units were kept) owns every device named, since there is
+    nothing to check them against.
+    """
+    recorded = {u.uuid.lower() for u in units.lease_devices(alloc).get(host, ()) if u.uuid}
+    return [f"{host}{DEVICE_SEP}{d}" for d in devices if not recorded or d.lower() in recorded]
 
 
 def current_idle(alloc: Allocation) -> dict[str, datetime]:
@@ -297,7 +311,7 @@ def busy(ctx: LeaseContext, alloc: Allocation, scope: IdleScope | None) -> Outco
         updated = ctx.write(alloc, Phase.IDLE_WARNED, values, step=step)
         still = sorted(decision.idle)
         ctx.tell(
-            updated.requester, messages.partly_busy_again(updated, decision.cleared, still, ctx.links_for(updated))
+            updated.requester, idle_notices.partly_busy_again(updated, decision.cleared, still, ctx.links_for(updated))
         )
         return Outcome(alloc.ir, f"recovered {', '.join(decision.cleared)}; still idle {', '.join(decision.idle)}")
     updated = ctx.write(alloc, Phase.ALLOCATED, {f.IDLE_WARNED_AT: None, f.IDLE_PARTS: []}, step=step)
@@ -326,7 +340,7 @@ def _warn(
     step = ctx.step(history.MONITOR, history.Step.WARNED, kind, evidence)
     part_of = not _covers_lease(alloc, decision.idle)
     links = ctx.links_for(alloc)
-    warning = messages.idle_warning(alloc, policy, now, scope, links, partial=policy.partial if part_of else None)
+    warning = idle_notices.idle_warning(alloc, policy, now, scope, links, partial=policy.partial if part_of else None)
     # Told first, recorded after: the grace (and so the reclaim) starts from a warning the holder got.
     deliver_warning(ctx.chat, alloc.requester, warning)
     updated = ctx.write(alloc, Phase.IDLE_WARNED, values, step=step)
@@ -365,7 +379,7 @@ def _shrink(
     step = ctx.step(history.MONITOR, history.Step.SHRUNK, f"idle past the grace: {gave}", f"now {values[f.GPU_COUNT]}")
     updated = ctx.write(alloc, Phase.IDLE_WARNED if still_idle else Phase.ALLOCATED, values, step=step)
     metrics.reclaimed(ctx, alloc, metrics.PARTIAL_IDLE, sum(given.values()))
-    message = messages.partly_reclaimed(updated, given, gone_hosts, policy.grace_minutes, ctx.links_for(updated))
+    message = idle_notices.partly_reclaimed(updated, given, gone_hosts, policy.grace_minutes, ctx.links_for(updated))
     ctx.tell(updated.requester, message)
     ctx.post_operators(message)
     log.info("%s gave back %s idle past the grace", alloc.ir_label, ", ".join(given))
@@ -389,15 +403,28 @@ def _kept_units(
     for host, held in recorded.items():
         if host not in remaining:
             continue  # untagged whole by _untag_host, its gpu_assign tags with it
-        stays = tuple(u for u in held if f"{host}{DEVICE_SEP}{u.uuid}".lower() not in returned)
-        # Units known by index only (an agent that publishes none) cannot be matched: the count decides.
-        stays = stays[: remaining[host]]
+        stays = _staying_units(host, held, returned, remaining[host])
         kept[host] = stays
-        drop = {assign_tag(me, u.uuid) for u in held if u.uuid and u not in stays}
-        current = ctx.user_tags(host) if drop else None
-        if current is not None and drop & set(current):
-            ctx.put_tags(host, [t for t in current if t not in drop])
+        _drop_assign_tags(ctx, host, me, held, stays)
     return {h: v for h, v in kept.items() if v}
+
+
+def _staying_units(host: str, held: Sequence[GpuUnit], returned: set[str], count: int) -> tuple[GpuUnit, ...]:
+    """The units on `host` that stay: those whose `host/uuid` part was not returned, at most `count` of them."""
+    stays = tuple(u for u in held if f"{host}{DEVICE_SEP}{u.uuid}".lower() not in returned)
+    # Units known by index only (an agent that publishes none) cannot be matched: the count decides.
+    return stays[:count]
+
+
+def _drop_assign_tags(ctx: LeaseContext, host: str, me: str, held: Sequence[GpuUnit], stays: Sequence[GpuUnit]) -> None:
+    """Remove the `gpu_assign` tags of the held units that do not stay; the host's tags are read only if some go.
+
+    Tags are written back only when one of them is actually there, so a redelivered run writes nothing.
+    """
+    drop = {assign_tag(me, u.uuid) for u in held if u.uuid and u not in stays}
+    current = ctx.user_tags(host) if drop else None
+    if current is not None and drop & set(current):
+        ctx.put_tags(host, [t for t in current if t not in drop])
 
 
 def grace_over(farm: FarmConfig, alloc: Allocation, now: datetime) -> bool:

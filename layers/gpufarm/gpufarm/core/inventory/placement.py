@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from gpufarm.core.config.farm import PoolKind
 from gpufarm.core.kernel.hosts import GpuHost
-from gpufarm.core.kernel.model import Allocation
 
 
 @dataclass(frozen=True)
@@ -32,15 +31,6 @@ def pool_hosts(hosts: Iterable[GpuHost], environment: str, gpu_model: str) -> li
     """Inventory hosts of one pool carrying one model, sorted by name for stable choices."""
     model = gpu_model.upper()
     return sorted((h for h in hosts if h.environment == environment and h.gpu_model == model), key=lambda h: h.name)
-
-
-def shared_usage(allocations: Iterable[Allocation]) -> dict[str, int]:
-    """Units held per host by live incidents (their host_gpus fields)."""
-    used: dict[str, int] = defaultdict(int)
-    for alloc in allocations:
-        for host, units in alloc.host_gpus.items():
-            used[host] += units
-    return dict(used)
 
 
 def free_capacity(

@@ -18,31 +18,26 @@ check in gpufarm.core.inventory.agent_source) say what exists besides. The merge
 - per cloud region and quota family: the quota's limit, what is in use, and what gpufarm holds (the vCPUs or
   cores of the registered instances that carry a lease).
 
-The gauges it publishes are declared in LEDGER_GAUGES (names, tags, units) for the dashboards to read. Each sync
-also posts one Datadog event per source it skipped (`source_events`), grouped in the event stream by source.
+The gauges it publishes are declared in gpufarm.core.inventory.ledger_gauges.LEDGER_GAUGES (names, tags, units) for
+the dashboards to read. Each sync also posts one Datadog event per source it skipped
+(gpufarm.core.inventory.source_events), grouped in the event stream by source.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from gpufarm.core.config.inventory import StaticHost
-from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.hosts import GpuHost, normalize_tag, tag_values
+from gpufarm.core.kernel.hosts import GpuHost, tag_values
 from gpufarm.core.kernel.ports import (
     CapacityReservation,
     CloudQuota,
-    Event,
-    EventSink,
     HostInfo,
     InventorySource,
-    MetricPoint,
-    MetricSeries,
     SeenNode,
     SourceError,
     SourceReading,
@@ -61,156 +56,6 @@ MAX_LISTED = 200
 # How long the sync waits for a source read in the background, from the start of the read: a cloud that has not
 # answered by then is one error of that sync, so a hung API never runs the sync into its timeout (template.yaml).
 SOURCE_WAIT_S = 45.0
-
-
-@dataclass(frozen=True)
-class GaugeSpec:
-    """A gauge the sync publishes: its name, the tags it carries, its unit and what it means."""
-
-    name: str
-    tags: tuple[str, ...]
-    unit: str
-    description: str
-
-
-LEDGER_GAUGES = (
-    GaugeSpec(
-        "gpufarm.inventory.gpus.down",
-        ("environment", "gpu_model"),
-        "gpu",
-        "GPUs of registered nodes silent past inventory.down_after_minutes (excluded from allocation)",
-    ),
-    GaugeSpec(
-        "gpufarm.inventory.gpus.no_agent",
-        ("environment", "gpu_model"),
-        "gpu",
-        "GPUs of nodes a cloud or static source lists that no registered host answers to",
-    ),
-    GaugeSpec(
-        "gpufarm.inventory.gpus.unregistered",
-        ("environment", "gpu_model"),
-        "gpu",
-        "GPUs the Datadog Agent's GPU check reports on hosts gpufarm has no registration for (never allocated)",
-    ),
-    GaugeSpec(
-        "gpufarm.inventory.gpus.cloud",
-        ("environment", "gpu_model", "source"),
-        "gpu",
-        "GPUs of the nodes each cloud or static source lists, with or without an agent",
-    ),
-    GaugeSpec(
-        "gpufarm.inventory.nodes.unknown",
-        ("source", "region"),
-        "host",
-        "nodes whose GPU model the source could not say (unknown instance type or no GPU information)",
-    ),
-    GaugeSpec(
-        "gpufarm.cloud.quota.limit",
-        ("source", "region", "family", "unit"),
-        "cpu",
-        "a cloud region's quota for a family of GPU instances (EC2 vCPUs, Azure cores)",
-    ),
-    GaugeSpec(
-        "gpufarm.cloud.quota.used",
-        ("source", "region", "family", "unit"),
-        "cpu",
-        "what is in use against that quota (EC2: the vCPUs of the instances found; Azure: the usage API)",
-    ),
-    GaugeSpec(
-        "gpufarm.cloud.quota.held",
-        ("source", "region", "family", "unit"),
-        "cpu",
-        "the part of that quota held by gpufarm leases (instances whose registered host carries an ir: tag)",
-    ),
-    GaugeSpec(
-        "gpufarm.cloud.reservation.instances",
-        ("source", "region", "instance_type", "kind", "gpu_model"),
-        "instance",
-        "instances reserved (EC2 capacity reservations and capacity blocks)",
-    ),
-    GaugeSpec(
-        "gpufarm.cloud.reservation.available",
-        ("source", "region", "instance_type", "kind", "gpu_model"),
-        "instance",
-        "reserved instances not running yet",
-    ),
-    GaugeSpec(
-        "gpufarm.inventory.source.errors",
-        ("source",),
-        "error",
-        "parts of a source (regions, subscriptions) that failed or throttled in the last sync and were skipped",
-    ),
-    GaugeSpec(
-        "gpufarm.inventory.source.calls",
-        ("source",),
-        "request",
-        "API calls a source made in the last sync",
-    ),
-    # The measured ledger (gpufarm.core.accounting.gpu_hours) and the GPU-hour budgets
-    # (gpufarm.core.accounting.budgets).
-    GaugeSpec(
-        "gpufarm.ledger.gpus.allocated",
-        ("team", "project", "environment", "gpu_model"),
-        "gpu",
-        "GPUs held by live leases (whole hosts on dedicated pools, units on shared ones)",
-    ),
-    GaugeSpec(
-        "gpufarm.ledger.gpus.used",
-        ("team", "project", "environment", "gpu_model"),
-        "gpu",
-        "held GPUs seen busy over ledger.window_minutes (gpufarm.ir.gpus_busy; gpu.sm_active on datadog-agent pools)",
-    ),
-    GaugeSpec(
-        "gpufarm.ledger.gpus.idle",
-        ("team", "project", "environment", "gpu_model"),
-        "gpu",
-        "held GPUs the agents saw not busy",
-    ),
-    GaugeSpec(
-        "gpufarm.ledger.gpus.unmeasured",
-        ("team", "project", "environment", "gpu_model"),
-        "gpu",
-        "held GPUs no metrics measured (agent silent or the query failed): never counted idle",
-    ),
-    GaugeSpec(
-        "gpufarm.inventory.gpus.allocated",
-        ("environment", "gpu_model"),
-        "gpu",
-        "GPUs held by live leases per environment and model",
-    ),
-    GaugeSpec(
-        "gpufarm.ledger.gpus.unattributed",
-        ("host", "team", "environment"),
-        "gpu",
-        "busy GPUs no lease claims (gpu_ir:none), per host and the team its tags name (none without one)",
-    ),
-    GaugeSpec(
-        "gpufarm.ledger.measured",
-        (),
-        "",
-        "1 when the sync's busy-GPU query answered, 0 when every held GPU counts as unmeasured",
-    ),
-    GaugeSpec(
-        "gpufarm.budget.gpu_hours",
-        ("team", "project", "period"),
-        "hour",
-        "a GPU-hour budget for its current period (project:all for a team's own budget)",
-    ),
-    GaugeSpec(
-        "gpufarm.budget.burned",
-        ("team", "project", "period"),
-        "hour",
-        "GPU-hours the budget's leases held in the current period",
-    ),
-    GaugeSpec(
-        "gpufarm.budget.remaining",
-        ("team", "project", "period"),
-        "hour",
-        "GPU-hours left in the budget's current period",
-    ),
-)
-GAUGE_NAMES = frozenset(g.name for g in LEDGER_GAUGES)
-_SPECS = {g.name: g for g in LEDGER_GAUGES}
 
 
 @dataclass
@@ -402,14 +247,10 @@ def merge(
     """Registered hosts and every source's reading as one ledger (see the module docstring)."""
     ledger = Ledger()
     by_name = _merge_registered(ledger, agents, now, down_after_minutes)
-    registered = set(by_name)
     # Hosts that report for themselves (the Agent's GPU check) first, so a cloud instance that is one has an agent.
-    for node in (n for r in readings for n in r.nodes if n.agent):
-        if any(n.lower() in registered for n in node.names):
-            continue  # gpufarm's registration of the same host counts it, and its host list entry says if it is down
-        for name in node.names:
-            by_name.setdefault(name.lower(), node)
-        _merge_unregistered(ledger, node, _environment(node, environments), now, down_after_minutes)
+    _merge_self_reporting(ledger, readings, by_name, environments, now=now, down_after_minutes=down_after_minutes)
+    # Both carry across readings: a quota counts what gpufarm holds in the readings merged so far, and a host two
+    # sources list is one host without an agent.
     held: dict[tuple[str, str, str], float] = {}
     counted: set[str] = set()
     for reading in readings:
@@ -417,27 +258,8 @@ def merge(
         ledger.errors += reading.errors
         ledger.reservations += reading.reservations
         for node in reading.nodes:
-            if node.agent:
-                continue  # merged above
-            env = _environment(node, environments)
-            if node.gpu_model is None:
-                ledger.unknown.append(node)
-            else:
-                key = (env, node.gpu_model, node.source)
-                ledger.cloud_gpus[key] = ledger.cloud_gpus.get(key, 0) + node.gpu_count
-            match = next((by_name[n.lower()] for n in node.names if n.lower() in by_name), None)
-            if match is not None:
-                if match.irs and node.family:
-                    quota_key = (node.source, node.region, node.family)
-                    held[quota_key] = held.get(quota_key, 0.0) + node.vcpus
-                continue
-            names = {n.lower() for n in node.names} or {node.id.lower()}
-            if names & counted:
-                continue  # the same host listed by two sources (a static entry for a cloud instance)
-            counted |= names
-            ledger.no_agent.append(node)
-            if node.gpu_model is not None:
-                ledger.pools.setdefault((env, node.gpu_model), PoolCount()).no_agent += node.gpu_count
+            if not node.agent:  # self-reporting hosts were merged above
+                _merge_seen(ledger, node, _environment(node, environments), by_name, held=held, counted=counted)
         for quota in reading.quotas:
             ledger.quotas.append(_quota_line(quota, held))
     ledger.no_agent.sort(key=lambda n: (n.source, n.region, n.id))
@@ -460,6 +282,63 @@ def _merge_registered(
             pool.down += node.gpu_count
             ledger.down.append(node.id)
     return by_name
+
+
+def _merge_self_reporting(
+    ledger: Ledger,
+    readings: Sequence[SourceReading],
+    by_name: dict[str, SeenNode],
+    environments: Mapping[str, object] | None,
+    *,
+    now: float,
+    down_after_minutes: int | None,
+) -> None:
+    """Count the self-reporting hosts no registration covers, and add the names they answer to into `by_name`."""
+    registered = set(by_name)
+    for node in (n for r in readings for n in r.nodes if n.agent):
+        if any(n.lower() in registered for n in node.names):
+            continue  # gpufarm's registration of the same host counts it, and its host list entry says if it is down
+        for name in node.names:
+            by_name.setdefault(name.lower(), node)
+        _merge_unregistered(ledger, node, _environment(node, environments), now, down_after_minutes)
+
+
+def _merge_seen(
+    ledger: Ledger,
+    node: SeenNode,
+    env: str,
+    by_name: Mapping[str, SeenNode],
+    *,
+    held: dict[tuple[str, str, str], float],
+    counted: set[str],
+) -> None:
+    """Count a node a cloud or static source sees: its GPUs per source, and what gpufarm holds or lacks an agent.
+
+    A node a host with an agent answers to adds its vCPUs to `held` when that host carries a lease; any other is
+    no agent.
+    """
+    if node.gpu_model is None:
+        ledger.unknown.append(node)
+    else:
+        key = (env, node.gpu_model, node.source)
+        ledger.cloud_gpus[key] = ledger.cloud_gpus.get(key, 0) + node.gpu_count
+    match = next((by_name[n.lower()] for n in node.names if n.lower() in by_name), None)
+    if match is None:
+        _merge_no_agent(ledger, node, env, counted)
+    elif match.irs and node.family:
+        quota_key = (node.source, node.region, node.family)
+        held[quota_key] = held.get(quota_key, 0.0) + node.vcpus
+
+
+def _merge_no_agent(ledger: Ledger, node: SeenNode, env: str, counted: set[str]) -> None:
+    """Count a node no host with an agent answers to, once across sources (`counted` holds the names seen)."""
+    names = {n.lower() for n in node.names} or {node.id.lower()}
+    if names & counted:
+        return  # the same host listed by two sources (a static entry for a cloud instance)
+    counted.update(names)
+    ledger.no_agent.append(node)
+    if node.gpu_model is not None:
+        ledger.pools.setdefault((env, node.gpu_model), PoolCount()).no_agent += node.gpu_count
 
 
 def _merge_unregistered(ledger: Ledger, node: SeenNode, env: str, now: float, down_after_minutes: int | None) -> None:
@@ -495,169 +374,8 @@ def _quota_line(quota: CloudQuota, held: Mapping[tuple[str, str, str], float]) -
 
 # -- gauges ----------------------------------------------------------------------------------------------------
 
-# A row of gauges: tag values by key, and the value of each gauge by name. A gauge's tags are those LEDGER_GAUGES
-# declares for it, in that order, so the declaration is the one place a gauge's shape is said.
-Row = tuple[Mapping[str, object], Mapping[str, float]]
-
-
-def _pool_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
-    for (env, model), count in sorted(ledger.pools.items()):
-        yield (
-            {"environment": env, "gpu_model": model},
-            {
-                "gpufarm.inventory.gpus.down": count.down,
-                "gpufarm.inventory.gpus.no_agent": count.no_agent,
-                "gpufarm.inventory.gpus.unregistered": count.unregistered,
-            },
-        )
-
-
-def _cloud_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
-    for (env, model, source), gpus in sorted(ledger.cloud_gpus.items()):
-        yield {"environment": env, "gpu_model": model, "source": source}, {"gpufarm.inventory.gpus.cloud": gpus}
-
-
-def _unknown_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
-    unknown: dict[tuple[str, str], int] = {}
-    for node in ledger.unknown:
-        unknown[(node.source, node.region)] = unknown.get((node.source, node.region), 0) + 1
-    for (source, region), n in sorted(unknown.items()):
-        yield {"source": source, "region": region or "none"}, {"gpufarm.inventory.nodes.unknown": n}
-
-
-def _quota_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
-    for q in sorted(ledger.quotas, key=lambda q: (q.source, q.region, q.family)):
-        yield (
-            {"source": q.source, "region": q.region, "family": q.family, "unit": q.unit},
-            {
-                "gpufarm.cloud.quota.limit": q.limit,
-                "gpufarm.cloud.quota.used": q.used,
-                "gpufarm.cloud.quota.held": q.held,
-            },
-        )
-
-
-def _reservation_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
-    for r in sorted(ledger.reservations, key=lambda r: (r.source, r.region, r.id)):
-        tags = {
-            "source": r.source,
-            "region": r.region,
-            "instance_type": r.instance_type,
-            "kind": r.kind,
-            "gpu_model": r.gpu_model or "unknown",
-        }
-        yield tags, {"gpufarm.cloud.reservation.instances": r.total, "gpufarm.cloud.reservation.available": r.available}
-
-
-def _source_rows(ledger: Ledger, sources: Iterable[str]) -> Iterable[Row]:
-    # Every source named or read gets an error gauge, 0 when it answered: a source that recovers reads 0 again.
-    errors: dict[str, int] = dict.fromkeys(sources, 0) | dict.fromkeys(ledger.calls, 0)
-    for error in ledger.errors:
-        errors[error.source] = errors.get(error.source, 0) + 1
-    for source, n in sorted(errors.items()):
-        values = {"gpufarm.inventory.source.errors": float(n)}
-        if source in ledger.calls:
-            values["gpufarm.inventory.source.calls"] = ledger.calls[source]
-        yield {"source": source}, values
-
-
-_ROWS: tuple[Callable[[Ledger, Iterable[str]], Iterable[Row]], ...] = (
-    _pool_rows,
-    _cloud_rows,
-    _unknown_rows,
-    _quota_rows,
-    _reservation_rows,
-    _source_rows,
-)
-
-
-def ledger_series(ledger: Ledger, timestamp: int, sources: Iterable[str] = ()) -> list[MetricSeries]:
-    """The ledger as the gauges of LEDGER_GAUGES (sources named with no error still get a 0 error gauge)."""
-    named = tuple(sources)
-    series: list[MetricSeries] = []
-    for rows in _ROWS:
-        for tags, values in rows(ledger, named):
-            for name, value in values.items():
-                tag_list = tuple(normalize_tag(f"{key}:{tags[key]}") for key in _SPECS[name].tags)
-                series.append(MetricSeries(name, (MetricPoint(timestamp, float(value)),), tag_list, type=3))
-    return series
-
 
 # -- source failures as Datadog events -------------------------------------------------------------------------
-
-EVENT_SOURCE_TAG = "gpufarm:inventory"
-MAX_EVENT_PARTS = 20
-# An error's class as the sources write it: an exception or an API error code, with an HTTP status at most.
-_CLASS_RE = re.compile(r"^[A-Z][A-Za-z0-9_.]{0,79}(?: [0-9]{3})?$")
-
-
-def error_class(error: SourceError) -> str:
-    """What kind of failure a source error was (`RequestLimitExceeded`, `HttpResponseError 429`, `Timeout`).
-
-    Read from the message's leading parts (`<step>: <class>: <text>` or `<class>: <text>`), never its free text,
-    which is the source's to write and is left out of events.
-    """
-    for part in error.message.split(": ")[:2]:
-        if _CLASS_RE.match(part):
-            return part
-    return "Timeout" if error.message.startswith("no answer within") else "Error"
-
-
-def source_events(ledger: Ledger, timestamp: int) -> list[Event]:
-    """One event per source this sync skipped (a part of it or all): title, source, error classes, where.
-
-    The parts are named (regions, subscriptions, pools) with their error class only; messages are not carried,
-    so nothing a source's answer held (a URL, a request) reaches the event stream. Events of one source share an
-    aggregation key, so a source failing sync after sync is one group in the stream.
-    """
-    by_source: dict[str, list[SourceError]] = {}
-    for error in ledger.errors:
-        by_source.setdefault(error.source, []).append(error)
-    events: list[Event] = []
-    for source, errors in sorted(by_source.items()):
-        classes = sorted({error_class(e) for e in errors})
-        throttled = all(e.throttled for e in errors)
-        lines = [
-            f"- {e.where}: {error_class(e)}{' (throttled)' if e.throttled else ''}" for e in errors[:MAX_EVENT_PARTS]
-        ]
-        if len(errors) > MAX_EVENT_PARTS:
-            lines.append(f"- and {len(errors) - MAX_EVENT_PARTS} more")
-        text = (
-            f"The inventory sync could not read {len(errors)} part(s) of source {source} and skipped them: their "
-            "nodes and quotas were not counted this sync, and nothing was marked down or untagged because of it.\n"
-            + "\n".join(lines)
-        )
-        tags = (
-            EVENT_SOURCE_TAG,
-            normalize_tag(f"source:{source}"),
-            *(normalize_tag(f"error_class:{c}") for c in classes[:5]),
-        )
-        events.append(
-            Event(
-                title=f"gpufarm inventory source {source} skipped: {', '.join(classes[:3])}"[:200],
-                text=text[:4000],
-                tags=tags,
-                aggregation_key=f"gpufarm-inventory-source-{source}"[:100],
-                alert_type="warning" if throttled else "error",
-                date_happened=timestamp,
-            )
-        )
-    return events
-
-
-def post_source_events(sink: EventSink | None, ledger: Ledger, timestamp: int) -> int:
-    """Post source_events through the sink; returns how many were posted. A failed post is logged, never raised:
-    the sync's report, gauges and logs still say what was skipped."""
-    if sink is None:
-        return 0
-    posted = 0
-    for event in source_events(ledger, timestamp):
-        try:
-            sink.post_event(event)
-            posted += 1
-        except GpufarmError as exc:
-            log.warning("inventory source event not posted (%s): %s", event.title, exc)
-    return posted
 
 
 def _short(exc: BaseException) -> str:

@@ -115,17 +115,43 @@ def appended(existing: Sequence[str], new: Entry) -> list[str]:
 def _fold(lines: list[str], now: datetime) -> list[str]:
     """The first line, one summary of the oldest others, and the newest that fit FOLD_TO_ENTRIES and FOLD_TO_CHARS."""
     first, rest = lines[0], lines[1:]
-    folded, counts, start = 0, Counter[str](), None
-    head = parse(rest[0]) if rest else None
-    if head is not None and head.step == Step.SUMMARY.value:
-        folded, counts = _summary_counts(head.details)
-        start, rest = head.at, rest[1:]
-    newest = rest[-(FOLD_TO_ENTRIES - 2) :]
-    while newest and len(first) + MAX_ENTRY_CHARS + sum(map(len, newest)) > FOLD_TO_CHARS:
-        newest = newest[1:]
+    folded, counts, start, rest = _earlier_summary(rest)
+    newest = _newest_that_fit(first, rest)
     older = rest[: len(rest) - len(newest)]
     if not older and not folded:
         return lines
+    return [first, _summary(older, folded, counts, start, now), *newest]
+
+
+def _earlier_summary(rest: list[str]) -> tuple[int, Counter[str], datetime | None, list[str]]:
+    """A summary left by an earlier fold, at the head of `rest`: its count, step counts, start, and what follows it.
+
+    Folding again adds to that summary instead of summarising a summary; with none, nothing is folded yet.
+    """
+    head = parse(rest[0]) if rest else None
+    if head is None or head.step != Step.SUMMARY.value:
+        return 0, Counter[str](), None, rest
+    folded, counts = _summary_counts(head.details)
+    return folded, counts, head.at, rest[1:]
+
+
+def _newest_that_fit(first: str, rest: list[str]) -> list[str]:
+    """The newest lines kept after a fold: at most FOLD_TO_ENTRIES in all, and within FOLD_TO_CHARS.
+
+    Room is left for the first line and a summary of at most MAX_ENTRY_CHARS.
+    """
+    newest = rest[-(FOLD_TO_ENTRIES - 2) :]
+    while newest and len(first) + MAX_ENTRY_CHARS + sum(map(len, newest)) > FOLD_TO_CHARS:
+        newest = newest[1:]
+    return newest
+
+
+def _summary(older: list[str], folded: int, counts: Counter[str], start: datetime | None, now: datetime) -> str:
+    """The summary line for the `older` lines folded on top of `folded` ones already counted (`counts`).
+
+    It starts at the earlier summary's start, else the first folded entry's time, else now; lines gpufarm did not
+    write count as `other`.
+    """
     parsed = [parse(line) for line in older]
     counts.update(e.step if e is not None else "other" for e in parsed)
     stamps = [e.at for e in parsed if e is not None]
@@ -134,7 +160,7 @@ def _fold(lines: list[str], now: datetime) -> list[str]:
     text = f"{folded + len(older)} earlier entries to {isoformat(end)}: " + ", ".join(
         f"{step} {n}" for step, n in sorted(counts.items())
     )
-    return [first, Entry(start, GPUFARM, Step.SUMMARY.value, text).line(2 * MAX_ENTRY_CHARS), *newest]
+    return Entry(start, GPUFARM, Step.SUMMARY.value, text).line(2 * MAX_ENTRY_CHARS)
 
 
 def _summary_counts(details: str) -> tuple[int, Counter[str]]:

@@ -93,22 +93,37 @@ class GpuUnit:
         parts = text.split("/")
         if not 1 <= len(parts) <= 3:
             return None
-        index_text, dot, gi_text = parts[0].partition(".")
-        index = ascii_digits(index_text, max_digits=2)
-        gi = ascii_digits(gi_text, max_digits=2) if dot else None
-        if index is None or index > MAX_GPU_INDEX or (dot and gi is None):
+        label = _parse_label(parts[0])
+        if label is None:
             return None
+        index, gi = label
         uuid = parts[1] if len(parts) > 1 else None
         profile = parts[2] if len(parts) > 2 else None
-        if uuid is not None and not _UUID_RE.match(uuid):
+        if not _identity_fits(gi, uuid, profile):
             return None
-        if uuid is not None and uuid.startswith("mig-") != (gi is not None):
-            return None  # a slice has a MIG uuid, a whole GPU a GPU one
-        if profile is not None and (gi is None or not _PROFILE_RE.match(profile)):
-            return None
-        if gi is not None and (uuid is None or profile is None):
-            return None  # a slice is only ever known by its uuid and profile
         return cls(index, gi, uuid, profile)
+
+
+def _parse_label(text: str) -> tuple[int, int | None] | None:
+    """`3` as (3, None), `3.1` as (3, 1); None for an index past MAX_GPU_INDEX or a dot with no GPU instance."""
+    index_text, dot, gi_text = text.partition(".")
+    index = ascii_digits(index_text, max_digits=2)
+    gi = ascii_digits(gi_text, max_digits=2) if dot else None
+    if index is None or index > MAX_GPU_INDEX or (dot and gi is None):
+        return None
+    return index, gi
+
+
+def _identity_fits(gi: int | None, uuid: str | None, profile: str | None) -> bool:
+    """Whether a unit's uuid and profile are well formed and match its kind (whole GPU or MIG slice)."""
+    if uuid is not None and not _UUID_RE.match(uuid):
+        return False
+    if uuid is not None and uuid.startswith("mig-") != (gi is not None):
+        return False  # a slice has a MIG uuid, a whole GPU a GPU one
+    if profile is not None and (gi is None or not _PROFILE_RE.match(profile)):
+        return False
+    # A slice is only ever known by its uuid and profile.
+    return gi is None or (uuid is not None and profile is not None)
 
 
 def unit_tag(unit: GpuUnit) -> str:

@@ -34,17 +34,6 @@ def parse_ir(text: str) -> int:
     return _checked(int(match.group(1)))
 
 
-def ir_from_tags(tags: list[str] | tuple[str, ...]) -> int | None:
-    """The IR carried by a tag list (first `ir:` tag), or None."""
-    for tag in tags:
-        if tag.lower().startswith(f"{TAG_KEY}:"):
-            try:
-                return parse_ir(tag)
-            except ValidationFailed:
-                continue
-    return None
-
-
 def _checked(number: int) -> int:
     if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
         raise ValidationFailed("ir", "an incident number is a positive integer")

@@ -235,11 +235,6 @@ def decode_host_gpus(items: list[str]) -> dict[str, int]:
     return out
 
 
-def utcnow() -> datetime:
-    """Timezone-aware now, in UTC."""
-    return datetime.now(UTC)
-
-
 def isoformat(moment: datetime) -> str:
     """ISO 8601 in UTC with a Z, to the second."""
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")

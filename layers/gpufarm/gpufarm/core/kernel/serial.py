@@ -103,23 +103,6 @@ class ProfileScope(BaseModel):
     link: str = Field(pattern=HTTP_URL, max_length=400)
 
 
-# Commands people send; the rest come from monitors and the scheduled sync.
-USER_OPS = frozenset(
-    {
-        Op.CREATE,
-        Op.DECIDE,
-        Op.APPROVE,
-        Op.REJECT,
-        Op.RELEASE,
-        Op.EXTEND,
-        Op.KEEP,
-        Op.FORCE_RECLAIM,
-        Op.EXEMPT,
-        Op.PROFILE,
-    }
-)
-
-
 class IncidentCommand(BaseModel):
     """One change to one incident, with its reply target (response_url, else a DM to reply_to)."""
 

@@ -40,34 +40,46 @@ def allocate(ctx: LeaseContext, alloc: Allocation) -> Outcome:
     """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""
     if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
         return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
-    env_name, model = alloc.environment or "", (alloc.gpu_model or "").upper()
-    env = ctx.farm.environments.get(env_name)
+    env = ctx.farm.environments.get(alloc.environment or "")
     if env is None or alloc.gpu_count < 1:
         # Config changed under a live request: nothing can ever be placed; say so rather than loop.
-        log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, env_name)
+        log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, alloc.environment)
         return go_waiting(ctx, alloc)
-    older = [a for a in ctx.live(env_name, phases={Phase.WAITING}) if a.gpu_model == model and a.ir < alloc.ir]
+    model = (alloc.gpu_model or "").upper()
+    older = [a for a in ctx.live(alloc.environment, phases={Phase.WAITING}) if a.gpu_model == model and a.ir < alloc.ir]
     if older:
         # First come, first served per model: a newer request does not overtake a waiting one.
         return go_waiting(ctx, alloc)
+    return _place(ctx, alloc, env.kind)
+
+
+def _place(ctx: LeaseContext, alloc: Allocation, kind: PoolKind) -> Outcome:
+    """Plan, tag and record; a host found taken meanwhile is left out and the plan made again (MAX_REPLANS)."""
+    env_name, model = alloc.environment or "", (alloc.gpu_model or "").upper()
     me = ir_tag_value(alloc.ir)
     excluded: set[str] = ctx.down(env_name)  # silent nodes get nothing (gpufarm.core.inventory.sources)
     for _ in range(MAX_REPLANS):
         hosts = [h for h in pool_hosts(ctx.inventory(env_name), env_name, model) if h.name not in excluded]
-        used = ctx.units_used(env_name, env.kind, hosts, exclude_ir=alloc.ir)
-        free = free_capacity(env.kind, hosts, used, holder_ir=me)
+        used = ctx.units_used(env_name, kind, hosts, exclude_ir=alloc.ir)
+        free = free_capacity(kind, hosts, used, holder_ir=me)
         already = frozenset(h.name for h in hosts if me in h.irs)
-        plan = place(env.kind, free, alloc.gpu_count, prefer=already)
-        devices = _choose_units(ctx, alloc, env.kind, hosts, plan) if plan else {}
-        dedicated = env.kind is PoolKind.DEDICATED
-        taken = _tag_hosts(ctx, alloc, plan, dedicated=dedicated, devices=devices) if plan else set()
+        plan = place(kind, free, alloc.gpu_count, prefer=already)
+        if not plan:
+            _untag_strays(ctx, alloc, already, set())
+            return go_waiting(ctx, alloc)
+        devices = _choose_units(ctx, alloc, kind, hosts, plan)
+        taken = _tag_hosts(ctx, alloc, plan, dedicated=kind is PoolKind.DEDICATED, devices=devices)
         if not taken:
-            for stray in sorted(already - set(plan or ())):
-                # Left by an earlier attempt that chose differently: this IR does not hold it.
-                ctx.untag_host(stray, alloc)
-            return _allocated(ctx, alloc, plan, devices) if plan else go_waiting(ctx, alloc)
+            _untag_strays(ctx, alloc, already, set(plan))
+            return _allocated(ctx, alloc, plan, devices)
         excluded |= taken
     raise UpstreamError(f"{alloc.ir_label}: hosts kept being taken while allocating; retrying later")
+
+
+def _untag_strays(ctx: LeaseContext, alloc: Allocation, already: frozenset[str], planned: set[str]) -> None:
+    """Hosts an earlier attempt tagged that this plan does not take: this IR does not hold them."""
+    for stray in sorted(already - planned):
+        ctx.untag_host(stray, alloc)
 
 
 @invocation
@@ -128,8 +140,24 @@ def _tag_hosts(
     On a shared pool each host also gets one `gpu_assign` tag per unit `devices` gives the lease there, and
     loses this lease's others (left by an earlier attempt that chose differently).
     """
-    me = ir_tag_value(alloc.ir)
+    fresh, taken = _read_planned(ctx, alloc, plan, dedicated=dedicated)
+    if taken:
+        return taken
     wanted = allocation_tags([alloc])
+    for host, current in fresh.items():
+        units = assign_tags(alloc.ir, (devices or {}).get(host, ()))
+        kept = [t for t in current if not is_assign_of(t, alloc.ir) or t in units]
+        missing = [t for t in [*wanted, *units] if t not in kept]
+        if missing or kept != current:
+            ctx.put_tags(host, [*kept, *missing])
+    return _verified(ctx, alloc, fresh) if dedicated else set()
+
+
+def _read_planned(
+    ctx: LeaseContext, alloc: Allocation, plan: dict[str, int], *, dedicated: bool
+) -> tuple[dict[str, list[str]], set[str]]:
+    """Each planned host's `user` tags read now, and the hosts Datadog does not know or (dedicated) another IR holds."""
+    me = ir_tag_value(alloc.ir)
     fresh: dict[str, list[str]] = {}
     taken: set[str] = set()
     for host in plan:
@@ -138,24 +166,21 @@ def _tag_hosts(
             taken.add(host)
         else:
             fresh[host] = current
-    if taken:
-        return taken
-    for host, current in fresh.items():
-        units = assign_tags(alloc.ir, (devices or {}).get(host, ()))
-        kept = [t for t in current if not is_assign_of(t, alloc.ir) or t in units]
-        missing = [t for t in [*wanted, *units] if t not in kept]
-        if missing or kept != current:
-            ctx.put_tags(host, [*kept, *missing])
-    if dedicated:
-        # Verify after write: the tag API has no compare-and-set, so a writer outside this pool's queue
-        # could have raced us. Whoever finds a second ir: tag backs off; a lost tag means try again later.
-        for host in fresh:
-            after = ctx.user_tags(host) or []
-            if alloc.ir_tag not in after:
-                raise UpstreamError(f"{alloc.ir_label}: the tags of {host} changed while allocating; retrying")
-            if any(v != me for v in tag_values(after, IR_KEY)):
-                ctx.untag_host(host, alloc)
-                taken.add(host)
+    return fresh, taken
+
+
+def _verified(ctx: LeaseContext, alloc: Allocation, tagged: dict[str, list[str]]) -> set[str]:
+    """Verify after write: the tag API has no compare-and-set, so a writer outside this pool's queue could have raced
+    us. Whoever finds a second ir: tag backs off (the host is returned as taken); a lost tag means try again later."""
+    me = ir_tag_value(alloc.ir)
+    taken: set[str] = set()
+    for host in tagged:
+        after = ctx.user_tags(host) or []
+        if alloc.ir_tag not in after:
+            raise UpstreamError(f"{alloc.ir_label}: the tags of {host} changed while allocating; retrying")
+        if any(v != me for v in tag_values(after, IR_KEY)):
+            ctx.untag_host(host, alloc)
+            taken.add(host)
     return taken
 
 

@@ -12,7 +12,7 @@ import logging
 
 from gpufarm.core.accounting import gpu_hours
 from gpufarm.core.chat import messages
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.governance.policy import Action, authorize

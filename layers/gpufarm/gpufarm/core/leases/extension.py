@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gpufarm.core.chat import messages
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.policy import GRANTED_PHASES, Action, authorize, extension_days
 from gpufarm.core.kernel import fields as f

@@ -31,7 +31,6 @@ from datetime import datetime
 
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.context.lease_context import LeaseContext
-from gpufarm.core.digest import build
 from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm.core.kernel.ir import ir_tag_value
@@ -90,7 +89,7 @@ def gauges(live: Iterable[Allocation], farm: FarmConfig, now: datetime) -> list[
         if waits_for is not None:
             key = _waiting_key(alloc.environment, alloc.gpu_model, alloc.team, waits_for)
             waiting[key] = waiting.get(key, 0) + 1
-            since = build.waiting_since(alloc) or now
+            since = terms.waiting_since(alloc) or now
             oldest[key] = max(oldest.get(key, 0.0), 0.0, (now - since).total_seconds())
         elif alloc.phase in HOLDING:
             value = 1.0 if alloc.phase is Phase.IDLE_WARNED else 0.0

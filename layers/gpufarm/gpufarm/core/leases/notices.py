@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gpufarm.core.chat.block_kit import ACTION_EXTEND, Message, actions, button, linked, release_button, section
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import ACTION_EXTEND, Message, actions, button, linked, release_button, section
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.leases.terms import Position
 

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.messages import Message, lease_note
+from gpufarm.core.chat.messages import lease_note
 from gpufarm.core.governance.membership import Membership
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel import history
@@ -107,13 +108,3 @@ def _run_of(link: str) -> str:
     """The run's name from its link (`.../profiles/ir-12/<run>-<stamp>?...`), or '?'."""
     match = _LINK_RUN.search(link)
     return match.group(1) if match else "?"
-
-
-def runs_text(lines: Sequence[str], limit: int = 5) -> str:
-    """`Profiler runs:` and the newest `limit` runs with their links, or '' for a lease without runs."""
-    found = runs(lines)
-    if not found:
-        return ""
-    shown = [f"• {r.run} ({r.at[:16].replace('T', ' ')}Z): {r.details} <{r.link}|summary>" for r in found[-limit:]]
-    more = f" (newest {limit} of {len(found)})" if len(found) > limit else ""
-    return "*Profiler runs*" + more + ":\n" + "\n".join(shown)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpufarm.core.chat import messages
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.model import Allocation

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gpufarm.core.accounting import budgets
 from gpufarm.core.chat import cards, messages
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.reads import live_query
 from gpufarm.core.governance.policy import (

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel import history
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation
 
@@ -100,3 +101,13 @@ def position(alloc: Allocation, live: Iterable[Allocation]) -> Position:
 def _ordinal(number: int) -> str:
     suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
     return f"{number}{suffix}"
+
+
+def waiting_since(alloc: Allocation) -> datetime | None:
+    """When the request began waiting: its wait for hosts, else its request entry, else its last change."""
+    if alloc.phase in WAITING and alloc.waiting_since is not None:
+        return alloc.waiting_since
+    first = history.parse(alloc.history[0]) if alloc.history else None
+    if first is not None and first.step == history.Step.REQUESTED.value:
+        return first.at
+    return alloc.waiting_since or alloc.modified

@@ -8,7 +8,8 @@ from typing import Any
 
 from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, series
 from gpufarm.core.context.lease_context import LeaseContext, invocation
-from gpufarm.core.inventory.sources import Ledger, ledger_series
+from gpufarm.core.inventory.ledger_gauges import ledger_series
+from gpufarm.core.inventory.sources import Ledger
 from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm.core.kernel.lifecycle import HOLDING
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
@@ -20,7 +21,7 @@ from gpufarm.core.sync.inventory_read import read_ledger
 def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_hours.Usage | None = None) -> int:
     """Every gauge of the farm, sent once; returns how many series were sent.
 
-    The inventory ledger (gpufarm.core.inventory.sources.LEDGER_GAUGES) and the busy-GPU measurement are read here
+    The inventory ledger (gpufarm.core.inventory.ledger_gauges.LEDGER_GAUGES) and the busy-GPU measurement are read here
     when the caller did not read them already.
     """
     if ctx.metrics is None:

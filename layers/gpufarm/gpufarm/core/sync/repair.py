@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gpufarm.core.chat.messages import Message
+from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.config.farm import PoolKind
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
@@ -95,9 +95,7 @@ def reconcile_pool(ctx: LeaseContext, environment: str, shard: int = 0, shards: 
 def remove_stale(ctx: LeaseContext, host: GpuHost, live: Mapping[int, Allocation]) -> list[str]:
     """Remove the host's allocation tags no live lease explains; returns `host:tag` for each removed."""
     stale = [v for v in host.irs if not holds(live, v, host.name)]
-    # gpu_assign tags of units no live lease records (gpufarm.core.kernel.units), removed like stale ir: tags.
-    stray = stale_assignments(host, live, HOLDING)
-    if not stale and not stray and (host.irs or not keyed(host.tags, {PROJECT_KEY, TEAM_KEY})):
+    if not _needs_cleaning(host, live, stale):
         return []
     current = ctx.user_tags(host.name)  # re-read: this host is about to be written
     if current is None:
@@ -112,34 +110,48 @@ def remove_stale(ctx: LeaseContext, host: GpuHost, live: Mapping[int, Allocation
     return [f"{host.name}:{t}" for t in current if t not in new]
 
 
+def _needs_cleaning(host: GpuHost, live: Mapping[int, Allocation], stale: list[str]) -> bool:
+    """True when the host list shows a tag to remove: a stale ir: tag, a gpu_assign tag of a unit no live lease
+    records (gpufarm.core.kernel.units), or project:/team: tags on a host no lease holds."""
+    if stale or stale_assignments(host, live, HOLDING):
+        return True
+    return not host.irs and bool(keyed(host.tags, {PROJECT_KEY, TEAM_KEY}))
+
+
 def restore(ctx: LeaseContext, alloc: Allocation, repair: Repair, *, dedicated: bool, shard: int, shards: int) -> None:
     """Give a holding lease back its missing tags on its hosts in this shard (a double claim on a dedicated host is
     reported instead), and record what was restored in the lease's history."""
     restored: list[str] = []
-    reads = ctx.reads()
     for name in alloc.hosts:
-        if shard_of(name, shards) != shard:
-            continue
-        # Its ir: tag and, on a shared pool, one gpu_assign tag per unit it records on the host.
-        need = [alloc.ir_tag, *assign_tags(alloc.ir, lease_devices(alloc).get(name, ()))]
-        listed = reads.listed_user_tags(name)
-        if listed is not None and all(t in listed for t in need):
-            continue  # the host list shows the tags: nothing to restore, nothing to read
-        current = ctx.user_tags(name)
-        if current is None or all(t in current for t in need):
-            continue
-        others = [v for v in tag_values(current, IR_KEY) if v != ir_tag_value(alloc.ir)]
-        if dedicated and others:
-            repair.conflicts.append(f"{name}: {alloc.ir_label} and {', '.join(others)}")
-            continue
-        missing = [t for t in [*allocation_tags([alloc]), *need[1:]] if t not in current]
-        ctx.put_tags(name, [*current, *missing])
-        repair.restored += [f"{name}:{t}" for t in missing]
-        restored.append(f"{', '.join(missing)} on {name}")
+        if shard_of(name, shards) == shard:
+            missing = _restore_on(ctx, alloc, name, repair, dedicated=dedicated)
+            if missing:
+                restored.append(f"{', '.join(missing)} on {name}")
     if restored:
         # The lease's own record of the drift the sync put right (gpufarm.core.kernel.history).
         step = ctx.step(history.SYNC, Step.REPAIRED, "restored " + "; ".join(restored))
         ctx.write(alloc, alloc.phase, {}, step=step)
+
+
+def _restore_on(ctx: LeaseContext, alloc: Allocation, name: str, repair: Repair, *, dedicated: bool) -> list[str]:
+    """The lease's missing tags put back on one host; returns them (none when nothing was missing or the host is
+    claimed by another lease on a dedicated pool, which `repair` records as a conflict)."""
+    # Its ir: tag and, on a shared pool, one gpu_assign tag per unit it records on the host.
+    need = [alloc.ir_tag, *assign_tags(alloc.ir, lease_devices(alloc).get(name, ()))]
+    listed = ctx.reads().listed_user_tags(name)
+    if listed is not None and all(t in listed for t in need):
+        return []  # the host list shows the tags: nothing to restore, nothing to read
+    current = ctx.user_tags(name)
+    if current is None or all(t in current for t in need):
+        return []
+    others = [v for v in tag_values(current, IR_KEY) if v != ir_tag_value(alloc.ir)]
+    if dedicated and others:
+        repair.conflicts.append(f"{name}: {alloc.ir_label} and {', '.join(others)}")
+        return []
+    missing = [t for t in [*allocation_tags([alloc]), *need[1:]] if t not in current]
+    ctx.put_tags(name, [*current, *missing])
+    repair.restored += [f"{name}:{t}" for t in missing]
+    return missing
 
 
 def report_double_claims(ctx: LeaseContext, conflicts: list[str]) -> None:

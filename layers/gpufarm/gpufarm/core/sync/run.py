@@ -15,7 +15,8 @@ from typing import Any
 
 from gpufarm.core.accounting import agent_usage, gpu_hours
 from gpufarm.core.context.lease_context import LeaseContext, invocation
-from gpufarm.core.inventory.sources import post_source_events, read_in_background
+from gpufarm.core.inventory.source_events import post_source_events
+from gpufarm.core.inventory.sources import read_in_background
 from gpufarm.core.kernel.lifecycle import ReclaimReason
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.serial import IncidentCommand, Op, pool_group

@@ -18,7 +18,7 @@ builds.
 Widgets query only what is emitted: the node agent's metrics (spec/metrics.yaml; `host`, `team`, `project`,
 `environment` and `gpufarm` are host tags Datadog stamps on each point) and the gauges the scheduled sync publishes
 (gpufarm.core.sync.gauges.publish_gauges: `gpufarm.quota.*` per team, environment and model, `gpufarm.inventory.*`
-per environment and model, and the ledger's gauges gpufarm.core.inventory.sources.LEDGER_GAUGES declares: down and
+per environment and model, and the ledger's gauges gpufarm.core.inventory.ledger_gauges.LEDGER_GAUGES declares: down and
 agentless GPUs, cloud quotas, source errors, the measured ledger, budgets), and the lifecycle metrics (spec/metrics.yaml
 `lifecycle_metrics`: waiting requests, idle warnings, reclaims; gpufarm.core.leases.metrics).
 tests/unit/test_dashboards.py holds every query to those declarations.
