@@ -4,11 +4,13 @@
   folder, and every "N functions" in the docs counts them;
 - every path of the layout table exists, and every package of the runtime (and of its core) is in the docs;
 - every key of the farm YAML is in docs/configure.md, and no key that does not exist, with its default;
+- every module (and name in it) the docs mention exists, so a page follows the code when a module moves;
 - the README stays a front door, and every relative link of the docs points at a file that exists.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import types
 import typing
@@ -42,6 +44,12 @@ _CODE_SPAN = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")
 _TICKED = re.compile(r"`([^`]+)`")
 _MAP_KEY = re.compile(r"<[^<>]+>")
+# A dotted name of gpufarm's code as the docs write it (`gpufarm.core.keeps`, `gpufarm_sandbox.clouds`); metric names
+# (`gpufarm.gpu.utilization`) start otherwise.
+_CODE_NAME = re.compile(
+    r"(?<![\w/.-])((?:gpufarm\.(?:core|adapters|handlers|setup|profiling|reporting)|gpufarm_sandbox|gpufarm_node)"
+    r"(?:\.\w+)*)"
+)
 
 
 def _section(path: Path, heading: str) -> str:
@@ -217,6 +225,69 @@ def test_the_key_walk_sees_mappings_lists_and_optional_sections() -> None:
     waste, regions = keys["charging.waste_threshold_percent"], keys["inventory.aws.regions"]
     assert waste is not None and _default_cell(waste) == "`50`"
     assert regions is not None and _default_cell(regions) == "required"
+
+
+# -- the code the docs name -----------------------------------------------------------------------------------------
+
+
+_SOURCES = (ROOT / "layers" / "gpufarm", ROOT / "node", ROOT / "sandbox")
+
+
+def _module_source(module: str) -> Path | None:
+    for base in _SOURCES:
+        path = base.joinpath(*module.split("."))
+        for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _defined(body: list[ast.stmt], name: str) -> list[ast.stmt] | None:
+    """What `body` defines as `name` at its top level: a class's body, [] for anything else; None when nothing."""
+    for node in body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return node.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            return []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return []
+        if isinstance(node, ast.Import | ast.ImportFrom) and any(
+            (alias.asname or alias.name.split(".")[0]) == name for alias in node.names
+        ):
+            return []
+    return None
+
+
+def _resolves(dotted: str) -> bool:
+    """True when `dotted` is a module of this repository, or one and the names defined in it one inside the other.
+
+    Read from the sources (nothing is imported, so no module's import runs here)."""
+    parts = dotted.split(".")
+    for depth in range(len(parts), 0, -1):
+        source = _module_source(".".join(parts[:depth]))
+        if source is None:
+            continue
+        body: list[ast.stmt] | None = ast.parse(source.read_text(encoding="utf-8")).body
+        for name in parts[depth:]:
+            body = _defined(body or [], name)
+            if body is None:
+                return False
+        return True
+    return False
+
+
+def test_every_module_the_docs_name_exists() -> None:
+    named = {(page, name) for page in PAGES for name in _CODE_NAME.findall(page.read_text(encoding="utf-8"))}
+    assert len(named) > 20
+    assert sorted(f"{page.relative_to(ROOT)}: {name}" for page, name in named if not _resolves(name)) == []
+
+
+def test_a_moved_or_misspelt_module_does_not_resolve() -> None:
+    assert _resolves("gpufarm.core") and _resolves("gpufarm_sandbox.emulator.counter.kind")
+    assert not _resolves("gpufarm.core.no_such_module") and not _resolves("gpufarm.core.bounded.no_such_name")
 
 
 # -- the README and the links ----------------------------------------------------------------------------------------
