@@ -1,8 +1,8 @@
 """The three distributions and the developer's install that joins them.
 
 - `gpufarm` (layers/gpufarm) is the only package of the Lambda layer: requirements.txt is its dependencies less
-  what the Lambda runtime provides (boto3, botocore) and click (the layer runs no CLI), and what the five Lambda
-  entry points import is in the layer;
+  what the Lambda runtime provides (boto3, botocore) and click (the layer runs no CLI), and what every Lambda
+  entry point imports is in the layer;
 - `gpufarm-node` (node) is what a GPU node installs: its dependency closure holds no pydantic, boto3, Slack,
   Powertools or werkzeug, it imports neither of the other packages, and it runs from its declared distributions
   alone;
@@ -104,17 +104,36 @@ def test_layer_requirements_are_the_runtime_dependencies_less_what_lambda_provid
     )
 
 
+def _version(directory: Path) -> str:
+    """The version a distribution's build reports: its pyproject.toml's dynamic `attr`, read from the package's
+    source inside `directory` (never a file outside it: each distribution builds from its own folder alone)."""
+    pyproject = _pyproject(directory)
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"], directory
+    module, _, name = pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"].rpartition(".")
+    wheres = pyproject["tool"]["setuptools"]["packages"]["find"].get("where", ["."])
+    candidates = [directory / where / module.replace(".", "/") / "__init__.py" for where in wheres]
+    source = next(path for path in candidates if path.is_file())
+    assert source.resolve().is_relative_to(directory.resolve()), f"{source} is outside {directory}"
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            assert isinstance(node.value, ast.Constant) and isinstance(node.value.value, str), source
+            return node.value.value
+    raise AssertionError(f"{source} does not set {name}")
+
+
 def test_distributions_share_version_license_and_python() -> None:
     projects = {name: _project(name) for name in DISTRIBUTIONS}
     root = _pyproject(ROOT)["project"]
-    for field in ("version", "requires-python", "license"):
+    versions = {name: _version(directory) for name, (directory, _) in DISTRIBUTIONS.items()}
+    assert set(versions.values()) == {_version(ROOT)}, versions
+    for field in ("requires-python", "license"):
         assert {p[field] for p in [*projects.values(), root]} == {root[field]}, field
     # The sandbox builds on the other two at exactly this version.
     pins = {
         canonicalize_name(Requirement(d).name): str(Requirement(d).specifier)
         for d in projects["gpufarm-sandbox"]["dependencies"]
     }
-    assert pins["gpufarm"] == pins["gpufarm-node"] == f"=={root['version']}"
+    assert pins["gpufarm"] == pins["gpufarm-node"] == f"=={_version(ROOT)}"
 
 
 def test_one_specifier_per_dependency_across_the_distributions() -> None:

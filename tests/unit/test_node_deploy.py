@@ -12,6 +12,7 @@ from typing import Any
 import click
 import yaml
 
+from gpufarm_node import __version__
 from gpufarm_node.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,7 +203,8 @@ def _args(stage: list[tuple[str, str]], instruction: str) -> list[str]:
 
 def _node_project() -> dict[str, Any]:
     project: dict[str, Any] = tomllib.loads((NODE / "pyproject.toml").read_text())["project"]
-    return project
+    # pyproject.toml reads the version from the package (tests/unit/test_distributions.py holds that link).
+    return {**project, "version": __version__}
 
 
 def _daemonset_image() -> str:
