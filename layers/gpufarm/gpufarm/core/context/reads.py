@@ -1,7 +1,7 @@
 """What one invocation has read of incidents and hosts, narrowed to what its decisions need, and kept current.
 
 State lives only in incident fields, so every decision reads incidents; read naively, that read grows with the
-whole farm and runs again for every step of an invocation. A `Reads` is built per invocation (GpuFarm.reading)
+whole farm and runs again for every step of an invocation. A `Reads` is built per invocation (LeaseContext.reading)
 and shared by everything that invocation decides:
 
 - live incidents are searched once per scope, narrowed by facets to the scope (a request's decision: its team in

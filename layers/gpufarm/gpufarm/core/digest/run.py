@@ -7,7 +7,7 @@ does). The run's moment is the schedule's own time when the event carries it (Ev
 
 "Since the last digest" is the span between the previous digest time and this one, both computed from the
 settings: nothing is stored (docs/design.md, rule 1), a retried run reports the same window, and two digests
-never count one repair twice. The reads are one view of the invocation (GpuFarm.reading): the live incidents and
+never count one repair twice. The reads are one view of the invocation (LeaseContext.reading): the live incidents and
 the host list once, one metrics query for unattributed use, and the budgets' searches (gpufarm.core.accounting.budgets).
 """
 

@@ -2,7 +2,7 @@
 
 A user may request for, extend or release only within their teams; the GPU operators act for any team. Members
 of a user group are read from Slack (usergroups.users.list) at most once per group per invocation: a `Membership`
-lives for one invocation (GpuFarm.reading opens it) and the Slack adapter keeps each group's members for a minute
+lives for one invocation (LeaseContext.reading opens it) and the Slack adapter keeps each group's members for a minute
 across warm invocations. Membership that cannot be read is never guessed: a Slack failure refuses the action with
 a retry hint (MembershipUnavailable), and a user group Slack does not know is a configuration error naming the
 team (MembershipMisconfigured), raised where the group is first resolved, because only Slack can say a group
