@@ -33,7 +33,11 @@ from urllib.parse import urlsplit
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.dashboard_evaluate import VALUE_RE, Evaluator, Result
+from gpufarm_sandbox.emulator.dashboards import DashboardsModule
+from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
+from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.web import Auth, Route
 
 PLOTLY_PATH = "/dashboards/_static/plotly.min.js"
@@ -72,6 +76,18 @@ class DashboardPagesModule(BaseModule):
 
     name = "dashboard_pages"
 
+    def __init__(
+        self,
+        context: SandboxContext,
+        dashboards: DashboardsModule,
+        metrics: MetricsModule,
+        metric_metadata: MetricMetadataModule,
+    ) -> None:
+        super().__init__(context)
+        self.dashboards = dashboards
+        self.metrics = metrics
+        self.metric_metadata = metric_metadata
+
     def routes(self) -> list[Route]:
         """The index, one page per dashboard, and plotly.js."""
         return [
@@ -84,7 +100,7 @@ class DashboardPagesModule(BaseModule):
 
     def dump(self) -> dict[str, Any]:
         """The pages' addresses."""
-        return {"pages": [f"/dashboards/{d['id']}" for d in self.sb.dashboards.live()]}
+        return {"pages": [f"/dashboards/{d['id']}" for d in self.dashboards.live()]}
 
     # -- handlers -------------------------------------------------------------------------------------
 
@@ -96,13 +112,13 @@ class DashboardPagesModule(BaseModule):
     def _index(self, request: Request) -> Response:
         items = "".join(
             f'<li><a href="/dashboards/{html.escape(d["id"])}">{html.escape(str(d["title"]))}</a></li>'
-            for d in sorted(self.sb.dashboards.live(), key=lambda d: str(d["title"]))
+            for d in sorted(self.dashboards.live(), key=lambda d: str(d["title"]))
         )
         body = f"<h1>Dashboards</h1><ul>{items or '<li>none yet: run gpufarm datadog apply</li>'}</ul>"
         return _html("Dashboards", body)
 
     def _page(self, request: Request, dashboard_id: str) -> Response:
-        live = self.sb.dashboards.live()
+        live = self.dashboards.live()
         # A gpufarm dashboard also answers at its key (`/dashboards/project`), so a link needs no id.
         found = [d for d in live if d["id"] == dashboard_id] or [d for d in live if _key(d) == dashboard_id]
         if not found:
@@ -112,9 +128,9 @@ class DashboardPagesModule(BaseModule):
             chosen, span = _params(request, dashboard)
         except PageError as exc:
             return _html("Bad request", f"<h1>Bad request</h1><p class='error'>{html.escape(str(exc))}</p>", exc.status)
-        end = self.sb.clock.now()
+        end = self.ctx.clock.now()
         evaluator = Evaluator(
-            self.sb.metrics.query_series, end - SPANS[span], end, dashboard.get("template_variables") or [], chosen
+            self.metrics.query_series, end - SPANS[span], end, dashboard.get("template_variables") or [], chosen
         )
         page = _Page(evaluator, self._unit)
         widgets = "".join(page.widget(w) for w in dashboard.get("widgets") or [])
@@ -135,7 +151,7 @@ class DashboardPagesModule(BaseModule):
     def _unit(self, metric: str | None) -> str | None:
         if metric is None:
             return None
-        meta = self.sb.metric_metadata.metadata(metric)
+        meta = self.metric_metadata.metadata(metric)
         unit = meta.get("unit") if meta else None
         return str(unit) if unit else None
 

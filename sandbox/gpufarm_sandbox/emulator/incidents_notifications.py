@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.incidents_config import (
     CONFIG,
     SANDBOX_USER_ID,
@@ -33,9 +34,10 @@ from gpufarm_sandbox.emulator.incidents_config import (
     user_expanded,
 )
 from gpufarm_sandbox.emulator.web import Route, empty_response, json_object, json_response
+from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.incidents import StoredIncident
+    from gpufarm_sandbox.emulator.incidents_record import StoredIncident
 
 CREATED_TRIGGER = "incident_created_trigger"
 MODIFIED_TRIGGER = "incident_modified_trigger"
@@ -67,8 +69,9 @@ class RuleRecord:
 class NotificationRules:
     """The rules of the sandbox's organization, and what they fire (state guarded by the sandbox lock)."""
 
-    def __init__(self, sandbox: Any, config: IncidentConfig) -> None:
-        self.sb = sandbox
+    def __init__(self, context: SandboxContext, config: IncidentConfig, webhooks: WebhooksModule) -> None:
+        self.ctx = context
+        self.webhooks = webhooks
         self.config = config
         self.rules: dict[str, RuleRecord] = {}
         # What the rules matched recently (every handle, webhook or not), for `GET /_sandbox/state`.
@@ -134,13 +137,15 @@ class NotificationRules:
             self.recent.append({"incident": incident.slug, "trigger": trigger, "source": source, "handle": handle})
             if handle.startswith(WEBHOOK_HANDLE) and handle not in seen:
                 seen.add(handle)
-                out.append((handle[len(WEBHOOK_HANDLE) :], _variables(incident, event, plain_fields, self.sb.base_url)))
+                out.append(
+                    (handle[len(WEBHOOK_HANDLE) :], _variables(incident, event, plain_fields, self.ctx.base_url))
+                )
         return out
 
     def fire(self, notifications: list[Notification]) -> None:
         """Send the webhook calls (outside the sandbox lock)."""
         for webhook, variables in notifications:
-            self.sb.webhooks.fire(webhook, variables, origin="incident")
+            self.webhooks.fire(webhook, variables, origin="incident")
 
     # -- notification rules -------------------------------------------------------------------------------
 
@@ -151,7 +156,7 @@ class NotificationRules:
         return rule
 
     def _rules_list(self, request: Request) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             rules = [rule_view(r) for r in self.rules.values()]
         # Recorded: a single full page still carries next_offset.
         return json_response(
@@ -159,15 +164,15 @@ class NotificationRules:
         )
 
     def _rule_get(self, request: Request, rule_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response({"data": rule_view(self._rule(rule_id))})
 
     def _rule_create(self, request: Request) -> Response:
         data = jsonapi_data(json_object(request), "incident_notification_rules")
         parsed = _rule_attributes(jsonapi_object(data.get("attributes"), "attributes"))
-        with self.sb.lock:
+        with self.ctx.lock:
             type_id = self._rule_type(data.get("relationships"))
-            now = self.sb.clock.now_dt()
+            now = self.ctx.clock.now_dt()
             rule = RuleRecord(id=str(uuid.uuid4()), incident_type_id=type_id, created=now, modified=now, **parsed)
             rule.notification_template = _template_ref(data.get("relationships"))
             self.rules[rule.id] = rule
@@ -178,7 +183,7 @@ class NotificationRules:
         if "id" in data and data["id"] != rule_id:
             raise jsonapi_bad("data.id does not match the rule id in the path")
         parsed = _rule_attributes(jsonapi_object(data.get("attributes"), "attributes"))
-        with self.sb.lock:
+        with self.ctx.lock:
             # Recorded: an unknown incident type is reported before an unknown rule.
             type_id = self._rule_type(data.get("relationships"))
             current = self._rule(rule_id)
@@ -186,7 +191,7 @@ class NotificationRules:
                 id=rule_id,
                 incident_type_id=type_id,
                 created=current.created,
-                modified=self.sb.clock.now_dt(),
+                modified=self.ctx.clock.now_dt(),
                 **parsed,
             )
             rule.notification_template = _template_ref(data.get("relationships"))
@@ -194,7 +199,7 @@ class NotificationRules:
             return json_response({"data": rule_view(rule)})
 
     def _rule_delete(self, request: Request, rule_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             self._rule(rule_id)
             del self.rules[rule_id]
         return empty_response(204)

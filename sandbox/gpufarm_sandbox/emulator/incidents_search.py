@@ -27,7 +27,7 @@ from gpufarm_sandbox.emulator.incidents_config import (
 )
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.incidents import StoredIncident
+    from gpufarm_sandbox.emulator.incidents_record import StoredIncident
 
 
 class QueryError(ValueError):

@@ -17,7 +17,8 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
-from gpufarm_sandbox.emulator.hosts import normalize_tags
+from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.hosts import HostsModule, normalize_tags
 from gpufarm_sandbox.emulator.query import (
     SCALAR_REDUCERS,
     Formula,
@@ -144,8 +145,9 @@ class MetricsModule(BaseModule):
 
     name = "metrics"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext, hosts: HostsModule) -> None:
+        super().__init__(context)
+        self.hosts = hosts
         self._series: dict[tuple[str, frozenset[str]], _Series] = {}
         self._by_metric: dict[str, list[_Series]] = {}
         self._units: dict[str, str] = {}
@@ -163,7 +165,7 @@ class MetricsModule(BaseModule):
 
     def metric_names(self) -> list[str]:
         """Every metric that has points."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return sorted(self._by_metric)
 
     # -- module plumbing -----------------------------------------------------------------------------------------
@@ -180,14 +182,14 @@ class MetricsModule(BaseModule):
 
     def reset(self) -> None:
         """Forget every point."""
-        with self.sb.lock:
+        with self.ctx.lock:
             self._series.clear()
             self._by_metric.clear()
             self._units.clear()
 
     def dump(self) -> dict[str, Any]:
         """A summary: series and point counts, and the series count per metric."""
-        with self.sb.lock:
+        with self.ctx.lock:
             for series in self._series.values():
                 series.compact()  # resent points count once
             return {
@@ -222,8 +224,8 @@ class MetricsModule(BaseModule):
 
     def _ingest(self, parsed: Iterable[_Parsed]) -> list[str]:
         errors: list[str] = []
-        with self.sb.lock:
-            now = self.sb.clock.now()
+        with self.ctx.lock:
+            now = self.ctx.clock.now()
             oldest, newest = now - MAX_PAST_S, now + MAX_FUTURE_S
             for p in parsed:
                 kept = [(t, v) for t, v in p.points if oldest <= t <= newest]
@@ -236,8 +238,8 @@ class MetricsModule(BaseModule):
                     self._units[p.metric] = p.unit
                 tags = set(p.tags)
                 if p.host:
-                    self.sb.hosts.touch(p.host, now)
-                    tags.update(self.sb.hosts.tags_for(p.host))
+                    self.hosts.touch(p.host, now)
+                    tags.update(self.hosts.tags_for(p.host))
                     tags.add(f"host:{p.host.lower()}")
                 if not kept:
                     continue
@@ -254,7 +256,7 @@ class MetricsModule(BaseModule):
     # -- queries -------------------------------------------------------------------------------------------------
 
     def _run(self, query: MetricQuery, start: float, end: float, interval: int) -> list[GroupSeries]:
-        with self.sb.lock:
+        with self.ctx.lock:
             views = [s.view() for s in self._by_metric.get(query.metric, ())]
             return evaluate(query, views, start, end, interval)
 
@@ -297,7 +299,7 @@ class MetricsModule(BaseModule):
 
     def _v1_series(self, q: MetricQuery, index: int, g: GroupSeries, step: int) -> dict[str, Any]:
         first, last = g.points[0][0], g.points[-1][0]
-        with self.sb.lock:
+        with self.ctx.lock:
             unit = self._unit(q.metric) or [None, None]
         scope = (
             q.scope.strip()
@@ -333,7 +335,7 @@ class MetricsModule(BaseModule):
         attrs = data.get("attributes")
         if not isinstance(attrs, dict):
             raise ApiError(400, "API input validation failed: attributes is required")
-        return _FormulaRequest.parse(attrs, kind, self.sb.clock.now())
+        return _FormulaRequest.parse(attrs, kind, self.ctx.clock.now())
 
     def _query_timeseries(self, request: Request) -> Response:
         req = self._formula_request(request, "timeseries")
@@ -354,7 +356,7 @@ class MetricsModule(BaseModule):
         index = {t: i for i, t in enumerate(times)}
         series: list[dict[str, Any]] = []
         values: list[list[float | None]] = []
-        with self.sb.lock:
+        with self.ctx.lock:
             for query_index, groups, metric in outputs:
                 unit = self._unit(metric) if metric else None
                 for g in groups:
@@ -397,7 +399,7 @@ class MetricsModule(BaseModule):
             out_columns.extend(
                 {"name": key, "type": "group", "values": [_group_values(g, key) for g in rows]} for key in group_keys
             )
-        with self.sb.lock:
+        with self.ctx.lock:
             for name, table, metric, _ in columns:
                 unit = self._unit(metric) if metric else None
                 out_columns.append(

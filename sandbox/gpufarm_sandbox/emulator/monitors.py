@@ -24,8 +24,11 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.query import MetricQuery, QueryError, parse_query, pick_interval, reduce_points, scope_for
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, json_body, json_object, json_response, query_int
+from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
 log = logging.getLogger("gpufarm_sandbox.emulator.monitors")
 
@@ -204,23 +207,25 @@ class MonitorsModule(BaseModule):
 
     name = "monitors"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext, metrics: MetricsModule, webhooks: WebhooksModule) -> None:
+        super().__init__(context)
+        self.metrics = metrics
+        self.webhooks = webhooks
         self._monitors: dict[int, _Monitor] = {}
         self._next_id = _FIRST_ID
         self._events: deque[dict[str, Any]] = deque(maxlen=EVENT_LOG_SIZE)
         self._event_seq = 0
         self._ticker: threading.Thread | None = None
         self._ticker_stop = threading.Event()
-        sandbox.clock.subscribe(self._on_clock)
+        context.clock.subscribe(self._on_clock)
 
     # -- public API ----------------------------------------------------------------------------------------------
 
     def evaluate(self, monitor_id: int | None = None) -> list[dict[str, Any]]:
         """Evaluate every evaluable monitor (or one) at the sandbox's now; returns the transition events logged."""
         notices: list[_Notice] = []
-        with self.sb.lock:
-            now = self.sb.clock.now()
+        with self.ctx.lock:
+            now = self.ctx.clock.now()
             for mid, mon in sorted(self._monitors.items()):
                 if mon.parsed is not None and (monitor_id is None or mid == monitor_id):
                     notices.extend(self._evaluate(mon, now))
@@ -263,7 +268,7 @@ class MonitorsModule(BaseModule):
 
     def reset(self) -> None:
         """Forget every monitor and the evaluation log."""
-        with self.sb.lock:
+        with self.ctx.lock:
             self._monitors.clear()
             self._next_id = _FIRST_ID
             self._events.clear()
@@ -271,7 +276,7 @@ class MonitorsModule(BaseModule):
 
     def dump(self) -> dict[str, Any]:
         """Monitors with their group states, and the size of the evaluation log."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return {
                 "monitors": [self._json(m, "all") for _, m in sorted(self._monitors.items())],
                 "events": len(self._events),
@@ -282,10 +287,10 @@ class MonitorsModule(BaseModule):
     def _create(self, request: Request) -> Response:
         body = json_object(request)
         fields, parsed = _validated(body, None)
-        with self.sb.lock:
+        with self.ctx.lock:
             mid = self._next_id
             self._next_id += 1
-            now = self.sb.clock.now_dt()
+            now = self.ctx.clock.now_dt()
             stamp = now.isoformat()
             record: dict[str, Any] = {
                 "id": mid,
@@ -309,7 +314,7 @@ class MonitorsModule(BaseModule):
 
     def _get(self, request: Request, monitor_id: int) -> Response:
         states = _group_states_arg(request)
-        with self.sb.lock:
+        with self.ctx.lock:
             mon = self._find(monitor_id)
             out = self._json(mon, states)
         if _bool_arg(request, "with_downtimes"):
@@ -325,7 +330,7 @@ class MonitorsModule(BaseModule):
         page = query_int(request, "page", None)
         page_size = query_int(request, "page_size", 100, minimum=1, maximum=1000) or 100
         _bool_arg(request, "with_downtimes")
-        with self.sb.lock:
+        with self.ctx.lock:
             found = [
                 self._json(m, states)
                 for mid, m in sorted(self._monitors.items())
@@ -342,7 +347,7 @@ class MonitorsModule(BaseModule):
 
     def _update(self, request: Request, monitor_id: int) -> Response:
         body = json_object(request)
-        with self.sb.lock:
+        with self.ctx.lock:
             mon = self._find(monitor_id)
             new_type = body.get("type")
             if new_type is not None and _same_kind(new_type) != _same_kind(mon.body["type"]):
@@ -359,13 +364,13 @@ class MonitorsModule(BaseModule):
                 mon.pending.clear()
             mon.body.update(fields)
             mon.parsed = parsed
-            mon.body["modified"] = self.sb.clock.now_dt().isoformat()
-            self._overall(mon, self.sb.clock.now())
+            mon.body["modified"] = self.ctx.clock.now_dt().isoformat()
+            self._overall(mon, self.ctx.clock.now())
             out = self._json(mon, None)
         return json_response(out)
 
     def _delete(self, request: Request, monitor_id: int) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             self._find(monitor_id)
             del self._monitors[monitor_id]
         return json_response({"deleted_monitor_id": monitor_id})
@@ -375,7 +380,7 @@ class MonitorsModule(BaseModule):
         return json_response({})
 
     def _validate_existing(self, request: Request, monitor_id: int) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             self._find(monitor_id)
         _validated(json_object(request), monitor_id)
         return json_response({})
@@ -388,7 +393,7 @@ class MonitorsModule(BaseModule):
             raise ApiError(400, "Invalid parameter monitor_ids: expected integers") from None
         if not ids:
             raise ApiError(400, "Missing required parameter: monitor_ids")
-        with self.sb.lock:
+        with self.ctx.lock:
             ok = [i for i in ids if i in self._monitors]
             errors = {str(i): ["Monitor not found"] for i in ids if i not in self._monitors}
         # Nothing in the sandbox references monitors (no SLOs, composites), so every existing one can go.
@@ -430,19 +435,19 @@ class MonitorsModule(BaseModule):
         if monitor_id is not None and (isinstance(monitor_id, bool) or not isinstance(monitor_id, int)):
             raise ApiError(400, "monitor_id must be an integer")
         if monitor_id is not None:
-            with self.sb.lock:
+            with self.ctx.lock:
                 self._find(monitor_id)
         events = self.evaluate(monitor_id)
-        return json_response({"evaluated_at": self.sb.clock.now(), "events": events})
+        return json_response({"evaluated_at": self.ctx.clock.now(), "events": events})
 
     def events(self) -> list[dict[str, Any]]:
         """The recent notification events, oldest first (copies: the caller may keep them)."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return [dict(e) for e in self._events]
 
     def _events_endpoint(self, request: Request) -> Response:
         monitor_id = query_int(request, "monitor_id", None)
-        with self.sb.lock:
+        with self.ctx.lock:
             events = [e for e in self._events if monitor_id is None or e["monitor_id"] == monitor_id]
         return json_response({"events": events})
 
@@ -469,7 +474,7 @@ class MonitorsModule(BaseModule):
         start = end - parsed.window_s
         step = pick_interval(parsed.window_s, parsed.metric.rollup_seconds)
         try:
-            results = self.sb.metrics.query_series(parsed.metric.text, start, end, step)
+            results = self.metrics.query_series(parsed.metric.text, start, end, step)
         except QueryError:
             log.warning("monitor %s: query can no longer be evaluated", mon.body["id"])
             return []
@@ -661,7 +666,7 @@ class MonitorsModule(BaseModule):
             "DATE": date_ms,
             "LAST_UPDATED": date_ms,
             "ID": event_id,
-            "LINK": f"{self.sb.base_url}/monitors/{body['id']}",
+            "LINK": f"{self.ctx.base_url}/monitors/{body['id']}",
             "TAGS": ",".join(tags),
             "HOSTNAME": next((t[5:] for t in key if t.startswith("host:")), ""),
             "ORG_ID": str(ORG_ID),
@@ -674,7 +679,7 @@ class MonitorsModule(BaseModule):
         return _Notice(event, hooks, out_vars)
 
     def _fire(self, notice: _Notice) -> None:
-        fire = getattr(self.sb.webhooks, "fire", None)
+        fire = getattr(self.webhooks, "fire", None)
         for name in notice.webhooks:
             if not callable(fire):
                 log.warning("webhook %s not fired: the webhooks module has no fire()", name)

@@ -12,12 +12,13 @@ import copy
 import json
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.slack_blockkit import (
     MAX_VIEW_BYTES,
     block_errors,
@@ -56,9 +57,6 @@ from gpufarm_sandbox.emulator.slack_workspace import (
 )
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, form_or_json, json_object, json_response, slack_error
 
-if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.app import Sandbox
-
 TRIGGER_TTL_S = 3.0  # trigger_id lives 3 s and works once
 RESPONSE_URL_USES = 5  # response_url: at most 5 uses within 30 minutes
 RESPONSE_URL_TTL_S = 1800.0
@@ -79,8 +77,8 @@ class SlackModule(BaseModule):
 
     name = "slack"
 
-    def __init__(self, sandbox: Sandbox) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext) -> None:
+        super().__init__(context)
         self.users: dict[str, dict[str, Any]] = {}
         self.channels: dict[str, dict[str, Any]] = {}
         self.usergroups: dict[str, dict[str, Any]] = {}
@@ -132,7 +130,7 @@ class SlackModule(BaseModule):
 
     def reset(self) -> None:
         """Forget everything and re-seed the fixtures' workspace."""
-        with self.sb.lock:
+        with self.ctx.lock:
             self.users.clear()
             self.channels.clear()
             self.usergroups.clear()
@@ -164,7 +162,7 @@ class SlackModule(BaseModule):
 
     def dump(self) -> dict[str, Any]:
         """Directory, messages, views and deliveries; response_url tokens are capabilities and never shown."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return {
                 "users": sorted(self.users),
                 "channels": {cid: c["name"] for cid, c in self.channels.items()},
@@ -182,7 +180,7 @@ class SlackModule(BaseModule):
         """A message ts of this workspace."""
         # Unique and increasing within a run, on the sandbox clock: "<epoch seconds>.<6-digit sequence>".
         self._seq += 1
-        return f"{int(self.sb.clock.now())}.{self._seq % 1_000_000:06d}"
+        return f"{int(self.ctx.clock.now())}.{self._seq % 1_000_000:06d}"
 
     def _user_object(self, spec: UserSpec) -> dict[str, Any]:
         real_name = spec.real_name or spec.name
@@ -216,7 +214,7 @@ class SlackModule(BaseModule):
             "is_restricted": False,
             "is_ultra_restricted": False,
             "is_bot": spec.is_bot,
-            "updated": int(self.sb.clock.now()),
+            "updated": int(self.ctx.clock.now()),
             "is_app_user": False,
             "has_2fa": False,
         }
@@ -347,15 +345,15 @@ class SlackModule(BaseModule):
     def new_trigger(self, user: str) -> str:
         """A trigger_id for a user's command or click, usable once within 3 s."""
         # Slack's format: digits.digits.hex (views.open rejects anything else as invalid_trigger_id).
-        trigger_id = f"{int(self.sb.clock.now() * 1000)}.{self._seq:010d}.{secrets.token_hex(16)}"
-        self.triggers[trigger_id] = Trigger(trigger_id, user, self.sb.clock.now())
+        trigger_id = f"{int(self.ctx.clock.now() * 1000)}.{self._seq:010d}.{secrets.token_hex(16)}"
+        self.triggers[trigger_id] = Trigger(trigger_id, user, self.ctx.clock.now())
         return trigger_id
 
     def new_sink(self, channel: str, user: str, source_ts: str | None = None) -> str:
         """A response_url that posts to a channel for a user (and can replace the message at source_ts)."""
         token = secrets.token_urlsafe(18)
-        self.sinks[token] = ResponseSink(token, channel, user, self.sb.clock.now(), source_ts)
-        return f"{self.sb.base_url}/slack/response/{token}"
+        self.sinks[token] = ResponseSink(token, channel, user, self.ctx.clock.now(), source_ts)
+        return f"{self.ctx.base_url}/slack/response/{token}"
 
     # -- Web API -----------------------------------------------------------------------------------------------------
 
@@ -363,7 +361,7 @@ class SlackModule(BaseModule):
         def handler(request: Request) -> Response:
             args = form_or_json(request)
             try:
-                with self.sb.lock:
+                with self.ctx.lock:
                     body = impl(args)
             except SlackFailure as exc:
                 return slack_error(exc.code, 200, **exc.extra)
@@ -395,7 +393,7 @@ class SlackModule(BaseModule):
             target="U" + channel[1:] if dm else None,
             thread_ts=str(thread_ts) if thread_ts else None,
         )
-        echo = {**message.echo(), "bot_profile": {**BOT_PROFILE, "updated": int(self.sb.clock.now())}}
+        echo = {**message.echo(), "bot_profile": {**BOT_PROFILE, "updated": int(self.ctx.clock.now())}}
         return {"channel": channel, "ts": message.ts, "message": echo}
 
     def _chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -440,7 +438,7 @@ class SlackModule(BaseModule):
 
     def new_hash(self) -> str:
         """A view hash, new on every change of the view."""
-        return f"{int(self.sb.clock.now())}.{secrets.token_hex(4)}"
+        return f"{int(self.ctx.clock.now())}.{secrets.token_hex(4)}"
 
     def _views_open(self, args: dict[str, Any]) -> dict[str, Any]:
         trigger_id = args.get("trigger_id")
@@ -451,7 +449,7 @@ class SlackModule(BaseModule):
             raise SlackFailure("invalid_trigger_id")
         if trigger.used:
             raise SlackFailure("exchanged_trigger_id")
-        if self.sb.clock.now() - trigger.issued > TRIGGER_TTL_S:
+        if self.ctx.clock.now() - trigger.issued > TRIGGER_TTL_S:
             raise SlackFailure("expired_trigger_id")
         view = self._parse_view(args)
         trigger.used = True
@@ -501,7 +499,7 @@ class SlackModule(BaseModule):
         if _truthy(args.get("return_im", False)):
             full = {
                 "id": dm,
-                "created": int(self.sb.clock.now()),
+                "created": int(self.ctx.clock.now()),
                 "is_im": True,
                 "is_org_shared": False,
                 "user": user,
@@ -529,9 +527,9 @@ class SlackModule(BaseModule):
     # -- response_url sinks --------------------------------------------------------------------------------------
 
     def _response_url(self, request: Request, token: str) -> Response:
-        fault = self.sb.faults.pick(request.path)
+        fault = self.ctx.faults.pick(request.path)
         if fault is not None:
-            if self.sb.faults.served_first(fault):
+            if self.ctx.faults.served_first(fault):
                 self._post_to_sink(request, token)
             response = _text(fault, "rate_limited" if fault == 429 else "service_unavailable")
             if fault == 429:
@@ -543,11 +541,11 @@ class SlackModule(BaseModule):
         body = _webhook_body(request)
         if body is None:
             return _text(400, "invalid_payload")
-        with self.sb.lock:
+        with self.ctx.lock:
             sink = self.sinks.get(token)
             if sink is None:
                 return _text(404, "no_service")
-            if self.sb.clock.now() - sink.created > RESPONSE_URL_TTL_S:
+            if self.ctx.clock.now() - sink.created > RESPONSE_URL_TTL_S:
                 return _text(404, "expired_url")
             if sink.uses >= RESPONSE_URL_USES:
                 return _text(404, "used_url")
@@ -590,7 +588,7 @@ class SlackModule(BaseModule):
         user = request.args.get("user")
         contains = request.args.get("contains")
         kind = request.args.get("kind")
-        with self.sb.lock:
+        with self.ctx.lock:
             found = [m.to_json() for m in self.find_messages(channel=channel, user=user, contains=contains, kind=kind)]
         return json_response({"messages": found})
 
@@ -603,7 +601,7 @@ class SlackModule(BaseModule):
         kind: str | None = None,
     ) -> list[StoredMessage]:
         """Messages in order, filtered: user matches the poster or the person it was shown to."""
-        with self.sb.lock:
+        with self.ctx.lock:
             out = []
             for m in self.messages:
                 if channel and m.channel != channel:
@@ -618,26 +616,26 @@ class SlackModule(BaseModule):
             return out
 
     def _views_get(self, request: Request) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response({"views": [v.inspect() for v in self.views.values()]})
 
     def _users_post(self, request: Request) -> Response:
         body = UsersBody.model_validate(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             for spec in body.users:
                 self.users[spec.id] = self._user_object(spec)
         return json_response({"ok": True, "users": [u.id for u in body.users]})
 
     def _channels_post(self, request: Request) -> Response:
         body = ChannelsBody.model_validate(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             for spec in body.channels:
                 self.channels[spec.id] = self._channel_object(spec)
         return json_response({"ok": True, "channels": [c.id for c in body.channels]})
 
     def _usergroups_post(self, request: Request) -> Response:
         body = UsergroupsBody.model_validate(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             unknown = sorted({u for g in body.usergroups for u in g.users} - set(self.users))
             if unknown:
                 raise ApiError(400, f"unknown users (seed them first): {', '.join(unknown)}")
@@ -652,7 +650,7 @@ class SlackModule(BaseModule):
 
     def _triggers_post(self, request: Request) -> Response:
         body = TriggerBody.model_validate(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             self.known_user(body.user)
             return json_response({"trigger_id": self.new_trigger(body.user)})
 

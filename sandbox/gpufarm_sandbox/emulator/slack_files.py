@@ -148,14 +148,14 @@ class SlackFiles:
             id=file_id,
             filename=filename,
             length=length,
-            created=self.slack.sb.clock.now(),
+            created=self.slack.ctx.clock.now(),
             token=token,
             snippet_type=snippet if isinstance(snippet, str) and snippet else None,
             alt_txt=alt_txt if isinstance(alt_txt, str) and alt_txt else None,
         )
         self._by_token[token] = file_id
         self._trim()
-        return {"upload_url": f"{self.slack.sb.base_url}/slack/upload/{token}", "file_id": file_id}
+        return {"upload_url": f"{self.slack.ctx.base_url}/slack/upload/{token}", "file_id": file_id}
 
     def _trim(self) -> None:
         while len(self.files) > MAX_FILES_KEPT:
@@ -166,7 +166,7 @@ class SlackFiles:
 
     def _upload(self, request: Request, token: str) -> Response:
         # The upload host is not the Web API, so injected faults are picked here (as for response_urls).
-        fault = self.slack.sb.faults.pick(request.path)
+        fault = self.slack.ctx.faults.pick(request.path)
         if fault is not None:
             response = Response("rate_limited" if fault == 429 else "service_unavailable", status=fault)
             if fault == 429:
@@ -175,12 +175,12 @@ class SlackFiles:
         if (request.content_length or 0) > MAX_FILE_BYTES:
             return Response("file_too_large", status=413)
         data = request.get_data(cache=False)
-        with self.slack.sb.lock:
+        with self.slack.ctx.lock:
             file_id = self._by_token.get(token)
             stored = self.files.get(file_id) if file_id else None
             if stored is None:
                 return Response("not_found", status=404)
-            if self.slack.sb.clock.now() - stored.created > UPLOAD_TTL_S:
+            if self.slack.ctx.clock.now() - stored.created > UPLOAD_TTL_S:
                 return Response("expired_url", status=404)
             if stored.completed:
                 return Response("already_completed", status=400)
@@ -252,12 +252,12 @@ class SlackFiles:
 
     def _files_get(self, request: Request) -> Response:
         channel = request.args.get("channel")
-        with self.slack.sb.lock:
+        with self.slack.ctx.lock:
             found = [f.inspect() for f in self.files.values() if not channel or channel in f.channels]
         return json_response({"files": found})
 
     def _file_content(self, request: Request, file_id: str) -> Response:
-        with self.slack.sb.lock:
+        with self.slack.ctx.lock:
             stored = self.files.get(file_id)
             content = stored.content if stored is not None else None
             mimetype = _mimetype(stored.filename) if stored is not None else "application/octet-stream"

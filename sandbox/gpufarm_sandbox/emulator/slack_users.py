@@ -109,17 +109,17 @@ class SimulatedUsers:
 
     def __init__(self, slack: SlackModule) -> None:
         self.slack = slack
-        self.sb = slack.sb
+        self.ctx = slack.ctx
 
     def _signed_post(self, url: str, body: bytes) -> Dispatch:
         """POST as Slack does: form body, Slack's headers, a fresh signature on the sandbox clock; 10 s timeout."""
-        timestamp = str(int(self.sb.clock.now()))
+        timestamp = str(int(self.ctx.clock.now()))
         headers = {
             "Accept": "application/json,*/*",
             "Content-Type": "application/x-www-form-urlencoded",
             "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
             "X-Slack-Request-Timestamp": timestamp,
-            "X-Slack-Signature": sign(self.sb.slack_signing_secret, timestamp, body),
+            "X-Slack-Signature": sign(self.ctx.slack_signing_secret, timestamp, body),
         }
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - scheme checked
         started = time.perf_counter()
@@ -152,7 +152,7 @@ class SimulatedUsers:
             "error": result.error,
             "late": result.latency_ms > ACK_DEADLINE_MS,
         }
-        with self.sb.lock:
+        with self.ctx.lock:
             self.slack.deliveries.append(entry)
             if len(self.slack.deliveries) > MAX_MESSAGES_KEPT:
                 del self.slack.deliveries[0]
@@ -161,7 +161,7 @@ class SimulatedUsers:
         """`POST /_sandbox/slack/commands`: a member types a slash command; answers with the app's ack."""
         body = CommandBody.model_validate(json_object(request))
         self._check_url(body.url)
-        with self.sb.lock:
+        with self.ctx.lock:
             user = self.slack.known_user(body.user)
             channel_id, channel_name = self.slack.known_channel(body.channel)
             response_url = self.slack.new_sink(channel_id, body.user)
@@ -215,7 +215,7 @@ class SimulatedUsers:
         if not text and not blocks:
             return
         token = response_url.rsplit("/", 1)[-1]
-        with self.sb.lock:
+        with self.ctx.lock:
             message = self.slack.new_message("ack", channel, text, blocks, target=user, response_type=response_type)
             sink = self.slack.sinks.get(token)
             if sink is not None:
@@ -239,7 +239,7 @@ class SimulatedUsers:
     def _block_actions(self, body: InteractionBody) -> Response:
         if not body.action_id:
             raise ApiError(400, "block_actions needs action_id")
-        with self.sb.lock:
+        with self.ctx.lock:
             if body.view_id:
                 payload, user_id = self._view_click(body, body.action_id)
             else:
@@ -327,7 +327,7 @@ class SimulatedUsers:
         return stored
 
     def _view_submission(self, body: InteractionBody) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             stored = self._open_view(body.view_id)
             user = self.slack.known_user(body.user or stored.user)
             values = _state_values(stored.view, body.values)
@@ -361,7 +361,7 @@ class SimulatedUsers:
             }
         result = self._signed_post(body.url, encode_payload(payload))
         self._record_delivery("view_submission", user["id"], body.url, result)
-        with self.sb.lock:
+        with self.ctx.lock:
             outcome = self._apply_view_ack(stored, result)
             view = stored.inspect()
         return json_response(
@@ -422,7 +422,7 @@ class SimulatedUsers:
         return "failed"
 
     def _view_closed(self, body: InteractionBody) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             stored = self._open_view(body.view_id)
             user = self.slack.known_user(body.user or stored.user)
             stored.status = "closed"

@@ -25,6 +25,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, json_body, json_object, json_response
 
 log = logging.getLogger("gpufarm_sandbox.emulator.webhooks")
@@ -124,8 +125,8 @@ class WebhooksModule(BaseModule):
 
     name = "webhooks"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext) -> None:
+        super().__init__(context)
         self.timeout_s = 15.0
         self.max_attempts = 5
         # Short backoff keeps tests fast; Datadog's own spacing is not documented.
@@ -201,7 +202,7 @@ class WebhooksModule(BaseModule):
 
     def fire(self, name: str, variables: Mapping[str, str], *, origin: str) -> None:
         """Render webhook `name` with `variables` and queue its delivery; returns at once, never raises."""
-        with self.sb.lock:
+        with self.ctx.lock:
             hook = dict(self._webhooks[name]) if name in self._webhooks else None
             custom = [dict(var) for var in self._variables.values()]
         with self._log_lock:
@@ -242,7 +243,7 @@ class WebhooksModule(BaseModule):
         ids: tuple[int, int],
     ) -> _Job:
         delivery_id, generation = ids
-        now_ms = self.sb.clock.now_ms()
+        now_ms = self.ctx.clock.now_ms()
         builtins = {
             "DATE": str(now_ms),
             "DATE_POSIX": str(now_ms // 1000),
@@ -365,19 +366,19 @@ class WebhooksModule(BaseModule):
             "encode_as": "json",
         }
         _apply_webhook_options(hook, body)
-        with self.sb.lock:
+        with self.ctx.lock:
             if name in self._webhooks:
                 raise ApiError(400, f"Invalid request: a webhook named '{name}' already exists")
             self._webhooks[name] = hook
             return json_response(_webhook_view(hook), 201)
 
     def _get_webhook(self, request: Request, name: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response(_webhook_view(self._webhook(name)))
 
     def _update_webhook(self, request: Request, name: str) -> Response:
         body = json_object(request)
-        with self.sb.lock:
+        with self.ctx.lock:
             hook = dict(self._webhook(name))
             if "url" in body:
                 hook["url"] = _url(body["url"])
@@ -391,7 +392,7 @@ class WebhooksModule(BaseModule):
             return json_response(_webhook_view(hook))
 
     def _delete_webhook(self, request: Request, name: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             self._webhook(name)
             del self._webhooks[name]
         return json_response({})
@@ -415,19 +416,19 @@ class WebhooksModule(BaseModule):
             "value": _string(body["value"], "value"),
             "is_secret": _bool(body["is_secret"], "is_secret"),
         }
-        with self.sb.lock:
+        with self.ctx.lock:
             if name in self._variables:
                 raise ApiError(400, f"Invalid request: a custom variable named '{name}' already exists")
             self._variables[name] = var
             return json_response(_variable_view(var), 201)
 
     def _get_variable(self, request: Request, name: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response(_variable_view(self._variable(name)))
 
     def _update_variable(self, request: Request, name: str) -> Response:
         body = json_object(request)
-        with self.sb.lock:
+        with self.ctx.lock:
             var = dict(self._variable(name))
             if "value" in body:
                 var["value"] = _string(body["value"], "value")
@@ -442,7 +443,7 @@ class WebhooksModule(BaseModule):
             return json_response(_variable_view(var))
 
     def _delete_variable(self, request: Request, name: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             self._variable(name)
             del self._variables[name]
         return json_response({})
