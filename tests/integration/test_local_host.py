@@ -218,7 +218,7 @@ def test_async_invoke_runs_the_worker_which_reaches_the_sandbox(local_env: Local
     assert local_env.host.drain(10)
     worker = local_env.host.module("WorkerFunction")
     assert sorted(e["n"] for e in worker.SEEN) == [1, 2]
-    texts = sorted(m.text for m in local_env.sandbox.slack.find_messages(channel="C0000000001"))
+    texts = sorted(m.text for m in local_env.sandbox.slack.state.find_messages(channel="C0000000001"))
     assert texts == ["worker got 1", "worker got 2"]
     triggers = [i["trigger"] for i in state(local_env)["invocations"] if i["function"] == "WorkerFunction"]
     assert triggers[-2:] == ["async", "async"]

@@ -27,7 +27,7 @@ from gpufarm_sandbox.emulator.incidents import IncidentsModule
 from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.monitors import MonitorsModule
 from gpufarm_sandbox.emulator.query import GroupSeries, QueryError
-from gpufarm_sandbox.emulator.slack import SlackModule
+from gpufarm_sandbox.emulator.slack_state import SlackState
 from gpufarm_sandbox.emulator.web import Auth, Route
 
 MAX_SCOPE = 500
@@ -60,7 +60,7 @@ class PagesModule(BaseModule):
         incidents: IncidentsModule,
         metrics: MetricsModule,
         monitors: MonitorsModule,
-        slack: SlackModule,
+        slack: SlackState,
     ) -> None:
         super().__init__(context)
         self.incidents = incidents

@@ -22,7 +22,8 @@ from gpufarm_sandbox.emulator.slack_workspace import SlackFailure
 from gpufarm_sandbox.emulator.web import Auth, Route, json_response, slack_error
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.slack import SlackModule
+    from gpufarm_sandbox.emulator.context import SandboxContext
+    from gpufarm_sandbox.emulator.slack_state import SlackState
 
 # Slack's own ceiling is 1 GB; the sandbox keeps files in memory, so it refuses what no gpufarm report reaches.
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -97,8 +98,9 @@ def _mimetype(filename: str) -> str:
 class SlackFiles:
     """Files uploaded to the sandbox's workspace; its methods run under the sandbox lock (SlackModule calls them)."""
 
-    def __init__(self, slack: SlackModule) -> None:
-        self.slack = slack
+    def __init__(self, context: SandboxContext, state: SlackState) -> None:
+        self.ctx = context
+        self.state = state
         self.files: dict[str, StoredFile] = {}
         self._by_token: dict[str, str] = {}
         self._seq = 0
@@ -148,14 +150,14 @@ class SlackFiles:
             id=file_id,
             filename=filename,
             length=length,
-            created=self.slack.ctx.clock.now(),
+            created=self.ctx.clock.now(),
             token=token,
             snippet_type=snippet if isinstance(snippet, str) and snippet else None,
             alt_txt=alt_txt if isinstance(alt_txt, str) and alt_txt else None,
         )
         self._by_token[token] = file_id
         self._trim()
-        return {"upload_url": f"{self.slack.ctx.base_url}/slack/upload/{token}", "file_id": file_id}
+        return {"upload_url": f"{self.ctx.base_url}/slack/upload/{token}", "file_id": file_id}
 
     def _trim(self) -> None:
         while len(self.files) > MAX_FILES_KEPT:
@@ -166,7 +168,7 @@ class SlackFiles:
 
     def _upload(self, request: Request, token: str) -> Response:
         # The upload host is not the Web API, so injected faults are picked here (as for response_urls).
-        fault = self.slack.ctx.faults.pick(request.path)
+        fault = self.ctx.faults.pick(request.path)
         if fault is not None:
             response = Response("rate_limited" if fault == 429 else "service_unavailable", status=fault)
             if fault == 429:
@@ -175,12 +177,12 @@ class SlackFiles:
         if (request.content_length or 0) > MAX_FILE_BYTES:
             return Response("file_too_large", status=413)
         data = request.get_data(cache=False)
-        with self.slack.ctx.lock:
+        with self.ctx.lock:
             file_id = self._by_token.get(token)
             stored = self.files.get(file_id) if file_id else None
             if stored is None:
                 return Response("not_found", status=404)
-            if self.slack.ctx.clock.now() - stored.created > UPLOAD_TTL_S:
+            if self.ctx.clock.now() - stored.created > UPLOAD_TTL_S:
                 return Response("expired_url", status=404)
             if stored.completed:
                 return Response("already_completed", status=400)
@@ -225,7 +227,7 @@ class SlackFiles:
         # A retried completion (its first answer lost to a 5xx) shares nothing twice.
         if channel is not None and fresh:
             thread_ts = args.get("thread_ts") or None
-            message = self.slack.new_message(
+            message = self.state.new_message(
                 "message",
                 channel,
                 comment or "",
@@ -246,18 +248,18 @@ class SlackFiles:
         if not raw:
             return None
         # gpufarm shares into one channel; of a comma-separated `channels` list the first is taken.
-        return self.slack.resolve_channel(str(raw).split(",")[0].strip())
+        return self.state.resolve_channel(str(raw).split(",")[0].strip())
 
     # -- inspection --------------------------------------------------------------------------------------------------
 
     def _files_get(self, request: Request) -> Response:
         channel = request.args.get("channel")
-        with self.slack.ctx.lock:
+        with self.ctx.lock:
             found = [f.inspect() for f in self.files.values() if not channel or channel in f.channels]
         return json_response({"files": found})
 
     def _file_content(self, request: Request, file_id: str) -> Response:
-        with self.slack.ctx.lock:
+        with self.ctx.lock:
             stored = self.files.get(file_id)
             content = stored.content if stored is not None else None
             mimetype = _mimetype(stored.filename) if stored is not None else "application/octet-stream"
