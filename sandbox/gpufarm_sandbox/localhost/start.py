@@ -8,13 +8,16 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpufarm_sandbox.emulator.app import Sandbox
-from gpufarm_sandbox.emulator.server import ServerThread
 from gpufarm_sandbox.localhost import setup as local_setup
 from gpufarm_sandbox.localhost.env import DROPPED_LOCALLY
 from gpufarm_sandbox.localhost.host import LocalHost
 from gpufarm_sandbox.localhost.setup import LocalSetup
+
+if TYPE_CHECKING:
+    from gpufarm_sandbox.emulator.app import Sandbox
+    from gpufarm_sandbox.emulator.server import ServerThread
 
 
 @dataclass
@@ -65,6 +68,10 @@ def start_local(
     With setup, `gpufarm datadog apply` runs on the sandbox (localhost.setup) before the Function URLs accept
     requests (they answer 503 until then) and the environment is yielded; what it did is in LocalEnv.setup.
     """
+    # Imported when a host starts: the seams (an entry point of the gpufarm runtime) import this package.
+    from gpufarm_sandbox.emulator.app import Sandbox
+    from gpufarm_sandbox.emulator.server import ServerThread
+
     sandbox = Sandbox()
     # Started before the host mounts its routes (stop() needs a running server); nobody knows the URL yet.
     server = ServerThread(sandbox, host, port).start()
