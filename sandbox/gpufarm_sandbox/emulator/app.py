@@ -97,7 +97,7 @@ class Sandbox:
         self.dashboard_pages = DashboardPagesModule(ctx, self.dashboards, self.metrics, self.metric_metadata)
         self.slack = SlackModule(ctx)
         # The incident and metrics pages gpufarm's links open locally (HTML for people, not Datadog's API).
-        self.pages = PagesModule(ctx, self.incidents, self.metrics, self.monitors, self.slack.state)
+        self.pages = PagesModule(ctx, self.incidents, self.metrics, self.monitors.evaluator, self.slack.state)
         self.modules: list[Module] = [
             self.webhooks,
             self.hosts,

@@ -25,7 +25,7 @@ from gpufarm_sandbox.emulator.base import BaseModule
 from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.incidents import IncidentsModule
 from gpufarm_sandbox.emulator.metrics import MetricsModule
-from gpufarm_sandbox.emulator.monitors import MonitorsModule
+from gpufarm_sandbox.emulator.monitor_evaluator import MonitorEvaluator
 from gpufarm_sandbox.emulator.query import GroupSeries, QueryError
 from gpufarm_sandbox.emulator.slack_state import SlackState
 from gpufarm_sandbox.emulator.web import Auth, Route
@@ -59,7 +59,7 @@ class PagesModule(BaseModule):
         context: SandboxContext,
         incidents: IncidentsModule,
         metrics: MetricsModule,
-        monitors: MonitorsModule,
+        monitors: MonitorEvaluator,
         slack: SlackState,
     ) -> None:
         super().__init__(context)
