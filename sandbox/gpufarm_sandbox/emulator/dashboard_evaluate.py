@@ -13,16 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufarm_sandbox.emulator.query import (
-    GroupSeries,
-    QueryError,
-    formula_scalars,
-    formula_series,
-    parse_formula,
-    parse_query,
-    pick_interval,
-    reduce_points,
-)
+from gpufarm_sandbox.emulator.query import GroupSeries, QueryError, parse_query, pick_interval, reduce_points
+from gpufarm_sandbox.emulator.query_formulas import formula_scalars, formula_series, parse_formula
 
 RunQuery = Callable[[str, float, float, float | None], list[GroupSeries]]
 

@@ -21,20 +21,17 @@ from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.hosts import HostsModule, normalize_tags
 from gpufarm_sandbox.emulator.query import (
     SCALAR_REDUCERS,
-    Formula,
     GroupSeries,
     MetricQuery,
     QueryError,
     SeriesData,
     evaluate,
-    formula_scalars,
-    formula_series,
-    parse_formula,
     parse_queries,
     parse_query,
     pick_interval,
     reduce_points,
 )
+from gpufarm_sandbox.emulator.query_formulas import Formula, formula_scalars, formula_series, parse_formula
 from gpufarm_sandbox.emulator.web import MAX_COMPRESSED_BYTES, ApiError, Auth, Route, json_body, json_response
 
 __all__ = ["GroupSeries", "MetricsModule"]
