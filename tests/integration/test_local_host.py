@@ -22,7 +22,8 @@ from click.testing import CliRunner
 
 from gpufarm.core.errors import UpstreamError
 from gpufarm.handlers import runtime
-from gpufarm_sandbox.localhost import LocalEnv, load, seams, start_local
+from gpufarm_sandbox import load
+from gpufarm_sandbox.localhost import LocalEnv, seams, start_local
 from gpufarm_sandbox.localhost.cli import describe, local, run_local
 from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
 from gpufarm_sandbox.localhost.host import FunctionTimeout
