@@ -237,26 +237,14 @@ class MonitorEvaluator:
         thresholds = body["options"].get("thresholds") or {}
         scope = ",".join(key)
         variables = template_variables(key, group.value, thresholds, parsed)
-        flags = {
-            "is_alert": status == ALERT,
-            "is_warning": status == WARN,
-            "is_no_data": status == NO_DATA,
-            "is_recovery": transition == "Recovered",
-            "is_alert_recovery": transition == "Recovered" and prev == ALERT,
-            "is_warning_recovery": transition == "Recovered" and prev == WARN,
-            "is_no_data_recovery": transition == "Recovered" and prev == NO_DATA,
-            "is_alert_to_warning": prev == ALERT and status == WARN,
-            "is_renotify": transition in {"Renotify", "Re-No Data"},
-        }
+        flags = _flags(prev, status, transition)
         message = render_template(str(body.get("message", "")), flags, variables)
         name = render_template(str(body.get("name", "")), flags, variables)
         title = f"[{transition}{f' on {{{scope}}}' if scope else ''}] {name}"
         self._event_seq += 1
         event_id = f"{int(now * 1000)}{self._event_seq:04d}"
         hooks = tuple(webhook_mentions(message)) if notify else ()
-        tags = list(body.get("tags", []))
-        if body["options"].get("include_tags", True):
-            tags.extend(t for t in key if t not in tags)
+        tags = _event_tags(body, key)
         event = {
             "id": event_id,
             "at": now,
@@ -274,11 +262,22 @@ class MonitorEvaluator:
             "webhooks": list(hooks),
         }
         self._events.append(event)
-        date_ms = str(int(now * 1000))
+        out_vars = self._alert_variables(mon, event, key, tags, cycle_key)
+        return _Notice(event, hooks, out_vars)
+
+    def _alert_variables(
+        self, mon: StoredMonitor, event: dict[str, Any], key: tuple[str, ...], tags: list[str], cycle_key: str
+    ) -> dict[str, str]:
+        """Datadog's `$ALERT_*`, `$EVENT_*` and `$TAGS` variables of a notification, for the webhooks it fires."""
+        parsed = mon.parsed
+        assert parsed is not None
+        body = mon.body
+        scope, status, title = ",".join(key), event["to"], event["title"]
+        date_ms = str(int(event["at"] * 1000))
         out_vars = {
             "ALERT_ID": str(body["id"]),
             "ALERT_TITLE": title,
-            "ALERT_TRANSITION": transition,
+            "ALERT_TRANSITION": event["transition"],
             "ALERT_SCOPE": scope,
             "ALERT_STATUS": status_line(parsed, scope, status),
             "ALERT_QUERY": str(body["query"]),
@@ -287,12 +286,12 @@ class MonitorEvaluator:
             "ALERT_PRIORITY": f"P{body['priority']}" if body.get("priority") else "",
             "ALERT_CYCLE_KEY": cycle_key,
             "AGGREG_KEY": hashlib.sha256(f"{body['id']}:{scope}".encode()).hexdigest()[:32],
-            "EVENT_MSG": message,
+            "EVENT_MSG": event["message"],
             "EVENT_TITLE": title,
             "EVENT_TYPE": "query_alert_monitor",
             "DATE": date_ms,
             "LAST_UPDATED": date_ms,
-            "ID": event_id,
+            "ID": event["id"],
             "LINK": f"{self.ctx.base_url}/monitors/{body['id']}",
             "TAGS": ",".join(tags),
             "HOSTNAME": next((t[5:] for t in key if t.startswith("host:")), ""),
@@ -303,7 +302,7 @@ class MonitorEvaluator:
             k, sep, v = tag.partition(":")
             if sep:
                 out_vars.setdefault(f"TAGS[{k}]", v)
-        return _Notice(event, hooks, out_vars)
+        return out_vars
 
     def _fire(self, notice: _Notice) -> None:
         fire = getattr(self.webhooks, "fire", None)
@@ -315,6 +314,30 @@ class MonitorEvaluator:
                 fire(name, notice.variables, origin="monitor")
             except Exception:  # one bad webhook must not stop the other notifications
                 log.exception("firing webhook %s for monitor %s failed", name, notice.event["monitor_id"])
+
+
+def _flags(prev: str, status: str, transition: str) -> dict[str, bool]:
+    """The `{{#is_...}}` conditions of a message template for one transition."""
+    recovered = transition == "Recovered"
+    return {
+        "is_alert": status == ALERT,
+        "is_warning": status == WARN,
+        "is_no_data": status == NO_DATA,
+        "is_recovery": recovered,
+        "is_alert_recovery": recovered and prev == ALERT,
+        "is_warning_recovery": recovered and prev == WARN,
+        "is_no_data_recovery": recovered and prev == NO_DATA,
+        "is_alert_to_warning": prev == ALERT and status == WARN,
+        "is_renotify": transition in {"Renotify", "Re-No Data"},
+    }
+
+
+def _event_tags(body: dict[str, Any], key: tuple[str, ...]) -> list[str]:
+    """The monitor's tags, and (include_tags) the group's."""
+    tags = list(body.get("tags", []))
+    if body["options"].get("include_tags", True):
+        tags.extend(t for t in key if t not in tags)
+    return tags
 
 
 def _new_group_delay(opts: Mapping[str, Any], key: tuple[str, ...]) -> float:

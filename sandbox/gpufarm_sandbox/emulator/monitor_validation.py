@@ -107,24 +107,8 @@ def parse_monitor_query(text: str) -> MonitorQuery:
 
 def validated(body: dict[str, Any], monitor_id: int | None) -> tuple[dict[str, Any], MonitorQuery | None]:
     """Check a create/update/validate body as Datadog does; returns the stored fields and the parsed query."""
-    mtype = body.get("type")
-    if not isinstance(mtype, str) or mtype not in MONITOR_TYPES:
-        raise ApiError(400, "The value provided for parameter 'type' is invalid")
-    query = body.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise ApiError(400, "The value provided for parameter 'query' is invalid: query is required")
-    for key in ("name", "message"):
-        if body.get(key) is not None and not isinstance(body[key], str):
-            raise ApiError(400, f"The value provided for parameter '{key}' is invalid: expected a string")
-    tags = body.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise ApiError(400, "The value provided for parameter 'tags' is invalid: expected a list of strings")
-    priority = body.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int) or not 1 <= priority <= 5):
-        raise ApiError(400, "The value provided for parameter 'priority' is invalid: expected 1 to 5")
-    roles = body.get("restricted_roles")
-    if roles is not None and (not isinstance(roles, list) or not all(isinstance(r, str) for r in roles)):
-        raise ApiError(400, "The value provided for parameter 'restricted_roles' is invalid")
+    mtype, query = _checked_type_and_query(body)
+    tags, priority, roles = _checked_labels(body)
     options = body.get("options")
     options = {} if options is None else options
     if not isinstance(options, dict):
@@ -153,36 +137,55 @@ def validated(body: dict[str, Any], monitor_id: int | None) -> tuple[dict[str, A
     )
 
 
+def _checked_type_and_query(body: dict[str, Any]) -> tuple[str, str]:
+    mtype = body.get("type")
+    if not isinstance(mtype, str) or mtype not in MONITOR_TYPES:
+        raise ApiError(400, "The value provided for parameter 'type' is invalid")
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ApiError(400, "The value provided for parameter 'query' is invalid: query is required")
+    for key in ("name", "message"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise ApiError(400, f"The value provided for parameter '{key}' is invalid: expected a string")
+    return mtype, query
+
+
+def _checked_labels(body: dict[str, Any]) -> tuple[list[str], int | None, list[str] | None]:
+    """Tags, priority and restricted roles."""
+    tags = body.get("tags") or []
+    if not _strings(tags):
+        raise ApiError(400, "The value provided for parameter 'tags' is invalid: expected a list of strings")
+    priority = body.get("priority")
+    if priority is not None and not (_integer(priority) and 1 <= priority <= 5):
+        raise ApiError(400, "The value provided for parameter 'priority' is invalid: expected 1 to 5")
+    roles = body.get("restricted_roles")
+    if roles is not None and not _strings(roles):
+        raise ApiError(400, "The value provided for parameter 'restricted_roles' is invalid")
+    return tags, priority, roles
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _default_name(query: str, parsed: MonitorQuery | None) -> str:
     if parsed is None:
         return query
     return f"{parsed.metric.metric} {parsed.op} {fmt(parsed.threshold)} on {parsed.metric.scope}"
 
 
+_BOOL_OPTIONS = ("notify_no_data", "notify_audit", "include_tags", "require_full_window", "locked")
+_INT_OPTIONS = ("renotify_interval", "new_group_delay", "new_host_delay", "evaluation_delay", "no_data_timeframe",
+                "timeout_h", "renotify_occurrences")  # fmt: skip
+
+
 def _validated_options(options: dict[str, Any], parsed: MonitorQuery | None, query: str) -> dict[str, Any]:
     opts: dict[str, Any] = json_copy(options)
-    for key in ("notify_no_data", "notify_audit", "include_tags", "require_full_window", "locked"):
-        if opts.get(key) is not None and not isinstance(opts[key], bool):
-            raise ApiError(400, f"The value provided for parameter '{key}' is invalid: expected a boolean")
-    for key in ("renotify_interval", "new_group_delay", "new_host_delay", "evaluation_delay", "no_data_timeframe",
-                "timeout_h", "renotify_occurrences"):  # fmt: skip
-        value = opts.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OPTION
-        ):
-            raise ApiError(
-                400, f"The value provided for parameter '{key}' is invalid: expected an integer 0-{MAX_OPTION}"
-            )
-    if opts.get("on_missing_data") is not None and opts["on_missing_data"] not in _ON_MISSING:
-        raise ApiError(400, "The value provided for parameter 'on_missing_data' is invalid")
-    statuses = opts.get("renotify_statuses")
-    if statuses is not None and (not isinstance(statuses, list) or not set(statuses) <= RENOTIFY_STATUSES):
-        raise ApiError(400, "The value provided for parameter 'renotify_statuses' is invalid: alert, warn, no data")
-    for key in ("notify_by",):
-        if opts.get(key) is not None and (
-            not isinstance(opts[key], list) or not all(isinstance(v, str) for v in opts[key])
-        ):
-            raise ApiError(400, f"The value provided for parameter '{key}' is invalid: expected a list of strings")
+    _check_option_types(opts)
     opts["thresholds"] = _validated_thresholds(opts.get("thresholds"), parsed, query)
     if not opts["thresholds"]:
         del opts["thresholds"]
@@ -197,7 +200,45 @@ def _validated_options(options: dict[str, Any], parsed: MonitorQuery | None, que
     return opts
 
 
+def _check_option_types(opts: dict[str, Any]) -> None:
+    for key in _BOOL_OPTIONS:
+        if opts.get(key) is not None and not isinstance(opts[key], bool):
+            raise ApiError(400, f"The value provided for parameter '{key}' is invalid: expected a boolean")
+    for key in _INT_OPTIONS:
+        value = opts.get(key)
+        if value is not None and not (_integer(value) and 0 <= value <= MAX_OPTION):
+            raise ApiError(
+                400, f"The value provided for parameter '{key}' is invalid: expected an integer 0-{MAX_OPTION}"
+            )
+    if opts.get("on_missing_data") is not None and opts["on_missing_data"] not in _ON_MISSING:
+        raise ApiError(400, "The value provided for parameter 'on_missing_data' is invalid")
+    statuses = opts.get("renotify_statuses")
+    if statuses is not None and (not isinstance(statuses, list) or not set(statuses) <= RENOTIFY_STATUSES):
+        raise ApiError(400, "The value provided for parameter 'renotify_statuses' is invalid: alert, warn, no data")
+    if opts.get("notify_by") is not None and not _strings(opts["notify_by"]):
+        raise ApiError(400, "The value provided for parameter 'notify_by' is invalid: expected a list of strings")
+
+
 def _validated_thresholds(raw: Any, parsed: MonitorQuery | None, query: str) -> dict[str, float]:
+    out = _threshold_numbers(raw)
+    match = _TRAILING_OP.search(query)
+    if match is None:
+        return out
+    op, threshold = match.group(1), finite(match.group(2))
+    if threshold is None:
+        raise _invalid_query(f"threshold {match.group(2)[:20]} is not a finite number")
+    if parsed is None and "critical" not in out:
+        return out  # non-metric monitors keep the thresholds they were given (none, as recorded)
+    critical = out.setdefault("critical", threshold)
+    if parsed is not None and critical != threshold:
+        raise _invalid_query(
+            f"Alert threshold ({fmt(critical)}) does not match that used in the query ({fmt(threshold)})."
+        )
+    _check_threshold_order(out, op, critical)
+    return out
+
+
+def _threshold_numbers(raw: Any) -> dict[str, float]:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -212,38 +253,30 @@ def _validated_thresholds(raw: Any, parsed: MonitorQuery | None, query: str) -> 
         if number is None:
             raise ApiError(400, f"The value provided for parameter 'thresholds.{key}' is invalid: expected a number")
         out[key] = number
-    match = _TRAILING_OP.search(query)
-    if match is None:
-        return out
-    op, threshold = match.group(1), finite(match.group(2))
-    if threshold is None:
-        raise _invalid_query(f"threshold {match.group(2)[:20]} is not a finite number")
-    if parsed is None and "critical" not in out:
-        return out  # non-metric monitors keep the thresholds they were given (none, as recorded)
-    critical = out.setdefault("critical", threshold)
-    if parsed is not None and critical != threshold:
-        raise _invalid_query(
-            f"Alert threshold ({fmt(critical)}) does not match that used in the query ({fmt(threshold)})."
-        )
+    return out
+
+
+def _check_threshold_order(out: dict[str, float], op: str, critical: float) -> None:
+    """Warning and recovery thresholds must sit on the healthy side of the threshold they soften."""
     below = op in {"<", "<="}
     relation = "greater" if below else "less"
+    ordered = op in {"<", "<=", ">", ">="}
 
     def beyond(a: float, b: float) -> bool:  # is `a` on the healthy side of `b`?
         return a > b if below else a < b
 
     warning = out.get("warning")
-    if warning is not None and op in {"<", "<=", ">", ">="} and not beyond(warning, critical):
+    if warning is not None and ordered and not beyond(warning, critical):
         raise ApiError(400, f"Warning threshold ({fmt(warning)}) must be {relation} than the alert threshold "
                             f"({fmt(critical)}) for the '{op}' comparator.")  # fmt: skip
     recovery = out.get("critical_recovery")
-    if recovery is not None and op in {"<", "<=", ">", ">="} and not beyond(recovery, critical):
+    if recovery is not None and ordered and not beyond(recovery, critical):
         raise ApiError(400, f"Alert recovery threshold ({fmt(recovery)}) must be {relation} than the alert "
                             f"threshold ({fmt(critical)}).")  # fmt: skip
     warn_recovery = out.get("warning_recovery")
     if warn_recovery is not None and warning is not None and not beyond(warn_recovery, warning):
         raise ApiError(400, f"Warning recovery threshold ({fmt(warn_recovery)}) must be {relation} than the warning "
                             f"threshold ({fmt(warning)}).")  # fmt: skip
-    return out
 
 
 def json_copy(value: Any) -> Any:
