@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from werkzeug.wrappers import Request
 
@@ -40,7 +40,7 @@ class ParsedSeries:
     points: list[tuple[float, float]]
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -90,35 +90,16 @@ def _timestamp(value: Any, i: int) -> float:
 
 
 def parse_v2(i: int, raw: Any, errors: list[str]) -> ParsedSeries | None:
+    """One series of a v2 body; None (with the reason in errors) for a metric name Datadog refuses."""
     if not isinstance(raw, dict):
         raise ApiError(400, f"Invalid payload: series[{i}] must be an object")
     metric = _metric_name(raw.get("metric"), i, errors)
     kind = raw.get("type", 0)
     if not is_int(kind) or kind not in (0, 1, 2, 3):
         raise ApiError(400, f"Invalid payload: series[{i}].type must be 0, 1, 2 or 3")
-    points_raw = raw.get("points")
-    if not isinstance(points_raw, list):
-        raise ApiError(400, f"Invalid payload: series[{i}].points is required")
-    points: list[tuple[float, float]] = []
-    for p in points_raw:
-        if not isinstance(p, dict):
-            raise ApiError(400, f"Invalid payload: series[{i}].points need an integer timestamp and a value")
-        ts = _timestamp(p.get("timestamp"), i)
-        v = _point_value(p.get("value"), i)
-        if v is not None:
-            points.append((ts, v))
+    points = _v2_points(raw.get("points"), i)
     tags = normalize_tags(raw.get("tags", []) or [], f"series[{i}].tags")
-    host: str | None = None
-    resources = raw.get("resources", []) or []
-    if not isinstance(resources, list):
-        raise ApiError(400, f"Invalid payload: series[{i}].resources must be a list")
-    for r in resources:
-        if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not isinstance(r.get("type"), str):
-            raise ApiError(400, f"Invalid payload: series[{i}].resources need a name and a type")
-        if r["type"] == "host" and r["name"].strip():
-            host = r["name"].strip()
-        elif r["name"].strip():
-            tags.extend(normalize_tags([f"{r['type']}:{r['name']}"]))
+    host = _v2_resources(raw.get("resources", []) or [], i, tags)
     unit = raw.get("unit")
     if unit is not None and not isinstance(unit, str):
         raise ApiError(400, f"Invalid payload: series[{i}].unit must be a string")
@@ -130,14 +111,54 @@ def parse_v2(i: int, raw: Any, errors: list[str]) -> ParsedSeries | None:
     return ParsedSeries(metric, kind, tags, host, unit.strip().lower() if unit else None, points)
 
 
+def _v2_points(points_raw: Any, i: int) -> list[tuple[float, float]]:
+    if not isinstance(points_raw, list):
+        raise ApiError(400, f"Invalid payload: series[{i}].points is required")
+    points: list[tuple[float, float]] = []
+    for p in points_raw:
+        if not isinstance(p, dict):
+            raise ApiError(400, f"Invalid payload: series[{i}].points need an integer timestamp and a value")
+        ts = _timestamp(p.get("timestamp"), i)
+        v = _point_value(p.get("value"), i)
+        if v is not None:
+            points.append((ts, v))
+    return points
+
+
+def _v2_resources(resources: Any, i: int, tags: list[str]) -> str | None:
+    """The host among a series' resources; the other resources become `<type>:<name>` tags (added to tags)."""
+    if not isinstance(resources, list):
+        raise ApiError(400, f"Invalid payload: series[{i}].resources must be a list")
+    host: str | None = None
+    for r in resources:
+        if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not isinstance(r.get("type"), str):
+            raise ApiError(400, f"Invalid payload: series[{i}].resources need a name and a type")
+        if r["type"] == "host" and r["name"].strip():
+            host = r["name"].strip()
+        elif r["name"].strip():
+            tags.extend(normalize_tags([f"{r['type']}:{r['name']}"]))
+    return host
+
+
 def parse_v1(i: int, raw: Any, errors: list[str]) -> ParsedSeries | None:
+    """One series of a v1 body; None (with the reason in errors) for a metric name Datadog refuses."""
     if not isinstance(raw, dict):
         raise ApiError(400, f"Invalid payload: series[{i}] must be an object")
     metric = _metric_name(raw.get("metric"), i, errors)
     kind_raw = raw.get("type", "") or ""
     if not isinstance(kind_raw, str) or kind_raw.lower() not in _V1_TYPES:
         raise ApiError(400, f"Invalid payload: series[{i}].type must be gauge, count or rate")
-    points_raw = raw.get("points")
+    points = _v1_points(raw.get("points"), i)
+    tags = normalize_tags(raw.get("tags", []) or [], f"series[{i}].tags")
+    host = raw.get("host")
+    if host is not None and not isinstance(host, str):
+        raise ApiError(400, f"Invalid payload: series[{i}].host must be a string")
+    if metric is None:
+        return None
+    return ParsedSeries(metric, _V1_TYPES[kind_raw.lower()], tags, host.strip() or None if host else None, None, points)
+
+
+def _v1_points(points_raw: Any, i: int) -> list[tuple[float, float]]:
     if not isinstance(points_raw, list):
         raise ApiError(400, f"Invalid payload: series[{i}].points is required")
     points: list[tuple[float, float]] = []
@@ -148,10 +169,4 @@ def parse_v1(i: int, raw: Any, errors: list[str]) -> ParsedSeries | None:
         v = _point_value(p[1], i)
         if v is not None:
             points.append((ts, v))
-    tags = normalize_tags(raw.get("tags", []) or [], f"series[{i}].tags")
-    host = raw.get("host")
-    if host is not None and not isinstance(host, str):
-        raise ApiError(400, f"Invalid payload: series[{i}].host must be a string")
-    if metric is None:
-        return None
-    return ParsedSeries(metric, _V1_TYPES[kind_raw.lower()], tags, host.strip() or None if host else None, None, points)
+    return points

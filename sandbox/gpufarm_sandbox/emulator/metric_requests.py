@@ -28,16 +28,7 @@ class FormulaRequest:
     def parse(cls, attrs: dict[str, Any], kind: str, now: float) -> FormulaRequest:
         """Validate `data.attributes` of a timeseries or scalar request; ApiError(400) on anything wrong."""
         req = cls()
-        start_ms, end_ms = attrs.get("from"), attrs.get("to")
-        if not isinstance(start_ms, int) or not isinstance(end_ms, int) or not is_int(start_ms) or not is_int(end_ms):
-            raise ApiError(400, "API input validation failed: from and to are required integers (milliseconds)")
-        if abs(start_ms) > MAX_EPOCH_MS or abs(end_ms) > MAX_EPOCH_MS:
-            raise ApiError(400, "API input validation failed: from and to must be epoch milliseconds")
-        if end_ms <= start_ms:
-            raise ApiError(400, "Invalid time range: 'from' must be before 'to'")
-        if end_ms / 1000 < now - RETENTION_S:
-            raise ApiError(400, "Queries ending outside the retention date are invalid")
-        req.start, req.end = start_ms / 1000, (end_ms - 1) / 1000  # `to` is exclusive
+        req.start, req.end = _time_range(attrs, now)
         if kind == "timeseries" and attrs.get("interval") is not None:
             interval = attrs["interval"]
             if not is_int(interval) or not 0 < interval <= MAX_EPOCH_MS:
@@ -80,6 +71,20 @@ class FormulaRequest:
             if not is_int(count) or count <= 0 or order not in {"asc", "desc"}:
                 raise ApiError(400, f"API input validation failed: formulas[{i}].limit needs count > 0, order asc|desc")
             self.limits[formula.text] = (count, order)
+
+
+def _time_range(attrs: dict[str, Any], now: float) -> tuple[float, float]:
+    """`from` and `to` (epoch milliseconds, `to` exclusive) as the first and last second asked for."""
+    start_ms, end_ms = attrs.get("from"), attrs.get("to")
+    if not is_int(start_ms) or not is_int(end_ms):
+        raise ApiError(400, "API input validation failed: from and to are required integers (milliseconds)")
+    if abs(start_ms) > MAX_EPOCH_MS or abs(end_ms) > MAX_EPOCH_MS:
+        raise ApiError(400, "API input validation failed: from and to must be epoch milliseconds")
+    if end_ms <= start_ms:
+        raise ApiError(400, "Invalid time range: 'from' must be before 'to'")
+    if end_ms / 1000 < now - RETENTION_S:
+        raise ApiError(400, "Queries ending outside the retention date are invalid")
+    return start_ms / 1000, (end_ms - 1) / 1000
 
 
 def _parse_named_query(i: int, item: Any, kind: str) -> tuple[str, MetricQuery, str]:

@@ -128,6 +128,10 @@ class _Series:
         return SeriesData(self.tags, self.ts, self.vals, self.is_count)
 
 
+# A scalar answer's column: its name, value per group, the metric whose unit it keeps, and its formula if any.
+_Column = tuple[str, dict[tuple[str, ...], float | None], str | None, Formula | None]
+
+
 class MetricsModule(BaseModule):
     """Series intake, storage and the three query endpoints."""
 
@@ -330,16 +334,18 @@ class MetricsModule(BaseModule):
         span = req.end - req.start
         step = max(pick_interval(span, req.interval or q.rollup_seconds) for _, q, _ in req.queries)
         results = {name: self._run(q, req.start, req.end, step) for name, q, _ in req.queries}
-        outputs: list[tuple[int, list[GroupSeries], str | None]] = []
         try:
             if req.formulas:
-                for i, f in enumerate(req.formulas):
-                    outputs.append((i, formula_series(f, results), single_metric(f, req)))
+                outputs = [(i, formula_series(f, results), single_metric(f, req)) for i, f in enumerate(req.formulas)]
             else:
-                for i, (name, q, _) in enumerate(req.queries):
-                    outputs.append((i, results[name], q.metric))
+                outputs = [(i, results[name], q.metric) for i, (name, q, _) in enumerate(req.queries)]
         except QueryError as exc:
             raise ApiError(400, str(exc)) from None
+        attributes = self._timeseries_table(outputs)
+        return json_response({"data": {"id": "0", "type": "timeseries_response", "attributes": attributes}})
+
+    def _timeseries_table(self, outputs: list[tuple[int, list[GroupSeries], str | None]]) -> dict[str, Any]:
+        """The answer's series (group, query index, unit) and one row of values per series on the shared times."""
         times = sorted({t for _, groups, _ in outputs for g in groups for t, _ in g.points})
         index = {t: i for i, t in enumerate(times)}
         series: list[dict[str, Any]] = []
@@ -353,35 +359,15 @@ class MetricsModule(BaseModule):
                         row[index[t]] = v
                     series.append({"group_tags": list(g.group_tags), "query_index": query_index, "unit": unit})
                     values.append(row)
-        attributes = {"series": series, "times": [int(t * 1000) for t in times], "values": values}
-        return json_response({"data": {"id": "0", "type": "timeseries_response", "attributes": attributes}})
+        return {"series": series, "times": [int(t * 1000) for t in times], "values": values}
 
     def _query_scalar(self, request: Request) -> Response:
         req = self._formula_request(request, "scalar")
-        span = req.end - req.start
-        scalars: dict[str, dict[tuple[str, ...], float | None]] = {}
-        group_keys: list[str] = []
-        columns: list[tuple[str, dict[tuple[str, ...], float | None], str | None, Formula | None]]
         try:
-            for name, q, aggregator in req.queries:
-                step = pick_interval(span, q.rollup_seconds)
-                groups = self._run(q, req.start, req.end, step)
-                scalars[name] = {g.group_tags: reduce_points(g.points, aggregator, step) for g in groups}
-                group_keys.extend(k for k in q.group_by if k not in group_keys)
-            if req.formulas:
-                columns = [(f.text, formula_scalars(f, scalars), single_metric(f, req), f) for f in req.formulas]
-            else:
-                columns = [(name, scalars[name], q.metric, None) for name, q, _ in req.queries]
+            columns, group_keys = self._scalar_columns(req)
         except QueryError as exc:
             raise ApiError(400, str(exc)) from None
-        rows = sorted({g for _, table, _, _ in columns for g in table})
-        limit = next(((f, lim) for _, _, _, f in columns if f is not None and (lim := req.limits.get(f.text))), None)
-        if limit is not None:
-            formula, (count, order) = limit
-            table = next(t for name, t, _, _ in columns if name == formula.text)
-            missing = -math.inf if order == "desc" else math.inf
-            rows.sort(key=lambda g: v if (v := table.get(g)) is not None else missing, reverse=order == "desc")
-            rows = rows[:count]
+        rows = _limited_rows(columns, req)
         out_columns: list[dict[str, Any]] = []
         if rows:
             out_columns.extend(
@@ -394,6 +380,36 @@ class MetricsModule(BaseModule):
                     {"name": name, "values": [table.get(g) for g in rows], "type": "number", "meta": {"unit": unit}}
                 )
         return json_response({"data": {"id": "0", "type": "scalar_response", "attributes": {"columns": out_columns}}})
+
+    def _scalar_columns(self, req: FormulaRequest) -> tuple[list[_Column], list[str]]:
+        """One column per formula (or per query without formulas), and the group-by keys of the queries."""
+        span = req.end - req.start
+        scalars: dict[str, dict[tuple[str, ...], float | None]] = {}
+        group_keys: list[str] = []
+        for name, q, aggregator in req.queries:
+            step = pick_interval(span, q.rollup_seconds)
+            groups = self._run(q, req.start, req.end, step)
+            scalars[name] = {g.group_tags: reduce_points(g.points, aggregator, step) for g in groups}
+            group_keys.extend(k for k in q.group_by if k not in group_keys)
+        columns: list[_Column]
+        if req.formulas:
+            columns = [(f.text, formula_scalars(f, scalars), single_metric(f, req), f) for f in req.formulas]
+        else:
+            columns = [(name, scalars[name], q.metric, None) for name, q, _ in req.queries]
+        return columns, group_keys
+
+
+def _limited_rows(columns: list[_Column], req: FormulaRequest) -> list[tuple[str, ...]]:
+    """The groups answered, in order; a formula's limit keeps its top (or bottom) `count` only."""
+    rows = sorted({g for _, table, _, _ in columns for g in table})
+    limit = next(((f, lim) for _, _, _, f in columns if f is not None and (lim := req.limits.get(f.text))), None)
+    if limit is not None:
+        formula, (count, order) = limit
+        table = next(t for name, t, _, _ in columns if name == formula.text)
+        missing = -math.inf if order == "desc" else math.inf
+        rows.sort(key=lambda g: v if (v := table.get(g)) is not None else missing, reverse=order == "desc")
+        rows = rows[:count]
+    return rows
 
 
 def _group_values(group: tuple[str, ...], key: str) -> list[str]:
