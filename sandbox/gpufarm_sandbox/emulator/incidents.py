@@ -264,32 +264,15 @@ class IncidentsModule(BaseModule):
     ) -> set[str]:
         before = self._snapshot(incident)
         values = self._validate_fields(attrs.get("fields"), incident.incident_type_id, current=incident)
-        title = checked_title(attrs["title"], required=True) if "title" in attrs else incident.title
-        impacted = (
-            checked_bool(attrs["customer_impacted"], "customer_impacted") if "customer_impacted" in attrs else None
-        )
-        times = {
-            key: checked_datetime(attrs[key], key)
-            for key in ("customer_impact_start", "customer_impact_end", "detected")
-            if key in attrs
-        }
-        handles = checked_handles(attrs["notification_handles"]) if "notification_handles" in attrs else None
-        scope = optional_str(attrs.get("customer_impact_scope"), "customer_impact_scope")
+        updates = _attribute_updates(attrs)
         commander = commander_change(relationships)
         # Everything is validated above; nothing below can fail, so a bad PATCH changes nothing.
         now = self.ctx.clock.now_dt()
         self._version += 1
         old_state = incident.state
-        incident.title = title
         incident.fields.update(values)
-        if impacted is not None:
-            incident.customer_impacted = impacted
-        if "customer_impact_scope" in attrs:
-            incident.customer_impact_scope = scope
-        for key, value in times.items():
+        for key, value in updates.items():
             setattr(incident, key, value)
-        if handles is not None:
-            incident.notification_handles = handles
         if commander is not None:
             incident.commander_id = commander or None
             if commander and commander not in incident.responders:
@@ -426,3 +409,22 @@ class IncidentsModule(BaseModule):
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
+
+
+def _attribute_updates(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The incident attributes a PATCH sets (fields and commander apart), each checked."""
+    updates: dict[str, Any] = {}
+    if "title" in attrs:
+        updates["title"] = checked_title(attrs["title"], required=True)
+    if "customer_impacted" in attrs:
+        updates["customer_impacted"] = checked_bool(attrs["customer_impacted"], "customer_impacted")
+    for key in ("customer_impact_start", "customer_impact_end", "detected"):
+        if key in attrs:
+            updates[key] = checked_datetime(attrs[key], key)
+    handles = checked_handles(attrs["notification_handles"]) if "notification_handles" in attrs else None
+    if handles is not None:
+        updates["notification_handles"] = handles
+    scope = optional_str(attrs.get("customer_impact_scope"), "customer_impact_scope")
+    if "customer_impact_scope" in attrs:
+        updates["customer_impact_scope"] = scope
+    return updates

@@ -119,17 +119,21 @@ def field_value(name: str, obj: Any, kind: str, allowed: tuple[str, ...] | None)
     value = obj["value"]
     if value is None:
         return None
-    if kind in MULTI_KINDS:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ApiError(400, f"Invalid field '{name}': a {kind} value is a list of strings")
-        bad = [v for v in value if allowed is not None and v not in allowed]
-    else:
-        if not isinstance(value, str):
-            raise ApiError(400, f"Invalid field '{name}': a {kind} value is a string")
-        bad = [value] if allowed is not None and value not in allowed else []
+    bad = _not_allowed(name, value, kind, allowed)
     if bad:
         raise ApiError(400, f"Invalid field '{name}': {bad[0]!r} is not one of {', '.join(allowed or ())}")
     return list(value) if isinstance(value, list) else value
+
+
+def _not_allowed(name: str, value: Any, kind: str, allowed: tuple[str, ...] | None) -> list[str]:
+    """The values outside a field's choices (none when it has no choices); ApiError for a value of the wrong shape."""
+    if kind in MULTI_KINDS:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ApiError(400, f"Invalid field '{name}': a {kind} value is a list of strings")
+        return [v for v in value if allowed is not None and v not in allowed]
+    if not isinstance(value, str):
+        raise ApiError(400, f"Invalid field '{name}': a {kind} value is a string")
+    return [value] if allowed is not None and value not in allowed else []
 
 
 def include_arg(request: Request) -> set[str]:

@@ -417,6 +417,18 @@ def relationship_id(relationships: Any, name: str, *, required: bool) -> str | N
 
 def _apply_field_attributes(definition: FieldDef, attrs: Mapping[str, Any]) -> None:
     """Validate and set the updatable attributes of a field definition (create and PATCH)."""
+    _set_plain_attributes(definition, attrs)
+    if "valid_values" in attrs:
+        definition.valid_values = _valid_values(attrs["valid_values"], definition.kind)
+    if definition.required and definition.collected is not None:
+        raise jsonapi_bad("collected cannot be set on required fields")
+    allowed = definition.allowed
+    if definition.default_value is not None and allowed is not None and definition.default_value not in allowed:
+        raise jsonapi_bad("default_value must be one of the valid values")
+
+
+def _set_plain_attributes(definition: FieldDef, attrs: Mapping[str, Any]) -> None:
+    """display_name, the optional strings, required, collected and category, each checked as it is set."""
     if "display_name" in attrs:
         definition.display_name = jsonapi_str(attrs["display_name"], "display_name")
     for key in ("ordinal", "default_value", "tag_key"):
@@ -434,13 +446,6 @@ def _apply_field_attributes(definition: FieldDef, attrs: Mapping[str, Any]) -> N
             if attrs[key] is not None and attrs[key] not in choices:
                 raise jsonapi_bad(f"attributes.{key} must be one of {', '.join(choices)} or null")
             setattr(definition, key, attrs[key])
-    if "valid_values" in attrs:
-        definition.valid_values = _valid_values(attrs["valid_values"], definition.kind)
-    if definition.required and definition.collected is not None:
-        raise jsonapi_bad("collected cannot be set on required fields")
-    allowed = definition.allowed
-    if definition.default_value is not None and allowed is not None and definition.default_value not in allowed:
-        raise jsonapi_bad("default_value must be one of the valid values")
 
 
 def _valid_values(value: Any, kind: str) -> list[dict[str, str]] | None:

@@ -119,15 +119,12 @@ class NotificationRules:
         """
         if incident.is_test:
             return []
-        handles: list[tuple[str, str]] = []
-        for rule in self.rules.values():
-            if not rule.enabled or rule.trigger != trigger or rule.incident_type_id != incident.incident_type_id:
-                continue
-            if not _conditions_match(rule, values_of):
-                continue
-            if trigger == MODIFIED_TRIGGER and rule.renotify_on and not set(rule.renotify_on) & (changed or set()):
-                continue
-            handles += [(rule.id, h) for h in rule.handles]
+        handles = [
+            (rule.id, h)
+            for rule in self.rules.values()
+            if _rule_applies(rule, incident, trigger, changed, values_of)
+            for h in rule.handles
+        ]
         if trigger == CREATED_TRIGGER:
             handles += [("notification_handles", h["handle"]) for h in incident.notification_handles or []]
         out: list[Notification] = []
@@ -295,15 +292,7 @@ def _template_ref(relationships: Any) -> dict[str, Any] | None:
 
 
 def _rule_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    conditions = attrs.get("conditions")
-    if not isinstance(conditions, list):
-        raise jsonapi_bad("attributes.conditions is required and must be a list")
-    for condition in conditions:
-        if not isinstance(condition, dict) or not isinstance(condition.get("field"), str) or not condition["field"]:
-            raise jsonapi_bad("each condition needs a 'field' string")
-        values = condition.get("values")
-        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
-            raise jsonapi_bad("each condition needs a non-empty 'values' list of strings")
+    conditions = _rule_conditions(attrs.get("conditions"))
     handles = attrs.get("handles")
     if not isinstance(handles, list) or not handles or not all(isinstance(h, str) and h for h in handles):
         raise jsonapi_bad("attributes.handles is required and must be a non-empty list of strings")
@@ -321,10 +310,38 @@ def _rule_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     if visibility not in VISIBILITIES:
         raise jsonapi_bad(f"attributes.visibility must be one of {', '.join(VISIBILITIES)}")
     return {
-        "conditions": [{"field": c["field"], "values": list(c["values"])} for c in conditions],
+        "conditions": conditions,
         "handles": list(handles),
         "trigger": trigger,
         "enabled": enabled,
         "renotify_on": list(renotify),
         "visibility": visibility,
     }
+
+
+def _rule_applies(
+    rule: RuleRecord,
+    incident: StoredIncident,
+    trigger: str,
+    changed: set[str] | None,
+    values_of: Callable[[str | None], list[str]],
+) -> bool:
+    """An enabled rule of the incident's type and trigger whose conditions match (and, for a modification with
+    renotify_on, one of those fields changed)."""
+    if not rule.enabled or rule.trigger != trigger or rule.incident_type_id != incident.incident_type_id:
+        return False
+    if not _conditions_match(rule, values_of):
+        return False
+    return not (trigger == MODIFIED_TRIGGER and rule.renotify_on and not set(rule.renotify_on) & (changed or set()))
+
+
+def _rule_conditions(conditions: Any) -> list[dict[str, Any]]:
+    if not isinstance(conditions, list):
+        raise jsonapi_bad("attributes.conditions is required and must be a list")
+    for condition in conditions:
+        if not isinstance(condition, dict) or not isinstance(condition.get("field"), str) or not condition["field"]:
+            raise jsonapi_bad("each condition needs a 'field' string")
+        values = condition.get("values")
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+            raise jsonapi_bad("each condition needs a non-empty 'values' list of strings")
+    return [{"field": c["field"], "values": list(c["values"])} for c in conditions]
