@@ -208,11 +208,7 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, "Invalid parameter 'title': must be a string")
     if body["layout_type"] not in LAYOUT_TYPES:
         raise ApiError(400, f"Invalid parameter 'layout_type': must be one of {', '.join(LAYOUT_TYPES)}")
-    widgets = body["widgets"]
-    if not isinstance(widgets, list) or not all(isinstance(w, dict) for w in widgets):
-        raise ApiError(400, "Invalid parameter 'widgets': must be a list of widget objects")
-    if body["layout_type"] == "free" and any("layout" not in w for w in widgets):
-        raise ApiError(400, "Invalid parameter 'widgets': every widget of a free layout needs a 'layout'")
+    _check_widgets(body["widgets"], body["layout_type"])
     tags = body.get("tags")
     if tags is not None and (not isinstance(tags, list) or not all(_team_tag(t) for t in tags)):
         # Recorded: dashboards take only `team:` tags.
@@ -221,6 +217,13 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
     if problem:
         raise ApiError(400, problem)
     return body
+
+
+def _check_widgets(widgets: Any, layout_type: str) -> None:
+    if not isinstance(widgets, list) or not all(isinstance(w, dict) for w in widgets):
+        raise ApiError(400, "Invalid parameter 'widgets': must be a list of widget objects")
+    if layout_type == "free" and any("layout" not in w for w in widgets):
+        raise ApiError(400, "Invalid parameter 'widgets': every widget of a free layout needs a 'layout'")
 
 
 def _model_problem(body: Mapping[str, Any]) -> str | None:

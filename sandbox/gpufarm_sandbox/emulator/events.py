@@ -134,13 +134,7 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, f"Invalid title: required, at most {MAX_TITLE} characters")
     if not isinstance(text, str) or len(text) > MAX_TEXT:
         raise ApiError(400, f"Invalid text: required, at most {MAX_TEXT} characters")
-    key = body.get("aggregation_key")
-    if key is not None and (not isinstance(key, str) or len(key) > MAX_AGGREGATION_KEY):
-        raise ApiError(400, f"Invalid aggregation_key: at most {MAX_AGGREGATION_KEY} characters")
-    if body.get("alert_type", "info") not in ALERT_TYPES:
-        raise ApiError(400, f"Invalid alert_type: one of {', '.join(ALERT_TYPES)}")
-    if body.get("priority") not in (None, *PRIORITIES):
-        raise ApiError(400, f"Invalid priority: one of {', '.join(PRIORITIES)}")
+    _check_kind(body)
     tags = body.get("tags", [])
     if not isinstance(tags, list) or len(tags) > MAX_TAGS or not all(isinstance(t, str) and t for t in tags):
         raise ApiError(400, f"Invalid tags: a list of at most {MAX_TAGS} non-empty strings")
@@ -148,6 +142,17 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
     if happened is not None and (isinstance(happened, bool) or not isinstance(happened, int)):
         raise ApiError(400, "Invalid date_happened: an integer POSIX timestamp")
     return body
+
+
+def _check_kind(body: dict[str, Any]) -> None:
+    """aggregation_key, alert_type and priority."""
+    key = body.get("aggregation_key")
+    if key is not None and (not isinstance(key, str) or len(key) > MAX_AGGREGATION_KEY):
+        raise ApiError(400, f"Invalid aggregation_key: at most {MAX_AGGREGATION_KEY} characters")
+    if body.get("alert_type", "info") not in ALERT_TYPES:
+        raise ApiError(400, f"Invalid alert_type: one of {', '.join(ALERT_TYPES)}")
+    if body.get("priority") not in (None, *PRIORITIES):
+        raise ApiError(400, f"Invalid priority: one of {', '.join(PRIORITIES)}")
 
 
 def _model_check(body: dict[str, Any]) -> None:

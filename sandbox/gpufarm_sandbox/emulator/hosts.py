@@ -171,12 +171,7 @@ class HostsModule(BaseModule):
         start = query_int(request, "start", 0) or 0
         count = query_int(request, "count", DEFAULT_COUNT, maximum=MAX_COUNT)
         since = query_int(request, "from", None, maximum=MAX_EPOCH_S)
-        sort_field = (request.args.get("sort_field") or "name").strip().lower()
-        sort_dir = (request.args.get("sort_dir") or "asc").strip().lower()
-        if sort_field not in _SORT_FIELDS:
-            raise ApiError(400, f"Invalid sort_field {sort_field!r}; use one of {', '.join(sorted(_SORT_FIELDS))}")
-        if sort_dir not in {"asc", "desc"}:
-            raise ApiError(400, "Invalid sort_dir; use asc or desc")
+        sort_field, sort_dir = _sort_args(request)
         with_meta = _query_bool(request, "include_hosts_metadata")
         # Hosts are never muted in the sandbox, so the mute details are always the same; the flag is still checked.
         _query_bool(request, "include_muted_hosts_data")
@@ -184,12 +179,7 @@ class HostsModule(BaseModule):
         with self.ctx.lock:
             now = self.ctx.clock.now()
             floor = float(since) if since is not None else now - LIVE_WINDOW_S
-            if sort_field in ("name", "host_name"):
-                ordered = self._by_name(terms, reverse=sort_dir == "desc")
-                matching = [h for h in ordered if self._live(h, now, floor)]
-            else:
-                matching = [h for h in self._hosts.values() if self._live(h, now, floor) and self._matches(h, terms)]
-                matching.sort(key=lambda h: _sort_key(h, sort_field, now), reverse=sort_dir == "desc")
+            matching = self._matching(terms, now, floor, sort_field, reverse=sort_dir == "desc")
             page = matching[start : start + (count or 0)]
             host_list = [self._host_json(h, now, with_meta) for h in page]
         return json_response(
@@ -200,6 +190,14 @@ class HostsModule(BaseModule):
                 "total_matching": len(matching),
             }
         )
+
+    def _matching(self, terms: list[str], now: float, floor: float, sort_field: str, *, reverse: bool) -> list[_Host]:
+        """Live hosts matching the filter terms, in the order asked for."""
+        if sort_field in ("name", "host_name"):
+            return [h for h in self._by_name(terms, reverse=reverse) if self._live(h, now, floor)]
+        matching = [h for h in self._hosts.values() if self._live(h, now, floor) and self._matches(h, terms)]
+        matching.sort(key=lambda h: _sort_key(h, sort_field, now), reverse=reverse)
+        return matching
 
     def _by_name(self, terms: list[str], *, reverse: bool) -> list[_Host]:
         key = (tuple(terms), reverse)
@@ -375,6 +373,16 @@ def _query_bool(request: Request, name: str) -> bool:
     if value not in {"true", "false", "1", "0"}:
         raise ApiError(400, f"Invalid parameter {name}: expected true or false")
     return value in {"true", "1"}
+
+
+def _sort_args(request: Request) -> tuple[str, str]:
+    sort_field = (request.args.get("sort_field") or "name").strip().lower()
+    sort_dir = (request.args.get("sort_dir") or "asc").strip().lower()
+    if sort_field not in _SORT_FIELDS:
+        raise ApiError(400, f"Invalid sort_field {sort_field!r}; use one of {', '.join(sorted(_SORT_FIELDS))}")
+    if sort_dir not in {"asc", "desc"}:
+        raise ApiError(400, "Invalid sort_dir; use asc or desc")
+    return sort_field, sort_dir
 
 
 def _sort_key(h: _Host, sort_field: str, now: float) -> tuple[Any, str]:

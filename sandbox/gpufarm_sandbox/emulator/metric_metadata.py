@@ -135,16 +135,20 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
         unit = body.get(key)
         if unit is not None and unit not in UNITS:
             raise ApiError(400, f"Invalid {key} {str(unit)[:40]!r}: not a Datadog unit")
+    _check_lengths(body)
+    interval = body.get("statsd_interval")
+    if interval is not None and interval <= 0:
+        raise ApiError(400, "Invalid statsd_interval: must be positive")
+    return {k: body[k] for k in EDITABLE if k in body}
+
+
+def _check_lengths(body: dict[str, Any]) -> None:
     description = body.get("description")
     if description is not None and len(description) > MAX_DESCRIPTION:
         raise ApiError(400, f"Invalid description: longer than {MAX_DESCRIPTION} characters")
     short = body.get("short_name")
     if short is not None and len(short) > MAX_SHORT_NAME:
         raise ApiError(400, f"Invalid short_name: longer than {MAX_SHORT_NAME} characters")
-    interval = body.get("statsd_interval")
-    if interval is not None and interval <= 0:
-        raise ApiError(400, "Invalid statsd_interval: must be positive")
-    return {k: body[k] for k in EDITABLE if k in body}
 
 
 def _model_check(body: dict[str, Any]) -> None:

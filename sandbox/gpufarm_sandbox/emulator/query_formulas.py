@@ -171,17 +171,21 @@ def formula_series(formula: Formula, results: Mapping[str, Sequence[GroupSeries]
         return []
     out: list[GroupSeries] = []
     for group, binding in match_groups(tables):
-        operands = {n: tables[n][g] for n, g in binding.items()}
-        times = sorted(set().union(*(set(p) for p in operands.values())))
-        points: list[tuple[float, float]] = []
-        for t in times:
-            env = {n: p[t] for n, p in operands.items() if t in p}
-            value = formula.compute(env)
-            if value is not None and math.isfinite(value):
-                points.append((t, value))
+        points = _formula_points(formula, {n: tables[n][g] for n, g in binding.items()})
         if points:
             out.append(GroupSeries(group, points))
     return out
+
+
+def _formula_points(formula: Formula, operands: Mapping[str, Mapping[float, float]]) -> list[tuple[float, float]]:
+    """The formula at every time any operand has a point (finite values only)."""
+    times = sorted(set().union(*(set(p) for p in operands.values())))
+    points: list[tuple[float, float]] = []
+    for t in times:
+        value = formula.compute({n: p[t] for n, p in operands.items() if t in p})
+        if value is not None and math.isfinite(value):
+            points.append((t, value))
+    return points
 
 
 def formula_scalars(
