@@ -34,7 +34,7 @@ from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
 from gpufarm_sandbox.emulator.context import SandboxContext
-from gpufarm_sandbox.emulator.dashboard_evaluate import VALUE_RE, Evaluator, Result
+from gpufarm_sandbox.emulator.dashboard_evaluate import VALUE_RE, Evaluator, Result, Series
 from gpufarm_sandbox.emulator.dashboards import DashboardsModule
 from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
 from gpufarm_sandbox.emulator.metrics import MetricsModule
@@ -232,18 +232,21 @@ class _Page:
             return (
                 f'<div class="widget" data-type="{shown}">{heading}<p>{shown} widgets are not drawn locally</p></div>'
             )
+        body = self._query_widget(kind, definition)
+        return f'<div class="widget {kind}" data-type="{kind}">{heading}{body}</div>'
+
+    def _query_widget(self, kind: str, definition: Mapping[str, Any]) -> str:
+        """The body of a widget drawn from its queries: a chart, a value or a table (or why the query failed)."""
         result = self.evaluator.widget(definition)
         if result.error is not None:
-            body = f'<p class="widget-error">query failed: {html.escape(result.error)}</p>'
-        elif kind == "timeseries":
-            body = self._chart(self._timeseries_figure(result, definition))
-        elif kind == "toplist":
-            body = self._chart(self._toplist_figure(result))
-        elif kind == "query_value":
-            body = self._value(result, int(definition.get("precision") or 0))
-        else:
-            body = self._table(result)
-        return f'<div class="widget {kind}" data-type="{kind}">{heading}{body}</div>'
+            return f'<p class="widget-error">query failed: {html.escape(result.error)}</p>'
+        if kind == "timeseries":
+            return self._chart(self._timeseries_figure(result, definition))
+        if kind == "toplist":
+            return self._chart(self._toplist_figure(result))
+        if kind == "query_value":
+            return self._value(result, int(definition.get("precision") or 0))
+        return self._table(result)
 
     def _iframe(self, url: str, heading: str) -> str:
         """The embedded page, as Datadog's iframe widget shows it; only an http(s) URL is embedded."""
@@ -267,20 +270,7 @@ class _Page:
         if requests:
             display = str(requests[0].get("display_type") or "line")
         unit = next((self.unit(s.metric) for s in result.series if s.metric), None)
-        traces = []
-        for s in result.series:
-            scale, _ = _scale(unit, [v for _, v in s.points])
-            trace: dict[str, Any] = {
-                "name": s.label,
-                "x": [_iso(t) for t, _ in s.points],
-                "y": [v / scale for _, v in s.points],
-                "type": "bar" if display == "bars" else "scatter",
-            }
-            if display != "bars":
-                trace["mode"] = "lines"
-                if display == "area":
-                    trace["stackgroup"] = "one"
-            traces.append(trace)
+        traces = [_trace(s, unit, display) for s in result.series]
         values = [v for s in result.series for _, v in s.points]
         _, label = _scale(unit, values)
         layout = _layout(label)
@@ -333,6 +323,22 @@ class _Page:
 def _group_value(group: Sequence[str], key: str) -> str:
     prefix = f"{key}:"
     return ", ".join(t[len(prefix) :] for t in group if t.startswith(prefix))
+
+
+def _trace(series: Series, unit: str | None, display: str) -> dict[str, Any]:
+    """One series as a plotly trace: a line, a stacked area or bars, scaled to its unit."""
+    scale, _ = _scale(unit, [v for _, v in series.points])
+    trace: dict[str, Any] = {
+        "name": series.label,
+        "x": [_iso(t) for t, _ in series.points],
+        "y": [v / scale for _, v in series.points],
+        "type": "bar" if display == "bars" else "scatter",
+    }
+    if display != "bars":
+        trace["mode"] = "lines"
+        if display == "area":
+            trace["stackgroup"] = "one"
+    return trace
 
 
 def _scale(unit: str | None, values: Sequence[float]) -> tuple[float, str]:

@@ -196,28 +196,7 @@ class SlackFiles:
 
     def complete(self, args: dict[str, Any]) -> dict[str, Any]:
         """files.completeUploadExternal: title the uploaded files and share them (with the comment) to a channel."""
-        items = args.get("files")
-        if isinstance(items, str):
-            try:
-                items = json.loads(items)
-            except ValueError:
-                raise SlackFailure("invalid_arguments") from None
-        if not isinstance(items, list) or not items or len(items) > MAX_FILES_PER_COMPLETE:
-            raise SlackFailure("invalid_arguments")
-        chosen: list[tuple[StoredFile, str]] = []
-        for item in items:
-            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-                raise SlackFailure("invalid_arguments")
-            stored = self.files.get(item["id"])
-            if stored is None:
-                raise SlackFailure("file_not_found")
-            if stored.content is None:
-                raise SlackFailure("file_uploads_not_completed")
-            title = item.get("title")
-            title = title if isinstance(title, str) and title.strip() else stored.filename
-            if len(title) > MAX_TITLE:
-                raise SlackFailure("invalid_arguments")
-            chosen.append((stored, title))
+        chosen = [self._uploaded(item) for item in _file_items(args.get("files"))]
         channel = self._channel(args)
         comment = args.get("initial_comment")
         comment = comment if isinstance(comment, str) and comment.strip() else None
@@ -226,22 +205,40 @@ class SlackFiles:
             stored.title = title
         # A retried completion (its first answer lost to a 5xx) shares nothing twice.
         if channel is not None and fresh:
-            thread_ts = args.get("thread_ts") or None
-            message = self.state.new_message(
-                "message",
-                channel,
-                comment or "",
-                None,
-                thread_ts=str(thread_ts) if thread_ts else None,
-            )
-            message.files = [stored.id for stored in fresh]
-            for stored in fresh:
-                stored.channels.append(channel)
-                stored.message_ts = message.ts
-                stored.initial_comment = comment
+            self._share(fresh, channel, comment, args.get("thread_ts") or None)
         for stored in fresh:
             stored.completed = True
         return {"files": [stored.public() for stored, _ in chosen]}
+
+    def _uploaded(self, item: Any) -> tuple[StoredFile, str]:
+        """One `files` entry of a completion: its uploaded file and the title it gets."""
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise SlackFailure("invalid_arguments")
+        stored = self.files.get(item["id"])
+        if stored is None:
+            raise SlackFailure("file_not_found")
+        if stored.content is None:
+            raise SlackFailure("file_uploads_not_completed")
+        title = item.get("title")
+        title = title if isinstance(title, str) and title.strip() else stored.filename
+        if len(title) > MAX_TITLE:
+            raise SlackFailure("invalid_arguments")
+        return stored, title
+
+    def _share(self, fresh: list[StoredFile], channel: str, comment: str | None, thread_ts: Any) -> None:
+        """One message in the channel carrying the files (and the comment)."""
+        message = self.state.new_message(
+            "message",
+            channel,
+            comment or "",
+            None,
+            thread_ts=str(thread_ts) if thread_ts else None,
+        )
+        message.files = [stored.id for stored in fresh]
+        for stored in fresh:
+            stored.channels.append(channel)
+            stored.message_ts = message.ts
+            stored.initial_comment = comment
 
     def _channel(self, args: dict[str, Any]) -> str | None:
         raw = args.get("channel_id") or args.get("channels")
@@ -276,3 +273,15 @@ def _int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
         return int(value.strip())
     return None
+
+
+def _file_items(items: Any) -> list[Any]:
+    """The `files` argument of a completion: a JSON list (or its text) of 1 to 10 entries."""
+    if isinstance(items, str):
+        try:
+            items = json.loads(items)
+        except ValueError:
+            raise SlackFailure("invalid_arguments") from None
+    if not isinstance(items, list) or not items or len(items) > MAX_FILES_PER_COMPLETE:
+        raise SlackFailure("invalid_arguments")
+    return items

@@ -386,34 +386,16 @@ class SimulatedUsers:
             stored.status = "closed"
             return "closed"
         ack = result.json_body()
-        action = ack.get("response_action") if isinstance(ack, dict) else None
-        if action == "errors" and isinstance(ack, dict) and isinstance(ack.get("errors"), dict):
-            inputs = {b.get("block_id") for b in stored.view.get("blocks", []) if b.get("type") == "input"}
-            if not ack["errors"] or not set(ack["errors"]) <= inputs:
-                # Slack rejects errors keyed by anything but the view's input block_ids.
-                return "failed"
-            stored.errors = {str(k): str(v) for k, v in ack["errors"].items()}
-            return "errors"
-        if action in ("update", "push") and isinstance(ack, dict):
+        if not isinstance(ack, dict):
+            return "failed"  # not an ack Slack understands: the modal stays open with an error
+        action = ack.get("response_action")
+        if action == "errors" and isinstance(ack.get("errors"), dict):
+            return _show_errors(stored, ack["errors"])
+        if action in ("update", "push"):
             view = ack.get("view")
             if not isinstance(view, dict) or view_errors(view):
                 return "failed"
-            if action == "update":
-                stored.view = copy.deepcopy(decorate(view))
-                stored.hash = self.state.new_hash()
-                stored.errors = {}
-                stored.state_values = {}
-                return "updated"
-            new_id = self.state.next_view_id()
-            self.state.views[new_id] = StoredView(
-                new_id,
-                stored.user,
-                copy.deepcopy(decorate(view)),
-                self.state.new_hash(),
-                stored.root_view_id,
-                previous_view_id=stored.id,
-            )
-            return "pushed"
+            return self._update_view(stored, view) if action == "update" else self._push_view(stored, view)
         if action == "clear":
             for view_obj in self.state.views.values():
                 if view_obj.root_view_id == stored.root_view_id:
@@ -421,6 +403,25 @@ class SimulatedUsers:
             return "cleared"
         # Any other body on a view_submission is an invalid ack: Slack keeps the modal open with an error.
         return "failed"
+
+    def _update_view(self, stored: StoredView, view: dict[str, Any]) -> str:
+        stored.view = copy.deepcopy(decorate(view))
+        stored.hash = self.state.new_hash()
+        stored.errors = {}
+        stored.state_values = {}
+        return "updated"
+
+    def _push_view(self, stored: StoredView, view: dict[str, Any]) -> str:
+        new_id = self.state.next_view_id()
+        self.state.views[new_id] = StoredView(
+            new_id,
+            stored.user,
+            copy.deepcopy(decorate(view)),
+            self.state.new_hash(),
+            stored.root_view_id,
+            previous_view_id=stored.id,
+        )
+        return "pushed"
 
     def _view_closed(self, body: InteractionBody) -> Response:
         with self.ctx.lock:
@@ -452,6 +453,16 @@ class SimulatedUsers:
                 "sent": True,
             }
         )
+
+
+def _show_errors(stored: StoredView, errors: dict[Any, Any]) -> str:
+    """A `response_action: errors` ack: shown on the view's input blocks, or a failure for any other key."""
+    inputs = {b.get("block_id") for b in stored.view.get("blocks", []) if b.get("type") == "input"}
+    if not errors or not set(errors) <= inputs:
+        # Slack rejects errors keyed by anything but the view's input block_ids.
+        return "failed"
+    stored.errors = {str(k): str(v) for k, v in errors.items()}
+    return "errors"
 
 
 def _elements(blocks: Iterable[Any]) -> Iterable[tuple[str | None, dict[str, Any]]]:
