@@ -10,7 +10,7 @@ Figures (issue 8):
   hard limit, requesters answered, hosts held twice;
 - throughput (point 6): `--commands` (default 1,000) signed slash commands from `--threads` (12) client threads,
   mostly `/gpu list` and `/gpu status IR-n`, every tenth a `/gpu request`: sent, acked, errors, ack p50/p95/p99,
-  wall, the worker's p50/p99 per kind (gpufarm_sandbox.localhost.load), then the worker's median time per
+  wall, the worker's p50/p99 per kind (gpufarm_sandbox.load), then the worker's median time per
   `status IR-n` and `list`, one at a time, at 10 and at `--live` (500) live incidents.
 - faults (point 5): `--requests` (default 200) requests in waves of eight kinds (policy, operators' approval and
   rejection, release, extend, idle warning / recovery / reclaim, expiry, refusal) with `--fault-rate` (20 %) of
@@ -40,9 +40,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufarm.adapters.datadog import LIVE_QUERY
-from gpufarm_sandbox import badday, redelivery
+from gpufarm_sandbox import badday, load, redelivery
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm
-from gpufarm_sandbox.localhost import LocalEnv, load, start_local
+from gpufarm_sandbox.localhost import LocalEnv, start_local
 from gpufarm_sandbox.races import SCENARIOS, RaceFarm, quota_burst, run_scenario
 
 

@@ -215,38 +215,9 @@ class BadDay:
         self.requests += wave
         by = {r.kind.name: r for r in wave}
         self.faults(True)
-        self.together([partial(self.farm.slash, r.kind.user, r.text()) for r in wave])
-        for attempt in range(RETRIES + 1):
-            incidents = self.reading(self.farm.incidents)
-            for r in wave:
-                mine = [a for a in incidents if a.project == r.project]
-                r.ir = min(a.ir for a in mine) if mine else None
-            # A request refused because Slack could not say who is in the team was answered "try again in a
-            # minute" (never approved on unknown membership): its user asks again, as a person would.
-            again = [r for r in wave if r.ir is None and r.kind.name != "refuse"]
-            if not again or attempt == RETRIES:
-                break
-            self.together([partial(self.farm.slash, r.kind.user, r.text()) for r in again])
+        self._ask(wave)
         self._check_hosts(f"wave {n} after the requests")
-
-        def ir(name: str) -> str:
-            return f"IR-{by[name].ir}"
-
-        steps: list[Callable[[], Any]] = []
-        if by["release"].ir:
-            steps.append(partial(self.farm.slash, ALICE, f"release {ir('release')} now"))
-        if by["extend"].ir:
-            steps.append(partial(self.farm.slash, ALICE, f"extend {ir('extend')} {EXTEND_DAYS}"))
-        if by["approve"].ir:
-            steps.append(partial(self.farm.slash, DANA, f"approve {ir('approve')}"))
-        if by["reject"].ir:
-            steps.append(partial(self.farm.slash, DANA, f"reject {ir('reject')} not this week"))
-        steps += [
-            partial(self.idle_alert, by[name].ir or 0, "Triggered", f"bd{n}-warn")
-            for name in ("idle", "recover")
-            if by[name].ir
-        ]
-        self.together(steps)
+        self.together(self._actions(n, by))
         self._check_hosts(f"wave {n} at its peak")
         if by["recover"].ir:
             self.idle_alert(by["recover"].ir, "Recovered", f"bd{n}-busy")
@@ -265,6 +236,45 @@ class BadDay:
             if not self.reading(partial(self._live, wave)):
                 break
         self.faults(False)
+
+    def _ask(self, wave: list[Request]) -> None:
+        """Every request of the wave typed at once; each learns its incident, and the ones refused for want of
+        Slack's answer are typed again."""
+        self.together([partial(self.farm.slash, r.kind.user, r.text()) for r in wave])
+        for attempt in range(RETRIES + 1):
+            incidents = self.reading(self.farm.incidents)
+            for r in wave:
+                mine = [a for a in incidents if a.project == r.project]
+                r.ir = min(a.ir for a in mine) if mine else None
+            # A request refused because Slack could not say who is in the team was answered "try again in a
+            # minute" (never approved on unknown membership): its user asks again, as a person would.
+            again = [r for r in wave if r.ir is None and r.kind.name != "refuse"]
+            if not again or attempt == RETRIES:
+                break
+            self.together([partial(self.farm.slash, r.kind.user, r.text()) for r in again])
+
+    def _actions(self, n: int, by: dict[str, Request]) -> list[Callable[[], Any]]:
+        """The wave's release, extend, approve and reject commands and idle alerts, for the requests that got an
+        incident."""
+
+        def ir(name: str) -> str:
+            return f"IR-{by[name].ir}"
+
+        commands = (
+            ("release", ALICE, f"release {ir('release')} now"),
+            ("extend", ALICE, f"extend {ir('extend')} {EXTEND_DAYS}"),
+            ("approve", DANA, f"approve {ir('approve')}"),
+            ("reject", DANA, f"reject {ir('reject')} not this week"),
+        )
+        steps: list[Callable[[], Any]] = [
+            partial(self.farm.slash, user, text) for name, user, text in commands if by[name].ir
+        ]
+        steps += [
+            partial(self.idle_alert, by[name].ir or 0, "Triggered", f"bd{n}-warn")
+            for name in ("idle", "recover")
+            if by[name].ir
+        ]
+        return steps
 
     def _live(self, wave: list[Request]) -> list[str]:
         irs = {r.ir for r in wave if r.ir}
@@ -328,26 +338,35 @@ class BadDay:
         refusals = {who: sum("Request refused" in t for t in texts) for who, texts in answers.items()}
         for r in self.requests:
             mine = sorted((a for a in incidents if a.project == r.project), key=lambda a: a.ir)
-            lost = self._lost(r, mine)
-            if lost:
-                report.lost += 1
-                report.problem(f"{r.project}: {lost}")
-            if len(mine) > 1 or (
-                r.kind.name == "extend" and mine and mine[0].duration_days != r.kind.days + EXTEND_DAYS
-            ):
-                report.doubled += 1
-                report.problem(f"{r.project}: {[(a.ir_label, a.phase.value, a.duration_days) for a in mine]}")
-            untold = self._untold(r, mine[0] if mine else None, answers, refusals)
-            if untold:
-                report.untold += 1
-                report.problem(f"{r.project}: not told {untold}")
-            else:
-                report.told += 1
+            self._check_request(r, mine, answers, refusals)
+        self._check_orphans(incidents)
+
+    def _check_request(
+        self, r: Request, mine: list[Allocation], answers: dict[str, list[str]], refusals: dict[str, int]
+    ) -> None:
+        """One request against its fault-free end: lost, doubled (or extended twice), told or not."""
+        report = self.report
+        lost = self._lost(r, mine)
+        if lost:
+            report.lost += 1
+            report.problem(f"{r.project}: {lost}")
+        if len(mine) > 1 or (r.kind.name == "extend" and mine and mine[0].duration_days != r.kind.days + EXTEND_DAYS):
+            report.doubled += 1
+            report.problem(f"{r.project}: {[(a.ir_label, a.phase.value, a.duration_days) for a in mine]}")
+        untold = self._untold(r, mine[0] if mine else None, answers, refusals)
+        if untold:
+            report.untold += 1
+            report.problem(f"{r.project}: not told {untold}")
+        else:
+            report.told += 1
+
+    def _check_orphans(self, incidents: list[Allocation]) -> None:
+        """Allocation tags left on a host after the day: each one counted."""
         for host in sorted({h for a in incidents for h in a.hosts} | {h[0] for h in HOSTS}):
             orphans = [t for t in self.farm.user_tags(host) if t.split(":", 1)[0] in ALLOC_TAG_KEYS]
             if orphans:
-                report.orphan_tags += len(orphans)
-                report.problem(f"{host} still tagged {orphans}")
+                self.report.orphan_tags += len(orphans)
+                self.report.problem(f"{host} still tagged {orphans}")
 
     @staticmethod
     def _lost(r: Request, mine: list[Allocation]) -> str:

@@ -1,34 +1,46 @@
-"""Headless Chromium through the DevTools protocol: load a page, wait for it to draw, report what it shows.
+"""Headless Chromium driven by playwright: load a page, wait for it to draw, report what it shows.
 
-Used by the dashboard browser test and by `benchmarks/dashboard_screenshots.py`: Debian's `chromium` (or the one
-GPUFARM_CHROMIUM names) is started with a throw-away profile and `--remote-debugging-port=0`, and driven over its
-page's WebSocket (websocket-client). A page is loaded, the console's errors and uncaught exceptions are collected,
-the page's `data-rendered` mark is awaited, and a full-page PNG screenshot is taken.
+Used by the dashboard browser test and by `benchmarks/dashboard_screenshots.py` and `benchmarks/report.py`:
+Debian's `chromium` (or the one GPUFARM_CHROMIUM names) is launched through playwright's `executable_path`, so no
+browser build of playwright's own is needed. A page is loaded in one tab (later loads reuse its cache, as a user's
+next look does), the console's errors and uncaught exceptions are collected, the page's `data-rendered` mark is
+awaited, and a full-page PNG screenshot is taken.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
-import re
 import shutil
-import subprocess
-import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from playwright.sync_api import ConsoleMessage, Page
+    from playwright.sync_api import Error as PlaywrightError
 
 CHROMIUM_ENV = "GPUFARM_CHROMIUM"
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
-_LISTENING = re.compile(r"DevTools listening on (ws://\S+)")
-
+# Headless, and quiet: no sandbox (CI runs as root, where Chromium's sandbox cannot start), no GPU, and none of the
+# background traffic (QUIC probes, component and sync updates) a test machine has no network for.
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+# The page marks itself drawn on <body data-rendered="true"> once its charts are in.
+_RENDERED_JS = "document.readyState === 'complete' && !!document.body && document.body.dataset.rendered === 'true'"
 # What the page reports once loaded: its title, the widgets' titles, and how many charts and SVG roots drew.
-_SUMMARY_JS = """JSON.stringify({
+_SUMMARY_JS = """() => JSON.stringify({
   title: document.title,
   rendered: document.body.dataset.rendered === 'true',
   renderMs: Number(document.body.dataset.renderMs || 'NaN'),
@@ -65,147 +77,61 @@ class PageReport:
     screenshot: bytes = b""
 
 
-class _Session:
-    """One DevTools WebSocket: numbered commands, events kept as they arrive."""
-
-    def __init__(self, ws_url: str) -> None:
-        import websocket
-
-        self._ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
-        self._next = 0
-        self.events: list[dict[str, Any]] = []
-
-    def close(self) -> None:
-        self._ws.close()
-
-    def send(self, method: str, **params: Any) -> dict[str, Any]:
-        self._next += 1
-        ident = self._next
-        self._ws.send(json.dumps({"id": ident, "method": method, "params": params}))
-        while True:
-            message = json.loads(self._ws.recv())
-            if message.get("id") == ident:
-                if "error" in message:
-                    raise BrowserError(f"{method}: {message['error']}")
-                result: dict[str, Any] = message.get("result") or {}
-                return result
-            self.events.append(message)
-
-    def evaluate(self, expression: str) -> Any:
-        answer = self.send("Runtime.evaluate", expression=expression, returnByValue=True)
-        return (answer.get("result") or {}).get("value")
-
-    def console_errors(self) -> list[str]:
-        out = []
-        for event in self.events:
-            method, params = event.get("method"), event.get("params") or {}
-            if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                out.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
-            elif method == "Runtime.exceptionThrown":
-                details = params.get("exceptionDetails") or {}
-                out.append(str((details.get("exception") or {}).get("description") or details.get("text")))
-            elif method == "Log.entryAdded" and (params.get("entry") or {}).get("level") == "error":
-                out.append(str(params["entry"].get("text")))
-        return out
-
-
 @contextlib.contextmanager
 def chromium(binary: str | None = None, *, width: int = 1400, height: int = 1000) -> Iterator[Browser]:
-    """A headless Chromium for the block's duration (its profile is removed afterwards)."""
+    """A headless Chromium for the block's duration (playwright removes its throw-away profile afterwards)."""
+    from playwright.sync_api import Error, sync_playwright
+
     path = binary or find_chromium()
     if path is None:
         raise BrowserError("no Chromium found (install Debian's chromium, or set GPUFARM_CHROMIUM)")
-    # Chromium's helpers may still write to the profile while it is removed: what they leave is a temp folder.
-    with tempfile.TemporaryDirectory(prefix="gpufarm-chromium-", ignore_cleanup_errors=True) as profile:
-        args = [
-            path,
-            "--headless=new",
-            "--no-sandbox",  # CI runs as root, where Chromium's sandbox cannot start
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--no-default-browser-check",
-            "--hide-scrollbars",
-            "--remote-debugging-port=0",
-            "--remote-allow-origins=*",
-            f"--user-data-dir={profile}",
-            f"--window-size={width},{height}",
-            "about:blank",
-        ]
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # noqa: S603
+    with sync_playwright() as playwright:
         try:
-            yield Browser(_devtools_port(process), width)
+            launched = playwright.chromium.launch(executable_path=path, headless=True, args=list(FLAGS))
+        except Error as exc:
+            raise BrowserError(f"Chromium did not start: {exc.message}") from None
+        try:
+            page = launched.new_page(viewport={"width": width, "height": height})
+            yield Browser(page)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-
-
-def _devtools_port(process: subprocess.Popen[str]) -> int:
-    assert process.stderr is not None
-    deadline = time.monotonic() + 30
-    seen: list[str] = []
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            if process.poll() is not None:
-                break
-            continue
-        seen.append(line.strip())
-        found = _LISTENING.search(line)
-        if found:
-            return int(found.group(1).split(":")[2].split("/")[0])
-    raise BrowserError("Chromium did not start: " + " | ".join(seen[-5:]))
+            launched.close()
 
 
 class Browser:
-    """A started Chromium; `load` opens a page in its first tab."""
+    """A started Chromium with one tab; `load` opens a page in it."""
 
-    def __init__(self, port: int, width: int) -> None:
-        self.port = port
-        self.width = width
+    def __init__(self, page: Page) -> None:
+        self._page = page
+        self._errors: list[str] = []
+        page.on("console", self._on_console)
+        page.on("pageerror", self._on_page_error)
 
-    def _page_socket(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=10) as answer:
-            targets = json.loads(answer.read())
-        pages = [t for t in targets if t.get("type") == "page"]
-        if not pages:
-            raise BrowserError("Chromium has no page open")
-        return str(pages[0]["webSocketDebuggerUrl"])
+    def _on_console(self, message: ConsoleMessage) -> None:
+        # Failed resource loads arrive here as errors too, as they do in the DevTools console.
+        if message.type in ("error", "assert"):
+            self._errors.append(message.text)
+
+    def _on_page_error(self, error: PlaywrightError) -> None:
+        self._errors.append(error.stack or f"{error.name}: {error.message}")
 
     def load(self, url: str, *, timeout_s: float = 30.0, screenshot: bool = True) -> PageReport:
         """Open url, wait until the page marks itself rendered (or timeout_s), and report what it shows."""
-        session = _Session(self._page_socket())
+        from playwright.sync_api import Error
+        from playwright.sync_api import TimeoutError as PageTimeout
+
+        self._errors = []
+        started = time.perf_counter()
         try:
-            for domain in ("Page", "Runtime", "Log"):
-                session.send(f"{domain}.enable")
-            started = time.perf_counter()
-            session.send("Page.navigate", url=url)
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                state = session.evaluate(
-                    "document.readyState + ':' + (document.body && document.body.dataset.rendered)"
-                )
-                if state == "complete:true":
-                    break
-                time.sleep(0.05)
-            load_ms = (time.perf_counter() - started) * 1000
-            summary = json.loads(session.evaluate(_SUMMARY_JS) or "{}")
-            report = PageReport(url, summary, session.console_errors(), load_ms)
-            if screenshot:
-                height = max(int(summary.get("height") or 1000), 400)
-                session.send(
-                    "Emulation.setDeviceMetricsOverride",
-                    width=self.width,
-                    height=height,
-                    deviceScaleFactor=1,
-                    mobile=False,
-                )
-                shot = session.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-                report.screenshot = base64.b64decode(shot["data"])
-            return report
-        finally:
-            session.close()
+            self._page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
+            left_ms = max(1.0, timeout_s * 1000 - (time.perf_counter() - started) * 1000)
+            self._page.wait_for_function(_RENDERED_JS, timeout=left_ms, polling=50)
+        except PageTimeout:
+            pass  # reported as rendered: false, with whatever the page did draw
+        except Error as exc:
+            raise BrowserError(f"{url}: {exc.message}") from None
+        load_ms = (time.perf_counter() - started) * 1000
+        summary = json.loads(self._page.evaluate(_SUMMARY_JS) or "{}")
+        report = PageReport(url, summary, list(self._errors), load_ms)
+        if screenshot:
+            report.screenshot = self._page.screenshot(full_page=True, type="png")
+        return report

@@ -47,6 +47,19 @@ _LAUNCH_CHUNK = 250
 _JSON = "application/x-amz-json-1.1"
 
 
+def _fault(request: Any, fault: str, *, quotas: bool) -> Any:
+    """A simulated error answer: Service Quotas' JSON, or EC2's XML (throttling as a 503)."""
+    if quotas:
+        body = json.dumps({"__type": fault, "message": f"{fault} (simulated)"}).encode()
+        return _response(request.url, 400, _JSON, body)
+    xml = (
+        f"<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error><Code>{fault}</Code>"
+        f"<Message>{fault} (simulated)</Message></Error></Errors><RequestID>gpufarm-sim</RequestID></Response>"
+    )
+    status = 503 if fault == "RequestLimitExceeded" else 400
+    return _response(request.url, status, "text/xml", xml.encode())
+
+
 def _response(url: str, status: int, content_type: str, body: bytes) -> Any:
     from botocore.awsrequest import AWSResponse
     from botocore.compat import HTTPHeaders
@@ -167,15 +180,7 @@ class SimulatedAws:
                 fault = "RequestLimitExceeded"
         target = str(request.headers.get("X-Amz-Target", b"") or "")
         if fault is not None:
-            if "ServiceQuotas" in target:
-                body = json.dumps({"__type": fault, "message": f"{fault} (simulated)"}).encode()
-                return _response(request.url, 400, _JSON, body)
-            xml = (
-                f"<?xml version='1.0' encoding='UTF-8'?><Response><Errors><Error><Code>{fault}</Code>"
-                f"<Message>{fault} (simulated)</Message></Error></Errors><RequestID>gpufarm-sim</RequestID></Response>"
-            )
-            status = 503 if fault == "RequestLimitExceeded" else 400
-            return _response(request.url, status, "text/xml", xml.encode())
+            return _fault(request, fault, quotas="ServiceQuotas" in target)
         if "ServiceQuotas" in target:
             return self._quota(request)
         raw = request.body or b""

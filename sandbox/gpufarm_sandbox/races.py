@@ -212,6 +212,17 @@ def approve_and_reject(race: RaceFarm, n: int) -> list[str]:
         gap=0.0,
     )
     final = race.farm.allocation(ir)
+    problems = _one_decision(race, ir, final)
+    # Free the pool for the next round.
+    if final.state is not State.RESOLVED:
+        race.farm.slash(DANA, f"reclaim IR-{ir} end of round")
+        race.settle()
+    return problems
+
+
+def _one_decision(race: RaceFarm, ir: int, final: Allocation) -> list[str]:
+    """Exactly one of the approval and the rejection stood: in the operator's answers, the requester's DMs and the
+    allocation's phase."""
     answers = race.answers(DANA.id, ir)
     approved = [a for a in answers if "approved; allocating" in a]
     rejected = [a for a in answers if a.endswith("rejected.")]
@@ -226,10 +237,6 @@ def approve_and_reject(race: RaceFarm, n: int) -> list[str]:
         problems.append(f"approved, but {final.phase.value}")
     if rejected and final.phase is not Phase.REJECTED:
         problems.append(f"rejected, but {final.phase.value}")
-    # Free the pool for the next round.
-    if final.state is not State.RESOLVED:
-        race.farm.slash(DANA, f"reclaim IR-{ir} end of round")
-        race.settle()
     return problems
 
 
@@ -326,23 +333,10 @@ def quota_burst(
     _together(race, [ask(i) for i in range(count)], wait)
     by_policy = _granted(farm)
     problems: list[str] = []
-    answered = refused = to_operators = 0
-    for who in BURST_USERS:
-        texts = [m["text"] for m in farm.messages(user=who.id, kind="response")[before[who.id] :]]
-        answered += len(texts)
-        refused += sum("refused" in t for t in texts)
-        to_operators += sum("Sent to the GPU operators" in t for t in texts)
-        if len(texts) != sent_by[who.id]:
-            problems.append(f"{who.name}: {sent_by[who.id]} requests, {len(texts)} answers")
+    answered, refused, to_operators = _requesters_answered(farm, before, sent_by, problems)
     if by_policy > limits.gpus:
         problems.append(f"policy granted {by_policy} GPUs against a quota of {limits.gpus}")
-    pending = sorted((a for a in _burst(farm) if a.phase is Phase.REQUESTED), key=lambda a: a.ir)[:approvals]
-    _together(race, [_approve(farm, a.ir_label) for a in pending], wait)
-    after = _granted(farm)
-    asked = {a.ir for a in pending}
-    answers = [m["text"] for m in farm.messages(user=DANA.id, kind="response") if ir_in(m["text"]) in asked]
-    if len(answers) != len(pending):
-        problems.append(f"{len(pending)} approvals, {len(answers)} answers")
+    after = _approve_pending(race, approvals, wait, problems)
     if after > limits.hard_limit:
         problems.append(f"granted {after} GPUs against a hard limit of {limits.hard_limit}")
     holders = _holders(farm)
@@ -364,6 +358,36 @@ def quota_burst(
     )
     _end_burst(race, wait)
     return burst
+
+
+def _requesters_answered(
+    farm: LocalFarm, before: dict[str, int], sent_by: Counter[str], problems: list[str]
+) -> tuple[int, int, int]:
+    """Answers the requesters got since `before` (all, refusals, sent to the operators); one per request, or a
+    problem noted."""
+    answered = refused = to_operators = 0
+    for who in BURST_USERS:
+        texts = [m["text"] for m in farm.messages(user=who.id, kind="response")[before[who.id] :]]
+        answered += len(texts)
+        refused += sum("refused" in t for t in texts)
+        to_operators += sum("Sent to the GPU operators" in t for t in texts)
+        if len(texts) != sent_by[who.id]:
+            problems.append(f"{who.name}: {sent_by[who.id]} requests, {len(texts)} answers")
+    return answered, refused, to_operators
+
+
+def _approve_pending(race: RaceFarm, approvals: int | None, wait: float, problems: list[str]) -> int:
+    """The operator approves (up to `approvals` of) the pending requests at once; the GPUs granted after, and a
+    problem noted unless every approval was answered."""
+    farm = race.farm
+    pending = sorted((a for a in _burst(farm) if a.phase is Phase.REQUESTED), key=lambda a: a.ir)[:approvals]
+    _together(race, [_approve(farm, a.ir_label) for a in pending], wait)
+    after = _granted(farm)
+    asked = {a.ir for a in pending}
+    answers = [m["text"] for m in farm.messages(user=DANA.id, kind="response") if ir_in(m["text"]) in asked]
+    if len(answers) != len(pending):
+        problems.append(f"{len(pending)} approvals, {len(answers)} answers")
+    return after
 
 
 def _approve(farm: LocalFarm, label: str) -> Callable[[], Any]:

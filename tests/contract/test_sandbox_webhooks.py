@@ -20,7 +20,7 @@ from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
-from gpufarm_sandbox.emulator.webhooks import DEFAULT_PAYLOAD
+from gpufarm_sandbox.emulator.webhook_delivery import DEFAULT_PAYLOAD
 
 pytestmark = pytest.mark.contract
 
@@ -107,7 +107,7 @@ def receiver(receiver_server: tuple[Receiver, str], sandbox: Sandbox) -> Iterato
 @pytest.fixture
 def fast_retries(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     """Keep retry backoff tiny so the retry tests take milliseconds."""
-    monkeypatch.setattr(sandbox.webhooks, "backoff_s", 0.01)
+    monkeypatch.setattr(sandbox.webhooks.delivery, "backoff_s", 0.01)
     return sandbox
 
 

@@ -21,7 +21,7 @@ DELIVERIES = 3
 
 
 def _command(target: Target, text: str) -> tuple[bytes, str]:
-    slack = target.local.sandbox.slack
+    slack = target.local.sandbox.slack.state
     trigger_id = slack.new_trigger(ALICE.id)
     form = {
         "team_id": "T0000000001",

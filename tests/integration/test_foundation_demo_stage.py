@@ -17,7 +17,7 @@ from gpufarm_sandbox.demo import foundation_stage as stage
 from gpufarm_sandbox.demo.context import DemoContext
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.localhost import seams
-from gpufarm_sandbox.localhost.host import start_local
+from gpufarm_sandbox.localhost.start import start_local
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,8 @@ from click.testing import CliRunner
 
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.handlers import runtime
-from gpufarm_sandbox.localhost import LocalEnv, load, seams, start_local
+from gpufarm_sandbox import load
+from gpufarm_sandbox.localhost import LocalEnv, seams, start_local
 from gpufarm_sandbox.localhost.cli import describe, local, run_local
 from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
 from gpufarm_sandbox.localhost.host import FunctionTimeout
@@ -218,7 +219,7 @@ def test_async_invoke_runs_the_worker_which_reaches_the_sandbox(local_env: Local
     assert local_env.host.drain(10)
     worker = local_env.host.module("WorkerFunction")
     assert sorted(e["n"] for e in worker.SEEN) == [1, 2]
-    texts = sorted(m.text for m in local_env.sandbox.slack.find_messages(channel="C0000000001"))
+    texts = sorted(m.text for m in local_env.sandbox.slack.state.find_messages(channel="C0000000001"))
     assert texts == ["worker got 1", "worker got 2"]
     triggers = [i["trigger"] for i in state(local_env)["invocations"] if i["function"] == "WorkerFunction"]
     assert triggers[-2:] == ["async", "async"]

@@ -21,7 +21,8 @@ from gpufarm.setup import monitors as mon
 from gpufarm.setup.plan import IDLE_HANDLE
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
-from gpufarm_sandbox.emulator.monitors import parse_monitor_query, render_template
+from gpufarm_sandbox.emulator.monitor_messages import render_template
+from gpufarm_sandbox.emulator.monitor_validation import parse_monitor_query
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = (ROOT / "config" / "farm.example.yaml").read_text()

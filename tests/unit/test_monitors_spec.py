@@ -20,7 +20,8 @@ from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import monitors as mon
 from gpufarm.setup.plan import IDLE_HANDLE, Action
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
-from gpufarm_sandbox.emulator.monitors import parse_monitor_query, render_template
+from gpufarm_sandbox.emulator.monitor_messages import render_template
+from gpufarm_sandbox.emulator.monitor_validation import parse_monitor_query
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC: dict[str, Any] = yaml.safe_load((ROOT / "spec" / "metrics.yaml").read_text())

@@ -9,15 +9,13 @@ from gpufarm_sandbox.emulator.query import (
     QueryError,
     SeriesData,
     evaluate,
-    formula_scalars,
-    formula_series,
     parse_filter,
-    parse_formula,
     parse_queries,
     parse_query,
     pick_interval,
     reduce_points,
 )
+from gpufarm_sandbox.emulator.query_formulas import formula_scalars, formula_series, parse_formula
 
 T0 = 1_700_000_040.0  # a multiple of 60, so 60 s buckets start exactly here
 

@@ -12,7 +12,7 @@ import pytest
 from werkzeug.test import Client
 
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
-from gpufarm_sandbox.emulator.monitors import render_template, webhook_mentions
+from gpufarm_sandbox.emulator.monitor_messages import render_template, webhook_mentions
 
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 METRIC = "gpufarm.gpu.utilization"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpufarm_sandbox.emulator.webhooks import DEFAULT_PAYLOAD, REDACTED, redact, render_template
+from gpufarm_sandbox.emulator.webhook_delivery import DEFAULT_PAYLOAD, REDACTED, redact, render_template
 
 
 def test_values_inside_strings_are_json_escaped() -> None:

@@ -41,25 +41,33 @@ def run(ctx: DemoContext) -> None:
             if not result.get("posted"):
                 ctx.check(result.get("reason") == "nothing to say" and not posts, "nothing to say: nothing posted")
                 return
-            ctx.check(len(posts) == 1, "one digest in the operators' channel", str(result.get("sections")))
-            shown = posts[-1]["text"] + json.dumps(posts[-1]["blocks"])
-            sections: dict[str, int] = result.get("sections") or {}
-            ctx.check(
-                sections.get("Waiting requests", 0) == len(waiting),
-                "a line for each waiting request",
-                f"{len(waiting)} waiting",
-            )
-            ctx.check(sections.get("Idle warnings", 0) == len(warned), "a line for each idle warning", str(len(warned)))
-            linked = {int(m[2]) for m in _LINK.finditer(shown) if m[2] == m[3]}
-            ctx.check(
-                (waiting | warned) <= linked,
-                "every waiting and warned lease links to its incident",
-                ", ".join(f"IR-{ir}" for ir in sorted(linked)),
-            )
-            ctx.check("Free capacity" in shown, "free capacity per pool beside the news")
-            for block in posts[-1]["blocks"]:
-                if block.get("type") == "section":
-                    for line in block["text"]["text"].split("\n")[:6]:
-                        ctx.info(line)
+            _check_digest(ctx, posts, result, waiting, warned)
     finally:
         farm.close()
+
+
+def _check_digest(
+    ctx: DemoContext, posts: list[dict[str, Any]], result: dict[str, Any], waiting: set[int], warned: set[int]
+) -> None:
+    """One digest, with a line and a link for each waiting request and idle warning, and free capacity; its first
+    lines shown."""
+    ctx.check(len(posts) == 1, "one digest in the operators' channel", str(result.get("sections")))
+    shown = posts[-1]["text"] + json.dumps(posts[-1]["blocks"])
+    sections: dict[str, int] = result.get("sections") or {}
+    ctx.check(
+        sections.get("Waiting requests", 0) == len(waiting),
+        "a line for each waiting request",
+        f"{len(waiting)} waiting",
+    )
+    ctx.check(sections.get("Idle warnings", 0) == len(warned), "a line for each idle warning", str(len(warned)))
+    linked = {int(m[2]) for m in _LINK.finditer(shown) if m[2] == m[3]}
+    ctx.check(
+        (waiting | warned) <= linked,
+        "every waiting and warned lease links to its incident",
+        ", ".join(f"IR-{ir}" for ir in sorted(linked)),
+    )
+    ctx.check("Free capacity" in shown, "free capacity per pool beside the news")
+    for block in posts[-1]["blocks"]:
+        if block.get("type") == "section":
+            for line in block["text"]["text"].split("\n")[:6]:
+                ctx.info(line)

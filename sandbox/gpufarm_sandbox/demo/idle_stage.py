@@ -32,6 +32,7 @@ from gpufarm_sandbox.demo.lifecycle_stage import (
 )
 
 if TYPE_CHECKING:
+    from gpufarm.core.kernel.model import Allocation
     from gpufarm_sandbox.demo.context import DemoContext
     from gpufarm_sandbox.simfarm import SimulatedFarm
 
@@ -336,6 +337,33 @@ def _half_warned(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, ir: in
         return lease.phase is Phase.IDLE_WARNED
 
 
+def _check_told_half(ctx: DemoContext, farm: LocalFarm, ir: int, idle_host: str, busy_host: str) -> None:
+    told = farm.messages(user=ALICE.id, kind="dm", contains=f"IR-{ir} gave back")
+    ops = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} gave back")
+    ctx.check(
+        bool(told) and bool(ops) and idle_host in told[-1]["text"] and busy_host in told[-1]["text"],
+        f"{ALICE.name} and the operators are told which host went and what the lease keeps",
+        told[-1]["text"][:120] if told else "no DM",
+    )
+
+
+def _count_reclaimed_hours(ctx: DemoContext, lease: Allocation, idle_host: str) -> None:
+    """The GPU-hours the returned host frees until the lease's end, from the record the lease keeps of it."""
+    returned = [r for r in lease.idle_returned if r.startswith(f"{idle_host}=")]
+    if not returned or lease.expires_at is None:
+        ctx.check(False, "the lease records the host it gave back", " ".join(lease.idle_returned))
+        return
+    gpus, _, at = returned[-1].partition("=")[2].partition("@")
+    when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+    hours = max(0.0, (lease.expires_at - when).total_seconds() / 3600)
+    ctx.check(
+        hours > 0,
+        "GPU-hours reclaimed from the idle half",
+        f"{gpus} GPUs x {hours:.1f} h = {int(gpus) * hours:.0f} GPU-hours",
+    )
+    ctx.shared["partial_gpu_hours_reclaimed"] = int(gpus) * hours
+
+
 def _half_reclaimed(
     ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, lease_hosts: tuple[int, str, str], grace_minutes: int
 ) -> None:
@@ -360,13 +388,7 @@ def _half_reclaimed(
             f"{idle_host}: {' '.join(farm.ir_tags(idle_host)) or 'no ir tag'}; "
             f"{busy_host}: {' '.join(farm.ir_tags(busy_host))}",
         )
-        told = farm.messages(user=ALICE.id, kind="dm", contains=f"IR-{ir} gave back")
-        ops = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{ir} gave back")
-        ctx.check(
-            bool(told) and bool(ops) and idle_host in told[-1]["text"] and busy_host in told[-1]["text"],
-            f"{ALICE.name} and the operators are told which host went and what the lease keeps",
-            told[-1]["text"][:120] if told else "no DM",
-        )
+        _check_told_half(ctx, farm, ir, idle_host, busy_host)
         # Still idle there, the monitors keep alerting for a host the lease no longer holds: nothing else changes.
         for _ in range(3):
             farm.minute(nodes, HALF_STEP_MIN)
@@ -376,16 +398,4 @@ def _half_reclaimed(
             "later alerts for the returned host change nothing",
             f"{after.phase.value}, {after.gpu_count} GPUs",
         )
-        returned = [r for r in lease.idle_returned if r.startswith(f"{idle_host}=")]
-        if not returned or lease.expires_at is None:
-            ctx.check(False, "the lease records the host it gave back", " ".join(lease.idle_returned))
-            return
-        gpus, _, at = returned[-1].partition("=")[2].partition("@")
-        when = datetime.fromisoformat(at.replace("Z", "+00:00"))
-        hours = max(0.0, (lease.expires_at - when).total_seconds() / 3600)
-        ctx.check(
-            hours > 0,
-            "GPU-hours reclaimed from the idle half",
-            f"{gpus} GPUs x {hours:.1f} h = {int(gpus) * hours:.0f} GPU-hours",
-        )
-        ctx.shared["partial_gpu_hours_reclaimed"] = int(gpus) * hours
+        _count_reclaimed_hours(ctx, lease, idle_host)

@@ -181,23 +181,9 @@ def host_tags(farm: LocalFarm) -> dict[str, Any]:
 
 def print_ledger(ctx: DemoContext) -> None:
     """Inventory per environment and model, quota per cloud region and family, as the gauges say."""
-    from gpufarm_sandbox.demo.metrics_stage import _query
-
-    pools = {name: _query(ctx, q, window=600) for name, q in LEDGER_QUERIES.items()}
-    keys = sorted({k for values in pools.values() for k in values})
-    ctx.info(f"{'environment':<16}{'model':<8}" + "".join(f"{name:>10}" for name in LEDGER_QUERIES))
-    for key in keys:
-        tags = dict(t.split(":", 1) for t in key)
-        cells = "".join(f"{pools[name].get(key, 0):>10.0f}" for name in LEDGER_QUERIES)
-        ctx.info(f"{tags.get('environment', '?'):<16}{tags.get('gpu_model', '?'):<8}{cells}")
-    quotas = {name: _query(ctx, q, window=600) for name, q in QUOTA_QUERIES.items()}
-    rows = sorted({k for values in quotas.values() for k in values})
+    pools = _print_pools(ctx)
     ctx.info("")
-    ctx.info(f"{'source':<8}{'region':<12}{'family':<28}" + "".join(f"{name:>8}" for name in QUOTA_QUERIES))
-    for key in rows:
-        tags = dict(t.split(":", 1) for t in key)
-        cells = "".join(f"{quotas[name].get(key, 0):>8.0f}" for name in QUOTA_QUERIES)
-        ctx.info(f"{tags.get('source', '?'):<8}{tags.get('region', '?'):<12}{tags.get('family', '?'):<28}{cells}")
+    quotas = _print_quotas(ctx)
     no_agent = pools["no agent"]
     ctx.check(
         any(
@@ -211,6 +197,34 @@ def print_ledger(ctx: DemoContext) -> None:
         "the EC2 P-family vCPU quota of us-east-1 is published",
     )
     ctx.check(any("source:azure" in k for k in limits), "the Azure family core quota is published")
+
+
+def _print_pools(ctx: DemoContext) -> dict[str, dict[tuple[str, ...], float]]:
+    """The inventory gauges per environment and model, one line each."""
+    from gpufarm_sandbox.demo.metrics_stage import _query
+
+    pools = {name: _query(ctx, q, window=600) for name, q in LEDGER_QUERIES.items()}
+    keys = sorted({k for values in pools.values() for k in values})
+    ctx.info(f"{'environment':<16}{'model':<8}" + "".join(f"{name:>10}" for name in LEDGER_QUERIES))
+    for key in keys:
+        tags = dict(t.split(":", 1) for t in key)
+        cells = "".join(f"{pools[name].get(key, 0):>10.0f}" for name in LEDGER_QUERIES)
+        ctx.info(f"{tags.get('environment', '?'):<16}{tags.get('gpu_model', '?'):<8}{cells}")
+    return pools
+
+
+def _print_quotas(ctx: DemoContext) -> dict[str, dict[tuple[str, ...], float]]:
+    """The cloud quota gauges per source, region and family, one line each."""
+    from gpufarm_sandbox.demo.metrics_stage import _query
+
+    quotas = {name: _query(ctx, q, window=600) for name, q in QUOTA_QUERIES.items()}
+    rows = sorted({k for values in quotas.values() for k in values})
+    ctx.info(f"{'source':<8}{'region':<12}{'family':<28}" + "".join(f"{name:>8}" for name in QUOTA_QUERIES))
+    for key in rows:
+        tags = dict(t.split(":", 1) for t in key)
+        cells = "".join(f"{quotas[name].get(key, 0):>8.0f}" for name in QUOTA_QUERIES)
+        ctx.info(f"{tags.get('source', '?'):<8}{tags.get('region', '?'):<12}{tags.get('family', '?'):<28}{cells}")
+    return quotas
 
 
 def source_events(ctx: DemoContext, since: int) -> list[dict[str, Any]]:
@@ -289,29 +303,20 @@ def measured_ledger(ctx: DemoContext, farm: LocalFarm) -> None:
 def print_measured(ctx: DemoContext, ir: int, host: str) -> None:
     """Entitled / allocated / used / idle / unmeasured per team, environment and model (allocated is the sum of the
     other three: a lease whose host sent no busy-GPU metrics is unmeasured, never idle); each budget's burn."""
-    from gpufarm_sandbox.demo.metrics_stage import _query
-
-    lines = {name: _query(ctx, q, window=120) for name, q in TEAM_QUERIES.items()}
-    keys = sorted({k for values in lines.values() for k in values})
     ctx.info(f"IR-{ir} holds {host}: 8 H100, {BUSY} busy")
-    ctx.info(f"{'team':<10}{'environment':<16}{'model':<8}" + "".join(f"{name:>11}" for name in TEAM_QUERIES))
-    for key in keys:
-        tags = dict(t.split(":", 1) for t in key)
-        cells = "".join(f"{lines[name].get(key, 0):>11.0f}" for name in TEAM_QUERIES)
-        ctx.info(f"{tags.get('team', '?'):<10}{tags.get('environment', '?'):<16}{tags.get('gpu_model', '?'):<8}{cells}")
-    budgets = {name: _query(ctx, q, window=120) for name, q in BUDGET_QUERIES.items()}
-    rows = sorted({k for values in budgets.values() for k in values})
+    lines = _print_team_lines(ctx)
     ctx.info("")
-    ctx.info(f"{'budget':<24}{'period':<10}" + "".join(f"{name:>11}" for name in BUDGET_QUERIES))
-    for key in rows:
-        tags = dict(t.split(":", 1) for t in key)
-        label = tags.get("team", "?") + ("" if tags.get("project") == "all" else f"/{tags.get('project')}")
-        cells = "".join(f"{budgets[name].get(key, 0):>11.1f}" for name in BUDGET_QUERIES)
-        ctx.info(f"{label:<24}{tags.get('period', '?'):<10}{cells}")
+    budgets, rows = _print_budgets(ctx)
     vision = {"environment:onprem-hpc", "gpu_model:h100", "team:vision"}
     entitled = next((v for k, v in lines["entitled"].items() if set(k) == vision), None)
     ctx.check(entitled == ENTITLED, f"vision's H100 entitlement in onprem-hpc is the farm file's {ENTITLED}")
-    lease = vision | {"project:ledger-demo"}
+    _check_project_line(ctx, vision | {"project:ledger-demo"})
+    _check_burn(ctx, budgets, rows)
+
+
+def _check_project_line(ctx: DemoContext, lease: set[str]) -> None:
+    from gpufarm_sandbox.demo.metrics_stage import _query
+
     got = {
         name: next((v for k, v in _query(ctx, q, window=120).items() if set(k) == lease), None)
         for name, q in PROJECT_QUERIES.items()
@@ -321,6 +326,40 @@ def print_measured(ctx: DemoContext, ir: int, host: str) -> None:
         f"vision/ledger-demo's H100 line: allocated 8, used {BUSY}, idle {8 - BUSY}, none unmeasured",
         str(got),
     )
+
+
+def _print_team_lines(ctx: DemoContext) -> dict[str, dict[tuple[str, ...], float]]:
+    """Entitled / allocated / used / idle / unmeasured per team, environment and model, one line each."""
+    from gpufarm_sandbox.demo.metrics_stage import _query
+
+    lines = {name: _query(ctx, q, window=120) for name, q in TEAM_QUERIES.items()}
+    keys = sorted({k for values in lines.values() for k in values})
+    ctx.info(f"{'team':<10}{'environment':<16}{'model':<8}" + "".join(f"{name:>11}" for name in TEAM_QUERIES))
+    for key in keys:
+        tags = dict(t.split(":", 1) for t in key)
+        cells = "".join(f"{lines[name].get(key, 0):>11.0f}" for name in TEAM_QUERIES)
+        ctx.info(f"{tags.get('team', '?'):<10}{tags.get('environment', '?'):<16}{tags.get('gpu_model', '?'):<8}{cells}")
+    return lines
+
+
+def _print_budgets(ctx: DemoContext) -> tuple[dict[str, dict[tuple[str, ...], float]], list[tuple[str, ...]]]:
+    """Each budget's burn, one line each; the gauges and their rows."""
+    from gpufarm_sandbox.demo.metrics_stage import _query
+
+    budgets = {name: _query(ctx, q, window=120) for name, q in BUDGET_QUERIES.items()}
+    rows = sorted({k for values in budgets.values() for k in values})
+    ctx.info(f"{'budget':<24}{'period':<10}" + "".join(f"{name:>11}" for name in BUDGET_QUERIES))
+    for key in rows:
+        tags = dict(t.split(":", 1) for t in key)
+        label = tags.get("team", "?") + ("" if tags.get("project") == "all" else f"/{tags.get('project')}")
+        cells = "".join(f"{budgets[name].get(key, 0):>11.1f}" for name in BUDGET_QUERIES)
+        ctx.info(f"{label:<24}{tags.get('period', '?'):<10}{cells}")
+    return budgets, rows
+
+
+def _check_burn(
+    ctx: DemoContext, budgets: dict[str, dict[tuple[str, ...], float]], rows: list[tuple[str, ...]]
+) -> None:
     team = next((k for k in rows if "team:vision" in k and "project:all" in k), None)
     burned = budgets["burned"].get(team, 0.0) if team else 0.0
     remaining = budgets["remaining"].get(team, 0.0) if team else 0.0

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.datadog_admin import DatadogAdmin
     from gpufarm.config import Settings
     from gpufarm_sandbox.demo.context import DemoContext
-    from gpufarm_sandbox.localhost.host import LocalEnv
+    from gpufarm_sandbox.localhost.start import LocalEnv
     from gpufarm_sandbox.simfarm import SimulatedFarm
 
 INGRESS_PATH = "/fn/slack_ingress/"

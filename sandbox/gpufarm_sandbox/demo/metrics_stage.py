@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.hosts import GpuHost
 from gpufarm.core.kernel.ir import ir_tag_value
 from gpufarm_sandbox.demo.context import DemoContext
+
+if TYPE_CHECKING:
+    from gpufarm_sandbox.simfarm import HostSpec
 
 CYCLES = 3
 CYCLE_S = 15.0
@@ -65,8 +68,6 @@ def run(ctx: DemoContext) -> None:
 
 
 def _plan(ctx: DemoContext) -> _Plan:
-    from gpufarm_sandbox.simfarm import HostSpec
-
     plan = _Plan()
     allocations: Mapping[int, Mapping[str, Any]] = ctx.shared.get("allocations") or {}
     next_gpu: dict[str, int] = {}
@@ -74,27 +75,10 @@ def _plan(ctx: DemoContext) -> _Plan:
     for ir, alloc in sorted(allocations.items()):
         hosts = [str(h) for h in alloc.get("hosts") or []]
         host_gpus: Mapping[str, int] = alloc.get("host_gpus") or {}
-        total = 0
-        for host in hosts:
-            inventory = GpuHost.from_tags(host, ctx.sandbox.hosts.tags_for(host))
-            if inventory is None:
-                plan.unknown.append(host)
-                continue
-            specs.setdefault(
-                host,
-                HostSpec(host, inventory.environment, inventory.cluster, inventory.gpu_model, inventory.gpu_count),
-            )
-            first = next_gpu.get(host, 0)
-            count = min(
-                int(host_gpus.get(host, inventory.gpu_count) or inventory.gpu_count), inventory.gpu_count - first
-            )
-            if count <= 0:
-                continue
-            next_gpu[host] = first + count
-            # On a shared host the second tenant sits idle with its memory held: the taxonomy tells them apart.
-            profile = "busy" if first == 0 else "idle-held"
-            plan.assignments.append((host, int(ir), list(range(first, first + count)), profile))
-            total += count
+        total = sum(
+            _assign(ctx, plan, ir=int(ir), host=host, host_gpus=host_gpus, next_gpu=next_gpu, specs=specs)
+            for host in hosts
+        )
         if total:
             expected_hosts = {h for h, i, _, _ in plan.assignments if i == int(ir)}
             profiles = {p for _, i, _, p in plan.assignments if i == int(ir)}
@@ -103,6 +87,37 @@ def _plan(ctx: DemoContext) -> _Plan:
     if not plan.expected:
         _standalone(plan)
     return plan
+
+
+def _assign(
+    ctx: DemoContext,
+    plan: _Plan,
+    *,
+    ir: int,
+    host: str,
+    host_gpus: Mapping[str, int],
+    next_gpu: dict[str, int],
+    specs: dict[str, HostSpec],
+) -> int:
+    """The next free GPUs of a host for one lease (as many as it holds there); how many were assigned."""
+    from gpufarm_sandbox.simfarm import HostSpec
+
+    inventory = GpuHost.from_tags(host, ctx.sandbox.hosts.tags_for(host))
+    if inventory is None:
+        plan.unknown.append(host)
+        return 0
+    specs.setdefault(
+        host, HostSpec(host, inventory.environment, inventory.cluster, inventory.gpu_model, inventory.gpu_count)
+    )
+    first = next_gpu.get(host, 0)
+    count = min(int(host_gpus.get(host, inventory.gpu_count) or inventory.gpu_count), inventory.gpu_count - first)
+    if count <= 0:
+        return 0
+    next_gpu[host] = first + count
+    # On a shared host the second tenant sits idle with its memory held: the taxonomy tells them apart.
+    profile = "busy" if first == 0 else "idle-held"
+    plan.assignments.append((host, ir, list(range(first, first + count)), profile))
+    return count
 
 
 def _standalone(plan: _Plan) -> None:

@@ -107,20 +107,26 @@ def _fill_plain_hosts(ctx: DemoContext, farm: LocalFarm) -> list[int]:
     noun = "host" if len(plain) == 1 else "hosts"
     with ctx.step(f"{ALICE.name} holds the pool's plain A100 {noun} (an operator approves)"):
         for host in plain:
-            ir = farm.request_ir(ALICE, f"request {host.gpu_count} A100 project=llm-ko team=nlp env={POOL} days=2")
-            asks = [m for m in farm.messages(channel=OPERATORS_CHANNEL) if ir is not None and ir_in(m["text"]) == ir]
-            if asks and any(b.get("type") == "actions" for b in asks[-1].get("blocks", [])):
-                farm.click(DANA, asks[-1], "gpu_approve")
-                farm.settle()
-            lease = farm.allocation(ir) if ir is not None else None
-            ctx.check(
-                lease is not None and lease.phase is Phase.ALLOCATED and lease.hosts == (host.name,),
-                f"IR-{ir} holds {host.name}",
-                lease.phase.value if lease is not None else "no IR",
-            )
+            ir = _hold(ctx, farm, host)
             if ir is not None:
                 irs.append(ir)
     return irs
+
+
+def _hold(ctx: DemoContext, farm: LocalFarm, host: Any) -> int | None:
+    """Alice requests the whole host; an operator approves when asked."""
+    ir = farm.request_ir(ALICE, f"request {host.gpu_count} A100 project=llm-ko team=nlp env={POOL} days=2")
+    asks = [m for m in farm.messages(channel=OPERATORS_CHANNEL) if ir is not None and ir_in(m["text"]) == ir]
+    if asks and any(b.get("type") == "actions" for b in asks[-1].get("blocks", [])):
+        farm.click(DANA, asks[-1], "gpu_approve")
+        farm.settle()
+    lease = farm.allocation(ir) if ir is not None else None
+    ctx.check(
+        lease is not None and lease.phase is Phase.ALLOCATED and lease.hosts == (host.name,),
+        f"IR-{ir} holds {host.name}",
+        lease.phase.value if lease is not None else "no IR",
+    )
+    return ir
 
 
 def _pool_a100(farm: LocalFarm) -> list[Any]:
@@ -132,49 +138,72 @@ def _pool_a100(farm: LocalFarm) -> list[Any]:
 
 
 def _two_leases(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm) -> tuple[int, int] | None:
-    from gpufarm.core.kernel.units import lease_devices
-
-    leases: list[Allocation] = []
     with ctx.step(f"{BOB.name} gets two leases of one slice each; both land on {HOST[0]}, each on its own slice"):
-        for project in ("serving", "notebook"):
-            ir = farm.request_ir(BOB, f"request 1 A100 project={project} team=vision env={POOL} days=3")
-            lease = farm.allocation(ir) if ir is not None else None
-            ctx.check(
-                lease is not None and lease.phase is Phase.ALLOCATED and lease.hosts == (HOST[0],),
-                f"IR-{ir} ({project}) allocated on {HOST[0]}",
-                lease.phase.value if lease is not None else "no IR",
-            )
-            if lease is None:
-                return None
-            leases.append(lease)
-        slices = [lease_devices(a).get(HOST[0], ()) for a in leases]
-        uuids = [s[0].uuid if len(s) == 1 else None for s in slices]
-        ctx.check(
-            all(uuids) and uuids[0] != uuids[1],
-            "each lease records its own MIG slice in the incident",
-            "; ".join(f"IR-{a.ir}: {', '.join(a.devices)}" for a in leases),
-        )
-        tags = farm.user_tags(HOST[0])
-        wanted = [f"gpu_assign:ir-{a.ir}/{u}" for a, u in zip(leases, uuids, strict=True)]
-        ctx.check(
-            all(t in tags for t in wanted) and len([t for t in tags if t.startswith("gpu_assign:")]) == 2,
-            f"one gpu_assign tag per lease on {HOST[0]}, next to its ir: tag",
-            " ".join(t for t in tags if t.startswith(("gpu_assign:", "ir:"))),
-        )
-        told = [farm.messages(user=BOB.id, kind="dm", contains=f"GPUFARM_IR=IR-{a.ir}") for a in leases]
-        texts = [_text(m[-1]) if m else "" for m in told]
-        ctx.check(
-            all(
-                u is not None and f"MIG-{u.removeprefix('mig-')}" in t and "nvidia.com/mig-1g.10gb: 1" in t
-                for u, t in zip(uuids, texts, strict=True)
-            ),
-            f"{BOB.name}'s DMs give each slice's MIG UUID (CUDA_VISIBLE_DEVICES) and Kubernetes resource",
-            next((line for line in texts[0].splitlines() if "CUDA_VISIBLE_DEVICES" in line), "")[:110].strip(),
-        )
+        leases = _request_slices(ctx, farm)
+        if leases is None:
+            return None
+        uuids = _check_slices(ctx, farm, leases)
     if not all(uuids):
         return None
     ctx.shared["slicing_devices"] = {a.ir: nodes_slot(nodes, u) for a, u in zip(leases, uuids, strict=True) if u}
     return leases[0].ir, leases[1].ir
+
+
+def _request_slices(ctx: DemoContext, farm: LocalFarm) -> list[Allocation] | None:
+    """Two one-slice requests, each checked to be allocated on the sliced host; None if one was not."""
+    leases: list[Allocation] = []
+    for project in ("serving", "notebook"):
+        ir = farm.request_ir(BOB, f"request 1 A100 project={project} team=vision env={POOL} days=3")
+        lease = farm.allocation(ir) if ir is not None else None
+        ctx.check(
+            lease is not None and lease.phase is Phase.ALLOCATED and lease.hosts == (HOST[0],),
+            f"IR-{ir} ({project}) allocated on {HOST[0]}",
+            lease.phase.value if lease is not None else "no IR",
+        )
+        if lease is None:
+            return None
+        leases.append(lease)
+    return leases
+
+
+def _check_slices(ctx: DemoContext, farm: LocalFarm, leases: list[Allocation]) -> list[str | None]:
+    """Each lease's slice in its incident, its gpu_assign tag and its requester's DM; the slices' uuids."""
+    from gpufarm.core.kernel.units import lease_devices
+
+    slices = [lease_devices(a).get(HOST[0], ()) for a in leases]
+    uuids = [s[0].uuid if len(s) == 1 else None for s in slices]
+    ctx.check(
+        all(uuids) and uuids[0] != uuids[1],
+        "each lease records its own MIG slice in the incident",
+        "; ".join(f"IR-{a.ir}: {', '.join(a.devices)}" for a in leases),
+    )
+    _check_assign_tags(ctx, farm, leases, uuids)
+    _check_slice_dms(ctx, farm, leases, uuids)
+    return uuids
+
+
+def _check_assign_tags(ctx: DemoContext, farm: LocalFarm, leases: list[Allocation], uuids: list[str | None]) -> None:
+    tags = farm.user_tags(HOST[0])
+    wanted = [f"gpu_assign:ir-{a.ir}/{u}" for a, u in zip(leases, uuids, strict=True)]
+    ctx.check(
+        all(t in tags for t in wanted) and len([t for t in tags if t.startswith("gpu_assign:")]) == 2,
+        f"one gpu_assign tag per lease on {HOST[0]}, next to its ir: tag",
+        " ".join(t for t in tags if t.startswith(("gpu_assign:", "ir:"))),
+    )
+
+
+def _check_slice_dms(ctx: DemoContext, farm: LocalFarm, leases: list[Allocation], uuids: list[str | None]) -> None:
+    told = [farm.messages(user=BOB.id, kind="dm", contains=f"GPUFARM_IR=IR-{a.ir}") for a in leases]
+    texts = [_text(m[-1]) if m else "" for m in told]
+    ctx.check(
+        all(_dm_names_slice(u, t) for u, t in zip(uuids, texts, strict=True)),
+        f"{BOB.name}'s DMs give each slice's MIG UUID (CUDA_VISIBLE_DEVICES) and Kubernetes resource",
+        next((line for line in texts[0].splitlines() if "CUDA_VISIBLE_DEVICES" in line), "")[:110].strip(),
+    )
+
+
+def _dm_names_slice(uuid: str | None, text: str) -> bool:
+    return uuid is not None and f"MIG-{uuid.removeprefix('mig-')}" in text and "nvidia.com/mig-1g.10gb: 1" in text
 
 
 def nodes_slot(nodes: SimulatedFarm, uuid: str) -> str:
@@ -214,13 +243,7 @@ def _only_the_idle_one_warned(ctx: DemoContext, farm: LocalFarm, nodes: Simulate
         nodes.set_profile(HOST[0], "busy", gpus=[slots[busy]])
         started = ctx.sandbox.clock.now()
         pushed = farm.minute(nodes)
-        ctx.check(
-            _attributed(nodes, slots[busy]) == {f"ir-{busy}"} and _attributed(nodes, slots[idle]) == {f"ir-{idle}"},
-            "the agent attributes each slice from the host's gpu_assign tags",
-            f"IR-{busy}'s slice -> gpu_ir:ir-{busy}, IR-{idle}'s -> gpu_ir:ir-{idle}",
-        )
-        env = [p.env for p in nodes.node(HOST[0]).fake.alive() if (p.gpu, p.mig) == _device(slots[busy])]
-        ctx.check(bool(env) and not any("GPUFARM_IR" in e for e in env), "its processes carry no GPUFARM_IR", "")
+        _check_attribution(ctx, nodes, slots, busy, idle)
         minutes = 1
         while minutes < WARN_LIMIT_MIN and farm.allocation(idle).phase is not Phase.IDLE_WARNED:
             pushed = farm.minute(nodes) and pushed
@@ -233,23 +256,37 @@ def _only_the_idle_one_warned(ctx: DemoContext, farm: LocalFarm, nodes: Simulate
             f"the per-device monitor alerted for IR-{idle}'s slice and the idle webhook warned",
             f"{(ctx.sandbox.clock.now() - started) / 60:.0f} min after the allocation",
         )
-        events = farm.get("/_sandbox/monitors/events")["events"]
-        fired = [e for e in events if e["notified"] and e["transition"] == "Triggered"]
-        ctx.check(
-            any(f"ir-{idle}," in e["group"] for e in fired) and not any(f"ir-{busy}," in e["group"] for e in fired),
-            "alerts came from gpufarm's own monitors, for the idle slice only",
-            "; ".join(sorted({e["group"] for e in fired if HOST[0] in e["group"]}))[:110],
-        )
-        warnings = [m for m in farm.messages(user=BOB.id, kind="dm") if "gpu_keep" in actions(m)]
-        ctx.check(
-            bool(warnings) and all(ir_in(m["text"]) == idle for m in warnings),
-            f"{BOB.name} is warned about IR-{idle} only, with Keep / Release",
-            warnings[-1]["text"][:110] if warnings else "no DM",
-        )
+        _check_idle_alerts(ctx, farm, busy, idle)
         ctx.check(farm.allocation(busy).phase is Phase.ALLOCATED, f"IR-{busy} stays allocated")
         ctx.info("nobody clicks Keep")
         warned = lease.phase is Phase.IDLE_WARNED
     return warned
+
+
+def _check_attribution(ctx: DemoContext, nodes: SimulatedFarm, slots: dict[int, str], busy: int, idle: int) -> None:
+    ctx.check(
+        _attributed(nodes, slots[busy]) == {f"ir-{busy}"} and _attributed(nodes, slots[idle]) == {f"ir-{idle}"},
+        "the agent attributes each slice from the host's gpu_assign tags",
+        f"IR-{busy}'s slice -> gpu_ir:ir-{busy}, IR-{idle}'s -> gpu_ir:ir-{idle}",
+    )
+    env = [p.env for p in nodes.node(HOST[0]).fake.alive() if (p.gpu, p.mig) == _device(slots[busy])]
+    ctx.check(bool(env) and not any("GPUFARM_IR" in e for e in env), "its processes carry no GPUFARM_IR", "")
+
+
+def _check_idle_alerts(ctx: DemoContext, farm: LocalFarm, busy: int, idle: int) -> None:
+    events = farm.get("/_sandbox/monitors/events")["events"]
+    fired = [e for e in events if e["notified"] and e["transition"] == "Triggered"]
+    ctx.check(
+        any(f"ir-{idle}," in e["group"] for e in fired) and not any(f"ir-{busy}," in e["group"] for e in fired),
+        "alerts came from gpufarm's own monitors, for the idle slice only",
+        "; ".join(sorted({e["group"] for e in fired if HOST[0] in e["group"]}))[:110],
+    )
+    warnings = [m for m in farm.messages(user=BOB.id, kind="dm") if "gpu_keep" in actions(m)]
+    ctx.check(
+        bool(warnings) and all(ir_in(m["text"]) == idle for m in warnings),
+        f"{BOB.name} is warned about IR-{idle} only, with Keep / Release",
+        warnings[-1]["text"][:110] if warnings else "no DM",
+    )
 
 
 def _device(slot: str) -> tuple[int, int]:

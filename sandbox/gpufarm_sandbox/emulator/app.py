@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
@@ -14,10 +13,20 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from gpufarm_sandbox.emulator.clock import Clock
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.counter import RequestCounter
-from gpufarm_sandbox.emulator.faults import FaultInjector, FaultSpec
+from gpufarm_sandbox.emulator.dashboard_pages import DashboardPagesModule
+from gpufarm_sandbox.emulator.dashboards import DashboardsModule
+from gpufarm_sandbox.emulator.events import EventsModule
+from gpufarm_sandbox.emulator.faults import FaultSpec
+from gpufarm_sandbox.emulator.hosts import HostsModule
+from gpufarm_sandbox.emulator.incidents import IncidentsModule
+from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
+from gpufarm_sandbox.emulator.metrics import MetricsModule
+from gpufarm_sandbox.emulator.monitors import MonitorsModule
+from gpufarm_sandbox.emulator.pages import PagesModule
 from gpufarm_sandbox.emulator.ratelimit import RateLimiter, RateLimitSpec
+from gpufarm_sandbox.emulator.slack import SlackModule
 from gpufarm_sandbox.emulator.web import (
     ApiError,
     Auth,
@@ -28,6 +37,7 @@ from gpufarm_sandbox.emulator.web import (
     json_response,
     slack_error,
 )
+from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
 log = logging.getLogger("gpufarm_sandbox.emulator")
 
@@ -64,43 +74,30 @@ class Sandbox:
         slack_signing_secret: str = DEFAULT_SLACK_SIGNING_SECRET,
         base_url: str = "http://127.0.0.1:8320",
     ) -> None:
-        from gpufarm_sandbox.emulator.dashboard_pages import DashboardPagesModule
-        from gpufarm_sandbox.emulator.dashboards import DashboardsModule
-        from gpufarm_sandbox.emulator.events import EventsModule
-        from gpufarm_sandbox.emulator.hosts import HostsModule
-        from gpufarm_sandbox.emulator.incidents import IncidentsModule
-        from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
-        from gpufarm_sandbox.emulator.metrics import MetricsModule
-        from gpufarm_sandbox.emulator.monitors import MonitorsModule
-        from gpufarm_sandbox.emulator.pages import PagesModule
-        from gpufarm_sandbox.emulator.slack import SlackModule
-        from gpufarm_sandbox.emulator.webhooks import WebhooksModule
-
         self.dd_api_keys = frozenset(dd_api_keys)
         self.dd_app_keys = frozenset(dd_app_keys)
         self.slack_tokens = frozenset(slack_tokens)
-        # Used to sign the slash commands and clicks the sandbox sends to the app on a simulated user's behalf.
-        self.slack_signing_secret = slack_signing_secret
-        self.base_url = base_url.rstrip("/")
-        self.clock = Clock()
-        self.faults = FaultInjector()
+        self.context = SandboxContext(base_url=base_url.rstrip("/"), slack_signing_secret=slack_signing_secret)
+        self.clock = self.context.clock
+        self.faults = self.context.faults
+        self.lock = self.context.lock
         self.requests = RequestCounter()
         self.ratelimits = RateLimiter()
-        # One lock for all state: the sandbox favours being obviously right over being fast under contention.
-        self.lock = threading.RLock()
-        self.webhooks = WebhooksModule(self)
-        self.hosts = HostsModule(self)
-        self.metrics = MetricsModule(self)
-        self.incidents = IncidentsModule(self)
-        self.monitors = MonitorsModule(self)
-        self.dashboards = DashboardsModule(self)
-        self.metric_metadata = MetricMetadataModule(self)
-        self.events = EventsModule(self)
+        # Each module gets the shared context and the siblings it reads or notifies, nothing more.
+        ctx = self.context
+        self.webhooks = WebhooksModule(ctx)
+        self.hosts = HostsModule(ctx)
+        self.metrics = MetricsModule(ctx, self.hosts)
+        self.incidents = IncidentsModule(ctx, self.webhooks)
+        self.monitors = MonitorsModule(ctx, self.metrics, self.webhooks)
+        self.dashboards = DashboardsModule(ctx)
+        self.metric_metadata = MetricMetadataModule(ctx, self.metrics)
+        self.events = EventsModule(ctx)
         # The local view of the stored dashboards (HTML pages, not Datadog's API).
-        self.dashboard_pages = DashboardPagesModule(self)
-        self.slack = SlackModule(self)
+        self.dashboard_pages = DashboardPagesModule(ctx, self.dashboards, self.metrics, self.metric_metadata)
+        self.slack = SlackModule(ctx)
         # The incident and metrics pages gpufarm's links open locally (HTML for people, not Datadog's API).
-        self.pages = PagesModule(self)
+        self.pages = PagesModule(ctx, self.incidents, self.metrics, self.monitors.evaluator, self.slack.state)
         self.modules: list[Module] = [
             self.webhooks,
             self.hosts,
@@ -116,6 +113,20 @@ class Sandbox:
         ]
         self._extra: list[Route] = []
         self._build_map()
+
+    @property
+    def base_url(self) -> str:
+        """Where the sandbox is served; set once a server's port is known."""
+        return self.context.base_url
+
+    @base_url.setter
+    def base_url(self, url: str) -> None:
+        self.context.base_url = url
+
+    @property
+    def slack_signing_secret(self) -> str:
+        """Signs the slash commands and clicks the sandbox sends to the app on a simulated user's behalf."""
+        return self.context.slack_signing_secret
 
     # -- wiring -----------------------------------------------------------------------------------
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.web import Route
-
-if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.app import Sandbox
 
 
 class BaseModule:
-    """Holds the sandbox (clock, lock, sibling modules); subclasses add routes and state."""
+    """Holds the shared context (clock, lock, faults, base URL); subclasses add routes and state."""
 
     name = "module"
 
-    def __init__(self, sandbox: Sandbox) -> None:
-        self.sb = sandbox
+    def __init__(self, context: SandboxContext) -> None:
+        self.ctx = context
 
     def routes(self) -> list[Route]:
         """Endpoints this module serves."""

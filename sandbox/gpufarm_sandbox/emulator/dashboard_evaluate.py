@@ -15,14 +15,13 @@ from typing import Any
 
 from gpufarm_sandbox.emulator.query import (
     GroupSeries,
+    MetricQuery,
     QueryError,
-    formula_scalars,
-    formula_series,
-    parse_formula,
     parse_query,
     pick_interval,
     reduce_points,
 )
+from gpufarm_sandbox.emulator.query_formulas import formula_scalars, formula_series, parse_formula
 
 RunQuery = Callable[[str, float, float, float | None], list[GroupSeries]]
 
@@ -152,16 +151,10 @@ class Evaluator:
 
     def _scalar(self, requests: Sequence[Mapping[str, Any]]) -> Result:
         result = Result()
-        span = self.end - self.start
         for request in requests[:1]:  # gpufarm's scalar widgets have one request each
             queries = self._queries(request)
             parsed = {name: parse_query(text) for name, text, _ in queries}
-            scalars: dict[str, dict[tuple[str, ...], float | None]] = {}
-            for name, text, aggregator in queries:
-                step = pick_interval(span, parsed[name].rollup_seconds)
-                groups = self.run(text, self.start, self.end, step)
-                scalars[name] = {g.group_tags: reduce_points(g.points, aggregator, step) for g in groups}
-                result.group_keys += [k for k in parsed[name].group_by if k not in result.group_keys]
+            scalars = self._scalars(queries, parsed, result)
             formulas = request.get("formulas") or [{"formula": n} for n in scalars]
             tables: list[dict[tuple[str, ...], float | None]] = []
             limit, descending = MAX_ROWS, True
@@ -173,11 +166,31 @@ class Evaluator:
                 if isinstance(f.get("limit"), Mapping) and len(tables) == 1:
                     limit = min(MAX_ROWS, int(f["limit"].get("count", 10)))
                     descending = f["limit"].get("order", "desc") == "desc"
-            keys = sorted({g for table in tables for g in table})
-            first = tables[0] if tables else {}
-            keys.sort(key=lambda g: _sort_value(first.get(g), descending), reverse=descending)
-            result.rows = [(g, [t.get(g) for t in tables]) for g in keys[:limit]]
+            result.rows = _rows(tables, limit, descending)
         return result
+
+    def _scalars(
+        self, queries: list[tuple[str, str, str]], parsed: Mapping[str, MetricQuery], result: Result
+    ) -> dict[str, dict[tuple[str, ...], float | None]]:
+        """Each query reduced to one value per group; the queries' group-by keys are added to the result's."""
+        span = self.end - self.start
+        scalars: dict[str, dict[tuple[str, ...], float | None]] = {}
+        for name, text, aggregator in queries:
+            step = pick_interval(span, parsed[name].rollup_seconds)
+            groups = self.run(text, self.start, self.end, step)
+            scalars[name] = {g.group_tags: reduce_points(g.points, aggregator, step) for g in groups}
+            result.group_keys += [k for k in parsed[name].group_by if k not in result.group_keys]
+        return scalars
+
+
+def _rows(
+    tables: list[dict[tuple[str, ...], float | None]], limit: int, descending: bool
+) -> list[tuple[tuple[str, ...], list[float | None]]]:
+    """One row per group, sorted on the first column, at most limit of them."""
+    keys = sorted({g for table in tables for g in table})
+    first = tables[0] if tables else {}
+    keys.sort(key=lambda g: _sort_value(first.get(g), descending), reverse=descending)
+    return [(g, [t.get(g) for t in tables]) for g in keys[:limit]]
 
 
 def _sort_value(value: float | None, descending: bool) -> float:

@@ -33,7 +33,11 @@ from urllib.parse import urlsplit
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
-from gpufarm_sandbox.emulator.dashboard_evaluate import VALUE_RE, Evaluator, Result
+from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.dashboard_evaluate import VALUE_RE, Evaluator, Result, Series
+from gpufarm_sandbox.emulator.dashboards import DashboardsModule
+from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
+from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.web import Auth, Route
 
 PLOTLY_PATH = "/dashboards/_static/plotly.min.js"
@@ -72,6 +76,18 @@ class DashboardPagesModule(BaseModule):
 
     name = "dashboard_pages"
 
+    def __init__(
+        self,
+        context: SandboxContext,
+        dashboards: DashboardsModule,
+        metrics: MetricsModule,
+        metric_metadata: MetricMetadataModule,
+    ) -> None:
+        super().__init__(context)
+        self.dashboards = dashboards
+        self.metrics = metrics
+        self.metric_metadata = metric_metadata
+
     def routes(self) -> list[Route]:
         """The index, one page per dashboard, and plotly.js."""
         return [
@@ -84,7 +100,7 @@ class DashboardPagesModule(BaseModule):
 
     def dump(self) -> dict[str, Any]:
         """The pages' addresses."""
-        return {"pages": [f"/dashboards/{d['id']}" for d in self.sb.dashboards.live()]}
+        return {"pages": [f"/dashboards/{d['id']}" for d in self.dashboards.live()]}
 
     # -- handlers -------------------------------------------------------------------------------------
 
@@ -96,13 +112,13 @@ class DashboardPagesModule(BaseModule):
     def _index(self, request: Request) -> Response:
         items = "".join(
             f'<li><a href="/dashboards/{html.escape(d["id"])}">{html.escape(str(d["title"]))}</a></li>'
-            for d in sorted(self.sb.dashboards.live(), key=lambda d: str(d["title"]))
+            for d in sorted(self.dashboards.live(), key=lambda d: str(d["title"]))
         )
         body = f"<h1>Dashboards</h1><ul>{items or '<li>none yet: run gpufarm datadog apply</li>'}</ul>"
         return _html("Dashboards", body)
 
     def _page(self, request: Request, dashboard_id: str) -> Response:
-        live = self.sb.dashboards.live()
+        live = self.dashboards.live()
         # A gpufarm dashboard also answers at its key (`/dashboards/project`), so a link needs no id.
         found = [d for d in live if d["id"] == dashboard_id] or [d for d in live if _key(d) == dashboard_id]
         if not found:
@@ -112,9 +128,9 @@ class DashboardPagesModule(BaseModule):
             chosen, span = _params(request, dashboard)
         except PageError as exc:
             return _html("Bad request", f"<h1>Bad request</h1><p class='error'>{html.escape(str(exc))}</p>", exc.status)
-        end = self.sb.clock.now()
+        end = self.ctx.clock.now()
         evaluator = Evaluator(
-            self.sb.metrics.query_series, end - SPANS[span], end, dashboard.get("template_variables") or [], chosen
+            self.metrics.query_series, end - SPANS[span], end, dashboard.get("template_variables") or [], chosen
         )
         page = _Page(evaluator, self._unit)
         widgets = "".join(page.widget(w) for w in dashboard.get("widgets") or [])
@@ -135,7 +151,7 @@ class DashboardPagesModule(BaseModule):
     def _unit(self, metric: str | None) -> str | None:
         if metric is None:
             return None
-        meta = self.sb.metric_metadata.metadata(metric)
+        meta = self.metric_metadata.metadata(metric)
         unit = meta.get("unit") if meta else None
         return str(unit) if unit else None
 
@@ -216,18 +232,21 @@ class _Page:
             return (
                 f'<div class="widget" data-type="{shown}">{heading}<p>{shown} widgets are not drawn locally</p></div>'
             )
+        body = self._query_widget(kind, definition)
+        return f'<div class="widget {kind}" data-type="{kind}">{heading}{body}</div>'
+
+    def _query_widget(self, kind: str, definition: Mapping[str, Any]) -> str:
+        """The body of a widget drawn from its queries: a chart, a value or a table (or why the query failed)."""
         result = self.evaluator.widget(definition)
         if result.error is not None:
-            body = f'<p class="widget-error">query failed: {html.escape(result.error)}</p>'
-        elif kind == "timeseries":
-            body = self._chart(self._timeseries_figure(result, definition))
-        elif kind == "toplist":
-            body = self._chart(self._toplist_figure(result))
-        elif kind == "query_value":
-            body = self._value(result, int(definition.get("precision") or 0))
-        else:
-            body = self._table(result)
-        return f'<div class="widget {kind}" data-type="{kind}">{heading}{body}</div>'
+            return f'<p class="widget-error">query failed: {html.escape(result.error)}</p>'
+        if kind == "timeseries":
+            return self._chart(self._timeseries_figure(result, definition))
+        if kind == "toplist":
+            return self._chart(self._toplist_figure(result))
+        if kind == "query_value":
+            return self._value(result, int(definition.get("precision") or 0))
+        return self._table(result)
 
     def _iframe(self, url: str, heading: str) -> str:
         """The embedded page, as Datadog's iframe widget shows it; only an http(s) URL is embedded."""
@@ -251,20 +270,7 @@ class _Page:
         if requests:
             display = str(requests[0].get("display_type") or "line")
         unit = next((self.unit(s.metric) for s in result.series if s.metric), None)
-        traces = []
-        for s in result.series:
-            scale, _ = _scale(unit, [v for _, v in s.points])
-            trace: dict[str, Any] = {
-                "name": s.label,
-                "x": [_iso(t) for t, _ in s.points],
-                "y": [v / scale for _, v in s.points],
-                "type": "bar" if display == "bars" else "scatter",
-            }
-            if display != "bars":
-                trace["mode"] = "lines"
-                if display == "area":
-                    trace["stackgroup"] = "one"
-            traces.append(trace)
+        traces = [_trace(s, unit, display) for s in result.series]
         values = [v for s in result.series for _, v in s.points]
         _, label = _scale(unit, values)
         layout = _layout(label)
@@ -317,6 +323,22 @@ class _Page:
 def _group_value(group: Sequence[str], key: str) -> str:
     prefix = f"{key}:"
     return ", ".join(t[len(prefix) :] for t in group if t.startswith(prefix))
+
+
+def _trace(series: Series, unit: str | None, display: str) -> dict[str, Any]:
+    """One series as a plotly trace: a line, a stacked area or bars, scaled to its unit."""
+    scale, _ = _scale(unit, [v for _, v in series.points])
+    trace: dict[str, Any] = {
+        "name": series.label,
+        "x": [_iso(t) for t, _ in series.points],
+        "y": [v / scale for _, v in series.points],
+        "type": "bar" if display == "bars" else "scatter",
+    }
+    if display != "bars":
+        trace["mode"] = "lines"
+        if display == "area":
+            trace["stackgroup"] = "one"
+    return trace
 
 
 def _scale(unit: str | None, values: Sequence[float]) -> tuple[float, str]:

@@ -20,6 +20,8 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.client_models import offline_client
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.web import ApiError, Route, empty_response, json_object, json_response, query_int
 
 API = "/api/v1/dashboard"
@@ -35,8 +37,8 @@ class DashboardsModule(BaseModule):
 
     name = "dashboards"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext) -> None:
+        super().__init__(context)
         self._dashboards: dict[str, dict[str, Any]] = {}
         # Ids only need to be unique and Datadog-shaped, not unpredictable.
         self._rng = random.Random()
@@ -77,38 +79,38 @@ class DashboardsModule(BaseModule):
 
     def live(self) -> list[dict[str, Any]]:
         """Copies of every dashboard not deleted, as GET answers them (the local dashboard pages read these)."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return [_view(copy.deepcopy(d)) for d in self._dashboards.values() if not d.get("deleted_at")]
 
     # -- handlers -------------------------------------------------------------------------------------
 
     def _create(self, request: Request) -> Response:
         body = _validated(json_object(request))
-        with self.sb.lock:
-            now = _now_iso(self.sb.clock.now_dt())
+        with self.ctx.lock:
+            now = _now_iso(self.ctx.clock.now_dt())
             dashboard_id = self._new_id()
             dashboard = self._stored(body, dashboard_id, created_at=now, modified_at=now)
             self._dashboards[dashboard_id] = dashboard
             return json_response(_view(dashboard))
 
     def _get(self, request: Request, dashboard_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response(_view(self._live(dashboard_id)))
 
     def _update(self, request: Request, dashboard_id: str) -> Response:
         body = _validated(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             current = self._live(dashboard_id)
-            now = _now_iso(self.sb.clock.now_dt())
+            now = _now_iso(self.ctx.clock.now_dt())
             dashboard = self._stored(body, dashboard_id, created_at=current["created_at"], modified_at=now)
             self._dashboards[dashboard_id] = dashboard
             return json_response(_view(dashboard))
 
     def _delete(self, request: Request, dashboard_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             dashboard = self._live(dashboard_id)
             # Deleted dashboards are kept for `filter[deleted]` and restore, as Datadog does.
-            dashboard["deleted_at"] = _now_iso(self.sb.clock.now_dt())
+            dashboard["deleted_at"] = _now_iso(self.ctx.clock.now_dt())
         return json_response({"deleted_dashboard_id": dashboard_id})
 
     def _list(self, request: Request) -> Response:
@@ -118,7 +120,7 @@ class DashboardsModule(BaseModule):
             raise ApiError(400, "filter[shared] and filter[deleted] cannot be combined")
         count = query_int(request, "count", LIST_MAX, minimum=0, maximum=LIST_MAX)
         start = query_int(request, "start", 0) or 0
-        with self.sb.lock:
+        with self.ctx.lock:
             # The sandbox has no shared dashboards, so filter[shared]=true lists nothing.
             chosen = [] if shared else [d for d in self._dashboards.values() if bool(d.get("deleted_at")) == deleted]
             page = chosen[start : start + (LIST_MAX if count is None else count)]
@@ -126,17 +128,17 @@ class DashboardsModule(BaseModule):
 
     def _bulk_delete(self, request: Request) -> Response:
         ids = _bulk_ids(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             for dashboard_id in ids:
                 self._live(dashboard_id)
-            now = _now_iso(self.sb.clock.now_dt())
+            now = _now_iso(self.ctx.clock.now_dt())
             for dashboard_id in ids:
                 self._dashboards[dashboard_id]["deleted_at"] = now
         return empty_response(204)
 
     def _restore(self, request: Request) -> Response:
         ids = _bulk_ids(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             for dashboard_id in ids:
                 dashboard = self._dashboards.get(dashboard_id)
                 if dashboard is None or not dashboard.get("deleted_at"):
@@ -206,11 +208,7 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, "Invalid parameter 'title': must be a string")
     if body["layout_type"] not in LAYOUT_TYPES:
         raise ApiError(400, f"Invalid parameter 'layout_type': must be one of {', '.join(LAYOUT_TYPES)}")
-    widgets = body["widgets"]
-    if not isinstance(widgets, list) or not all(isinstance(w, dict) for w in widgets):
-        raise ApiError(400, "Invalid parameter 'widgets': must be a list of widget objects")
-    if body["layout_type"] == "free" and any("layout" not in w for w in widgets):
-        raise ApiError(400, "Invalid parameter 'widgets': every widget of a free layout needs a 'layout'")
+    _check_widgets(body["widgets"], body["layout_type"])
     tags = body.get("tags")
     if tags is not None and (not isinstance(tags, list) or not all(_team_tag(t) for t in tags)):
         # Recorded: dashboards take only `team:` tags.
@@ -219,6 +217,13 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
     if problem:
         raise ApiError(400, problem)
     return body
+
+
+def _check_widgets(widgets: Any, layout_type: str) -> None:
+    if not isinstance(widgets, list) or not all(isinstance(w, dict) for w in widgets):
+        raise ApiError(400, "Invalid parameter 'widgets': must be a list of widget objects")
+    if layout_type == "free" and any("layout" not in w for w in widgets):
+        raise ApiError(400, "Invalid parameter 'widgets': every widget of a free layout needs a 'layout'")
 
 
 def _model_problem(body: Mapping[str, Any]) -> str | None:
@@ -236,22 +241,13 @@ def _text_problem(text: str) -> str | None:
     from datadog_api_client.v1.model.dashboard import Dashboard
 
     try:
-        model = _client().deserialize(text, (Dashboard,), True)
+        model = offline_client().deserialize(text, (Dashboard,), True)
     except (OpenApiException, TypeError, ValueError) as exc:
         return f"Invalid dashboard: {_short(str(exc))}"
     path = _deepest_unparsed(model)
     if path is not None:
         return f"Invalid dashboard: '{path or 'dashboard'}' is not valid"
     return None
-
-
-@functools.cache
-def _client() -> Any:
-    """One offline ApiClient, used only to deserialize (it never sends a request)."""
-    from datadog_api_client import ApiClient, Configuration
-
-    # datadog-api-client's Configuration.__init__ carries no annotations.
-    return ApiClient(Configuration())  # type: ignore[no-untyped-call]
 
 
 def _deepest_unparsed(model: Any) -> str | None:

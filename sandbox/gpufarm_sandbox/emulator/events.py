@@ -20,6 +20,8 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.client_models import offline_client
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, json_object, json_response
 
 MAX_EVENTS = 5000
@@ -37,8 +39,8 @@ class EventsModule(BaseModule):
 
     name = "events"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext) -> None:
+        super().__init__(context)
         self._events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self._ids = itertools.count(1)
 
@@ -61,18 +63,18 @@ class EventsModule(BaseModule):
 
     def events(self) -> list[dict[str, Any]]:
         """Copies of the stored events, oldest first."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return [dict(e) for e in self._events]
 
     # -- handlers -------------------------------------------------------------------------------------
 
     def _post(self, request: Request) -> Response:
         body = _validated(json_object(request))
-        now = int(self.sb.clock.now())
+        now = int(self.ctx.clock.now())
         happened = body.get("date_happened", now)
         if not now - MAX_AGE_S <= happened <= now + 3600:
             raise ApiError(400, "Invalid date_happened: events must be no older than 18 hours")
-        with self.sb.lock:
+        with self.ctx.lock:
             event_id = next(self._ids)
             event = {
                 "id": event_id,
@@ -95,7 +97,7 @@ class EventsModule(BaseModule):
         start, end = _epoch(request, "start"), _epoch(request, "end")
         wanted = [t.strip().lower() for t in request.args.get("tags", "").split(",") if t.strip()]
         sources = {s.strip().lower() for s in request.args.get("sources", "").split(",") if s.strip()}
-        with self.sb.lock:
+        with self.ctx.lock:
             found = [
                 _public(e)
                 for e in reversed(self._events)
@@ -106,7 +108,7 @@ class EventsModule(BaseModule):
         return json_response({"events": found, "status": "ok"})
 
     def _get(self, request: Request, event_id: int) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             event = next((e for e in self._events if e["id"] == event_id), None)
         if event is None:
             raise ApiError(404, "Event not found")
@@ -132,13 +134,7 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, f"Invalid title: required, at most {MAX_TITLE} characters")
     if not isinstance(text, str) or len(text) > MAX_TEXT:
         raise ApiError(400, f"Invalid text: required, at most {MAX_TEXT} characters")
-    key = body.get("aggregation_key")
-    if key is not None and (not isinstance(key, str) or len(key) > MAX_AGGREGATION_KEY):
-        raise ApiError(400, f"Invalid aggregation_key: at most {MAX_AGGREGATION_KEY} characters")
-    if body.get("alert_type", "info") not in ALERT_TYPES:
-        raise ApiError(400, f"Invalid alert_type: one of {', '.join(ALERT_TYPES)}")
-    if body.get("priority") not in (None, *PRIORITIES):
-        raise ApiError(400, f"Invalid priority: one of {', '.join(PRIORITIES)}")
+    _check_kind(body)
     tags = body.get("tags", [])
     if not isinstance(tags, list) or len(tags) > MAX_TAGS or not all(isinstance(t, str) and t for t in tags):
         raise ApiError(400, f"Invalid tags: a list of at most {MAX_TAGS} non-empty strings")
@@ -148,13 +144,22 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+def _check_kind(body: dict[str, Any]) -> None:
+    """aggregation_key, alert_type and priority."""
+    key = body.get("aggregation_key")
+    if key is not None and (not isinstance(key, str) or len(key) > MAX_AGGREGATION_KEY):
+        raise ApiError(400, f"Invalid aggregation_key: at most {MAX_AGGREGATION_KEY} characters")
+    if body.get("alert_type", "info") not in ALERT_TYPES:
+        raise ApiError(400, f"Invalid alert_type: one of {', '.join(ALERT_TYPES)}")
+    if body.get("priority") not in (None, *PRIORITIES):
+        raise ApiError(400, f"Invalid priority: one of {', '.join(PRIORITIES)}")
+
+
 def _model_check(body: dict[str, Any]) -> None:
     from datadog_api_client.exceptions import OpenApiException
     from datadog_api_client.v1.model.event_create_request import EventCreateRequest
 
-    from gpufarm_sandbox.emulator.dashboards import _client
-
     try:
-        _client().deserialize(json.dumps(body), (EventCreateRequest,), True)
+        offline_client().deserialize(json.dumps(body), (EventCreateRequest,), True)
     except (OpenApiException, TypeError, ValueError) as exc:
         raise ApiError(400, f"Invalid event: {str(exc)[:200]}") from None

@@ -16,6 +16,7 @@ from werkzeug.wrappers import Request, Response
 
 from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, empty_response, json_body, json_response, query_int
 
 LIVE_WINDOW_S = 3 * 3600  # Datadog lists hosts that reported in the past 3 hours
@@ -66,8 +67,8 @@ class HostsModule(BaseModule):
 
     name = "hosts"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext) -> None:
+        super().__init__(context)
         self._hosts: dict[str, _Host] = {}
         self._next_id = _FIRST_HOST_ID
         # Bumped when a host appears or its tags change: a filter's hosts in name order are computed once per
@@ -79,7 +80,7 @@ class HostsModule(BaseModule):
 
     def tags_for(self, host: str) -> list[str]:
         """Every tag of a host, all sources merged, deduplicated in source order ([] for an unknown host)."""
-        with self.sb.lock:
+        with self.ctx.lock:
             h = self._hosts.get(host)
             if h is None:
                 return []
@@ -87,14 +88,14 @@ class HostsModule(BaseModule):
 
     def touch(self, host: str, at: float) -> None:
         """Mark a host as reporting at `at` (epoch seconds), creating it if new."""
-        with self.sb.lock:
+        with self.ctx.lock:
             h = self._ensure(host)
             if h.last_reported is None or at > h.last_reported:
                 h.last_reported = at
 
     def exists(self, host: str) -> bool:
         """Whether the sandbox knows this host."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return host in self._hosts
 
     # -- module plumbing -----------------------------------------------------------------------------------------
@@ -113,7 +114,7 @@ class HostsModule(BaseModule):
 
     def reset(self) -> None:
         """Forget every host."""
-        with self.sb.lock:
+        with self.ctx.lock:
             self._hosts.clear()
             self._next_id = _FIRST_HOST_ID
             self._version += 1
@@ -121,8 +122,8 @@ class HostsModule(BaseModule):
 
     def dump(self) -> dict[str, Any]:
         """Every host with its tags by source and last report time."""
-        with self.sb.lock:
-            now = self.sb.clock.now()
+        with self.ctx.lock:
+            now = self.ctx.clock.now()
             return {
                 "count": len(self._hosts),
                 "hosts": {
@@ -170,25 +171,15 @@ class HostsModule(BaseModule):
         start = query_int(request, "start", 0) or 0
         count = query_int(request, "count", DEFAULT_COUNT, maximum=MAX_COUNT)
         since = query_int(request, "from", None, maximum=MAX_EPOCH_S)
-        sort_field = (request.args.get("sort_field") or "name").strip().lower()
-        sort_dir = (request.args.get("sort_dir") or "asc").strip().lower()
-        if sort_field not in _SORT_FIELDS:
-            raise ApiError(400, f"Invalid sort_field {sort_field!r}; use one of {', '.join(sorted(_SORT_FIELDS))}")
-        if sort_dir not in {"asc", "desc"}:
-            raise ApiError(400, "Invalid sort_dir; use asc or desc")
+        sort_field, sort_dir = _sort_args(request)
         with_meta = _query_bool(request, "include_hosts_metadata")
         # Hosts are never muted in the sandbox, so the mute details are always the same; the flag is still checked.
         _query_bool(request, "include_muted_hosts_data")
         terms = [t.lower() for t in (request.args.get("filter") or "").split()]
-        with self.sb.lock:
-            now = self.sb.clock.now()
+        with self.ctx.lock:
+            now = self.ctx.clock.now()
             floor = float(since) if since is not None else now - LIVE_WINDOW_S
-            if sort_field in ("name", "host_name"):
-                ordered = self._by_name(terms, reverse=sort_dir == "desc")
-                matching = [h for h in ordered if self._live(h, now, floor)]
-            else:
-                matching = [h for h in self._hosts.values() if self._live(h, now, floor) and self._matches(h, terms)]
-                matching.sort(key=lambda h: _sort_key(h, sort_field, now), reverse=sort_dir == "desc")
+            matching = self._matching(terms, now, floor, sort_field, reverse=sort_dir == "desc")
             page = matching[start : start + (count or 0)]
             host_list = [self._host_json(h, now, with_meta) for h in page]
         return json_response(
@@ -199,6 +190,14 @@ class HostsModule(BaseModule):
                 "total_matching": len(matching),
             }
         )
+
+    def _matching(self, terms: list[str], now: float, floor: float, sort_field: str, *, reverse: bool) -> list[_Host]:
+        """Live hosts matching the filter terms, in the order asked for."""
+        if sort_field in ("name", "host_name"):
+            return [h for h in self._by_name(terms, reverse=reverse) if self._live(h, now, floor)]
+        matching = [h for h in self._hosts.values() if self._live(h, now, floor) and self._matches(h, terms)]
+        matching.sort(key=lambda h: _sort_key(h, sort_field, now), reverse=reverse)
+        return matching
 
     def _by_name(self, terms: list[str], *, reverse: bool) -> list[_Host]:
         key = (tuple(terms), reverse)
@@ -255,7 +254,7 @@ class HostsModule(BaseModule):
     def _get_tags(self, request: Request, host_name: str) -> Response:
         name = self._host_arg(host_name)
         source = self._source_arg(request, None)
-        with self.sb.lock:
+        with self.ctx.lock:
             h = self._hosts.get(name)
             if h is None:
                 raise ApiError(404, "Not Found")
@@ -276,7 +275,7 @@ class HostsModule(BaseModule):
         name = self._host_arg(host_name)
         source = self._source_arg(request, DEFAULT_SOURCE) or DEFAULT_SOURCE
         tags = self._tag_body(request)
-        with self.sb.lock:
+        with self.ctx.lock:
             h = self._new_or_existing(name)
             current = h.tags_by_source.get(source, [])
             self._set_source(h, source, list(dict.fromkeys([*current, *tags])))
@@ -287,7 +286,7 @@ class HostsModule(BaseModule):
         name = self._host_arg(host_name)
         source = self._source_arg(request, DEFAULT_SOURCE) or DEFAULT_SOURCE
         tags = self._tag_body(request)
-        with self.sb.lock:
+        with self.ctx.lock:
             h = self._new_or_existing(name)
             self._set_source(h, source, tags)
             result = list(h.tags_by_source.get(source, []))
@@ -296,7 +295,7 @@ class HostsModule(BaseModule):
     def _delete_tags(self, request: Request, host_name: str) -> Response:
         name = self._host_arg(host_name)
         source = self._source_arg(request, DEFAULT_SOURCE) or DEFAULT_SOURCE
-        with self.sb.lock:
+        with self.ctx.lock:
             h = self._hosts.get(name)
             if h is None:
                 raise ApiError(404, "Not Found")
@@ -308,13 +307,13 @@ class HostsModule(BaseModule):
         h = self._hosts.get(name)
         if h is None:
             h = self._ensure(name)
-            h.last_reported = self.sb.clock.now()
+            h.last_reported = self.ctx.clock.now()
         return h
 
     def _list_tags(self, request: Request) -> Response:
         source = self._source_arg(request, None)
         out: dict[str, list[str]] = {}
-        with self.sb.lock:
+        with self.ctx.lock:
             for name in sorted(self._hosts):
                 h = self._hosts[name]
                 tags = h.tags_by_source.get(source, []) if source else self._merged(h)
@@ -330,8 +329,8 @@ class HostsModule(BaseModule):
         if not isinstance(hosts, list):
             raise ApiError(400, 'body must be {"hosts": [{"name": ..., "tags": {"<source>": [...]}}]}')
         parsed = [_parse_seed(i, item) for i, item in enumerate(hosts)]
-        with self.sb.lock:
-            now = self.sb.clock.now()
+        with self.ctx.lock:
+            now = self.ctx.clock.now()
             for name, by_source, last_reported, reporting in parsed:
                 h = self._ensure(name)
                 for source, tags in by_source.items():
@@ -374,6 +373,16 @@ def _query_bool(request: Request, name: str) -> bool:
     if value not in {"true", "false", "1", "0"}:
         raise ApiError(400, f"Invalid parameter {name}: expected true or false")
     return value in {"true", "1"}
+
+
+def _sort_args(request: Request) -> tuple[str, str]:
+    sort_field = (request.args.get("sort_field") or "name").strip().lower()
+    sort_dir = (request.args.get("sort_dir") or "asc").strip().lower()
+    if sort_field not in _SORT_FIELDS:
+        raise ApiError(400, f"Invalid sort_field {sort_field!r}; use one of {', '.join(sorted(_SORT_FIELDS))}")
+    if sort_dir not in {"asc", "desc"}:
+        raise ApiError(400, "Invalid sort_dir; use asc or desc")
+    return sort_field, sort_dir
 
 
 def _sort_key(h: _Host, sort_field: str, now: float) -> tuple[Any, str]:

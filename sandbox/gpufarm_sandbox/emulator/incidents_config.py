@@ -17,6 +17,7 @@ from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.web import ApiError, Route, empty_response, json_object, json_response, query_int
 
 CONFIG = "/api/v2/incidents/config"
@@ -139,8 +140,8 @@ class FieldDef:
 class IncidentConfig:
     """Incident types and user-defined fields of the sandbox's organization (state guarded by the sandbox lock)."""
 
-    def __init__(self, sandbox: Any) -> None:
-        self.sb = sandbox
+    def __init__(self, context: SandboxContext) -> None:
+        self.ctx = context
         self.types: dict[str, IncidentTypeRecord] = {}
         self.fields: dict[str, FieldDef] = {}
         self.reset()
@@ -165,7 +166,7 @@ class IncidentConfig:
     def reset(self) -> None:
         """Forget every field and type but a fresh default incident type."""
         self.fields.clear()
-        now = self.sb.clock.now_dt()
+        now = self.ctx.clock.now_dt()
         default = IncidentTypeRecord(str(uuid.uuid4()), "Incident", "", True, "IR", now, now)
         self.types = {default.id: default}
 
@@ -224,11 +225,11 @@ class IncidentConfig:
         return record
 
     def _types_list(self, request: Request) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response({"data": [type_view(t) for t in self.types.values()]})
 
     def _type_get(self, request: Request, type_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response({"data": type_view(self._type(type_id))})
 
     def _type_create(self, request: Request) -> Response:
@@ -241,9 +242,9 @@ class IncidentConfig:
         is_default = attrs.get("is_default", False)
         if not isinstance(is_default, bool):
             raise jsonapi_bad("attributes.is_default must be a boolean")
-        now = self.sb.clock.now_dt()
+        now = self.ctx.clock.now_dt()
         record = IncidentTypeRecord(str(uuid.uuid4()), name, description, is_default, "IR", now, now)
-        with self.sb.lock:
+        with self.ctx.lock:
             if is_default:
                 for other in self.types.values():
                     other.is_default = False
@@ -253,7 +254,7 @@ class IncidentConfig:
     def _type_update(self, request: Request, type_id: str) -> Response:
         data = jsonapi_data(json_object(request), "incident_types")
         attrs = jsonapi_object(data.get("attributes"), "attributes")
-        with self.sb.lock:
+        with self.ctx.lock:
             record = self._type(type_id)
             name = attrs.get("name", record.name)
             if not isinstance(name, str) or not name.strip():
@@ -268,11 +269,11 @@ class IncidentConfig:
                 for other in self.types.values():
                     other.is_default = False
             record.name, record.description, record.is_default = name, description, is_default
-            record.modified = self.sb.clock.now_dt()
+            record.modified = self.ctx.clock.now_dt()
             return json_response({"data": type_view(record)})
 
     def _type_delete(self, request: Request, type_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             record = self._type(type_id)
             if record.is_default:
                 raise jsonapi_bad("the default incident type cannot be deleted")
@@ -294,7 +295,7 @@ class IncidentConfig:
         size = jsonapi_int(request, "page[size]", 1000, maximum=1000)
         number = jsonapi_int(request, "page[number]", 0)
         wanted_type = request.args.get("filter[incident-type]")
-        with self.sb.lock:
+        with self.ctx.lock:
             chosen = [f for f in self.fields.values() if wanted_type in (None, "", f.incident_type_id)]
             page = chosen[number * size : number * size + size]
             return json_response(
@@ -302,7 +303,7 @@ class IncidentConfig:
             )
 
     def _field_get(self, request: Request, field_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response({"data": field_view(self._field(field_id))})
 
     def _field_create(self, request: Request) -> Response:
@@ -317,12 +318,12 @@ class IncidentConfig:
         if type_code not in TYPE_KINDS:
             raise jsonapi_bad("number (7) and datetime (8) fields are not supported by the sandbox; use a textbox")
         type_id = relationship_id(data.get("relationships"), "incident_type", required=True)
-        with self.sb.lock:
+        with self.ctx.lock:
             if type_id not in self.types:
                 raise JsonApiError(404, "Not Found", "incident type not found")
             if name in BUILTIN_FIELDS or name == SLUG or self.field_named(type_id, name):
                 raise jsonapi_bad(f"a field named '{name}' already exists on this incident type")
-            now = self.sb.clock.now_dt()
+            now = self.ctx.clock.now_dt()
             definition = FieldDef(
                 id=str(uuid.uuid4()),
                 name=name,
@@ -342,16 +343,16 @@ class IncidentConfig:
         if "id" in data and data["id"] != field_id:
             raise jsonapi_bad("data.id does not match the field id in the path")
         attrs = jsonapi_object(data.get("attributes"), "attributes")
-        with self.sb.lock:
+        with self.ctx.lock:
             current = self._field(field_id)
             updated = FieldDef(**current.__dict__)
             _apply_field_attributes(updated, attrs)
-            updated.modified = self.sb.clock.now_dt()
+            updated.modified = self.ctx.clock.now_dt()
             self.fields[field_id] = updated
             return json_response({"data": field_view(updated)})
 
     def _field_delete(self, request: Request, field_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             self._field(field_id)
             del self.fields[field_id]
         return empty_response(204)
@@ -416,6 +417,18 @@ def relationship_id(relationships: Any, name: str, *, required: bool) -> str | N
 
 def _apply_field_attributes(definition: FieldDef, attrs: Mapping[str, Any]) -> None:
     """Validate and set the updatable attributes of a field definition (create and PATCH)."""
+    _set_plain_attributes(definition, attrs)
+    if "valid_values" in attrs:
+        definition.valid_values = _valid_values(attrs["valid_values"], definition.kind)
+    if definition.required and definition.collected is not None:
+        raise jsonapi_bad("collected cannot be set on required fields")
+    allowed = definition.allowed
+    if definition.default_value is not None and allowed is not None and definition.default_value not in allowed:
+        raise jsonapi_bad("default_value must be one of the valid values")
+
+
+def _set_plain_attributes(definition: FieldDef, attrs: Mapping[str, Any]) -> None:
+    """display_name, the optional strings, required, collected and category, each checked as it is set."""
     if "display_name" in attrs:
         definition.display_name = jsonapi_str(attrs["display_name"], "display_name")
     for key in ("ordinal", "default_value", "tag_key"):
@@ -433,13 +446,6 @@ def _apply_field_attributes(definition: FieldDef, attrs: Mapping[str, Any]) -> N
             if attrs[key] is not None and attrs[key] not in choices:
                 raise jsonapi_bad(f"attributes.{key} must be one of {', '.join(choices)} or null")
             setattr(definition, key, attrs[key])
-    if "valid_values" in attrs:
-        definition.valid_values = _valid_values(attrs["valid_values"], definition.kind)
-    if definition.required and definition.collected is not None:
-        raise jsonapi_bad("collected cannot be set on required fields")
-    allowed = definition.allowed
-    if definition.default_value is not None and allowed is not None and definition.default_value not in allowed:
-        raise jsonapi_bad("default_value must be one of the valid values")
 
 
 def _valid_values(value: Any, kind: str) -> list[dict[str, str]] | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
+from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.incidents_config import (
     CONFIG,
     SANDBOX_USER_ID,
@@ -33,9 +34,10 @@ from gpufarm_sandbox.emulator.incidents_config import (
     user_expanded,
 )
 from gpufarm_sandbox.emulator.web import Route, empty_response, json_object, json_response
+from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.incidents import StoredIncident
+    from gpufarm_sandbox.emulator.incidents_record import StoredIncident
 
 CREATED_TRIGGER = "incident_created_trigger"
 MODIFIED_TRIGGER = "incident_modified_trigger"
@@ -67,8 +69,9 @@ class RuleRecord:
 class NotificationRules:
     """The rules of the sandbox's organization, and what they fire (state guarded by the sandbox lock)."""
 
-    def __init__(self, sandbox: Any, config: IncidentConfig) -> None:
-        self.sb = sandbox
+    def __init__(self, context: SandboxContext, config: IncidentConfig, webhooks: WebhooksModule) -> None:
+        self.ctx = context
+        self.webhooks = webhooks
         self.config = config
         self.rules: dict[str, RuleRecord] = {}
         # What the rules matched recently (every handle, webhook or not), for `GET /_sandbox/state`.
@@ -116,15 +119,12 @@ class NotificationRules:
         """
         if incident.is_test:
             return []
-        handles: list[tuple[str, str]] = []
-        for rule in self.rules.values():
-            if not rule.enabled or rule.trigger != trigger or rule.incident_type_id != incident.incident_type_id:
-                continue
-            if not _conditions_match(rule, values_of):
-                continue
-            if trigger == MODIFIED_TRIGGER and rule.renotify_on and not set(rule.renotify_on) & (changed or set()):
-                continue
-            handles += [(rule.id, h) for h in rule.handles]
+        handles = [
+            (rule.id, h)
+            for rule in self.rules.values()
+            if _rule_applies(rule, incident, trigger, changed, values_of)
+            for h in rule.handles
+        ]
         if trigger == CREATED_TRIGGER:
             handles += [("notification_handles", h["handle"]) for h in incident.notification_handles or []]
         out: list[Notification] = []
@@ -134,13 +134,15 @@ class NotificationRules:
             self.recent.append({"incident": incident.slug, "trigger": trigger, "source": source, "handle": handle})
             if handle.startswith(WEBHOOK_HANDLE) and handle not in seen:
                 seen.add(handle)
-                out.append((handle[len(WEBHOOK_HANDLE) :], _variables(incident, event, plain_fields, self.sb.base_url)))
+                out.append(
+                    (handle[len(WEBHOOK_HANDLE) :], _variables(incident, event, plain_fields, self.ctx.base_url))
+                )
         return out
 
     def fire(self, notifications: list[Notification]) -> None:
         """Send the webhook calls (outside the sandbox lock)."""
         for webhook, variables in notifications:
-            self.sb.webhooks.fire(webhook, variables, origin="incident")
+            self.webhooks.fire(webhook, variables, origin="incident")
 
     # -- notification rules -------------------------------------------------------------------------------
 
@@ -151,7 +153,7 @@ class NotificationRules:
         return rule
 
     def _rules_list(self, request: Request) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             rules = [rule_view(r) for r in self.rules.values()]
         # Recorded: a single full page still carries next_offset.
         return json_response(
@@ -159,15 +161,15 @@ class NotificationRules:
         )
 
     def _rule_get(self, request: Request, rule_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             return json_response({"data": rule_view(self._rule(rule_id))})
 
     def _rule_create(self, request: Request) -> Response:
         data = jsonapi_data(json_object(request), "incident_notification_rules")
         parsed = _rule_attributes(jsonapi_object(data.get("attributes"), "attributes"))
-        with self.sb.lock:
+        with self.ctx.lock:
             type_id = self._rule_type(data.get("relationships"))
-            now = self.sb.clock.now_dt()
+            now = self.ctx.clock.now_dt()
             rule = RuleRecord(id=str(uuid.uuid4()), incident_type_id=type_id, created=now, modified=now, **parsed)
             rule.notification_template = _template_ref(data.get("relationships"))
             self.rules[rule.id] = rule
@@ -178,7 +180,7 @@ class NotificationRules:
         if "id" in data and data["id"] != rule_id:
             raise jsonapi_bad("data.id does not match the rule id in the path")
         parsed = _rule_attributes(jsonapi_object(data.get("attributes"), "attributes"))
-        with self.sb.lock:
+        with self.ctx.lock:
             # Recorded: an unknown incident type is reported before an unknown rule.
             type_id = self._rule_type(data.get("relationships"))
             current = self._rule(rule_id)
@@ -186,7 +188,7 @@ class NotificationRules:
                 id=rule_id,
                 incident_type_id=type_id,
                 created=current.created,
-                modified=self.sb.clock.now_dt(),
+                modified=self.ctx.clock.now_dt(),
                 **parsed,
             )
             rule.notification_template = _template_ref(data.get("relationships"))
@@ -194,7 +196,7 @@ class NotificationRules:
             return json_response({"data": rule_view(rule)})
 
     def _rule_delete(self, request: Request, rule_id: str) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             self._rule(rule_id)
             del self.rules[rule_id]
         return empty_response(204)
@@ -290,15 +292,7 @@ def _template_ref(relationships: Any) -> dict[str, Any] | None:
 
 
 def _rule_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    conditions = attrs.get("conditions")
-    if not isinstance(conditions, list):
-        raise jsonapi_bad("attributes.conditions is required and must be a list")
-    for condition in conditions:
-        if not isinstance(condition, dict) or not isinstance(condition.get("field"), str) or not condition["field"]:
-            raise jsonapi_bad("each condition needs a 'field' string")
-        values = condition.get("values")
-        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
-            raise jsonapi_bad("each condition needs a non-empty 'values' list of strings")
+    conditions = _rule_conditions(attrs.get("conditions"))
     handles = attrs.get("handles")
     if not isinstance(handles, list) or not handles or not all(isinstance(h, str) and h for h in handles):
         raise jsonapi_bad("attributes.handles is required and must be a non-empty list of strings")
@@ -316,10 +310,38 @@ def _rule_attributes(attrs: Mapping[str, Any]) -> dict[str, Any]:
     if visibility not in VISIBILITIES:
         raise jsonapi_bad(f"attributes.visibility must be one of {', '.join(VISIBILITIES)}")
     return {
-        "conditions": [{"field": c["field"], "values": list(c["values"])} for c in conditions],
+        "conditions": conditions,
         "handles": list(handles),
         "trigger": trigger,
         "enabled": enabled,
         "renotify_on": list(renotify),
         "visibility": visibility,
     }
+
+
+def _rule_applies(
+    rule: RuleRecord,
+    incident: StoredIncident,
+    trigger: str,
+    changed: set[str] | None,
+    values_of: Callable[[str | None], list[str]],
+) -> bool:
+    """An enabled rule of the incident's type and trigger whose conditions match (and, for a modification with
+    renotify_on, one of those fields changed)."""
+    if not rule.enabled or rule.trigger != trigger or rule.incident_type_id != incident.incident_type_id:
+        return False
+    if not _conditions_match(rule, values_of):
+        return False
+    return not (trigger == MODIFIED_TRIGGER and rule.renotify_on and not set(rule.renotify_on) & (changed or set()))
+
+
+def _rule_conditions(conditions: Any) -> list[dict[str, Any]]:
+    if not isinstance(conditions, list):
+        raise jsonapi_bad("attributes.conditions is required and must be a list")
+    for condition in conditions:
+        if not isinstance(condition, dict) or not isinstance(condition.get("field"), str) or not condition["field"]:
+            raise jsonapi_bad("each condition needs a 'field' string")
+        values = condition.get("values")
+        if not isinstance(values, list) or not values or not all(isinstance(v, str) for v in values):
+            raise jsonapi_bad("each condition needs a non-empty 'values' list of strings")
+    return [{"field": c["field"], "values": list(c["values"])} for c in conditions]

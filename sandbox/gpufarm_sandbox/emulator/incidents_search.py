@@ -27,7 +27,7 @@ from gpufarm_sandbox.emulator.incidents_config import (
 )
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.incidents import StoredIncident
+    from gpufarm_sandbox.emulator.incidents_record import StoredIncident
 
 
 class QueryError(ValueError):
@@ -239,7 +239,7 @@ def answer_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> di
         "impact": _counts("customer" if i.customer_impacted else "none" for i in found),
         "time_to_detect": [_aggregate("time_to_detect", [])],
         "postmortem": [{"name": "No", "count": n}, {"name": "Yes", "count": 0}],
-        "time_to_resolve": [_aggregate("time_to_resolve", [seconds_to_resolve(i) for i in found if i.resolved])],
+        "time_to_resolve": [_aggregate("time_to_resolve", _resolve_times(found))],
         "is_test": _bool_counts(i.is_test for i in found),
         "state": _counts((i.state for i in found), STATES),
         "customer_impacted": _bool_counts(i.customer_impacted for i in found),
@@ -248,11 +248,19 @@ def answer_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> di
         "declared_by": users,
         "last_modified_by": users,
         "commander": _user_facets(i.commander_id for i in found if i.commander_id),
-        "incident_type": [
-            {"name": config.type_name(t), "count": c, "id": t}
-            for t, c in Counter(i.incident_type_id for i in found).most_common()
-        ],
+        "incident_type": _type_facets(found, config),
     }
+
+
+def _resolve_times(found: Sequence[StoredIncident]) -> list[int]:
+    return [seconds_to_resolve(i) for i in found if i.resolved]
+
+
+def _type_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> list[dict[str, Any]]:
+    return [
+        {"name": config.type_name(t), "count": c, "id": t}
+        for t, c in Counter(i.incident_type_id for i in found).most_common()
+    ]
 
 
 # A field whose values in the answer are more varied than this gets no facet (free text, ids, host names).

@@ -19,6 +19,9 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.client_models import offline_client
+from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.web import ApiError, Route, json_object, json_response
 
 API = "/api/v1/metrics/<path:metric_name>"
@@ -64,8 +67,9 @@ class MetricMetadataModule(BaseModule):
 
     name = "metric_metadata"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext, metrics: MetricsModule) -> None:
+        super().__init__(context)
+        self.metrics = metrics
         self._metadata: dict[str, dict[str, Any]] = {}
 
     def routes(self) -> list[Route]:
@@ -85,7 +89,7 @@ class MetricMetadataModule(BaseModule):
 
     def metadata(self, metric: str) -> dict[str, Any] | None:
         """The stored metadata of one metric (None: none was sent)."""
-        with self.sb.lock:
+        with self.ctx.lock:
             found = self._metadata.get(metric)
             return dict(found) if found is not None else None
 
@@ -93,18 +97,18 @@ class MetricMetadataModule(BaseModule):
 
     def _get(self, request: Request, metric_name: str) -> Response:
         name = _checked_name(metric_name)
-        with self.sb.lock:
+        with self.ctx.lock:
             stored = self._metadata.get(name)
             if stored is not None:
                 return json_response(_view(stored))
-        if name not in self.sb.metrics.metric_names():
+        if name not in self.metrics.metric_names():
             raise ApiError(404, f"Metric {name} not found")
         return json_response(_view({}))
 
     def _put(self, request: Request, metric_name: str) -> Response:
         name = _checked_name(metric_name)
         body = _validated(json_object(request))
-        with self.sb.lock:
+        with self.ctx.lock:
             merged = {**self._metadata.get(name, {}), **body}
             self._metadata[name] = merged
             return json_response(_view(merged))
@@ -131,26 +135,28 @@ def _validated(body: dict[str, Any]) -> dict[str, Any]:
         unit = body.get(key)
         if unit is not None and unit not in UNITS:
             raise ApiError(400, f"Invalid {key} {str(unit)[:40]!r}: not a Datadog unit")
-    description = body.get("description")
-    if description is not None and len(description) > MAX_DESCRIPTION:
-        raise ApiError(400, f"Invalid description: longer than {MAX_DESCRIPTION} characters")
-    short = body.get("short_name")
-    if short is not None and len(short) > MAX_SHORT_NAME:
-        raise ApiError(400, f"Invalid short_name: longer than {MAX_SHORT_NAME} characters")
+    _check_lengths(body)
     interval = body.get("statsd_interval")
     if interval is not None and interval <= 0:
         raise ApiError(400, "Invalid statsd_interval: must be positive")
     return {k: body[k] for k in EDITABLE if k in body}
 
 
+def _check_lengths(body: dict[str, Any]) -> None:
+    description = body.get("description")
+    if description is not None and len(description) > MAX_DESCRIPTION:
+        raise ApiError(400, f"Invalid description: longer than {MAX_DESCRIPTION} characters")
+    short = body.get("short_name")
+    if short is not None and len(short) > MAX_SHORT_NAME:
+        raise ApiError(400, f"Invalid short_name: longer than {MAX_SHORT_NAME} characters")
+
+
 def _model_check(body: dict[str, Any]) -> None:
     from datadog_api_client.exceptions import OpenApiException
     from datadog_api_client.v1.model.metric_metadata import MetricMetadata
 
-    from gpufarm_sandbox.emulator.dashboards import _client
-
     try:
-        _client().deserialize(json.dumps(body), (MetricMetadata,), True)
+        offline_client().deserialize(json.dumps(body), (MetricMetadata,), True)
     except (OpenApiException, TypeError, ValueError) as exc:
         raise ApiError(400, f"Invalid metric metadata: {str(exc)[:200]}") from None
 

@@ -10,42 +10,43 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
-from gpufarm_sandbox.emulator.hosts import normalize_tags
+from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.hosts import HostsModule
+from gpufarm_sandbox.emulator.metric_intake import (
+    COUNT,
+    MAX_EPOCH_MS,
+    V1_MAX_BYTES,
+    ParsedSeries,
+    check_size,
+    finite,
+    parse_v1,
+    parse_v2,
+)
+from gpufarm_sandbox.emulator.metric_requests import FormulaRequest, single_metric
 from gpufarm_sandbox.emulator.query import (
-    SCALAR_REDUCERS,
-    Formula,
     GroupSeries,
     MetricQuery,
     QueryError,
     SeriesData,
     evaluate,
-    formula_scalars,
-    formula_series,
-    parse_formula,
     parse_queries,
     parse_query,
     pick_interval,
     reduce_points,
 )
+from gpufarm_sandbox.emulator.query_formulas import Formula, formula_scalars, formula_series
 from gpufarm_sandbox.emulator.web import MAX_COMPRESSED_BYTES, ApiError, Auth, Route, json_body, json_response
 
 __all__ = ["GroupSeries", "MetricsModule"]
 
 MAX_PAST_S = 3600  # points older than one hour are refused (v1.yaml / v2.yaml `points`)
 MAX_FUTURE_S = 600  # ... and so are points more than ten minutes ahead
-V1_MAX_BYTES = 3_200_000  # v1 series payload limit (v1.yaml)
-RETENTION_S = 15 * 30 * 86400  # Datadog keeps metrics 15 months; queries ending before that are refused
-MAX_METRIC_NAME = 200
-MAX_EPOCH_MS = 2**53  # larger numbers are not timestamps (and would not survive float conversion)
-_V1_TYPES = {"": 0, "gauge": 3, "count": 1, "rate": 2}
-_COUNT = 1
 
 
 # Units as Datadog's query APIs describe them ([primary, per] pairs). Only the ids seen in recorded traffic are given.
@@ -127,16 +128,8 @@ class _Series:
         return SeriesData(self.tags, self.ts, self.vals, self.is_count)
 
 
-@dataclass(slots=True)
-class _Parsed:
-    """One validated submitted series, before it meets the store."""
-
-    metric: str
-    kind: int
-    tags: list[str]
-    host: str | None
-    unit: str | None
-    points: list[tuple[float, float]]
+# A scalar answer's column: its name, value per group, the metric whose unit it keeps, and its formula if any.
+_Column = tuple[str, dict[tuple[str, ...], float | None], str | None, Formula | None]
 
 
 class MetricsModule(BaseModule):
@@ -144,8 +137,9 @@ class MetricsModule(BaseModule):
 
     name = "metrics"
 
-    def __init__(self, sandbox: Any) -> None:
-        super().__init__(sandbox)
+    def __init__(self, context: SandboxContext, hosts: HostsModule) -> None:
+        super().__init__(context)
+        self.hosts = hosts
         self._series: dict[tuple[str, frozenset[str]], _Series] = {}
         self._by_metric: dict[str, list[_Series]] = {}
         self._units: dict[str, str] = {}
@@ -163,7 +157,7 @@ class MetricsModule(BaseModule):
 
     def metric_names(self) -> list[str]:
         """Every metric that has points."""
-        with self.sb.lock:
+        with self.ctx.lock:
             return sorted(self._by_metric)
 
     # -- module plumbing -----------------------------------------------------------------------------------------
@@ -180,14 +174,14 @@ class MetricsModule(BaseModule):
 
     def reset(self) -> None:
         """Forget every point."""
-        with self.sb.lock:
+        with self.ctx.lock:
             self._series.clear()
             self._by_metric.clear()
             self._units.clear()
 
     def dump(self) -> dict[str, Any]:
         """A summary: series and point counts, and the series count per metric."""
-        with self.sb.lock:
+        with self.ctx.lock:
             for series in self._series.values():
                 series.compact()  # resent points count once
             return {
@@ -200,30 +194,30 @@ class MetricsModule(BaseModule):
     # -- intake --------------------------------------------------------------------------------------------------
 
     def _submit_v2(self, request: Request) -> Response:
-        _check_size(request, MAX_COMPRESSED_BYTES)
+        check_size(request, MAX_COMPRESSED_BYTES)
         body = json_body(request)
         if not isinstance(body, dict) or not isinstance(body.get("series"), list):
             raise ApiError(400, 'Invalid payload: expected {"series": [...]}')
         errors: list[str] = []
-        parsed = [p for i, s in enumerate(body["series"]) if (p := _parse_v2(i, s, errors)) is not None]
+        parsed = [p for i, s in enumerate(body["series"]) if (p := parse_v2(i, s, errors)) is not None]
         errors.extend(self._ingest(parsed))
         return json_response({"errors": errors}, 202)
 
     def _submit_v1(self, request: Request) -> Response:
-        _check_size(request, V1_MAX_BYTES)
+        check_size(request, V1_MAX_BYTES)
         body = json_body(request)
         if not isinstance(body, dict) or not isinstance(body.get("series"), list):
             raise ApiError(400, 'Invalid payload: expected {"series": [...]}')
         errors: list[str] = []
-        parsed = [p for i, s in enumerate(body["series"]) if (p := _parse_v1(i, s, errors)) is not None]
+        parsed = [p for i, s in enumerate(body["series"]) if (p := parse_v1(i, s, errors)) is not None]
         self._ingest(parsed)
         # v1 answers only a status; points it drops (too old, too far ahead) are dropped silently, as Datadog does.
         return json_response({"status": "ok"}, 202, {"Content-Type": "text/json"})
 
-    def _ingest(self, parsed: Iterable[_Parsed]) -> list[str]:
+    def _ingest(self, parsed: Iterable[ParsedSeries]) -> list[str]:
         errors: list[str] = []
-        with self.sb.lock:
-            now = self.sb.clock.now()
+        with self.ctx.lock:
+            now = self.ctx.clock.now()
             oldest, newest = now - MAX_PAST_S, now + MAX_FUTURE_S
             for p in parsed:
                 kept = [(t, v) for t, v in p.points if oldest <= t <= newest]
@@ -236,15 +230,15 @@ class MetricsModule(BaseModule):
                     self._units[p.metric] = p.unit
                 tags = set(p.tags)
                 if p.host:
-                    self.sb.hosts.touch(p.host, now)
-                    tags.update(self.sb.hosts.tags_for(p.host))
+                    self.hosts.touch(p.host, now)
+                    tags.update(self.hosts.tags_for(p.host))
                     tags.add(f"host:{p.host.lower()}")
                 if not kept:
                     continue
                 key = (p.metric, frozenset(tags))
                 series = self._series.get(key)
                 if series is None:
-                    series = _Series(key[1], p.kind == _COUNT)
+                    series = _Series(key[1], p.kind == COUNT)
                     self._series[key] = series
                     self._by_metric.setdefault(p.metric, []).append(series)
                 for t, v in kept:
@@ -254,7 +248,7 @@ class MetricsModule(BaseModule):
     # -- queries -------------------------------------------------------------------------------------------------
 
     def _run(self, query: MetricQuery, start: float, end: float, interval: int) -> list[GroupSeries]:
-        with self.sb.lock:
+        with self.ctx.lock:
             views = [s.view() for s in self._by_metric.get(query.metric, ())]
             return evaluate(query, views, start, end, interval)
 
@@ -297,7 +291,7 @@ class MetricsModule(BaseModule):
 
     def _v1_series(self, q: MetricQuery, index: int, g: GroupSeries, step: int) -> dict[str, Any]:
         first, last = g.points[0][0], g.points[-1][0]
-        with self.sb.lock:
+        with self.ctx.lock:
             unit = self._unit(q.metric) or [None, None]
         scope = (
             q.scope.strip()
@@ -323,7 +317,7 @@ class MetricsModule(BaseModule):
             "display_name": q.metric,
         }
 
-    def _formula_request(self, request: Request, kind: str) -> _FormulaRequest:
+    def _formula_request(self, request: Request, kind: str) -> FormulaRequest:
         body = json_body(request)
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, dict):
@@ -333,28 +327,30 @@ class MetricsModule(BaseModule):
         attrs = data.get("attributes")
         if not isinstance(attrs, dict):
             raise ApiError(400, "API input validation failed: attributes is required")
-        return _FormulaRequest.parse(attrs, kind, self.sb.clock.now())
+        return FormulaRequest.parse(attrs, kind, self.ctx.clock.now())
 
     def _query_timeseries(self, request: Request) -> Response:
         req = self._formula_request(request, "timeseries")
         span = req.end - req.start
         step = max(pick_interval(span, req.interval or q.rollup_seconds) for _, q, _ in req.queries)
         results = {name: self._run(q, req.start, req.end, step) for name, q, _ in req.queries}
-        outputs: list[tuple[int, list[GroupSeries], str | None]] = []
         try:
             if req.formulas:
-                for i, f in enumerate(req.formulas):
-                    outputs.append((i, formula_series(f, results), _single_metric(f, req)))
+                outputs = [(i, formula_series(f, results), single_metric(f, req)) for i, f in enumerate(req.formulas)]
             else:
-                for i, (name, q, _) in enumerate(req.queries):
-                    outputs.append((i, results[name], q.metric))
+                outputs = [(i, results[name], q.metric) for i, (name, q, _) in enumerate(req.queries)]
         except QueryError as exc:
             raise ApiError(400, str(exc)) from None
+        attributes = self._timeseries_table(outputs)
+        return json_response({"data": {"id": "0", "type": "timeseries_response", "attributes": attributes}})
+
+    def _timeseries_table(self, outputs: list[tuple[int, list[GroupSeries], str | None]]) -> dict[str, Any]:
+        """The answer's series (group, query index, unit) and one row of values per series on the shared times."""
         times = sorted({t for _, groups, _ in outputs for g in groups for t, _ in g.points})
         index = {t: i for i, t in enumerate(times)}
         series: list[dict[str, Any]] = []
         values: list[list[float | None]] = []
-        with self.sb.lock:
+        with self.ctx.lock:
             for query_index, groups, metric in outputs:
                 unit = self._unit(metric) if metric else None
                 for g in groups:
@@ -363,41 +359,21 @@ class MetricsModule(BaseModule):
                         row[index[t]] = v
                     series.append({"group_tags": list(g.group_tags), "query_index": query_index, "unit": unit})
                     values.append(row)
-        attributes = {"series": series, "times": [int(t * 1000) for t in times], "values": values}
-        return json_response({"data": {"id": "0", "type": "timeseries_response", "attributes": attributes}})
+        return {"series": series, "times": [int(t * 1000) for t in times], "values": values}
 
     def _query_scalar(self, request: Request) -> Response:
         req = self._formula_request(request, "scalar")
-        span = req.end - req.start
-        scalars: dict[str, dict[tuple[str, ...], float | None]] = {}
-        group_keys: list[str] = []
-        columns: list[tuple[str, dict[tuple[str, ...], float | None], str | None, Formula | None]]
         try:
-            for name, q, aggregator in req.queries:
-                step = pick_interval(span, q.rollup_seconds)
-                groups = self._run(q, req.start, req.end, step)
-                scalars[name] = {g.group_tags: reduce_points(g.points, aggregator, step) for g in groups}
-                group_keys.extend(k for k in q.group_by if k not in group_keys)
-            if req.formulas:
-                columns = [(f.text, formula_scalars(f, scalars), _single_metric(f, req), f) for f in req.formulas]
-            else:
-                columns = [(name, scalars[name], q.metric, None) for name, q, _ in req.queries]
+            columns, group_keys = self._scalar_columns(req)
         except QueryError as exc:
             raise ApiError(400, str(exc)) from None
-        rows = sorted({g for _, table, _, _ in columns for g in table})
-        limit = next(((f, lim) for _, _, _, f in columns if f is not None and (lim := req.limits.get(f.text))), None)
-        if limit is not None:
-            formula, (count, order) = limit
-            table = next(t for name, t, _, _ in columns if name == formula.text)
-            missing = -math.inf if order == "desc" else math.inf
-            rows.sort(key=lambda g: v if (v := table.get(g)) is not None else missing, reverse=order == "desc")
-            rows = rows[:count]
+        rows = _limited_rows(columns, req)
         out_columns: list[dict[str, Any]] = []
         if rows:
             out_columns.extend(
                 {"name": key, "type": "group", "values": [_group_values(g, key) for g in rows]} for key in group_keys
             )
-        with self.sb.lock:
+        with self.ctx.lock:
             for name, table, metric, _ in columns:
                 unit = self._unit(metric) if metric else None
                 out_columns.append(
@@ -405,110 +381,35 @@ class MetricsModule(BaseModule):
                 )
         return json_response({"data": {"id": "0", "type": "scalar_response", "attributes": {"columns": out_columns}}})
 
-
-class _FormulaRequest:
-    """A validated v2 timeseries/scalar request: times in seconds, named queries, formulas and limits."""
-
-    def __init__(self) -> None:
-        self.start = 0.0
-        self.end = 0.0
-        self.interval: float | None = None
-        self.queries: list[tuple[str, MetricQuery, str]] = []
-        self.formulas: list[Formula] = []
-        self.limits: dict[str, tuple[int, str]] = {}
-
-    @classmethod
-    def parse(cls, attrs: dict[str, Any], kind: str, now: float) -> _FormulaRequest:
-        """Validate `data.attributes` of a timeseries or scalar request; ApiError(400) on anything wrong."""
-        req = cls()
-        start_ms, end_ms = attrs.get("from"), attrs.get("to")
-        if not isinstance(start_ms, int) or not isinstance(end_ms, int) or not _is_int(start_ms) or not _is_int(end_ms):
-            raise ApiError(400, "API input validation failed: from and to are required integers (milliseconds)")
-        if abs(start_ms) > MAX_EPOCH_MS or abs(end_ms) > MAX_EPOCH_MS:
-            raise ApiError(400, "API input validation failed: from and to must be epoch milliseconds")
-        if end_ms <= start_ms:
-            raise ApiError(400, "Invalid time range: 'from' must be before 'to'")
-        if end_ms / 1000 < now - RETENTION_S:
-            raise ApiError(400, "Queries ending outside the retention date are invalid")
-        req.start, req.end = start_ms / 1000, (end_ms - 1) / 1000  # `to` is exclusive
-        if kind == "timeseries" and attrs.get("interval") is not None:
-            interval = attrs["interval"]
-            if not _is_int(interval) or not 0 < interval <= MAX_EPOCH_MS:
-                raise ApiError(400, "API input validation failed: interval must be a positive integer (milliseconds)")
-            req.interval = interval / 1000
-        queries = attrs.get("queries")
-        if not isinstance(queries, list) or not queries:
-            raise ApiError(400, "API input validation failed: queries must be a non-empty list")
-        for i, item in enumerate(queries):
-            req.queries.append(_parse_named_query(i, item, kind))
-        names = [n for n, _, _ in req.queries]
-        if len(set(names)) != len(names):
-            raise ApiError(400, "API input validation failed: query names must be unique")
-        formulas = attrs.get("formulas")
-        if formulas is not None:
-            if not isinstance(formulas, list):
-                raise ApiError(400, "API input validation failed: formulas must be a list")
-            for i, item in enumerate(formulas):
-                req._add_formula(i, item)
-        return req
-
-    def _add_formula(self, i: int, item: Any) -> None:
-        if not isinstance(item, dict) or not isinstance(item.get("formula"), str):
-            raise ApiError(400, f"API input validation failed: formulas[{i}].formula is required")
-        try:
-            formula = parse_formula(item["formula"])
-        except QueryError as exc:
-            raise ApiError(400, str(exc)) from None
-        known = {n for n, _, _ in self.queries}
-        unknown = [n for n in formula.names if n not in known]
-        if unknown:
-            raise ApiError(400, f"Invalid formula {formula.text!r}: unknown query name {unknown[0]!r}")
-        self.formulas.append(formula)
-        limit = item.get("limit")
-        if limit is not None:
-            if not isinstance(limit, dict):
-                raise ApiError(400, f"API input validation failed: formulas[{i}].limit must be an object")
-            count = limit.get("count", 10)
-            order = limit.get("order", "desc")
-            if not _is_int(count) or count <= 0 or order not in {"asc", "desc"}:
-                raise ApiError(400, f"API input validation failed: formulas[{i}].limit needs count > 0, order asc|desc")
-            self.limits[formula.text] = (count, order)
+    def _scalar_columns(self, req: FormulaRequest) -> tuple[list[_Column], list[str]]:
+        """One column per formula (or per query without formulas), and the group-by keys of the queries."""
+        span = req.end - req.start
+        scalars: dict[str, dict[tuple[str, ...], float | None]] = {}
+        group_keys: list[str] = []
+        for name, q, aggregator in req.queries:
+            step = pick_interval(span, q.rollup_seconds)
+            groups = self._run(q, req.start, req.end, step)
+            scalars[name] = {g.group_tags: reduce_points(g.points, aggregator, step) for g in groups}
+            group_keys.extend(k for k in q.group_by if k not in group_keys)
+        columns: list[_Column]
+        if req.formulas:
+            columns = [(f.text, formula_scalars(f, scalars), single_metric(f, req), f) for f in req.formulas]
+        else:
+            columns = [(name, scalars[name], q.metric, None) for name, q, _ in req.queries]
+        return columns, group_keys
 
 
-def _parse_named_query(i: int, item: Any, kind: str) -> tuple[str, MetricQuery, str]:
-    if not isinstance(item, dict):
-        raise ApiError(400, f"API input validation failed: queries[{i}] must be an object")
-    source = item.get("data_source")
-    if source != "metrics":
-        raise ApiError(400, f"queries[{i}]: data_source {source!r} is not supported by the sandbox; use 'metrics'")
-    text = item.get("query")
-    if not isinstance(text, str) or not text.strip():
-        raise ApiError(400, f"API input validation failed: queries[{i}].query is required")
-    name = item.get("name", f"query{i + 1}")
-    if not isinstance(name, str) or not name:
-        raise ApiError(400, f"API input validation failed: queries[{i}].name must be a string")
-    aggregator: Any = "avg"
-    if kind == "scalar":
-        aggregator = item.get("aggregator")
-        if aggregator == "percentile":
-            raise ApiError(400, "The percentile aggregator needs a distribution metric; the sandbox stores none")
-        if aggregator not in SCALAR_REDUCERS:
-            raise ApiError(
-                400, f"API input validation failed: queries[{i}].aggregator must be one of {sorted(SCALAR_REDUCERS)}"
-            )
-    try:
-        return name, parse_query(text), str(aggregator)
-    except QueryError as exc:
-        raise ApiError(400, str(exc)) from None
-
-
-def _single_metric(formula: Formula, req: _FormulaRequest) -> str | None:
-    """The metric whose unit a formula keeps: only a bare query name keeps its unit."""
-    if formula.tree[0] == "name":
-        for name, q, _ in req.queries:
-            if name == formula.tree[1]:
-                return q.metric
-    return None
+def _limited_rows(columns: list[_Column], req: FormulaRequest) -> list[tuple[str, ...]]:
+    """The groups answered, in order; a formula's limit keeps its top (or bottom) `count` only."""
+    rows = sorted({g for _, table, _, _ in columns for g in table})
+    limit = next(((f, lim) for _, _, _, f in columns if f is not None and (lim := req.limits.get(f.text))), None)
+    if limit is not None:
+        formula, (count, order) = limit
+        table = next(t for name, t, _, _ in columns if name == formula.text)
+        missing = -math.inf if order == "desc" else math.inf
+        rows.sort(key=lambda g: v if (v := table.get(g)) is not None else missing, reverse=order == "desc")
+        rows = rows[:count]
+    return rows
 
 
 def _group_values(group: tuple[str, ...], key: str) -> list[str]:
@@ -516,128 +417,11 @@ def _group_values(group: tuple[str, ...], key: str) -> list[str]:
     return [t[len(prefix) :] for t in group if t.startswith(prefix)]
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _int_param(request: Request, name: str) -> int:
     raw = request.args.get(name)
     if raw is None or not raw.strip():
         raise ApiError(400, f"Missing required parameter: {name}")
-    value = _finite(raw.strip())
+    value = finite(raw.strip())
     if value is None or abs(value) > MAX_EPOCH_MS:
         raise ApiError(400, f"The value provided for parameter '{name}' is invalid: not a number of seconds")
     return int(value)
-
-
-def _check_size(request: Request, limit: int) -> None:
-    length = request.content_length
-    if length is not None and length > limit:
-        raise ApiError(413, "Payload too large")
-
-
-def _metric_name(raw: Any, i: int, errors: list[str]) -> str | None:
-    if not isinstance(raw, str) or not raw.strip():
-        raise ApiError(400, f"Invalid payload: series[{i}].metric is required")
-    # Datadog turns odd characters into underscores; a name that does not start with a letter is refused.
-    name = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "_.") else "_" for ch in raw.strip())
-    if not name[0].isalpha() or len(name) > MAX_METRIC_NAME:
-        errors.append(f"series[{i}]: invalid metric name {raw[:60]!r}: must start with a letter, at most 200 chars")
-        return None
-    return name
-
-
-def _finite(value: Any) -> float | None:
-    """A finite float, or None for anything that is not one (NaN, infinities, integers beyond float range)."""
-    try:
-        v = float(value)
-    except (ValueError, OverflowError, TypeError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _point_value(value: Any, i: int) -> float | None:
-    if value is None:
-        return None
-    if not _is_number(value):
-        raise ApiError(400, f"Invalid payload: series[{i}] has a non-numeric point value")
-    return _finite(value)  # NaN and infinities are dropped, as no graph can show them
-
-
-def _timestamp(value: Any, i: int) -> float:
-    ts = _finite(value) if _is_number(value) else None
-    if ts is None or abs(ts) > MAX_EPOCH_MS:
-        raise ApiError(400, f"Invalid payload: series[{i}].points need epoch-second timestamps")
-    return ts
-
-
-def _parse_v2(i: int, raw: Any, errors: list[str]) -> _Parsed | None:
-    if not isinstance(raw, dict):
-        raise ApiError(400, f"Invalid payload: series[{i}] must be an object")
-    metric = _metric_name(raw.get("metric"), i, errors)
-    kind = raw.get("type", 0)
-    if not _is_int(kind) or kind not in (0, 1, 2, 3):
-        raise ApiError(400, f"Invalid payload: series[{i}].type must be 0, 1, 2 or 3")
-    points_raw = raw.get("points")
-    if not isinstance(points_raw, list):
-        raise ApiError(400, f"Invalid payload: series[{i}].points is required")
-    points: list[tuple[float, float]] = []
-    for p in points_raw:
-        if not isinstance(p, dict):
-            raise ApiError(400, f"Invalid payload: series[{i}].points need an integer timestamp and a value")
-        ts = _timestamp(p.get("timestamp"), i)
-        v = _point_value(p.get("value"), i)
-        if v is not None:
-            points.append((ts, v))
-    tags = normalize_tags(raw.get("tags", []) or [], f"series[{i}].tags")
-    host: str | None = None
-    resources = raw.get("resources", []) or []
-    if not isinstance(resources, list):
-        raise ApiError(400, f"Invalid payload: series[{i}].resources must be a list")
-    for r in resources:
-        if not isinstance(r, dict) or not isinstance(r.get("name"), str) or not isinstance(r.get("type"), str):
-            raise ApiError(400, f"Invalid payload: series[{i}].resources need a name and a type")
-        if r["type"] == "host" and r["name"].strip():
-            host = r["name"].strip()
-        elif r["name"].strip():
-            tags.extend(normalize_tags([f"{r['type']}:{r['name']}"]))
-    unit = raw.get("unit")
-    if unit is not None and not isinstance(unit, str):
-        raise ApiError(400, f"Invalid payload: series[{i}].unit must be a string")
-    interval = raw.get("interval")
-    if interval is not None and not _is_int(interval):
-        raise ApiError(400, f"Invalid payload: series[{i}].interval must be an integer")
-    if metric is None:
-        return None
-    return _Parsed(metric, kind, tags, host, unit.strip().lower() if unit else None, points)
-
-
-def _parse_v1(i: int, raw: Any, errors: list[str]) -> _Parsed | None:
-    if not isinstance(raw, dict):
-        raise ApiError(400, f"Invalid payload: series[{i}] must be an object")
-    metric = _metric_name(raw.get("metric"), i, errors)
-    kind_raw = raw.get("type", "") or ""
-    if not isinstance(kind_raw, str) or kind_raw.lower() not in _V1_TYPES:
-        raise ApiError(400, f"Invalid payload: series[{i}].type must be gauge, count or rate")
-    points_raw = raw.get("points")
-    if not isinstance(points_raw, list):
-        raise ApiError(400, f"Invalid payload: series[{i}].points is required")
-    points: list[tuple[float, float]] = []
-    for p in points_raw:
-        if not isinstance(p, Sequence) or isinstance(p, str) or len(p) != 2:
-            raise ApiError(400, f"Invalid payload: series[{i}].points must be [timestamp, value] pairs")
-        ts = _timestamp(p[0], i)
-        v = _point_value(p[1], i)
-        if v is not None:
-            points.append((ts, v))
-    tags = normalize_tags(raw.get("tags", []) or [], f"series[{i}].tags")
-    host = raw.get("host")
-    if host is not None and not isinstance(host, str):
-        raise ApiError(400, f"Invalid payload: series[{i}].host must be a string")
-    if metric is None:
-        return None
-    return _Parsed(metric, _V1_TYPES[kind_raw.lower()], tags, host.strip() or None if host else None, None, points)

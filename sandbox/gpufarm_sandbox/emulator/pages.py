@@ -22,7 +22,12 @@ from typing import Any
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
+from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.incidents import IncidentsModule
+from gpufarm_sandbox.emulator.metrics import MetricsModule
+from gpufarm_sandbox.emulator.monitor_evaluator import MonitorEvaluator
 from gpufarm_sandbox.emulator.query import GroupSeries, QueryError
+from gpufarm_sandbox.emulator.slack_state import SlackState
 from gpufarm_sandbox.emulator.web import Auth, Route
 
 MAX_SCOPE = 500
@@ -49,6 +54,20 @@ class PagesModule(BaseModule):
 
     name = "pages"
 
+    def __init__(
+        self,
+        context: SandboxContext,
+        incidents: IncidentsModule,
+        metrics: MetricsModule,
+        monitors: MonitorEvaluator,
+        slack: SlackState,
+    ) -> None:
+        super().__init__(context)
+        self.incidents = incidents
+        self.metrics = metrics
+        self.monitors = monitors
+        self.slack = slack
+
     def routes(self) -> list[Route]:
         """The pages' routes (no credentials: they are what a browser opens from a Slack link)."""
         return [
@@ -60,7 +79,7 @@ class PagesModule(BaseModule):
     # -- incidents -----------------------------------------------------------------------------------------------
 
     def _incidents(self, request: Request) -> Response:
-        incidents = sorted(self.sb.incidents.dump()["incidents"], key=lambda i: int(i["public_id"]))
+        incidents = sorted(self.incidents.dump()["incidents"], key=lambda i: int(i["public_id"]))
         rows = [
             _row(f'<a href="/incidents/{int(i["public_id"])}">IR-{int(i["public_id"])}</a>', i["title"], i["state"])
             for i in incidents
@@ -72,7 +91,7 @@ class PagesModule(BaseModule):
         if not _PUBLIC_ID_RE.match(public_id):
             return _page("Not found", "<h1>Not found</h1><p>An incident page is /incidents/&lt;number&gt;.</p>", 404)
         number = int(public_id)
-        found = next((i for i in self.sb.incidents.dump()["incidents"] if int(i["public_id"]) == number), None)
+        found = next((i for i in self.incidents.dump()["incidents"] if int(i["public_id"]) == number), None)
         if found is None:
             return _page("Not found", f"<h1>IR-{number}</h1><p>No such incident in the sandbox.</p>", 404)
         fields = found.get("fields") or {}
@@ -99,13 +118,13 @@ class PagesModule(BaseModule):
             content = ((cell.get("content") or {}).get("content")) if isinstance(cell, dict) else None
             if content:
                 entries.append((_epoch(incident["created"]), f"Note: {_esc(str(content)[:500])}"))
-        for event in self.sb.monitors.events():
+        for event in self.monitors.events():
             if lease & set(str(event.get("group", "")).split(",")):
                 what = f"Monitor {_esc(event['monitor_name'])}: <b>{_esc(event['transition'])}</b> on "
                 what += f"<code>{_esc(event['group'])}</code> (value {_esc(event.get('value'))})"
                 entries.append((float(event["at"]), what))
-        with self.sb.lock:
-            messages = [m.to_json() for m in self.sb.slack.messages if not m.deleted]
+        with self.ctx.lock:
+            messages = [m.to_json() for m in self.slack.messages if not m.deleted]
         for message in messages:
             if mention.search(str(message.get("text", ""))):
                 who = message.get("target") or message.get("channel")
@@ -125,10 +144,10 @@ class PagesModule(BaseModule):
             return _page("Bad request", f"<h1>Metrics explorer</h1><p>{_esc(exc)}</p>", 400)
         by = f" by {{{','.join(groups)}}}" if groups else ""
         query = f"avg:{metric}{{{scope}}}{by}"
-        end = self.sb.clock.now()
+        end = self.ctx.clock.now()
         start = end - hours * 3600
         try:
-            series = self.sb.metrics.query_series(query, start, end)
+            series = self.metrics.query_series(query, start, end)
         except QueryError as exc:
             return _page("Bad request", f"<h1>Metrics explorer</h1><p>{_esc(exc)}</p>", 400)
         rows = [_row(_swatch(i), _esc(",".join(s.group_tags) or "*"), *_stats(s)) for i, s in enumerate(series)]

@@ -188,11 +188,16 @@ def view_errors(view: Any) -> list[str]:
     has_input = any(isinstance(b, dict) and b.get("type") == "input" for b in blocks)
     if kind == "modal" and has_input and view.get("submit") is None:
         errors.append("must provide submit when view contains input blocks [json-pointer:/view/submit]")
-    for key, limit in (("private_metadata", MAX_PRIVATE_METADATA), ("callback_id", 255), ("external_id", 255)):
-        value = view.get(key)
-        if value is not None and (not isinstance(value, str) or len(value) > limit):
-            errors.append(f"must be a string of at most {limit} characters [json-pointer:/view/{key}]")
+    errors += _view_string_errors(view)
     return errors
+
+
+def _view_string_errors(view: dict[str, Any]) -> list[str]:
+    return [
+        f"must be a string of at most {limit} characters [json-pointer:/view/{key}]"
+        for key, limit in (("private_metadata", MAX_PRIVATE_METADATA), ("callback_id", 255), ("external_id", 255))
+        if (value := view.get(key)) is not None and (not isinstance(value, str) or len(value) > limit)
+    ]
 
 
 def decorate(obj: Any) -> Any:

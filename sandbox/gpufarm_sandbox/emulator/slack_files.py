@@ -22,7 +22,8 @@ from gpufarm_sandbox.emulator.slack_workspace import SlackFailure
 from gpufarm_sandbox.emulator.web import Auth, Route, json_response, slack_error
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.slack import SlackModule
+    from gpufarm_sandbox.emulator.context import SandboxContext
+    from gpufarm_sandbox.emulator.slack_state import SlackState
 
 # Slack's own ceiling is 1 GB; the sandbox keeps files in memory, so it refuses what no gpufarm report reaches.
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -97,8 +98,9 @@ def _mimetype(filename: str) -> str:
 class SlackFiles:
     """Files uploaded to the sandbox's workspace; its methods run under the sandbox lock (SlackModule calls them)."""
 
-    def __init__(self, slack: SlackModule) -> None:
-        self.slack = slack
+    def __init__(self, context: SandboxContext, state: SlackState) -> None:
+        self.ctx = context
+        self.state = state
         self.files: dict[str, StoredFile] = {}
         self._by_token: dict[str, str] = {}
         self._seq = 0
@@ -148,14 +150,14 @@ class SlackFiles:
             id=file_id,
             filename=filename,
             length=length,
-            created=self.slack.sb.clock.now(),
+            created=self.ctx.clock.now(),
             token=token,
             snippet_type=snippet if isinstance(snippet, str) and snippet else None,
             alt_txt=alt_txt if isinstance(alt_txt, str) and alt_txt else None,
         )
         self._by_token[token] = file_id
         self._trim()
-        return {"upload_url": f"{self.slack.sb.base_url}/slack/upload/{token}", "file_id": file_id}
+        return {"upload_url": f"{self.ctx.base_url}/slack/upload/{token}", "file_id": file_id}
 
     def _trim(self) -> None:
         while len(self.files) > MAX_FILES_KEPT:
@@ -166,7 +168,7 @@ class SlackFiles:
 
     def _upload(self, request: Request, token: str) -> Response:
         # The upload host is not the Web API, so injected faults are picked here (as for response_urls).
-        fault = self.slack.sb.faults.pick(request.path)
+        fault = self.ctx.faults.pick(request.path)
         if fault is not None:
             response = Response("rate_limited" if fault == 429 else "service_unavailable", status=fault)
             if fault == 429:
@@ -175,12 +177,12 @@ class SlackFiles:
         if (request.content_length or 0) > MAX_FILE_BYTES:
             return Response("file_too_large", status=413)
         data = request.get_data(cache=False)
-        with self.slack.sb.lock:
+        with self.ctx.lock:
             file_id = self._by_token.get(token)
             stored = self.files.get(file_id) if file_id else None
             if stored is None:
                 return Response("not_found", status=404)
-            if self.slack.sb.clock.now() - stored.created > UPLOAD_TTL_S:
+            if self.ctx.clock.now() - stored.created > UPLOAD_TTL_S:
                 return Response("expired_url", status=404)
             if stored.completed:
                 return Response("already_completed", status=400)
@@ -194,28 +196,7 @@ class SlackFiles:
 
     def complete(self, args: dict[str, Any]) -> dict[str, Any]:
         """files.completeUploadExternal: title the uploaded files and share them (with the comment) to a channel."""
-        items = args.get("files")
-        if isinstance(items, str):
-            try:
-                items = json.loads(items)
-            except ValueError:
-                raise SlackFailure("invalid_arguments") from None
-        if not isinstance(items, list) or not items or len(items) > MAX_FILES_PER_COMPLETE:
-            raise SlackFailure("invalid_arguments")
-        chosen: list[tuple[StoredFile, str]] = []
-        for item in items:
-            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-                raise SlackFailure("invalid_arguments")
-            stored = self.files.get(item["id"])
-            if stored is None:
-                raise SlackFailure("file_not_found")
-            if stored.content is None:
-                raise SlackFailure("file_uploads_not_completed")
-            title = item.get("title")
-            title = title if isinstance(title, str) and title.strip() else stored.filename
-            if len(title) > MAX_TITLE:
-                raise SlackFailure("invalid_arguments")
-            chosen.append((stored, title))
+        chosen = [self._uploaded(item) for item in _file_items(args.get("files"))]
         channel = self._channel(args)
         comment = args.get("initial_comment")
         comment = comment if isinstance(comment, str) and comment.strip() else None
@@ -224,40 +205,58 @@ class SlackFiles:
             stored.title = title
         # A retried completion (its first answer lost to a 5xx) shares nothing twice.
         if channel is not None and fresh:
-            thread_ts = args.get("thread_ts") or None
-            message = self.slack.new_message(
-                "message",
-                channel,
-                comment or "",
-                None,
-                thread_ts=str(thread_ts) if thread_ts else None,
-            )
-            message.files = [stored.id for stored in fresh]
-            for stored in fresh:
-                stored.channels.append(channel)
-                stored.message_ts = message.ts
-                stored.initial_comment = comment
+            self._share(fresh, channel, comment, args.get("thread_ts") or None)
         for stored in fresh:
             stored.completed = True
         return {"files": [stored.public() for stored, _ in chosen]}
+
+    def _uploaded(self, item: Any) -> tuple[StoredFile, str]:
+        """One `files` entry of a completion: its uploaded file and the title it gets."""
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise SlackFailure("invalid_arguments")
+        stored = self.files.get(item["id"])
+        if stored is None:
+            raise SlackFailure("file_not_found")
+        if stored.content is None:
+            raise SlackFailure("file_uploads_not_completed")
+        title = item.get("title")
+        title = title if isinstance(title, str) and title.strip() else stored.filename
+        if len(title) > MAX_TITLE:
+            raise SlackFailure("invalid_arguments")
+        return stored, title
+
+    def _share(self, fresh: list[StoredFile], channel: str, comment: str | None, thread_ts: Any) -> None:
+        """One message in the channel carrying the files (and the comment)."""
+        message = self.state.new_message(
+            "message",
+            channel,
+            comment or "",
+            None,
+            thread_ts=str(thread_ts) if thread_ts else None,
+        )
+        message.files = [stored.id for stored in fresh]
+        for stored in fresh:
+            stored.channels.append(channel)
+            stored.message_ts = message.ts
+            stored.initial_comment = comment
 
     def _channel(self, args: dict[str, Any]) -> str | None:
         raw = args.get("channel_id") or args.get("channels")
         if not raw:
             return None
         # gpufarm shares into one channel; of a comma-separated `channels` list the first is taken.
-        return self.slack.resolve_channel(str(raw).split(",")[0].strip())
+        return self.state.resolve_channel(str(raw).split(",")[0].strip())
 
     # -- inspection --------------------------------------------------------------------------------------------------
 
     def _files_get(self, request: Request) -> Response:
         channel = request.args.get("channel")
-        with self.slack.sb.lock:
+        with self.ctx.lock:
             found = [f.inspect() for f in self.files.values() if not channel or channel in f.channels]
         return json_response({"files": found})
 
     def _file_content(self, request: Request, file_id: str) -> Response:
-        with self.slack.sb.lock:
+        with self.ctx.lock:
             stored = self.files.get(file_id)
             content = stored.content if stored is not None else None
             mimetype = _mimetype(stored.filename) if stored is not None else "application/octet-stream"
@@ -274,3 +273,15 @@ def _int(value: Any) -> int | None:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 20:
         return int(value.strip())
     return None
+
+
+def _file_items(items: Any) -> list[Any]:
+    """The `files` argument of a completion: a JSON list (or its text) of 1 to 10 entries."""
+    if isinstance(items, str):
+        try:
+            items = json.loads(items)
+        except ValueError:
+            raise SlackFailure("invalid_arguments") from None
+    if not isinstance(items, list) or not items or len(items) > MAX_FILES_PER_COMPLETE:
+        raise SlackFailure("invalid_arguments")
+    return items

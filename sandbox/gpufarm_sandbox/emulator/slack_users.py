@@ -31,7 +31,8 @@ from gpufarm_sandbox.emulator.slack_workspace import (
 from gpufarm_sandbox.emulator.web import ApiError, json_object, json_response
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.emulator.slack import SlackModule
+    from gpufarm_sandbox.emulator.context import SandboxContext
+    from gpufarm_sandbox.emulator.slack_state import SlackState
 
 ACK_DEADLINE_MS = 3000  # Slack shows "operation_timeout" after 3 s
 DISPATCH_TIMEOUT_S = 10.0
@@ -107,19 +108,19 @@ class Dispatch:
 class SimulatedUsers:
     """Workspace members acting on the app: `POST /_sandbox/slack/commands` and `/_sandbox/slack/interactions`."""
 
-    def __init__(self, slack: SlackModule) -> None:
-        self.slack = slack
-        self.sb = slack.sb
+    def __init__(self, context: SandboxContext, state: SlackState) -> None:
+        self.ctx = context
+        self.state = state
 
     def _signed_post(self, url: str, body: bytes) -> Dispatch:
         """POST as Slack does: form body, Slack's headers, a fresh signature on the sandbox clock; 10 s timeout."""
-        timestamp = str(int(self.sb.clock.now()))
+        timestamp = str(int(self.ctx.clock.now()))
         headers = {
             "Accept": "application/json,*/*",
             "Content-Type": "application/x-www-form-urlencoded",
             "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
             "X-Slack-Request-Timestamp": timestamp,
-            "X-Slack-Signature": sign(self.sb.slack_signing_secret, timestamp, body),
+            "X-Slack-Signature": sign(self.ctx.slack_signing_secret, timestamp, body),
         }
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - scheme checked
         started = time.perf_counter()
@@ -152,20 +153,20 @@ class SimulatedUsers:
             "error": result.error,
             "late": result.latency_ms > ACK_DEADLINE_MS,
         }
-        with self.sb.lock:
-            self.slack.deliveries.append(entry)
-            if len(self.slack.deliveries) > MAX_MESSAGES_KEPT:
-                del self.slack.deliveries[0]
+        with self.ctx.lock:
+            self.state.deliveries.append(entry)
+            if len(self.state.deliveries) > MAX_MESSAGES_KEPT:
+                del self.state.deliveries[0]
 
     def commands_post(self, request: Request) -> Response:
         """`POST /_sandbox/slack/commands`: a member types a slash command; answers with the app's ack."""
         body = CommandBody.model_validate(json_object(request))
         self._check_url(body.url)
-        with self.sb.lock:
-            user = self.slack.known_user(body.user)
-            channel_id, channel_name = self.slack.known_channel(body.channel)
-            response_url = self.slack.new_sink(channel_id, body.user)
-            trigger_id = self.slack.new_trigger(body.user)
+        with self.ctx.lock:
+            user = self.state.known_user(body.user)
+            channel_id, channel_name = self.state.known_channel(body.channel)
+            response_url = self.state.new_sink(channel_id, body.user)
+            trigger_id = self.state.new_trigger(body.user)
         form = encode_form(
             [
                 ("token", VERIFICATION_TOKEN),
@@ -215,9 +216,9 @@ class SimulatedUsers:
         if not text and not blocks:
             return
         token = response_url.rsplit("/", 1)[-1]
-        with self.sb.lock:
-            message = self.slack.new_message("ack", channel, text, blocks, target=user, response_type=response_type)
-            sink = self.slack.sinks.get(token)
+        with self.ctx.lock:
+            message = self.state.new_message("ack", channel, text, blocks, target=user, response_type=response_type)
+            sink = self.state.sinks.get(token)
             if sink is not None:
                 # replace_original through the command's response_url rewrites this ack, as in Slack.
                 sink.last_ts = message.ts
@@ -239,7 +240,7 @@ class SimulatedUsers:
     def _block_actions(self, body: InteractionBody) -> Response:
         if not body.action_id:
             raise ApiError(400, "block_actions needs action_id")
-        with self.sb.lock:
+        with self.ctx.lock:
             if body.view_id:
                 payload, user_id = self._view_click(body, body.action_id)
             else:
@@ -262,15 +263,15 @@ class SimulatedUsers:
         """The block_actions payload for a click on a button or select in a message."""
         if not body.channel or not body.message_ts:
             raise ApiError(400, "block_actions needs channel and message_ts (or view_id)")
-        channel_id, channel_name = self.slack.known_channel(body.channel)
-        message = self.slack.find_message(channel_id, body.message_ts)
+        channel_id, channel_name = self.state.known_channel(body.channel)
+        message = self.state.find_message(channel_id, body.message_ts)
         if message is None or message.deleted:
             raise ApiError(400, f"no message {body.message_ts} in {channel_id}")
-        user = self.slack.known_user(body.user or "U0000000001")
+        user = self.state.known_user(body.user or "U0000000001")
         action = _find_action(message.blocks, action_id, body.block_id, body.value)
         if action is None:
             raise ApiError(400, f"message {message.ts} has no element with action_id {action_id}")
-        action["action_ts"] = self.slack.next_ts()
+        action["action_ts"] = self.state.next_ts()
         ephemeral = message.kind in ("ephemeral", "ack", "response") and message.response_type != "in_channel"
         payload: dict[str, Any] = {
             "type": "block_actions",
@@ -283,14 +284,14 @@ class SimulatedUsers:
                 "channel_id": channel_id,
                 "is_ephemeral": ephemeral,
             },
-            "trigger_id": self.slack.new_trigger(user["id"]),
+            "trigger_id": self.state.new_trigger(user["id"]),
             "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
             "enterprise": None,
             "is_enterprise_install": False,
             "channel": {"id": channel_id, "name": channel_name},
             "message": message.echo(),
             "state": {"values": {}},
-            "response_url": self.slack.new_sink(channel_id, user["id"], message.ts),
+            "response_url": self.state.new_sink(channel_id, user["id"], message.ts),
             "actions": [action],
         }
         return payload, user["id"]
@@ -298,18 +299,18 @@ class SimulatedUsers:
     def _view_click(self, body: InteractionBody, action_id: str) -> tuple[dict[str, Any], str]:
         """The block_actions payload for a click inside an open modal (no response_url: views have none)."""
         stored = self._open_view(body.view_id)
-        user = self.slack.known_user(body.user or stored.user)
+        user = self.state.known_user(body.user or stored.user)
         action = _find_action(stored.view.get("blocks", []), action_id, body.block_id, body.value)
         if action is None:
             raise ApiError(400, f"view {stored.id} has no element with action_id {action_id}")
-        action["action_ts"] = self.slack.next_ts()
+        action["action_ts"] = self.state.next_ts()
         payload: dict[str, Any] = {
             "type": "block_actions",
             "user": self._user_ref(user),
             "api_app_id": APP_ID,
             "token": VERIFICATION_TOKEN,
             "container": {"type": "view", "view_id": stored.id},
-            "trigger_id": self.slack.new_trigger(user["id"]),
+            "trigger_id": self.state.new_trigger(user["id"]),
             "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
             "enterprise": None,
             "is_enterprise_install": False,
@@ -319,7 +320,7 @@ class SimulatedUsers:
         return payload, user["id"]
 
     def _open_view(self, view_id: str | None) -> StoredView:
-        stored = self.slack.views.get(view_id or "")
+        stored = self.state.views.get(view_id or "")
         if stored is None:
             raise ApiError(400, f"no view {view_id}")
         if stored.status != "open":
@@ -327,9 +328,9 @@ class SimulatedUsers:
         return stored
 
     def _view_submission(self, body: InteractionBody) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             stored = self._open_view(body.view_id)
-            user = self.slack.known_user(body.user or stored.user)
+            user = self.state.known_user(body.user or stored.user)
             values = _state_values(stored.view, body.values)
             missing = _missing_required(stored.view, values)
             if missing:
@@ -343,10 +344,10 @@ class SimulatedUsers:
                         "block_id": block_id,
                         "action_id": action_id,
                         "channel_id": channel,
-                        "response_url": self.slack.new_sink(channel, user["id"]),
+                        "response_url": self.state.new_sink(channel, user["id"]),
                     }
                 )
-            trigger_id = self.slack.new_trigger(user["id"])
+            trigger_id = self.state.new_trigger(user["id"])
             payload = {
                 "type": "view_submission",
                 "team": {"id": TEAM_ID, "domain": TEAM_DOMAIN},
@@ -361,7 +362,7 @@ class SimulatedUsers:
             }
         result = self._signed_post(body.url, encode_payload(payload))
         self._record_delivery("view_submission", user["id"], body.url, result)
-        with self.sb.lock:
+        with self.ctx.lock:
             outcome = self._apply_view_ack(stored, result)
             view = stored.inspect()
         return json_response(
@@ -385,46 +386,47 @@ class SimulatedUsers:
             stored.status = "closed"
             return "closed"
         ack = result.json_body()
-        action = ack.get("response_action") if isinstance(ack, dict) else None
-        if action == "errors" and isinstance(ack, dict) and isinstance(ack.get("errors"), dict):
-            inputs = {b.get("block_id") for b in stored.view.get("blocks", []) if b.get("type") == "input"}
-            if not ack["errors"] or not set(ack["errors"]) <= inputs:
-                # Slack rejects errors keyed by anything but the view's input block_ids.
-                return "failed"
-            stored.errors = {str(k): str(v) for k, v in ack["errors"].items()}
-            return "errors"
-        if action in ("update", "push") and isinstance(ack, dict):
+        if not isinstance(ack, dict):
+            return "failed"  # not an ack Slack understands: the modal stays open with an error
+        action = ack.get("response_action")
+        if action == "errors" and isinstance(ack.get("errors"), dict):
+            return _show_errors(stored, ack["errors"])
+        if action in ("update", "push"):
             view = ack.get("view")
             if not isinstance(view, dict) or view_errors(view):
                 return "failed"
-            if action == "update":
-                stored.view = copy.deepcopy(decorate(view))
-                stored.hash = self.slack.new_hash()
-                stored.errors = {}
-                stored.state_values = {}
-                return "updated"
-            new_id = self.slack.next_view_id()
-            self.slack.views[new_id] = StoredView(
-                new_id,
-                stored.user,
-                copy.deepcopy(decorate(view)),
-                self.slack.new_hash(),
-                stored.root_view_id,
-                previous_view_id=stored.id,
-            )
-            return "pushed"
+            return self._update_view(stored, view) if action == "update" else self._push_view(stored, view)
         if action == "clear":
-            for view_obj in self.slack.views.values():
+            for view_obj in self.state.views.values():
                 if view_obj.root_view_id == stored.root_view_id:
                     view_obj.status = "closed"
             return "cleared"
         # Any other body on a view_submission is an invalid ack: Slack keeps the modal open with an error.
         return "failed"
 
+    def _update_view(self, stored: StoredView, view: dict[str, Any]) -> str:
+        stored.view = copy.deepcopy(decorate(view))
+        stored.hash = self.state.new_hash()
+        stored.errors = {}
+        stored.state_values = {}
+        return "updated"
+
+    def _push_view(self, stored: StoredView, view: dict[str, Any]) -> str:
+        new_id = self.state.next_view_id()
+        self.state.views[new_id] = StoredView(
+            new_id,
+            stored.user,
+            copy.deepcopy(decorate(view)),
+            self.state.new_hash(),
+            stored.root_view_id,
+            previous_view_id=stored.id,
+        )
+        return "pushed"
+
     def _view_closed(self, body: InteractionBody) -> Response:
-        with self.sb.lock:
+        with self.ctx.lock:
             stored = self._open_view(body.view_id)
-            user = self.slack.known_user(body.user or stored.user)
+            user = self.state.known_user(body.user or stored.user)
             stored.status = "closed"
             if not stored.view.get("notify_on_close"):
                 # Slack only tells the app when the view asked for it.
@@ -451,6 +453,16 @@ class SimulatedUsers:
                 "sent": True,
             }
         )
+
+
+def _show_errors(stored: StoredView, errors: dict[Any, Any]) -> str:
+    """A `response_action: errors` ack: shown on the view's input blocks, or a failure for any other key."""
+    inputs = {b.get("block_id") for b in stored.view.get("blocks", []) if b.get("type") == "input"}
+    if not errors or not set(errors) <= inputs:
+        # Slack rejects errors keyed by anything but the view's input block_ids.
+        return "failed"
+    stored.errors = {str(k): str(v) for k, v in errors.items()}
+    return "errors"
 
 
 def _elements(blocks: Iterable[Any]) -> Iterable[tuple[str | None, dict[str, Any]]]:

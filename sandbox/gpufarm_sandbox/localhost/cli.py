@@ -19,7 +19,7 @@ import click
 
 from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm_sandbox.localhost.env import redacted
-from gpufarm_sandbox.localhost.host import LocalEnv, start_local
+from gpufarm_sandbox.localhost.start import LocalEnv, start_local
 from gpufarm_sandbox.localhost.template import TemplateError
 
 Cleanup = Callable[[], None]

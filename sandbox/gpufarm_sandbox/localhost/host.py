@@ -8,26 +8,25 @@ the sandbox clock (`scheduler`). The handlers are the real ones, loaded from fun
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from werkzeug.wrappers import Request, Response
 
+from gpufarm_sandbox.emulator.clock import Clock
 from gpufarm_sandbox.emulator.web import Auth, Route
-from gpufarm_sandbox.localhost.env import DROPPED_LOCALLY, Resolver, Urls, build_environment
+from gpufarm_sandbox.localhost.env import Resolver, Urls, build_environment
 from gpufarm_sandbox.localhost.env import local_parameters as _local_parameters
+from gpufarm_sandbox.localhost.function_host import Lane
 from gpufarm_sandbox.localhost.function_url import MAX_SYNC_PAYLOAD, url_error, url_event, url_response
 from gpufarm_sandbox.localhost.functions import FunctionLoadError, FunctionTimeout, LambdaContext, LocalFunction
 from gpufarm_sandbox.localhost.queues import MAX_ASYNC_PAYLOAD, LocalQueue, QueueRunner
@@ -36,17 +35,14 @@ from gpufarm_sandbox.localhost.template import Template, load_template
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.emulator.app import Sandbox
-    from gpufarm_sandbox.emulator.server import ServerThread
-    from gpufarm_sandbox.localhost.setup import LocalSetup
 
-__all__ = ["FunctionLoadError", "FunctionTimeout", "LocalEnv", "LocalHost", "find_template", "start_local"]
+__all__ = ["FunctionLoadError", "FunctionTimeout", "LocalHost", "find_template"]
 
 log = logging.getLogger("gpufarm_sandbox.localhost")
 
 # Called after each invocation with its log entry and its event (LocalHost.listen).
 Listener = Callable[[dict[str, Any], Any], None]
 
-Lane = Literal["async", "queue"]
 # Event invokes (and schedules) and SQS deliveries run on two pools of their own, apart from each other and from
 # the HTTP server's threads that answer Function URLs, so a backlog of worker invocations never holds up the
 # allocation queue, or the reverse. Eight concurrent event invokes keep the races real (two writers, a burst of
@@ -115,6 +111,11 @@ class LocalHost:
         sandbox.modules.append(_SandboxModule(self))
         self._scheduler.start()
         _seams().serve_in_process(self)
+
+    @property
+    def clock(self) -> Clock:
+        """The sandbox clock the functions run on."""
+        return self.sb.clock
 
     @property
     def schedules_paused(self) -> bool:
@@ -427,37 +428,6 @@ def find_template(root: Path | None = None) -> Path:
     raise FileNotFoundError("template.yaml not found (pass template= or run from the repository root)")
 
 
-@dataclass
-class LocalEnv:
-    """A running local environment: the sandbox, the function host, the base URL and the variables set."""
-
-    sandbox: Sandbox
-    host: LocalHost
-    url: str
-    env: dict[str, str]
-    server: ServerThread
-    # What `gpufarm datadog apply` did on the sandbox at start (start_local(setup=True)); None when not asked.
-    setup: LocalSetup | None = None
-
-
-def _connect_host(host: str) -> str:
-    if host in ("", "0.0.0.0"):  # noqa: S104 - a comparison: clients of a wildcard bind use loopback
-        return "127.0.0.1"
-    if host == "::":
-        return "[::1]"
-    return f"[{host}]" if ":" in host else host
-
-
-def _clear_process_caches() -> None:
-    # A new local host is a new container: settings and AWS clients cached by a previous run (its endpoints, e.g.
-    # the S3 of its own moto server) must not leak into this one.
-    from gpufarm.adapters.aws import forget_clients
-    from gpufarm.config import cached_settings
-
-    cached_settings.cache_clear()
-    forget_clients()
-
-
 def _seams() -> ModuleType:
     # Imported when a host starts: the seams import the gpufarm runtime, which this module otherwise never needs.
     from gpufarm_sandbox.localhost import seams
@@ -467,70 +437,3 @@ def _seams() -> ModuleType:
 
 def _install_seams() -> None:
     _seams().install()
-
-
-@contextlib.contextmanager
-def start_local(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    template: Path | None = None,
-    root: Path | None = None,
-    parameters: Mapping[str, str] | None = None,
-    setup: bool = False,
-    profiles: bool = False,
-) -> Iterator[LocalEnv]:
-    """Sandbox + LocalHost + HTTP server; sets sb.base_url and os.environ for the functions (restored on exit).
-
-    With profiles, S3 for profiler runs is moto's server on a loopback port (localhost.profiles).
-    With setup, `gpufarm datadog apply` runs on the sandbox (localhost.setup) before the Function URLs accept
-    requests (they answer 503 until then) and the environment is yielded; what it did is in LocalEnv.setup.
-    """
-    from gpufarm_sandbox.emulator.app import Sandbox
-    from gpufarm_sandbox.emulator.server import ServerThread
-
-    sandbox = Sandbox()
-    # Started before the host mounts its routes (stop() needs a running server); nobody knows the URL yet.
-    server = ServerThread(sandbox, host, port).start()
-    url = f"http://{_connect_host(host)}:{server.port}"
-    sandbox.base_url = url
-    try:
-        local = LocalHost(sandbox, template=template, root=root, parameters=parameters, held=setup)
-    except BaseException:
-        server.stop()
-        raise
-    stack = contextlib.ExitStack()
-    if profiles:
-        # Profiler runs: moto's S3 server and the profile_pages function (gpufarm_sandbox.localhost.profiles).
-        from gpufarm_sandbox.localhost.profiles import local_profiles
-
-        try:
-            local.env.update(stack.enter_context(local_profiles(local.urls.function("profile_pages"))))
-        except BaseException:
-            local.close()
-            server.stop()
-            raise
-    names = set(local.env) | DROPPED_LOCALLY
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(local.env)
-    for name in DROPPED_LOCALLY:
-        os.environ.pop(name, None)
-    _clear_process_caches()
-    try:
-        running = LocalEnv(sandbox=sandbox, host=local, url=url, env=dict(local.env), server=server)
-        if setup:
-            from gpufarm_sandbox.localhost.setup import apply_local_setup
-
-            running.setup = apply_local_setup(running)
-            local.held = False
-        yield running
-    finally:
-        local.close()
-        server.stop()
-        stack.close()
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        _clear_process_caches()

@@ -19,7 +19,7 @@ from gpufarm_sandbox.localhost.functions import LocalFunction
 from gpufarm_sandbox.localhost.template import QueueSpec
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.localhost.host import LocalHost
+    from gpufarm_sandbox.localhost.function_host import FunctionHost
 
 log = logging.getLogger("gpufarm_sandbox.localhost")
 
@@ -141,7 +141,7 @@ def sqs_record(queue: LocalQueue, message: QueuedMessage) -> dict[str, Any]:
 class QueueRunner:
     """The template's queues, each delivering to the function whose SQS event names it."""
 
-    def __init__(self, host: LocalHost) -> None:
+    def __init__(self, host: FunctionHost) -> None:
         self.host = host
         self.queues: dict[str, LocalQueue] = {
             qid: LocalQueue(spec, host.urls.queue(qid), host.resolver.queue_name(qid))
@@ -228,7 +228,7 @@ class QueueRunner:
 
     def enqueue(self, queue: LocalQueue, text: str, group: str | None, dedup_id: str | None) -> str:
         """Add a checked message (FIFO: dropped as a duplicate within the window) and start its delivery."""
-        now = self.host.sb.clock.now()
+        now = self.host.clock.now()
         with self.host.lock:
             if queue.spec.fifo:
                 dedup = dedup_id or hashlib.sha256(text.encode()).hexdigest()
@@ -284,7 +284,7 @@ class QueueRunner:
                 queue.busy.discard(group)
 
     def _deliver(self, queue: LocalQueue, group: str, batch: list[QueuedMessage]) -> None:
-        now_ms = int(self.host.sb.clock.now() * 1000)
+        now_ms = int(self.host.clock.now() * 1000)
         with self.host.lock:
             for message in batch:
                 message.receive_count += 1

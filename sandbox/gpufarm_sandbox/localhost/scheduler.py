@@ -17,7 +17,7 @@ from gpufarm_sandbox.localhost.schedule import Expression, ScheduleError
 from gpufarm_sandbox.localhost.template import ScheduleSpec
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.localhost.host import LocalHost
+    from gpufarm_sandbox.localhost.function_host import FunctionHost
 
 log = logging.getLogger("gpufarm_sandbox.localhost")
 
@@ -49,12 +49,12 @@ def iso_utc(epoch: float | None) -> str | None:
 class Scheduler:
     """The template's schedules and the thread that checks them in real time."""
 
-    def __init__(self, host: LocalHost) -> None:
+    def __init__(self, host: FunctionHost) -> None:
         self.host = host
         # While paused, schedules do not fire (tests that move the clock past a tick and must see only their own
         # trigger act); due ticks fire at the first check after resuming.
         self.paused = False
-        now = host.sb.clock.now()
+        now = host.clock.now()
         self.schedules: list[ScheduledTrigger] = []
         for fn in host.functions.values():
             for spec in fn.spec.schedules:
@@ -72,7 +72,7 @@ class Scheduler:
 
     def start(self) -> None:
         """Follow the sandbox clock and start the real-time checks."""
-        self.host.sb.clock.subscribe(self.on_clock)
+        self.host.clock.subscribe(self.on_clock)
         self._ticker.start()
 
     def stop(self) -> None:
@@ -104,7 +104,7 @@ class Scheduler:
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(TICK_S):
-            self.tick(self.host.sb.clock.now())
+            self.tick(self.host.clock.now())
 
     def tick(self, now: float) -> None:
         """Fire every due schedule once; a jump over several periods fires once, not once per missed period."""

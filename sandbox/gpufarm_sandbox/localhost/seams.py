@@ -40,7 +40,7 @@ from gpufarm.handlers import runtime
 from gpufarm_sandbox.clouds import clouds_for
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.localhost.host import LocalHost
+    from gpufarm_sandbox.localhost.function_host import FunctionHost
 
 log = logging.getLogger(__name__)
 
@@ -56,24 +56,24 @@ INVOKE_PATH = "/_local/invoke"
 QUEUES_PATH = "/_local/queues/"
 
 # Local hosts running in this process, by base URL (LocalHost registers itself while it serves).
-_in_process: dict[str, LocalHost] = {}
+_in_process: dict[str, FunctionHost] = {}
 _in_process_lock = threading.Lock()
 
 
-def serve_in_process(host: LocalHost) -> None:
+def serve_in_process(host: FunctionHost) -> None:
     """Hand this process's clock reads, invokes and queue messages for host's URLs to host directly."""
     with _in_process_lock:
         _in_process[host.urls.base] = host
 
 
-def stop_in_process(host: LocalHost) -> None:
+def stop_in_process(host: FunctionHost) -> None:
     """Stop handing work to host directly (it is closing); a later host on the same URL keeps its entry."""
     with _in_process_lock:
         if _in_process.get(host.urls.base) is host:
             del _in_process[host.urls.base]
 
 
-def in_process(url: str, path: str) -> tuple[LocalHost, str] | None:
+def in_process(url: str, path: str) -> tuple[FunctionHost, str] | None:
     """The live local host of this process whose base URL + path is url or a prefix of it, and the rest."""
     with _in_process_lock:
         hosts = list(_in_process.items())
@@ -96,7 +96,7 @@ class SandboxClock:
         """Sandbox epoch seconds; wall time if the sandbox cannot be asked."""
         local = in_process(self.url, CLOCK_PATH)
         if local is not None:
-            return local[0].sb.clock.now()
+            return local[0].clock.now()
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout) as response:  # noqa: S310 - local sandbox URL
                 value = json.loads(response.read()).get("now")

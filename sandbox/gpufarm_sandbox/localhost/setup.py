@@ -14,11 +14,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gpufarm.setup.plan import Plan
-    from gpufarm_sandbox.localhost.host import LocalEnv
 
 # Plan kinds as the summary names them, in the order apply makes them.
 KIND_LABELS = (
@@ -71,7 +70,15 @@ def _counted(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {action}" for action, n in counts.items() if n)
 
 
-def apply_local_setup(env: LocalEnv) -> LocalSetup:
+class Running(Protocol):
+    """A running local environment (start_local's LocalEnv): the variables its functions were given."""
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment the local functions read."""
+
+
+def apply_local_setup(env: Running) -> LocalSetup:
     """Run `gpufarm datadog apply` against env's sandbox with the local functions' URLs, secret and farm.
 
     Reads the settings from the environment start_local has set (os.environ). Raises what apply raises: a

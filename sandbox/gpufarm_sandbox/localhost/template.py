@@ -208,21 +208,7 @@ def _function(logical_id: str, props: dict[str, Any], queues: set[str]) -> Funct
     code_uri = props.get("CodeUri")
     if not isinstance(code_uri, str) or not code_uri.strip():
         raise TemplateError(f"{logical_id}: CodeUri must be a local folder")
-    schedules: list[ScheduleSpec] = []
-    queue_events: list[QueueEventSpec] = []
-    for name, event in (props.get("Events") or {}).items():
-        kind = event.get("Type") if isinstance(event, dict) else None
-        eprops = event.get("Properties") or {} if isinstance(event, dict) else {}
-        if kind in ("ScheduleV2", "Schedule"):
-            schedules.append(_schedule(name, kind, eprops, logical_id))
-        elif kind == "SQS":
-            target = _ref_target(eprops.get("Queue"))
-            if target not in queues:
-                raise TemplateError(f"{logical_id}.Events.{name}: Queue must be !GetAtt <a queue in this template>.Arn")
-            assert target is not None
-            report = "ReportBatchItemFailures" in (eprops.get("FunctionResponseTypes") or [])
-            batch = _int(eprops.get("BatchSize"), f"{logical_id}.Events.{name}.BatchSize", 10)
-            queue_events.append(QueueEventSpec(name, target, batch, report))
+    schedules, queue_events = _events(logical_id, props.get("Events") or {}, queues)
     invoke_config = props.get("EventInvokeConfig") or {}
     environment = props.get("Environment") or {}
     return FunctionSpec(
@@ -243,6 +229,27 @@ def _function(logical_id: str, props: dict[str, Any], queues: set[str]) -> Funct
         ),
         max_event_age=_int(invoke_config.get("MaximumEventAgeInSeconds"), f"{logical_id}.MaximumEventAge", 21600),
     )
+
+
+def _events(
+    logical_id: str, events: dict[str, Any], queues: set[str]
+) -> tuple[list[ScheduleSpec], list[QueueEventSpec]]:
+    """A function's schedules and SQS triggers (other event types are served otherwise or not at all)."""
+    schedules: list[ScheduleSpec] = []
+    queue_events: list[QueueEventSpec] = []
+    for name, event in events.items():
+        kind = event.get("Type") if isinstance(event, dict) else None
+        eprops = event.get("Properties") or {} if isinstance(event, dict) else {}
+        if kind in ("ScheduleV2", "Schedule"):
+            schedules.append(_schedule(name, kind, eprops, logical_id))
+        elif kind == "SQS":
+            target = _ref_target(eprops.get("Queue"))
+            if target is None or target not in queues:
+                raise TemplateError(f"{logical_id}.Events.{name}: Queue must be !GetAtt <a queue in this template>.Arn")
+            report = "ReportBatchItemFailures" in (eprops.get("FunctionResponseTypes") or [])
+            batch = _int(eprops.get("BatchSize"), f"{logical_id}.Events.{name}.BatchSize", 10)
+            queue_events.append(QueueEventSpec(name, target, batch, report))
+    return schedules, queue_events
 
 
 def _queue(logical_id: str, props: dict[str, Any]) -> QueueSpec:
@@ -271,19 +278,8 @@ def load_template(path: Path) -> Template:
         raise TemplateError(f"cannot read {path}: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("Resources"), dict):
         raise TemplateError(f"{path} has no Resources")
-    resources: dict[str, dict[str, Any]] = {
-        k: v for k, v in data["Resources"].items() if isinstance(v, dict) and isinstance(v.get("Type"), str)
-    }
-    global_function = (
-        ((data.get("Globals") or {}).get("Function") or {}) if isinstance(data.get("Globals"), dict) else {}
-    )
-    template = Template(
-        path=path,
-        parameters={k: v for k, v in (data.get("Parameters") or {}).items() if isinstance(v, dict)},
-        conditions=dict(data.get("Conditions") or {}),
-        resources=resources,
-        global_function=dict(global_function),
-    )
+    template = _outline(path, data)
+    resources = template.resources
     for logical_id, resource in resources.items():
         if resource["Type"] == QUEUE_TYPE:
             template.queues[logical_id] = _queue(logical_id, resource.get("Properties") or {})
@@ -296,3 +292,20 @@ def load_template(path: Path) -> Template:
     if duplicates:
         raise TemplateError(f"functions share a folder, so their URLs would clash: {', '.join(duplicates)}")
     return template
+
+
+def _outline(path: Path, data: dict[str, Any]) -> Template:
+    """The template's typed resources, parameters, conditions and function globals (no functions or queues yet)."""
+    resources: dict[str, dict[str, Any]] = {
+        k: v for k, v in data["Resources"].items() if isinstance(v, dict) and isinstance(v.get("Type"), str)
+    }
+    global_function = (
+        ((data.get("Globals") or {}).get("Function") or {}) if isinstance(data.get("Globals"), dict) else {}
+    )
+    return Template(
+        path=path,
+        parameters={k: v for k, v in (data.get("Parameters") or {}).items() if isinstance(v, dict)},
+        conditions=dict(data.get("Conditions") or {}),
+        resources=resources,
+        global_function=dict(global_function),
+    )
