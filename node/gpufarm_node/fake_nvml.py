@@ -592,10 +592,6 @@ class FakeHost:
                 self.last_pid = furthest if after == cursor else after
                 self._write_loadavg()
 
-    def refresh_pods(self) -> None:
-        """Rewrite pods.json after the topology's pods changed."""
-        self._write_pods()
-
     def pod_resources(self) -> list[tuple[str, str, str, str, list[str]]]:
         """kubelet pod-resources List(): (namespace, pod, container, resource name, device ids)."""
         out = []

@@ -27,7 +27,7 @@ import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -222,10 +222,6 @@ class Topology:
             if pod.name == name:
                 return pod
         raise TopologyError(f"no pod named {name!r}")
-
-    def with_processes(self, processes: Sequence[ProcessSpec]) -> Topology:
-        """A copy with another process table."""
-        return replace(self, processes=tuple(processes))
 
 
 # -- loading ---------------------------------------------------------------------------------------------
