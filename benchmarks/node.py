@@ -190,9 +190,9 @@ def bench_agent(
     reading its host tags from `tags_url` every cycle."""
     from gpufarm_node.agent import Agent
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
-    from gpufarm_node.fake_nvml import FakeHost
+    from gpufarm_node.fake_host import FakeHost
     from gpufarm_node.hosttags import HostTagWatch, HttpTagsTransport
-    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.nvml.source import NvmlSource
 
     host = FakeHost(fake, workdir)
     pods = PodMetadataFile(host.pods_file)
