@@ -12,14 +12,16 @@ Each run measures, per cycle, in process CPU time (time.thread_time, so other lo
   cycles that push carry their share);
 - the host's tags read once per cycle (gpufarm_node.hosttags), one GET to the receiver, whose answer carries the
   tags such a shared host has (registration, 14 units, 7 slice assignments) and Datadog's rate-limit headers: the
-  agent's cost includes it;
+  agent's cost includes it. Each run is made twice, in fresh processes, alternating which goes first: once with
+  the agent's own bounded HTTP/1.1 reader and once reading through urllib3 (benchmarks/node_tag_reader.py, held
+  to the same behaviour), so what urllib3 would add to a cycle is measured side by side (paired by run), along
+  with the read's own CPU (the thread time inside each read);
 - the floor: a plain loop making the very NVML calls of one agent cycle (recorded from the agent, same
   arguments), measured the same way, in the same process;
 - peak RSS of the agent process, bytes sent per cycle (compressed on the wire, zstd1 by default as the agent
   sends with zstandard installed, gzip with --encoding gzip; and raw JSON).
-It prints the median and spread (min-max) over the runs, the agent / floor ratio and the agent / peer ratio,
-the peer being Datadog's community `nvml` check (integrations-extras), measured at PEER_MS on this topology when
-issue 9 was filed (it reads less: no MIG, no per-process SM, no attribution).
+It prints the median and spread (min-max) over the runs of the agent as it ships (its own reader), the agent /
+floor ratio, and the side-by-side figures of the tag read.
 Targets (issue 9): <= 3.4 ms own CPU per cycle at the 60 s flush (about 5 us per series), <= 40 MB RSS.
 """
 
@@ -41,8 +43,10 @@ from typing import Any
 
 import zstandard
 
+# The agent's own tag reader first: the figures of the agent as it ships are this reader's.
+READERS = ("socket", "urllib3")
+
 CYCLE_S = 15.0
-PEER_MS = 3.4
 TARGET_MS = 3.4
 TARGET_RSS_MB = 40.0
 
@@ -98,6 +102,38 @@ def topology() -> dict[str, Any]:
         "pods": pods,
         "processes": processes,
     }
+
+
+class TimedTransport:
+    """Forwards the tag reads and adds up the thread CPU time spent inside them."""
+
+    def __init__(self, transport: Any) -> None:
+        self._transport = transport
+        self.spent = 0.0
+
+    def get(self) -> Any:
+        """One read, timed."""
+        started = time.thread_time()
+        try:
+            return self._transport.get()
+        finally:
+            self.spent += time.thread_time() - started
+
+    def close(self) -> None:
+        """Close the reader's connection."""
+        self._transport.close()
+
+
+def tag_transport(url: str, reader: str) -> Any:
+    """The host tag read of the benchmark's host: the agent's own reader (`socket`) or urllib3 held to it."""
+    keys = {"DD-API-KEY": "bench-api-key", "DD-APPLICATION-KEY": "bench-app-key"}
+    if reader == "urllib3":
+        from node_tag_reader import Urllib3TagsTransport  # beside this script, first on sys.path
+
+        return Urllib3TagsTransport(url, "gpu-bench-01", keys)
+    from gpufarm_node.hosttags import HttpTagsTransport
+
+    return HttpTagsTransport(url, "gpu-bench-01", keys)
 
 
 class TimedNvml:
@@ -184,22 +220,19 @@ def bench_agent(
     sender: Any,
     clock: Callable[[], float],
     flush_interval: float,
-    tags_url: str | None = None,
+    tags: Any = None,
 ) -> Any:
     """The agent as the benchmarks run it: `nvml` (the fake, or a wrapper of it) on a fake host in `workdir`,
-    reading its host tags from `tags_url` every cycle."""
+    reading its host tags through `tags` (a transport, see tag_transport) every cycle."""
     from gpufarm_node.agent import Agent
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
-    from gpufarm_node.fake_nvml import FakeHost
-    from gpufarm_node.hosttags import HostTagWatch, HttpTagsTransport
-    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.fake_host import FakeHost
+    from gpufarm_node.hosttags import HostTagWatch
+    from gpufarm_node.nvml.source import NvmlSource
 
     host = FakeHost(fake, workdir)
     pods = PodMetadataFile(host.pods_file)
-    watch = None
-    if tags_url is not None:
-        keys = {"DD-API-KEY": "bench-api-key", "DD-APPLICATION-KEY": "bench-app-key"}
-        watch = HostTagWatch(HttpTagsTransport(tags_url, "gpu-bench-01", keys), "gpu-bench-01")
+    watch = None if tags is None else HostTagWatch(tags, "gpu-bench-01")
     return Agent(
         NvmlSource(nvml, clock=clock, xid_mode="poll"),
         Attributor(ProcFs(host.proc_root), pods=pods, owners=PodResourcesOwners(host.pod_resources, pods)),
@@ -213,8 +246,8 @@ def bench_agent(
     )
 
 
-def child(url: str, cycles: int, flush_interval: float, encoding: str) -> dict[str, Any]:
-    """Run the agent; returns CPU per cycle (excluding the fake) and peak RSS."""
+def child(url: str, cycles: int, flush_interval: float, encoding: str, reader: str) -> dict[str, Any]:
+    """Run the agent; returns CPU per cycle (excluding the fake), the tag read's CPU per cycle and peak RSS."""
     from gpufarm_node.agent import settle_process
     from gpufarm_node.datadog import DatadogTarget, api_client
     from gpufarm_node.fake_nvml import FakeNvml
@@ -228,23 +261,28 @@ def child(url: str, cycles: int, flush_interval: float, encoding: str) -> dict[s
     with tempfile.TemporaryDirectory() as workdir:
         client = api_client(DatadogTarget(url, "bench-api-key", "bench-app-key"), max_retries=0)
         sender = DatadogSender(SeriesIntake(client, encoding), "gpu-bench-01", clock=clock)
-        agent = bench_agent(timed, fake, workdir, sender, clock, flush_interval, url)
+        tags = TimedTransport(tag_transport(url, reader))
+        agent = bench_agent(timed, fake, workdir, sender, clock, flush_interval, tags)
         agent.start()
         settle_process()  # as the command line does before its first cycle
-        costs, series = [], []
+        costs, reads, series = [], [], []
         for i in range(cycles + 3):
             now[0] += CYCLE_S
             timed.reset()
+            tags.spent = 0.0
             started = time.thread_time()
             report = agent.cycle()
             total = time.thread_time() - started
             if i >= 3:  # warm-up: first sightings fill caches, the first GPM sample has no pair yet
                 costs.append(total - timed.excluded())
+                reads.append(tags.spent)
                 series.append(report.series)
         floor = _floor(timed, agent, now, cycles)
         agent.close()
     return {
+        "reader": reader,
         "cpu_ms": [c * 1000 for c in costs],
+        "read_us": [r * 1e6 for r in reads],
         "floor_ms": [c * 1000 for c in floor],
         "wrapper_us_per_call": timed.overhead * 1e6,
         "series": statistics.mean(series),
@@ -357,7 +395,7 @@ class Receiver:
         self.server.server_close()
 
 
-def run(cycles: int, flush_interval: float, encoding: str) -> dict[str, Any]:
+def run(cycles: int, flush_interval: float, encoding: str, reader: str) -> dict[str, Any]:
     """One measured run in a child process; adds the bytes the receiver saw."""
     from gpufarm_node.topology import topology_from_dict
 
@@ -375,6 +413,8 @@ def run(cycles: int, flush_interval: float, encoding: str) -> dict[str, Any]:
                 str(flush_interval),
                 "--encoding",
                 encoding,
+                "--reader",
+                reader,
             ],
             capture_output=True,
             text=True,
@@ -392,34 +432,60 @@ def _spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f}, {min(values):.2f}-{max(values):.2f}"
 
 
+def _median_of(runs: list[dict[str, Any]], key: str) -> list[float]:
+    return [statistics.median(r[key]) for r in runs]
+
+
+def _side_by_side(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
+    """What urllib3 would add to the agent's cycle, per pair of runs (the same run index, made one after the other)."""
+    own, other = runs["socket"], runs["urllib3"]
+    agent = [statistics.mean(r["cpu_ms"]) for r in own]
+    with_urllib3 = [statistics.mean(r["cpu_ms"]) for r in other]
+    read = _median_of(own, "read_us")
+    urllib3_read = _median_of(other, "read_us")
+    return {
+        "agent_ms": agent,
+        "urllib3_ms": with_urllib3,
+        "added_pct": [100 * (u - a) / a for u, a in zip(with_urllib3, agent, strict=True)],
+        "read_us": read,
+        "urllib3_read_us": urllib3_read,
+        # The reads' difference against the agent's cycle: the same question, without the rest of the cycle's noise.
+        "read_added_pct": [100 * (u - r) / (a * 1000) for u, r, a in zip(urllib3_read, read, agent, strict=True)],
+    }
+
+
 def main() -> None:
     """Measure and print."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=40)
-    parser.add_argument("--runs", type=int, default=5, help="runs of each cadence (median and spread)")
+    parser.add_argument("--runs", type=int, default=5, help="runs of each cadence and reader (median and spread)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--flush", type=float, default=60.0, help=argparse.SUPPRESS)
+    parser.add_argument("--reader", choices=READERS, default=READERS[0], help=argparse.SUPPRESS)
     parser.add_argument("--encoding", choices=("zstd1", "gzip"), default="zstd1", help="the push's compression")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.cycles, args.flush, args.encoding)))
+        print(json.dumps(child(args.child, args.cycles, args.flush, args.encoding, args.reader)))
         return
     cadences = {"push every cycle": 0.0, "flush every 60 s (default)": 60.0}
-    figures: dict[str, list[dict[str, Any]]] = {name: [] for name in cadences}
-    for _ in range(args.runs):
+    figures: dict[str, dict[str, list[dict[str, Any]]]] = {name: {r: [] for r in READERS} for name in cadences}
+    for index in range(args.runs):
         for name, flush in cadences.items():
-            figures[name].append(run(args.cycles, flush, args.encoding))
+            # Alternating which reader goes first: a machine that grows busier during a pair favours neither.
+            for reader in READERS if index % 2 == 0 else READERS[::-1]:
+                figures[name][reader].append(run(args.cycles, flush, args.encoding, reader))
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps({name: {**runs, "side_by_side": _side_by_side(runs)} for name, runs in figures.items()}))
         return
-    first = figures["push every cycle"][0]
+    first = figures["push every cycle"][READERS[0]][0]
     print(
         f"gpufarm-node on the fake NVML: 8 GPUs (7 whole + 7 MIG slices), {first['processes']} processes, "
-        f"{first['series']:.0f} series per cycle, {args.cycles} measured cycles of {CYCLE_S:.0f} s, {args.runs} runs, "
-        f"{args.encoding} (median, min-max over runs)"
+        f"{first['series']:.0f} series per cycle, {args.cycles} measured cycles of {CYCLE_S:.0f} s, {args.runs} runs "
+        f"per reader, {args.encoding} (median, min-max over runs)"
     )
-    for name, runs in figures.items():
+    for name, by_reader in figures.items():
+        runs = by_reader[READERS[0]]
         agent = [statistics.mean(r["cpu_ms"]) for r in runs]
         floor = [statistics.mean(r["floor_ms"]) for r in runs]
         ratio = [a / f for a, f in zip(agent, floor, strict=True)]
@@ -431,13 +497,20 @@ def main() -> None:
         print(f"    agent CPU per cycle, NVML excluded (mean of cycles): {_spread(agent)} ms{target}")
         print(f"    per series: {_spread(per_series)} us; p95 cycle: {_spread(p95)} ms")
         print(f"    floor (the same NVML calls in a plain loop): {_spread(floor)} ms; agent / floor {_spread(ratio)}")
-        print(f"    agent / peer (Datadog's nvml check, {PEER_MS} ms): {_spread([a / PEER_MS for a in agent])}")
         print(f"    peak RSS: {_spread(rss)} MB   (target <= {TARGET_RSS_MB:.0f} MB)")
         r = runs[0]
         print(f"    timing wrapper per NVML call (subtracted): {_spread([x['wrapper_us_per_call'] for x in runs])} us")
         print(
             f"    sent per cycle: {r['bytes_compressed_per_cycle'] / 1024:.1f} KiB {args.encoding}, "
             f"{r['bytes_raw_per_cycle'] / 1024:.1f} KiB JSON ({r['receiver_requests']} requests)"
+        )
+        side = _side_by_side(by_reader)
+        print("    host tag read through urllib3 instead of the agent's reader, side by side:")
+        print(f"      agent CPU per cycle: {_spread(side['urllib3_ms'])} ms against {_spread(side['agent_ms'])} ms")
+        print(f"      urllib3 adds to the agent's cycle, paired by run: {_spread(side['added_pct'])} %")
+        print(
+            f"      the read's own CPU (median per run): {_spread(side['urllib3_read_us'])} us against "
+            f"{_spread(side['read_us'])} us, a difference of {_spread(side['read_added_pct'])} % of the cycle"
         )
 
 

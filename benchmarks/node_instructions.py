@@ -1,13 +1,14 @@
 """The node agent's own instructions per cycle, counted by callgrind on benchmarks/node.py's topology.
 
-    .venv/bin/python benchmarks/node_instructions.py [--warmup 4] [--cycles 16] [--flush 60] [--json]
+    .venv/bin/python benchmarks/node_instructions.py [--warmup 4] [--cycles 16] [--flush 60] [--reader R] [--json]
 
 Thread time on a shared machine moves by a third from run to run; instruction counts do not. This runs the agent
-as benchmarks/node.py's child builds it (8 x H100, GPU 7 as 7 x 1g.10gb, 200 processes, 666 series, zstd1), with
+as benchmarks/node.py's child builds it (8 x H100, GPU 7 as 7 x 1g.10gb, 200 processes, 673 series, zstd1), with
 an intake that keeps the compressed bodies instead of an HTTP receiver (the push's compression and body are
 counted, the urllib3 request is not), and the host's tags read every cycle over HTTP from benchmarks/node.py's
 receiver running in this (uncounted) process (the read's request, answer and parsing are counted, the kernel's
-side of the socket is not), four times under `valgrind --tool=callgrind`:
+side of the socket is not; `--reader urllib3` reads through urllib3 as benchmarks/node.py's side-by-side figure
+does, instead of the agent's own reader), four times under `valgrind --tool=callgrind`:
 - warm-up cycles alone, and warm-up plus the measured cycles: the difference is the measured cycles' whole cost
   (interpreter start-up and imports cancel out);
 - the same pair with every fake NVML call made inside `functools.reduce` and callgrind collecting only inside
@@ -30,7 +31,7 @@ import time
 from typing import Any
 
 # benchmarks/node.py's topology and cadence: the script's own folder is first on sys.path.
-from node import CYCLE_S, Receiver, bench_agent, host_tags, topology
+from node import CYCLE_S, READERS, Receiver, bench_agent, host_tags, tag_transport, topology
 
 TARGET_INSTRUCTIONS = 9.5e6
 
@@ -70,7 +71,7 @@ class ReducedNvml:
         return reduced
 
 
-def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str) -> None:
+def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str) -> None:
     """Run the agent for `cycles` cycles (under callgrind when the parent asks)."""
     from gpufarm_node.agent import settle_process
     from gpufarm_node.fake_nvml import FakeNvml
@@ -84,7 +85,7 @@ def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str) -> N
     with tempfile.TemporaryDirectory() as workdir:
         intake = KeptIntake()
         sender = DatadogSender(intake, "gpu-bench-01", clock=clock)
-        agent = bench_agent(nvml, fake, workdir, sender, clock, flush_interval, tags_url)
+        agent = bench_agent(nvml, fake, workdir, sender, clock, flush_interval, tag_transport(tags_url, reader))
         agent.start()
         settle_process()
         for _ in range(cycles):
@@ -93,7 +94,7 @@ def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str) -> N
         agent.close()
 
 
-def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str) -> int:
+def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str) -> int:
     """Instructions callgrind counted for one child run (only inside functools_reduce when `reduced`)."""
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -109,6 +110,8 @@ def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str) -> 
             str(flush_interval),
             "--tags-url",
             tags_url,
+            "--reader",
+            reader,
             *(["--reduced"] if reduced else []),
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -129,16 +132,17 @@ def main() -> None:
     parser.add_argument("--child", type=int, metavar="CYCLES", help=argparse.SUPPRESS)
     parser.add_argument("--reduced", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tags-url", help=argparse.SUPPRESS)
+    parser.add_argument("--reader", choices=READERS, default=READERS[0], help="socket: the agent's tag reader")
     args = parser.parse_args()
     if args.child is not None:
-        child(args.child, args.flush, args.reduced, args.tags_url)
+        child(args.child, args.flush, args.reduced, args.tags_url, args.reader)
         return
     from gpufarm_node.topology import topology_from_dict
 
     started = time.monotonic()
     with Receiver(host_tags(topology_from_dict(topology(), seed="bench"))) as receiver:
         counts = {
-            (cycles, reduced): _count(cycles, args.flush, reduced, receiver.url)
+            (cycles, reduced): _count(cycles, args.flush, reduced, receiver.url, args.reader)
             for cycles in (args.warmup, args.warmup + args.cycles)
             for reduced in (False, True)
         }
@@ -149,6 +153,7 @@ def main() -> None:
     figures = {
         "cycles": args.cycles,
         "flush_s": args.flush,
+        "reader": args.reader,
         "whole_per_cycle": whole,
         "fake_per_cycle": fake,
         "own_per_cycle": own,
@@ -159,7 +164,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(figures, indent=2))
         return
-    print(f"instructions per cycle over {args.cycles} cycles ({args.flush:g} s flush), callgrind:")
+    print(f"instructions per cycle over {args.cycles} cycles ({args.flush:g} s flush, {args.reader} tag read):")
     print(f"  whole cycle (agent and fake NVML): {whole / 1e6:.2f} M")
     print(f"  fake NVML's share:                 {fake / 1e6:.2f} M")
     print(

@@ -218,7 +218,7 @@ def main(**opts: Any) -> None:
 def _agent(opts: dict[str, Any]) -> Iterator[Any]:
     """Build the agent from options; yields it started, closes it after."""
     try:
-        from gpufarm_node.nvml_source import NvmlUnavailable
+        from gpufarm_node.nvml.source import NvmlUnavailable
     except ImportError as exc:
         click.echo(f"gpufarm-node: nvidia-ml-py is missing ({exc}); pip install gpufarm-node", err=True)
         sys.exit(EXIT_NO_NVML)
@@ -267,7 +267,7 @@ def _xid_mode(opts: dict[str, Any]) -> Any:
 def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any, host_tags: Any) -> Any:
     from gpufarm_node.agent import Agent
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
-    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.nvml.source import NvmlSource
     from gpufarm_node.podresources import kubelet_lister
 
     pods = PodMetadataFile(opts["pod_metadata"]) if opts["pod_metadata"] else None
@@ -284,7 +284,8 @@ def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any, host_tags: An
 
 
 def _fake_topology(opts: dict[str, Any]) -> Any:
-    from gpufarm_node.topology import TopologyError, load_topology, packaged_topology
+    from gpufarm_node.topology import load_topology, packaged_topology
+    from gpufarm_node.topology_spec import TopologyError
 
     name = opts["fake"]
     try:

@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, NamedTuple, cast
@@ -36,9 +36,9 @@ from typing import Any, NamedTuple, cast
 from gpufarm_node.attribution import DeviceOwner, Workload
 from gpufarm_node.catalog import CLOCK_EVENT_REASONS, IDLE_STATES
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
+from gpufarm_node.series_tags import NO_IR, container_tags, ir_tags, owner_tags, reason_flags, with_source
 from gpufarm_node.tags import normalize_tag
 
-NO_IR = "none"
 _MODEL_PREFIXES = ("NVIDIA", "TESLA", "GEFORCE", "QUADRO")
 
 
@@ -242,12 +242,12 @@ class SeriesBuilder:
                 # One activity per slice whatever the GPU: GPM where it has it, else whether anything runs.
                 if activity is not None:
                     source_tags, value = (
-                        self._cached(("activity", ir_tags, "gpm"), partial(_with_source, ir_tags, "gpm")),
+                        self._cached(("activity", ir_tags, "gpm"), partial(with_source, ir_tags, "gpm")),
                         activity,
                     )
                 else:
                     source_tags = self._cached(
-                        ("activity", ir_tags, "processes"), partial(_with_source, ir_tags, "processes")
+                        ("activity", ir_tags, "processes"), partial(with_source, ir_tags, "processes")
                     )
                     value = 100.0 if mig.processes else 0.0
                 out.append(("gpufarm.gpu.mig.activity", value, source_tags))
@@ -271,38 +271,18 @@ class SeriesBuilder:
         key = ("ir", tags, ir)
         found: tuple[str, ...] | None = self._tag_cache.get(key)
         if found is None:
-            found = self._tag_cache[key] = (*tags, *_ir_tags(ir))
+            found = self._tag_cache[key] = (*tags, *ir_tags(ir))
         return found
 
     def _device(self, device: _Device, cycle: _Cycle) -> str:
         """Emit one device's series and rollups; returns the IR it is attributed to."""
         out = cycle.out
-        append = out.append
         owner = cycle.owners.get(device.uuid)
         processes = device.processes
-        ir = (
-            (cycle.assigned.get(device.key) if cycle.assigned else None)
-            or (owner.ir if owner else None)
-            or _majority_ir(processes, cycle.workloads)
-            or cycle.host_ir
-            or NO_IR
-        )
+        ir = _device_ir(device, owner, cycle)
         tags = self._with_ir(device.tags, ir)
-        memory = device.memory
-        if memory is not None:
-            append(("gpufarm.gpu.memory.total", float(memory.total), tags))
-            append(("gpufarm.gpu.memory.used", float(memory.used), tags))
-            append(("gpufarm.gpu.memory.free", float(memory.free), tags))
-            if memory.reserved is not None:
-                append(("gpufarm.gpu.memory.reserved", float(memory.reserved), tags))
-        if device.utilization is not None:
-            append(("gpufarm.gpu.utilization", device.utilization, tags))
-        append(("gpufarm.gpu.processes", float(len(processes)), tags))
-        measured = device.utilization if device.utilization is not None else device.activity
-        if measured is None and processes:
-            sm = [p.sm_util for p in processes]
-            if None not in sm:
-                measured = min(100.0, sum(cast("list[float]", sm)))
+        _device_values(device, tags, out)
+        measured = _measured_activity(device)
         state = self._idle_state(processes, measured)
         key = ("state", tags)
         state_tags = self._tag_cache.get(key)
@@ -358,13 +338,7 @@ class SeriesBuilder:
             take_memory, take_sm = memory.__getitem__, sms.__getitem__
             for ctags, positions in groups:
                 self._container_values(ctags, sum(map(take_memory, positions)), list(map(take_sm, positions)), out)
-        if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
-            # A container holds this device but runs nothing on it: zeros, the idle signal (docs/nvml.md §9).
-            otags = self._cached(
-                ("owner", device_tag, device_ir, owner),
-                lambda: (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner)),
-            )
-            self._container_values(otags, 0, [], out)
+        self._owner_zeros(owner, device_tag, device_ir, named, out)
 
     def _plan(self, device_ir: str, device_tag: str, found: list[Workload | None]) -> _Plan:
         """Positions of a device's processes by IR and by container (first seen first), and the containers
@@ -372,74 +346,75 @@ class SeriesBuilder:
         by_ir: dict[str, list[int]] = {}
         groups: dict[tuple[str, ...], list[int]] = {}
         named: set[tuple[str | None, str | None, str | None]] = set()
-        cache = self._tag_cache
         for position, workload in enumerate(found):
             ir = (workload.ir if workload else None) or device_ir
             by_ir.setdefault(ir, []).append(position)
             if workload is None or workload.container_id is None:
                 continue
             named.add((workload.namespace, workload.pod_name, workload.container_name))
-            ckey = ("container", device_tag, ir, id(workload))
-            entry = cache.get(ckey)
-            if entry is None or entry[0] is not workload:
-                entry = cache[ckey] = (workload, (*self.common, device_tag, *_ir_tags(ir), *_container_tags(workload)))
-            groups.setdefault(entry[1], []).append(position)
+            groups.setdefault(self._container_group(device_tag, ir, workload), []).append(position)
         return found, list(by_ir.items()), list(groups.items()), named
+
+    def _container_group(self, device_tag: str, ir: str, workload: Workload) -> tuple[str, ...]:
+        """The tags of a container's series on one device (cached)."""
+        # Keyed by the workload object itself: the attributor hands out the same one while the process lives, and
+        # the entry holds it, so its id cannot be reused by another while cached.
+        key = ("container", device_tag, ir, id(workload))
+        entry = self._tag_cache.get(key)
+        if entry is None or entry[0] is not workload:
+            entry = self._tag_cache[key] = (
+                workload,
+                (*self.common, device_tag, *ir_tags(ir), *container_tags(workload)),
+            )
+        tags: tuple[str, ...] = entry[1]
+        return tags
+
+    def _owner_zeros(
+        self,
+        owner: DeviceOwner | None,
+        device_tag: str,
+        device_ir: str,
+        named: set[tuple[str | None, str | None, str | None]],
+        out: list[Row],
+    ) -> None:
+        """Zeros for the container holding this device when it runs nothing on it: the idle signal (docs/nvml.md
+        §9)."""
+        if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
+            otags = self._cached(
+                ("owner", device_tag, device_ir, owner),
+                lambda: (*self.common, device_tag, *ir_tags(owner.ir or device_ir), *owner_tags(owner)),
+            )
+            self._container_values(otags, 0, [], out)
 
     def _containers_per_process(
         self, device_ir: str, device: _Device, owner: DeviceOwner | None, cycle: _Cycle
     ) -> None:
+        """Per-process series, and the container series _containers makes from a plan, worked out process by
+        process."""
         out = cycle.out
         groups: dict[tuple[str, ...], list[ProcessSample]] = {}
         named: set[tuple[str | None, str | None, str | None]] = set()
-        want_named = owner is not None and bool(owner.pod)
         device_tag = f"gpu_uuid:{device.key}"
         workloads = cycle.workloads
-        per_process = self.options.per_process
-        cache = self._tag_cache
-        last_ir = ""
-        totals = None
         for proc in device.processes:
             workload = workloads.get(proc.pid)
             ir = (workload.ir if workload else None) or device_ir
-            if ir != last_ir or totals is None:
-                totals, last_ir = cycle.totals(ir), ir
+            totals = cycle.totals(ir)
             totals.memory += proc.used_memory or 0
             totals.processes += 1
-            if per_process:
-                ptags = (*self.common, device_tag, f"pid:{proc.pid}", *_ir_tags(ir), *_container_tags(workload))
-                if proc.used_memory is not None:
-                    out.append(("gpufarm.process.memory.used", float(proc.used_memory), ptags))
-                if proc.sm_util is not None:
-                    out.append(("gpufarm.process.sm_utilization", proc.sm_util, ptags))
+            ptags = (*self.common, device_tag, f"pid:{proc.pid}", *ir_tags(ir), *container_tags(workload))
+            if proc.used_memory is not None:
+                out.append(("gpufarm.process.memory.used", float(proc.used_memory), ptags))
+            if proc.sm_util is not None:
+                out.append(("gpufarm.process.sm_utilization", proc.sm_util, ptags))
             if workload is None or workload.container_id is None:
                 continue
-            if want_named:
-                named.add((workload.namespace, workload.pod_name, workload.container_name))
-            # Keyed by the workload object itself: the attributor hands out the same one while the process
-            # lives, and the entry holds it, so its id cannot be reused by another while cached.
-            ckey = ("container", device_tag, ir, id(workload))
-            entry = cache.get(ckey)
-            if entry is None or entry[0] is not workload:
-                entry = cache[ckey] = (
-                    workload,
-                    (*self.common, device_tag, *_ir_tags(ir), *_container_tags(workload)),
-                )
-            members = groups.get(entry[1])
-            if members is None:
-                groups[entry[1]] = [proc]
-            else:
-                members.append(proc)
+            named.add((workload.namespace, workload.pod_name, workload.container_name))
+            groups.setdefault(self._container_group(device_tag, ir, workload), []).append(proc)
         for ctags, members in groups.items():
             memory = sum(p.used_memory or 0 for p in members)
             self._container_values(ctags, memory, [p.sm_util for p in members], out)
-        if owner is not None and owner.pod and (owner.namespace, owner.pod, owner.container) not in named:
-            # A container holds this device but runs nothing on it: zeros, the idle signal (docs/nvml.md §9).
-            otags = self._cached(
-                ("owner", device_tag, device_ir, owner),
-                lambda: (*self.common, device_tag, *_ir_tags(owner.ir or device_ir), *_owner_tags(owner)),
-            )
-            self._container_values(otags, 0, [], out)
+        self._owner_zeros(owner, device_tag, device_ir, named, out)
 
     @staticmethod
     def _container_values(tags: tuple[str, ...], memory: int, sms: list[float | None], out: list[Row]) -> None:
@@ -477,7 +452,7 @@ class SeriesBuilder:
             reasons = self._tag_cache.get(key)
             if reasons is None:
                 reasons = self._tag_cache[key] = tuple((*tags, f"reason:{reason}") for _, reason in CLOCK_EVENT_REASONS)
-            flags = _reason_flags(bits)
+            flags = reason_flags(bits)
             out.extend(zip(repeat("gpufarm.gpu.clock_event_reason"), flags, reasons))
         if gpu.ecc_uncorrected is not None:
             append(("gpufarm.gpu.ecc.uncorrected", float(gpu.ecc_uncorrected), tags))
@@ -555,20 +530,40 @@ _ACTIVITY_METRICS: dict[str, str] = {
 }
 
 
-@lru_cache(maxsize=1024)
-def _reason_flags(bits: int) -> tuple[float, ...]:
-    """The 0/1 value of each clock event reason for a bitmask (a GPU's mask changes rarely)."""
-    return tuple(1.0 if bits & bit else 0.0 for bit, _ in CLOCK_EVENT_REASONS)
+def _device_ir(device: _Device, owner: DeviceOwner | None, cycle: _Cycle) -> str:
+    """The allocator's assignment, else the owner's IR, else the processes' majority, else the host's, else none."""
+    return (
+        (cycle.assigned.get(device.key) if cycle.assigned else None)
+        or (owner.ir if owner else None)
+        or _majority_ir(device.processes, cycle.workloads)
+        or cycle.host_ir
+        or NO_IR
+    )
 
 
-def _with_source(tags: tuple[str, ...], source: str) -> tuple[str, ...]:
-    return (*tags, f"activity_source:{source}")
+def _device_values(device: _Device, tags: tuple[str, ...], out: list[Row]) -> None:
+    """A device's memory, utilization (whole GPUs) and process count."""
+    append = out.append
+    memory = device.memory
+    if memory is not None:
+        append(("gpufarm.gpu.memory.total", float(memory.total), tags))
+        append(("gpufarm.gpu.memory.used", float(memory.used), tags))
+        append(("gpufarm.gpu.memory.free", float(memory.free), tags))
+        if memory.reserved is not None:
+            append(("gpufarm.gpu.memory.reserved", float(memory.reserved), tags))
+    if device.utilization is not None:
+        append(("gpufarm.gpu.utilization", device.utilization, tags))
+    append(("gpufarm.gpu.processes", float(len(device.processes)), tags))
 
 
-@lru_cache(maxsize=4096)
-def _ir_tags(ir: str) -> tuple[str, ...]:
-    """`gpu_ir` always (the agent's attribution, which hosts never carry); `ir` too when there is one."""
-    return (f"gpu_ir:{ir}",) if ir == NO_IR else (f"gpu_ir:{ir}", f"ir:{ir}")
+def _measured_activity(device: _Device) -> float | None:
+    """Utilization, else GPM activity, else the processes' SM % summed when every one has it; None: unmeasured."""
+    measured = device.utilization if device.utilization is not None else device.activity
+    if measured is None and device.processes:
+        sm = [p.sm_util for p in device.processes]
+        if None not in sm:
+            measured = min(100.0, sum(cast("list[float]", sm)))
+    return measured
 
 
 def _majority_ir(processes: list[ProcessSample], workloads: Mapping[int, Workload | None]) -> str | None:
@@ -583,20 +578,3 @@ def _majority_ir(processes: list[ProcessSample], workloads: Mapping[int, Workloa
     if not held:
         return None
     return min(held, key=lambda ir: (-held[ir], ir))
-
-
-def _container_tags(workload: Workload | None) -> tuple[str, ...]:
-    if workload is None or workload.container_id is None:
-        return ()
-    pod = _pod_tags(workload.pod_uid, workload.pod_name, workload.namespace, workload.container_name)
-    return (f"container_id:{workload.container_id}", *pod)
-
-
-def _owner_tags(owner: DeviceOwner) -> tuple[str, ...]:
-    return _pod_tags(owner.pod_uid, owner.pod, owner.namespace, owner.container)
-
-
-def _pod_tags(uid: str | None, name: str | None, namespace: str | None, container: str | None) -> tuple[str, ...]:
-    """Kubernetes tags, Datadog's names, for whatever of the pod is known."""
-    pairs = (("pod_uid", uid), ("pod_name", name), ("kube_namespace", namespace), ("kube_container_name", container))
-    return tuple(f"{key}:{value}" for key, value in pairs if value)

@@ -11,12 +11,13 @@ from typing import Literal
 from gpufarm_node.agent import Agent
 from gpufarm_node.attribution import Attributor, DeviceOwners, PodMetadataFile, PodResourcesOwners, ProcFs
 from gpufarm_node.collect import CollectOptions
-from gpufarm_node.fake_nvml import FakeHost, FakeNvml
+from gpufarm_node.fake_host import FakeHost
+from gpufarm_node.fake_nvml import FakeNvml
 from gpufarm_node.hosttags import HostTagWatch
-from gpufarm_node.nvml_source import NvmlSource
+from gpufarm_node.nvml.source import NvmlSource
 from gpufarm_node.registration import HostRegistrar
 from gpufarm_node.sender import Sender
-from gpufarm_node.topology import Topology
+from gpufarm_node.topology_spec import Topology
 
 
 @dataclass

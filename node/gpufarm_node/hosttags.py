@@ -91,11 +91,11 @@ class HttpTagsTransport:
     """GET /api/v1/tags/hosts/<host>?source=user on one kept-alive connection (TLS through `ssl` for https).
 
     The request's bytes are made once; the answer is read by a small HTTP/1.1 reader: status line, headers,
-    then a `Content-Length` body, a chunked one, or one that ends with the connection, each bounded. Through
-    `http.client` the same read cost 456 K instructions (its header parsing goes through the `email` package),
-    through urllib3 816 K, this reader 43 K, and the read runs every cycle (docs/nvml.md §11). Anything it does
-    not take (a 1xx answer, a malformed line, an answer over the bounds) drops the connection and counts as a
-    failed read; the next read opens a new connection.
+    then a `Content-Length` body, a chunked one, or one that ends with the connection, each bounded. The read
+    runs every cycle, and the same read through urllib3 (whose header parsing goes through http.client and the
+    `email` package) adds more than a tenth to the agent's CPU per cycle: benchmarks/node.py measures both side
+    by side (docs/nvml.md §10). Anything it does not take (a 1xx answer, a malformed line, an answer over the
+    bounds) drops the connection and counts as a failed read; the next read opens a new connection.
     """
 
     def __init__(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufarm_node import collect
+from gpufarm_node import series_tags
 from gpufarm_node.collect import CollectOptions, Series
 from gpufarm_node.fakenode import FakeNode, fake_node
 from gpufarm_node.sender import DatadogSender
@@ -56,8 +56,8 @@ def _forget(node: FakeNode) -> None:
     attributor = node.attributor
     attributor._cache.clear()
     attributor._joined.clear()
-    collect._ir_tags.cache_clear()
-    collect._reason_flags.cache_clear()
+    series_tags.ir_tags.cache_clear()
+    series_tags.reason_flags.cache_clear()
 
 
 def _comparable(series: list[Series]) -> list[tuple[str, float, tuple[str, ...]]]:

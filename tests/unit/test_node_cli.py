@@ -103,7 +103,7 @@ def test_the_agent_imports_nothing_heavy() -> None:
 
     code = (
         "import sys, gpufarm_node.cli, gpufarm_node.agent, gpufarm_node.sender, gpufarm_node.registration, "
-        "gpufarm_node.nvml_source, gpufarm_node.fakenode, gpufarm_node.podresources\n"
+        "gpufarm_node.nvml.source, gpufarm_node.fakenode, gpufarm_node.podresources\n"
         "from gpufarm_node.datadog import DatadogTarget, api_client, tags_api\n"
         "from gpufarm_node.sender import SeriesIntake\n"
         "SeriesIntake(api_client(DatadogTarget('http://127.0.0.1:9', 'k')))\n"

@@ -9,9 +9,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpufarm_node import nvml_source
+from gpufarm_node import nvml
 from gpufarm_node.attribution import Attributor, PodMetadataFile, ProcFs, Workload
-from gpufarm_node.fake_nvml import CLK_TCK, FakeHandle, FakeHost, FakeNvml
+from gpufarm_node.fake_host import CLK_TCK, FakeHost
+from gpufarm_node.fake_nvml import FakeHandle, FakeNvml
+from gpufarm_node.nvml.source import USED_FUNCTIONS
 from gpufarm_node.topology import topology_from_dict
 
 START = 1_700_000_000.0
@@ -25,7 +27,7 @@ def _fake(data: dict, t: list[float] | None = None) -> tuple[FakeNvml, list[floa
 
 
 def test_every_function_the_source_uses_exists_in_pynvml_and_the_fake_with_the_same_signature() -> None:
-    for name in nvml_source.USED_FUNCTIONS:
+    for name in USED_FUNCTIONS:
         real = inspect.signature(getattr(pynvml, name))
         fake = inspect.signature(getattr(FakeNvml, name))
         params = list(fake.parameters.values())[1:]  # drop self
@@ -35,12 +37,12 @@ def test_every_function_the_source_uses_exists_in_pynvml_and_the_fake_with_the_s
 
 
 def test_used_functions_lists_every_pynvml_call_in_the_source() -> None:
-    tree = ast.parse(Path(nvml_source.__file__).read_text())
-    names = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
-    names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    nodes = [node for path in Path(nvml.__file__).parent.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))]
+    names = {node.value for node in nodes if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    names |= {node.attr for node in nodes if isinstance(node, ast.Attribute)}
     called = {n for n in names if inspect.isfunction(getattr(pynvml, n, None)) and n.startswith("nvml")}
     assert len(called) > 30
-    assert called - set(nvml_source.USED_FUNCTIONS) == set()
+    assert called - set(USED_FUNCTIONS) == set()
 
 
 def test_calls_before_init_raise_the_real_uninitialized_error() -> None:

@@ -13,7 +13,7 @@ from test_node_spec import _problems
 
 from gpufarm_node.attribution import Attributor
 from gpufarm_node.collect import CollectOptions, SeriesBuilder, identity_tags
-from gpufarm_node.nvml_source import NvmlSource
+from gpufarm_node.nvml.source import NvmlSource
 
 
 def _has_nvml() -> bool:

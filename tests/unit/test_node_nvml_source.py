@@ -10,7 +10,8 @@ import pytest
 
 from gpufarm_node.fake_nvml import FakeNvml
 from gpufarm_node.model import NodeSnapshot
-from gpufarm_node.nvml_source import NvmlSource, NvmlUnavailable, _process_means
+from gpufarm_node.nvml.fields import process_means
+from gpufarm_node.nvml.source import NvmlSource, NvmlUnavailable
 from gpufarm_node.topology import topology_from_dict
 
 START = 1_700_000_000.0
@@ -261,8 +262,8 @@ def test_process_means_average_only_the_samples_newer_than_the_last_read() -> No
     sample = pynvml.c_nvmlProcessUtilizationSample_t
     fresh = [sample(pid=7, timeStamp=1010, smUtil=30), sample(pid=8, timeStamp=1020, smUtil=5)]
     fresh.append(sample(pid=7, timeStamp=1030, smUtil=61))
-    assert _process_means(fresh, 1000) == (1030, {7: 45.5, 8: 5.0})
+    assert process_means(fresh, 1000) == (1030, {7: 45.5, 8: 5.0})
     stale = [sample(pid=7, timeStamp=990, smUtil=100), sample(pid=9, timeStamp=1000, smUtil=100)]
-    assert _process_means([*stale, *fresh], 1000) == (1030, {7: 45.5, 8: 5.0})
-    assert _process_means(stale, 1000) == (1000, {})
-    assert _process_means([], 1000) == (1000, {})
+    assert process_means([*stale, *fresh], 1000) == (1030, {7: 45.5, 8: 5.0})
+    assert process_means(stale, 1000) == (1000, {})
+    assert process_means([], 1000) == (1000, {})

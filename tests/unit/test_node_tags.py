@@ -90,7 +90,7 @@ def test_unit_and_assign_keys_agree() -> None:
 
 def _mig_snapshot_units() -> list[str]:
     from gpufarm_node.fake_nvml import FakeNvml
-    from gpufarm_node.nvml_source import NvmlSource
+    from gpufarm_node.nvml.source import NvmlSource
     from gpufarm_node.registration import unit_tags
     from gpufarm_node.topology import load_topology, packaged_topology
 

@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufarm_node.topology import (
-    TOPOLOGY_DIR,
-    Profile,
-    TopologyError,
-    load_topology,
-    packaged_topology,
-    topology_from_dict,
-)
+from gpufarm_node.topology import TOPOLOGY_DIR, load_topology, packaged_topology, topology_from_dict
+from gpufarm_node.topology_spec import Profile, TopologyError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "node"
 

@@ -1,4 +1,4 @@
-"""NVML -> NodeSnapshot. The only agent module that imports pynvml (docs/nvml.md §7, docs/design.md "House style").
+"""NVML -> NodeSnapshot: NvmlSource, the reader of every GPU (docs/nvml.md §7, docs/design.md "House style").
 
 How it reads NVML, following docs/nvml.md:
 - `nvmlInit` once at start, `nvmlShutdown` at close (§8: re-initialising every cycle is slow without
@@ -17,13 +17,10 @@ How it reads NVML, following docs/nvml.md:
 from __future__ import annotations
 
 import logging
-import queue
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, Final, Literal, cast
@@ -31,10 +28,24 @@ from typing import Any, Final, Literal, cast
 import pynvml
 
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
+from gpufarm_node.nvml.device import LOST, UNSUPPORTED, Device, GpmPair, GpuLost
+from gpufarm_node.nvml.fields import (
+    GPM_ENTRIES,
+    GPM_RETURN,
+    GPM_SET_SAMPLE1,
+    GPM_SET_SAMPLE2,
+    GPM_VALUE,
+    MEMORY_V2,
+    MEMORY_V2_READ,
+    VALUE_FIELDS,
+    fresh_samples,
+    process_means,
+)
+from gpufarm_node.nvml.xid import XidWatcher
 
 log = logging.getLogger("gpufarm_node.nvml")
 
-# Every pynvml function this module calls: the fake must offer each with pynvml's own signature.
+# Every pynvml function this package calls: the fake must offer each with pynvml's own signature.
 USED_FUNCTIONS: Final = (
     "nvmlInit",
     "nvmlShutdown",
@@ -81,141 +92,17 @@ GPM_METRICS: Final = (
     ("sm_occupancy", pynvml.NVML_GPM_METRIC_SM_OCCUPANCY),
     ("dram", pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL),
 )
-_VALUE_FIELDS: Final = {
-    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
-    pynvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
-    pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal",
-}
-# Capabilities, not failures (the Datadog Agent's IsUnsupported; pynvml's unversioned wrappers raise the last).
-_UNSUPPORTED: Final = (
-    pynvml.NVMLError_NotSupported,
-    pynvml.NVMLError_FunctionNotFound,
-    pynvml.NVMLLibraryMismatchError,
-)
-_LOST: Final = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)
 _MIG_PROFILE = re.compile(r"(\d+g\.\d+gb)", re.IGNORECASE)
-# The Datadog Agent retries event registration: "watching device events seems to require specific
-# permission/status ... data races at initialization" (docs/nvml.md §2).
-_REGISTER_ATTEMPTS = 5
 _LOG_ONCE_LIMIT = 1024
 _NA: Final = object()
 _EMPTY: Final = object()
-
-
-# pynvml's structures override __getattribute__ in Python (a bytes -> str conversion numeric fields never need):
-# reading a field that way costs more than the NVML call per sample. Utilization comes back as hundreds of
-# samples per cycle, so their fields are read through the ctypes field descriptors themselves.
-_SAMPLE: Final = pynvml.c_nvmlSample_t
-_SAMPLE_TIME: Final = _SAMPLE.__dict__["timeStamp"].__get__
-_SAMPLE_VALUE: Final = _SAMPLE.__dict__["sampleValue"].__get__
-_EXACT_SUM_FIELDS: Final = frozenset(("uiVal", "siVal", "usVal"))
-_VALUE_READERS: Final = {name: pynvml.c_nvmlValue_t.__dict__[name].__get__ for name in _VALUE_FIELDS.values()}
-_PROC_SAMPLE: Final = pynvml.c_nvmlProcessUtilizationSample_t
-_PROC_PID: Final = _PROC_SAMPLE.__dict__["pid"].__get__
-_PROC_TIME: Final = _PROC_SAMPLE.__dict__["timeStamp"].__get__
-_PROC_SM: Final = _PROC_SAMPLE.__dict__["smUtil"].__get__
-# The same for the structures read every cycle on every device or slice: memory (v2) and the GPM metrics' request
-# and answers. Numeric fields only, so the bytes -> str conversion those overrides exist for never applies.
-_MEMORY_V2: Final = pynvml.c_nvmlMemory_v2_t
-_MEMORY_V2_READ: Final = tuple(_MEMORY_V2.__dict__[name].__get__ for name in ("total", "used", "free", "reserved"))
-_GPM_GET: Final = pynvml.c_nvmlGpmMetricsGet_t
-_GPM_SET_SAMPLE1: Final = _GPM_GET.__dict__["sample1"].__set__
-_GPM_SET_SAMPLE2: Final = _GPM_GET.__dict__["sample2"].__set__
-_GPM_ENTRIES: Final = _GPM_GET.__dict__["metrics"].__get__
-_GPM_RETURN: Final = pynvml.c_nvmlGpmMetric_t.__dict__["nvmlReturn"].__get__
-_GPM_VALUE: Final = pynvml.c_nvmlGpmMetric_t.__dict__["value"].__get__
 # The running-process lists come back as pynvml's friendly objects (plain attributes).
 _PID: Final = attrgetter("pid")
 _USED_MEMORY: Final = attrgetter("usedGpuMemory")
 
 
-def _fresh_samples(samples: list[Any], since: int, attr: str) -> tuple[int, float, int] | None:
-    """(newest timestamp, sum, count) of the samples taken after `since`; None when there is none."""
-    if samples and type(samples[0]) is _SAMPLE:
-        stamps = list(map(_SAMPLE_TIME, samples))
-        values = list(map(_VALUE_READERS.get(attr, _VALUE_READERS["uiVal"]), map(_SAMPLE_VALUE, samples)))
-    else:  # anything else shaped like pynvml's samples
-        stamps = [s.timeStamp for s in samples]
-        values = [getattr(s.sampleValue, attr) for s in samples]
-    if stamps and attr in _EXACT_SUM_FIELDS and min(stamps) > since:
-        # Every sample is new (NVML answers only newer ones), and sums of a window of 32-bit integers stay far
-        # below 2**53, where integers are exact floats: the same total as adding them one by one as floats.
-        return max(stamps), float(sum(values)), len(values)
-    fresh = [float(v) for t, v in zip(stamps, values, strict=True) if t > since]
-    if not fresh:
-        return None
-    return max(stamps), sum(fresh), len(fresh)
-
-
-def _process_means(samples: list[Any], since: int) -> tuple[int, dict[int, float]]:
-    """(newest timestamp, mean SM % by pid) of the per-process samples taken after `since`."""
-    if samples and type(samples[0]) is _PROC_SAMPLE:
-        stamps = list(map(_PROC_TIME, samples))
-        pids = list(map(_PROC_PID, samples))
-        sms = list(map(_PROC_SM, samples))
-    else:
-        stamps = [s.timeStamp for s in samples]
-        pids = [s.pid for s in samples]
-        sms = [s.smUtil for s in samples]
-    if not stamps:
-        return since, {}
-    if min(stamps) <= since:
-        # NVML answers only samples newer than the timestamp asked for; keep the rule for any that are not.
-        fresh = [(t, pid, sm) for t, pid, sm in zip(stamps, pids, sms, strict=True) if t > since]
-        if not fresh:
-            return since, {}
-        stamps, pids, sms = (list(column) for column in zip(*fresh, strict=True))
-    # Sums in the samples' order (0.0 + the first is the first as a float), counts by C's Counter.
-    sums: dict[int, float] = {}
-    get = sums.get
-    for pid, sm in zip(pids, sms, strict=True):
-        sums[pid] = get(pid, 0.0) + sm
-    counts = Counter(pids)
-    return max(stamps), {pid: total / counts[pid] for pid, total in sums.items()}
-
-
 class NvmlUnavailable(RuntimeError):
     """NVML cannot be used on this host: no library, no driver, or a driver/library mismatch."""
-
-
-class _GpuLost(Exception):
-    pass
-
-
-@dataclass
-class _GpmPair:
-    previous: Any
-    spare: Any
-    taken_at: float | None = None
-
-
-@dataclass
-class _Device:
-    index: int
-    handle: Any
-    uuid: str
-    name: str
-    lost: bool = False
-    unsupported: set[str] = field(default_factory=set)
-    util_ts: int = 0
-    proc_ts: int = 0
-    gpm: bool = False
-    gpm_pairs: dict[str, _GpmPair] = field(default_factory=dict)
-    metrics_get: Any = None
-    mig_info: dict[str, tuple[int, int, str]] = field(default_factory=dict)
-    memory_checked: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class XidEvent:
-    """One XID reported by the driver."""
-
-    gpu_uuid: str | None
-    xid: int
 
 
 class NvmlSource:
@@ -241,10 +128,10 @@ class NvmlSource:
         self._xid_mode = xid_mode
         self._queue_size = event_queue_size
         self._reinit_after = reinit_after
-        self._devices: list[_Device] = []
+        self._devices: list[Device] = []
         self._errors: Counter[str] = Counter()
         self._logged: set[str] = set()
-        self._watcher: _XidWatcher | None = None
+        self._watcher: XidWatcher | None = None
         self._initialised = False
         self._lost_at: float | None = None
         self.driver_version: str | None = None
@@ -305,13 +192,13 @@ class NvmlSource:
         self._errors.clear()
         return NodeSnapshot(now, gpus, self.driver_version, errors, dropped)
 
-    def _read_gpu(self, dev: _Device) -> GpuSnapshot:
+    def _read_gpu(self, dev: Device) -> GpuSnapshot:
         if dev.lost:
             return GpuSnapshot(dev.index, dev.uuid, dev.name, healthy=False)
         snap = GpuSnapshot(dev.index, dev.uuid, dev.name)
         try:
             self._fill(dev, snap)
-        except _GpuLost as lost:
+        except GpuLost as lost:
             dev.lost = True
             if self._lost_at is None:
                 self._lost_at = self._clock()
@@ -327,7 +214,7 @@ class NvmlSource:
             return GpuSnapshot(dev.index, dev.uuid, dev.name, healthy=False)
         return snap
 
-    def _fill(self, dev: _Device, snap: GpuSnapshot) -> None:
+    def _fill(self, dev: Device, snap: GpuSnapshot) -> None:
         h = dev.handle
         mode = self._query(dev, "mig_mode", "nvmlDeviceGetMigMode", h)
         snap.mig_enabled = mode is not _NA and int(mode[0]) == pynvml.NVML_DEVICE_MIG_ENABLE
@@ -370,7 +257,7 @@ class NvmlSource:
 
     # -- signals -----------------------------------------------------------------------------------------
 
-    def _utilization(self, dev: _Device) -> float | None:
+    def _utilization(self, dev: Device) -> float | None:
         got = self._query(
             dev,
             "samples",
@@ -382,7 +269,7 @@ class NvmlSource:
         )
         if got is not _NA and got is not _EMPTY:
             value_type, samples = got
-            fresh = _fresh_samples(samples, dev.util_ts, _VALUE_FIELDS.get(value_type, "uiVal"))
+            fresh = fresh_samples(samples, dev.util_ts, VALUE_FIELDS.get(value_type, "uiVal"))
             if fresh is not None:
                 dev.util_ts, total, count = fresh
                 return total / count
@@ -390,12 +277,12 @@ class NvmlSource:
         rates = self._query(dev, "utilization", "nvmlDeviceGetUtilizationRates", dev.handle)
         return None if rates is _NA else float(rates.gpu)
 
-    def _memory(self, dev: _Device, handle: Any, scope: str) -> MemoryInfo | None:
+    def _memory(self, dev: Device, handle: Any, scope: str) -> MemoryInfo | None:
         # v2 carries `reserved`; older drivers lack the symbol, and then v1 answers (gpustat #141).
         info = self._query(dev, scope + "memory_v2", "nvmlDeviceGetMemoryInfo", handle, pynvml.nvmlMemory_v2)
         if info is not _NA:
-            if type(info) is _MEMORY_V2:
-                total, used, free, reserved = _MEMORY_V2_READ
+            if type(info) is MEMORY_V2:
+                total, used, free, reserved = MEMORY_V2_READ
                 return MemoryInfo(total(info), used(info), free(info), reserved(info))
             return MemoryInfo(int(info.total), int(info.used), int(info.free), int(info.reserved))
         if scope + "memory_v2" not in dev.unsupported:
@@ -403,14 +290,14 @@ class NvmlSource:
         info = self._query(dev, scope + "memory", "nvmlDeviceGetMemoryInfo", handle)
         return None if info is _NA else MemoryInfo(int(info.total), int(info.used), int(info.free))
 
-    def _temperature(self, dev: _Device) -> float | None:
+    def _temperature(self, dev: Device) -> float | None:
         value = self._query(dev, "temperature_v", "nvmlDeviceGetTemperatureV", dev.handle, pynvml.NVML_TEMPERATURE_GPU)
         if value is _NA and "temperature_v" in dev.unsupported:
             # nvmlDeviceGetTemperature is deprecated in NVML 13 but is all that older drivers have.
             value = self._query(dev, "temperature", "nvmlDeviceGetTemperature", dev.handle, pynvml.NVML_TEMPERATURE_GPU)
         return None if value is _NA else float(value)
 
-    def _processes(self, dev: _Device, handle: Any, scope: str, *, with_util: bool) -> list[ProcessSample]:
+    def _processes(self, dev: Device, handle: Any, scope: str, *, with_util: bool) -> list[ProcessSample]:
         procs = self._query(dev, scope + "processes", "nvmlDeviceGetComputeRunningProcesses", handle)
         if procs is _NA or not procs:
             return []
@@ -435,7 +322,7 @@ class NvmlSource:
         # A pid NVML did not sample had zero utilization in that period (nvml.h).
         return list(map(ProcessSample, pids, memories, map(sm.get, pids, repeat(0.0))))
 
-    def _process_util(self, dev: _Device) -> dict[int, float] | None:
+    def _process_util(self, dev: Device) -> dict[int, float] | None:
         if not dev.proc_ts:
             dev.proc_ts = int((self._clock() - self._interval) * 1_000_000)
         got = self._query(
@@ -450,10 +337,10 @@ class NvmlSource:
             return None
         if got is _EMPTY:
             return {}
-        dev.proc_ts, means = _process_means(got, dev.proc_ts)
+        dev.proc_ts, means = process_means(got, dev.proc_ts)
         return means
 
-    def _check_process_memory(self, dev: _Device, snap: GpuSnapshot) -> None:
+    def _check_process_memory(self, dev: Device, snap: GpuSnapshot) -> None:
         """Once per GPU: per-process memory must fit in used memory, else the process struct is misread."""
         if dev.memory_checked or snap.memory is None or not snap.processes:
             return
@@ -472,7 +359,7 @@ class NvmlSource:
 
     # -- MIG ---------------------------------------------------------------------------------------------
 
-    def _migs(self, dev: _Device) -> list[MigSnapshot]:
+    def _migs(self, dev: Device) -> list[MigSnapshot]:
         count = self._query(dev, "mig_count", "nvmlDeviceGetMaxMigDeviceCount", dev.handle)
         out: list[MigSnapshot] = []
         seen: set[str] = set()
@@ -509,7 +396,7 @@ class NvmlSource:
             self._free_pair(dev.gpm_pairs.pop(gone, None))
         return out
 
-    def _mig_identity(self, dev: _Device, handle: Any) -> tuple[int, int, str] | None:
+    def _mig_identity(self, dev: Device, handle: Any) -> tuple[int, int, str] | None:
         gi = self._query(dev, "mig_gi", "nvmlDeviceGetGpuInstanceId", handle)
         ci = self._query(dev, "mig_ci", "nvmlDeviceGetComputeInstanceId", handle)
         if gi is _NA or ci is _NA:
@@ -518,14 +405,14 @@ class NvmlSource:
         match = _MIG_PROFILE.search(str(name)) if name is not _NA else None
         return int(gi), int(ci), match.group(1).lower() if match else "unknown"
 
-    def _gpm_activity(self, dev: _Device, mig_uuid: str, gpu_instance_id: int) -> dict[str, float] | None:
+    def _gpm_activity(self, dev: Device, mig_uuid: str, gpu_instance_id: int) -> dict[str, float] | None:
         pair = dev.gpm_pairs.get(mig_uuid)
         if pair is None:
             first = self._query(dev, "gpm_alloc", "nvmlGpmSampleAlloc")
             second = self._query(dev, "gpm_alloc", "nvmlGpmSampleAlloc")
             if first is _NA or second is _NA:
                 return None
-            pair = dev.gpm_pairs[mig_uuid] = _GpmPair(first, second)
+            pair = dev.gpm_pairs[mig_uuid] = GpmPair(first, second)
         current = pair.spare
         got = self._query(dev, "gpm_sample", "nvmlGpmMigSampleGet", dev.handle, gpu_instance_id, current)
         if got is _NA:
@@ -541,19 +428,19 @@ class NvmlSource:
                 metrics.numMetrics = len(GPM_METRICS)
                 for i, (_, metric_id) in enumerate(GPM_METRICS):
                     metrics.metrics[i].metricId = metric_id
-            _GPM_SET_SAMPLE1(metrics, pair.previous)
-            _GPM_SET_SAMPLE2(metrics, current)
+            GPM_SET_SAMPLE1(metrics, pair.previous)
+            GPM_SET_SAMPLE2(metrics, current)
             if self._query(dev, "gpm_metrics", "nvmlGpmMetricsGet", metrics) is not _NA:
                 result = {}
-                entries = _GPM_ENTRIES(metrics)
+                entries = GPM_ENTRIES(metrics)
                 for i, (name, _) in enumerate(GPM_METRICS):
                     entry = entries[i]
-                    if _GPM_RETURN(entry) == pynvml.NVML_SUCCESS:
-                        result[name] = float(_GPM_VALUE(entry))
+                    if GPM_RETURN(entry) == pynvml.NVML_SUCCESS:
+                        result[name] = float(GPM_VALUE(entry))
         pair.previous, pair.spare, pair.taken_at = current, pair.previous, now
         return result
 
-    def _free_pair(self, pair: _GpmPair | None) -> None:
+    def _free_pair(self, pair: GpmPair | None) -> None:
         if pair is None:
             return
         for sample in (pair.previous, pair.spare):
@@ -571,18 +458,18 @@ class NvmlSource:
 
     # -- the query helper ------------------------------------------------------------------------------------
 
-    def _query(self, dev: _Device, cap: str, fn: str, *args: Any, absent: tuple[type, ...] = ()) -> Any:
+    def _query(self, dev: Device, cap: str, fn: str, *args: Any, absent: tuple[type, ...] = ()) -> Any:
         """Call `fn`; `_NA` when it failed or the signal `cap` is off, `_EMPTY` for an expected `absent` error."""
         if cap in dev.unsupported:
             return _NA
         try:
             return getattr(self._n, fn)(*args)
-        except _UNSUPPORTED:
+        except UNSUPPORTED:
             dev.unsupported.add(cap)
             self._log_once(f"unsupported:{cap}:{dev.uuid}", logging.INFO, "GPU %d: %s unsupported, off", dev.index, cap)
             return _NA
-        except _LOST as exc:
-            raise _GpuLost(f"{fn}: {exc}") from exc
+        except LOST as exc:
+            raise GpuLost(f"{fn}: {exc}") from exc
         except pynvml.NVMLError as exc:
             if absent and isinstance(exc, absent):
                 return _EMPTY
@@ -606,7 +493,7 @@ class NvmlSource:
 
     # -- enumeration and recovery ------------------------------------------------------------------------------
 
-    def _enumerate(self, previous: dict[int, _Device]) -> None:
+    def _enumerate(self, previous: dict[int, Device]) -> None:
         count = int(self._n.nvmlDeviceGetCount())
         devices = []
         for index in range(count):
@@ -614,9 +501,9 @@ class NvmlSource:
             try:
                 handle = self._n.nvmlDeviceGetHandleByIndex(index)
                 gpu_uuid = str(self._n.nvmlDeviceGetUUID(handle))
-                dev = _Device(index, handle, gpu_uuid, str(self._n.nvmlDeviceGetName(handle)))
-            except _LOST:
-                dev = _Device(index, None, old.uuid if old else f"unknown-{index}", old.name if old else "unknown")
+                dev = Device(index, handle, gpu_uuid, str(self._n.nvmlDeviceGetName(handle)))
+            except LOST:
+                dev = Device(index, None, old.uuid if old else f"unknown-{index}", old.name if old else "unknown")
                 dev.lost = True
             except pynvml.NVMLError as exc:
                 self._log_once(f"enumerate:{index}", logging.ERROR, "GPU %d cannot be opened: %s", index, exc)
@@ -634,10 +521,10 @@ class NvmlSource:
         self._devices = devices
         self._lost_at = self._clock() if any(d.lost for d in devices) else None
 
-    def _query_quiet(self, dev: _Device, fn: str, *args: Any) -> Any:
+    def _query_quiet(self, dev: Device, fn: str, *args: Any) -> Any:
         try:
             return self._query(dev, fn, fn, *args)
-        except _GpuLost:
+        except GpuLost:
             dev.lost = True
             return None
 
@@ -665,7 +552,7 @@ class NvmlSource:
         if self._xid_mode == "off":
             return
         devices = [d for d in self._devices if not d.lost]
-        watcher = _XidWatcher(self._n, devices, self._queue_size, self._log_once, self._event_wait_ms)
+        watcher = XidWatcher(self._n, devices, self._queue_size, self._log_once, self._event_wait_ms)
         if watcher.start(threaded=self._xid_mode == "thread"):
             self._watcher = watcher
 
@@ -673,109 +560,3 @@ class NvmlSource:
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None
-
-
-class _XidWatcher:
-    """XID events into a bounded queue; drops (and counts) events when the queue is full."""
-
-    def __init__(
-        self, nvml: Any, devices: list[_Device], size: int, log_once: Callable[..., None], wait_ms: int
-    ) -> None:
-        self._n = nvml
-        # The Datadog Agent waits 1 s per call; the thread notices a stop request within that.
-        self._wait_ms = wait_ms
-        self._devices = devices
-        self._queue: queue.Queue[XidEvent] = queue.Queue(maxsize=size)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._event_set: Any = None
-        self._dropped = 0
-        self._log_once = log_once
-        self._registered = 0
-
-    def start(self, *, threaded: bool) -> bool:
-        """Register every GPU for XID events; False when nothing could be registered."""
-        try:
-            self._event_set = self._n.nvmlEventSetCreate()
-        except pynvml.NVMLError as exc:
-            self._log_once("xid:create", logging.WARNING, "XID events unavailable: %s", exc)
-            return False
-        for dev in self._devices:
-            self._register(dev)
-        if not self._registered:
-            self._free()
-            return False
-        if threaded:
-            self._thread = threading.Thread(target=self._run, name="gpufarm-xid", daemon=True)
-            self._thread.start()
-        return True
-
-    def _register(self, dev: _Device) -> None:
-        for attempt in range(_REGISTER_ATTEMPTS):
-            try:
-                self._n.nvmlDeviceRegisterEvents(dev.handle, pynvml.nvmlEventTypeXidCriticalError, self._event_set)
-            except (*_UNSUPPORTED, *_LOST):
-                self._log_once(f"xid:unsupported:{dev.uuid}", logging.INFO, "GPU %d: no XID events", dev.index)
-                return
-            except pynvml.NVMLError as exc:
-                if attempt == _REGISTER_ATTEMPTS - 1:
-                    self._log_once(f"xid:register:{dev.uuid}", logging.WARNING, "GPU %d: XID: %s", dev.index, exc)
-                    return
-                self._stop.wait(0.2)
-            else:
-                self._registered += 1
-                return
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wait_one(self._wait_ms)
-
-    def _wait_one(self, timeout_ms: int) -> bool:
-        try:
-            data = self._n.nvmlEventSetWait(self._event_set, timeout_ms)
-        except pynvml.NVMLError_Timeout:
-            return False
-        except pynvml.NVMLError as exc:
-            self._log_once("xid:wait", logging.WARNING, "waiting for XID events failed: %s", exc)
-            if self._thread is not None:
-                self._stop.wait(1.0)
-            return False
-        try:
-            gpu_uuid: str | None = str(self._n.nvmlDeviceGetUUID(data.device))
-        except pynvml.NVMLError:
-            gpu_uuid = None
-        try:
-            self._queue.put_nowait(XidEvent(gpu_uuid, int(data.eventData)))
-        except queue.Full:
-            self._dropped += 1
-        return True
-
-    def drain(self) -> tuple[list[XidEvent], int]:
-        """Events since the last drain (polling NVML first when there is no thread) and the drop count."""
-        if self._thread is None:
-            for _ in range(self._queue.maxsize + 1):
-                if not self._wait_one(0):
-                    break
-        events = []
-        while True:
-            try:
-                events.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        dropped, self._dropped = self._dropped, 0
-        return events, dropped
-
-    def stop(self) -> None:
-        """Stop the thread and free the event set."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=3)
-        self._free()
-
-    def _free(self) -> None:
-        if self._event_set is not None:
-            try:
-                self._n.nvmlEventSetFree(self._event_set)
-            except pynvml.NVMLError as exc:
-                log.debug("nvmlEventSetFree failed: %s", exc)
-            self._event_set = None
