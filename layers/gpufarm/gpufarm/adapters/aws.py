@@ -304,6 +304,14 @@ def read_secret(settings: Settings) -> dict[str, Any]:
     return value
 
 
+def load_settings() -> Settings:
+    """Settings from the environment, then the secret when GPUFARM_SECRETS_NAME is set (one SSM call)."""
+    settings = Settings()
+    if settings.secrets_name:
+        settings = settings.with_secrets(read_secret(settings))
+    return settings
+
+
 def load_farm_text(settings: Settings) -> str:
     """The farm configuration YAML as text: from SSM (GPUFARM_FARM_CONFIG_PARAMETER) or a file (GPUFARM_FARM_CONFIG)."""
     if settings.farm_config_parameter:

@@ -88,8 +88,8 @@ def apply(
 ) -> None:
     """Create or update gpufarm's incident type, its fields and notification rules, the webhooks and secret, the
     idle monitors generated from the farm's idle policy, gpufarm's dashboards and the metric metadata."""
+    from gpufarm.adapters.aws import load_settings
     from gpufarm.adapters.datadog_admin import DatadogAdmin
-    from gpufarm.config import load_settings
 
     done: list[Change] = []
     try:
