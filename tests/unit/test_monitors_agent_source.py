@@ -18,7 +18,7 @@ from gpufarm.core.inventory import MANAGED_TAG
 from gpufarm.core.links import Links
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import monitors as mon
-from gpufarm.setup.plan import IDLE_HANDLE
+from gpufarm.setup.webhooks import IDLE_HANDLE
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm_sandbox.emulator.monitors import parse_monitor_query, render_template

@@ -66,7 +66,7 @@ BUSY_TRANSITIONS = frozenset({"recovered"})
 
 
 class IdleAlert(BaseModel):
-    """The idle webhook's payload (gpufarm.setup.apply.IDLE_PAYLOAD, rendered by Datadog)."""
+    """The idle webhook's payload (gpufarm.setup.webhooks.IDLE_PAYLOAD, rendered by Datadog)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 

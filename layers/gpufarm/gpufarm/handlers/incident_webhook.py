@@ -37,7 +37,7 @@ UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0
 
 
 class IncidentEvent(BaseModel):
-    """The incident webhook's payload (gpufarm.setup.apply.INCIDENT_PAYLOAD, rendered by Datadog)."""
+    """The incident webhook's payload (gpufarm.setup.webhooks.INCIDENT_PAYLOAD, rendered by Datadog)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 

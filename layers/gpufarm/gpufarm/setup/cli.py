@@ -12,9 +12,10 @@ from gpufarm.core.errors import GpufarmError, NotFound
 from gpufarm.core.farm import FarmConfig
 from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.apply import execute, read_current
+from gpufarm.setup.changes import Change
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import desired_monitors
-from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Change, Plan, SetupSpec, plan_setup
+from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Plan, SetupSpec, plan_setup
 
 # Exit statuses of `apply`, for CI pipelines (click itself exits 2 on usage errors).
 EXIT_OK = 0  # applied, or (with --dry-run) nothing to change

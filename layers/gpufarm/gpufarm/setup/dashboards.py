@@ -27,10 +27,10 @@ import yaml
 
 from gpufarm.core.errors import ValidationFailed
 from gpufarm.core.farm import FarmConfig
+from gpufarm.setup.changes import Action, Change
 from gpufarm.setup.dashboards_farm import BUILDERS, DashboardSpec
 from gpufarm.setup.dashboards_farm import latest_runs as latest_runs_group
 from gpufarm.setup.dashboards_widgets import walk
-from gpufarm.setup.plan import Action, Change
 
 KIND = "dashboard"
 METADATA_KIND = "metric metadata"

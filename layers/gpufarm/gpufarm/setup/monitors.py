@@ -47,7 +47,8 @@ from typing import Any
 from gpufarm.core import agent_usage
 from gpufarm.core.farm import FarmConfig, IdleKind, IdleKindPolicy, MetricsSource, PoolKind
 from gpufarm.core.inventory import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
-from gpufarm.setup.plan import IDLE_HANDLE, Action, Change
+from gpufarm.setup.changes import Action, Change
+from gpufarm.setup.webhooks import IDLE_HANDLE
 
 KIND = "monitor"
 NAME_PREFIX = "[gpufarm] "

@@ -21,41 +21,29 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from gpufarm.config import Settings
 from gpufarm.core import fields as f
 from gpufarm.core.errors import ValidationFailed
+from gpufarm.setup.changes import Action, Change
+from gpufarm.setup.dashboards import plan_dashboards, plan_metadata
+from gpufarm.setup.dashboards_farm import DashboardSpec
+from gpufarm.setup.monitors import IdleMonitor, plan_monitors
+from gpufarm.setup.webhooks import (
+    CUSTOM_HEADERS,
+    IDLE_PAYLOAD,
+    IDLE_WEBHOOK,
+    INCIDENT_HANDLE,
+    INCIDENT_PAYLOAD,
+    INCIDENT_WEBHOOK,
+    SECRET_VARIABLE,
+)
 
-if TYPE_CHECKING:
-    from gpufarm.setup.dashboards_farm import DashboardSpec
-    from gpufarm.setup.monitors import IdleMonitor
-
-INCIDENT_WEBHOOK = "gpufarm-incidents"
-IDLE_WEBHOOK = "gpufarm-idle"
-INCIDENT_HANDLE = f"@webhook-{INCIDENT_WEBHOOK}"
-IDLE_HANDLE = f"@webhook-{IDLE_WEBHOOK}"
-SECRET_VARIABLE = "GPUFARM_WEBHOOK_SECRET"  # noqa: S105 - the variable's name, not its value
-TOKEN_HEADER = "X-Gpufarm-Token"  # noqa: S105 - a header name
+# Where apply reads the webhooks' URLs when they are not given.
 INCIDENT_WEBHOOK_URL_ENV = "GPUFARM_INCIDENT_WEBHOOK_URL"
 IDLE_WEBHOOK_URL_ENV = "GPUFARM_IDLE_WEBHOOK_URL"
-
-# Payload templates: Datadog substitutes the $VARIABLES when it calls the webhook. $INCIDENT_FIELDS is raw JSON
-# (an object of plain field values), so it stands outside quotes; everything else is a JSON string.
-INCIDENT_PAYLOAD = (
-    '{"event_type": "$EVENT_TYPE", "date": "$DATE", "incident_uuid": "$INCIDENT_UUID", '
-    '"incident_public_id": "$INCIDENT_PUBLIC_ID", "incident_status": "$INCIDENT_STATUS", '
-    '"incident_title": "$INCIDENT_TITLE", "incident_fields": $INCIDENT_FIELDS}'
-)
-# The idle monitors' tags ($TAGS: kind and window) and rendered message ($EVENT_MSG: the measured value) travel too.
-IDLE_PAYLOAD = (
-    '{"alert_id": "$ALERT_ID", "alert_transition": "$ALERT_TRANSITION", "alert_scope": "$ALERT_SCOPE", '
-    '"alert_status": "$ALERT_STATUS", "alert_title": "$ALERT_TITLE", "date": "$DATE", '
-    '"alert_query": "$ALERT_QUERY", "tags": "$TAGS", "message": "$EVENT_MSG"}'
-)
-CUSTOM_HEADERS = json.dumps({TOKEN_HEADER: f"${SECRET_VARIABLE}"})
 
 ALL_STATES = ("active", "stable", "resolved")
 # Only state and phase changes concern the lifecycle handler; other field edits (purpose, notes) must not call it.
@@ -66,46 +54,6 @@ INCIDENT_TYPE_DESCRIPTION = (
     "GPU allocations managed by gpufarm: each incident is one lease of GPUs, requested in Slack and tagged on its "
     "hosts as ir:ir-<number>. Created by `gpufarm datadog apply`; not for production incidents."
 )
-
-
-class Action(StrEnum):
-    """What apply does to one object."""
-
-    CREATE = "create"
-    UPDATE = "update"
-    UNCHANGED = "unchanged"
-    DELETE = "delete"  # only with --prune: a gpufarm monitor or dashboard the farm no longer asks for
-    BLOCKED = "blocked"  # cannot be applied as things stand; `detail` says what to do
-
-
-@dataclass(frozen=True)
-class Change:
-    """One planned (or applied) change to one Datadog object. `body` never holds a secret value."""
-
-    kind: str
-    name: str
-    action: Action
-    detail: str = ""
-    body: Mapping[str, Any] = field(default_factory=dict)
-    target_id: str | None = None
-    # What differs from what Datadog holds (updates): attribute names and choice changes, never values of secrets.
-    differences: tuple[str, ...] = ()
-
-    def line(self) -> str:
-        """One line of the printed plan."""
-        text = f"{self.action.value:<9} {self.kind} {self.name}"
-        return f"{text}: {self.detail}" if self.detail else text
-
-    def as_json(self) -> dict[str, Any]:
-        """The change for `--json`: kind, name, action, differences and detail (never a body: no secret leaks)."""
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "action": self.action.value,
-            "differences": list(self.differences),
-            "detail": self.detail,
-            "id": self.target_id,
-        }
 
 
 @dataclass(frozen=True)
@@ -292,16 +240,10 @@ def plan_setup(current: CurrentState, spec: SetupSpec) -> Plan:
     changes += [_plan_webhook(current.webhooks.get(w["name"]), w) for w in desired_webhooks(spec)]
     changes += _plan_rules(current.rules, type_id, spec.incident_type)
     if spec.monitors is not None:
-        from gpufarm.setup.monitors import plan_monitors
-
         changes += plan_monitors(current.monitors, spec.monitors, prune=spec.prune)
     if spec.dashboards is not None:
-        from gpufarm.setup.dashboards import plan_dashboards
-
         changes += plan_dashboards(current.dashboards, spec.dashboards, prune=spec.prune)
     if spec.metric_metadata is not None:
-        from gpufarm.setup.dashboards import plan_metadata
-
         changes += plan_metadata(current.metric_metadata, spec.metric_metadata)
     return Plan(tuple(changes), type_id, spec.incident_type)
 
