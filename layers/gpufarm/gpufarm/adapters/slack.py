@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_MAX_AGE_S = 300  # Slack's documented replay window (slack_sdk enforces the same 5 minutes)
 USERGROUP_TTL_S = 60.0  # usergroups.users.list is Tier 2: cache members for a minute
 DEFAULT_MAX_RETRY_WAIT_S = 30.0
 # Uploads: gpufarm shares reports (CSV, HTML); Slack would take 1 GB, but nothing gpufarm writes nears 20 MiB, and a

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 
 import click
 
@@ -176,12 +175,6 @@ def load_farm(settings: Settings, *, required: bool = False) -> FarmConfig | Non
             raise
         return None
     return parse_farm(text)
-
-
-def farm_valid_values(settings: Settings, *, required: bool = False) -> Mapping[str, Sequence[str]]:
-    """Dropdown choices from the farm configuration, or {} when none is configured (and not required)."""
-    farm = load_farm(settings, required=required)
-    return farm.valid_values() if farm is not None else {}
 
 
 def _print_plan(plan: Plan) -> None:
