@@ -205,14 +205,7 @@ class DatadogGateway(DatadogIncidents):
                 body = dc.read_json(self._monitors_raw.get_monitor(monitor_id=monitor_id, group_states="all"))
         except NotFound:
             return None
-        groups = ((body.get("state") or {}).get("groups") or {}) if isinstance(body, dict) else {}
-        if not isinstance(groups, dict):
-            return None
-        for name, state in groups.items():
-            tags = frozenset(t.strip().lower() for t in str(name).split(",") if t.strip())
-            if tags == wanted and isinstance(state, dict) and isinstance(state.get("status"), str):
-                return str(state["status"])
-        return None
+        return _group_status(body, wanted)
 
     def alerting_groups(self, monitor_tag: str) -> list[tuple[int, tuple[str, ...]]]:
         """(monitor id, group tags) of the groups in Alert among the monitors with this tag, every page."""
@@ -458,6 +451,22 @@ def timeseries_results(attributes: Mapping[str, Any]) -> list[TimeseriesResult]:
     return out
 
 
+def _group_tags(name: object) -> tuple[str, ...]:
+    """A monitor group's tags from its name (`env:hpc,ir:ir-12`), trimmed and lower-cased."""
+    return tuple(t.strip().lower() for t in str(name).split(",") if t.strip())
+
+
+def _group_status(monitor: Any, wanted: frozenset[str]) -> str | None:
+    """The status of a monitor's group with exactly these tags, from the monitor's JSON (None when not there)."""
+    groups = ((monitor.get("state") or {}).get("groups") or {}) if isinstance(monitor, dict) else {}
+    if not isinstance(groups, dict):
+        return None
+    for name, state in groups.items():
+        if frozenset(_group_tags(name)) == wanted and isinstance(state, dict) and isinstance(state.get("status"), str):
+            return str(state["status"])
+    return None
+
+
 def _alerting(monitor: Any) -> list[tuple[int, tuple[str, ...]]]:
     """(id, group tags) of a listed monitor's groups in Alert."""
     if not isinstance(monitor, dict) or not isinstance(monitor.get("id"), int):
@@ -466,7 +475,7 @@ def _alerting(monitor: Any) -> list[tuple[int, tuple[str, ...]]]:
     if not isinstance(groups, dict):
         return []
     return [
-        (int(monitor["id"]), tuple(t.strip().lower() for t in str(name).split(",") if t.strip()))
+        (int(monitor["id"]), _group_tags(name))
         for name, state in groups.items()
         if isinstance(state, dict) and state.get("status") == "Alert"
     ]

@@ -187,22 +187,9 @@ class DatadogIncidents:
         initial_note: str | None = None,
     ) -> IncidentRecord:
         """Create an incident once: a request_id field makes retries (ours and the caller's) find the first one."""
-        # Input is checked before anything is read or written.
-        attributes: dict[str, Any] = {
-            "title": _checked_title(title),
-            "customer_impacted": False,
-            "fields": _encode(fields),
-            "incident_type_uuid": self.incident_type_id,
-        }
-        if notification_handles:
-            attributes["notification_handles"] = [
-                {"handle": handle, "display_name": handle.lstrip("@")} for handle in notification_handles
-            ]
-        if initial_note:
-            attributes["initial_cells"] = [
-                {"cell_type": "markdown", "content": {"content": initial_note}, "important": False}
-            ]
-        body = {"data": {"type": "incidents", "attributes": attributes}}
+        # Input is checked before anything is read or written (the type's id may be looked up).
+        checked, encoded = _checked_title(title), _encode(fields)
+        body = _create_body(checked, encoded, self.incident_type_id, notification_handles, initial_note)
         request_id = fields.get(f.REQUEST_ID)
         rid = str(request_id) if request_id else None
         if rid:
@@ -215,28 +202,34 @@ class DatadogIncidents:
                     response = self._incidents_no_retry.create_incident(body=body)
                 return self._created(response.data)
             except dc.Failed as failed:
-                outcome = failed.outcome
-                # Without a request_id a 5xx or a timeout leaves us unable to tell whether Datadog created
-                # it, so only a plain refusal (429/408/connection refused) may be sent again.
-                if not (outcome.transient and (rid is not None or outcome.not_applied)):
-                    raise failed.error() from None
-                last = attempt == self.create_attempts
-                if last and (rid is None or outcome.not_applied):
-                    raise failed.error() from None
-                delay = self.create_backoff_s * 2 ** (attempt - 1)
-                log.warning(
-                    "create incident failed (%s); attempt %d, re-check in %.1fs", outcome.message, attempt, delay
-                )
-                self._sleep(delay)
-                # Re-check before sending again, and once more after the last failure: the server may have
-                # created it before its answer was lost.
-                if rid:
-                    existing = self.find_by_request_id(rid)
-                    if existing is not None:
-                        return existing
-                if last:
-                    raise failed.error() from None
+                existing = self._after_failed_create(failed, attempt, rid)
+                if existing is not None:
+                    return existing
         raise AssertionError("unreachable: the loop returns or raises")
+
+    def _after_failed_create(self, failed: dc.Failed, attempt: int, rid: str | None) -> IncidentRecord | None:
+        """Raise the failure unless sending again is safe; else wait, then the incident if it was created after all
+        (None: send again)."""
+        outcome = failed.outcome
+        # Without a request_id a 5xx or a timeout leaves us unable to tell whether Datadog created
+        # it, so only a plain refusal (429/408/connection refused) may be sent again.
+        if not (outcome.transient and (rid is not None or outcome.not_applied)):
+            raise failed.error() from None
+        last = attempt == self.create_attempts
+        if last and (rid is None or outcome.not_applied):
+            raise failed.error() from None
+        delay = self.create_backoff_s * 2 ** (attempt - 1)
+        log.warning("create incident failed (%s); attempt %d, re-check in %.1fs", outcome.message, attempt, delay)
+        self._sleep(delay)
+        # Re-check before sending again, and once more after the last failure: the server may have
+        # created it before its answer was lost.
+        if rid:
+            existing = self.find_by_request_id(rid)
+            if existing is not None:
+                return existing
+        if last:
+            raise failed.error() from None
+        return None
 
     def _created(self, data: Any) -> IncidentRecord:
         record = self._own(data)
@@ -400,6 +393,32 @@ def _record(plain: Mapping[str, Any]) -> IncidentRecord:
         modified=attributes.get("modified"),
         resolved=attributes.get("resolved"),
     )
+
+
+def _create_body(
+    title: str,
+    fields: dict[str, dict[str, Any]],
+    incident_type_id: str,
+    notification_handles: Sequence[str],
+    initial_note: str | None,
+) -> dict[str, Any]:
+    """The create request's JSON from a checked title and encoded fields: gpufarm's incident type, and the handles
+    and note when given."""
+    attributes: dict[str, Any] = {
+        "title": title,
+        "customer_impacted": False,
+        "fields": fields,
+        "incident_type_uuid": incident_type_id,
+    }
+    if notification_handles:
+        attributes["notification_handles"] = [
+            {"handle": handle, "display_name": handle.lstrip("@")} for handle in notification_handles
+        ]
+    if initial_note:
+        attributes["initial_cells"] = [
+            {"cell_type": "markdown", "content": {"content": initial_note}, "important": False}
+        ]
+    return {"data": {"type": "incidents", "attributes": attributes}}
 
 
 def _encode(fields: Mapping[str, object]) -> dict[str, dict[str, Any]]:

@@ -380,12 +380,22 @@ def check_upload(
     channel: str, filename: str, content: bytes, *, title: str, initial_comment: str | None = None
 ) -> None:
     """Refuse an upload gpufarm must not send (ValidationFailed names the argument); nothing is sent then."""
+    _check_destination(channel, filename)
+    _check_file(content, title, initial_comment)
+
+
+def _check_destination(channel: str, filename: str) -> None:
+    """The channel it is shared into and the file's name."""
     if not isinstance(channel, str) or not channel.strip() or len(channel) > 80:
         raise ValidationFailed("channel", "the channel to share the file into is missing or too long")
     if not isinstance(filename, str) or not UPLOAD_FILENAME_RE.match(filename) or ".." in filename:
         raise ValidationFailed(
             "filename", "a file name is letters, digits, '.', '_' or '-' (at most 130) with an extension, no path"
         )
+
+
+def _check_file(content: bytes, title: str, initial_comment: str | None) -> None:
+    """The bytes, the title and the comment shared with them."""
     if not isinstance(content, bytes | bytearray) or not content:
         raise ValidationFailed("content", "the file is empty")
     if len(content) > MAX_UPLOAD_BYTES:
