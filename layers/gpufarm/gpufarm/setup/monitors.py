@@ -327,8 +327,13 @@ def differences(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[s
         differs.append("type")
     if sorted(current.get("tags") or []) != sorted(wanted.get("tags") or []):
         differs.append("tags")
-    have = current.get("options") or {}
-    for key, value in (wanted.get("options") or {}).items():
+    return differs + _option_differences(current.get("options") or {}, wanted.get("options") or {})
+
+
+def _option_differences(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """`options.<key>` for each option gpufarm sets that the stored monitor holds otherwise (thresholds as numbers)."""
+    differs = []
+    for key, value in wanted.items():
         stored, want = have.get(key), value
         if key == "thresholds":
             stored = {k: float(v) for k, v in (stored or {}).items() if v is not None}

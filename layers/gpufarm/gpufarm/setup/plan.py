@@ -289,6 +289,15 @@ def _plan_fields(
     type_ready: bool,
     valid_values: Mapping[str, Sequence[str]],
 ) -> list[Change]:
+    by_name = _fields_by_name(existing, type_id)
+    return [
+        _plan_field(spec.name, wanted, by_name.get(spec.name), type_ready)
+        for spec, wanted in desired_fields(valid_values)
+    ]
+
+
+def _fields_by_name(existing: list[dict[str, Any]], type_id: str | None) -> dict[str, dict[str, Any]]:
+    """gpufarm's field definitions by name (the first of each name, deleted ones left out)."""
     # Only fields of gpufarm's type are gpufarm's; one of the same name on another type is someone else's.
     by_name: dict[str, dict[str, Any]] = {}
     for definition in existing:
@@ -296,38 +305,31 @@ def _plan_fields(
         if attrs.get("deleted") or _field_type_id(definition) not in (None, type_id):
             continue
         by_name.setdefault(str(attrs.get("name")), definition)
-    changes: list[Change] = []
-    for spec, wanted in desired_fields(valid_values):
-        current = by_name.get(spec.name)
-        if wanted is None:
-            if current is None:
-                detail = "its choices come from the farm configuration: pass --farm-config or set GPUFARM_FARM_CONFIG"
-                changes.append(Change("field", spec.name, Action.BLOCKED, detail))
-            else:
-                changes.append(
-                    Change("field", spec.name, Action.UNCHANGED, "choices kept (no farm configuration given)")
-                )
-            continue
+    return by_name
+
+
+def _plan_field(name: str, wanted: dict[str, Any] | None, current: dict[str, Any] | None, type_ready: bool) -> Change:
+    """One schema field against its definition in Datadog (None: not there); `wanted` None: choices not given."""
+    if wanted is None:
         if current is None:
-            action = Action.CREATE if type_ready else Action.BLOCKED
-            detail = "" if type_ready else "needs gpufarm's incident type"
-            changes.append(Change("field", spec.name, action, detail, wanted))
-            continue
-        attrs = current.get("attributes") or {}
-        if attrs.get("type") != wanted["type"]:
-            detail = (
-                f"exists with type code {attrs.get('type')}, gpufarm needs {wanted['type']}; "
-                "Datadog cannot change a field's type: delete or rename the existing field"
-            )
-            changes.append(Change("field", spec.name, Action.BLOCKED, detail, target_id=str(current.get("id"))))
-            continue
-        differs = _field_differences(attrs, wanted)
-        update = {k: v for k, v in wanted.items() if k in ("display_name", "valid_values")}
-        action = Action.UPDATE if differs else Action.UNCHANGED
-        changes.append(
-            Change("field", spec.name, action, ", ".join(differs), update, str(current.get("id")), tuple(differs))
+            detail = "its choices come from the farm configuration: pass --farm-config or set GPUFARM_FARM_CONFIG"
+            return Change("field", name, Action.BLOCKED, detail)
+        return Change("field", name, Action.UNCHANGED, "choices kept (no farm configuration given)")
+    if current is None:
+        action = Action.CREATE if type_ready else Action.BLOCKED
+        detail = "" if type_ready else "needs gpufarm's incident type"
+        return Change("field", name, action, detail, wanted)
+    attrs = current.get("attributes") or {}
+    if attrs.get("type") != wanted["type"]:
+        detail = (
+            f"exists with type code {attrs.get('type')}, gpufarm needs {wanted['type']}; "
+            "Datadog cannot change a field's type: delete or rename the existing field"
         )
-    return changes
+        return Change("field", name, Action.BLOCKED, detail, target_id=str(current.get("id")))
+    differs = _field_differences(attrs, wanted)
+    update = {k: v for k, v in wanted.items() if k in ("display_name", "valid_values")}
+    action = Action.UPDATE if differs else Action.UNCHANGED
+    return Change("field", name, action, ", ".join(differs), update, str(current.get("id")), tuple(differs))
 
 
 def _field_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
@@ -335,14 +337,21 @@ def _field_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> l
     if attrs.get("display_name") != wanted["display_name"]:
         differs.append("display name")
     if "valid_values" in wanted:
-        have = [(v.get("value"), v.get("display_name")) for v in attrs.get("valid_values") or []]
-        want = [(v["value"], v["display_name"]) for v in wanted["valid_values"]]
-        if have != want:
-            added = sorted({w[0] for w in want} - {h[0] for h in have})
-            removed = sorted({str(h[0]) for h in have} - {w[0] for w in want})
-            parts = [f"+{', '.join(added)}" if added else "", f"-{', '.join(removed)}" if removed else ""]
-            differs.append("choices " + " ".join(p for p in parts if p) if added or removed else "choice order")
+        choices = _choice_difference(attrs.get("valid_values") or [], wanted["valid_values"])
+        differs += [choices] if choices else []
     return differs
+
+
+def _choice_difference(held: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]) -> str | None:
+    """How a dropdown's choices differ (`choices +a -b`, or `choice order`); None when they do not."""
+    have = [(v.get("value"), v.get("display_name")) for v in held]
+    want = [(v["value"], v["display_name"]) for v in wanted]
+    if have == want:
+        return None
+    added = sorted({w[0] for w in want} - {h[0] for h in have})
+    removed = sorted({str(h[0]) for h in have} - {w[0] for w in want})
+    parts = [f"+{', '.join(added)}" if added else "", f"-{', '.join(removed)}" if removed else ""]
+    return "choices " + " ".join(p for p in parts if p) if added or removed else "choice order"
 
 
 def _plan_variable(current: dict[str, Any] | None, spec: SetupSpec) -> Change:
@@ -437,31 +446,35 @@ def _rule_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
 
 
 def _plan_rules(existing: list[dict[str, Any]], type_id: str | None, type_name: str) -> list[Change]:
-    changes = []
-    for wanted in desired_rules():
-        trigger = wanted["trigger"]
-        calling = [
-            r
-            for r in existing
-            if (r.get("attributes") or {}).get("trigger") == trigger
-            and INCIDENT_HANDLE in ((r.get("attributes") or {}).get("handles") or [])
-        ]
-        # Ours: on gpufarm's type. A rule calling the webhook from another type is an older gpufarm's: moved over.
-        ours = [r for r in calling if type_id is not None and _rule_type_id(r) == type_id]
-        others = [r for r in calling if r not in ours]
-        if not ours and not others:
-            changes.append(Change("notification rule", trigger, Action.CREATE, INCIDENT_HANDLE, wanted))
-            continue
-        rule = ours[0] if ours else others[0]
-        rest = len(calling) - 1
-        extra = f" ({rest} more rule(s) call the webhook on this trigger; left as they are)" if rest else ""
-        differs = _rule_differences(rule.get("attributes") or {}, wanted)
-        if not ours:
-            differs.append("incident type")
-        target = str(rule.get("id"))
-        if not differs:
-            changes.append(Change("notification rule", trigger, Action.UNCHANGED, extra.strip(), target_id=target))
-            continue
-        detail = ", ".join(differs) + (f" (moves it to incident type {type_name!r})" if not ours else "") + extra
-        changes.append(Change("notification rule", trigger, Action.UPDATE, detail, wanted, target, tuple(differs)))
-    return changes
+    return [_plan_rule(_calling(existing, w["trigger"]), w, type_id, type_name) for w in desired_rules()]
+
+
+def _calling(existing: list[dict[str, Any]], trigger: str) -> list[dict[str, Any]]:
+    """The rules on `trigger` that call gpufarm's incident webhook, on any incident type."""
+    return [
+        r
+        for r in existing
+        if (r.get("attributes") or {}).get("trigger") == trigger
+        and INCIDENT_HANDLE in ((r.get("attributes") or {}).get("handles") or [])
+    ]
+
+
+def _plan_rule(calling: list[dict[str, Any]], wanted: dict[str, Any], type_id: str | None, type_name: str) -> Change:
+    """The rule a trigger needs, against the rules already calling the webhook on it."""
+    trigger = wanted["trigger"]
+    # Ours: on gpufarm's type. A rule calling the webhook from another type is an older gpufarm's: moved over.
+    ours = [r for r in calling if type_id is not None and _rule_type_id(r) == type_id]
+    others = [r for r in calling if r not in ours]
+    if not ours and not others:
+        return Change("notification rule", trigger, Action.CREATE, INCIDENT_HANDLE, wanted)
+    rule = ours[0] if ours else others[0]
+    rest = len(calling) - 1
+    extra = f" ({rest} more rule(s) call the webhook on this trigger; left as they are)" if rest else ""
+    differs = _rule_differences(rule.get("attributes") or {}, wanted)
+    if not ours:
+        differs.append("incident type")
+    target = str(rule.get("id"))
+    if not differs:
+        return Change("notification rule", trigger, Action.UNCHANGED, extra.strip(), target_id=target)
+    detail = ", ".join(differs) + (f" (moves it to incident type {type_name!r})" if not ours else "") + extra
+    return Change("notification rule", trigger, Action.UPDATE, detail, wanted, target, tuple(differs))
