@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -30,6 +30,9 @@ from gpufarm.core.reconcile import MAX_SHARDS
 from gpufarm.core.serial import IncidentCommand, pool_group
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
+
+if TYPE_CHECKING:
+    from gpufarm.core.service import GpuFarm
 
 log = logging.getLogger(__name__)
 
@@ -160,16 +163,7 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
     except rt.ConfigurationError as exc:
         raise rt.misconfigured("allocation queue consumer", exc) from None
     try:
-        if message.command is not None:
-            telemetry.correlate(ir=message.command.ir)
-            command = message.command
-            done = [f"IR-{command.ir} {command.op.value}: {executor.execute(svc, command)}"]
-        elif message.pool is not None:
-            repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
-            done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
-            done += [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]
-        else:
-            done = [str(o) for o in svc.process(message.incident_id or "")]
+        done = _run(svc, message)
     except NotFound:
         log.warning("incident %s no longer exists; nothing to do", message.incident_id)
         return ["gone"]
@@ -182,3 +176,16 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
     for line in done:
         log.info("%s", line)
     return done
+
+
+def _run(svc: GpuFarm, message: QueueMessage) -> list[str]:
+    """The message's unit of work: an incident command, a pool's repair, or an incident's lifecycle step."""
+    if message.command is not None:
+        telemetry.correlate(ir=message.command.ir)
+        command = message.command
+        return [f"IR-{command.ir} {command.op.value}: {executor.execute(svc, command)}"]
+    if message.pool is not None:
+        repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
+        done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
+        return done + [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]
+    return [str(o) for o in svc.process(message.incident_id or "")]
