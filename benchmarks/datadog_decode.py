@@ -35,6 +35,7 @@ from datadog_api_client.v2.api.incidents_api import IncidentsApi
 
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters import datadog_client as dc
+from gpufarm.adapters import datadog_incidents as di
 from gpufarm.adapters.datadog import LIVE_QUERY, DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
@@ -128,7 +129,7 @@ def typed_incidents(client: ApiClient, query: str) -> Iterator[Any]:
         # Without return-type checks the client leaves nested objects as dicts: read both alike.
         page = list(dc.get(dc.get(dc.get(answer, "data"), "attributes"), "incidents") or [])
         for item in page:
-            yield dd._record(dc.plain_dict(dc.get(item, "data")))
+            yield di._record(dc.plain_dict(dc.get(item, "data")))
         offset += len(page)
         if len(page) < 100:
             return

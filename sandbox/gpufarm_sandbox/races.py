@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm import FarmConfig, parse_farm
+from gpufarm.core.governance import charging
 from gpufarm.core.governance.policy import GRANTED_PHASES
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, HOSTS, OPERATORS_CHANNEL, LocalFarm, ir_in
 
 # Datadog's incident API as slow as the issue measured it; host tags and Slack stay fast.
 INCIDENT_LATENCY_MS = 250
@@ -278,8 +279,14 @@ def run_scenario(race: RaceFarm, name: str, rounds: int) -> Tally:
 # -- the quota burst --------------------------------------------------------------------------------------------------
 
 BURST_TEAM, BURST_POOL, BURST_MODEL = "nlp", "onprem-hpc", "H100"
-BURST_USERS = (ALICE, BOB, CAROL)
+# Team nlp's members in the sandbox's workspace (alice; emulator.slack_workspace.TEAM_USERGROUPS): anyone else's
+# request for nlp is refused on membership and never reaches the quota.
+BURST_USERS = (ALICE,)
+# More than the quota and, charged as whole hosts (2 of onprem-hpc's 8-GPU hosts), the whole hard limit: an ask the
+# policy never grants and the operators are asked for only while nothing else of the team's is granted.
 BIG_ASK = 10
+# How often the big asks look for the burst's first grant.
+GRANT_POLL_S = 0.05
 
 
 @dataclass
@@ -288,6 +295,8 @@ class Burst:
 
     sent: int
     incidents: int
+    # GPUs the burst's grants count against the team's quota: the whole hosts they take
+    # (gpufarm.core.governance.charging).
     granted_by_policy: int
     granted_after_approvals: int
     quota: int
@@ -305,10 +314,13 @@ def quota_burst(
 ) -> Burst:
     """`count` concurrent `/gpu request {gpus} H100 team=nlp env=onprem-hpc`, then pending ones approved at once.
 
-    `approvals` caps how many pending requests the operator approves together (None: all of them; enough to
-    pass the hard limit is what the check needs). Granted by policy must stay within the quota, granted in all
-    within the hard limit (operators' approvals are re-checked in the pool's queue group too), every requester
-    answered, no host in two incidents. `latency_ms` overrides the race's injected latency for the burst (the
+    Every fifth asks for BIG_ASK GPUs instead, sent once the burst's first grant by policy is in the incidents, while
+    the other asks are still being decided: on top of that grant it is over the hard limit, so it is refused
+    whatever order the rest arrive in (decided before any grant, it would go to the operators). `approvals` caps
+    how many pending requests the operator approves together (None: all of them; enough to pass the hard limit is
+    what the check needs). Granted by policy must stay within the quota, granted in all within the hard limit
+    (operators' approvals are re-checked in the pool's queue group too), every requester answered with a decision
+    on the quota, no host in two incidents. `latency_ms` overrides the race's injected latency for the burst (the
     concurrency itself is the race here; 0 keeps a CI-sized burst short).
     """
     if latency_ms is not None:
@@ -323,20 +335,17 @@ def quota_burst(
     before = {who.id: len(farm.messages(user=who.id, kind="response")) for who in BURST_USERS}
     sent_by = Counter(BURST_USERS[i % len(BURST_USERS)].id for i in range(count))
 
-    def ask(i: int) -> Callable[[], Any]:
-        who = BURST_USERS[i % len(BURST_USERS)]
-        # Every fifth asks for more than the quota at once: approved by nobody, refused once grants fill up.
-        n = BIG_ASK if i % 5 == 4 else gpus
-        text = f"request {n} {BURST_MODEL} project=burst-{i} team={BURST_TEAM} env={BURST_POOL} days=1"
-        return lambda: farm.slash(who, text)
-
-    _together(race, [ask(i) for i in range(count)], wait)
-    by_policy = _granted(farm)
-    problems: list[str] = []
+    granted = threading.Event()
+    watcher = threading.Thread(target=_watch_for_a_grant, args=(farm, config, granted, wait), daemon=True)
+    watcher.start()
+    _together(race, [_ask(farm, i, gpus, granted, wait) for i in range(count)], wait)
+    watcher.join(timeout=wait)
+    by_policy = _granted(farm, config)
+    problems: list[str] = [] if granted.is_set() else [f"nothing granted by policy within {wait:.0f} s"]
     answered, refused, to_operators = _requesters_answered(farm, before, sent_by, problems)
     if by_policy > limits.gpus:
         problems.append(f"policy granted {by_policy} GPUs against a quota of {limits.gpus}")
-    after = _approve_pending(race, approvals, wait, problems)
+    after = _approve_pending(race, config, approvals, wait, problems)
     if after > limits.hard_limit:
         problems.append(f"granted {after} GPUs against a hard limit of {limits.hard_limit}")
     holders = _holders(farm)
@@ -360,6 +369,36 @@ def quota_burst(
     return burst
 
 
+def _ask(farm: LocalFarm, i: int, gpus: int, granted: threading.Event, wait: float) -> Callable[[], Any]:
+    """The burst's i-th request; every fifth asks for BIG_ASK GPUs, and only once a grant by policy is in."""
+    who = BURST_USERS[i % len(BURST_USERS)]
+    text = f"request {gpus} {BURST_MODEL} project=burst-{i} team={BURST_TEAM} env={BURST_POOL} days=1"
+    if i % 5 != 4:
+        return lambda: farm.slash(who, text)
+    big = text.replace(f"request {gpus} ", f"request {BIG_ASK} ", 1)
+
+    def once_granted() -> None:
+        granted.wait(timeout=wait)
+        farm.slash(who, big)
+
+    return once_granted
+
+
+def _watch_for_a_grant(farm: LocalFarm, config: FarmConfig, granted: threading.Event, wait: float) -> None:
+    """Set `granted` once an incident of the burst is granted (or give up after `wait` seconds)."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if _granted(farm, config) > 0:
+            granted.set()
+            return
+        time.sleep(GRANT_POLL_S)
+
+
+def _decided(answer: str) -> bool:
+    """An answer that decides a request on the quota: created (by policy or for the operators) or refused."""
+    return " created: " in answer or "refused" in answer
+
+
 def _requesters_answered(
     farm: LocalFarm, before: dict[str, int], sent_by: Counter[str], problems: list[str]
 ) -> tuple[int, int, int]:
@@ -373,16 +412,19 @@ def _requesters_answered(
         to_operators += sum("Sent to the GPU operators" in t for t in texts)
         if len(texts) != sent_by[who.id]:
             problems.append(f"{who.name}: {sent_by[who.id]} requests, {len(texts)} answers")
+        problems += [f"{who.name} answered {t[:120]!r}" for t in texts if not _decided(t)]
     return answered, refused, to_operators
 
 
-def _approve_pending(race: RaceFarm, approvals: int | None, wait: float, problems: list[str]) -> int:
+def _approve_pending(
+    race: RaceFarm, config: FarmConfig, approvals: int | None, wait: float, problems: list[str]
+) -> int:
     """The operator approves (up to `approvals` of) the pending requests at once; the GPUs granted after, and a
     problem noted unless every approval was answered."""
     farm = race.farm
     pending = sorted((a for a in _burst(farm) if a.phase is Phase.REQUESTED), key=lambda a: a.ir)[:approvals]
     _together(race, [_approve(farm, a.ir_label) for a in pending], wait)
-    after = _granted(farm)
+    after = _granted(farm, config)
     asked = {a.ir for a in pending}
     answers = [m["text"] for m in farm.messages(user=DANA.id, kind="response") if ir_in(m["text"]) in asked]
     if len(answers) != len(pending):
@@ -417,8 +459,16 @@ def _together(race: RaceFarm, calls: list[Callable[[], Any]], wait: float) -> No
     race.settle(timeout=wait)
 
 
-def _granted(farm: LocalFarm) -> int:
-    return sum(a.gpu_count for a in _burst(farm) if a.phase in GRANTED_PHASES)
+def _granted(farm: LocalFarm, config: FarmConfig) -> int:
+    """GPUs the burst's granted incidents count against their team's quota (whole hosts on a dedicated pool)."""
+    return sum(charging.held(a, config, _host_sizes) for a in _burst(farm) if a.phase in GRANTED_PHASES)
+
+
+def _host_sizes(environment: str, gpu_model: str) -> charging.HostSizes:
+    """Hosts per (cluster, GPUs per host) of one pool's model, in the farm LocalFarm seeds."""
+    return Counter(
+        (cluster, gpus) for _, model, gpus, env, cluster in HOSTS if (env, model) == (environment, gpu_model)
+    )
 
 
 def _burst(farm: LocalFarm) -> list[Allocation]:

@@ -22,6 +22,7 @@ from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
+from gpufarm.setup.changes import Action
 from gpufarm.setup.dashboards import desired_metadata
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm_sandbox.emulator.app import Sandbox
@@ -143,7 +144,7 @@ def test_apply_creates_what_gpufarm_needs_and_a_second_run_changes_nothing(
 
     second = _apply(admin, _spec())
     assert second.pending == []
-    assert {c.action for c in second.changes} == {planning.Action.UNCHANGED}
+    assert {c.action for c in second.changes} == {Action.UNCHANGED}
     assert second.incident_type_id == type_id
     assert second.changes[0].line() == f"unchanged incident type GPU allocation: {type_id}"
 
@@ -197,7 +198,7 @@ def test_a_field_of_the_wrong_type_blocks_with_advice(admin: DatadogAdmin, sandb
     admin.create_field_definition({"name": "team", "display_name": "Team", "type": 3}, type_id)
     plan = _apply(admin, _spec(), dry_run=True)
     team = next(c for c in plan.changes if c.name == "team")
-    assert team.action is planning.Action.BLOCKED
+    assert team.action is Action.BLOCKED
     assert "cannot change a field's type" in team.detail
 
 
@@ -235,7 +236,7 @@ def test_apply_moves_a_rule_an_older_gpufarm_left_on_another_type(admin: Datadog
 
     plan = _apply(admin, _spec())
     moved = next(c for c in plan.changes if c.name == "incident_modified_trigger")
-    assert (moved.action, moved.target_id, moved.differences) == (planning.Action.UPDATE, old["id"], ("incident type",))
+    assert (moved.action, moved.target_id, moved.differences) == (Action.UPDATE, old["id"], ("incident type",))
     assert "moves it to incident type 'GPU allocation'" in moved.detail
 
     rules = {r["id"]: r for r in admin.list_notification_rules()}
@@ -267,7 +268,7 @@ def test_an_operator_may_name_gpufarm_s_type(admin: DatadogAdmin, settings: Sett
     names = [t["attributes"]["name"] for t in admin.list_incident_types()]
     assert sorted(names) == ["Incident", "ML leases"]
     type_id = next(t["id"] for t in admin.list_incident_types() if t["attributes"]["name"] == "ML leases")
-    assert plan.changes[0].action is planning.Action.CREATE
+    assert plan.changes[0].action is Action.CREATE
     # The runtime finds the same type by the same setting, and creates its incidents there.
     gateway = DatadogGateway(settings.model_copy(update={"incident_type": "ML leases"}))
     record = gateway.create("GPU request", {f.STATE: "active", f.PHASE: "requested", f.REQUEST_ID: "req-named-1"})

@@ -26,6 +26,7 @@ from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.setup import apply as setup
 from gpufarm.setup import dashboards as dash
 from gpufarm.setup import plan as planning
+from gpufarm.setup.changes import Action, Change
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -69,7 +70,7 @@ def _apply(admin: DatadogAdmin, spec: planning.SetupSpec, *, dry_run: bool = Fal
     return setup.apply_setup(admin, spec, secret=SecretStr(SECRET), dry_run=dry_run)
 
 
-def _kind(plan: planning.Plan, kind: str) -> list[planning.Change]:
+def _kind(plan: planning.Plan, kind: str) -> list[Change]:
     return [c for c in plan.changes if c.kind == kind]
 
 
@@ -94,9 +95,9 @@ def test_a_fresh_sandbox_gets_five_dashboards_and_every_metrics_metadata(
     admin: DatadogAdmin, sandbox: Sandbox, dd_configuration: Any
 ) -> None:
     first = _apply(admin, _spec())
-    assert [c.action for c in _kind(first, dash.KIND)] == [planning.Action.CREATE] * 5
+    assert [c.action for c in _kind(first, dash.KIND)] == [Action.CREATE] * 5
     metadata = _kind(first, dash.METADATA_KIND)
-    assert len(metadata) == len(dash.desired_metadata()) and {c.action for c in metadata} == {planning.Action.CREATE}
+    assert len(metadata) == len(dash.desired_metadata()) and {c.action for c in metadata} == {Action.CREATE}
     stored = _ours(admin)
     assert sorted(stored) == sorted(["farm-overview", "project", "node", "slicing", "quota-ledger"])
     assert sandbox.dump()["dashboards"]["dashboards"][0]["widgets"] > 3
@@ -106,7 +107,7 @@ def test_a_fresh_sandbox_gets_five_dashboards_and_every_metrics_metadata(
     assert (pcie.type, pcie.unit, pcie.per_unit) == ("gauge", "kibibyte", "second")
     again = _apply(admin, _spec())
     assert again.pending == []
-    assert {c.action for c in _kind(again, dash.KIND) + _kind(again, dash.METADATA_KIND)} == {planning.Action.UNCHANGED}
+    assert {c.action for c in _kind(again, dash.KIND) + _kind(again, dash.METADATA_KIND)} == {Action.UNCHANGED}
 
 
 def test_a_hand_edit_shows_as_drift_and_apply_restores_it(admin: DatadogAdmin, sandbox: Sandbox) -> None:
@@ -117,7 +118,7 @@ def test_a_hand_edit_shows_as_drift_and_apply_restores_it(admin: DatadogAdmin, s
     edited["widgets"] = edited["widgets"][:3]
     admin.update_dashboard(str(edited["id"]), _editable(edited))
     dry = _apply(admin, _spec(), dry_run=True)
-    [drift] = [c for c in _kind(dry, dash.KIND) if c.action is planning.Action.UPDATE]
+    [drift] = [c for c in _kind(dry, dash.KIND) if c.action is Action.UPDATE]
     assert drift.target_id == stored["project"]["id"]
     assert drift.differences[0] == "title" and drift.differences[1].startswith("widgets (3 there")
     assert _ours(admin)["project"]["title"] == "my own project board"  # a dry run changes nothing
@@ -146,7 +147,7 @@ def test_prune_deletes_only_marked_dashboards_gpufarm_no_longer_defines(admin: D
     assert any("--prune deletes it" in c.detail for c in _kind(kept, dash.KIND) if c.target_id == retired["id"])
     assert all(c.target_id != foreign["id"] for c in kept.changes)
     pruned = _apply(admin, _spec(prune=True))
-    assert [c.target_id for c in _kind(pruned, dash.KIND) if c.action is planning.Action.DELETE] == [retired["id"]]
+    assert [c.target_id for c in _kind(pruned, dash.KIND) if c.action is Action.DELETE] == [retired["id"]]
     assert admin.get_dashboard(str(retired["id"])) is None
     assert admin.get_dashboard(str(foreign["id"])) is not None
 

@@ -30,6 +30,7 @@ from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import apply as setup
 from gpufarm.setup import monitors as mon
 from gpufarm.setup import plan as planning
+from gpufarm.setup.changes import Action, Change
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -78,7 +79,7 @@ def _apply(admin: DatadogAdmin, spec: planning.SetupSpec, *, dry_run: bool = Fal
     return setup.apply_setup(admin, spec, secret=SecretStr(SECRET), dry_run=dry_run)
 
 
-def _monitors(plan: planning.Plan) -> list[planning.Change]:
+def _monitors(plan: planning.Plan) -> list[Change]:
     return [c for c in plan.changes if c.kind == mon.KIND]
 
 
@@ -94,7 +95,7 @@ def test_apply_creates_the_policy_monitors_and_a_second_run_changes_nothing(
     # One per kind for the dedicated pool (per host) and one per kind for the shared pool (per device).
     assert len(wanted) == 6
     first = _apply(admin, spec)
-    assert [c.action for c in _monitors(first)] == [planning.Action.CREATE] * 6
+    assert [c.action for c in _monitors(first)] == [Action.CREATE] * 6
     stored = _ours(admin)
     assert set(stored) == set(wanted)
     for key, monitor in stored.items():
@@ -105,7 +106,7 @@ def test_apply_creates_the_policy_monitors_and_a_second_run_changes_nothing(
         assert mon.validated(monitor)  # Datadog's answer reads back through the client's models, nothing unparsed
     again = _apply(admin, spec)
     assert again.pending == []
-    assert {c.action for c in _monitors(again)} == {planning.Action.UNCHANGED}
+    assert {c.action for c in _monitors(again)} == {Action.UNCHANGED}
 
 
 def test_a_changed_threshold_updates_in_place_and_prune_deletes_a_dropped_kind(
@@ -115,7 +116,7 @@ def test_a_changed_threshold_updates_in_place_and_prune_deletes_a_dropped_kind(
     before = _ours(admin)
     tuned = FARM_YAML.replace("threshold_percent: 5", "threshold_percent: 8")
     dry = _apply(admin, _spec(tuned), dry_run=True)
-    updates = [c for c in _monitors(dry) if c.action is planning.Action.UPDATE]
+    updates = [c for c in _monitors(dry) if c.action is Action.UPDATE]
     assert len(updates) == 2 and all(set(c.differences) == {"query", "options.thresholds"} for c in updates)
     assert _ours(admin) == before  # a dry run changes nothing
     _apply(admin, _spec(tuned))
@@ -128,7 +129,7 @@ def test_a_changed_threshold_updates_in_place_and_prune_deletes_a_dropped_kind(
     stale = [c for c in _monitors(kept) if "--prune deletes it" in c.detail]
     assert len(stale) == 2 and len(_ours(admin)) == 6  # reported, not deleted, without --prune
     pruned = _apply(admin, _spec(dropped, prune=True))
-    assert [c.action for c in _monitors(pruned)].count(planning.Action.DELETE) == 2
+    assert [c.action for c in _monitors(pruned)].count(Action.DELETE) == 2
     assert not any(k.startswith("idle-held-") for k in _ours(admin))
     assert _apply(admin, _spec(dropped, prune=True)).pending == []
 

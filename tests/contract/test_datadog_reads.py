@@ -22,6 +22,7 @@ from recorded import interactions, response_json
 
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters import datadog_client as dc
+from gpufarm.adapters import datadog_incidents as di
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
@@ -193,9 +194,9 @@ def test_a_deleted_incident_leaves_the_index_and_is_not_found(
 
 
 def test_the_index_is_bounded(gateway: DatadogGateway, type_id: str, sandbox_url: str, monkeypatch: Any) -> None:
-    monkeypatch.setattr(dd, "IR_INDEX_SIZE", 8)
+    monkeypatch.setattr(di, "IR_INDEX_SIZE", 8)
     _seed_incidents(sandbox_url, type_id, 20)
-    assert len(list(gateway.search(dd.LIVE_QUERY, newest_first=True))) == 20
+    assert len(list(gateway.search(di.LIVE_QUERY, newest_first=True))) == 20
     assert list(gateway._ir_index) == list(range(8, 0, -1))  # the last 8 read (IR-20 down to IR-1) stay
 
 
@@ -211,13 +212,13 @@ def _typed_records(client: ApiClient, text: str) -> list[IncidentRecord]:
     """What the gateway decoded before: the client's typed models, then gpufarm's conversion."""
     response_type = IncidentsApi(client)._search_incidents_endpoint.settings["response_type"]
     model = client.deserialize(text, response_type, True)
-    return [dd._record(dc.plain_dict(item.data)) for item in model.data.attributes.incidents]
+    return [di._record(dc.plain_dict(item.data)) for item in model.data.attributes.incidents]
 
 
 def _raw_records(text: str) -> list[IncidentRecord]:
     """What the gateway decodes now, from the answer's JSON."""
-    attributes = dd._search_attributes(json.loads(text))
-    return [dd._record(dd._item_data(item)) for item in attributes["incidents"]]
+    attributes = di._search_attributes(json.loads(text))
+    return [di._record(di._item_data(item)) for item in attributes["incidents"]]
 
 
 def _typed_hosts(client: ApiClient, text: str) -> list[HostInfo | None]:
@@ -273,7 +274,7 @@ def test_sandbox_answers_decode_to_the_typed_records(
         assert _raw_records(json.dumps(search)) == typed
         assert _raw_hosts(json.dumps(hosts)) == _typed_hosts(client, json.dumps(hosts))
     # And the gateway's own reads give those same records and hosts.
-    assert sorted(gateway.search(dd.ANY_STATE_QUERY), key=lambda r: r.public_id) == sorted(
+    assert sorted(gateway.search(di.ANY_STATE_QUERY), key=lambda r: r.public_id) == sorted(
         typed, key=lambda r: r.public_id
     )
     assert held in typed
@@ -286,6 +287,6 @@ def test_a_bulk_answer_of_the_wrong_shape_is_an_upstream_error() -> None:
 
     for body in (None, [], {"data": []}, {"data": {"attributes": {"incidents": {}}}}):
         with pytest.raises(UpstreamError, match="unexpected shape"):
-            dd._search_attributes(body)
+            di._search_attributes(body)
     with pytest.raises(UpstreamError, match="no id"):
-        dd._item_data({"data": {"attributes": {}}})
+        di._item_data({"data": {"attributes": {}}})

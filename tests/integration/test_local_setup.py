@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from gpufarm.config import Settings
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.setup.plan import IDLE_WEBHOOK, INCIDENT_WEBHOOK
+from gpufarm.setup.webhooks import IDLE_WEBHOOK, INCIDENT_WEBHOOK
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, INGRESS_PATH, LocalFarm, ir_in
 from gpufarm_sandbox.localhost import LocalEnv, setup, start_local
 from gpufarm_sandbox.localhost.cli import NO_SETUP, local, run_local

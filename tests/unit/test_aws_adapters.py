@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpufarm.adapters import aws
-from gpufarm.config import ConfigurationMissing, Settings, load_settings
+from gpufarm.config import ConfigurationMissing, Settings
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 
 REGION = "us-east-1"
@@ -196,7 +196,7 @@ def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
 
 def test_secret_and_farm_arrive_in_one_get_parameters_call(deployment: Settings) -> None:
     calls = _count_calls(deployment)
-    settings = load_settings()
+    settings = aws.load_settings()
     assert settings.slack_signing_secret is not None
     assert settings.slack_signing_secret.get_secret_value() == "signing-from-secret"
     assert aws.load_farm_text(settings) == FARM_YAML
@@ -247,7 +247,7 @@ def test_a_secret_lacking_a_key_names_the_key_and_the_secret(deployment: Setting
     boto3.client("secretsmanager", region_name=REGION).put_secret_value(
         SecretId="gpufarm/prod", SecretString=json.dumps(partial)
     )
-    settings = load_settings()
+    settings = aws.load_settings()
     with pytest.raises(
         ConfigurationMissing, match=r"secret gpufarm/prod \(Secrets Manager\) has no 'slack_signing_secret'"
     ):
@@ -314,7 +314,7 @@ def test_load_settings_fills_keys_from_the_secret(deployment: Settings, monkeypa
     # A value already in the environment wins over the secret (local overrides stay possible).
     monkeypatch.setenv("GPUFARM_DATADOG_APP_KEY", "dd-app-from-env")
 
-    settings = load_settings()
+    settings = aws.load_settings()
 
     assert settings.datadog_api_key is not None
     assert settings.datadog_api_key.get_secret_value() == "dd-api-from-secret"

@@ -21,8 +21,8 @@ from gpufarm.core.kernel import hosts as host_tags
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.sync.gauges import publish_gauges
 from gpufarm.setup import dashboards as dash
+from gpufarm.setup.changes import Action
 from gpufarm.setup.dashboards_widgets import walk
-from gpufarm.setup.plan import Action
 from gpufarm_sandbox.emulator.metric_metadata import METRIC_TYPES, UNITS
 from gpufarm_sandbox.emulator.query import parse_query
 

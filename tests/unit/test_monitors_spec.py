@@ -18,7 +18,8 @@ from gpufarm.core.config.farm import IdleKind, parse_farm
 from gpufarm.core.kernel.hosts import MANAGED_TAG
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import monitors as mon
-from gpufarm.setup.plan import IDLE_HANDLE, Action
+from gpufarm.setup.changes import Action
+from gpufarm.setup.webhooks import IDLE_HANDLE
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm_sandbox.emulator.monitor_messages import render_template
 from gpufarm_sandbox.emulator.monitor_validation import parse_monitor_query

@@ -1,4 +1,5 @@
-"""Settings: from the environment locally, topped up from Secrets Manager / SSM in Lambda.
+"""Settings: from the environment locally, topped up from Secrets Manager / SSM in Lambda (the deployment's
+secret is read by gpufarm.adapters.aws.load_settings).
 
 A deployment that names something that is not there (a secret, an SSM parameter, a key of the secret) raises
 ConfigurationMissing with the NAME of what is missing, never a value; each function logs that one line and
@@ -8,7 +9,6 @@ answers its caller without detail (HTTP 500 on the Function URLs).
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
@@ -132,22 +132,6 @@ def _from_environment(model: type[BaseModel]) -> dict[str, str]:
                 values[name] = environ[candidate.upper()]
                 break
     return values
-
-
-def load_settings() -> Settings:
-    """Build settings from the environment, then the secret when GPUFARM_SECRETS_NAME is set (one SSM call)."""
-    settings = Settings()
-    if settings.secrets_name:
-        from gpufarm.adapters.aws import read_secret
-
-        settings = settings.with_secrets(read_secret(settings))
-    return settings
-
-
-@lru_cache(maxsize=1)
-def cached_settings() -> Settings:
-    """Settings built once per process (a Lambda container reuses them across invocations)."""
-    return load_settings()
 
 
 def running_in_lambda() -> bool:

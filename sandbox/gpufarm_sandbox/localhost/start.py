@@ -42,12 +42,10 @@ def _connect_host(host: str) -> str:
 
 
 def _clear_process_caches() -> None:
-    # A new local host is a new container: settings and AWS clients cached by a previous run (its endpoints, e.g.
-    # the S3 of its own moto server) must not leak into this one.
+    # A new local host is a new container: AWS clients cached by a previous run (its endpoints, e.g. the S3 of its
+    # own moto server) must not leak into this one.
     from gpufarm.adapters.aws import forget_clients
-    from gpufarm.config import cached_settings
 
-    cached_settings.cache_clear()
     forget_clients()
 
 

@@ -250,21 +250,31 @@ def _get_parameters(settings: Settings, names: list[str], optional: Sequence[str
     try:
         response = ssm.get_parameters(Names=names, WithDecryption=True)
     except ClientError as exc:
-        code = _client_error_code(exc)
-        if code == "ParameterNotFound" and len(names) > 1:
-            # A missing secret reference fails the whole call; ask one by one to name what is missing.
-            return {k: v for n in names for k, v in _get_parameters(settings, [n], optional).items()}
-        if code == "ParameterNotFound" and names[0] in optional:
-            return {}
-        if code == "ParameterNotFound":
-            raise _missing(names[0]) from None
-        if code in ("AccessDeniedException", "AccessDenied"):
-            raise ConfigurationMissing(
-                f"this function may not read {' or '.join(map(_describe, names))} ({code})"
-            ) from None
-        raise UpstreamError(f"reading {', '.join(_describe(n) for n in names)} failed: {code}") from None
+        return _after_refusal(settings, names, optional, _client_error_code(exc))
     except BotoCoreError as exc:
         raise UpstreamError(f"reading {', '.join(_describe(n) for n in names)} failed: {type(exc).__name__}") from None
+    return _values_found(response, names, optional)
+
+
+def _after_refusal(settings: Settings, names: list[str], optional: Sequence[str], code: str) -> dict[str, str]:
+    """What GetParameters refused with `code` leaves: the values asked one by one, nothing (an optional name), or
+    ConfigurationMissing / UpstreamError naming what could not be read."""
+    if code == "ParameterNotFound" and len(names) > 1:
+        # A missing secret reference fails the whole call; ask one by one to name what is missing.
+        return {k: v for n in names for k, v in _get_parameters(settings, [n], optional).items()}
+    if code == "ParameterNotFound" and names[0] in optional:
+        return {}
+    if code == "ParameterNotFound":
+        raise _missing(names[0]) from None
+    if code in ("AccessDeniedException", "AccessDenied"):
+        raise ConfigurationMissing(
+            f"this function may not read {' or '.join(map(_describe, names))} ({code})"
+        ) from None
+    raise UpstreamError(f"reading {', '.join(_describe(n) for n in names)} failed: {code}") from None
+
+
+def _values_found(response: Mapping[str, Any], names: list[str], optional: Sequence[str]) -> dict[str, str]:
+    """The values of a GetParameters answer by the names asked; ConfigurationMissing for a required one absent."""
     found: dict[str, str] = {}
     for parameter in response.get("Parameters", []):
         name = str(parameter.get("Name", ""))
@@ -302,6 +312,14 @@ def read_secret(settings: Settings) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigurationMissing(f"secret {settings.secrets_name} (Secrets Manager) is not a JSON object")
     return value
+
+
+def load_settings() -> Settings:
+    """Settings from the environment, then the secret when GPUFARM_SECRETS_NAME is set (one SSM call)."""
+    settings = Settings()
+    if settings.secrets_name:
+        settings = settings.with_secrets(read_secret(settings))
+    return settings
 
 
 def load_farm_text(settings: Settings) -> str:

@@ -1,37 +1,36 @@
-"""Datadog runtime gateway: the incidents, hosts and tags, and metrics the handlers use, over datadog-api-client.
+"""Datadog runtime gateway: gpufarm's incidents, hosts and tags, monitor states, metrics and events, the handlers'
+collaborators over datadog-api-client.
 
 Request bodies are written in Datadog's documented JSON shape; the client converts and type-checks them
 against its own models before anything is sent (`check_input_type`), except the metric series, checked here and
 sent as that JSON (docs/datadog.md, "Sending bulk writes"). Single answers come back through its
-models (`check_return_type`), converted here into gpufarm's own types; bulk reads (search pages, the host list)
-are decoded from their JSON here, because building the client's model graph for them costs ~40x the fetch
-(docs/datadog.md, "Decoding bulk reads"). Setup-time administration (incident
-types, field definitions, notification rules, webhooks, monitors, dashboards) is `gpufarm.adapters.datadog_admin`;
-the client configuration and error mapping both use live in `gpufarm.adapters.datadog_client`.
-
-Every incident this gateway creates carries gpufarm's incident type, and every read, search and count sees
-that type only: the organization's other incidents are never treated as GPU allocations, changed or counted.
+models (`check_return_type`), converted here into gpufarm's own types; bulk reads (the host list, monitor groups,
+scalar queries) are decoded from their JSON here, because building the client's model graph for them costs ~40x
+the fetch (docs/datadog.md, "Decoding bulk reads"). The incidents (gpufarm's own incident type only) are
+`gpufarm.adapters.datadog_incidents`, which this gateway extends; setup-time administration (incident types, field
+definitions, notification rules, webhooks, monitors, dashboards) is `gpufarm.adapters.datadog_admin`; the client
+configuration and error mapping they all use live in `gpufarm.adapters.datadog_client`.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-import logging
 import math
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.adapters import datadog_client as dc
+
+# The queries and the store are datadog_incidents'; importers of the gateway read them here too.
+from gpufarm.adapters.datadog_incidents import ANY_STATE_QUERY as ANY_STATE_QUERY  # noqa: PLC0414
+from gpufarm.adapters.datadog_incidents import LIVE_QUERY as LIVE_QUERY  # noqa: PLC0414
+from gpufarm.adapters.datadog_incidents import SEARCH_PAGE, DatadogIncidents
 from gpufarm.config import Settings
-from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.ports import (
     Event,
     HostInfo,
@@ -53,18 +52,9 @@ if TYPE_CHECKING:
         MonitorStates,
     )
 
-log = logging.getLogger(__name__)
 
-LIVE_QUERY = "state:(active OR stable)"
-ANY_STATE_QUERY = "state:(active OR stable OR resolved)"
-SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 HOSTS_PAGE = 1000  # Datadog's maximum `count` for the hosts list
 MONITORS_PAGE = 1000  # page_size for the monitors list
-# How many incident ids a gateway remembers as gpufarm's own, so an update right after a read costs no re-check.
-KNOWN_IDS = 4096
-# How many IR -> UUID pairs a gateway remembers (about 150 bytes each). The pair never changes once an incident
-# exists, so the index holds a fact, not state: an entry is only ever confirmed or dropped, never trusted blindly.
-IR_INDEX_SIZE = 50_000
 
 # Series payload limits: 512,000 bytes compressed, 5,242,880 decompressed (docs/datadog.md, "Metrics").
 # Batches aim well below both so the client's own compression (same zlib level) never crosses them.
@@ -76,14 +66,9 @@ MAX_EVENT_TEXT = 4000
 MAX_EVENT_AGGREGATION_KEY = 100
 
 
-class DatadogGateway:
-    """IncidentStore, HostTags, MetricsSink and MetricsQuery over Datadog: what the handlers use at run time.
-
-    Incidents are gpufarm's own incident type only. The type's id comes from `incident_type_id` (or the
-    GPUFARM_INCIDENT_TYPE_ID setting); without one it is looked up by name (GPUFARM_INCIDENT_TYPE, default
-    "GPU allocation") on the first incident call and kept for the gateway's life, which is the container's
-    (handlers build their collaborators once): one extra read per cold container, none per request.
-    """
+class DatadogGateway(DatadogIncidents):
+    """What the handlers use at run time: gpufarm's incidents (DatadogIncidents), hosts and their tags, monitor
+    states, metrics and events, over one set of clients with one rate-limit gate."""
 
     def __init__(
         self,
@@ -98,62 +83,26 @@ class DatadogGateway:
         rate_limit_wait_s: float = dc.RATE_LIMIT_WAIT_S,
         rate_limit_retries: int = dc.RATE_LIMIT_RETRIES,
     ) -> None:
-        dc.require_api_key(settings)
-        self.settings = settings
-        self.base_url = settings.datadog_base_url()
-        self.incident_type_name = settings.incident_type
-        self._type_id = incident_type_id or settings.incident_type_id
-        # Our own create loop: 1 try plus settings.max_retries more, each preceded by a request_id re-check.
-        self.create_attempts = max(1, create_attempts if create_attempts is not None else settings.max_retries + 1)
-        self.create_backoff_s = create_backoff_s
-        # How many of the newest incidents find_by_request_id looks through: a retried create or a duplicate
-        # Slack hand-off comes seconds to minutes after the first, when few incidents (GPU requests arrive at
-        # human pace) can have been created in between. One page keeps each create to one extra read.
-        self.request_id_scan = max(1, request_id_scan)
-        self.search_page_size = max(1, min(SEARCH_PAGE, search_page_size))
-        self._sleep = sleep
-        # Ids already read back as gpufarm's type: updating them needs no re-check (bounded, oldest dropped).
-        self._own_ids: OrderedDict[str, None] = OrderedDict()
-        # IR number -> incident UUID, filled by every incident this gateway decodes (bounded, oldest dropped).
-        self._ir_index: OrderedDict[int, str] = OrderedDict()
-        self._index_lock = threading.Lock()
-        # One gate for the three clients: a rate limit one of them saw spent holds the others (docs/datadog.md,
-        # "Rate limits"); each waits out a 429 within the same bounds.
-        self.rate_limits = dc.RateLimitGate(max_wait_s=rate_limit_wait_s)
-        limits: dict[str, Any] = {
-            "gate": self.rate_limits,
-            "rate_limit_wait_s": rate_limit_wait_s,
-            "rate_limit_retries": rate_limit_retries,
-        }
-        self._client = dc.api_client(settings, retry=True, **limits)
-        # Same keys, timeouts and retries; answers come back unread, for the bulk reads decoded here.
-        self._raw_client = dc.api_client(settings, retry=True, raw=True, **limits)
+        super().__init__(
+            settings,
+            incident_type_id=incident_type_id,
+            create_attempts=create_attempts,
+            create_backoff_s=create_backoff_s,
+            request_id_scan=request_id_scan,
+            search_page_size=search_page_size,
+            sleep=sleep,
+            rate_limit_wait_s=rate_limit_wait_s,
+            rate_limit_retries=rate_limit_retries,
+        )
         # The series as plain JSON: same keys, timeouts and retries, no model built from them (submit checks them).
-        self._plain_client = dc.api_client(settings, retry=True, raw=True, check_input=False, **limits)
-        # Status retries off: the client would retry POST after a 5xx and could create a second incident
-        # (docs/datadog.md, "The client"); create() retries itself after re-checking. A 429 is still waited out.
-        self._create_client = dc.api_client(settings, retry=False, **limits)
+        self._plain_client = dc.api_client(settings, retry=True, raw=True, check_input=False, **self._limits)
 
     def close(self) -> None:
         """Release the HTTP connection pools."""
-        self._client.close()
-        self._raw_client.close()
+        super().close()
         self._plain_client.close()
-        self._create_client.close()
 
     # -- API objects, built on first use (each API module imports its own models only) ---------------
-
-    @cached_property
-    def _incidents(self) -> Any:
-        return dc.build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._client)
-
-    @cached_property
-    def _incidents_no_retry(self) -> Any:
-        return dc.build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._create_client)
-
-    @cached_property
-    def _incidents_raw(self) -> Any:
-        return dc.build("datadog_api_client.v2.api.incidents_api", "IncidentsApi", self._raw_client)
 
     @cached_property
     def _hosts_raw(self) -> Any:
@@ -178,253 +127,6 @@ class DatadogGateway:
     @cached_property
     def _metrics_plain(self) -> Any:
         return dc.build("datadog_api_client.v2.api.metrics_api", "MetricsApi", self._plain_client)
-
-    # -- gpufarm's incident type ----------------------------------------------------------------------
-
-    @property
-    def incident_type_id(self) -> str:
-        """The id of gpufarm's incident type (looked up by name once, then kept)."""
-        if self._type_id is None:
-            self._type_id = self._find_type_id()
-        return self._type_id
-
-    def _find_type_id(self) -> str:
-        name = self.incident_type_name
-        with dc.errors("list incident types"):
-            response = self._incidents.list_incident_types()
-        found = [dc.plain_dict(t) for t in (dc.get(response, "data") or [])]
-        named = [t for t in found if (t.get("attributes") or {}).get("name") == name]
-        # UpstreamError, not NotFound: the setup is missing, not an incident, and callers retry upstream errors
-        # (a queued change is redelivered once `gpufarm datadog apply` has made the type).
-        if len(named) != 1:
-            why = "no incident type" if not named else f"{len(named)} incident types"
-            raise UpstreamError(f"Datadog has {why} named {name!r}: run `gpufarm datadog apply`")
-        if (named[0].get("attributes") or {}).get("is_default"):
-            raise UpstreamError(
-                f"incident type {name!r} is the organization's default type; gpufarm needs a type of its own "
-                "(run `gpufarm datadog apply`)"
-            )
-        type_id = str(named[0]["id"])
-        log.info("gpufarm incident type %r is %s", name, type_id)
-        return type_id
-
-    def _scoped(self, query: str) -> str:
-        # Recorded search answers carry an `incident_type` facet (name and id); filtering on it keeps other types'
-        # incidents off the wire. Datadog's filter on it is unconfirmed, so _own() still checks every answer.
-        return f"incident_type:{self.incident_type_id} AND ({query})"
-
-    def _own(self, data: Any) -> IncidentRecord | None:
-        """The record when the incident is of gpufarm's type, else None (another team's incident).
-
-        `data` is an incident's data object: a client model, or the JSON of a raw answer (used as it is).
-        """
-        plain = data if isinstance(data, dict) else dc.plain_dict(data)
-        # Checked before anything else is read: another type's fields are none of gpufarm's business.
-        if (plain.get("attributes") or {}).get("incident_type_uuid") != self.incident_type_id:
-            return None
-        record = _record(plain)
-        with self._index_lock:
-            self._own_ids[record.id] = None
-            self._own_ids.move_to_end(record.id)
-            while len(self._own_ids) > KNOWN_IDS:
-                self._own_ids.popitem(last=False)
-            if record.public_id > 0:
-                self._ir_index[record.public_id] = record.id
-                self._ir_index.move_to_end(record.public_id)
-                while len(self._ir_index) > IR_INDEX_SIZE:
-                    self._ir_index.popitem(last=False)
-        return record
-
-    def _check_own(self, incident_id: str) -> None:
-        """Raise NotFound unless the incident is gpufarm's (one read when this gateway has not seen it yet)."""
-        if incident_id not in self._own_ids:
-            self.get(incident_id)
-
-    # -- IncidentStore --------------------------------------------------------------------------------
-
-    def create(
-        self,
-        title: str,
-        fields: Mapping[str, object],
-        *,
-        notification_handles: Sequence[str] = (),
-        initial_note: str | None = None,
-    ) -> IncidentRecord:
-        """Create an incident once: a request_id field makes retries (ours and the caller's) find the first one."""
-        # Input is checked before anything is read or written.
-        attributes: dict[str, Any] = {
-            "title": _checked_title(title),
-            "customer_impacted": False,
-            "fields": _encode(fields),
-            "incident_type_uuid": self.incident_type_id,
-        }
-        if notification_handles:
-            attributes["notification_handles"] = [
-                {"handle": handle, "display_name": handle.lstrip("@")} for handle in notification_handles
-            ]
-        if initial_note:
-            attributes["initial_cells"] = [
-                {"cell_type": "markdown", "content": {"content": initial_note}, "important": False}
-            ]
-        body = {"data": {"type": "incidents", "attributes": attributes}}
-        request_id = fields.get(f.REQUEST_ID)
-        rid = str(request_id) if request_id else None
-        if rid:
-            existing = self.find_by_request_id(rid)
-            if existing is not None:
-                return existing
-        for attempt in range(1, self.create_attempts + 1):
-            try:
-                with dc.classified("create incident"):
-                    response = self._incidents_no_retry.create_incident(body=body)
-                return self._created(response.data)
-            except dc.Failed as failed:
-                outcome = failed.outcome
-                # Without a request_id a 5xx or a timeout leaves us unable to tell whether Datadog created
-                # it, so only a plain refusal (429/408/connection refused) may be sent again.
-                if not (outcome.transient and (rid is not None or outcome.not_applied)):
-                    raise failed.error() from None
-                last = attempt == self.create_attempts
-                if last and (rid is None or outcome.not_applied):
-                    raise failed.error() from None
-                delay = self.create_backoff_s * 2 ** (attempt - 1)
-                log.warning(
-                    "create incident failed (%s); attempt %d, re-check in %.1fs", outcome.message, attempt, delay
-                )
-                self._sleep(delay)
-                # Re-check before sending again, and once more after the last failure: the server may have
-                # created it before its answer was lost.
-                if rid:
-                    existing = self.find_by_request_id(rid)
-                    if existing is not None:
-                        return existing
-                if last:
-                    raise failed.error() from None
-        raise AssertionError("unreachable: the loop returns or raises")
-
-    def _created(self, data: Any) -> IncidentRecord:
-        record = self._own(data)
-        if record is None:
-            # Datadog ignored the type it was sent: an answer gpufarm cannot trust, not a lease.
-            raise UpstreamError("Datadog created the incident on another incident type than gpufarm's")
-        return record
-
-    def get(self, incident_id: str) -> IncidentRecord:
-        """Fetch by UUID; raises NotFound (also for an incident of another type: it is not an allocation)."""
-        with dc.errors("get incident"):
-            response = self._incidents.get_incident(incident_id=incident_id)
-        record = self._own(response.data)
-        if record is None:
-            raise NotFound(f"incident {incident_id} is not a gpufarm allocation")
-        return record
-
-    def get_by_ir(self, ir: int) -> IncidentRecord:
-        """Fetch by incident number (public_id) among gpufarm's incidents; raises NotFound.
-
-        One GET when this gateway has seen the incident (its IR index), else a newest-first search that stops
-        below the number asked for: a recent IR costs one or two calls however many incidents are live.
-        """
-        # The API's incident path takes the UUID (public_id is unconfirmed; docs/datadog.md, "Incidents (v2)").
-        if isinstance(ir, bool) or not isinstance(ir, int) or ir <= 0:
-            raise ValidationFailed("ir", "an incident number is a positive integer")
-        with self._index_lock:
-            known = self._ir_index.get(ir)
-        if known is not None:
-            try:
-                record = self.get(known)
-            except NotFound:
-                record = None  # deleted since: fall back to the search
-            if record is not None and record.public_id == ir:
-                return record
-            with self._index_lock:
-                if self._ir_index.get(ir) == known:
-                    del self._ir_index[ir]
-        # Every state, newest first: public_id grows with creation time, so once the numbers drop below the
-        # one asked for it cannot come. Each page decoded fills the index on the way.
-        for record in self.search(ANY_STATE_QUERY, newest_first=True):
-            if record.public_id == ir:
-                return record
-            if record.public_id < ir:
-                break
-        raise NotFound(f"IR-{ir} is not a gpufarm allocation")
-
-    def update(self, incident_id: str, fields: Mapping[str, object], *, title: str | None = None) -> IncidentRecord:
-        """Write some fields (plain values); others are left as they are. Only gpufarm's incidents."""
-        attributes: dict[str, Any] = {}
-        if fields:
-            attributes["fields"] = _encode(fields)
-        if title is not None:
-            attributes["title"] = _checked_title(title)
-        if not attributes:
-            return self.get(incident_id)
-        self._check_own(incident_id)
-        body = {"data": {"id": incident_id, "type": "incidents", "attributes": attributes}}
-        with dc.errors("update incident"):
-            response = self._incidents.update_incident(incident_id=incident_id, body=body)
-        record = self._own(response.data)
-        if record is None:
-            raise UpstreamError(f"incident {incident_id} changed incident type while gpufarm updated it")
-        return record
-
-    def delete(self, incident_id: str) -> None:
-        """Delete one of gpufarm's incidents (tests and cleanup; allocations end by resolving, never by deleting)."""
-        self._check_own(incident_id)
-        with dc.errors("delete incident"):
-            self._incidents.delete_incident(incident_id=incident_id)
-        with self._index_lock:
-            self._own_ids.pop(incident_id, None)
-            for ir in [ir for ir, known in self._ir_index.items() if known == incident_id]:
-                del self._ir_index[ir]
-
-    def search(self, query: str, *, newest_first: bool = False) -> Iterator[IncidentRecord]:
-        """gpufarm's incidents matching a Datadog incident search query, every page (newest first when asked)."""
-        kwargs: dict[str, Any] = {"query": self._scoped(query), "page_size": self.search_page_size}
-        if newest_first:
-            kwargs["sort"] = _newest_first()
-        yield from self._search_pages(kwargs, limit=None)
-
-    def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
-        """The incident created for a Slack request, so a retried create never makes a second one.
-
-        When overlapping deliveries of one request each created an incident, the lowest IR is the one that lives
-        (the others were closed as its duplicates at once), so that is the one returned: an answer to a later
-        retry names the live incident, never a closed duplicate.
-        """
-        # Search by a custom field is unconfirmed (docs/datadog.md, "Incidents (v2)"), so this reads gpufarm's
-        # newest incidents in any state (`request_id_scan` of them) and compares the field itself.
-        kwargs: dict[str, Any] = {
-            "query": self._scoped(ANY_STATE_QUERY),
-            "page_size": min(self.search_page_size, self.request_id_scan),
-            "sort": _newest_first(),
-        }
-        same = [
-            record
-            for record in self._search_pages(kwargs, limit=self.request_id_scan)
-            if record.fields.get(f.REQUEST_ID) == request_id
-        ]
-        return min(same, key=lambda record: record.public_id) if same else None
-
-    def _search_pages(self, kwargs: dict[str, Any], *, limit: int | None) -> Iterator[IncidentRecord]:
-        offset = 0
-        seen = 0
-        while True:
-            with dc.errors("search incidents"):
-                body = dc.read_json(self._incidents_raw.search_incidents(page_offset=offset, **kwargs))
-            attributes = _search_attributes(body)
-            page = attributes.get("incidents") or []
-            for item in page:
-                record = self._own(_item_data(item))
-                if record is None:
-                    continue
-                yield record
-                seen += 1
-                if limit is not None and seen >= limit:
-                    return
-            offset += len(page)
-            total = attributes.get("total")
-            # Stop on a short page, as the client's own pagination does, or once `total` is reached.
-            if len(page) < kwargs["page_size"] or (isinstance(total, int) and offset >= total):
-                return
 
     # -- HostTags -------------------------------------------------------------------------------------
 
@@ -511,14 +213,7 @@ class DatadogGateway:
                 body = dc.read_json(self._monitors_raw.get_monitor(monitor_id=monitor_id, group_states="all"))
         except NotFound:
             return None
-        groups = ((body.get("state") or {}).get("groups") or {}) if isinstance(body, dict) else {}
-        if not isinstance(groups, dict):
-            return None
-        for name, state in groups.items():
-            tags = frozenset(t.strip().lower() for t in str(name).split(",") if t.strip())
-            if tags == wanted and isinstance(state, dict) and isinstance(state.get("status"), str):
-                return str(state["status"])
-        return None
+        return _group_status(body, wanted)
 
     def alerting_groups(self, monitor_tag: str) -> list[tuple[int, tuple[str, ...]]]:
         """(monitor id, group tags) of the groups in Alert among the monitors with this tag, every page."""
@@ -622,61 +317,6 @@ class DatadogGateway:
 
 
 # -- conversions ----------------------------------------------------------------------------------------
-
-
-def _newest_first() -> Any:
-    return dc.build("datadog_api_client.v2.model.incident_search_sort_order", "IncidentSearchSortOrder", "-created")
-
-
-def _search_attributes(body: Any) -> dict[str, Any]:
-    """`data.attributes` of a search answer's JSON (incidents, total), checked for the shape gpufarm reads."""
-    data = body.get("data") if isinstance(body, dict) else None
-    attributes = data.get("attributes") if isinstance(data, dict) else None
-    if not isinstance(attributes, dict) or not isinstance(attributes.get("incidents", []), list):
-        raise UpstreamError("Datadog answered the incident search with an unexpected shape")
-    return attributes
-
-
-def _item_data(item: Any) -> dict[str, Any]:
-    """The incident data object of one search result (`{"data": {...}}`)."""
-    data = item.get("data") if isinstance(item, dict) else None
-    if not isinstance(data, dict) or "id" not in data:
-        raise UpstreamError("Datadog answered the incident search with an incident that has no id")
-    return data
-
-
-def _record(plain: Mapping[str, Any]) -> IncidentRecord:
-    """An IncidentRecord from an incident's data object (plain JSON)."""
-    attributes = plain.get("attributes") or {}
-    return IncidentRecord(
-        id=str(plain["id"]),
-        public_id=int(attributes.get("public_id") or 0),
-        title=str(attributes.get("title") or ""),
-        state=attributes.get("state"),
-        fields=f.decode_fields(attributes.get("fields")),
-        created=attributes.get("created"),
-        modified=attributes.get("modified"),
-        resolved=attributes.get("resolved"),
-    )
-
-
-def _encode(fields: Mapping[str, object]) -> dict[str, dict[str, Any]]:
-    try:
-        return f.encode_fields(fields)
-    except KeyError as exc:
-        name = str(exc.args[0]).split("'")[1] if "'" in str(exc.args[0]) else "fields"
-        raise ValidationFailed(name, str(exc.args[0])) from None
-    except TypeError as exc:
-        raise ValidationFailed("fields", str(exc)) from None
-
-
-def _checked_title(title: str) -> str:
-    text = title.strip()
-    if not text:
-        raise ValidationFailed("title", "an incident needs a title")
-    if any(not ch.isprintable() for ch in text):
-        raise ValidationFailed("title", "the title must not contain control characters")
-    return text
 
 
 def _checked_host(host: str) -> str:
@@ -819,6 +459,22 @@ def timeseries_results(attributes: Mapping[str, Any]) -> list[TimeseriesResult]:
     return out
 
 
+def _group_tags(name: object) -> tuple[str, ...]:
+    """A monitor group's tags from its name (`env:hpc,ir:ir-12`), trimmed and lower-cased."""
+    return tuple(t.strip().lower() for t in str(name).split(",") if t.strip())
+
+
+def _group_status(monitor: Any, wanted: frozenset[str]) -> str | None:
+    """The status of a monitor's group with exactly these tags, from the monitor's JSON (None when not there)."""
+    groups = ((monitor.get("state") or {}).get("groups") or {}) if isinstance(monitor, dict) else {}
+    if not isinstance(groups, dict):
+        return None
+    for name, state in groups.items():
+        if frozenset(_group_tags(name)) == wanted and isinstance(state, dict) and isinstance(state.get("status"), str):
+            return str(state["status"])
+    return None
+
+
 def _alerting(monitor: Any) -> list[tuple[int, tuple[str, ...]]]:
     """(id, group tags) of a listed monitor's groups in Alert."""
     if not isinstance(monitor, dict) or not isinstance(monitor.get("id"), int):
@@ -827,7 +483,7 @@ def _alerting(monitor: Any) -> list[tuple[int, tuple[str, ...]]]:
     if not isinstance(groups, dict):
         return []
     return [
-        (int(monitor["id"]), tuple(t.strip().lower() for t in str(name).split(",") if t.strip()))
+        (int(monitor["id"]), _group_tags(name))
         for name, state in groups.items()
         if isinstance(state, dict) and state.get("status") == "Alert"
     ]

@@ -17,7 +17,7 @@ from gpufarm.config import Settings
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
-    from gpufarm.setup.apply import SetupApi
+    from gpufarm.setup.api import SetupApi
 
 FIELDS_PAGE = 1000  # maximum page[size] for user-defined fields
 MONITORS_PAGE = 1000  # page_size for the monitors list (unpaged when `page` is absent)

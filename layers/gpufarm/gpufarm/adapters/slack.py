@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_MAX_AGE_S = 300  # Slack's documented replay window (slack_sdk enforces the same 5 minutes)
 USERGROUP_TTL_S = 60.0  # usergroups.users.list is Tier 2: cache members for a minute
 DEFAULT_MAX_RETRY_WAIT_S = 30.0
 # Uploads: gpufarm shares reports (CSV, HTML); Slack would take 1 GB, but nothing gpufarm writes nears 20 MiB, and a
@@ -381,12 +380,22 @@ def check_upload(
     channel: str, filename: str, content: bytes, *, title: str, initial_comment: str | None = None
 ) -> None:
     """Refuse an upload gpufarm must not send (ValidationFailed names the argument); nothing is sent then."""
+    _check_destination(channel, filename)
+    _check_file(content, title, initial_comment)
+
+
+def _check_destination(channel: str, filename: str) -> None:
+    """The channel it is shared into and the file's name."""
     if not isinstance(channel, str) or not channel.strip() or len(channel) > 80:
         raise ValidationFailed("channel", "the channel to share the file into is missing or too long")
     if not isinstance(filename, str) or not UPLOAD_FILENAME_RE.match(filename) or ".." in filename:
         raise ValidationFailed(
             "filename", "a file name is letters, digits, '.', '_' or '-' (at most 130) with an extension, no path"
         )
+
+
+def _check_file(content: bytes, title: str, initial_comment: str | None) -> None:
+    """The bytes, the title and the comment shared with them."""
     if not isinstance(content, bytes | bytearray) or not content:
         raise ValidationFailed("content", "the file is empty")
     if len(content) > MAX_UPLOAD_BYTES:

@@ -66,7 +66,7 @@ BUSY_TRANSITIONS = frozenset({"recovered"})
 
 
 class IdleAlert(BaseModel):
-    """The idle webhook's payload (gpufarm.setup.apply.IDLE_PAYLOAD, rendered by Datadog)."""
+    """The idle webhook's payload (gpufarm.setup.webhooks.IDLE_PAYLOAD, rendered by Datadog)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -101,6 +101,19 @@ class IdleAlert(BaseModel):
 
     def idle_scope(self) -> IdleScope:
         """Hosts and devices of the group, the idle kind and window (monitor tags) and the value (message)."""
+        hosts, devices = self._hosts_and_devices()
+        monitor_tags = [t.strip().lower() for t in self.tags.split(",") if t.strip()][:200]
+        kind = _tag_value(monitor_tags, KIND_TAG)
+        return IdleScope(
+            hosts=tuple(hosts[:MAX_SCOPE_ITEMS]),
+            devices=tuple(devices[:MAX_SCOPE_ITEMS]),
+            kind=kind if kind in _KINDS else None,
+            value=_measured(self.message),
+            window_minutes=_window_minutes(_tag_value(monitor_tags, WINDOW_TAG)),
+        )
+
+    def _hosts_and_devices(self) -> tuple[list[str], list[str]]:
+        """The well-formed host names and GPU uuids the group's scope names, each once, in order."""
         hosts: list[str] = []
         devices: list[str] = []
         for tag in self.scope_tags():
@@ -109,18 +122,20 @@ class IdleAlert(BaseModel):
                 hosts.append(value)
             elif key == "gpu_uuid" and _DEVICE_RE.match(value) and value not in devices:
                 devices.append(value)
-        monitor_tags = [t.strip().lower() for t in self.tags.split(",") if t.strip()][:200]
-        kind = _tag_value(monitor_tags, KIND_TAG)
-        window = _WINDOW_RE.match(_tag_value(monitor_tags, WINDOW_TAG) or "")
-        measured = _VALUE_RE.search(self.message)
-        number = float(measured.group(1)) if measured else None
-        return IdleScope(
-            hosts=tuple(hosts[:MAX_SCOPE_ITEMS]),
-            devices=tuple(devices[:MAX_SCOPE_ITEMS]),
-            kind=kind if kind in _KINDS else None,
-            value=number if number is not None and math.isfinite(number) else None,
-            window_minutes=int(window.group(1)) if window and 1 <= int(window.group(1)) <= 7 * 24 * 60 else None,
-        )
+        return hosts, devices
+
+
+def _measured(message: str) -> float | None:
+    """The value the monitor's message carries (a finite number), or None."""
+    measured = _VALUE_RE.search(message)
+    number = float(measured.group(1)) if measured else None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _window_minutes(tag: str | None) -> int | None:
+    """The idle window a monitor's window tag names, in minutes (one minute to a week), or None."""
+    window = _WINDOW_RE.match(tag or "")
+    return int(window.group(1)) if window and 1 <= int(window.group(1)) <= 7 * 24 * 60 else None
 
 
 def _tag_value(tags: list[str], key: str) -> str | None:
@@ -206,17 +221,27 @@ def _still_idle(runtime: rt.Runtime, alert: IdleAlert, ir: int) -> str | None:
     except GpufarmError as exc:
         log.warning("idle alert: gpufarm's alerting monitor groups unknown (%s); acting on the alert as sent", exc)
         return None
-    others = [(mid, tags) for mid, tags in groups if lease & set(tags) and (str(mid), frozenset(tags)) != this]
-    hosts_named = {t for t in alert.scope_tags() if t.startswith("host:")}
-    if hosts_named:
-        # Idle state is kept per host (gpufarm.core.idle.partial): only the same host's other groups, or a lease-wide
-        # one, keep this host's warning; another host still idle keeps its own.
-        others = [(mid, tags) for mid, tags in others if hosts_named & set(tags) or not _names_host(tags)]
+    others = _other_idle_groups(groups, lease, this, {t for t in alert.scope_tags() if t.startswith("host:")})
     if not others:
         return None
     hosts = sorted({t[len("host:") :] for _, tags in others for t in tags if t.startswith("host:")})
     where = f" on {', '.join(hosts[:5])}" if hosts else ""
     return f"IR-{ir} is still idle{where} (monitor {others[0][0]}); the warning stands"
+
+
+def _other_idle_groups(
+    groups: list[tuple[int, tuple[str, ...]]],
+    lease: set[str],
+    this: tuple[str, frozenset[str]],
+    hosts_named: set[str],
+) -> list[tuple[int, tuple[str, ...]]]:
+    """The alerting groups, other than this alert's, that say the lease is idle where this alert spoke of."""
+    others = [(mid, tags) for mid, tags in groups if lease & set(tags) and (str(mid), frozenset(tags)) != this]
+    if hosts_named:
+        # Idle state is kept per host (gpufarm.core.idle.partial): only the same host's other groups, or a lease-wide
+        # one, keep this host's warning; another host still idle keeps its own.
+        others = [(mid, tags) for mid, tags in others if hosts_named & set(tags) or not _names_host(tags)]
+    return others
 
 
 def _names_host(tags: tuple[str, ...]) -> bool:

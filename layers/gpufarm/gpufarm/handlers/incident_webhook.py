@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -31,13 +31,16 @@ from gpufarm.core.sync.repair import MAX_SHARDS
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
+if TYPE_CHECKING:
+    from gpufarm.core.service import GpuFarm
+
 log = logging.getLogger(__name__)
 
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
 
 
 class IncidentEvent(BaseModel):
-    """The incident webhook's payload (gpufarm.setup.apply.INCIDENT_PAYLOAD, rendered by Datadog)."""
+    """The incident webhook's payload (gpufarm.setup.webhooks.INCIDENT_PAYLOAD, rendered by Datadog)."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
@@ -63,8 +66,7 @@ class QueueMessage(BaseModel):
 
     incident_id: str | None = Field(default=None, pattern=UUID_PATTERN)
     pool: str | None = Field(default=None, pattern=NAME_PATTERN)
-    # A large pool's repair comes in shards (gpufarm.core.sync): this message repairs shard `shard` of
-    # `shards`.
+    # A large pool's repair comes in shards (gpufarm.core.sync): this message repairs shard `shard` of `shards`.
     shard: int = Field(default=0, ge=0, lt=MAX_SHARDS)
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     command: IncidentCommand | None = None
@@ -161,16 +163,7 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
     except rt.ConfigurationError as exc:
         raise rt.misconfigured("allocation queue consumer", exc) from None
     try:
-        if message.command is not None:
-            telemetry.correlate(ir=message.command.ir)
-            command = message.command
-            done = [f"IR-{command.ir} {command.op.value}: {executor.execute(svc.context, command)}"]
-        elif message.pool is not None:
-            repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
-            done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
-            done += [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]
-        else:
-            done = [str(o) for o in svc.process(message.incident_id or "")]
+        done = _run(svc, message)
     except NotFound:
         log.warning("incident %s no longer exists; nothing to do", message.incident_id)
         return ["gone"]
@@ -183,3 +176,16 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
     for line in done:
         log.info("%s", line)
     return done
+
+
+def _run(svc: GpuFarm, message: QueueMessage) -> list[str]:
+    """The message's unit of work: an incident command, a pool's repair, or an incident's lifecycle step."""
+    if message.command is not None:
+        telemetry.correlate(ir=message.command.ir)
+        command = message.command
+        return [f"IR-{command.ir} {command.op.value}: {executor.execute(svc.context, command)}"]
+    if message.pool is not None:
+        repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
+        done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
+        return done + [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]
+    return [str(o) for o in svc.process(message.incident_id or "")]

@@ -428,7 +428,7 @@ def after_restore() -> None:
 
 
 def _load_settings() -> Settings:
-    from gpufarm.config import load_settings
+    from gpufarm.adapters.aws import load_settings
 
     return load_settings()
 

@@ -122,6 +122,35 @@ def _budget_uses(applicable: Iterable[Budget], leases: Sequence[Allocation], at:
     return out
 
 
+def _grouped(chosen: Sequence[Allocation], query: ReportQuery, now: datetime) -> tuple[dict[str, Row], list[LeaseLine]]:
+    """The rows by group key and the lease lines of the leases with anything inside the period."""
+    rows: dict[str, Row] = {}
+    lines: list[LeaseLine] = []
+    for alloc in chosen:
+        found = _lease_row(alloc, query, now)
+        if found is None:
+            continue
+        part, line = found
+        _add(rows.setdefault(part.key, Row(part.key)), part)
+        lines.append(line)
+    return rows, lines
+
+
+def _add_quotas_and_budgets(
+    rows: Iterable[Row], query: ReportQuery, farm: FarmConfig, chosen: Sequence[Allocation]
+) -> None:
+    """A team's quota and what it holds now, and the budgets of each team or project row."""
+    live = [a for a in chosen if a.phase in HOLDING]
+    at = budget_moment(query)
+    for row in rows:
+        if query.by is GroupBy.TEAM:
+            _team_extras(row, farm, live)
+            team_budgets = [b for b in farm.budgets if b.team == row.key and b.project is None]
+            row.budgets = _budget_uses(team_budgets, chosen, at)
+        elif query.by is GroupBy.PROJECT:
+            row.budgets = _budget_uses([b for b in farm.budgets if b.project == row.key], chosen, at)
+
+
 def build_report(
     query: ReportQuery,
     read: Leases,
@@ -132,29 +161,13 @@ def build_report(
     usage_note: str | None = None,
 ) -> Report:
     """The report for `query` from the leases read (see the module docstring); rows by held GPU-hours, largest first."""
-    rows: dict[str, Row] = {}
-    lines: list[LeaseLine] = []
     chosen = [a for a in read.leases if selected(a, query)]
-    for alloc in chosen:
-        found = _lease_row(alloc, query, now)
-        if found is None:
-            continue
-        part, line = found
-        _add(rows.setdefault(part.key, Row(part.key)), part)
-        lines.append(line)
+    rows, lines = _grouped(chosen, query, now)
     if query.by is GroupBy.TEAM and query.project is None:
         # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
         for team in farm.teams if query.team is None else [query.team]:
             rows.setdefault(team, Row(team))
-    live = [a for a in chosen if a.phase in HOLDING]
-    at = budget_moment(query)
-    for row in rows.values():
-        if query.by is GroupBy.TEAM:
-            _team_extras(row, farm, live)
-            team_budgets = [b for b in farm.budgets if b.team == row.key and b.project is None]
-            row.budgets = _budget_uses(team_budgets, chosen, at)
-        elif query.by is GroupBy.PROJECT:
-            row.budgets = _budget_uses([b for b in farm.budgets if b.project == row.key], chosen, at)
+    _add_quotas_and_budgets(rows.values(), query, farm, chosen)
     total = Row("total")
     for row in rows.values():
         _add(total, row)

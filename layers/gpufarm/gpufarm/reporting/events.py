@@ -57,33 +57,48 @@ def _folded(details: str) -> Counter[str]:
 
 def lease_events(alloc: Allocation, period: Period) -> LeaseEvents:
     """Count the lease's warnings, keeps and exemptions, and find its end and waiting time, inside the period."""
-    counts: Counter[str] = Counter()
+    entries = [e for e in (history.parse(line) for line in alloc.history) if e is not None]
+    requested, allocated, ended_at = _milestones(entries)
+    allocated = allocated or alloc.allocated_at
+    waited = None
+    if requested is not None and allocated is not None and _in(allocated, period) and allocated >= requested:
+        waited = (allocated - requested).total_seconds() / 3600
+    return LeaseEvents(_counted(entries, period), _ended(alloc, ended_at, period), waited)
+
+
+def _milestones(entries: list[history.Entry]) -> tuple[datetime | None, datetime | None, datetime | None]:
+    """When the lease was first requested, first allocated, and last ended (None where the history has no step)."""
     requested: datetime | None = None
     allocated: datetime | None = None
     ended_at: datetime | None = None
-    for line in alloc.history:
-        entry = history.parse(line)
-        if entry is None:
-            continue
+    for entry in entries:
         if entry.step == Step.REQUESTED.value and requested is None:
             requested = entry.at
         elif entry.step == Step.ALLOCATED.value and allocated is None:
             allocated = entry.at
         elif entry.step in ENDINGS:
             ended_at = entry.at
+    return requested, allocated, ended_at
+
+
+def _counted(entries: list[history.Entry], period: Period) -> Counter[str]:
+    """The warnings, keeps and exemptions inside the period, those a folded summary holds included."""
+    counts: Counter[str] = Counter()
+    for entry in entries:
         if not _in(entry.at, period):
             continue
         if entry.step in COUNTED:
             counts[entry.step] += 1
         elif entry.step == Step.SUMMARY.value:
             counts.update({k: v for k, v in _folded(entry.details).items() if k in COUNTED})
-    allocated = allocated or alloc.allocated_at
-    waited = None
-    if requested is not None and allocated is not None and _in(allocated, period) and allocated >= requested:
-        waited = (allocated - requested).total_seconds() / 3600
-    ended = None
-    if alloc.state is State.RESOLVED:
-        moment = ended_at or alloc.hours_until or alloc.modified
-        if moment is not None and _in(moment, period):
-            ended = alloc.reclaim_reason.value if alloc.reclaim_reason else alloc.phase.value
-    return LeaseEvents(counts, ended, waited)
+    return counts
+
+
+def _ended(alloc: Allocation, ended_at: datetime | None, period: Period) -> str | None:
+    """The lease's reclaim reason (its phase without one) when it ended inside the period."""
+    if alloc.state is not State.RESOLVED:
+        return None
+    moment = ended_at or alloc.hours_until or alloc.modified
+    if moment is not None and _in(moment, period):
+        return alloc.reclaim_reason.value if alloc.reclaim_reason else alloc.phase.value
+    return None

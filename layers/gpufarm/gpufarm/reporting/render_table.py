@@ -19,23 +19,8 @@ def _line(lease: LeaseLine, value: float) -> str:
 
 def render_table(report: Report) -> str:
     """Rows, the total, then reclaims, quota and budgets per group, the notes and the leases worth naming."""
-    rows = [_HEAD, *(_cells(r) for r in report.rows), _cells(report.total)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
-
-    def fmt(cells: tuple[str, ...]) -> str:
-        first = cells[0].ljust(widths[0])
-        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
-
-    out = [f"gpufarm report: {report.query.describe()}", ""]
-    out += [fmt(rows[0]), "  ".join("-" * w for w in widths)]
-    out += [fmt(r) for r in rows[1:-1]]
-    out += ["  ".join("-" * w for w in widths), fmt(rows[-1]), ""]
-    extras = []
-    for row in report.rows:
-        parts = [f"reclaims: {row.reclaims_text()}"]
-        parts += [f"quota held now: {row.quota_text()}"] if row.quota_text() else []
-        parts += [f"budget: {row.budgets_text()}"] if row.budgets else []
-        extras.append(f"  {row.key}: " + "; ".join(parts))
+    out = [f"gpufarm report: {report.query.describe()}", "", *_table(report), ""]
+    extras = [_extras(row) for row in report.rows]
     out += ["per group:", *extras, ""] if extras else []
     out += [f"note: {n}" for n in report.notes]
     if report.unmeasured:
@@ -45,3 +30,24 @@ def render_table(report: Report) -> str:
         out += ["", "top idle leases (idle GPU-hours):"]
         out += [_line(x, x.idle) for x in report.top_idle]
     return "\n".join(out) + "\n"
+
+
+def _table(report: Report) -> list[str]:
+    """The head, the rows and the total, columns aligned (the group left, the figures right)."""
+    rows = [_HEAD, *(_cells(r) for r in report.rows), _cells(report.total)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        first = cells[0].ljust(widths[0])
+        return "  ".join([first, *(c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True))])
+
+    rule = "  ".join("-" * w for w in widths)
+    return [fmt(rows[0]), rule, *(fmt(r) for r in rows[1:-1]), rule, fmt(rows[-1])]
+
+
+def _extras(row: Row) -> str:
+    """A group's reclaims, and its quota held now and budgets when it has them."""
+    parts = [f"reclaims: {row.reclaims_text()}"]
+    parts += [f"quota held now: {row.quota_text()}"] if row.quota_text() else []
+    parts += [f"budget: {row.budgets_text()}"] if row.budgets else []
+    return f"  {row.key}: " + "; ".join(parts)

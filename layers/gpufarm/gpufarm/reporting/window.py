@@ -80,8 +80,3 @@ def lease_hours(alloc: Allocation, period: Period, now: datetime) -> WindowHours
         idle=alloc.hours_idle * share,
         unmeasured=alloc.hours_unmeasured * share + stretch,
     )
-
-
-def held_during(alloc: Allocation, period: Period, now: datetime) -> bool:
-    """True when the lease held GPU-hours inside the period."""
-    return lease_hours(alloc, period, now).held > 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 
 import click
 
@@ -12,9 +11,10 @@ from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.errors import GpufarmError, NotFound
 from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.apply import execute, read_current
+from gpufarm.setup.changes import Change
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import desired_monitors
-from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Change, Plan, SetupSpec, plan_setup
+from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Plan, SetupSpec, plan_setup
 
 # Exit statuses of `apply`, for CI pipelines (click itself exits 2 on usage errors).
 EXIT_OK = 0  # applied, or (with --dry-run) nothing to change
@@ -88,10 +88,8 @@ def apply(
 ) -> None:
     """Create or update gpufarm's incident type, its fields and notification rules, the webhooks and secret, the
     idle monitors generated from the farm's idle policy, gpufarm's dashboards and the metric metadata."""
-    from gpufarm.adapters.datadog_admin import DatadogAdmin
-    from gpufarm.config import load_settings
+    from gpufarm.adapters.aws import load_settings
 
-    done: list[Change] = []
     try:
         settings = load_settings()
         if farm_config:
@@ -99,42 +97,16 @@ def apply(
         farm = load_farm(settings, required=bool(farm_config))
         if prune and farm is None:
             raise click.UsageError("--prune needs the farm configuration (--farm-config or GPUFARM_FARM_CONFIG)")
-        valid_values = farm.valid_values() if farm is not None else {}
-        spec = SetupSpec(
-            incident_webhook_url=incident_webhook_url or "",
-            idle_webhook_url=idle_webhook_url or "",
-            valid_values=valid_values,
+        spec = _setup_spec(
+            settings,
+            farm,
+            incident_webhook_url=incident_webhook_url,
+            idle_webhook_url=idle_webhook_url,
             rotate_secret=rotate_secret,
-            has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
-            incident_type=(incident_type or settings.incident_type).strip(),
-            monitors=desired_monitors(farm) if farm is not None else None,
+            incident_type=incident_type,
             prune=prune,
-            dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
-            metric_metadata=desired_metadata() if farm is not None else None,
         )
-        if not spec.incident_type:
-            raise click.UsageError("--incident-type must not be empty")
-        admin = DatadogAdmin(settings)
-        try:
-            if not as_json:
-                click.echo(f"Datadog at {settings.datadog_base_url()}")
-            current = read_current(
-                admin,
-                spec.incident_type,
-                with_monitors=farm is not None,
-                with_dashboards=farm is not None,
-                metrics=sorted(spec.metric_metadata or {}),
-            )
-            plan = plan_setup(current, spec)
-            if not as_json:
-                _print_plan(plan)
-            if plan.blocked:
-                _emit_json(as_json, settings, plan, dry_run, done)
-                raise click.ClickException(f"{len(plan.blocked)} object(s) blocked; nothing was changed")
-            if not dry_run:
-                done = execute(plan, admin, settings.webhook_secret)
-        finally:
-            admin.close()
+        plan, done = _plan_and_apply(settings, spec, with_farm=farm is not None, dry_run=dry_run, as_json=as_json)
     except GpufarmError as exc:
         # Domain and upstream errors carry a user-facing message (never a key); no traceback.
         raise click.ClickException(str(exc)) from None
@@ -146,6 +118,66 @@ def apply(
         click.echo(f"applied {len(done)} change(s)" if done else "nothing to change")
     if dry_run and plan.pending:
         click.get_current_context().exit(EXIT_PENDING)
+
+
+def _setup_spec(
+    settings: Settings,
+    farm: FarmConfig | None,
+    *,
+    incident_webhook_url: str | None,
+    idle_webhook_url: str | None,
+    rotate_secret: bool,
+    incident_type: str | None,
+    prune: bool,
+) -> SetupSpec:
+    """What apply is asked to make true; with the farm, its monitors, dashboards, metric metadata and choices."""
+    valid_values = farm.valid_values() if farm is not None else {}
+    spec = SetupSpec(
+        incident_webhook_url=incident_webhook_url or "",
+        idle_webhook_url=idle_webhook_url or "",
+        valid_values=valid_values,
+        rotate_secret=rotate_secret,
+        has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
+        incident_type=(incident_type or settings.incident_type).strip(),
+        monitors=desired_monitors(farm) if farm is not None else None,
+        prune=prune,
+        dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
+        metric_metadata=desired_metadata() if farm is not None else None,
+    )
+    if not spec.incident_type:
+        raise click.UsageError("--incident-type must not be empty")
+    return spec
+
+
+def _plan_and_apply(
+    settings: Settings, spec: SetupSpec, *, with_farm: bool, dry_run: bool, as_json: bool
+) -> tuple[Plan, list[Change]]:
+    """Read what Datadog holds, print the plan, and (unless a dry run) execute it; a blocked plan changes nothing."""
+    from gpufarm.adapters.datadog_admin import DatadogAdmin
+
+    done: list[Change] = []
+    admin = DatadogAdmin(settings)
+    try:
+        if not as_json:
+            click.echo(f"Datadog at {settings.datadog_base_url()}")
+        current = read_current(
+            admin,
+            spec.incident_type,
+            with_monitors=with_farm,
+            with_dashboards=with_farm,
+            metrics=sorted(spec.metric_metadata or {}),
+        )
+        plan = plan_setup(current, spec)
+        if not as_json:
+            _print_plan(plan)
+        if plan.blocked:
+            _emit_json(as_json, settings, plan, dry_run, done)
+            raise click.ClickException(f"{len(plan.blocked)} object(s) blocked; nothing was changed")
+        if not dry_run:
+            done = execute(plan, admin, settings.webhook_secret)
+    finally:
+        admin.close()
+    return plan, done
 
 
 def _emit_json(as_json: bool, settings: Settings, plan: Plan, dry_run: bool, done: list[Change]) -> None:
@@ -175,12 +207,6 @@ def load_farm(settings: Settings, *, required: bool = False) -> FarmConfig | Non
             raise
         return None
     return parse_farm(text)
-
-
-def farm_valid_values(settings: Settings, *, required: bool = False) -> Mapping[str, Sequence[str]]:
-    """Dropdown choices from the farm configuration, or {} when none is configured (and not required)."""
-    farm = load_farm(settings, required=required)
-    return farm.valid_values() if farm is not None else {}
 
 
 def _print_plan(plan: Plan) -> None:

@@ -27,10 +27,10 @@ import yaml
 
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.setup.changes import Action, Change
 from gpufarm.setup.dashboards_farm import BUILDERS, DashboardSpec
 from gpufarm.setup.dashboards_farm import latest_runs as latest_runs_group
 from gpufarm.setup.dashboards_widgets import walk
-from gpufarm.setup.plan import Action, Change
 
 KIND = "dashboard"
 METADATA_KIND = "metric metadata"

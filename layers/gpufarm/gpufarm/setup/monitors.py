@@ -48,7 +48,8 @@ from typing import Any
 from gpufarm.core.accounting import agent_usage
 from gpufarm.core.config.farm import FarmConfig, IdleKind, IdleKindPolicy, MetricsSource, PoolKind
 from gpufarm.core.kernel.hosts import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
-from gpufarm.setup.plan import IDLE_HANDLE, Action, Change
+from gpufarm.setup.changes import Action, Change
+from gpufarm.setup.webhooks import IDLE_HANDLE
 
 KIND = "monitor"
 NAME_PREFIX = "[gpufarm] "
@@ -327,8 +328,13 @@ def differences(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[s
         differs.append("type")
     if sorted(current.get("tags") or []) != sorted(wanted.get("tags") or []):
         differs.append("tags")
-    have = current.get("options") or {}
-    for key, value in (wanted.get("options") or {}).items():
+    return differs + _option_differences(current.get("options") or {}, wanted.get("options") or {})
+
+
+def _option_differences(have: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """`options.<key>` for each option gpufarm sets that the stored monitor holds otherwise (thresholds as numbers)."""
+    differs = []
+    for key, value in wanted.items():
         stored, want = have.get(key), value
         if key == "thresholds":
             stored = {k: float(v) for k, v in (stored or {}).items() if v is not None}

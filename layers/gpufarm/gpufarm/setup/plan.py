@@ -21,41 +21,29 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.setup.changes import Action, Change
+from gpufarm.setup.dashboards import plan_dashboards, plan_metadata
+from gpufarm.setup.dashboards_farm import DashboardSpec
+from gpufarm.setup.monitors import IdleMonitor, plan_monitors
+from gpufarm.setup.webhooks import (
+    CUSTOM_HEADERS,
+    IDLE_PAYLOAD,
+    IDLE_WEBHOOK,
+    INCIDENT_HANDLE,
+    INCIDENT_PAYLOAD,
+    INCIDENT_WEBHOOK,
+    SECRET_VARIABLE,
+)
 
-if TYPE_CHECKING:
-    from gpufarm.setup.dashboards_farm import DashboardSpec
-    from gpufarm.setup.monitors import IdleMonitor
-
-INCIDENT_WEBHOOK = "gpufarm-incidents"
-IDLE_WEBHOOK = "gpufarm-idle"
-INCIDENT_HANDLE = f"@webhook-{INCIDENT_WEBHOOK}"
-IDLE_HANDLE = f"@webhook-{IDLE_WEBHOOK}"
-SECRET_VARIABLE = "GPUFARM_WEBHOOK_SECRET"  # noqa: S105 - the variable's name, not its value
-TOKEN_HEADER = "X-Gpufarm-Token"  # noqa: S105 - a header name
+# Where apply reads the webhooks' URLs when they are not given.
 INCIDENT_WEBHOOK_URL_ENV = "GPUFARM_INCIDENT_WEBHOOK_URL"
 IDLE_WEBHOOK_URL_ENV = "GPUFARM_IDLE_WEBHOOK_URL"
-
-# Payload templates: Datadog substitutes the $VARIABLES when it calls the webhook. $INCIDENT_FIELDS is raw JSON
-# (an object of plain field values), so it stands outside quotes; everything else is a JSON string.
-INCIDENT_PAYLOAD = (
-    '{"event_type": "$EVENT_TYPE", "date": "$DATE", "incident_uuid": "$INCIDENT_UUID", '
-    '"incident_public_id": "$INCIDENT_PUBLIC_ID", "incident_status": "$INCIDENT_STATUS", '
-    '"incident_title": "$INCIDENT_TITLE", "incident_fields": $INCIDENT_FIELDS}'
-)
-# The idle monitors' tags ($TAGS: kind and window) and rendered message ($EVENT_MSG: the measured value) travel too.
-IDLE_PAYLOAD = (
-    '{"alert_id": "$ALERT_ID", "alert_transition": "$ALERT_TRANSITION", "alert_scope": "$ALERT_SCOPE", '
-    '"alert_status": "$ALERT_STATUS", "alert_title": "$ALERT_TITLE", "date": "$DATE", '
-    '"alert_query": "$ALERT_QUERY", "tags": "$TAGS", "message": "$EVENT_MSG"}'
-)
-CUSTOM_HEADERS = json.dumps({TOKEN_HEADER: f"${SECRET_VARIABLE}"})
 
 ALL_STATES = ("active", "stable", "resolved")
 # Only state and phase changes concern the lifecycle handler; other field edits (purpose, notes) must not call it.
@@ -66,46 +54,6 @@ INCIDENT_TYPE_DESCRIPTION = (
     "GPU allocations managed by gpufarm: each incident is one lease of GPUs, requested in Slack and tagged on its "
     "hosts as ir:ir-<number>. Created by `gpufarm datadog apply`; not for production incidents."
 )
-
-
-class Action(StrEnum):
-    """What apply does to one object."""
-
-    CREATE = "create"
-    UPDATE = "update"
-    UNCHANGED = "unchanged"
-    DELETE = "delete"  # only with --prune: a gpufarm monitor or dashboard the farm no longer asks for
-    BLOCKED = "blocked"  # cannot be applied as things stand; `detail` says what to do
-
-
-@dataclass(frozen=True)
-class Change:
-    """One planned (or applied) change to one Datadog object. `body` never holds a secret value."""
-
-    kind: str
-    name: str
-    action: Action
-    detail: str = ""
-    body: Mapping[str, Any] = field(default_factory=dict)
-    target_id: str | None = None
-    # What differs from what Datadog holds (updates): attribute names and choice changes, never values of secrets.
-    differences: tuple[str, ...] = ()
-
-    def line(self) -> str:
-        """One line of the printed plan."""
-        text = f"{self.action.value:<9} {self.kind} {self.name}"
-        return f"{text}: {self.detail}" if self.detail else text
-
-    def as_json(self) -> dict[str, Any]:
-        """The change for `--json`: kind, name, action, differences and detail (never a body: no secret leaks)."""
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "action": self.action.value,
-            "differences": list(self.differences),
-            "detail": self.detail,
-            "id": self.target_id,
-        }
 
 
 @dataclass(frozen=True)
@@ -292,16 +240,10 @@ def plan_setup(current: CurrentState, spec: SetupSpec) -> Plan:
     changes += [_plan_webhook(current.webhooks.get(w["name"]), w) for w in desired_webhooks(spec)]
     changes += _plan_rules(current.rules, type_id, spec.incident_type)
     if spec.monitors is not None:
-        from gpufarm.setup.monitors import plan_monitors
-
         changes += plan_monitors(current.monitors, spec.monitors, prune=spec.prune)
     if spec.dashboards is not None:
-        from gpufarm.setup.dashboards import plan_dashboards
-
         changes += plan_dashboards(current.dashboards, spec.dashboards, prune=spec.prune)
     if spec.metric_metadata is not None:
-        from gpufarm.setup.dashboards import plan_metadata
-
         changes += plan_metadata(current.metric_metadata, spec.metric_metadata)
     return Plan(tuple(changes), type_id, spec.incident_type)
 
@@ -347,6 +289,15 @@ def _plan_fields(
     type_ready: bool,
     valid_values: Mapping[str, Sequence[str]],
 ) -> list[Change]:
+    by_name = _fields_by_name(existing, type_id)
+    return [
+        _plan_field(spec.name, wanted, by_name.get(spec.name), type_ready)
+        for spec, wanted in desired_fields(valid_values)
+    ]
+
+
+def _fields_by_name(existing: list[dict[str, Any]], type_id: str | None) -> dict[str, dict[str, Any]]:
+    """gpufarm's field definitions by name (the first of each name, deleted ones left out)."""
     # Only fields of gpufarm's type are gpufarm's; one of the same name on another type is someone else's.
     by_name: dict[str, dict[str, Any]] = {}
     for definition in existing:
@@ -354,38 +305,31 @@ def _plan_fields(
         if attrs.get("deleted") or _field_type_id(definition) not in (None, type_id):
             continue
         by_name.setdefault(str(attrs.get("name")), definition)
-    changes: list[Change] = []
-    for spec, wanted in desired_fields(valid_values):
-        current = by_name.get(spec.name)
-        if wanted is None:
-            if current is None:
-                detail = "its choices come from the farm configuration: pass --farm-config or set GPUFARM_FARM_CONFIG"
-                changes.append(Change("field", spec.name, Action.BLOCKED, detail))
-            else:
-                changes.append(
-                    Change("field", spec.name, Action.UNCHANGED, "choices kept (no farm configuration given)")
-                )
-            continue
+    return by_name
+
+
+def _plan_field(name: str, wanted: dict[str, Any] | None, current: dict[str, Any] | None, type_ready: bool) -> Change:
+    """One schema field against its definition in Datadog (None: not there); `wanted` None: choices not given."""
+    if wanted is None:
         if current is None:
-            action = Action.CREATE if type_ready else Action.BLOCKED
-            detail = "" if type_ready else "needs gpufarm's incident type"
-            changes.append(Change("field", spec.name, action, detail, wanted))
-            continue
-        attrs = current.get("attributes") or {}
-        if attrs.get("type") != wanted["type"]:
-            detail = (
-                f"exists with type code {attrs.get('type')}, gpufarm needs {wanted['type']}; "
-                "Datadog cannot change a field's type: delete or rename the existing field"
-            )
-            changes.append(Change("field", spec.name, Action.BLOCKED, detail, target_id=str(current.get("id"))))
-            continue
-        differs = _field_differences(attrs, wanted)
-        update = {k: v for k, v in wanted.items() if k in ("display_name", "valid_values")}
-        action = Action.UPDATE if differs else Action.UNCHANGED
-        changes.append(
-            Change("field", spec.name, action, ", ".join(differs), update, str(current.get("id")), tuple(differs))
+            detail = "its choices come from the farm configuration: pass --farm-config or set GPUFARM_FARM_CONFIG"
+            return Change("field", name, Action.BLOCKED, detail)
+        return Change("field", name, Action.UNCHANGED, "choices kept (no farm configuration given)")
+    if current is None:
+        action = Action.CREATE if type_ready else Action.BLOCKED
+        detail = "" if type_ready else "needs gpufarm's incident type"
+        return Change("field", name, action, detail, wanted)
+    attrs = current.get("attributes") or {}
+    if attrs.get("type") != wanted["type"]:
+        detail = (
+            f"exists with type code {attrs.get('type')}, gpufarm needs {wanted['type']}; "
+            "Datadog cannot change a field's type: delete or rename the existing field"
         )
-    return changes
+        return Change("field", name, Action.BLOCKED, detail, target_id=str(current.get("id")))
+    differs = _field_differences(attrs, wanted)
+    update = {k: v for k, v in wanted.items() if k in ("display_name", "valid_values")}
+    action = Action.UPDATE if differs else Action.UNCHANGED
+    return Change("field", name, action, ", ".join(differs), update, str(current.get("id")), tuple(differs))
 
 
 def _field_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
@@ -393,14 +337,21 @@ def _field_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> l
     if attrs.get("display_name") != wanted["display_name"]:
         differs.append("display name")
     if "valid_values" in wanted:
-        have = [(v.get("value"), v.get("display_name")) for v in attrs.get("valid_values") or []]
-        want = [(v["value"], v["display_name"]) for v in wanted["valid_values"]]
-        if have != want:
-            added = sorted({w[0] for w in want} - {h[0] for h in have})
-            removed = sorted({str(h[0]) for h in have} - {w[0] for w in want})
-            parts = [f"+{', '.join(added)}" if added else "", f"-{', '.join(removed)}" if removed else ""]
-            differs.append("choices " + " ".join(p for p in parts if p) if added or removed else "choice order")
+        choices = _choice_difference(attrs.get("valid_values") or [], wanted["valid_values"])
+        differs += [choices] if choices else []
     return differs
+
+
+def _choice_difference(held: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]) -> str | None:
+    """How a dropdown's choices differ (`choices +a -b`, or `choice order`); None when they do not."""
+    have = [(v.get("value"), v.get("display_name")) for v in held]
+    want = [(v["value"], v["display_name"]) for v in wanted]
+    if have == want:
+        return None
+    added = sorted({w[0] for w in want} - {h[0] for h in have})
+    removed = sorted({str(h[0]) for h in have} - {w[0] for w in want})
+    parts = [f"+{', '.join(added)}" if added else "", f"-{', '.join(removed)}" if removed else ""]
+    return "choices " + " ".join(p for p in parts if p) if added or removed else "choice order"
 
 
 def _plan_variable(current: dict[str, Any] | None, spec: SetupSpec) -> Change:
@@ -495,31 +446,35 @@ def _rule_differences(attrs: Mapping[str, Any], wanted: Mapping[str, Any]) -> li
 
 
 def _plan_rules(existing: list[dict[str, Any]], type_id: str | None, type_name: str) -> list[Change]:
-    changes = []
-    for wanted in desired_rules():
-        trigger = wanted["trigger"]
-        calling = [
-            r
-            for r in existing
-            if (r.get("attributes") or {}).get("trigger") == trigger
-            and INCIDENT_HANDLE in ((r.get("attributes") or {}).get("handles") or [])
-        ]
-        # Ours: on gpufarm's type. A rule calling the webhook from another type is an older gpufarm's: moved over.
-        ours = [r for r in calling if type_id is not None and _rule_type_id(r) == type_id]
-        others = [r for r in calling if r not in ours]
-        if not ours and not others:
-            changes.append(Change("notification rule", trigger, Action.CREATE, INCIDENT_HANDLE, wanted))
-            continue
-        rule = ours[0] if ours else others[0]
-        rest = len(calling) - 1
-        extra = f" ({rest} more rule(s) call the webhook on this trigger; left as they are)" if rest else ""
-        differs = _rule_differences(rule.get("attributes") or {}, wanted)
-        if not ours:
-            differs.append("incident type")
-        target = str(rule.get("id"))
-        if not differs:
-            changes.append(Change("notification rule", trigger, Action.UNCHANGED, extra.strip(), target_id=target))
-            continue
-        detail = ", ".join(differs) + (f" (moves it to incident type {type_name!r})" if not ours else "") + extra
-        changes.append(Change("notification rule", trigger, Action.UPDATE, detail, wanted, target, tuple(differs)))
-    return changes
+    return [_plan_rule(_calling(existing, w["trigger"]), w, type_id, type_name) for w in desired_rules()]
+
+
+def _calling(existing: list[dict[str, Any]], trigger: str) -> list[dict[str, Any]]:
+    """The rules on `trigger` that call gpufarm's incident webhook, on any incident type."""
+    return [
+        r
+        for r in existing
+        if (r.get("attributes") or {}).get("trigger") == trigger
+        and INCIDENT_HANDLE in ((r.get("attributes") or {}).get("handles") or [])
+    ]
+
+
+def _plan_rule(calling: list[dict[str, Any]], wanted: dict[str, Any], type_id: str | None, type_name: str) -> Change:
+    """The rule a trigger needs, against the rules already calling the webhook on it."""
+    trigger = wanted["trigger"]
+    # Ours: on gpufarm's type. A rule calling the webhook from another type is an older gpufarm's: moved over.
+    ours = [r for r in calling if type_id is not None and _rule_type_id(r) == type_id]
+    others = [r for r in calling if r not in ours]
+    if not ours and not others:
+        return Change("notification rule", trigger, Action.CREATE, INCIDENT_HANDLE, wanted)
+    rule = ours[0] if ours else others[0]
+    rest = len(calling) - 1
+    extra = f" ({rest} more rule(s) call the webhook on this trigger; left as they are)" if rest else ""
+    differs = _rule_differences(rule.get("attributes") or {}, wanted)
+    if not ours:
+        differs.append("incident type")
+    target = str(rule.get("id"))
+    if not differs:
+        return Change("notification rule", trigger, Action.UNCHANGED, extra.strip(), target_id=target)
+    detail = ", ".join(differs) + (f" (moves it to incident type {type_name!r})" if not ours else "") + extra
+    return Change("notification rule", trigger, Action.UPDATE, detail, wanted, target, tuple(differs))
