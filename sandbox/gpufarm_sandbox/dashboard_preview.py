@@ -83,9 +83,9 @@ def build_preview(
     """Apply, simulate `hosts` nodes with the LEASES on them for `cycles` sandbox minutes, publish gauges."""
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.slack import SlackChat
+    from gpufarm.cli.datadog import run_apply
     from gpufarm.core.service import GpuFarm
     from gpufarm.core.sync.gauges import publish_gauges
-    from gpufarm.setup.apply import run_apply
     from gpufarm.setup.dashboards import KIND, dashboard_key
     from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
     from gpufarm_sandbox.simfarm import start_simulated_farm

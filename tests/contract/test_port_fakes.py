@@ -25,9 +25,9 @@ from port_contract import (
 from gpufarm.adapters.aws import SqsFifoQueue
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.slack import SlackChat
+from gpufarm.cli.datadog import run_apply
 from gpufarm.config import Settings
 from gpufarm.core.kernel.ports import Chat, HostTags, IncidentStore, WorkQueue
-from gpufarm.setup.apply import run_apply
 from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN
 
 VALID_VALUES = {"team": ["nlp", "vision"], "gpu_model": ["H100", "A100"], "environment": ["onprem-hpc", "cloud"]}

@@ -14,13 +14,13 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 from moto import mock_aws
 
 from gpufarm.cli import cli
+from gpufarm.cli.capture import gpufarm_trace_handler
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.leases import profile_runs
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import runtime as rt
-from gpufarm.profiling.capture import gpufarm_trace_handler
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiler"
 ALICE, STRANGER = "U0000000001", "U0000000009"

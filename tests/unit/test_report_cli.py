@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner
 from fakes import FARM_YAML, FakeClock, FakeIncidents
 
+from gpufarm.cli.report import report
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.model import isoformat
 from gpufarm.handlers import runtime as rt
-from gpufarm.reporting.cli import report
 
 pytestmark = pytest.mark.unit
 

@@ -101,7 +101,7 @@ def _invoke(args: list[str]) -> tuple[int, str]:
 
     import click
 
-    from gpufarm.reporting.cli import report
+    from gpufarm.cli.report import report
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):

@@ -1,6 +1,6 @@
 """The Datadog setup `gpufarm local` makes before it accepts requests: `gpufarm datadog apply` on its own sandbox.
 
-The same plan and apply code as the operator command (gpufarm.setup.apply.run_apply), with what the local functions
+The same plan and apply code as the operator command (gpufarm.cli.datadog.run_apply), with what the local functions
 use: the sandbox's keys, the local webhook secret, the incident webhook's and idle alert's Function URLs, and the
 farm configuration the functions read (its dropdown choices and idle monitors). So the first `/gpu request` finds
 gpufarm's incident type, fields, webhooks, notification rules and idle monitors in place. Applying again changes
@@ -84,9 +84,8 @@ def apply_local_setup(env: Running) -> LocalSetup:
     Reads the settings from the environment start_local has set (os.environ). Raises what apply raises: a
     ValidationFailed when the plan is blocked (nothing is changed then), an UpstreamError when the sandbox refuses.
     """
+    from gpufarm.cli.datadog import load_farm, run_apply
     from gpufarm.config import Settings
-    from gpufarm.setup.apply import run_apply
-    from gpufarm.setup.cli import load_farm
     from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV
 
     started = time.perf_counter()

@@ -9,28 +9,21 @@ nothing but "unchanged"; a run stopped half-way leaves nothing inconsistent that
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from pydantic import SecretStr
 
-from gpufarm.config import Settings
-from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.errors import NotFound, ValidationFailed
 from gpufarm.core.kernel.hosts import MANAGED_TAG
-from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.api import SetupApi
 from gpufarm.setup.changes import Action, Change
 from gpufarm.setup.dashboards import KIND as DASHBOARD
-from gpufarm.setup.dashboards import METADATA_KIND, dashboard_key, desired_dashboards, desired_metadata
+from gpufarm.setup.dashboards import METADATA_KIND, dashboard_key
 from gpufarm.setup.monitors import KIND as MONITOR
-from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import (
     DEFAULT_INCIDENT_TYPE,
-    IDLE_WEBHOOK_URL_ENV,
-    INCIDENT_WEBHOOK_URL_ENV,
     CurrentState,
     Plan,
     SetupSpec,
@@ -182,43 +175,3 @@ def apply_setup(api: SetupApi, spec: SetupSpec, *, secret: SecretStr | None, dry
     if not dry_run:
         execute(plan, api, secret)
     return plan
-
-
-def run_apply(
-    settings: Settings,
-    *,
-    incident_webhook_url: str | None = None,
-    idle_webhook_url: str | None = None,
-    valid_values: Mapping[str, Sequence[str]] | None = None,
-    dry_run: bool = False,
-    rotate_secret: bool = False,
-    incident_type: str | None = None,
-    env: Mapping[str, str] | None = None,
-    farm: FarmConfig | None = None,
-    prune: bool = False,
-) -> Plan:
-    """Apply against the Datadog in settings; webhook URLs default to GPUFARM_INCIDENT/IDLE_WEBHOOK_URL.
-
-    With `farm`, its idle monitors, gpufarm's dashboards and the metric metadata are managed too (dropdown choices
-    come from it unless valid_values is given).
-    """
-    from gpufarm.adapters.datadog_admin import DatadogAdmin
-
-    environ = env if env is not None else os.environ
-    spec = SetupSpec(
-        incident_webhook_url=incident_webhook_url or environ.get(INCIDENT_WEBHOOK_URL_ENV, ""),
-        idle_webhook_url=idle_webhook_url or environ.get(IDLE_WEBHOOK_URL_ENV, ""),
-        valid_values=dict(valid_values if valid_values is not None else farm.valid_values() if farm else {}),
-        rotate_secret=rotate_secret,
-        has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
-        incident_type=incident_type or settings.incident_type,
-        monitors=desired_monitors(farm) if farm is not None else None,
-        prune=prune,
-        dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
-        metric_metadata=desired_metadata() if farm is not None else None,
-    )
-    admin = DatadogAdmin(settings)
-    try:
-        return apply_setup(admin, spec, secret=settings.webhook_secret, dry_run=dry_run)
-    finally:
-        admin.close()

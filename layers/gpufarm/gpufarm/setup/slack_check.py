@@ -8,40 +8,12 @@ Exit status: 0 every group resolves; 1 a group Slack does not know (the key is n
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-
-import click
 
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.governance.membership import Membership, MembershipMisconfigured
-from gpufarm.core.kernel.errors import NotFound, UpstreamError
+from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.ports import Chat
-
-
-@click.group()
-def slack() -> None:
-    """Checks against the Slack workspace the app is installed in."""
-
-
-@slack.command()
-@click.option("--farm-config", type=click.Path(exists=True, dir_okay=False), help="Farm YAML file to check.")
-def check(farm_config: str | None) -> None:
-    """Resolve the operators' group and every team's members through Slack (usergroups.users.list)."""
-    from gpufarm.adapters.slack import SlackChat
-    from gpufarm.config import Settings
-    from gpufarm.setup.cli import load_farm
-
-    settings = Settings()
-    if farm_config:
-        settings = settings.model_copy(update={"farm_config": farm_config, "farm_config_parameter": None})
-    try:
-        farm = load_farm(settings, required=True)
-        chat = SlackChat.from_settings(settings)
-    except (NotFound, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-    assert farm is not None
-    sys.exit(report(farm, chat, click.echo))
 
 
 def report(farm: FarmConfig, chat: Chat, out: Callable[[str], None]) -> int:

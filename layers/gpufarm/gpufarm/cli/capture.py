@@ -1,6 +1,6 @@
 """`gpufarm_trace_handler("IR-123")` for `torch.profiler.profile(on_trace_ready=...)`: write the trace, upload it.
 
-    from gpufarm.profiling.capture import gpufarm_trace_handler
+    from gpufarm.cli.capture import gpufarm_trace_handler
     with torch.profiler.profile(schedule=..., on_trace_ready=gpufarm_trace_handler("IR-123", batch_size=32)) as p:
         ...
 
@@ -44,7 +44,7 @@ def gpufarm_trace_handler(
     folder = Path(directory) if directory is not None else Path(tempfile.gettempdir()) / "gpufarm-traces"
 
     def handler(prof: Any) -> None:
-        from gpufarm.profiling.cli import upload_traces
+        from gpufarm.cli.profile import upload_traces
 
         folder.mkdir(parents=True, exist_ok=True)
         run = f"{name}-{int(getattr(prof, 'step_num', 0))}"

@@ -1,4 +1,5 @@
-"""The `gpufarm` command: operator commands (`datadog apply`), plus those other distributions register.
+"""The `gpufarm` command: its own subcommands (`datadog`, `slack`, `report`, `profile`, one module each here, imported
+only when used), plus those other distributions register.
 
 The runtime ships only its own commands. `gpufarm-sandbox` adds `sandbox`, `local` and `demo` through the
 `gpufarm.commands` entry-point group, so an operator's install (or the Lambda layer) carries none of them.
@@ -16,10 +17,10 @@ from gpufarm import __version__
 
 # Commands of this distribution, imported only when used so `gpufarm --help` stays fast.
 OWN_COMMANDS = {
-    "datadog": "gpufarm.setup.cli:datadog",
-    "slack": "gpufarm.setup.slack_check:slack",
-    "profile": "gpufarm.profiling.cli:profile",
-    "report": "gpufarm.reporting.cli:report",
+    "datadog": "gpufarm.cli.datadog:datadog",
+    "slack": "gpufarm.cli.slack:slack",
+    "profile": "gpufarm.cli.profile:profile",
+    "report": "gpufarm.cli.report:report",
 }
 ENTRY_POINT_GROUP = "gpufarm.commands"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping, Sequence
 
 import click
 
@@ -10,7 +12,7 @@ from gpufarm.config import Settings
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.errors import GpufarmError, NotFound
 from gpufarm.profiling.dashboard_links import newest_run_links
-from gpufarm.setup.apply import execute, read_current
+from gpufarm.setup.apply import apply_setup, execute, read_current
 from gpufarm.setup.changes import Change
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import desired_monitors
@@ -215,3 +217,43 @@ def _print_plan(plan: Plan) -> None:
     counts = plan.counts()
     summary = ", ".join(f"{n} {action}" for action, n in counts.items() if n)
     click.echo(f"plan: {summary}")
+
+
+def run_apply(
+    settings: Settings,
+    *,
+    incident_webhook_url: str | None = None,
+    idle_webhook_url: str | None = None,
+    valid_values: Mapping[str, Sequence[str]] | None = None,
+    dry_run: bool = False,
+    rotate_secret: bool = False,
+    incident_type: str | None = None,
+    env: Mapping[str, str] | None = None,
+    farm: FarmConfig | None = None,
+    prune: bool = False,
+) -> Plan:
+    """Apply against the Datadog in settings; webhook URLs default to GPUFARM_INCIDENT/IDLE_WEBHOOK_URL.
+
+    With `farm`, its idle monitors, gpufarm's dashboards and the metric metadata are managed too (dropdown choices
+    come from it unless valid_values is given).
+    """
+    from gpufarm.adapters.datadog_admin import DatadogAdmin
+
+    environ = env if env is not None else os.environ
+    spec = SetupSpec(
+        incident_webhook_url=incident_webhook_url or environ.get(INCIDENT_WEBHOOK_URL_ENV, ""),
+        idle_webhook_url=idle_webhook_url or environ.get(IDLE_WEBHOOK_URL_ENV, ""),
+        valid_values=dict(valid_values if valid_values is not None else farm.valid_values() if farm else {}),
+        rotate_secret=rotate_secret,
+        has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
+        incident_type=incident_type or settings.incident_type,
+        monitors=desired_monitors(farm) if farm is not None else None,
+        prune=prune,
+        dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
+        metric_metadata=desired_metadata() if farm is not None else None,
+    )
+    admin = DatadogAdmin(settings)
+    try:
+        return apply_setup(admin, spec, secret=settings.webhook_secret, dry_run=dry_run)
+    finally:
+        admin.close()
