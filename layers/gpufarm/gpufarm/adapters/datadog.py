@@ -17,8 +17,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -28,8 +27,7 @@ from gpufarm.adapters import datadog_client as dc
 # The queries and the store are datadog_incidents'; importers of the gateway read them here too.
 from gpufarm.adapters.datadog_incidents import ANY_STATE_QUERY as ANY_STATE_QUERY  # noqa: PLC0414
 from gpufarm.adapters.datadog_incidents import LIVE_QUERY as LIVE_QUERY  # noqa: PLC0414
-from gpufarm.adapters.datadog_incidents import SEARCH_PAGE, DatadogIncidents
-from gpufarm.config import Settings
+from gpufarm.adapters.datadog_incidents import DatadogIncidents
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.ports import (
     Event,
@@ -70,37 +68,16 @@ class DatadogGateway(DatadogIncidents):
     """What the handlers use at run time: gpufarm's incidents (DatadogIncidents), hosts and their tags, monitor
     states, metrics and events, over one set of clients with one rate-limit gate."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        incident_type_id: str | None = None,
-        create_attempts: int | None = None,
-        create_backoff_s: float = 0.5,
-        request_id_scan: int = 50,
-        search_page_size: int = SEARCH_PAGE,
-        sleep: Callable[[float], None] = time.sleep,
-        rate_limit_wait_s: float = dc.RATE_LIMIT_WAIT_S,
-        rate_limit_retries: int = dc.RATE_LIMIT_RETRIES,
-    ) -> None:
-        super().__init__(
-            settings,
-            incident_type_id=incident_type_id,
-            create_attempts=create_attempts,
-            create_backoff_s=create_backoff_s,
-            request_id_scan=request_id_scan,
-            search_page_size=search_page_size,
-            sleep=sleep,
-            rate_limit_wait_s=rate_limit_wait_s,
-            rate_limit_retries=rate_limit_retries,
-        )
-        # The series as plain JSON: same keys, timeouts and retries, no model built from them (submit checks them).
-        self._plain_client = dc.api_client(settings, retry=True, raw=True, check_input=False, **self._limits)
-
     def close(self) -> None:
         """Release the HTTP connection pools."""
         super().close()
-        self._plain_client.close()
+        if "_plain_client" in self.__dict__:
+            self._plain_client.close()
+
+    @cached_property
+    def _plain_client(self) -> Any:
+        # The series as plain JSON: same keys, timeouts and retries, no model built from them (submit checks them).
+        return dc.api_client(self.settings, retry=True, raw=True, check_input=False, **self._limits)
 
     # -- API objects, built on first use (each API module imports its own models only) ---------------
 
