@@ -22,7 +22,7 @@
    AWS calls each mode made per cold request are printed. Reported: medians of spawn-to-answer (what Slack waits
    for; a Lambda container does not exit after its first request), of the whole process (teardown included), of
    the child's CPU time, and their ratios. `--source NAME=PATH` adds another checkout (mode@NAME), which is how
-   the README's lever table was made: one checkout per lever taken away.
+   the lever table of benchmarks/RESULTS.md was made: one checkout per lever taken away.
 2. End to end under the local function host (`gpufarm local` in-process): the sandbox types a slash command as
    a Slack user; the clock runs until the IR number appears in the sandbox's Slack messages (the worker's
    answer through the response_url). Each request is released afterwards so quotas never run out.
@@ -312,7 +312,7 @@ def slack_stub() -> Iterator[tuple[str, list[str]]]:
 
 
 # Other checkouts of gpufarm to measure beside this one (--source NAME=PATH, then a mode such as lambda@NAME): how the
-# lever table in the README was made, one checkout per lever taken away.
+# lever table in benchmarks/RESULTS.md was made, one checkout per lever taken away.
 SOURCES: dict[str, Path] = {}
 
 
