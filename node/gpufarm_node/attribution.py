@@ -7,7 +7,8 @@ Sources, in the order they win for a process's IR:
    the shape of kubelet's `/pods` or `kubectl get pods -o json`); the pod is found through the pod UID in the
    process's cgroup path;
 3. the owner of the device it runs on (kubelet pod-resources, or an assignment made by the simulation);
-4. the host's single `ir:` tag (the caller supplies it; see `collect`).
+4. on a dedicated host, the lease holding the whole host, its one `ir:` tag (the caller supplies it; see `collect`
+   and gpufarm_node.tags.host_lease).
 
 /proc reads go through a configurable root (GPUFARM_PROC_ROOT) so tests run on a generated tree. What /proc
 tells about a process is cached by (pid, start time), so a reused pid is re-read (dcgm-exporter's cache is keyed

@@ -10,8 +10,9 @@ Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
   counts as busy while it has processes: the agent never calls idle what it cannot see.
 - A device's IR is the one the allocator assigned it (the host's `gpu_assign:ir-<N>/<uuid>` tags,
   gpufarm_node.hosttags), else its owner's (pod-resources), else that of the processes holding most of its
-  memory, else the host's single `ir:` tag, else `none`. A process's IR is its own (environment or pod label),
-  else its device's.
+  memory, else, on a dedicated host, the lease holding the whole host (its one `ir:` tag), else `none`. A
+  shared host's device that no `gpu_assign` tag names is `none`, never charged to the host's lease
+  (gpufarm_node.tags.host_lease). A process's IR is its own (environment or pod label), else its device's.
 - Every MIG slice has one activity series, `gpufarm.gpu.mig.activity` (percent): GPM graphics activity where the
   GPU supports GPM (`activity_source:gpm`), else process presence, 100 while the slice runs compute processes and
   0 without (`activity_source:processes`), so idle monitors can judge every slice with one query.
@@ -531,7 +532,8 @@ _ACTIVITY_METRICS: dict[str, str] = {
 
 
 def _device_ir(device: _Device, owner: DeviceOwner | None, cycle: _Cycle) -> str:
-    """The allocator's assignment, else the owner's IR, else the processes' majority, else the host's, else none."""
+    """The allocator's assignment, else the owner's IR, else the processes' majority, else the whole host's lease
+    (a dedicated host's only), else none."""
     return (
         (cycle.assigned.get(device.key) if cycle.assigned else None)
         or (owner.ir if owner else None)

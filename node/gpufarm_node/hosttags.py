@@ -21,12 +21,12 @@ import ssl
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
-from gpufarm_node.tags import IR_KEY, assignments, tag_values
+from gpufarm_node.tags import assignments, host_lease
 
 log = logging.getLogger("gpufarm_node.hosttags")
 
@@ -75,12 +75,6 @@ def _small_int(text: str | None) -> int | None:
     if not 0 < len(text) <= 9 or not text.isascii() or not text.isdigit():
         return None
     return int(text)
-
-
-def single_ir(tags: Iterable[str]) -> str | None:
-    """The host's `ir:` tag value when it carries exactly one (a shared host has several: none is chosen)."""
-    irs = sorted(set(tag_values(tags, IR_KEY)))
-    return irs[0] if len(irs) == 1 else None
 
 
 class AnswerError(OSError):
@@ -284,7 +278,7 @@ class HostTagWatch:
         self._failures = 0
         self._body: bytes | None = None
         self.tags: tuple[str, ...] = ()
-        # {lower-case device uuid: ir}, and the host's single `ir:` value.
+        # {lower-case device uuid: ir}, and the lease the whole host belongs to (gpufarm_node.tags.host_lease).
         self.assignments: Mapping[str, str] = {}
         self.host_ir: str | None = None
         # True once a read succeeded (until then the registrar's view of the host's `ir:` tag stands).
@@ -348,7 +342,7 @@ class HostTagWatch:
         if assigned != self.assignments:
             log.info("%s: device assignments now %s", self.hostname, assigned or "none")
         self.assignments = assigned
-        self.host_ir = single_ir(tags)
+        self.host_ir = host_lease(tags)
 
     def _paced(self, now: float, rate: RateLimit) -> float | None:
         """When to read next: every cycle, or after the window turns while its budget is nearly spent."""

@@ -22,10 +22,9 @@ from gpufarm_node.tags import (
     GPU_COUNT_KEY,
     GPU_MODEL_KEY,
     GPU_UNIT_KEY,
-    IR_KEY,
     MANAGED_TAG,
+    host_lease,
     registration_tags,
-    tag_values,
     unit_tag,
 )
 
@@ -87,9 +86,8 @@ class HostRegistrar:
         return self._next is None or self._clock() >= self._next
 
     def host_ir(self) -> str | None:
-        """The host's `ir:` tag value when it carries exactly one (a shared host has several: none is chosen)."""
-        irs = sorted(set(tag_values(self.tags, IR_KEY)))
-        return irs[0] if len(irs) == 1 else None
+        """The lease the whole host belongs to, as its tags read at registration say (gpufarm_node.tags.host_lease)."""
+        return host_lease(self.tags)
 
     def refresh(self, gpu_model: str, gpu_count: int, units: Sequence[str] = ()) -> bool:
         """Ensure the registration tags (with `units`, the snapshot's unit_tags); False (and a retry sooner) when

@@ -73,3 +73,18 @@ def assignments(tags: Iterable[str]) -> Mapping[str, str]:
         if sep and ir is not None and uuid and "/" not in uuid:
             out.setdefault(uuid.lower(), ir)
     return out
+
+
+def host_lease(tags: Iterable[str]) -> str | None:
+    """The lease a whole host belongs to: its one `ir:` tag, on a host that carries no `gpu_assign` tag.
+
+    A dedicated host is held whole by one lease, which tags it `ir:` only. A shared host's leases hold units, and the
+    allocator names each unit of each lease in a `gpu_assign` tag in the same write as its `ir:` tag: there a
+    device no tag assigns belongs to no lease, however few `ir:` tags the host carries (one lease holding 2 of 14
+    slices must not be charged the other 12). A host with two `ir:` tags names no lease either.
+    """
+    tags = list(tags)
+    if tag_values(tags, GPU_ASSIGN_KEY):
+        return None
+    irs = sorted(set(tag_values(tags, IR_KEY)))
+    return irs[0] if len(irs) == 1 else None

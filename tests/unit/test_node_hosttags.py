@@ -158,6 +158,42 @@ def test_the_single_ir_tag_of_a_dedicated_host_attributes_every_device(node: Any
     assert _ir_of(series, "gpufarm.gpu.mig.activity", slice0) == {"ir-5"}
 
 
+# The GPU-slicing pool's hosts (topologies/a100-mig-slicing.yaml: 2 x A100, each in 7 x 1g.10gb) with a busy
+# process on every slice and no IR of their own: what one lease holding 2 of the 14 slices is charged.
+SLICED = {
+    "name": "sliced",
+    "gpus": [{"model": "A100", "count": 2, "mig": {"profile": "1g.10gb", "count": 7}}],
+    "processes": [{"pid": 8000 + 7 * g + m, "gpu": g, "mig": m, "workload": "busy"} for g in (0, 1) for m in range(7)],
+}
+
+
+def test_a_shared_host_charges_its_one_lease_only_the_slices_assigned_to_it(tmp_path: Path) -> None:
+    now = [START]
+    tags = ScriptedTags()
+    built = fake_node(
+        topology_from_dict(SLICED, seed=HOST),
+        tmp_path,
+        Keep(),
+        hostname=HOST,
+        clock=lambda: now[0],
+        host_tags=HostTagWatch(tags, HOST, clock=lambda: now[0]),
+    )
+    built.agent.start()
+    try:
+        slices = [m.uuid.lower() for g in built.source.snapshot().gpus for m in g.migs]
+        assert len(slices) == 14
+        tags.tags = ["ir:ir-2", f"gpu_assign:ir-2/{slices[0]}", f"gpu_assign:ir-2/{slices[8]}"]
+        series = _cycle(built, now)
+    finally:
+        built.agent.close()
+    by_slice = {uuid: _ir_of(series, "gpufarm.gpu.mig.activity", uuid) for uuid in slices}
+    assert {u for u, irs in by_slice.items() if irs == {"ir-2"}} == {slices[0], slices[8]}
+    # The 12 busy slices no tag assigns are unattributed use, not the lease's.
+    assert all(by_slice[u] == {"none"} for u in slices if u not in (slices[0], slices[8]))
+    charged = [s for s in series if s.metric == "gpufarm.ir.gpus" and "gpu_ir:ir-2" in s.tags]
+    assert charged and all(s.value == 2.0 for s in charged)
+
+
 def test_mig_slices_report_process_presence_without_gpm(node: Any) -> None:
     built, _, now = node
     _, _, slice0 = _uuids(built)
@@ -257,7 +293,8 @@ def test_malformed_answers_and_assignment_tags_change_nothing() -> None:
     good = "gpu-0e6a0b7a-3d2d-5c8c-9a3f-7c1b2d4e5f60"
     tags.tags = [f"gpu_assign:ir-4/{good}", "gpu_assign:ir-x/gpu-1", "gpu_assign:nothing", "ir:ir-4"]
     assert watch.poll()
-    assert watch.assignments == {good: "ir-4"} and watch.host_ir == "ir-4"
+    # A host carrying assignments is shared: its one `ir:` tag names no lease for the whole host.
+    assert watch.assignments == {good: "ir-4"} and watch.host_ir is None
 
     class Garbage(ScriptedTags):
         def get(self) -> tuple[int, bytes, Mapping[str, str]]:

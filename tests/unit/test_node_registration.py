@@ -92,6 +92,13 @@ def test_a_host_shared_by_two_irs_has_no_single_host_ir() -> None:
     assert registrar.host_ir() is None
 
 
+def test_a_shared_host_with_one_lease_names_no_lease_for_the_whole_host() -> None:
+    unit = "mig-0e6a0b7a-3d2d-5c8c-9a3f-7c1b2d4e5f60"
+    registrar = _registrar(FakeTagsApi([*WANTED, "ir:ir-2", f"gpu_assign:ir-2/{unit}"]))
+    registrar.refresh("H100", 8)
+    assert registrar.host_ir() is None
+
+
 def test_failures_are_retried_sooner_and_successes_wait_the_interval() -> None:
     now = [0.0]
     api = FakeTagsApi(WANTED)
