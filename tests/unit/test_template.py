@@ -72,6 +72,25 @@ def test_globals_layer_and_parameters(raw: dict[str, Any]) -> None:
     assert (REPO / "layers" / "gpufarm" / "requirements.txt").is_file()
 
 
+# Every site Datadog lists (its "Getting Started with Datadog Sites" page): the DatadogSite parameter takes each.
+DATADOG_SITES = [
+    "datadoghq.com",
+    "us3.datadoghq.com",
+    "us5.datadoghq.com",
+    "datadoghq.eu",
+    "ap1.datadoghq.com",
+    "ap2.datadoghq.com",
+    "uk1.datadoghq.com",
+    "ddog-gov.com",
+    "us2.ddog-gov.com",
+]
+
+
+def test_every_datadog_site_is_a_deployable_site(raw: dict[str, Any]) -> None:
+    site = raw["Parameters"]["DatadogSite"]
+    assert site["AllowedValues"] == DATADOG_SITES and site["Default"] == "datadoghq.com"
+
+
 def test_functions_handlers_and_folders() -> None:
     template = load_template(TEMPLATE)
     assert {f.dir_name for f in template.functions.values()} == set(FUNCTIONS)
