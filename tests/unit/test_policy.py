@@ -94,6 +94,12 @@ def test_farm_lookups(farm: FarmConfig) -> None:
         ("gpu_models: {H100: {}}\nenvironments: {hpc: {kind: magic, gpu_models: [H100]}}", "environments.hpc.kind"),
         ("gpu_models: {H100: {}}\nenvironments: {Bad Name: {gpu_models: [H100]}}", "environments"),
         ("gpu_models: {H100: {}}\nenvironments: {hpc: {gpu_models: [H100]}}\nsurprise: 1", "surprise"),
+        # Past Python's 4,300-digit bound the loader's int() raises ValueError: still an invalid configuration.
+        (
+            "gpu_models: {H100: {}}\nenvironments: {hpc: {gpu_models: [H100]}}\n"
+            f"teams: {{nlp: {{quotas: {{hpc: {{H100: {{gpus: {'9' * 5000}}}}}}}}}}}",
+            "a number in it is too long",
+        ),
     ],
 )
 def test_bad_farm_files_say_where(text: str, where: str) -> None:

@@ -508,6 +508,10 @@ def parse_farm(text: str) -> FarmConfig:
         data: Any = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader, chosen above
     except yaml.YAMLError as exc:
         raise FarmConfigError(f"farm configuration is not valid YAML: {exc}") from None
+    except ValueError:
+        # The YAML loader makes ints with int(): past Python's 4,300-digit bound that is a ValueError, not a
+        # YAMLError. No farm setting needs a number that long.
+        raise FarmConfigError("farm configuration is invalid: a number in it is too long") from None
     if not isinstance(data, Mapping):
         raise FarmConfigError("farm configuration must be a YAML mapping")
     try:
