@@ -163,7 +163,19 @@ def test_links_to_the_incident_and_the_leases_metrics(lease: Allocation) -> None
 
 def test_settings_pick_the_link_base() -> None:
     site = Settings(datadog_site="us5.datadoghq.com", public_url=None)
-    assert Links.for_site(site.datadog_site, site.public_url).base == "https://app.us5.datadoghq.com"
+    assert Links.for_site(site.datadog_site, site.public_url).base == "https://us5.datadoghq.com"
+    # Each site's app as Datadog's site list gives it: `app.` only before the sites named by their domain alone.
+    apps = {
+        "datadoghq.com": "https://app.datadoghq.com",
+        "us3.datadoghq.com": "https://us3.datadoghq.com",
+        "datadoghq.eu": "https://app.datadoghq.eu",
+        "ap1.datadoghq.com": "https://ap1.datadoghq.com",
+        "ap2.datadoghq.com": "https://ap2.datadoghq.com",
+        "uk1.datadoghq.com": "https://uk1.datadoghq.com",
+        "ddog-gov.com": "https://app.ddog-gov.com",
+        "us2.ddog-gov.com": "https://us2.ddog-gov.com",
+    }
+    assert {s: Links.for_site(s).base for s in apps} == apps
     local = Settings(public_url="http://localhost:8321")
     assert Links.for_site(local.datadog_site, local.public_url).base == "http://localhost:8321"
 

@@ -75,7 +75,7 @@ class Settings(BaseModel):
     operators_channel: str | None = None
     worker_function: str | None = None
     public_url: str | None = Field(
-        default=None, description="Base URL of the links messages carry; default https://app.<site>"
+        default=None, description="Base URL of the links messages carry; default the Datadog app of the site"
     )
     incident_type: str = Field(
         default="GPU allocation",

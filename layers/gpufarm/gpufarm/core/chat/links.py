@@ -1,6 +1,6 @@
 """Links gpufarm's messages carry: a lease's incident and its project dashboard; pure, no calls.
 
-The base is the Datadog app of the configured site (`https://app.<site>`), or GPUFARM_PUBLIC_URL where the
+The base is the Datadog app of the configured site, or GPUFARM_PUBLIC_URL where the
 deployment sets it as the base of links (`gpufarm local` points it at the sandbox, which serves the same paths).
 
 A lease's dashboard link is gpufarm's project dashboard (the one `gpufarm datadog apply` marks
@@ -62,10 +62,10 @@ class Links:
     def for_site(
         cls, site: str, public_url: str | None = None, project_dashboard: DashboardLookup | None = None
     ) -> Links:
-        """The public URL when set, else the Datadog app of `site` (`datadoghq.eu` -> https://app.datadoghq.eu)."""
+        """The public URL when set, else the Datadog app of `site` (app_url)."""
         if public_url:
             return cls(public_url.rstrip("/"), project_dashboard=project_dashboard)
-        return cls(f"https://app.{site.strip().strip('/')}", project_dashboard=project_dashboard)
+        return cls(app_url(site), project_dashboard=project_dashboard)
 
     def for_environment(self, farm: FarmConfig, environment: str | None) -> Links:
         """These links with the metrics of the pool's source (an unknown pool keeps the node agent's)."""
@@ -120,3 +120,11 @@ class Links:
         if self.project_dashboard is None or self.metrics_source is MetricsSource.DATADOG_AGENT:
             return None
         return self.project_dashboard()
+
+
+def app_url(site: str) -> str:
+    """The Datadog app of a site, as Datadog's site list gives it: `app.` before the sites named by their domain
+    alone (`datadoghq.com`, `datadoghq.eu`, `ddog-gov.com`); a regional site's name is its app's host
+    (`us5.datadoghq.com` -> https://us5.datadoghq.com, `us2.ddog-gov.com` -> https://us2.ddog-gov.com)."""
+    host = site.strip().strip("/")
+    return f"https://{host}" if host.count(".") > 1 else f"https://app.{host}"
