@@ -36,8 +36,6 @@ from gpufarm.core.kernel.serial import IdleScope
 from gpufarm.core.leases import allocation, ending, extension, process, queries, requests
 from gpufarm.core.sync import expiry, gauges, repair, run
 
-__all__ = ["GpuFarm", "Outcome"]
-
 
 class GpuFarm:
     """The use cases over the ports; built once per container by the handlers."""

@@ -66,8 +66,7 @@ def ir_numbers(values: Iterable[str]) -> list[int]:
 def untagged(current: list[str], alloc: Allocation, others: Mapping[int, Allocation]) -> list[str]:
     """A host's `user` tags without this lease's: its ir: tag and gpu_assign tags, and its project:/team: tags
     unless another live holder of the host (`others`, by IR) has them too."""
-    remaining = [n for n in ir_numbers(tag_values(current, IR_KEY)) if n != alloc.ir]
-    keep = allocation_tags([others[n] for n in remaining if n in others])
+    keep = allocation_tags([others[n] for n in other_holders(current, alloc.ir) if n in others])
     mine = allocation_tags([alloc])
     return [t for t in current if t != alloc.ir_tag and (t not in mine or t in keep) and not is_assign_of(t, alloc.ir)]
 
