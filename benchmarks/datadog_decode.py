@@ -36,10 +36,11 @@ from datadog_api_client.v2.api.incidents_api import IncidentsApi
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters import datadog_incidents as di
-from gpufarm.adapters.datadog import LIVE_QUERY, DatadogGateway
+from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.search import LIVE_QUERY
 from gpufarm.setup.plan import INCIDENT_TYPE_DESCRIPTION, desired_fields
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
 from gpufarm_sandbox.process import control, free_port, start_sandbox
@@ -167,7 +168,7 @@ def fetched(url: str, path: str, pages: Callable[[Any], tuple[int, bool]]) -> in
 
 def decode_figures(url: str, settings: Settings, type_id: str) -> None:
     """Typed, unchecked, raw and fetch-only reads of every incident and every host."""
-    query = f"incident_type:{type_id} AND ({LIVE_QUERY})"
+    query = f"incident_type:{type_id} AND ({LIVE_QUERY.text()})"
     search_path = f"/api/v2/incidents/search?query={urllib.parse.quote(query)}&page[size]=100&page[offset]={{offset}}"
 
     def search_page(body: Any) -> tuple[int, bool]:

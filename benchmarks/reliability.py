@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpufarm.adapters.datadog import LIVE_QUERY
+from gpufarm.core.kernel.search import LIVE_QUERY
 from gpufarm_sandbox import badday, load, redelivery
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv, start_local

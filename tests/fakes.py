@@ -23,6 +23,7 @@ from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.ports import HostInfo, HostPage, MetricSeries
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm_node.tags import registration_tags
 from gpufarm_sandbox.emulator.incidents_search import matches, parse_query
 
@@ -68,7 +69,7 @@ class FakeIncidents:
         self.records: dict[str, IncidentRecord] = {}
         self.creates = 0
         self.updates: list[tuple[int, dict[str, Any]]] = []
-        self.searches: list[str] = []
+        self.searches: list[IncidentQuery] = []
 
     def create(
         self,
@@ -127,9 +128,10 @@ class FakeIncidents:
         self.updates.append((record.public_id, dict(fields)))
         return updated
 
-    def search(self, query: str) -> Iterator[IncidentRecord]:
-        # The sandbox's own query language: state and field facets (`environment:"x" AND team:"y"`) filter.
-        parsed = parse_query(query)
+    def search(self, query: IncidentQuery) -> Iterator[IncidentRecord]:
+        # The query's Datadog text in the sandbox's own language (state and field facets filter): what the real
+        # store sends when Datadog applies every facet.
+        parsed = parse_query(query.text())
         self.searches.append(query)
         for record in list(self.records.values()):
             if matches(parsed, lambda facet, r=record: _facet_values(r, facet)):

@@ -14,7 +14,9 @@ import pytest
 
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.ports import Chat, HostPage, HostPages, HostTags, IncidentStore, WorkQueue
+from gpufarm.core.kernel.search import IncidentQuery
 
 # Makes hosts known with tags per source, as their agents' reports would: {host: {source: [tags]}}.
 SeedHosts = Callable[[Mapping[str, Mapping[str, Sequence[str]]]], None]
@@ -109,8 +111,8 @@ class IncidentStoreContract:
         ended = incidents.create("ended", request_fields("req-ended"))
         incidents.update(held.id, {f.STATE: "stable"})
         incidents.update(ended.id, {f.STATE: "resolved"})
-        assert {r.id for r in incidents.search("state:(active OR stable)")} == {live.id, held.id}
-        assert [r.id for r in incidents.search("state:(resolved)")] == [ended.id]
+        assert {r.id for r in incidents.search(IncidentQuery.where({State.ACTIVE, State.STABLE}))} == {live.id, held.id}
+        assert [r.id for r in incidents.search(IncidentQuery.where({State.RESOLVED}))] == [ended.id]
 
     def test_a_request_id_finds_its_incident_and_a_repeated_create_returns_it(self, incidents: IncidentStore) -> None:
         first = incidents.create("GPU request", request_fields("req-dup"))
@@ -118,7 +120,7 @@ class IncidentStoreContract:
         assert incidents.find_by_request_id("req-unknown") is None
         again = incidents.create("GPU request", request_fields("req-dup"))
         assert again.id == first.id
-        assert [r.id for r in incidents.search("state:(active)")] == [first.id]
+        assert [r.id for r in incidents.search(IncidentQuery.where({State.ACTIVE}))] == [first.id]
 
     def test_of_twin_incidents_for_one_request_the_lowest_ir_is_found(self, incidents: IncidentStore) -> None:
         # Two overlapping deliveries of one Slack request each created one; the later was closed as a duplicate.
@@ -131,7 +133,7 @@ class IncidentStoreContract:
     def test_an_unknown_field_is_refused_and_nothing_is_created(self, incidents: IncidentStore) -> None:
         with pytest.raises(ValidationFailed, match="no_such_field"):
             incidents.create("GPU request", {**request_fields(), "no_such_field": "x"})
-        assert list(incidents.search("state:(active OR stable OR resolved)")) == []
+        assert list(incidents.search(IncidentQuery())) == []
 
 
 class HostTagsContract:

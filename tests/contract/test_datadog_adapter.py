@@ -23,7 +23,9 @@ from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -131,10 +133,10 @@ def test_search_walks_every_page(settings: Settings, fields_defined: str) -> Non
     ids = set(created)
     # Resolve the oldest, so the newest live incident is still the last one created.
     gw.update(created[0], {f.STATE: "resolved"})
-    found = [r.id for r in gw.search("state:(active OR resolved)")]
+    found = [r.id for r in gw.search(IncidentQuery.where({State.ACTIVE, State.RESOLVED}))]
     assert sorted(found) == sorted(ids)  # three pages (10, 10, 5), nothing twice
-    assert len({r.id for r in gw.search("state:active")}) == 24
-    newest = next(gw.search("state:active", newest_first=True))
+    assert len({r.id for r in gw.search(IncidentQuery.where({State.ACTIVE}))}) == 24
+    newest = next(gw.search(IncidentQuery.where({State.ACTIVE}), newest_first=True))
     assert newest.title == "GPU request 24"
     gw.close()
 

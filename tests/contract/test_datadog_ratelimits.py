@@ -20,6 +20,8 @@ from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.lifecycle import State
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.ratelimit import DEFAULT_LIMIT, DEFAULT_PERIOD_S, GROUP_NAMES
 
@@ -176,7 +178,7 @@ def test_a_reset_beyond_the_bound_fails_fast_with_an_upstream_error(gateway: Dat
     gateway.create("GPU request", {f.STATE: "active", f.TEAM: "nlp"})
     started = time.monotonic()
     with pytest.raises(UpstreamError) as limited:
-        list(gateway.search("state:active"))
+        list(gateway.search(IncidentQuery.where({State.ACTIVE})))
     assert time.monotonic() - started < 1.0
     text = str(limited.value)
     assert "HTTP 429" in text and "rate limit incidents" in text and "resets in" in text

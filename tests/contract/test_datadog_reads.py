@@ -29,6 +29,7 @@ from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound
 from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.ports import HostInfo
+from gpufarm.core.kernel.search import ANY_STATE_QUERY, LIVE_QUERY
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -196,7 +197,7 @@ def test_a_deleted_incident_leaves_the_index_and_is_not_found(
 def test_the_index_is_bounded(gateway: DatadogGateway, type_id: str, sandbox_url: str, monkeypatch: Any) -> None:
     monkeypatch.setattr(di, "IR_INDEX_SIZE", 8)
     _seed_incidents(sandbox_url, type_id, 20)
-    assert len(list(gateway.search(di.LIVE_QUERY, newest_first=True))) == 20
+    assert len(list(gateway.search(LIVE_QUERY, newest_first=True))) == 20
     assert list(gateway._ir_index) == list(range(8, 0, -1))  # the last 8 read (IR-20 down to IR-1) stay
 
 
@@ -274,7 +275,7 @@ def test_sandbox_answers_decode_to_the_typed_records(
         assert _raw_records(json.dumps(search)) == typed
         assert _raw_hosts(json.dumps(hosts)) == _typed_hosts(client, json.dumps(hosts))
     # And the gateway's own reads give those same records and hosts.
-    assert sorted(gateway.search(di.ANY_STATE_QUERY), key=lambda r: r.public_id) == sorted(
+    assert sorted(gateway.search(ANY_STATE_QUERY), key=lambda r: r.public_id) == sorted(
         typed, key=lambda r: r.public_id
     )
     assert held in typed

@@ -20,13 +20,16 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeMetrics
 from helpers import Receiver, http
 from pydantic import SecretStr
 
-from gpufarm.adapters.datadog import ANY_STATE_QUERY, LIVE_QUERY, DatadogGateway
+from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
+from gpufarm.adapters.incident_search import Facet
 from gpufarm.config import Settings
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound
+from gpufarm.core.kernel.lifecycle import State
+from gpufarm.core.kernel.search import ANY_STATE_QUERY, LIVE_QUERY, IncidentQuery
 from gpufarm.core.service import GpuFarm
 from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
@@ -186,7 +189,8 @@ def test_a_foreign_incident_is_not_a_lease_and_is_never_changed(org: Org, gatewa
 
 def test_search_sees_gpufarm_incidents_only(org: Org, gateway: DatadogGateway) -> None:
     ours = gateway.create("GPU request", _lease_values("req-ours-0001"))
-    for query in (LIVE_QUERY, ANY_STATE_QUERY, "team:nlp", "state:stable AND gpu_model:H100"):
+    narrowed = (IncidentQuery.where(team="nlp"), IncidentQuery.where({State.STABLE}, gpu_model="H100"))
+    for query in (LIVE_QUERY, ANY_STATE_QUERY, *narrowed):
         assert [r.id for r in gateway.search(query)] == [ours.id], query
 
 
@@ -195,8 +199,8 @@ def test_each_answer_is_checked_even_when_the_search_filter_is_ignored(
 ) -> None:
     """Defence in depth: if Datadog ignored the type facet, each incident's own type still keeps it out."""
     ours = gateway.create("GPU request", _lease_values("req-ours-0002"))
-    monkeypatch.setattr(gateway, "_scoped", lambda query: query)
-    assert len(list(gateway.search("state:(active OR stable)"))) == 1
+    gateway.facets.lose(Facet.TYPE, "ignored (a test says so)")
+    assert len(list(gateway.search(LIVE_QUERY))) == 1
     org.create_foreign(org.security_type, "Newer, same request", _lease_values("req-ours-0002"))
     assert gateway.find_by_request_id("req-ours-0002") == gateway.get(ours.id)
     with pytest.raises(NotFound):

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.test import Client
 
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm_sandbox.demo.lifecycle_stage import ALICE, INGRESS_PATH, RESEARCH_CHANNEL, LocalFarm
 from gpufarm_sandbox.localhost import LocalEnv
 from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
@@ -149,7 +150,7 @@ class Target:
         for message in self.farm.messages():
             text = json.dumps(message)
             found += [f"message {message.get('ts')}" for s in self.secrets if s in text]
-        for record in self.farm.gateway.search("state:(active OR stable OR resolved)"):
+        for record in self.farm.gateway.search(IncidentQuery()):
             text = json.dumps({"title": record.title, "fields": record.fields}, default=str)
             found += [f"incident IR-{record.public_id}" for s in self.secrets if s in text]
         return found

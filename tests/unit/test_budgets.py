@@ -16,6 +16,7 @@ from gpufarm.core.config.accounting import Budget, BudgetPeriod
 from gpufarm.core.config.farm import FarmConfigError, parse_farm
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.service import GpuFarm
 
 USER, OPS = "U0000000001", "U0000000OPS"
@@ -145,7 +146,7 @@ def test_ended_leases_still_count_and_the_project_budget_applies_per_quarter(wor
     world.svc.release(big, USER)  # 960 held, written with its end
     ended = world.alloc(big)
     assert ended.hours_held == 960 and ended.hours_by_month == ("2026-12=960.000",)
-    for record in list(world.incidents.search("state:resolved")):
+    for record in list(world.incidents.search(IncidentQuery.where({State.RESOLVED}))):
         world.svc.process(record.id)
     assert world.alloc(big).state is State.RESOLVED
     again = world.ask(8, 3, project="big")  # 576 expected, 540 left in the quarter

@@ -20,6 +20,7 @@ from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound, UpstreamError
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, GpuRequest
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.kernel.serial import UNASSIGNED_GROUP, IncidentCommand, Op, pool_group
 from gpufarm.core.service import GpuFarm
 
@@ -55,7 +56,7 @@ class World:
             for a in self.svc.context.live():
                 if a.phase is Phase.APPROVED:
                     self.svc.allocate(a)
-            for r in self.incidents.search("state:resolved"):
+            for r in self.incidents.search(IncidentQuery.where({State.RESOLVED})):
                 self.svc.process(r.id)
         return done
 

@@ -14,8 +14,9 @@ from gpufarm.core.chat.block_kit import ACTION_EXTEND, ACTION_RELEASE
 from gpufarm.core.chat.command_text import Command, Verb, parse_command
 from gpufarm.core.config.farm import FarmConfigError, parse_farm
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 
@@ -43,7 +44,7 @@ class World:
 
     def webhook(self) -> None:
         """What the incident webhook does after the sync resolved incidents: reclaim them, then allocate."""
-        for record in list(self.incidents.search("state:resolved")):
+        for record in list(self.incidents.search(IncidentQuery.where({State.RESOLVED}))):
             self.svc.process(record.id)
 
     def dms(self) -> list[str]:

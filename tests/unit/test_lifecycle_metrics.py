@@ -27,6 +27,7 @@ from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.ports import MetricSeries
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op
 from gpufarm.core.leases import metrics as lifecycle_metrics
 from gpufarm.core.service import GpuFarm
@@ -119,7 +120,7 @@ def test_the_sync_publishes_them_from_its_one_read_of_the_live_incidents() -> No
     ask_hpc(world.svc, world.incidents, USER, 8, 3)  # beyond quota: the operators decide
     before = len(world.incidents.searches)
     assert world.svc.publish_gauges() > 0
-    live_reads = [q for q in world.incidents.searches[before:] if "state" in q]
+    live_reads = world.incidents.searches[before:]
     assert len(live_reads) == 1, world.incidents.searches[before:]
     series = world.metrics.series
     assert (
@@ -150,7 +151,7 @@ class World:
         return [s for s in self.metrics.series if s.metric == metric]
 
     def process_resolved(self) -> None:
-        for record in self.incidents.search("state:resolved"):
+        for record in self.incidents.search(IncidentQuery.where({State.RESOLVED})):
             self.svc.process(record.id)
 
 
@@ -255,7 +256,9 @@ def test_a_failed_submit_is_logged_and_fails_neither_the_reclaim_nor_the_warning
     with caplog.at_level(logging.WARNING, logger="gpufarm.core.leases.metrics"):
         assert world.svc.idle_triggered(ir, IdleScope(hosts=(host,), kind="idle")).action.startswith("warned")
         world.svc.force_reclaim(ir, OPS)
-        [outcome] = [o for r in world.incidents.search("state:resolved") for o in world.svc.process(r.id)][:1]
+        [outcome] = [
+            o for r in world.incidents.search(IncidentQuery.where({State.RESOLVED})) for o in world.svc.process(r.id)
+        ][:1]
     assert outcome.action == "reclaimed"
     alloc = Allocation.from_record(world.incidents.by_ir(ir))
     assert alloc.phase is Phase.RECLAIMED and alloc.hosts == ()

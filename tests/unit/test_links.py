@@ -30,8 +30,9 @@ from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.idle import keeps
 from gpufarm.core.kernel.errors import UpstreamError
-from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op, ProfileScope
 from gpufarm.core.leases import notices, profile_runs
 from gpufarm.core.service import GpuFarm
@@ -231,7 +232,7 @@ class World:
         executor.execute(self.svc.context, cmd)
 
     def reclaim_resolved(self) -> None:
-        for a in list(self.svc.context.incidents.search("state:resolved")):  # type: ignore[attr-defined]
+        for a in list(self.svc.context.incidents.search(IncidentQuery.where({State.RESOLVED}))):  # type: ignore[attr-defined]
             self.svc.process(a.id)
 
 

@@ -20,6 +20,7 @@ from gpufarm.core.kernel import units
 from gpufarm.core.kernel.hosts import GpuUnit, unit_tag
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op
 from gpufarm.core.service import GpuFarm
 from gpufarm.core.sync import expiry
@@ -60,7 +61,7 @@ class World:
         return [s.text for s in self.chat.to(USER, "dm") if contains in s.text]
 
     def process_resolved(self) -> None:
-        for record in self.incidents.search("state:resolved"):
+        for record in self.incidents.search(IncidentQuery.where({State.RESOLVED})):
             self.svc.process(record.id)
 
 

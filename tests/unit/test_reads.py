@@ -106,10 +106,11 @@ def _lease(svc: GpuFarm, incidents: FakeIncidents, *, env: str = "hpc", team: st
 
 
 def test_queries_name_the_facets_they_narrow_by() -> None:
-    assert live_query() == "state:(active OR stable)"
-    assert live_query("hpc", "nlp") == 'state:(active OR stable) AND environment:"hpc" AND team:"nlp"'
-    phases = live_query("hpc", phases={Phase.WAITING, Phase.APPROVED})
-    assert phases == 'state:(active OR stable) AND environment:"hpc" AND phase:("approved" OR "waiting")'
+    assert live_query().text() == "state:(active OR stable)"
+    assert live_query("hpc", "nlp").text() == 'state:(active OR stable) AND environment:("hpc") AND team:("nlp")'
+    phases = live_query("hpc", phases={Phase.WAITING, Phase.APPROVED}).text()
+    assert phases == 'state:(active OR stable) AND environment:("hpc") AND phase:("approved" OR "waiting")'
+    assert live_query("hpc", "nlp").text(facets=False) == "state:(active OR stable)"
     assert host_filter() == "gpufarm:managed"
     assert host_filter("onprem-hpc") == "gpufarm:managed environment:onprem-hpc"
     assert host_filter(ir=12) == "gpufarm:managed ir:ir-12"

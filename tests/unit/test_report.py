@@ -71,6 +71,7 @@ def lease(
         f.GPU_HOURS_IDLE: f"{idle:.3f}",
         f.GPU_HOURS_UNMEASURED: f"{unmeasured:.3f}",
         f.GPU_HOURS_BY_MONTH: list(months),
+        f.GPU_HOURS_MONTHS: [m.partition("=")[0] for m in months],
         f.HISTORY: list(history),
     }
     if until is not None:
@@ -276,9 +277,9 @@ def test_a_team_without_leases_still_has_its_row(incidents: FakeIncidents) -> No
 def test_reads_are_two_facet_narrowed_searches(incidents: FakeIncidents) -> None:
     _farm_of_three(incidents)
     read_leases(incidents, ("2026-11", "2026-12"), team="nlp")
-    assert incidents.searches == [
-        'state:(active OR stable) AND team:"nlp"',
-        'state:resolved AND team:"nlp" AND gpu_hours_by_month:(2026-11=* OR 2026-12=*)',
+    assert [q.text() for q in incidents.searches] == [
+        'state:(active OR stable) AND team:("nlp")',
+        'state:(resolved) AND team:("nlp") AND gpu_hours_months:("2026-11" OR "2026-12")',
     ]
     assert len(read_leases(incidents, ("2026-12",), limit=2).leases) == 2
     assert read_leases(incidents, ("2026-12",), limit=2).cut

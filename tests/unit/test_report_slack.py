@@ -64,6 +64,7 @@ def _lease(incidents: FakeIncidents, team: str, project: str, hours: float) -> N
             f.GPU_HOURS_BUSY: f"{hours / 2:.3f}",
             f.GPU_HOURS_IDLE: f"{hours / 2:.3f}",
             f.GPU_HOURS_BY_MONTH: [f"2026-12={hours:.3f}"],
+            f.GPU_HOURS_MONTHS: ["2026-12"],
             f.RECLAIM_REASON: "released",
         },
     )

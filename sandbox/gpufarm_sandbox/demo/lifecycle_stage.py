@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.search import ANY_STATE_QUERY
 from gpufarm_node.tags import registration_tags
 
 if TYPE_CHECKING:
@@ -286,7 +287,7 @@ class LocalFarm:
 
     def incidents(self) -> list[Allocation]:
         """Every incident, any state."""
-        return [Allocation.from_record(r) for r in self.gateway.search("state:(active OR stable OR resolved)")]
+        return [Allocation.from_record(r) for r in self.gateway.search(ANY_STATE_QUERY)]
 
     def user_tags(self, host: str) -> list[str]:
         """A host's user-source tags."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -25,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 from gpufarm.adapters import datadog_client as dc
 
 # The queries and the store are datadog_incidents'; importers of the gateway read them here too.
-from gpufarm.adapters.datadog_incidents import ANY_STATE_QUERY as ANY_STATE_QUERY  # noqa: PLC0414
-from gpufarm.adapters.datadog_incidents import LIVE_QUERY as LIVE_QUERY  # noqa: PLC0414
 from gpufarm.adapters.datadog_incidents import DatadogIncidents
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.ports import (
@@ -51,6 +50,10 @@ if TYPE_CHECKING:
     )
 
 
+log = logging.getLogger(__name__)
+
+# Tag-source keys of the host list seen spelled other than in lower case (logged once per container).
+_SPELLINGS_SEEN: set[str] = set()
 HOSTS_PAGE = 1000  # Datadog's maximum `count` for the hosts list
 MONITORS_PAGE = 1000  # page_size for the monitors list
 
@@ -320,7 +323,7 @@ def _host_info(host: Any) -> HostInfo | None:
     name = plain.get("name") or plain.get("host_name")
     if not name:
         return None
-    by_source = {str(k): tuple(str(t) for t in v or ()) for k, v in (plain.get("tags_by_source") or {}).items()}
+    by_source = _by_source(plain.get("tags_by_source"))
     merged: list[str] = []
     for tags in by_source.values():
         merged.extend(t for t in tags if t not in merged)
@@ -331,6 +334,24 @@ def _host_info(host: Any) -> HostInfo | None:
         tags_by_source=by_source,
         last_reported=float(reported) if isinstance(reported, int | float) else None,
     )
+
+
+def _by_source(listed: Any) -> dict[str, tuple[str, ...]]:
+    """The host list's tags per source, keyed by the source's name in lower case.
+
+    gpufarm writes its tags with source `user`; how the host list spells that source's key is not documented (the
+    tags API's own answers say `user`, recorded host lists capitalise sources). Keys are matched case-insensitively,
+    and a spelling other than the one written is logged once per container.
+    """
+    by_source: dict[str, tuple[str, ...]] = {}
+    for key, tags in (listed or {}).items() if isinstance(listed, Mapping) else ():
+        name = str(key)
+        if name.lower() != name and name not in _SPELLINGS_SEEN:
+            _SPELLINGS_SEEN.add(name)
+            log.warning("the host list names tag source %r; gpufarm reads it as %r", name[:40], name.lower()[:40])
+        known = by_source.get(name.lower(), ())
+        by_source[name.lower()] = known + tuple(str(t) for t in tags or () if str(t) not in known)
+    return by_source
 
 
 def _epoch_ms(moment: datetime) -> int:

@@ -19,19 +19,32 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.adapters import datadog_client as dc
+from gpufarm.adapters.incident_search import (
+    BROKEN,
+    NO_SUCH_VALUE,
+    Attempt,
+    Facet,
+    FacetMemory,
+    SearchCheck,
+    forms,
+    ignored,
+    verdict,
+)
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.model import IncidentRecord
+from gpufarm.core.kernel.search import IncidentQuery
 
 if TYPE_CHECKING:
     from gpufarm.core.kernel.ports import IncidentStore
 
 log = logging.getLogger(__name__)
 
-LIVE_QUERY = "state:(active OR stable)"
-ANY_STATE_QUERY = "state:(active OR stable OR resolved)"
 SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
+HTTP_BAD_REQUEST = 400
+# How many of the newest incidents a search-form probe looks through for the incident it must (or must not) find.
+PROBE_SCAN = 500
 # How many incident ids a gateway remembers as gpufarm's own, so an update right after a read costs no re-check.
 KNOWN_IDS = 4096
 # How many IR -> UUID pairs a gateway remembers (about 150 bytes each). The pair never changes once an incident
@@ -80,6 +93,8 @@ class DatadogIncidents:
         # IR number -> incident UUID, filled by every incident this gateway decodes (bounded, oldest dropped).
         self._ir_index: OrderedDict[int, str] = OrderedDict()
         self._index_lock = threading.Lock()
+        # The facets Datadog refused or ignored, remembered for the container's life (gpufarm.adapters.incident_search).
+        self.facets = FacetMemory()
         # One gate for every client (the gateway's metrics client too): a rate limit one of them saw spent holds the
         # others (docs/datadog.md, "Rate limits"); each waits out a 429 within the same bounds.
         self.rate_limits = dc.RateLimitGate(max_wait_s=rate_limit_wait_s)
@@ -143,11 +158,6 @@ class DatadogIncidents:
         type_id = str(named[0]["id"])
         log.info("gpufarm incident type %r is %s", name, type_id)
         return type_id
-
-    def _scoped(self, query: str) -> str:
-        # Recorded search answers carry an `incident_type` facet (name and id); filtering on it keeps other types'
-        # incidents off the wire. Datadog's filter on it is unconfirmed, so _own() still checks every answer.
-        return f"incident_type:{self.incident_type_id} AND ({query})"
 
     def _own(self, data: Any) -> IncidentRecord | None:
         """The record when the incident is of gpufarm's type, else None (another team's incident).
@@ -270,7 +280,7 @@ class DatadogIncidents:
                     del self._ir_index[ir]
         # Every state, newest first: public_id grows with creation time, so once the numbers drop below the
         # one asked for it cannot come. Each page decoded fills the index on the way.
-        for record in self.search(ANY_STATE_QUERY, newest_first=True):
+        for record in self.search(IncidentQuery(), newest_first=True):
             if record.public_id == ir:
                 return record
             if record.public_id < ir:
@@ -305,12 +315,10 @@ class DatadogIncidents:
             for ir in [ir for ir, known in self._ir_index.items() if known == incident_id]:
                 del self._ir_index[ir]
 
-    def search(self, query: str, *, newest_first: bool = False) -> Iterator[IncidentRecord]:
-        """gpufarm's incidents matching a Datadog incident search query, every page (newest first when asked)."""
-        kwargs: dict[str, Any] = {"query": self._scoped(query), "page_size": self.search_page_size}
-        if newest_first:
-            kwargs["sort"] = _newest_first()
-        yield from self._search_pages(kwargs, limit=None)
+    def search(self, query: IncidentQuery, *, newest_first: bool = False) -> Iterator[IncidentRecord]:
+        """gpufarm's incidents the query matches, every page (newest first when asked), whatever Datadog does with
+        the facets (gpufarm.adapters.incident_search)."""
+        return self._search(query, newest_first=newest_first, limit=None, page_size=self.search_page_size)
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
         """The incident created for a Slack request, so a retried create never makes a second one.
@@ -319,32 +327,100 @@ class DatadogIncidents:
         (the others were closed as its duplicates at once), so that is the one returned: an answer to a later
         retry names the live incident, never a closed duplicate.
         """
-        # Search by a custom field is unconfirmed (docs/datadog.md, "Incidents (v2)"), so this reads gpufarm's
-        # newest incidents in any state (`request_id_scan` of them) and compares the field itself.
-        kwargs: dict[str, Any] = {
-            "query": self._scoped(ANY_STATE_QUERY),
-            "page_size": min(self.search_page_size, self.request_id_scan),
-            "sort": _newest_first(),
-        }
-        same = [
-            record
-            for record in self._search_pages(kwargs, limit=self.request_id_scan)
-            if record.fields.get(f.REQUEST_ID) == request_id
-        ]
+        # A retried create comes seconds after the first: this reads gpufarm's newest incidents in any state
+        # (`request_id_scan` of them) and compares the field itself, asking Datadog for no field facet.
+        page_size = min(self.search_page_size, self.request_id_scan)
+        newest = self._search(IncidentQuery(), newest_first=True, limit=self.request_id_scan, page_size=page_size)
+        same = [record for record in newest if record.fields.get(f.REQUEST_ID) == request_id]
         return min(same, key=lambda record: record.public_id) if same else None
 
-    def _search_pages(self, kwargs: dict[str, Any], *, limit: int | None) -> Iterator[IncidentRecord]:
+    def check_search_forms(self, sample: IncidentRecord | None = None) -> list[SearchCheck]:
+        """Each search form gpufarm uses, probed around `sample` (default: gpufarm's newest incident): confirmed,
+        fell back (refused or ignored, and how gpufarm copes), or broken. Reads only; the store's own memory of
+        refused facets is neither used nor changed."""
+        if sample is None:
+            sample = next(iter(self._search(IncidentQuery(), newest_first=True, limit=1, page_size=1)), None)
+            if sample is None:
+                return [SearchCheck("every form", BROKEN, "no gpufarm incident to probe the searches with")]
+        checks = []
+        for form in forms(sample):
+            with_type = form.facet is Facet.TYPE
+            found = self._probe(form.finds, sample.id, type_id=self.incident_type_id if with_type else None)
+            missed = self._probe(form.misses, sample.id, type_id=NO_SUCH_VALUE if with_type else None)
+            checks.append(verdict(form, found, missed))
+        return checks
+
+    def _probe(self, query: IncidentQuery, incident_id: str, *, type_id: str | None) -> bool | str:
+        """Whether the query's answer holds the incident (its newest PROBE_SCAN), or Datadog's refusal (400)."""
+        text = query.text() if type_id is None else f"incident_type:{type_id} AND ({query.text()})"
+        kwargs: dict[str, Any] = {"query": text, "page_size": SEARCH_PAGE, "sort": _newest_first()}
+        offset = 0
+        while offset < PROBE_SCAN:
+            try:
+                attributes = self._page(kwargs, offset)
+            except dc.Failed as failed:
+                if failed.outcome.status == HTTP_BAD_REQUEST:
+                    return failed.outcome.message
+                raise failed.error() from None
+            page = attributes.get("incidents") or []
+            if any(_item_data(item)["id"] == incident_id for item in page):
+                return True
+            if len(page) < SEARCH_PAGE:
+                return False
+            offset += len(page)
+        return False
+
+    def _search(
+        self, query: IncidentQuery, *, newest_first: bool, limit: int | None, page_size: int
+    ) -> Iterator[IncidentRecord]:
+        for attempt in self.facets.attempts(query):
+            kwargs: dict[str, Any] = {"query": self._text(query, attempt), "page_size": page_size}
+            if newest_first:
+                kwargs["sort"] = _newest_first()
+            try:
+                first = self._page(kwargs, 0)
+            except dc.Failed as failed:
+                if failed.outcome.status == HTTP_BAD_REQUEST and (attempt.with_fields or attempt.with_type):
+                    refused = Facet.FIELDS if attempt.with_fields else Facet.TYPE
+                    self.facets.lose(refused, f"refused ({failed.outcome.message})")
+                    continue
+                raise failed.error() from None
+            yield from self._pages(query, attempt, kwargs, first, limit)
+            return
+
+    def _kept(self, query: IncidentQuery, attempt: Attempt, page: list[Any]) -> list[IncidentRecord]:
+        """The page's incidents of gpufarm's type that the query matches; facets seen ignored are remembered."""
+        own = [self._own(_item_data(item)) for item in page]
+        if attempt.with_type and any(record is None for record in own):
+            self.facets.lose(Facet.TYPE, "ignored (other types' incidents came back)")
+        mine = [record for record in own if record is not None]
+        wanted = [record for record in mine if query.matches(record)]
+        if attempt.with_fields and ignored(len(mine), len(mine) - len(wanted)):
+            self.facets.lose(Facet.FIELDS, "ignored (incidents the facets exclude came back)")
+        return wanted
+
+    def _text(self, query: IncidentQuery, attempt: Attempt) -> str:
+        text = query.text(facets=attempt.with_fields)
+        # Filtering on the type keeps other types' incidents off the wire; _own() checks every answer anyway.
+        return f"incident_type:{self.incident_type_id} AND ({text})" if attempt.with_type else text
+
+    def _page(self, kwargs: dict[str, Any], offset: int) -> dict[str, Any]:
+        with dc.classified("search incidents"):
+            return _search_attributes(dc.read_json(self._incidents_raw.search_incidents(page_offset=offset, **kwargs)))
+
+    def _pages(
+        self,
+        query: IncidentQuery,
+        attempt: Attempt,
+        kwargs: dict[str, Any],
+        attributes: dict[str, Any],
+        limit: int | None,
+    ) -> Iterator[IncidentRecord]:
         offset = 0
         seen = 0
         while True:
-            with dc.errors("search incidents"):
-                body = dc.read_json(self._incidents_raw.search_incidents(page_offset=offset, **kwargs))
-            attributes = _search_attributes(body)
             page = attributes.get("incidents") or []
-            for item in page:
-                record = self._own(_item_data(item))
-                if record is None:
-                    continue
+            for record in self._kept(query, attempt, page):
                 yield record
                 seen += 1
                 if limit is not None and seen >= limit:
@@ -354,6 +430,10 @@ class DatadogIncidents:
             # Stop on a short page, as the client's own pagination does, or once `total` is reached.
             if len(page) < kwargs["page_size"] or (isinstance(total, int) and offset >= total):
                 return
+            try:
+                attributes = self._page(kwargs, offset)
+            except dc.Failed as failed:
+                raise failed.error() from None
 
 
 # -- conversions ----------------------------------------------------------------------------------------

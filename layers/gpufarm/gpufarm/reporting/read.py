@@ -9,15 +9,15 @@ filter narrows both by `team:`. Reading is bounded at MAX_LEASES; a report cut t
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpufarm.core.context.reads import live_query
-from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.model import Allocation, IncidentRecord
 from gpufarm.core.kernel.ports import IncidentStore
+from gpufarm.core.kernel.search import IncidentQuery
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +37,9 @@ class Leases:
         return {a.project for a in self.leases if a.project}
 
 
-def ended_query(months: Sequence[str], team: str | None = None) -> str:
+def ended_query(months: Sequence[str], team: str | None = None) -> IncidentQuery:
     """Resolved leases that accrued GPU-hours in any of these months (of one team, when given)."""
-    values = " OR ".join(f"{m}=*" for m in months)
-    terms = ["state:resolved"]
-    terms += [f"{f.TEAM}:{json.dumps(team)}"] if team is not None else []
-    terms.append(f"{f.GPU_HOURS_BY_MONTH}:({values})")
-    return " AND ".join(terms)
+    return IncidentQuery.where({State.RESOLVED}, team=team, months=months)
 
 
 def read_leases(

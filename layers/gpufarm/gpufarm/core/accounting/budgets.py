@@ -10,7 +10,6 @@ operators with the numbers, whatever its quota says; a request the quota refuses
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -20,10 +19,10 @@ from gpufarm.core.accounting import gpu_hours
 from gpufarm.core.config.accounting import Budget, BudgetPeriod, budgets_for
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.policy import Decision, Verdict
-from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import HOLDING
+from gpufarm.core.kernel.lifecycle import HOLDING, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.search import IncidentQuery
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +94,9 @@ def burn(budget: Budget, leases: Iterable[Allocation], now: datetime) -> Burn:
     return Burn(budget, period_label(budget.period, now), total)
 
 
-def ended_query(team: str, months: Sequence[str]) -> str:
+def ended_query(team: str, months: Sequence[str]) -> IncidentQuery:
     """Resolved leases of the team that accrued in these months."""
-    values = " OR ".join(f"{m}=*" for m in months)
-    return f"state:resolved AND {f.TEAM}:{json.dumps(team)} AND {f.GPU_HOURS_BY_MONTH}:({values})"
+    return IncidentQuery.where({State.RESOLVED}, team=team, months=months)
 
 
 def team_leases(ctx: LeaseContext, team: str, months: Sequence[str]) -> list[Allocation]:

@@ -301,6 +301,7 @@ def hours_fields(hours: Hours, until: datetime) -> dict[str, object]:
         f.GPU_HOURS_UNMEASURED: text(hours.unmeasured),
         f.GPU_HOURS_UNTIL: isoformat(until),
         f.GPU_HOURS_BY_MONTH: [f"{m}={text(v)}" for m, v in sorted(hours.by_month.items())],
+        f.GPU_HOURS_MONTHS: sorted(hours.by_month),
     }
 
 

@@ -19,6 +19,7 @@ from gpufarm.core.kernel.errors import NotFound
 from gpufarm.core.kernel.ir import format_ir
 from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.ports import IncidentStore
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.kernel.serial import IncidentCommand
 
 
@@ -95,7 +96,7 @@ class CommandLedger:
             fields = {**fields, f.LAST_COMMANDS: with_id(applied_ids(self.current), self.command_id)}
         return self._see(self.store.update(incident_id, fields, title=title))
 
-    def search(self, query: str) -> Iterator[IncidentRecord]:
+    def search(self, query: IncidentQuery) -> Iterator[IncidentRecord]:
         """Search as the store does."""
         return self.store.search(query)
 

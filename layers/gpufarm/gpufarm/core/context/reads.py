@@ -25,7 +25,6 @@ length of one invocation is safe because every writer of a pool runs in the pool
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -45,8 +44,8 @@ from gpufarm.core.kernel.ir import format_ir, ir_tag_value
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, IncidentRecord
 from gpufarm.core.kernel.ports import HostInfo, HostPages, HostTags, IncidentStore
+from gpufarm.core.kernel.search import LIVE_STATES, IncidentQuery
 
-LIVE_QUERY = "state:(active OR stable)"
 USER_SOURCE = "user"
 # (environment, team, phases); None means "any".
 Scope = tuple[str | None, str | None, frozenset[Phase] | None]
@@ -65,15 +64,10 @@ def live_query(
     phases: Iterable[Phase] | None = None,
     *,
     requester: str | None = None,
-) -> str:
-    """The live-incident search narrowed by the environment, team, phase and requester fields (values quoted)."""
-    terms = [LIVE_QUERY]
-    terms += [f"requester:{json.dumps(requester)}"] if requester is not None else []
-    terms += [f"environment:{json.dumps(environment)}"] if environment is not None else []
-    terms += [f"team:{json.dumps(team)}"] if team is not None else []
-    if phases is not None:
-        terms.append("phase:(" + " OR ".join(json.dumps(p.value) for p in sorted(phases)) + ")")
-    return " AND ".join(terms)
+) -> IncidentQuery:
+    """The live-incident search narrowed by the environment, team, phase and requester fields."""
+    wanted = [p.value for p in phases] if phases is not None else None
+    return IncidentQuery.where(LIVE_STATES, requester=requester, environment=environment, team=team, phase=wanted)
 
 
 def host_filter(environment: str | None = None, ir: int | None = None, *, gpu_model: str | None = None) -> str:

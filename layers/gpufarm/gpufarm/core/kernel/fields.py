@@ -106,6 +106,8 @@ GPU_HOURS_IDLE = "gpu_hours_idle"
 GPU_HOURS_UNMEASURED = "gpu_hours_unmeasured"
 GPU_HOURS_UNTIL = "gpu_hours_until"
 GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
+# The months of gpu_hours_by_month as plain values, so a search asks for them without a wildcard inside a list value.
+GPU_HOURS_MONTHS = "gpu_hours_months"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -192,6 +194,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "GPU-hours by month",
         FieldKind.TEXTARRAY,
         "YYYY-MM=hours of held GPU-hours per calendar month (UTC), for the GPU-hour budgets",
+    ),
+    FieldSpec(
+        GPU_HOURS_MONTHS,
+        "GPU-hours months",
+        FieldKind.TEXTARRAY,
+        "YYYY-MM of each month the lease accrued GPU-hours in (the months of GPU-hours by month)",
     ),
 )
 

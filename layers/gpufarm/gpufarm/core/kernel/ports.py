@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from gpufarm.core.kernel.model import IncidentRecord
+from gpufarm.core.kernel.search import IncidentQuery
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,8 @@ class IncidentStore(Protocol):
     def update(self, incident_id: str, fields: Mapping[str, object], *, title: str | None = None) -> IncidentRecord:
         """Write some fields (plain values); others are left as they are."""
 
-    def search(self, query: str) -> Iterator[IncidentRecord]:
-        """Incidents matching a Datadog incident search query, every page."""
+    def search(self, query: IncidentQuery) -> Iterator[IncidentRecord]:
+        """gpufarm's incidents the query matches, every page (gpufarm.core.kernel.search)."""
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
         """The incident created for a Slack request, so a retried create never makes a second one."""
