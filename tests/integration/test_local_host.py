@@ -433,6 +433,7 @@ def test_the_real_template_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
         assert current["queues"]["AllocationQueue"]["consumer"] == "IncidentWebhookFunction"
         assert [(s["function"], s["expression"]) for s in current["schedules"]] == [
             ("QuotaSyncFunction", "rate(15 minutes)"),
+            ("QuotaSyncFunction", "rate(1 minute)"),
             ("DailyDigestFunction", "cron(0/15 * * * ? *)"),
         ]
         assert os.environ["GPUFARM_WORKER_FUNCTION"] == "SlackWorkerFunction"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,8 +112,11 @@ def test_functions_handlers_and_folders() -> None:
     (event,) = webhook.queues
     assert (event.queue, event.batch_size, event.report_failures) == ("AllocationQueue", 1, True)
     assert webhook.environment["GPUFARM_ALLOCATION_QUEUE_URL"] == {"Ref": "AllocationQueue"}
-    (schedule,) = template.functions["QuotaSyncFunction"].schedules
+    schedule, sweep = template.functions["QuotaSyncFunction"].schedules
     assert (schedule.kind, schedule.expression, schedule.enabled) == ("ScheduleV2", "rate(15 minutes)", True)
+    # The sweep: every minute, so no step waits on a webhook for more than two (gpufarm.core.sync.sweep).
+    assert (sweep.kind, sweep.expression, sweep.enabled) == ("ScheduleV2", "rate(1 minute)", True)
+    assert sweep.input is not None and json.loads(sweep.input) == {"job": "sweep"}
     (digest,) = template.functions["DailyDigestFunction"].schedules
     assert (digest.kind, digest.expression, digest.timezone) == ("ScheduleV2", "cron(0/15 * * * ? *)", "UTC")
     assert digest.input is not None and "<aws.scheduler.scheduled-time>" in digest.input
