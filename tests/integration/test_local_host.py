@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.handlers import runtime
 from gpufarm_sandbox import load
+from gpufarm_sandbox.demo.runner import run_demo
 from gpufarm_sandbox.localhost import LocalEnv, seams, start_local
 from gpufarm_sandbox.localhost.cli import describe, local, run_local
 from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
@@ -477,6 +478,16 @@ def test_run_local_prints_urls_masks_secrets_and_runs_hooks(capsys: pytest.Captu
 def test_describe_can_show_secrets(env: LocalEnv) -> None:
     lines = "\n".join(describe(env, show_secrets=True))
     assert f"export GPUFARM_WEBHOOK_SECRET={LOCAL_WEBHOOK_SECRET}" in lines
+
+
+def test_local_and_demo_say_which_datadog_quirks_the_sandbox_plays(env: LocalEnv) -> None:
+    assert "datadog quirks: none" in describe(env)
+    with start_local(port=0, template=TEMPLATE, quirks="tag-source-User,facets-400") as running:
+        assert running.sandbox.quirks == {"tag-source-User", "facets-400"}
+        assert "datadog quirks: facets-400, tag-source-User" in describe(running)
+    said: list[str] = []
+    run_demo(said.append, stages=(), quirks=["no-header-vars"])
+    assert "datadog quirks: no-header-vars" in said
 
 
 def test_gpufarm_local_help_and_bad_template(tmp_path: Path) -> None:

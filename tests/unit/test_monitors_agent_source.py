@@ -30,8 +30,8 @@ EXAMPLE = (ROOT / "config" / "farm.example.yaml").read_text()
 AGENT = EXAMPLE.replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent").replace(
     "    kind: shared\n", "    kind: shared\n    metrics_source: datadog-agent\n"
 )
-_QUERY = re.compile(r"^(?P<time>[a-z]+)\(last_(?P<n>\d+)m\):(?P<space>[a-z]+):(?P<metric>[a-z_.]+)\{(?P<scope>[^}]*)\}"
-                    r" by \{(?P<by>[^}]*)\} (?P<op>[<>=]+) (?P<threshold>[0-9.]+)$")  # fmt: skip
+_QUERY = re.compile(r"^(?P<time>[a-z]+)\(last_(?P<window>\d+[mhd])\):(?P<space>[a-z]+):(?P<metric>[a-z_.]+)"
+                    r"\{(?P<scope>[^}]*)\} by \{(?P<by>[^}]*)\} (?P<op>[<>=]+) (?P<threshold>[0-9.]+)$")  # fmt: skip
 _KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY, "Content-Type": "application/json"}
 
 
@@ -65,7 +65,7 @@ def test_agent_pools_get_activity_monitors_grouped_by_the_host_ir_tag_and_node_p
         assert f"{MANAGED_TAG} AND ir:ir-* AND environment:" in query
         assert "{{ir.name}}" in monitor.body["message"] and "gpu_ir" not in monitor.body["message"]
     shared_low = next(m for m in agent if m.kind is IdleKind.LOW_UTILIZATION and "gpu_uuid" in m.body["query"])
-    assert shared_low.body["query"].startswith("avg(last_120m):avg:gpu.sm_active{")
+    assert shared_low.body["query"].startswith("avg(last_2h):avg:gpu.sm_active{")
     assert shared_low.body["query"].endswith("< 10")  # the sliced pool's override
     # The node agent's monitors now judge only the pool that runs it.
     assert {m.kind for m in node} == set(IdleKind)

@@ -37,8 +37,8 @@ OVERRIDES = FARM_YAML.replace(
 """,
 )
 FARMS = {"unit": FARM_YAML, "example": EXAMPLE, "overrides": OVERRIDES}
-_QUERY = re.compile(r"^(?P<time>[a-z]+)\(last_(?P<n>\d+)m\):(?P<space>[a-z]+):(?P<metric>[a-z_.]+)\{(?P<scope>[^}]*)\}"
-                    r" by \{(?P<by>[^}]*)\} (?P<op>[<>=]+) (?P<threshold>[0-9.]+)$")  # fmt: skip
+_QUERY = re.compile(r"^(?P<time>[a-z]+)\(last_(?P<window>\d+[mhd])\):(?P<space>[a-z]+):(?P<metric>[a-z_.]+)"
+                    r"\{(?P<scope>[^}]*)\} by \{(?P<by>[^}]*)\} (?P<op>[<>=]+) (?P<threshold>[0-9.]+)$")  # fmt: skip
 
 
 def _monitors(name: str) -> list[mon.IdleMonitor]:
@@ -105,7 +105,7 @@ def test_the_unit_farm_gets_one_monitor_per_kind_per_pool_kind() -> None:
     dedicated = next(m for m in monitors if m.kind is IdleKind.IDLE and "gpu_uuid" not in m.body["query"])
     assert "environment IN (cloud, hpc)" in dedicated.body["query"] and "team" not in dedicated.body["query"]
     low = next(m for m in monitors if m.kind is IdleKind.LOW_UTILIZATION)
-    assert low.body["query"].startswith("avg(last_120m):avg:gpufarm.gpu.utilization{")
+    assert low.body["query"].startswith("avg(last_2h):avg:gpufarm.gpu.utilization{")
     assert low.body["query"].endswith("< 5") and low.body["options"]["thresholds"] == {"critical": 5.0}
     # The start-up grace (30 min) is shorter than the two-hour window: a fresh lease waits one whole window.
     assert low.body["options"]["new_group_delay"] == 7200 and low.body["options"]["renotify_interval"] == 60
@@ -147,7 +147,7 @@ def test_the_message_notifies_the_idle_webhook_with_what_the_handler_reads() -> 
             "message": alert,
         }
         scope = IdleAlert.model_validate(body).idle_scope()
-        window = int(re.search(r"last_(\d+)m", monitor.body["query"]).group(1))  # type: ignore[union-attr]
+        window = parse_monitor_query(monitor.body["query"]).window_s // 60
         assert (scope.kind, scope.value, scope.window_minutes) == (monitor.kind.value, 0.25, window)
 
 

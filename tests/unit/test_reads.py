@@ -305,7 +305,7 @@ def test_a_users_list_reads_only_their_leases_through_the_requester_facet(
     # And the waiting lease's queue, for its position: the pool's waiting requests only.
     queue = live_query("cloud", phases={Phase.APPROVED, Phase.WAITING})
     assert incidents.searches[before:] == [live_query(requester=other), queue]
-    assert live_query(requester=other) == f'state:(active OR stable) AND requester:"{other}"'
+    assert live_query(requester=other).text() == f'state:(active OR stable) AND requester:("{other}")'
     assert f"IR-{theirs}" in message.text
     assert all(f"IR-{ir}" not in message.text for ir in range(1, theirs))
     # A team's list reads that team only: the teams come from the user's own leases.

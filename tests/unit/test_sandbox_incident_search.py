@@ -19,6 +19,8 @@ from gpufarm_sandbox.emulator.incidents_search import (
     matches,
     parse_query,
     query_facets,
+    without_facets,
+    without_list_wildcards,
 )
 
 HEADERS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
@@ -87,6 +89,37 @@ def test_matches(text: str, expected: bool) -> None:
 
 def test_query_facets() -> None:
     assert query_facets(parse_query("state:active (team:a OR -phase:b) words")) == {"state", "team", "phase"}
+
+
+@pytest.mark.parametrize(
+    ("text", "left"),
+    [
+        ("state:active AND team:nlp", "state:active"),
+        ("state:active -team:nlp", "state:active"),  # a negated term goes with its negation
+        ("team:nlp OR state:resolved", "state:resolved"),
+        ("NOT (team:a OR phase:b) state:active words", "state:active words"),
+        ("(team:a OR phase:b) OR state:active", "state:active"),
+        ("state:active (team:a OR -severity:SEV-1)", "state:active -severity:SEV-1"),
+    ],
+)
+def test_without_facets_drops_terms_as_if_absent(text: str, left: str) -> None:
+    assert without_facets(parse_query(text), lambda facet: facet in ("team", "phase")) == parse_query(left)
+
+
+def test_without_facets_leaves_a_query_matching_everything() -> None:
+    emptied = without_facets(parse_query("team:nlp -phase:allocated"), lambda facet: True)
+    assert emptied == All(())
+    assert matches(emptied, reader({})) is True
+
+
+def test_without_list_wildcards_keeps_plain_values_and_other_fields() -> None:
+    query = parse_query("months:(2026-12=* OR 2026-11=4) phase:req* -hosts:gpu-*")
+    quirked = without_list_wildcards(query, lambda facet: facet in ("months", "hosts"))
+    assert quirked == All((Term("months", ("2026-11=4",)), Term("phase", ("req*",)), Not(Term("hosts", ()))))
+    incident = reader({"months": ["2026-12=3"], "phase": ["requested"], "hosts": ["gpu-1"]})
+    assert matches(query, incident) is False  # -hosts:gpu-* excludes it
+    assert matches(quirked, incident) is False  # months:2026-12=* now matches nothing
+    assert matches(quirked, reader({"months": ["2026-11=4"], "phase": ["requested"], "hosts": ["gpu-1"]})) is True
 
 
 # -- in process: notification firing ---------------------------------------------------------------------------

@@ -270,9 +270,11 @@ def test_webhook_takes_the_pool_from_the_incident_not_the_body(parts: Parts) -> 
     assert parts.queue.sent[0][0] == "hpc"
 
 
-def test_webhook_for_an_unknown_incident_is_404(parts: Parts) -> None:
+def test_webhook_for_an_unknown_incident_is_answered_200_and_changes_nothing(parts: Parts) -> None:
+    """Gone, or another type's: nothing for gpufarm to do and nothing for Datadog to retry."""
     answer = incident_webhook.handle(event("incident_webhook_approved.json"))
-    assert answer["statusCode"] == 404 and parts.queue.sent == []
+    assert answer["statusCode"] == 200 and parts.queue.sent == []
+    assert json.loads(answer["body"]) == {"ignored": "not a gpufarm allocation"}
 
 
 def test_webhook_token_is_checked(parts: Parts) -> None:

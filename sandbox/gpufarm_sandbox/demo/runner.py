@@ -5,11 +5,17 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import click
 
+from gpufarm_sandbox.cli import datadog_quirks_option
 from gpufarm_sandbox.demo.context import DemoContext
+from gpufarm_sandbox.emulator.quirks import describe_quirks
+
+# Where `gpufarm demo` reads its Datadog quirk modes when --datadog-quirks is not given (`GPUFARM_DEMO_QUIRKS=all
+# make demo`).
+QUIRKS_ENV = "GPUFARM_DEMO_QUIRKS"
 
 # Stages run in this order; each is `run(ctx: DemoContext) -> None` in its own module.
 STAGES: tuple[tuple[str, str], ...] = (
@@ -27,15 +33,22 @@ STAGES: tuple[tuple[str, str], ...] = (
 )
 
 
-def run_demo(out: Callable[[str], None] = click.echo, *, stages: tuple[tuple[str, str], ...] = STAGES) -> DemoContext:
-    """Run the stages against a fresh local environment; returns the context with its checks and failures."""
+def run_demo(
+    out: Callable[[str], None] = click.echo,
+    *,
+    stages: tuple[tuple[str, str], ...] = STAGES,
+    quirks: str | Iterable[str] = (),
+) -> DemoContext:
+    """Run the stages against a fresh local environment whose sandbox plays the Datadog quirk modes `quirks`;
+    returns the context with its checks and failures."""
     from gpufarm.config import Settings
     from gpufarm_sandbox.localhost import start_local
 
     started = time.perf_counter()
-    with start_local(port=0, profiles=True) as env:
+    with start_local(port=0, profiles=True, quirks=quirks) as env:
         ctx = DemoContext(sandbox=env.sandbox, base_url=env.url, settings=Settings(), out=out, local=env)
         out(f"gpufarm demo: sandbox and functions on {env.url}")
+        out(f"datadog quirks: {describe_quirks(env.sandbox.quirks)}")
         for title, module_name in stages:
             out(f"\n#### {title}")
             run: Callable[[DemoContext], None] = importlib.import_module(module_name).run
@@ -49,7 +62,11 @@ def run_demo(out: Callable[[str], None] = click.echo, *, stages: tuple[tuple[str
 
 
 @click.command()
-def demo() -> None:
-    """Run the whole lifecycle on a local sandbox (no cloud account needed); exit 0 only if every check passed."""
-    ctx = run_demo()
+@datadog_quirks_option(envvar=QUIRKS_ENV)
+def demo(quirks: frozenset[str]) -> None:
+    """Run the whole lifecycle on a local sandbox (no cloud account needed); exit 0 only if every check passed.
+
+    Without --datadog-quirks, the quirk modes come from GPUFARM_DEMO_QUIRKS.
+    """
+    ctx = run_demo(quirks=quirks)
     sys.exit(1 if ctx.failures or ctx.checks == 0 else 0)

@@ -26,6 +26,7 @@ from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
 from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.monitors import MonitorsModule
 from gpufarm_sandbox.emulator.pages import PagesModule
+from gpufarm_sandbox.emulator.quirks import QUIRKS, parse_quirks
 from gpufarm_sandbox.emulator.ratelimit import RateLimiter, RateLimitSpec
 from gpufarm_sandbox.emulator.slack import SlackModule
 from gpufarm_sandbox.emulator.web import (
@@ -74,11 +75,16 @@ class Sandbox:
         slack_tokens: Iterable[str] = (DEFAULT_SLACK_TOKEN,),
         slack_signing_secret: str = DEFAULT_SLACK_SIGNING_SECRET,
         base_url: str = "http://127.0.0.1:8320",
+        quirks: str | Iterable[str] = (),
     ) -> None:
+        """quirks: the Datadog quirk modes to play (emulator.quirks; names or a comma-separated list, or `all`);
+        an unknown name is a ValueError."""
         self.dd_api_keys = frozenset(dd_api_keys)
         self.dd_app_keys = frozenset(dd_app_keys)
         self.slack_tokens = frozenset(slack_tokens)
-        self.context = SandboxContext(base_url=base_url.rstrip("/"), slack_signing_secret=slack_signing_secret)
+        self.context = SandboxContext(
+            base_url=base_url.rstrip("/"), slack_signing_secret=slack_signing_secret, quirks=parse_quirks(quirks)
+        )
         self.clock = self.context.clock
         self.faults = self.context.faults
         self.lock = self.context.lock
@@ -125,6 +131,11 @@ class Sandbox:
     @base_url.setter
     def base_url(self, url: str) -> None:
         self.context.base_url = url
+
+    @property
+    def quirks(self) -> frozenset[str]:
+        """The Datadog quirk modes this sandbox plays (emulator.quirks); none by default."""
+        return self.context.quirks
 
     @property
     def slack_signing_secret(self) -> str:
@@ -262,11 +273,12 @@ class Sandbox:
     # -- control plane ------------------------------------------------------------------------------
 
     def dump(self) -> dict[str, Any]:
-        """Every module's state, the clock and the fault plan."""
+        """Every module's state, the clock, the fault plan and the Datadog quirks played."""
         with self.lock:
             out: dict[str, Any] = {m.name: m.dump() for m in self.modules}
         out["clock"] = self._clock_dict()
         out["faults"] = self.faults.dump()
+        out["quirks"] = [name for name in QUIRKS if name in self.quirks]
         return out
 
     def reset(self) -> None:

@@ -1,4 +1,5 @@
-"""What every API module of the sandbox shares: the clock, the one lock, the fault plan and where it is served."""
+"""What every API module of the sandbox shares: the clock, the one lock, the fault plan, the Datadog quirks it plays
+and where it is served."""
 
 from __future__ import annotations
 
@@ -21,3 +22,5 @@ class SandboxContext:
     faults: FaultInjector = field(default_factory=FaultInjector)
     # One lock for all state: the sandbox favours being obviously right over being fast under contention.
     lock: threading.RLock = field(default_factory=threading.RLock)
+    # The Datadog quirk modes this sandbox plays (emulator.quirks): fixed when the sandbox is made.
+    quirks: frozenset[str] = frozenset()

@@ -3,7 +3,8 @@
 Hosts come into being when a metric names them, when tags are set on them, or when seeded through
 `POST /_sandbox/hosts`. Only hosts that reported in the past three hours of the sandbox clock are listed, as Datadog
 lists them. Tags are normalised the way Datadog normalises them and kept per source; `tags_for()` merges the sources for
-the metrics module, which stamps them onto points at ingest.
+the metrics module, which stamps them onto points at ingest. Under the `tag-source-User` quirk the host list names
+the `user` source `User`; the tags API still takes and answers `source=user`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from werkzeug.wrappers import Request, Response
 from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm_sandbox.emulator.base import BaseModule
 from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.quirks import TAG_SOURCE_USER
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, empty_response, json_body, json_response, query_int
 
 LIVE_WINDOW_S = 3 * 3600  # Datadog lists hosts that reported in the past 3 hours
@@ -181,7 +183,9 @@ class HostsModule(BaseModule):
             floor = float(since) if since is not None else now - LIVE_WINDOW_S
             matching = self._matching(terms, now, floor, sort_field, reverse=sort_dir == "desc")
             page = matching[start : start + (count or 0)]
-            host_list = [self._host_json(h, now, with_meta) for h in page]
+            # How tags_by_source spells the `user` source: unconfirmed for Datadog (the quirk plays `User`).
+            user = "User" if TAG_SOURCE_USER in self.ctx.quirks else DEFAULT_SOURCE
+            host_list = [self._host_json(h, now, with_meta, user) for h in page]
         return json_response(
             {
                 "exact_total_matching": True,
@@ -219,7 +223,7 @@ class HostsModule(BaseModule):
         tags = self._merged(h)
         return all(term in name or term in tags for term in terms)
 
-    def _host_json(self, h: _Host, now: float, with_meta: bool) -> dict[str, Any]:
+    def _host_json(self, h: _Host, now: float, with_meta: bool, user_source: str) -> dict[str, Any]:
         reported = h.reported_at(now) or now
         return {
             "last_reported_time": int(reported),
@@ -227,7 +231,9 @@ class HostsModule(BaseModule):
             "is_muted": False,
             "mute_timeout": None,
             "apps": ["agent"],
-            "tags_by_source": {s: list(t) for s, t in h.tags_by_source.items()},
+            "tags_by_source": {
+                (user_source if s == DEFAULT_SOURCE else s): list(t) for s, t in h.tags_by_source.items()
+            },
             "up": now - reported <= UP_WINDOW_S,
             "metrics": {"load": None, "iowait": None, "cpu": None},
             "sources": ["agent"],

@@ -49,8 +49,11 @@ from gpufarm_sandbox.emulator.incidents_search import (
     matches,
     parse_query,
     query_facets,
+    without_facets,
+    without_list_wildcards,
 )
 from gpufarm_sandbox.emulator.incidents_views import IncidentViews, pagination
+from gpufarm_sandbox.emulator.quirks import FACETS_400, FACETS_IGNORED, NO_LIST_WILDCARD
 from gpufarm_sandbox.emulator.web import ApiError, Route, empty_response, json_object, json_response
 from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
@@ -207,7 +210,7 @@ class IncidentsModule(BaseModule):
             unknown = sorted(f for f in query_facets(query) if not self._is_facet(f))
             if unknown:
                 raise ApiError(400, f"Invalid query: unknown facet '{unknown[0]}'")
-            found, facets = self._matching(text, sort, query)
+            found, facets = self._matching(text, sort, self._quirked(query))
             page = found[offset : offset + size]
             out = self.views.search_answer(found, page, offset, facets)
             if "users" in include:
@@ -352,6 +355,25 @@ class IncidentsModule(BaseModule):
         builtin = ("title", "public_id", "id", "customer_impacted", "is_test", "incident_type", "commander", SLUG)
         return facet in builtin or self.config.is_field_name(facet)
 
+    def _quirked(self, query: Node) -> Node:
+        """The query as Datadog would take it under the quirk modes played: refused (400) under `facets-400`, its
+        custom-field terms dropped under `facets-ignored`, its wildcards on list fields dropped under
+        `no-list-wildcard`."""
+        quirks = self.ctx.quirks
+        if FACETS_400 in quirks:
+            refused = sorted(f for f in query_facets(query) if self._custom_facet(f))
+            if refused:
+                raise ApiError(400, f"Invalid query: searching by the facet '{refused[0]}' is not supported")
+        if FACETS_IGNORED in quirks:
+            query = without_facets(query, self._custom_facet)
+        if NO_LIST_WILDCARD in quirks:
+            query = without_list_wildcards(query, self.config.is_list_field)
+        return query
+
+    def _custom_facet(self, facet: str) -> bool:
+        # What the facet quirks refuse or ignore: every field but state and severity, and the incident type.
+        return facet == "incident_type" or (facet not in ("state", "severity") and self.config.is_field_name(facet))
+
     def _facet_reader(self, incident: StoredIncident) -> Callable[[str | None], list[str]]:
         # Called for every incident and every term of every search: only the facet asked for is computed.
         def values_of(facet: str | None) -> list[str]:
@@ -385,6 +407,7 @@ class IncidentsModule(BaseModule):
         # Field definitions and type names shape the facets: they are part of what the cache depends on.
         fingerprint = (
             self._version,
+            self.ctx.quirks,
             tuple((t.id, t.name) for t in self.config.types.values()),
             tuple(id(d) for d in self.config.fields.values()),
         )

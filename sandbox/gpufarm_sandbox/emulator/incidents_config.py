@@ -216,6 +216,12 @@ class IncidentConfig:
         """True when a built-in field or any type's user-defined field has this name (a search facet)."""
         return name in BUILTIN_FIELDS or any(f.name == name for f in self.fields.values())
 
+    def is_list_field(self, name: str) -> bool:
+        """True when a built-in field or any type's user-defined field of this name holds a list of values."""
+        if name in BUILTIN_FIELDS:
+            return BUILTIN_FIELDS[name][0] in MULTI_KINDS
+        return any(f.name == name and f.kind in MULTI_KINDS for f in self.fields.values())
+
     # -- incident types -----------------------------------------------------------------------------------
 
     def _type(self, type_id: str) -> IncidentTypeRecord:

@@ -2,7 +2,8 @@
 
 A rule belongs to one incident type (`relationships.incident_type`; the default type when none is sent) and
 fires only for incidents of that type, on its trigger (created / modified), when its conditions hold (AND across
-fields, OR within one) and, for modifications, when a field in `renotify_on` changed. Test incidents skip rules.
+fields, OR within one) and, for modifications, when a field in `renotify_on` changed (under the `no-field-trigger`
+quirk: only when state or severity changed, whatever `renotify_on` says). Test incidents skip rules.
 Firings are computed under the sandbox lock and sent to the webhooks module (`@webhook-<name>` handles) after
 it is released.
 """
@@ -33,6 +34,7 @@ from gpufarm_sandbox.emulator.incidents_config import (
     relationship_id,
     user_expanded,
 )
+from gpufarm_sandbox.emulator.quirks import NO_FIELD_TRIGGER
 from gpufarm_sandbox.emulator.web import Route, empty_response, json_object, json_response
 from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
@@ -44,6 +46,8 @@ MODIFIED_TRIGGER = "incident_modified_trigger"
 TRIGGERS = (CREATED_TRIGGER, MODIFIED_TRIGGER)
 VISIBILITIES = ("all", "organization", "private")
 WEBHOOK_HANDLE = "@webhook-"
+# What a modification must change for a rule to fire under the `no-field-trigger` quirk.
+STATE_FIELDS = frozenset({"state", "severity"})
 
 # (webhook name, template variables) of one call to make.
 Notification = tuple[str, dict[str, str]]
@@ -119,10 +123,11 @@ class NotificationRules:
         """
         if incident.is_test:
             return []
+        state_only = NO_FIELD_TRIGGER in self.ctx.quirks
         handles = [
             (rule.id, h)
             for rule in self.rules.values()
-            if _rule_applies(rule, incident, trigger, changed, values_of)
+            if _rule_applies(rule, incident, trigger, changed, values_of, state_only=state_only)
             for h in rule.handles
         ]
         if trigger == CREATED_TRIGGER:
@@ -325,14 +330,20 @@ def _rule_applies(
     trigger: str,
     changed: set[str] | None,
     values_of: Callable[[str | None], list[str]],
+    *,
+    state_only: bool = False,
 ) -> bool:
     """An enabled rule of the incident's type and trigger whose conditions match (and, for a modification with
-    renotify_on, one of those fields changed)."""
+    renotify_on, one of those fields changed; with state_only, the `no-field-trigger` quirk, state or severity)."""
     if not rule.enabled or rule.trigger != trigger or rule.incident_type_id != incident.incident_type_id:
         return False
     if not _conditions_match(rule, values_of):
         return False
-    return not (trigger == MODIFIED_TRIGGER and rule.renotify_on and not set(rule.renotify_on) & (changed or set()))
+    if trigger != MODIFIED_TRIGGER:
+        return True
+    if state_only:
+        return bool(STATE_FIELDS & (changed or set()))
+    return not (rule.renotify_on and not set(rule.renotify_on) & (changed or set()))
 
 
 def _rule_conditions(conditions: Any) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@
 values by OR inside a facet group, `-facet:value` and `NOT` negate, quoted values and `*` wildcards. The
 incidents module supplies each incident's values per facet; the language knows nothing of incidents. The
 answer's `facets` (counts per severity, state, field value, incident type...) follow the recorded search answers.
+Three Datadog quirk modes reshape a parsed query before it is evaluated (`without_facets`, `without_list_wildcards`).
 """
 
 from __future__ import annotations
@@ -191,6 +192,43 @@ def query_facets(node: Node) -> set[str]:
     for child in node.children:
         out |= query_facets(child)
     return out
+
+
+# A query that asks for nothing: every incident matches it (what is left of a query whose every term was dropped).
+EVERYTHING: Node = All(())
+
+
+def without_facets(node: Node, dropped: Callable[[str], bool]) -> Node:
+    """The query as if its terms on the facets `dropped` accepts were absent (the `facets-ignored` quirk).
+
+    A dropped term leaves its group, negation included; a group left empty is dropped from its parent in turn, and
+    a query with nothing left matches everything.
+    """
+    return _without(node, dropped) or EVERYTHING
+
+
+def _without(node: Node, dropped: Callable[[str], bool]) -> Node | None:
+    if isinstance(node, Term):
+        return None if node.facet is not None and dropped(node.facet) else node
+    if isinstance(node, Not):
+        child = _without(node.child, dropped)
+        return None if child is None else Not(child)
+    kept = tuple(c for c in (_without(child, dropped) for child in node.children) if c is not None)
+    if not kept:
+        return None
+    return kept[0] if len(kept) == 1 else type(node)(kept)
+
+
+def without_list_wildcards(node: Node, is_list: Callable[[str], bool]) -> Node:
+    """The query with every `*` value of a multi-value field's term removed (the `no-list-wildcard` quirk): such a
+    value matches nothing, so a term left with no value matches no incident."""
+    if isinstance(node, Term):
+        if node.facet is None or not is_list(node.facet):
+            return node
+        return Term(node.facet, tuple(v for v in node.values if "*" not in v))
+    if isinstance(node, Not):
+        return Not(without_list_wildcards(node.child, is_list))
+    return type(node)(tuple(without_list_wildcards(child, is_list) for child in node.children))
 
 
 def matches(node: Node, values_of: Callable[[str | None], list[str]]) -> bool:

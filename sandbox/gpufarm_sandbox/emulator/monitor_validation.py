@@ -1,11 +1,18 @@
 """What a monitor may be: Datadog's checks on a create, update or validate body, with its error wording, and the
-metric monitor query (`avg(last_1h):avg:gpufarm.gpu.utilization{*} by {ir} < 5`) parsed for the evaluator."""
+metric monitor query (`avg(last_1h):avg:gpufarm.gpu.utilization{*} by {ir} < 5`) parsed for the evaluator.
+
+Create, update and both validate endpoints run the one function here (`validated`), so validate refuses exactly
+what create refuses, with the same 400. A metric monitor's rolling window is checked against one of the two
+grammars Datadog's reference has documented (WindowGrammar; docs/datadog.md, "Monitor windows"): the fixed list by
+default, the current reference's ranges when a test asks for them (`POST /_sandbox/monitors/windows`).
+"""
 
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from gpufarm_sandbox.emulator.query import MetricQuery, QueryError, parse_query
@@ -51,7 +58,24 @@ _METRIC_MONITOR = re.compile(
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 604800, "mo": 30 * 86400, "y": 365 * 86400}
 
 
-_WINDOW_LIMITS = {"m": 10080, "h": 168, "d": 7, "w": 1}
+class WindowGrammar(StrEnum):
+    """Which documented grammar of a metric monitor's rolling window (`last_...`) the sandbox plays."""
+
+    # The list every version of the reference documents: last_#m (5, 10, 15, or 30), last_#h (1, 2, or 4), last_1d.
+    FIXED = "fixed"
+    # The current reference's: last_#m (1 to 10080), last_#h (1 to 168), last_1d or last_1w; custom windows
+    # "depending on the monitor type", which the sandbox takes for every metric monitor.
+    RANGES = "ranges"
+
+
+FIXED_WINDOWS = frozenset({"5m", "10m", "15m", "30m", "1h", "2h", "4h", "1d"})
+_RANGE_LIMITS = {"m": 10080, "h": 168}
+_RANGE_WHOLE = frozenset({"1d", "1w"})
+# Cumulative windows (`current_...`): one hour, day, week, month or year, paired with options.scheduling_options.
+_CUMULATIVE = frozenset({"1h", "1d", "1w", "1mo", "1y"})
+_EVALUATION_WINDOW_PAIRING = (
+    "Monitors with an evaluation_window scheduling_option must have a current query period and vice versa."
+)
 
 
 _TIME_AGGS = frozenset({"avg", "sum", "min", "max"})
@@ -71,9 +95,11 @@ class MonitorQuery:
     metric: MetricQuery
     op: str
     threshold: float
+    # A `current_...` window: cumulative from the start of the hour, day, ... (options.scheduling_options).
+    cumulative: bool = False
 
 
-def parse_monitor_query(text: str) -> MonitorQuery:
+def parse_monitor_query(text: str, windows: WindowGrammar = WindowGrammar.FIXED) -> MonitorQuery:
     """Parse a metric monitor query; raises ApiError(400) with Datadog's wording for a bad one."""
     if not _TRAILING_OP.search(text):
         raise _invalid_query("invalid operator specified: ")
@@ -83,10 +109,8 @@ def parse_monitor_query(text: str) -> MonitorQuery:
     agg = m.group("agg")
     if agg not in _TIME_AGGS:
         raise _invalid_query(f"time aggregator {agg!r} is not supported by the sandbox; use avg, sum, min or max")
-    n, unit, kind = int(m.group("n")), m.group("unit"), m.group("kind")
-    if n <= 0 or (kind == "last" and (unit not in _WINDOW_LIMITS or n > _WINDOW_LIMITS[unit])):
-        raise _invalid_query(f"invalid time window {kind}_{n}{unit}")
-    if kind == "current" and (n != 1 or unit not in {"d", "w", "mo", "y"}):
+    n, unit, kind = m.group("n"), m.group("unit"), m.group("kind")
+    if not _documented_window(kind, n, unit, windows):
         raise _invalid_query(f"invalid time window {kind}_{n}{unit}")
     threshold = finite(m.group("threshold"))
     if threshold is None:
@@ -97,15 +121,31 @@ def parse_monitor_query(text: str) -> MonitorQuery:
         raise _invalid_query(str(exc)) from None
     return MonitorQuery(
         time_agg=agg,
-        window_s=n * _UNIT_SECONDS[unit],
+        window_s=int(n) * _UNIT_SECONDS[unit],
         window_text=f"{n}{unit}",
         metric=metric,
         op=m.group("op"),
         threshold=threshold,
+        cumulative=kind == "current",
     )
 
 
-def validated(body: dict[str, Any], monitor_id: int | None) -> tuple[dict[str, Any], MonitorQuery | None]:
+def _documented_window(kind: str, digits: str, unit: str, windows: WindowGrammar) -> bool:
+    """Whether `<kind>_<digits><unit>` is a window the grammar documents (digits as written: `last_060m` is not)."""
+    window = f"{digits}{unit}"
+    if kind == "current":
+        return window in _CUMULATIVE
+    if windows is WindowGrammar.FIXED:
+        return window in FIXED_WINDOWS
+    if window in _RANGE_WHOLE:
+        return True
+    limit = _RANGE_LIMITS.get(unit)
+    return limit is not None and not digits.startswith("0") and 1 <= int(digits) <= limit
+
+
+def validated(
+    body: dict[str, Any], monitor_id: int | None, windows: WindowGrammar = WindowGrammar.FIXED
+) -> tuple[dict[str, Any], MonitorQuery | None]:
     """Check a create/update/validate body as Datadog does; returns the stored fields and the parsed query."""
     mtype, query = _checked_type_and_query(body)
     tags, priority, roles = _checked_labels(body)
@@ -116,7 +156,7 @@ def validated(body: dict[str, Any], monitor_id: int | None) -> tuple[dict[str, A
     stored_type = "query alert" if mtype == "metric alert" else mtype
     parsed: MonitorQuery | None = None
     if mtype in EVALUATED_TYPES:
-        parsed = parse_monitor_query(query)
+        parsed = parse_monitor_query(query, windows)
     elif mtype not in _NO_OPERATOR_TYPES and not _TRAILING_OP.search(query):
         raise _invalid_query("invalid operator specified: ")
     opts = _validated_options(options, parsed, query)
@@ -186,6 +226,7 @@ _INT_OPTIONS = ("renotify_interval", "new_group_delay", "new_host_delay", "evalu
 def _validated_options(options: dict[str, Any], parsed: MonitorQuery | None, query: str) -> dict[str, Any]:
     opts: dict[str, Any] = json_copy(options)
     _check_option_types(opts)
+    _check_evaluation_window(opts, parsed)
     opts["thresholds"] = _validated_thresholds(opts.get("thresholds"), parsed, query)
     if not opts["thresholds"]:
         del opts["thresholds"]
@@ -198,6 +239,16 @@ def _validated_options(options: dict[str, Any], parsed: MonitorQuery | None, que
     else:
         opts.setdefault("new_host_delay", 300)
     return opts
+
+
+def _check_evaluation_window(opts: dict[str, Any], parsed: MonitorQuery | None) -> None:
+    """A cumulative window (`current_1mo`) needs options.scheduling_options.evaluation_window, and only it may."""
+    scheduling = opts.get("scheduling_options")
+    if scheduling is not None and not isinstance(scheduling, dict):
+        raise ApiError(400, "The value provided for parameter 'scheduling_options' is invalid: expected an object")
+    window = (scheduling or {}).get("evaluation_window")
+    if parsed is not None and bool(window) != parsed.cumulative:
+        raise ApiError(400, _EVALUATION_WINDOW_PAIRING)
 
 
 def _check_option_types(opts: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.monitor_evaluator import MonitorEvaluator
 from gpufarm_sandbox.emulator.monitor_state import ALERT, NO_DATA, ORG_ID, WARN, StoredMonitor, update_overall
-from gpufarm_sandbox.emulator.monitor_validation import json_copy, validated
+from gpufarm_sandbox.emulator.monitor_validation import WindowGrammar, json_copy, validated
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, json_body, json_object, json_response, query_int
 from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
@@ -40,6 +40,8 @@ class MonitorsModule(BaseModule):
         self.evaluator = MonitorEvaluator(context, metrics, webhooks)
         self._monitors: dict[int, StoredMonitor] = {}
         self._next_id = _FIRST_ID
+        # Which documented window grammar create, update and validate check (`/_sandbox/monitors/windows`).
+        self.windows = WindowGrammar.FIXED
         self._ticker: threading.Thread | None = None
         self._ticker_stop = threading.Event()
         context.clock.subscribe(self._on_clock)
@@ -80,6 +82,8 @@ class MonitorsModule(BaseModule):
             Route("/api/v1/monitor/<int(signed=True):monitor_id>/validate", ("POST",), self._validate_existing),
             Route("/_sandbox/monitors/evaluate", ("POST",), self._evaluate_endpoint, Auth.NONE),
             Route("/_sandbox/monitors/events", ("GET",), self._events_endpoint, Auth.NONE),
+            Route("/_sandbox/monitors/windows", ("GET",), self._windows_get, Auth.NONE),
+            Route("/_sandbox/monitors/windows", ("POST",), self._windows_post, Auth.NONE),
         ]
 
     def reset(self) -> None:
@@ -87,6 +91,7 @@ class MonitorsModule(BaseModule):
         with self.ctx.lock:
             self._monitors.clear()
             self._next_id = _FIRST_ID
+            self.windows = WindowGrammar.FIXED
             self.evaluator.reset()
 
     def dump(self) -> dict[str, Any]:
@@ -101,7 +106,7 @@ class MonitorsModule(BaseModule):
 
     def _create(self, request: Request) -> Response:
         body = json_object(request)
-        fields, parsed = validated(body, None)
+        fields, parsed = validated(body, None, self.windows)
         with self.ctx.lock:
             mid = self._next_id
             self._next_id += 1
@@ -173,7 +178,7 @@ class MonitorsModule(BaseModule):
             merged["options"] = mon.body["options"]
             # Fields sent replace the stored ones; options are replaced as a whole (defaults re-applied), as recorded.
             merged.update({k: v for k, v in body.items() if k != "options" or v is not None})
-            fields, parsed = validated(merged, monitor_id)
+            fields, parsed = validated(merged, monitor_id, self.windows)
             if fields["query"] != mon.body["query"]:
                 mon.groups.clear()
                 mon.pending.clear()
@@ -191,13 +196,14 @@ class MonitorsModule(BaseModule):
         return json_response({"deleted_monitor_id": monitor_id})
 
     def _validate(self, request: Request) -> Response:
-        validated(json_object(request), None)
+        # The very checks create makes, so what validate accepts create takes and what it refuses create refuses.
+        validated(json_object(request), None, self.windows)
         return json_response({})
 
     def _validate_existing(self, request: Request, monitor_id: int) -> Response:
         with self.ctx.lock:
             self._find(monitor_id)
-        validated(json_object(request), monitor_id)
+        validated(json_object(request), monitor_id, self.windows)
         return json_response({})
 
     def _can_delete(self, request: Request) -> Response:
@@ -254,6 +260,18 @@ class MonitorsModule(BaseModule):
                 self._find(monitor_id)
         events = self.evaluate(monitor_id)
         return json_response({"evaluated_at": self.ctx.clock.now(), "events": events})
+
+    def _windows_get(self, request: Request) -> Response:
+        return json_response({"grammar": self.windows.value})
+
+    def _windows_post(self, request: Request) -> Response:
+        """`{"grammar": "fixed" | "ranges"}`: the window grammar Datadog's reference documented then or now."""
+        grammar = json_object(request).get("grammar")
+        choices = [g.value for g in WindowGrammar]
+        if grammar not in choices:
+            raise ApiError(400, f"grammar must be one of {', '.join(choices)}")
+        self.windows = WindowGrammar(str(grammar))
+        return json_response({"grammar": self.windows.value})
 
     def _events_endpoint(self, request: Request) -> Response:
         monitor_id = query_int(request, "monitor_id", None)

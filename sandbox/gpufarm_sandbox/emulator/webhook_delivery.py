@@ -1,7 +1,8 @@
 """Delivery of fired webhooks: the payload template, custom headers and URL rendered with the event's variables and
 the custom variables, then POSTed by background workers: 15 s timeout, retried on 5xx and connection errors
 (5 attempts, exponential backoff), 2xx/4xx end it (docs/datadog.md, "Delivery"). Every attempt is logged with secret
-custom variable values redacted."""
+custom variable values redacted. Two Datadog quirk modes change the rendering: `fields-as-string` ($INCIDENT_FIELDS
+arrives as a JSON string) and `no-header-vars` (custom headers are sent as written)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from gpufarm_sandbox.emulator.clock import Clock
+from gpufarm_sandbox.emulator.quirks import FIELDS_AS_STRING, NO_HEADER_VARS
 
 log = logging.getLogger("gpufarm_sandbox.emulator.webhooks")
 
@@ -45,11 +47,15 @@ _RESPONSE_SNIPPET = 500
 
 _WORKERS = 4
 
+# The variable the `fields-as-string` quirk turns into a JSON string.
+_FIELDS_VARIABLE = "INCIDENT_FIELDS"
 
-def render_template(template: str, variables: Mapping[str, str]) -> str:
+
+def render_template(template: str, variables: Mapping[str, str], *, as_strings: frozenset[str] = frozenset()) -> str:
     """Replace `$NAME` occurrences, longest names first; JSON-escape inside string literals, raw elsewhere.
 
     Raw insertion outside strings is what lets a payload say `"fields": $INCIDENT_FIELDS` and receive a JSON object.
+    A variable named in as_strings is inserted outside strings as a JSON string literal of its text instead.
     """
     if not variables or "$" not in template:
         return template
@@ -69,8 +75,10 @@ def render_template(template: str, variables: Mapping[str, str]) -> str:
         elif ch == "$":
             match = pattern.match(template, i)
             if match:
-                value = variables[match.group(1)]
-                out.append(json.dumps(value, ensure_ascii=False)[1:-1] if in_string else value)
+                name = match.group(1)
+                value = variables[name]
+                quoted = json.dumps(value, ensure_ascii=False)
+                out.append(quoted[1:-1] if in_string else quoted if name in as_strings else value)
                 i = match.end()
                 continue
         out.append(ch)
@@ -160,9 +168,11 @@ class WebhookDelivery:
         custom: list[dict[str, Any]],
         *,
         origin: str,
+        quirks: frozenset[str] = frozenset(),
     ) -> None:
         """Render webhook `name` (its configuration `hook`, None when there is no such webhook) with `variables`
-        and the custom variables, and queue its delivery; returns at once, never raises."""
+        and the custom variables, as the Datadog quirk modes `quirks` say, and queue its delivery; returns at
+        once, never raises."""
         with self._log_lock:
             delivery_id = self._next_delivery
             self._next_delivery += 1
@@ -172,7 +182,9 @@ class WebhookDelivery:
             self._record(generation, _failure(delivery_id, name, origin, f"webhook '{name}' does not exist"))
             return
         try:
-            job = self._render(hook, variables, custom, secrets, origin=origin, ids=(delivery_id, generation))
+            job = self._render(
+                hook, variables, custom, secrets, origin=origin, ids=(delivery_id, generation), quirks=quirks
+            )
         except ValueError as exc:  # _RenderError, or a URL whose port does not parse
             entry = _failure(delivery_id, name, origin, redact(str(exc), secrets))
             entry["url"] = safe_url(redact(str(hook["url"]), secrets))
@@ -209,28 +221,19 @@ class WebhookDelivery:
         *,
         origin: str,
         ids: tuple[int, int],
+        quirks: frozenset[str],
     ) -> _Job:
         delivery_id, generation = ids
-        now_ms = self.clock.now_ms()
-        builtins = {
-            "DATE": str(now_ms),
-            "DATE_POSIX": str(now_ms // 1000),
-            "LAST_UPDATED": str(now_ms),
-            "ID": str(delivery_id),
-            "ORG_ID": ORG_ID,
-            "ORG_NAME": ORG_NAME,
-        }
-        real: dict[str, str] = {**builtins, **{str(v["name"]): str(v["value"]) for v in custom}}
-        real.update({str(k): str(v) for k, v in variables.items()})
-        shown = dict(real)
-        for var in custom:
-            if var["is_secret"] and real.get(str(var["name"])) == str(var["value"]):
-                shown[str(var["name"])] = REDACTED
+        real, shown = self._template_variables(delivery_id, variables, custom)
         template = hook.get("payload") or DEFAULT_PAYLOAD
-        payload = render_template(template, real)
-        log_payload = redact(render_template(template, shown), secrets)
-        headers = _render_headers(hook.get("custom_headers"), real)
-        log_headers = {k: redact(v, secrets) for k, v in _render_headers(hook.get("custom_headers"), shown).items()}
+        as_strings = frozenset({_FIELDS_VARIABLE}) if FIELDS_AS_STRING in quirks else frozenset()
+        payload = render_template(template, real, as_strings=as_strings)
+        log_payload = redact(render_template(template, shown, as_strings=as_strings), secrets)
+        # Under `no-header-vars` the headers go as written, `$NAME` and all.
+        header_vars = NO_HEADER_VARS not in quirks
+        headers = _render_headers(hook.get("custom_headers"), real if header_vars else {})
+        shown_headers = _render_headers(hook.get("custom_headers"), shown if header_vars else {})
+        log_headers = {k: redact(v, secrets) for k, v in shown_headers.items()}
         url, auth = _split_credentials(render_template(str(hook["url"]), real).strip())
         if auth is not None and not any(k.lower() == "authorization" for k in headers):
             headers["Authorization"] = auth
@@ -253,6 +256,27 @@ class WebhookDelivery:
             content_type=content_type,
             secrets=secrets,
         )
+
+    def _template_variables(
+        self, delivery_id: int, variables: Mapping[str, str], custom: list[dict[str, Any]]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """The values each `$NAME` takes: (what is sent, what is logged: secret custom variables as `***`)."""
+        now_ms = self.clock.now_ms()
+        builtins = {
+            "DATE": str(now_ms),
+            "DATE_POSIX": str(now_ms // 1000),
+            "LAST_UPDATED": str(now_ms),
+            "ID": str(delivery_id),
+            "ORG_ID": ORG_ID,
+            "ORG_NAME": ORG_NAME,
+        }
+        real: dict[str, str] = {**builtins, **{str(v["name"]): str(v["value"]) for v in custom}}
+        real.update({str(k): str(v) for k, v in variables.items()})
+        shown = dict(real)
+        for var in custom:
+            if var["is_secret"] and real.get(str(var["name"])) == str(var["value"]):
+                shown[str(var["name"])] = REDACTED
+        return real, shown
 
     def _ensure_workers(self) -> None:
         with self._workers_lock:

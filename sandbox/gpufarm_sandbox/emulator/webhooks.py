@@ -84,7 +84,7 @@ class WebhooksModule(BaseModule):
         with self.ctx.lock:
             hook = dict(self._webhooks[name]) if name in self._webhooks else None
             custom = [dict(var) for var in self._variables.values()]
-        self.delivery.send(name, hook, variables, custom, origin=origin)
+        self.delivery.send(name, hook, variables, custom, origin=origin, quirks=self.ctx.quirks)
 
     @property
     def deliveries(self) -> list[dict[str, Any]]:

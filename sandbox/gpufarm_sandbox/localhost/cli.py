@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import click
 
 from gpufarm.core.kernel.errors import GpufarmError
+from gpufarm_sandbox.cli import datadog_quirks_option, wait_for_interrupt
+from gpufarm_sandbox.emulator.quirks import describe_quirks
 from gpufarm_sandbox.localhost.env import redacted
 from gpufarm_sandbox.localhost.start import LocalEnv, start_local
 from gpufarm_sandbox.localhost.template import TemplateError
@@ -32,9 +34,10 @@ NO_SETUP = (
 
 
 def describe(env: LocalEnv, *, show_secrets: bool = False) -> list[str]:
-    """What `gpufarm local` prints: function URLs, queues, schedules and the environment to export."""
+    """What `gpufarm local` prints: function URLs, queues, schedules, the Datadog quirks played and the environment
+    to export."""
     state = env.host.state()
-    lines = [f"gpufarm local on {env.url}", "functions:"]
+    lines = [f"gpufarm local on {env.url}", f"datadog quirks: {describe_quirks(env.sandbox.quirks)}", "functions:"]
     for fn in state["functions"]:
         where = fn["url"] or "(no URL)"
         missing = "" if fn["present"] else "  [handler file missing]"
@@ -62,13 +65,13 @@ def run_local(
     show_secrets: bool = False,
     wait: Callable[[Cleanup], None] | None = None,
     setup: bool = True,
+    quirks: str | Iterable[str] = (),
 ) -> None:
-    """Start everything (with setup, the Datadog setup applied first), run the hooks, print the summary, block
-    until interrupted, then clean up in reverse."""
-    from gpufarm_sandbox.cli import wait_for_interrupt
-
+    """Start everything (with setup, the Datadog setup applied first; the sandbox playing the Datadog quirk modes
+    `quirks`), run the hooks, print the summary, block until interrupted, then clean up in reverse."""
     started = time.perf_counter()
-    with start_local(host, port, template=template, setup=setup, profiles=True) as env, contextlib.ExitStack() as stack:
+    local_env = start_local(host, port, template=template, setup=setup, profiles=True, quirks=quirks)
+    with local_env as env, contextlib.ExitStack() as stack:
         for hook in hooks:
             cleanup = hook(env)
             if cleanup is not None:
@@ -111,6 +114,7 @@ def monitor_ticker_hook(env: LocalEnv) -> Cleanup:
     help="Start without the Datadog setup (incident type, fields, webhooks, rules, monitors), "
     "e.g. to run `gpufarm datadog apply` against the sandbox by hand.",
 )
+@datadog_quirks_option()
 def local(
     *,
     host: str,
@@ -120,6 +124,7 @@ def local(
     nodes: int,
     node_interval: float,
     no_setup: bool,
+    quirks: frozenset[str],
 ) -> None:
     """Run the sandbox and every function of template.yaml locally (Function URLs, invokes, queues, schedules),
     with the Datadog setup applied to the sandbox first."""
@@ -129,7 +134,9 @@ def local(
 
         hooks.append(local_nodes_hook(nodes, interval=node_interval))
     try:
-        run_local(host, port, template=template, hooks=hooks, show_secrets=show_secrets, setup=not no_setup)
+        run_local(
+            host, port, template=template, hooks=hooks, show_secrets=show_secrets, setup=not no_setup, quirks=quirks
+        )
     except (TemplateError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     except GpufarmError as exc:

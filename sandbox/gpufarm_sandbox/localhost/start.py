@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,18 +59,20 @@ def start_local(
     parameters: Mapping[str, str] | None = None,
     setup: bool = False,
     profiles: bool = False,
+    quirks: str | Iterable[str] = (),
 ) -> Iterator[LocalEnv]:
     """Sandbox + LocalHost + HTTP server; sets sb.base_url and os.environ for the functions (restored on exit).
 
     With profiles, S3 for profiler runs is moto's server on a loopback port (localhost.profiles).
     With setup, `gpufarm datadog apply` runs on the sandbox (localhost.setup) before the Function URLs accept
     requests (they answer 503 until then) and the environment is yielded; what it did is in LocalEnv.setup.
+    quirks: the Datadog quirk modes the sandbox plays (gpufarm_sandbox.emulator.quirks); ValueError for a bad name.
     """
     # Imported when a host starts: the seams (an entry point of the gpufarm runtime) import this package.
     from gpufarm_sandbox.emulator.app import Sandbox
     from gpufarm_sandbox.emulator.server import ServerThread
 
-    sandbox = Sandbox()
+    sandbox = Sandbox(quirks=quirks)
     # Started before the host mounts its routes (stop() needs a running server); nobody knows the URL yet.
     server = ServerThread(sandbox, host, port).start()
     url = f"http://{_connect_host(host)}:{server.port}"

@@ -298,10 +298,14 @@ class DatadogAdmin:
         except NotFound:
             return
 
-    def validate_monitor(self, monitor: Mapping[str, Any]) -> None:
-        """Ask Datadog whether a monitor definition is valid; raises ValidationFailed with its reasons."""
+    def validate_monitor(self, monitor: Mapping[str, Any], monitor_id: int | None = None) -> None:
+        """Ask Datadog whether a monitor definition is valid, as a new monitor or (monitor_id given) as an update of
+        that one (`POST /api/v1/monitor[/{id}]/validate`); raises ValidationFailed with Datadog's reasons."""
         with dc.errors("validate monitor", caller_body=True):
-            self._monitors.validate_monitor(body=dict(monitor))
+            if monitor_id is None:
+                self._monitors.validate_monitor(body=dict(monitor))
+            else:
+                self._monitors.validate_existing_monitor(monitor_id=monitor_id, body=dict(monitor))
 
     def list_dashboards(self) -> list[dict[str, Any]]:
         """Summaries of the custom dashboards (`id`, `title`, `url`, ...)."""

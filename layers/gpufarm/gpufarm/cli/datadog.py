@@ -12,7 +12,7 @@ from gpufarm.config import Settings
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.errors import GpufarmError, NotFound
 from gpufarm.profiling.dashboard_links import newest_run_links
-from gpufarm.setup.apply import apply_setup, execute, read_current
+from gpufarm.setup.apply import apply_setup, execute, read_current, validate_monitors
 from gpufarm.setup.changes import Change
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
 from gpufarm.setup.monitors import desired_monitors
@@ -39,7 +39,10 @@ def datadog() -> None:
 
 @datadog.command(epilog=APPLY_EPILOG)
 @click.option(
-    "--dry-run", is_flag=True, help="Print the plan (create / update / unchanged), change nothing; exit 3 if pending."
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan (create / update / unchanged), each monitor to create or update validated by Datadog; "
+    "change nothing; exit 3 if pending.",
 )
 @click.option(
     "--json",
@@ -154,7 +157,8 @@ def _setup_spec(
 def _plan_and_apply(
     settings: Settings, spec: SetupSpec, *, with_farm: bool, dry_run: bool, as_json: bool
 ) -> tuple[Plan, list[Change]]:
-    """Read what Datadog holds, print the plan, and (unless a dry run) execute it; a blocked plan changes nothing."""
+    """Read what Datadog holds, have it validate the monitors to create or update, print the plan, and (unless a
+    dry run) execute it; a blocked plan (a monitor Datadog refused included) changes nothing."""
     from gpufarm.adapters.datadog_admin import DatadogAdmin
 
     done: list[Change] = []
@@ -169,7 +173,8 @@ def _plan_and_apply(
             with_dashboards=with_farm,
             metrics=sorted(spec.metric_metadata or {}),
         )
-        plan = plan_setup(current, spec)
+        # Datadog validates every monitor to create or update before anything is changed, on a dry run too.
+        plan = validate_monitors(plan_setup(current, spec), admin)
         if not as_json:
             _print_plan(plan)
         if plan.blocked:
@@ -214,6 +219,8 @@ def load_farm(settings: Settings, *, required: bool = False) -> FarmConfig | Non
 def _print_plan(plan: Plan) -> None:
     for line in plan.lines():
         click.echo(f"  {line}")
+    for name in plan.validated_monitors:
+        click.echo(f"  validated monitor {name}: Datadog accepts it")
     counts = plan.counts()
     summary = ", ".join(f"{n} {action}" for action, n in counts.items() if n)
     click.echo(f"plan: {summary}")

@@ -141,9 +141,10 @@ class GpuFarm:
 
     # ==== Incident-driven steps (incident_webhook's queue consumer) ======================================
 
-    def process(self, incident_id: str) -> list[Outcome]:
-        """Act on an incident's current state: allocate when approved/waiting, reclaim when resolved."""
-        return process.process(self.context, incident_id)
+    def process(self, incident_id: str, arrival: str | None = None) -> list[Outcome]:
+        """Act on an incident's current state: allocate when approved/waiting, reclaim when resolved (a doctor's
+        probe only notes how its webhook `arrival`-ed)."""
+        return process.process(self.context, incident_id, arrival)
 
     def allocate(self, alloc: Allocation) -> Outcome:
         """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""

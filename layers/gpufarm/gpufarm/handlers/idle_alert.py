@@ -148,7 +148,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     return webhook.receive(event, IdleAlert, "idle alert", _act)
 
 
-def _act(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
+def _act(runtime: rt.Runtime, alert: IdleAlert, _token_in: str) -> dict[str, Any]:
     try:
         ir = alert.ir()
     except ScopeError as exc:

@@ -49,14 +49,16 @@ class IncidentEvent(BaseModel):
     incident_status: str = Field(default="", max_length=40)
     event_type: str = Field(default="", max_length=80)
     date: str = Field(default="", max_length=40)
-    incident_fields: dict[str, Any] | None = None
+    # Never read for a decision (the incident is read through the API): an object, a JSON string or absent, as
+    # Datadog renders $INCIDENT_FIELDS; only how it came is noted for `gpufarm doctor`'s probes.
+    incident_fields: Any = None
 
-    def field(self, name: str) -> str:
-        """A plain field value as text ('' when absent or not a string)."""
-        value = (self.incident_fields or {}).get(name)
-        if isinstance(value, list):
-            value = value[0] if value else None
-        return value if isinstance(value, str) else ""
+    @property
+    def fields_encoding(self) -> str:
+        """How $INCIDENT_FIELDS arrived: "object", "string" or "absent"."""
+        if isinstance(self.incident_fields, dict):
+            return "object"
+        return "string" if isinstance(self.incident_fields, str) else "absent"
 
 
 class QueueMessage(BaseModel):
@@ -71,6 +73,8 @@ class QueueMessage(BaseModel):
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     command: IncidentCommand | None = None
     reason: str = Field(default="", max_length=120)
+    # How a webhook call for a doctor's probe arrived (gpufarm.core.leases.probe).
+    arrival: str | None = Field(default=None, max_length=200)
 
     @model_validator(mode="after")
     def _one_target(self) -> QueueMessage:
@@ -95,7 +99,7 @@ def _receive(event: Mapping[str, Any]) -> dict[str, Any]:
     return webhook.receive(event, IncidentEvent, "incident webhook", _enqueue)
 
 
-def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
+def _enqueue(runtime: rt.Runtime, change: IncidentEvent, token_in: str) -> dict[str, Any]:
     queue = runtime.queue()
     if queue is None:
         raise rt.ConfigurationError(f"{rt.QUEUE_URL_ENV} is not set")
@@ -105,7 +109,8 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
         # pool (or none) would put two allocations of one pool in different groups and let them interleave.
         alloc = Allocation.from_record(runtime.incidents().get(change.incident_uuid))
     except NotFound:
-        return http.error(404, "no such incident")
+        # Gone, or another type's incident: nothing of gpufarm's to do, and nothing for Datadog to retry.
+        return http.respond(200, {"ignored": "not a gpufarm allocation"})
     except UpstreamError as exc:
         log.error("could not read incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
         return http.error(503, "Datadog unavailable")
@@ -115,8 +120,13 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent) -> dict[str, Any]:
     # One message per incident change: Datadog's retries and duplicate deliveries of the same change collapse.
     modified = alloc.modified.isoformat() if alloc.modified else change.date
     dedup = hashlib.sha256(f"{change.incident_uuid}|{reason}|{modified}".encode()).hexdigest()
+    body: dict[str, Any] = {"incident_id": change.incident_uuid, "reason": reason}
+    if alloc.is_probe:
+        # How this call came, for `gpufarm doctor` (gpufarm.core.leases.probe); one message per call.
+        body["arrival"] = f"token in {token_in}; fields as {change.fields_encoding}; trigger {reason}"
+        dedup = hashlib.sha256(f"{dedup}|{body['arrival']}|{change.event_type}|{change.date}".encode()).hexdigest()
     try:
-        queue.send({"incident_id": change.incident_uuid, "reason": reason}, group=group, dedup_id=dedup)
+        queue.send(body, group=group, dedup_id=dedup)
     except UpstreamError as exc:
         # Datadog retries 5xx, which is what we want when the queue is briefly unreachable.
         log.error("could not queue incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
@@ -188,4 +198,4 @@ def _run(svc: GpuFarm, message: QueueMessage) -> list[str]:
         repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
         done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]
         return done + [f"conflict: {c}" for c in repair.conflicts] + [str(o) for o in repair.outcomes]
-    return [str(o) for o in svc.process(message.incident_id or "")]
+    return [str(o) for o in svc.process(message.incident_id or "", message.arrival)]

@@ -66,6 +66,9 @@ class SetupApi(Protocol):
     def delete_monitor(self, monitor_id: int) -> None:
         """Delete a monitor."""
 
+    def validate_monitor(self, monitor: Mapping[str, Any], monitor_id: int | None = None) -> None:
+        """Have Datadog check a monitor (as an update of monitor_id when given); ValidationFailed if refused."""
+
     def list_dashboards(self) -> list[dict[str, Any]]:
         """Summaries of the custom dashboards (id, title, description...)."""
 

@@ -5,6 +5,10 @@ rules need its id), then its fields, the secret variable, the webhooks, the rule
 updated in place, and with `--prune` deleted), gpufarm's dashboards (the same) and the metric
 metadata. A second run plans
 nothing but "unchanged"; a run stopped half-way leaves nothing inconsistent that the next run does not converge.
+
+Before anything is executed (and on a dry run too: planning reads Datadog anyway), Datadog validates each monitor
+the plan creates or updates (validate_monitors): one it refuses is a blocked change carrying Datadog's reason, and
+a plan with a blocked change executes nothing, so a monitor Datadog would refuse never leaves the others half made.
 """
 
 from __future__ import annotations
@@ -70,6 +74,30 @@ def read_dashboards(api: SetupApi) -> list[dict[str, Any]]:
         if found is not None and dashboard_key(found) is not None:
             out.append(found)
     return out
+
+
+def validate_monitors(plan: Plan, api: SetupApi) -> Plan:
+    """Have Datadog validate every monitor the plan creates or updates, changing nothing.
+
+    A new monitor goes to `POST /api/v1/monitor/validate`, an update to its monitor's own validate endpoint. One
+    Datadog refuses becomes a blocked change whose detail is Datadog's reason; the returned plan names the monitors
+    Datadog accepted. Failures other than a refusal (Datadog unreachable, keys refused) raise.
+    """
+    changes: list[Change] = []
+    accepted: list[str] = []
+    for change in plan.changes:
+        if change.kind != MONITOR or change.action not in (Action.CREATE, Action.UPDATE):
+            changes.append(change)
+            continue
+        existing = int(change.target_id) if change.action is Action.UPDATE and change.target_id else None
+        try:
+            api.validate_monitor(change.body, existing)
+        except ValidationFailed as refused:
+            changes.append(replace(change, action=Action.BLOCKED, detail=refused.message, differences=()))
+            continue
+        accepted.append(change.name)
+        changes.append(change)
+    return replace(plan, changes=tuple(changes), validated_monitors=tuple(accepted))
 
 
 def execute(plan: Plan, api: SetupApi, secret: SecretStr | None) -> list[Change]:
@@ -163,7 +191,8 @@ _NO_TYPE_EXECUTORS: dict[str, Callable[[Change, SetupApi], None]] = {
 
 
 def apply_setup(api: SetupApi, spec: SetupSpec, *, secret: SecretStr | None, dry_run: bool = False) -> Plan:
-    """Read, plan and (unless dry_run) execute; returns the plan (raises ValidationFailed if blocked)."""
+    """Read, plan, have Datadog validate the monitors and (unless dry_run) execute; returns the plan (raises
+    ValidationFailed if blocked, a monitor Datadog refused included)."""
     current = read_current(
         api,
         spec.incident_type,
@@ -171,7 +200,7 @@ def apply_setup(api: SetupApi, spec: SetupSpec, *, secret: SecretStr | None, dry
         with_dashboards=spec.dashboards is not None,
         metrics=sorted(spec.metric_metadata or {}),
     )
-    plan = plan_setup(current, spec)
+    plan = validate_monitors(plan_setup(current, spec), api)
     if not dry_run:
         execute(plan, api, secret)
     return plan

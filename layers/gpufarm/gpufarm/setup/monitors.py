@@ -3,11 +3,15 @@ calls.
 
 One Datadog metric monitor per idle kind and per group of environments and teams that share a policy:
 
-- *idle*: `max(last_Nm):max:gpufarm.gpu.processes{...} by {gpu_ir,host} < 1`: no compute process on any of the
+- *idle*: `max(<window>):max:gpufarm.gpu.processes{...} by {gpu_ir,host} < 1`: no compute process on any of the
   lease's GPUs on that host at any point of the window;
-- *idle_held*: `min(last_Nm):min:gpufarm.gpu.idle_state{...,state:idle_held} by {gpu_ir,host} >= 1`: every GPU of
+- *idle_held*: `min(<window>):min:gpufarm.gpu.idle_state{...,state:idle_held} by {gpu_ir,host} >= 1`: every GPU of
   the lease on that host held memory with activity under the node agent's threshold for the whole window;
-- *low_utilization*: `avg(last_Nm):avg:gpufarm.gpu.utilization{...} by {gpu_ir,host} < T`.
+- *low_utilization*: `avg(<window>):avg:gpufarm.gpu.utilization{...} by {gpu_ir,host} < T`.
+
+The window is the kind's `window_minutes` as Datadog's reference writes it (`last_30m`, `last_1h`, `last_2h`,
+`last_1d`: window_text); the farm configuration admits only the windows it documents (MONITOR_WINDOW_MINUTES), and
+apply has Datadog validate each monitor before it creates or updates any (gpufarm.setup.apply).
 
 The queries read the node agent's per-device series (spec/metrics.yaml), grouped by the exact per-device lease tag
 `gpu_ir` and the host (and, on shared pools, the device's `gpu_uuid`), so one idle host of a multi-host lease, or
@@ -23,11 +27,11 @@ on the check's `gpu.sm_active` (percent of time the SMs were active, per `gpu_uu
 tag (Datadog stamps host tags on every metric the host's Agent sends) and the host (and `gpu_uuid` on shared
 pools), scoped to leased hosts (`ir:ir-*`) instead of `NOT gpu_ir:none`:
 
-- *idle*: `max(last_Nm):max:gpu.sm_active{...} by {ir,host} < 1`: no SM activity on any of the lease's GPUs on that
+- *idle*: `max(<window>):max:gpu.sm_active{...} by {ir,host} < 1`: no SM activity on any of the lease's GPUs on that
   host for the window. The check's process series (`gpu.process.*`) exist only while a process runs, so no series
   says "no process"; an idle GPU and one held by a process doing nothing both read ~0 % SM activity, so this one
   monitor covers *idle_held* too (an idle_held monitor is made only when *idle* is disabled);
-- *low_utilization*: `avg(last_Nm):avg:gpu.sm_active{...} by {ir,host} < T`.
+- *low_utilization*: `avg(<window>):avg:gpu.sm_active{...} by {ir,host} < T`.
 
 On a shared host the `ir:` host tags name every lease on it, so each device's group exists once per lease there:
 the Agent cannot say which lease a device serves, so a sliced pool that needs exact attribution runs gpufarm-node
@@ -46,7 +50,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufarm.core.accounting import agent_usage
-from gpufarm.core.config.farm import FarmConfig, IdleKind, IdleKindPolicy, MetricsSource, PoolKind
+from gpufarm.core.config.farm import (
+    MONITOR_WINDOW_MINUTES,
+    FarmConfig,
+    IdleKind,
+    IdleKindPolicy,
+    MetricsSource,
+    PoolKind,
+)
 from gpufarm.core.kernel.hosts import ENVIRONMENT_KEY, MANAGED_TAG, TEAM_KEY
 from gpufarm.setup.changes import Action, Change
 from gpufarm.setup.webhooks import IDLE_HANDLE
@@ -154,7 +165,7 @@ def _monitor(signature: _Signature, cells: Sequence[_Cell], overridden_teams: Se
     if kind is IdleKind.IDLE_HELD:
         scope += " AND state:idle_held"
     keys = [LEASE_KEY, HOST_KEY, *([DEVICE_KEY] if signature.per_device else [])]
-    window = f"last_{policy.window_minutes}m"
+    window = window_text(policy.window_minutes)
     metric = METRICS[kind]
     by = "by {" + ",".join(keys) + "}"
     if kind is IdleKind.IDLE:
@@ -175,7 +186,7 @@ def _agent_monitor(signature: _Signature, cells: Sequence[_Cell], overridden_tea
     # Only leased hosts carry an `ir:` tag; the wildcard keeps the rest (and their N/A group) out.
     scope = " AND ".join([MANAGED_TAG, f"{AGENT_LEASE_KEY}:ir-*", *([where] if where else [])])
     keys = [AGENT_LEASE_KEY, HOST_KEY, *([DEVICE_KEY] if signature.per_device else [])]
-    window = f"last_{policy.window_minutes}m"
+    window = window_text(policy.window_minutes)
     by = "by {" + ",".join(keys) + "}"
     metric = AGENT_ACTIVITY_METRIC
     if kind is IdleKind.LOW_UTILIZATION:
@@ -227,6 +238,18 @@ def _body(
         },
     }
     return IdleMonitor(key, kind, body)
+
+
+def window_text(minutes: int) -> str:
+    """A monitor window as Datadog's reference writes it, in its largest whole unit: 30 -> `last_30m`, 60 ->
+    `last_1h`, 120 -> `last_2h`, 1440 -> `last_1d`; ValueError for minutes that are not one of its windows."""
+    if minutes not in MONITOR_WINDOW_MINUTES:
+        raise ValueError(f"{minutes} minutes is not one of Datadog's documented monitor windows")
+    if minutes % (24 * 60) == 0:
+        return f"last_{minutes // (24 * 60)}d"
+    if minutes % 60 == 0:
+        return f"last_{minutes // 60}h"
+    return f"last_{minutes}m"
 
 
 def _where(cells: Sequence[_Cell], overridden_teams: Sequence[str]) -> str:

@@ -64,6 +64,9 @@ class Plan:
     # None when the incident type is still to be created (executing creates it first) or blocked.
     incident_type_id: str | None = None
     incident_type: str = DEFAULT_INCIDENT_TYPE
+    # Names of the monitors to create or update that Datadog's validate endpoint accepted (gpufarm.setup.apply.
+    # validate_monitors); one it refused is a blocked change instead.
+    validated_monitors: tuple[str, ...] = ()
 
     @property
     def blocked(self) -> list[Change]:
@@ -94,6 +97,7 @@ class Plan:
             "pending": len(self.pending),
             "blocked": len(self.blocked),
             "changes": [c.as_json() for c in self.changes],
+            "validated_monitors": list(self.validated_monitors),
         }
 
 

@@ -146,15 +146,31 @@ class PartialIdle(StrEnum):
     RECLAIM = "reclaim"
 
 
-_MAX_WINDOW = 24 * 60  # minutes; Datadog metric monitors look back at most a week, a day is plenty here
+_MAX_WINDOW = 24 * 60  # minutes: the longest start-up grace, as long as the longest monitor window
 _MAX_GRACE = 7 * 24 * 60
+# The evaluation windows a metric monitor query takes in every version of Datadog's monitor API reference:
+# last_5m, last_10m, last_15m, last_30m, last_1h, last_2h, last_4h, last_1d (docs/datadog.md, "Monitor windows").
+# An idle kind's window is one of them, so `gpufarm datadog apply` never rests on a custom window Datadog's current
+# reference allows only "depending on the monitor type" (gpufarm.setup.monitors.window_text writes them).
+MONITOR_WINDOW_MINUTES = (5, 10, 15, 30, 60, 120, 240, 1440)
+
+
+def _monitor_window(minutes: int) -> int:
+    if minutes not in MONITOR_WINDOW_MINUTES:
+        allowed = ", ".join(str(m) for m in MONITOR_WINDOW_MINUTES)
+        raise ValueError(f"{minutes} minutes is not one of Datadog's documented monitor windows; use {allowed}")
+    return minutes
+
+
+MonitorWindow = Annotated[int, AfterValidator(_monitor_window)]
 
 
 class IdleKindPolicy(_Strict):
     """One idle kind: whether its monitor exists, the window it judges over, and (low utilisation) its threshold."""
 
     enabled: bool = True
-    window_minutes: int = Field(default=60, ge=5, le=_MAX_WINDOW)
+    # Minutes, one of MONITOR_WINDOW_MINUTES.
+    window_minutes: MonitorWindow = 60
     # Only low_utilization has one: "idle" counts processes, "idle_held" uses the agent's own state.
     threshold_percent: float | None = Field(default=None, ge=0, le=100)
 
@@ -163,7 +179,7 @@ class IdleKindOverride(_Strict):
     """An override of one idle kind: only what it sets changes."""
 
     enabled: bool | None = None
-    window_minutes: int | None = Field(default=None, ge=5, le=_MAX_WINDOW)
+    window_minutes: MonitorWindow | None = None
     threshold_percent: float | None = Field(default=None, ge=0, le=100)
 
 

@@ -97,6 +97,11 @@ def _covers(wide: Scope, narrow: Scope) -> bool:
     )
 
 
+def _live_in(alloc: Allocation, scope: Scope) -> bool:
+    """True for a live lease in the scope; a doctor's probe is never a lease, whatever state a check put it in."""
+    return alloc.state is not State.RESOLVED and not alloc.is_probe and _in_scope(alloc, scope)
+
+
 @dataclass
 class Reads:
     """One invocation's view of the incidents and hosts it decides on (see the module docstring)."""
@@ -131,7 +136,7 @@ class Reads:
                 found = {a.ir: a for a in (Allocation.from_record(r) for r in self.incidents.search(query))}
                 # What this invocation wrote wins over the search, whose index may not show the write yet.
                 found |= self._written
-                known = {ir: a for ir, a in found.items() if a.state is not State.RESOLVED and _in_scope(a, scope)}
+                known = {ir: a for ir, a in found.items() if _live_in(a, scope)}
                 self._by_ir |= {ir: a for ir, a in known.items() if ir not in self._written}
             self._live[scope] = known
         return sorted(known.values(), key=lambda a: a.ir)
@@ -150,7 +155,7 @@ class Reads:
             found = [self._written.get(a.ir, a) for a in found]
             self._by_ir |= {a.ir: a for a in found if a.ir not in self._written}
             found += [a for a in self._written.values() if a.ir not in {b.ir for b in found}]
-        mine = [a for a in found if a.requester == user and a.state is not State.RESOLVED]
+        mine = [a for a in found if a.requester == user and a.state is not State.RESOLVED and not a.is_probe]
         return sorted(mine, key=lambda a: a.ir)
 
     def get(self, ir: int) -> Allocation:

@@ -68,6 +68,7 @@ class Step(StrEnum):
     REMINDED = "reminded"  # the one reminder before a lease's end (gpufarm.core.leases.terms)
     WITHDRAWN = "withdrawn"  # a waiting request past its waiting limit
     PROFILED = "profiled"  # a profiler run uploaded to the lease, with its page link (gpufarm.core.leases.profile_runs)
+    PROBED = "probed"  # a `gpufarm doctor` probe reached the incident webhook (gpufarm.core.leases.probe)
     SUMMARY = "summary"
 
 

@@ -53,6 +53,10 @@ def validate_name(field: str, value: str) -> str:
         raise ValidationFailed(field, f"{field}: {exc}") from None
 
 
+# The request id prefix of `gpufarm doctor`'s probe incidents (gpufarm.core.leases.probe).
+PROBE_PREFIX = "doctor-"
+
+
 class GpuRequest(BaseModel):
     """A researcher's request for GPUs, validated before anything is created."""
 
@@ -158,6 +162,11 @@ class Allocation(BaseModel):
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
     modified: datetime | None = None
+
+    @property
+    def is_probe(self) -> bool:
+        """True for `gpufarm doctor`'s scratch incident (gpufarm.core.leases.probe): never a lease."""
+        return (self.request_id or "").startswith(PROBE_PREFIX)
 
     @property
     def ir_label(self) -> str:
