@@ -496,7 +496,6 @@ def test_the_slack_app_manifest_points_both_endpoints_at_the_ingress() -> None:
         "usergroups:read",
         "files:write",  # /gpu report shares its CSV in the asker's DM
         "channels:read",  # gpufarm doctor: is the bot in the operators' channel
-        "groups:read",  # ... when that channel is private
     }
     assert manifest["features"]["bot_user"]["display_name"]
 

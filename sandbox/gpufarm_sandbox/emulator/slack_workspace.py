@@ -30,7 +30,6 @@ BOT_SCOPES = (
     "users:read",
     "usergroups:read",
     "channels:read",
-    "groups:read",
 )
 # The team user groups config/farm.example.yaml names (teams.<name>.members), with the demo's researchers in them:
 # alice (U0000000001) in nlp, bob (U0000000003) in vision, carol (U0000000004) in speech. (id, handle, members)

@@ -197,14 +197,14 @@ class SlackChat:
 
     def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         """One Web API call through slack_sdk's own method; failures become SlackError (the token never appears)."""
-        return self._answer(method, **kwargs)[0]
-
-    def _answer(self, method: str, **kwargs: Any) -> tuple[dict[str, Any], Mapping[str, Any]]:
-        """`_call`, with the answer's HTTP headers."""
         # slack_sdk's method names: chat.postMessage -> chat_postMessage (it picks JSON or form bodies as Slack does).
         call = getattr(self.client, method.replace(".", "_"))
+        return self._checked(method, lambda: call(**{k: v for k, v in kwargs.items() if v is not None}))[0]
+
+    def _checked(self, method: str, call: Callable[[], Any]) -> tuple[dict[str, Any], Mapping[str, Any]]:
+        """Run one slack_sdk call: its data and HTTP headers, or a SlackError with Slack's code."""
         try:
-            response = call(**{k: v for k, v in kwargs.items() if v is not None})
+            response = call()
         except SlackApiError as exc:
             raw = exc.response.data
             code = str(raw.get("error") or "unknown_error") if isinstance(raw, dict) else "invalid_response"
@@ -223,7 +223,7 @@ class SlackChat:
     def token_scopes(self) -> frozenset[str] | None:
         """The scopes the bot token was granted, from auth.test's `x-oauth-scopes` header (Slack sends it on every
         Web API answer); None when the answer does not carry it."""
-        _, headers = self._answer("auth.test")
+        _, headers = self._checked("auth.test", self.client.auth_test)
         for name, value in headers.items():
             if name.lower() == SCOPES_HEADER:
                 text = ",".join(value) if isinstance(value, list) else str(value)
@@ -231,8 +231,8 @@ class SlackChat:
         return None
 
     def is_member(self, channel: str) -> bool:
-        """Whether the bot is in a channel (conversations.info's `is_member`; needs channels:read, or groups:read
-        for a private channel)."""
+        """Whether the bot is in a channel (conversations.info's `is_member`; needs channels:read, and Slack asks
+        groups:read for a private channel, which gpufarm's app does not hold: that answers `missing_scope`)."""
         data = self._call("conversations.info", channel=channel)
         info = data.get("channel")
         return isinstance(info, dict) and info.get("is_member") is True
