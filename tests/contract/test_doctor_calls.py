@@ -79,6 +79,26 @@ def test_a_role_without_a_permission_is_named(settings: Settings, sandbox: Sandb
     assert line.status is Status.BROKEN and "monitors_write (apply: the idle monitors)" in line.detail
 
 
+@pytest.mark.parametrize(("quirks", "key"), [("", "user"), ("tag-source-User", "User")])
+def test_the_gateway_shows_the_host_lists_source_keys_as_datadog_spells_them(quirks: str, key: str) -> None:
+    from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+
+    app = Sandbox(quirks=quirks)
+    with ServerThread(app) as server:
+        app.base_url = server.url
+        keys = {"datadog_api_key": SecretStr(DEFAULT_DD_API_KEY), "datadog_app_key": SecretStr(DEFAULT_DD_APP_KEY)}
+        gateway = DatadogGateway(Settings(datadog_host=server.url, max_retries=0, **keys))
+        try:
+            gateway.add_tags("gpu-node-01", ["team:nlp"])
+            assert gateway.listed_sources("gpu-node-01") == {key: ("team:nlp",)}
+            assert gateway.listed_sources("gpu-node-0") is None  # a name the filter matches is not the host
+            # gpufarm's own reads see the one spelling whatever Datadog's.
+            assert [h.tags_by_source for h in gateway.list_hosts("gpu-node-01")] == [{"user": ("team:nlp",)}]
+        finally:
+            gateway.close()
+
+
 @pytest.fixture
 def chat(sandbox_url: str) -> SlackChat:
     return SlackChat(DEFAULT_SLACK_TOKEN, base_url=f"{sandbox_url}/slack/api/", timeout=5, max_retries=0)
@@ -86,8 +106,8 @@ def chat(sandbox_url: str) -> SlackChat:
 
 def test_every_web_api_answer_names_the_tokens_scopes(chat: SlackChat, sandbox: Sandbox, sandbox_url: str) -> None:
     assert chat.token_scopes() == frozenset(BOT_SCOPES)
-    sandbox.slack.state.scopes.remove("groups:read")
-    assert chat.token_scopes() == frozenset(BOT_SCOPES) - {"groups:read"}
+    sandbox.slack.state.scopes.remove("files:write")
+    assert chat.token_scopes() == frozenset(BOT_SCOPES) - {"files:write"}
     client = WebClient(token=DEFAULT_SLACK_TOKEN, base_url=f"{sandbox_url}/slack/api/", timeout=5)
     with pytest.raises(Exception) as refused:
         client.users_info(user="U404")
@@ -102,7 +122,7 @@ def test_conversations_info_answers_like_slack(chat: SlackChat, sandbox: Sandbox
     assert chat.is_member("C0000000001") is True
 
 
-def test_membership_a_hidden_private_channel_and_a_missing_scope(chat: SlackChat, sandbox: Sandbox) -> None:
+def test_membership_a_private_channel_and_a_missing_scope(chat: SlackChat, sandbox: Sandbox) -> None:
     from gpufarm_sandbox.emulator.slack_workspace import ChannelSpec
 
     for spec in (
@@ -111,6 +131,11 @@ def test_membership_a_hidden_private_channel_and_a_missing_scope(chat: SlackChat
     ):
         sandbox.slack.state.channels[spec.id] = sandbox.slack.state.channel_object(spec)
     assert chat.is_member("C0000000077") is False
+    # A private channel needs groups:read, which the app does not hold; with it, one the bot is not in is hidden.
+    with pytest.raises(SlackError) as private:
+        chat.is_member("G0000000078")
+    assert private.value.code == "missing_scope"
+    sandbox.slack.state.scopes.append("groups:read")
     with pytest.raises(SlackError) as hidden:
         chat.is_member("G0000000078")
     assert hidden.value.code == "channel_not_found"

@@ -97,7 +97,9 @@ def test_a_missing_permission_is_named_with_what_needs_it() -> None:
     granted = [p for p in keys.REQUIRED_PERMISSIONS if p != "incident_write"]
     line = keys.check_keys(FakeAdmin(who=user(granted)), WHERE)
     assert line.status is Status.BROKEN
-    assert "incident_write (creating and updating leases)" in line.detail and "ops@example.com" in line.detail
+    assert (
+        "incident_write (functions: creating and updating leases)" in line.detail and "ops@example.com" in line.detail
+    )
 
 
 def test_every_permission_held_is_confirmed_and_an_answer_without_any_falls_back() -> None:
@@ -111,6 +113,19 @@ def test_unset_keys_are_named_without_a_call() -> None:
     assert keys.unset_keys(Settings(datadog_api_key="a", datadog_app_key="b")) is None
     no_app = keys.unset_keys(Settings(datadog_api_key="a", datadog_app_key=""))
     assert no_app is not None and no_app.detail.startswith("bad application key")
+
+
+def test_the_permissions_checked_are_those_docs_deploy_md_grants_each_part() -> None:
+    import permission_tables as pt
+
+    granted: dict[str, set[str]] = {"functions": set(), "`gpufarm datadog apply`": set()}
+    for row in pt.rows(
+        pt.tables((ROOT / "docs" / "deploy.md").read_text())["Datadog"], "permission", "operations", r"\w+", "called by"
+    ):
+        for part in (row.parts or ()) if row.grant else ():
+            granted.setdefault(part, set()).add(row.grant)
+    assert set(keys.FUNCTIONS_PERMISSIONS) == granted["functions"]
+    assert set(keys.APPLY_PERMISSIONS) == granted["`gpufarm datadog apply`"]
 
 
 def test_the_sandbox_role_grants_every_permission_gpufarm_needs() -> None:
@@ -227,18 +242,26 @@ def test_slack_scopes_and_channel() -> None:
     every = frozenset(chat.BOT_SCOPES)
     scopes, channel = chat.check_slack(FakeSlack(every), "", "C1")
     assert (scopes.status, channel.status) == (Status.CONFIRMED, Status.CONFIRMED)
-    scopes, channel = chat.check_slack(FakeSlack(every - {"groups:read"}, member=False), "", "C1")
-    assert scopes.status is Status.BROKEN and "groups:read" in scopes.detail
+    scopes, channel = chat.check_slack(FakeSlack(every - {"files:write"}, member=False), "", "C1")
+    assert scopes.status is Status.BROKEN and "files:write" in scopes.detail
     assert channel.status is Status.BROKEN and "/invite" in channel.detail
     assert chat.check_slack(FakeSlack(None), "", None)[0].status is Status.FELL_BACK
     assert chat.check_slack(FakeSlack(every), "", None)[1].status is Status.SKIPPED
-    hidden = chat.check_slack(
-        FakeSlack(every, UpstreamError("slack conversations.info failed: channel_not_found")), "", "G1"
-    )
-    assert hidden[1].status is Status.BROKEN and "invite the bot" in hidden[1].detail
     assert chat.check_slack(None, "no Slack bot token", "C1")[0] == Line(
         chat.SCOPES, Status.BROKEN, "no Slack bot token"
     )
+
+
+def test_a_private_channel_is_skipped_and_a_missing_channels_read_broken() -> None:
+    every = frozenset(chat.BOT_SCOPES)
+    refused = UpstreamError("slack conversations.info failed: missing_scope")
+    assert chat.check_slack(FakeSlack(every, refused), "", "G1")[1] == Line(chat.CHANNEL, Status.SKIPPED, chat.PRIVATE)
+    lacking = chat.check_slack(FakeSlack(every - {"channels:read"}, refused), "", "C1")[1]
+    assert lacking.status is Status.BROKEN and "needs channels:read" in lacking.detail
+    gone = chat.check_slack(
+        FakeSlack(every, UpstreamError("slack conversations.info failed: channel_not_found")), "", "C9"
+    )[1]
+    assert gone.status is Status.BROKEN
 
 
 # -- Function URLs --------------------------------------------------------------------------------------------------

@@ -14,14 +14,13 @@ from fakes import FakeHosts
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound, UpstreamError
 from gpufarm.core.kernel.model import IncidentRecord
-from gpufarm.core.kernel.ports import HostInfo
 from gpufarm.setup.doctor import roundtrip, tags
 from gpufarm.setup.doctor.ports import Collaborators, Options, Timing
 from gpufarm.setup.doctor.report import Line, Status
 from gpufarm.setup.doctor.run import run_checks
 from gpufarm.setup.doctor.scratch import CLEANUP, Scratch
 
-HEADER_OBJECT = "webhook: token in header; fields as object; trigger resolved/reclaimed"
+HEADER_OBJECT = "token in header; fields as object; trigger resolved/reclaimed"
 
 
 class Ticks:
@@ -49,7 +48,7 @@ class ProbeStore:
     def __init__(self, on: frozenset[str], note: str = HEADER_OBJECT, lose_create_answer: bool = False) -> None:
         self.on, self.note, self.lose = on, note, lose_create_answer
         self.records: dict[str, IncidentRecord] = {}
-        self.seen: dict[str, str] = {}
+        self.seen: dict[str, list[str]] = {}
         self.deleted: list[str] = []
 
     @property
@@ -60,8 +59,7 @@ class ProbeStore:
         record = IncidentRecord(id=f"i{len(self.records) + 1}", public_id=1, title=title, state="resolved")
         record = record.model_copy(update={"fields": {k: v for k, v in fields.items() if k != f.STATE}})
         self.records[record.id] = record
-        if "created" in self.on:
-            self.seen[record.id] = f"{self.note} #{len(self.seen)}"
+        self.seen[record.id] = [self.note] if "created" in self.on else []
         if self.lose:
             raise UpstreamError("Datadog create incident failed: no answer in time (ReadTimeoutError)")
         return record
@@ -78,7 +76,7 @@ class ProbeStore:
         record = record.model_copy(update={"state": state, "fields": {**record.fields, **changed}})
         self.records[incident_id] = record
         if set(fields) & self.on:
-            self.seen[incident_id] = f"{self.note} after {','.join(sorted(fields))}"
+            self.seen[incident_id].append(self.note)
         return record
 
     def delete(self, incident_id: str) -> None:
@@ -95,8 +93,14 @@ def store_probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ProbeStore]]:
     """The probe module as the round trip sees it, reading the fake store's notes."""
     stores: list[ProbeStore] = []
     fake = SimpleNamespace(
-        probe_fields=lambda token: {f.REQUEST_ID: f"doctor-{token}", f.STATE: "resolved", f.PHASE: "rejected"},
-        webhook_seen=lambda record: stores[0].seen.get(record.id),
+        probe_fields=lambda token, environment, team: {
+            f.REQUEST_ID: f"doctor-{token}",
+            f.STATE: "resolved",
+            f.PHASE: "rejected",
+            f.ENVIRONMENT: environment,
+            f.TEAM: team,
+        },
+        webhook_arrivals=lambda record: list(stores[0].seen.get(record.id, [])),
     )
     monkeypatch.setattr(roundtrip, "probe", fake)
     yield stores
@@ -105,7 +109,7 @@ def store_probe(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ProbeStore]]:
 def round_trip(store: ProbeStore, renotify: list[str], wait_s: float = 6.0) -> tuple[Line, Scratch]:
     scratch = Scratch()
     clock, _ = timing(wait_s)
-    with roundtrip.probe_incident(store, scratch) as record:
+    with roundtrip.probe_incident(store, scratch, "hpc", "nlp") as record:
         line = roundtrip.check_round_trip(store, record.id, renotify, clock)
     return line, scratch
 
@@ -115,8 +119,8 @@ def round_trip(store: ProbeStore, renotify: list[str], wait_s: float = 6.0) -> t
     [
         ({"created", f.PHASE, f.STATE}, HEADER_OBJECT, Status.CONFIRMED, "fired on a phase change"),
         ({"created", f.STATE}, HEADER_OBJECT, Status.FELL_BACK, "fired only after a state change"),
-        ({"created", f.PHASE}, "webhook: token in payload; fields as string", Status.FELL_BACK, "in the payload"),
-        ({"created", f.PHASE}, "webhook: token in header; fields as string", Status.FELL_BACK, "as a string"),
+        ({"created", f.PHASE}, "token in payload; fields as string; trigger x/y", Status.FELL_BACK, "in the payload"),
+        ({"created", f.PHASE}, "token in header; fields as string; trigger x/y", Status.FELL_BACK, "as a string"),
         (set(), HEADER_OBJECT, Status.BROKEN, "neither the creation"),
         ({"created"}, HEADER_OBJECT, Status.BROKEN, "no change after the creation"),
     ],
@@ -154,7 +158,7 @@ def test_an_interrupt_while_waiting_deletes_the_probe(store_probe: list[ProbeSto
     def interrupted(seconds: float) -> None:
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt), roundtrip.probe_incident(store, scratch) as record:
+    with pytest.raises(KeyboardInterrupt), roundtrip.probe_incident(store, scratch, "hpc", "nlp") as record:
         roundtrip.check_round_trip(store, record.id, ["phase"], Timing(5.0, lambda: 0.0, interrupted))
     assert store.records == {}
 
@@ -172,39 +176,41 @@ def test_the_deployed_rule_is_the_one_on_gpufarms_type_calling_its_webhook() -> 
 # -- the scratch tag ------------------------------------------------------------------------------------------------
 
 
-class UserKeyHosts(FakeHosts):
-    """A host list that spells the user source `User`, as the tag-source-User quirk plays it."""
+class ListedHosts(FakeHosts):
+    """FakeHosts with the host list's sources as Datadog spells them: `user` as `spelled`, or, `lagging`, without
+    the user source at all (a list that has not caught up)."""
 
-    def list_hosts(self, filter_text: str | None = None) -> Iterator[HostInfo]:
-        for info in super().list_hosts(filter_text):
-            by = {("User" if k == "user" else k): v for k, v in info.tags_by_source.items()}
-            yield HostInfo(info.name, info.tags, by)
+    def __init__(self, spelled: str = "user", lagging: bool = False) -> None:
+        super().__init__()
+        self.spelled, self.lagging = spelled, lagging
+
+    def listed_sources(self, host: str) -> dict[str, tuple[str, ...]] | None:
+        if host not in self.tags:
+            return None
+        by = {(self.spelled if k == "user" else k): tuple(v) for k, v in self.tags[host].items()}
+        return {k: v for k, v in by.items() if not (self.lagging and k == self.spelled)}
 
 
-@pytest.mark.parametrize(("hosts", "status"), [(FakeHosts(), Status.CONFIRMED), (UserKeyHosts(), Status.FELL_BACK)])
-def test_the_tag_is_written_read_back_and_only_it_removed(hosts: FakeHosts, status: Status) -> None:
+@pytest.mark.parametrize(("spelled", "status"), [("user", Status.CONFIRMED), ("User", Status.FELL_BACK)])
+def test_the_tag_is_written_read_back_and_only_it_removed(spelled: str, status: Status) -> None:
+    hosts = ListedHosts(spelled)
     hosts.seed("hpc-a-01", "h100", 8, "hpc")
     hosts.add_tags("hpc-a-01", ["ir:ir-7"])
     scratch = Scratch()
     line = tags.check_tags(hosts, "hpc-a-01", timing()[0], scratch)
-    assert line.status is status
+    assert line.status is status and (spelled == "user" or "'User'" in line.detail)
     assert hosts.user("hpc-a-01") == ["ir:ir-7"] and scratch.left == []
 
 
 def test_an_unknown_host_writes_nothing_and_no_host_skips() -> None:
-    hosts = FakeHosts()
+    hosts = ListedHosts()
     line = tags.check_tags(hosts, "nowhere", timing()[0], Scratch())
     assert line.status is Status.BROKEN and hosts.writes == 0
     assert tags.check_tags(hosts, None, timing()[0], Scratch()).status is Status.SKIPPED
 
 
 def test_a_tag_the_host_list_never_shows_is_broken_and_still_removed() -> None:
-    class Lagging(FakeHosts):
-        def list_hosts(self, filter_text: str | None = None) -> Iterator[HostInfo]:
-            for info in super().list_hosts(filter_text):
-                yield HostInfo(info.name, info.tags, {"datadog": info.tags_by_source.get("datadog", ())})
-
-    hosts = Lagging()
+    hosts = ListedHosts(lagging=True)
     hosts.seed("hpc-a-01", "h100", 8, "hpc")
     clock, ticks = timing(4.0)
     line = tags.check_tags(hosts, "hpc-a-01", clock, Scratch())
@@ -251,3 +257,26 @@ def test_refused_keys_stop_the_run_before_anything_is_written() -> None:
         collaborators, Options("https://api.datadoghq.com", "GPU allocation", None, host="h"), emitted.append
     )
     assert lines == emitted and len(lines) == 1 and lines[0].detail.startswith("bad API key")
+
+
+def test_the_probe_lives_in_the_farms_first_pool_or_the_fields_first_choices() -> None:
+    from fakes import FARM_YAML
+
+    from gpufarm.core.config.farm import parse_farm
+
+    class Fields:
+        def __init__(self, *definitions: dict[str, Any]) -> None:
+            self.definitions = list(definitions)
+
+        def list_field_definitions(self, incident_type_id: str | None = None) -> list[dict[str, Any]]:
+            return self.definitions
+
+    def dropdown(name: str, *values: str) -> dict[str, Any]:
+        return {"attributes": {"name": name, "valid_values": [{"value": v, "display_name": v} for v in values]}}
+
+    farm = parse_farm(FARM_YAML)
+    expected = (sorted(farm.environments)[0], sorted(farm.teams)[0])
+    assert roundtrip.probe_pool(Fields(), "t1", farm) == expected  # type: ignore[arg-type]
+    held = Fields(dropdown("team", "vision", "nlp"), dropdown("environment", "onprem-hpc"))
+    assert roundtrip.probe_pool(held, "t1", None) == ("onprem-hpc", "vision")  # type: ignore[arg-type]
+    assert roundtrip.probe_pool(Fields(dropdown("team", "nlp")), "t1", None) is None  # type: ignore[arg-type]

@@ -19,26 +19,36 @@ from gpufarm.setup.doctor.report import Line, Status
 
 KEYS = "datadog keys"
 
-# Every permission the operations gpufarm calls ask for (the `x-permission` of each operation in Datadog's
-# OpenAPI specs), and what needs it. `gpufarm datadog apply` and the functions read the same settings, so one
-# key serves both; the functions alone need the first five.
-REQUIRED_PERMISSIONS: Mapping[str, str] = {
-    "incident_read": "reading and searching leases, gpufarm's incident type and fields",
+# The permissions each part of gpufarm needs (docs/deploy.md, "What to grant", whose Datadog table the code's calls
+# are held to; a unit test holds these to it): the functions' and `gpufarm datadog apply`'s, and what for.
+FUNCTIONS_PERMISSIONS: Mapping[str, str] = {
+    "incident_read": "reading and searching leases",
     "incident_write": "creating and updating leases",
     "hosts_read": "the host list",
     "monitors_read": "the idle monitors' states",
+    "dashboards_read": "finding gpufarm's dashboards for links",
     "timeseries_query": "utilisation and usage queries",
-    "incident_settings_write": "apply: gpufarm's incident type and fields",
-    "incident_notification_settings_read": "apply: reading the notification rules",
-    "incident_notification_settings_write": "apply: the notification rules",
-    "integrations_read": "apply: reading the webhooks",
-    "create_webhooks": "apply: creating the webhooks",
-    "manage_integrations": "apply: updating the webhooks and their secret variable",
-    "monitors_write": "apply: the idle monitors",
-    "dashboards_read": "apply: reading gpufarm's dashboards",
-    "dashboards_write": "apply: gpufarm's dashboards",
-    "metrics_read": "apply: reading metric metadata",
-    "metrics_metadata_write": "apply: metric metadata",
+}
+APPLY_PERMISSIONS: Mapping[str, str] = {
+    "incident_read": "reading gpufarm's incident type and fields",
+    "incident_settings_write": "gpufarm's incident type and fields",
+    "incident_notification_settings_read": "reading the notification rules",
+    "incident_notification_settings_write": "the notification rules",
+    "integrations_read": "reading the webhooks",
+    "create_webhooks": "creating the webhooks",
+    "manage_integrations": "updating the webhooks and their secret variable",
+    "monitors_read": "validating the idle monitors",
+    "monitors_write": "the idle monitors",
+    "dashboards_read": "reading gpufarm's dashboards",
+    "dashboards_write": "gpufarm's dashboards",
+    "metrics_read": "reading metric metadata",
+    "metrics_metadata_write": "metric metadata",
+}
+# Doctor reads what apply reads and writes a probe incident and a tag as the functions do: the key it is given must
+# hold both parts' permissions (on day one, an administrator's).
+REQUIRED_PERMISSIONS: Mapping[str, str] = {
+    **{name: f"apply: {why}" for name, why in APPLY_PERMISSIONS.items()},
+    **{name: f"functions: {why}" for name, why in FUNCTIONS_PERMISSIONS.items()},
 }
 
 

@@ -15,16 +15,14 @@ from gpufarm.setup.api import SetupApi
 
 
 class AdminApi(SetupApi, Protocol):
-    """`gpufarm datadog apply`'s calls, the keys' checks and monitor validation (gpufarm.adapters.datadog_admin)."""
+    """`gpufarm datadog apply`'s calls (monitor validation among them) and the keys' checks
+    (gpufarm.adapters.datadog_admin)."""
 
     def api_key_valid(self) -> bool:
         """Whether Datadog takes the API key."""
 
     def current_user(self) -> dict[str, Any] | None:
         """The application key's user with its roles and permissions; None when the key is refused."""
-
-    def validate_monitor(self, monitor: Mapping[str, Any]) -> None:
-        """Raise ValidationFailed with Datadog's reasons when a monitor definition is invalid."""
 
 
 class SearchCheck(Protocol):
@@ -73,6 +71,13 @@ class SearchForms(Protocol):
         """One outcome per form, probed around `sample` (default: gpufarm's newest incident)."""
 
 
+class HostSources(HostTags, Protocol):
+    """Host tags, and the host list's sources as Datadog spells them (gpufarm.adapters.datadog.DatadogGateway)."""
+
+    def listed_sources(self, host: str) -> dict[str, tuple[str, ...]] | None:
+        """The host list's tags_by_source for that host, keys as Datadog spells them; None when not listed."""
+
+
 class SlackProbe(Protocol):
     """What the Slack checks ask (gpufarm.adapters.slack.SlackChat)."""
 
@@ -107,7 +112,7 @@ class Collaborators:
 
     admin: AdminApi
     incidents: ProbeStore
-    hosts: HostTags
+    hosts: HostSources
     searches: SearchForms
     slack: SlackProbe | None
     url_answer: UrlAnswer

@@ -17,9 +17,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import NotFound
-from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.leases import probe
 from gpufarm.setup.doctor.ports import POLL_S, AdminApi, ProbeStore, Timing
@@ -61,11 +62,27 @@ def preflight(admin: AdminApi, type_id: str) -> tuple[list[str] | None, Line | N
     return [str(name) for name in (rule.get("attributes") or {}).get("renotify_on") or []], None
 
 
+def probe_pool(admin: AdminApi, type_id: str, farm: FarmConfig | None) -> tuple[str, str] | None:
+    """The environment and team a probe is created in: the farm's first of each, else the first choice of each
+    dropdown gpufarm's type holds; None when there is none (the probe's fields must be choices Datadog takes)."""
+    if farm is not None and farm.environments and farm.teams:
+        return sorted(farm.environments)[0], sorted(farm.teams)[0]
+    choices: dict[str, str] = {}
+    for definition in admin.list_field_definitions(type_id):
+        attributes = definition.get("attributes") or {}
+        values = [str(v.get("value")) for v in attributes.get("valid_values") or [] if isinstance(v, Mapping)]
+        if attributes.get("name") in (f.ENVIRONMENT, f.TEAM) and values:
+            choices.setdefault(str(attributes["name"]), values[0])
+    if f.ENVIRONMENT in choices and f.TEAM in choices:
+        return choices[f.ENVIRONMENT], choices[f.TEAM]
+    return None
+
+
 @contextmanager
-def probe_incident(store: ProbeStore, scratch: Scratch) -> Iterator[IncidentRecord]:
-    """A probe incident for the block's length: created on entry, deleted on exit however the block ends (by its
-    request id when the create's answer was lost)."""
-    fields = probe.probe_fields(secrets.token_hex(6))
+def probe_incident(store: ProbeStore, scratch: Scratch, environment: str, team: str) -> Iterator[IncidentRecord]:
+    """A probe incident for the block's length, in that pool and team: created on entry, deleted on exit however
+    the block ends (by its request id when the create's answer was lost)."""
+    fields = probe.probe_fields(secrets.token_hex(6), environment, team)
     request_id = str(fields[f.REQUEST_ID])
     made: list[str] = []
     with scratch.kept(f"probe incident {request_id}", lambda: _delete_probe(store, request_id, made)):
@@ -83,32 +100,32 @@ def check_round_trip(store: ProbeStore, incident_id: str, renotify: Sequence[str
 def _probe(store: ProbeStore, incident_id: str, renotify: Sequence[str], timing: Timing) -> Line:
     started = timing.clock()
     deadline = started + timing.wait_s
-    # The creation's webhook first, so the one after the field change is told apart from it.
-    created = _await(store, incident_id, None, started + timing.wait_s / 3, timing)
+    # The creation's webhook first, so a call after the field change is told apart from it.
+    _await(store, incident_id, 0, started + timing.wait_s / 3, timing)
     record = store.get(incident_id)
+    before = len(probe.webhook_arrivals(record))
     if not renotify or f.PHASE in renotify:
         store.update(incident_id, {f.PHASE: _other_phase(record.fields.get(f.PHASE))})
-        seen = _await(store, incident_id, created, timing.clock() + (deadline - timing.clock()) / 2, timing)
+        seen = _await(store, incident_id, before, timing.clock() + (deadline - timing.clock()) / 2, timing)
         if seen is not None:
             return verdict(seen, on_field=True, seconds=timing.clock() - started)
-    store.update(incident_id, {f.STATE: "active" if record.state == "resolved" else "resolved"})
-    seen = _await(store, incident_id, created, deadline, timing)
+        before = len(probe.webhook_arrivals(store.get(incident_id)))
+    store.update(
+        incident_id, {f.STATE: State.ACTIVE.value if record.state == State.RESOLVED.value else State.RESOLVED.value}
+    )
+    seen = _await(store, incident_id, before, deadline, timing)
     if seen is not None:
         return verdict(seen, on_field=False, seconds=timing.clock() - started)
-    what = (
-        "neither the creation, the phase change nor the state change"
-        if created is None
-        else "no change after the creation"
-    )
+    what = "neither the creation nor a change" if before == 0 else "no change after the creation"
     return Line(ROUND_TRIP, Status.BROKEN, f"{what} reached the incident webhook within {timing.wait_s:g} s")
 
 
-def _await(store: ProbeStore, incident_id: str, previous: str | None, until: float, timing: Timing) -> str | None:
-    """The probe's newest webhook note once it differs from `previous`, or None at `until`."""
+def _await(store: ProbeStore, incident_id: str, before: int, until: float, timing: Timing) -> str | None:
+    """How the newest webhook call arrived, once more than `before` have; None at `until`."""
     while True:
-        seen = probe.webhook_seen(store.get(incident_id))
-        if seen is not None and seen != previous:
-            return seen
+        arrivals = probe.webhook_arrivals(store.get(incident_id))
+        if len(arrivals) > before:
+            return arrivals[-1]
         left = until - timing.clock()
         if left <= 0:
             return None

@@ -24,7 +24,7 @@ from gpufarm.setup.doctor.objects import (
 )
 from gpufarm.setup.doctor.ports import Collaborators, Options, Timing
 from gpufarm.setup.doctor.report import Line, Status
-from gpufarm.setup.doctor.roundtrip import ROUND_TRIP, check_round_trip, preflight, probe_incident
+from gpufarm.setup.doctor.roundtrip import ROUND_TRIP, check_round_trip, preflight, probe_incident, probe_pool
 from gpufarm.setup.doctor.scratch import Scratch
 from gpufarm.setup.doctor.tags import HOST_TAGS, check_tags
 from gpufarm.setup.doctor.urls import IDLE, INCIDENT, INGRESS, PAGES, check_urls
@@ -81,8 +81,14 @@ class _Run:
             self.step(SEARCHES, lambda: check_searches(self.c.searches, None, self.timing))
             return
         renotify, broken = preflight(self.c.admin, found[0])
+        pool = probe_pool(self.c.admin, found[0], self.o.farm)
+        if pool is None:
+            detail = "no environment and team to create a probe in: pass --farm-config or run `gpufarm datadog apply`"
+            self.say([Line(ROUND_TRIP, Status.BROKEN, detail)])
+            self.step(SEARCHES, lambda: check_searches(self.c.searches, None, self.timing))
+            return
         try:
-            with probe_incident(self.c.incidents, self.scratch) as record:
+            with probe_incident(self.c.incidents, self.scratch, *pool) as record:
                 if renotify is None:
                     self.say([broken] if broken else [])
                 else:

@@ -1,17 +1,18 @@
 """Check 5: a tag written to a host the operator names, read back through the tags API and through the host
 list's `tags_by_source`, then removed (exactly that tag: the host's other tags are written back as they were).
 
-The host list spells the source key `user` on the main path; gpufarm matches it case-insensitively, so a key
-spelled otherwise (`User`) is what it falls back to. Pick a host no lease is being allocated on while doctor
-runs: removing the tag rewrites the host's `user` tags, and a tag another writer added in that instant is lost.
+The host list spells the source key `user` on the main path; gpufarm's reads match it case-insensitively, so a
+key spelled otherwise (`User`) is what they fall back to (the host list is read here as Datadog spells it). Pick a
+host no lease is being allocated on while doctor runs: removing the tag rewrites the host's `user` tags, and a tag
+another writer added in that instant is lost.
 """
 
 from __future__ import annotations
 
 import secrets
 
-from gpufarm.core.kernel.ports import HostInfo, HostTags
-from gpufarm.setup.doctor.ports import POLL_S, Timing
+from gpufarm.core.kernel.ports import HostTags
+from gpufarm.setup.doctor.ports import POLL_S, HostSources, Timing
 from gpufarm.setup.doctor.report import Line, Status
 from gpufarm.setup.doctor.scratch import Scratch
 
@@ -20,11 +21,11 @@ TAG_KEY = "gpufarm_doctor"
 SOURCE = "user"
 
 
-def check_tags(hosts: HostTags, host: str | None, timing: Timing, scratch: Scratch) -> Line:
+def check_tags(hosts: HostSources, host: str | None, timing: Timing, scratch: Scratch) -> Line:
     """The tag line: confirmed, fell back (the host list spells the source another way) or broken."""
     if not host:
         return Line(HOST_TAGS, Status.SKIPPED, "no --host: name a host Datadog lists to write and read back a tag")
-    if find_host(hosts, host) is None:
+    if hosts.listed_sources(host) is None:
         return Line(HOST_TAGS, Status.BROKEN, f"Datadog lists no host named {host!r}; nothing was written")
     tag = f"{TAG_KEY}:{secrets.token_hex(6)}"
     with scratch.kept(f"tag {tag} on {host}", lambda: remove_tag(hosts, host, tag)):
@@ -41,17 +42,11 @@ def check_tags(hosts: HostTags, host: str | None, timing: Timing, scratch: Scrat
     return Line(HOST_TAGS, Status.BROKEN, f"the host list shows the tag under source {key!r}")
 
 
-def find_host(hosts: HostTags, host: str) -> HostInfo | None:
-    """The host of exactly that name in the host list (filtered by the name), or None."""
-    return next((info for info in hosts.list_hosts(host) if info.name == host), None)
-
-
-def _await_listed(hosts: HostTags, host: str, tag: str, timing: Timing) -> str | None:
+def _await_listed(hosts: HostSources, host: str, tag: str, timing: Timing) -> str | None:
     """The source key the host list shows the tag under, once it does; None after the bound."""
     until = timing.clock() + timing.wait_s
     while True:
-        info = find_host(hosts, host)
-        found = [key for key, tags in (info.tags_by_source if info else {}).items() if tag in tags]
+        found = [key for key, tags in (hosts.listed_sources(host) or {}).items() if tag in tags]
         if found:
             # The main path's spelling wins when both appear.
             return SOURCE if SOURCE in found else found[0]
