@@ -20,6 +20,7 @@ from gpufarm_sandbox.emulator.slack_workspace import BOT_SCOPES
 
 ROOT = Path(__file__).resolve().parents[2]
 WHERE = "https://api.datadoghq.eu"
+DEPLOY = ROOT / "docs/deploy.md"
 
 
 def user(permissions: list[str], roles: tuple[str, ...] = ("Datadog Standard Role",)) -> dict[str, Any]:
@@ -119,9 +120,7 @@ def test_the_permissions_checked_are_those_docs_deploy_md_grants_each_part() -> 
     import permission_tables as pt
 
     granted: dict[str, set[str]] = {"functions": set(), "`gpufarm datadog apply`": set()}
-    for row in pt.rows(
-        pt.tables((ROOT / "docs" / "deploy.md").read_text())["Datadog"], "permission", "operations", r"\w+", "called by"
-    ):
+    for row in pt.rows(pt.tables(DEPLOY.read_text())["Datadog"], "permission", "operations", r"\w+", "called by"):
         for part in (row.parts or ()) if row.grant else ():
             granted.setdefault(part, set()).add(row.grant)
     assert set(keys.FUNCTIONS_PERMISSIONS) == granted["functions"]
