@@ -133,7 +133,11 @@ class FakeIncidents:
         # store sends when Datadog applies every facet.
         parsed = parse_query(query.text())
         self.searches.append(query)
-        for record in list(self.records.values()):
+        records = list(self.records.values())
+        if query.scan is not None:  # the newest `scan` of the matches, as the store reads with the facets applied
+            records = sorted(records, key=lambda r: -r.public_id)
+            records = [r for r in records if matches(parsed, lambda facet, r=r: _facet_values(r, facet))][: query.scan]
+        for record in records:
             if matches(parsed, lambda facet, r=record: _facet_values(r, facet)):
                 yield record
 

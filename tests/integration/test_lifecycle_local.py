@@ -240,6 +240,39 @@ def test_racing_approvals_and_duplicate_webhooks_never_share_a_dedicated_host(fa
     assert farm.allocation(oldest_waiting).hosts == holder.hosts
 
 
+def test_sweeps_racing_the_webhooks_allocate_each_lease_once(farm: LocalFarm) -> None:
+    """The webhook and the sweep bring the same approvals at the same time: one writer, one allocation each."""
+    incidents = [_incident(farm, n, env="onprem-hpc", model="H100", count=8, team="nlp") for n in range(3)]
+    barrier = threading.Barrier(len(incidents) + 2)
+
+    def approve(incident_id: str) -> None:
+        barrier.wait()
+        farm.gateway.update(incident_id, {f.STATE: "active", f.PHASE: Phase.APPROVED.value, f.APPROVED_BY: DANA.id})
+
+    def sweep() -> None:
+        barrier.wait()
+        for _ in range(5):
+            farm.host.invoke("QuotaSyncFunction", {"job": "sweep"})
+
+    threads = [threading.Thread(target=approve, args=(i,)) for _, i in incidents]
+    threads += [threading.Thread(target=sweep) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert farm.settle(timeout=30)
+    farm.host.invoke("QuotaSyncFunction", {"job": "sweep"})  # and once more after everything settled
+    assert farm.settle(timeout=30)
+    allocs = [farm.allocation(ir) for ir, _ in incidents]
+    assert [a.phase for a in allocs] == [Phase.ALLOCATED] * 3
+    hosts = [h for a in allocs for h in a.hosts]
+    assert len(hosts) == len(set(hosts)) == 3
+    for a in allocs:
+        [host] = a.hosts
+        assert farm.ir_tags(host) == [a.ir_tag]
+        assert sum(" allocated" in line for line in a.history) == 1, a.history
+
+
 def test_racing_shared_pool_allocations_never_exceed_capacity(farm: LocalFarm) -> None:
     incidents = [_incident(farm, n, env="shared-slices", model="L4", count=3, team="vision") for n in range(5)]
     _race(farm, incidents)

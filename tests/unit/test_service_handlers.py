@@ -16,6 +16,7 @@ from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.leases import probe
 from gpufarm.handlers import idle_alert, incident_webhook, quota_sync, runtime, slack_worker
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -284,6 +285,56 @@ def test_webhook_token_is_checked(parts: Parts) -> None:
     del missing["headers"]["x-gpufarm-token"]
     assert incident_webhook.handle(missing)["statusCode"] == 401
     assert parts.queue.sent == []
+
+
+def _unsubstituted_header(parts: Parts, *, token: str | None, fields: object) -> dict[str, Any]:
+    """The approved webhook as Datadog might send it: the header variable left as its name, the token (if any) in
+    the payload, `$INCIDENT_FIELDS` rendered as `fields`."""
+    sample = _webhook_for(parts, "incident_webhook_approved.json")
+    sample["headers"]["x-gpufarm-token"] = "$GPUFARM_WEBHOOK_SECRET"
+    body = json.loads(sample["body"])
+    body["incident_fields"] = fields
+    if token is not None:
+        body["token"] = token
+    sample["body"] = json.dumps(body)
+    return sample
+
+
+@pytest.mark.parametrize("fields", [{"phase": "approved"}, json.dumps({"phase": "approved"}), None])
+def test_the_payload_token_authenticates_when_the_header_is_not_substituted(parts: Parts, fields: object) -> None:
+    requested(parts)
+    answer = incident_webhook.handle(_unsubstituted_header(parts, token=SECRET, fields=fields))
+    assert answer["statusCode"] == 202 and len(parts.queue.sent) == 1
+    assert "token" not in json.dumps(parts.queue.sent[0][1])
+
+
+def test_neither_a_literal_header_nor_a_wrong_payload_token_authenticates(parts: Parts) -> None:
+    requested(parts)
+    for token in (None, "wrong-token", "$GPUFARM_WEBHOOK_SECRET"):
+        assert incident_webhook.handle(_unsubstituted_header(parts, token=token, fields={}))["statusCode"] == 401
+    unreadable = _unsubstituted_header(parts, token=SECRET, fields={})
+    unreadable["body"] = "{not json"
+    assert incident_webhook.handle(unreadable)["statusCode"] == 401
+    assert parts.queue.sent == []
+
+
+def test_a_probe_s_webhook_says_how_it_arrived_and_only_that_is_written(parts: Parts) -> None:
+    created = parts.incidents.create("gpufarm doctor probe", probe.probe_fields("handlercheck", "hpc", "nlp"))
+    sample = _unsubstituted_header(parts, token=SECRET, fields=json.dumps({"phase": "rejected"}))
+    body = json.loads(sample["body"])
+    body["incident_uuid"] = created.id
+    sample["body"] = json.dumps(body)
+    assert incident_webhook.handle(sample)["statusCode"] == 202
+    [(group, message)] = parts.queue.sent
+    assert group == "hpc"
+    assert message["arrival"] == "token in payload; fields as string; trigger resolved/rejected"
+    before = parts.incidents.by_ir(created.public_id)
+    assert incident_webhook.process_message(runtime.current(), json.dumps(message)) == [
+        f"IR-{created.public_id}: probe noted"
+    ]
+    after = parts.incidents.by_ir(created.public_id)
+    assert probe.webhook_seen(after) == message["arrival"]
+    assert {k for k in after.fields if after.fields[k] != before.fields.get(k)} == {f.HISTORY}
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ OPERATORS_CHANNEL = "C0000000001"
 RESEARCH_CHANNEL = "C0000000002"
 SLACK_ACK_BUDGET_MS = 3000
 MINUTE_S = 60.0  # one agent cycle and one monitor evaluation per simulated minute
+SWEEP_FUNCTION = "QuotaSyncFunction"  # runs the sweep every minute (template.yaml, EveryMinute)
 
 
 @dataclass(frozen=True)
@@ -238,8 +239,16 @@ class LocalFarm:
         return answer
 
     def settle(self, timeout: float = 20.0) -> bool:
-        """Wait until hand-offs, webhooks and queued allocations have all run."""
-        return bool(self.host.drain(timeout=timeout))
+        """Wait until hand-offs, webhooks and queued allocations have all run.
+
+        When the sandbox plays Datadog quirks, a step may get no webhook at all: the sweep's one-minute tick
+        (gpufarm.core.sync.sweep) runs once more, as it would within the minute, and its work settles too.
+        """
+        settled = bool(self.host.drain(timeout=timeout))
+        if self.host.sb.quirks:
+            self.host.invoke(SWEEP_FUNCTION, {"job": "sweep"})
+            settled = bool(self.host.drain(timeout=timeout))
+        return settled
 
     def request_ir(self, person: Person, text: str) -> int | None:
         """`person` types `/gpu request <count> <model> ...`; the IR in the latest answer naming that model, once

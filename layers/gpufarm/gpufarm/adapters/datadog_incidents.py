@@ -318,6 +318,8 @@ class DatadogIncidents:
     def search(self, query: IncidentQuery, *, newest_first: bool = False) -> Iterator[IncidentRecord]:
         """gpufarm's incidents the query matches, every page (newest first when asked), whatever Datadog does with
         the facets (gpufarm.adapters.incident_search)."""
+        if query.scan is not None:
+            newest_first = True
         return self._search(query, newest_first=newest_first, limit=None, page_size=self.search_page_size)
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
@@ -420,6 +422,8 @@ class DatadogIncidents:
         seen = 0
         while True:
             page = attributes.get("incidents") or []
+            if query.scan is not None and offset + len(page) > query.scan:
+                page = page[: max(0, query.scan - offset)]
             for record in self._kept(query, attempt, page):
                 yield record
                 seen += 1
@@ -429,6 +433,8 @@ class DatadogIncidents:
             total = attributes.get("total")
             # Stop on a short page, as the client's own pagination does, or once `total` is reached.
             if len(page) < kwargs["page_size"] or (isinstance(total, int) and offset >= total):
+                return
+            if query.scan is not None and offset >= query.scan:
                 return
             try:
                 attributes = self._page(kwargs, offset)

@@ -124,8 +124,8 @@ def forms(sample: IncidentRecord) -> list[Form]:
                 Form(
                     name,
                     Facet.FIELDS,
-                    IncidentQuery.where({state}, **{name: value}),
-                    IncidentQuery.where({state}, **{name: NO_SUCH_VALUE}),
+                    IncidentQuery(frozenset({state}), ((name, (value,)),)),
+                    IncidentQuery(frozenset({state}), ((name, (NO_SUCH_VALUE,)),)),
                 )
             )
     months = sorted(accrued_months(sample.fields))

@@ -34,7 +34,7 @@ from gpufarm.core.kernel.ports import (
 )
 from gpufarm.core.kernel.serial import IdleScope
 from gpufarm.core.leases import allocation, ending, extension, process, queries, requests
-from gpufarm.core.sync import expiry, gauges, repair, run
+from gpufarm.core.sync import expiry, gauges, repair, run, sweep
 
 
 class GpuFarm:
@@ -185,6 +185,10 @@ class GpuFarm:
     def sync(self) -> run.SyncReport:
         """Expire, reclaim idle past grace, repair drift per pool or shard, publish gauges."""
         return run.sync(self.context)
+
+    def sweep(self) -> sweep.SweepReport:
+        """Bring every incident whose step waits on a side effect to its pool's writer (every minute)."""
+        return sweep.sweep(self.context)
 
     def reconcile_pool(self, environment: str, shard: int = 0, shards: int = 1) -> repair.Repair:
         """Make host tags agree with incidents in one pool (or one shard of it), then allocate what fits."""

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpufarm.core.commands import executor
 from gpufarm.core.kernel.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.kernel.model import NAME_PATTERN, Allocation
-from gpufarm.core.kernel.serial import IncidentCommand, pool_group
+from gpufarm.core.kernel.serial import IncidentCommand, incident_step
 from gpufarm.core.sync.repair import MAX_SHARDS
 from gpufarm.handlers import http, telemetry, webhook
 from gpufarm.handlers import runtime as rt
@@ -114,14 +114,12 @@ def _enqueue(runtime: rt.Runtime, change: IncidentEvent, token_in: str) -> dict[
     except UpstreamError as exc:
         log.error("could not read incident %s: %s", change.incident_uuid, exc)  # noqa: TRY400
         return http.error(503, "Datadog unavailable")
-    group = pool_group(alloc.environment)
+    # One message per incident change: Datadog's retries, duplicate deliveries and the sweep's message for the same
+    # change collapse (gpufarm.core.kernel.serial.incident_step).
+    body, group, dedup = incident_step(alloc, fallback_time=change.date)
     telemetry.correlate(ir=alloc.ir, pool=group)
-    reason = f"{alloc.state.value}/{alloc.phase.value}"
-    # One message per incident change: Datadog's retries and duplicate deliveries of the same change collapse.
-    modified = alloc.modified.isoformat() if alloc.modified else change.date
-    dedup = hashlib.sha256(f"{change.incident_uuid}|{reason}|{modified}".encode()).hexdigest()
-    body: dict[str, Any] = {"incident_id": change.incident_uuid, "reason": reason}
     if alloc.is_probe:
+        reason = body["reason"]
         # How this call came, for `gpufarm doctor` (gpufarm.core.leases.probe); one message per call.
         body["arrival"] = f"token in {token_in}; fields as {change.fields_encoding}; trigger {reason}"
         dedup = hashlib.sha256(f"{dedup}|{body['arrival']}|{change.event_type}|{change.date}".encode()).hexdigest()

@@ -29,6 +29,9 @@ class IncidentQuery:
     states: frozenset[State] = ANY_STATE
     fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
     months: tuple[str, ...] = ()
+    # A bound on the read, not a filter: when set, only the newest `scan` incidents the store reads are looked at.
+    # With the facets applied those are all matches; searching without them (a fallback), the newest in the states.
+    scan: int | None = None
 
     @classmethod
     def where(
@@ -36,6 +39,7 @@ class IncidentQuery:
         states: Iterable[State] = ANY_STATE,
         *,
         months: Iterable[str] = (),
+        scan: int | None = None,
         **values: str | Iterable[str] | None,
     ) -> IncidentQuery:
         """A query from keyword field values (a value of None asks nothing of that field)."""
@@ -44,7 +48,7 @@ class IncidentQuery:
             for name, value in sorted(values.items())
             if value is not None
         )
-        return cls(frozenset(states), wanted, tuple(sorted(set(months))))
+        return cls(frozenset(states), wanted, tuple(sorted(set(months))), scan)
 
     @property
     def has_facets(self) -> bool:

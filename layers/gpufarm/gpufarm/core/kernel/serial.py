@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gpufarm.core.kernel.model import NAME_PATTERN, GpuRequest
+from gpufarm.core.kernel.model import NAME_PATTERN, Allocation, GpuRequest
 
 USER_ID = r"^[UW][A-Z0-9]{2,20}$"
 HTTP_URL = r"^https?://[^\s]{1,2000}$"
@@ -166,3 +166,13 @@ def pool_group(environment: str | None) -> str:
     """The FIFO message group of a pool: every write to an incident of that pool runs in it, one at a time."""
     name = environment or ""
     return name if _POOL_RE.match(name) else UNASSIGNED_GROUP
+
+
+def incident_step(alloc: Allocation, *, fallback_time: str = "") -> tuple[dict[str, Any], str, str]:
+    """The queue message that has the pool's one writer act on an incident as it is now: its body, its pool group
+    and a dedup id naming the incident's change, so the webhook and the sweep bringing the same change are one
+    message (SQS drops the second within five minutes) and a step runs once whichever comes first."""
+    reason = f"{alloc.state.value}/{alloc.phase.value}"
+    modified = alloc.modified.isoformat() if alloc.modified else fallback_time
+    dedup = hashlib.sha256(f"{alloc.incident_id}|{reason}|{modified}".encode()).hexdigest()
+    return {"incident_id": alloc.incident_id, "reason": reason}, pool_group(alloc.environment), dedup
