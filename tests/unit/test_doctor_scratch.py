@@ -280,3 +280,17 @@ def test_the_probe_lives_in_the_farms_first_pool_or_the_fields_first_choices() -
     held = Fields(dropdown("team", "vision", "nlp"), dropdown("environment", "onprem-hpc"))
     assert roundtrip.probe_pool(held, "t1", None) == ("onprem-hpc", "vision")  # type: ignore[arg-type]
     assert roundtrip.probe_pool(Fields(dropdown("team", "nlp")), "t1", None) is None  # type: ignore[arg-type]
+
+
+def test_sigterm_stops_doctor_as_ctrl_c_does() -> None:
+    import os
+    import signal
+    import time
+
+    from gpufarm.cli.doctor import _sigterm_interrupts
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt), _sigterm_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+    assert signal.getsignal(signal.SIGTERM) is before
