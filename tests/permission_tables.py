@@ -124,9 +124,11 @@ def check(
 
 
 def datadog_need(operation: Mapping[str, Any]) -> Need:
-    """What the spec says one operation needs: its x-permission (AND: all, OR: one), else only a key."""
+    """What the spec says one operation needs: its x-permission (AND: all, OR: one), else (none, or OPEN) only a
+    key."""
     permission = operation.get("x-permission")
-    if permission:
+    # OPEN: no permission at all (GET /api/v1/validate); the security then says which key.
+    if permission and permission.get("operator") != "OPEN":
         names = frozenset(permission["permissions"])
         return Need(all_of=names) if permission["operator"] == "AND" else Need(any_of=names)
     security = operation.get("security") or []

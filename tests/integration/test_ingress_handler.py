@@ -495,6 +495,7 @@ def test_the_slack_app_manifest_points_both_endpoints_at_the_ingress() -> None:
         "users:read",
         "usergroups:read",
         "files:write",  # /gpu report shares its CSV in the asker's DM
+        "channels:read",  # gpufarm doctor: is the bot in the operators' channel
     }
     assert manifest["features"]["bot_user"]["display_name"]
 

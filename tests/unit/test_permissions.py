@@ -147,6 +147,8 @@ def test_alternatives_and_keys_follow_the_spec() -> None:
         any_of=frozenset({"a", "b"})
     )
     assert pt.datadog_need({"security": [{"apiKeyAuth": []}]}).none == "API key only"
+    opened = {"x-permission": {"operator": "OPEN", "permissions": []}, "security": [{"apiKeyAuth": []}]}
+    assert pt.datadog_need(opened) == pt.Need(none="API key only")
     assert pt.datadog_need({"security": None}).none == "API key and application key"
     both = [pt.Row("a", frozenset({"X"})), pt.Row("b", frozenset({"X"}))]
     problems, _ = pt.check({"X": pt.Need(any_of=frozenset({"a", "b"}))}, both, "T")

@@ -304,6 +304,7 @@ def test_local_environment_of_the_real_template() -> None:
     assert env["GPUFARM_SLACK_API_URL"] == f"{BASE}/slack/api/"
     assert env["SLACK_SIGNING_SECRET"] == sandbox.slack_signing_secret
     assert env["GPUFARM_IDLE_WEBHOOK_URL"] == f"{BASE}/fn/idle_alert/"
+    assert env["GPUFARM_SLACK_INGRESS_URL"] == f"{BASE}/fn/slack_ingress/"
     shown = redacted(env)
     assert shown["SLACK_SIGNING_SECRET"] == shown["DD_API_KEY"] == shown["GPUFARM_WEBHOOK_SECRET"] == "***"
     resolver = Resolver(template, Urls(BASE), local_parameters(template))

@@ -13,6 +13,7 @@ from werkzeug.exceptions import MethodNotAllowed, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
+from gpufarm_sandbox.emulator.account import AccountModule
 from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.counter import RequestCounter
 from gpufarm_sandbox.emulator.dashboard_pages import DashboardPagesModule
@@ -99,6 +100,7 @@ class Sandbox:
         self.dashboards = DashboardsModule(ctx)
         self.metric_metadata = MetricMetadataModule(ctx, self.metrics)
         self.events = EventsModule(ctx)
+        self.account = AccountModule(ctx)
         # The local view of the stored dashboards (HTML pages, not Datadog's API).
         self.dashboard_pages = DashboardPagesModule(ctx, self.dashboards, self.metrics, self.metric_metadata)
         self.slack = SlackModule(ctx)
@@ -113,6 +115,7 @@ class Sandbox:
             self.dashboards,
             self.metric_metadata,
             self.events,
+            self.account,
             self.dashboard_pages,
             self.slack,
             self.pages,

@@ -45,6 +45,7 @@ from gpufarm_sandbox.emulator.slack_workspace import (
 )
 from gpufarm_sandbox.emulator.web import ApiError, Auth, Route, form_or_json, json_object, json_response, slack_error
 
+SCOPES_HEADER = "x-oauth-scopes"
 TRIGGER_TTL_S = 3.0  # trigger_id lives 3 s and works once
 RESPONSE_URL_USES = 5  # response_url: at most 5 uses within 30 minutes
 RESPONSE_URL_TTL_S = 1800.0
@@ -84,6 +85,7 @@ class SlackModule(BaseModule):
             "views.update": self._views_update,
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
+            "conversations.info": self._conversations_info,
             "usergroups.users.list": self._usergroups_users_list,
             "files.getUploadURLExternal": self.files.get_upload_url,
             "files.completeUploadExternal": self.files.complete,
@@ -140,10 +142,15 @@ class SlackModule(BaseModule):
             args = form_or_json(request)
             try:
                 with self.ctx.lock:
+                    scopes = ",".join(self.state.scopes)
                     body = impl(args)
             except SlackFailure as exc:
-                return slack_error(exc.code, 200, **exc.extra)
-            return json_response({"ok": True, **body})
+                response = slack_error(exc.code, 200, **exc.extra)
+            else:
+                response = json_response({"ok": True, **body})
+            # Slack names the token's scopes on every Web API answer, errors included.
+            response.headers[SCOPES_HEADER] = scopes
+            return response
 
         return handler
 
@@ -286,6 +293,54 @@ class SlackModule(BaseModule):
             }
             return {"no_op": True, "already_open": True, "channel": full}
         return {"channel": {"id": dm}}
+
+    def _conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel_id = args.get("channel")
+        if not isinstance(channel_id, str) or not channel_id:
+            raise SlackFailure("channel_not_found")
+        stored = self.state.channels.get(channel_id)
+        needed = "groups:read" if stored is not None and stored["is_private"] else "channels:read"
+        if needed not in self.state.scopes:
+            raise SlackFailure("missing_scope", needed=needed, provided=",".join(self.state.scopes))
+        # A private channel is invisible to a bot that is not in it, as in Slack.
+        if stored is None or (stored["is_private"] and not stored["is_member"]):
+            raise SlackFailure("channel_not_found")
+        return {"channel": self._channel_info(stored)}
+
+    def _channel_info(self, stored: dict[str, Any]) -> dict[str, Any]:
+        """A channel as conversations.info describes it (tests/fixtures/slack/web_api/conversations.info.ok.json)."""
+        private = bool(stored["is_private"])
+        created = int(self.ctx.clock.now())
+        return {
+            "id": stored["id"],
+            "name": stored["name"],
+            "is_channel": not private,
+            "is_group": private,
+            "is_im": False,
+            "is_mpim": False,
+            "is_private": private,
+            "created": created,
+            "is_archived": False,
+            "is_general": False,
+            "unlinked": 0,
+            "name_normalized": stored["name"],
+            "is_shared": False,
+            "is_org_shared": False,
+            "is_pending_ext_shared": False,
+            "pending_shared": [],
+            "context_team_id": TEAM_ID,
+            "updated": created * 1000,
+            "parent_conversation": None,
+            "creator": "U0000000002",
+            "is_ext_shared": False,
+            "shared_team_ids": [TEAM_ID],
+            "pending_connected_team_ids": [],
+            "is_member": bool(stored["is_member"]),
+            "last_read": "0000000000.000000",
+            "topic": {"value": "", "creator": "", "last_set": 0},
+            "purpose": {"value": "", "creator": "", "last_set": 0},
+            "previous_names": [],
+        }
 
     def _usergroups_users_list(self, args: dict[str, Any]) -> dict[str, Any]:
         group_id = args.get("usergroup")

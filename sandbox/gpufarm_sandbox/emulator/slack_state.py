@@ -12,6 +12,7 @@ from gpufarm_sandbox.emulator.context import SandboxContext
 from gpufarm_sandbox.emulator.slack_blockkit import block_errors, block_text, echo_blocks, rich_text
 from gpufarm_sandbox.emulator.slack_workspace import (
     BOT_NAME,
+    BOT_SCOPES,
     BOT_USER,
     DEFAULT_CHANNEL,
     DEFAULT_USERGROUP,
@@ -44,6 +45,8 @@ class SlackState:
         self.triggers: dict[str, Trigger] = {}
         self.sinks: dict[str, ResponseSink] = {}
         self.deliveries: list[dict[str, Any]] = []
+        # The bot token's scopes (a test narrows them to play a token that lacks some).
+        self.scopes: list[str] = []
         self._seq = 0
         self._view_seq = 0
         self.reset()
@@ -59,6 +62,7 @@ class SlackState:
             self.triggers.clear()
             self.sinks.clear()
             self.deliveries.clear()
+            self.scopes = list(BOT_SCOPES)
             self._seq = 0
             self._view_seq = 0
             for spec in (
@@ -124,7 +128,13 @@ class SlackState:
 
     @staticmethod
     def channel_object(spec: ChannelSpec) -> dict[str, Any]:
-        return {"id": spec.id, "name": spec.name, "is_channel": True, "is_private": spec.is_private}
+        return {
+            "id": spec.id,
+            "name": spec.name,
+            "is_channel": True,
+            "is_private": spec.is_private,
+            "is_member": spec.is_member,
+        }
 
     @staticmethod
     def dm_channel(user: str) -> str:

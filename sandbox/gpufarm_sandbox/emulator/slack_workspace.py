@@ -20,6 +20,17 @@ BOT_NAME = "gpu-bot"
 VERIFICATION_TOKEN = "fake-verification-token"
 DEFAULT_CHANNEL = "C0000000001"
 DEFAULT_USERGROUP = "S0000000001"
+# The scopes the sandbox's bot token holds: those slack/manifest.yaml asks for (a unit test holds them equal).
+# Every Web API answer names them in `x-oauth-scopes`, as Slack's do.
+BOT_SCOPES = (
+    "commands",
+    "chat:write",
+    "im:write",
+    "files:write",
+    "users:read",
+    "usergroups:read",
+    "channels:read",
+)
 # The team user groups config/farm.example.yaml names (teams.<name>.members), with the demo's researchers in them:
 # alice (U0000000001) in nlp, bob (U0000000003) in vision, carol (U0000000004) in speech. (id, handle, members)
 TEAM_USERGROUPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
@@ -208,6 +219,8 @@ class ChannelSpec(StrictBody):
     id: str = Field(pattern=r"^[CG][A-Z0-9]{2,20}$")
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_\-]{0,79}$")
     is_private: bool = False
+    # Whether the bot is in it (conversations.info's `is_member`; a private channel hides from a non-member).
+    is_member: bool = True
 
 
 class UsergroupSpec(StrictBody):

@@ -267,6 +267,8 @@ def sandbox_environment(sandbox: Sandbox, urls: Urls, root: Path) -> dict[str, s
         "GPUFARM_SANDBOX_URL": urls.base,
         "GPUFARM_INCIDENT_WEBHOOK_URL": urls.function("incident_webhook"),
         "GPUFARM_IDLE_WEBHOOK_URL": urls.function("idle_alert"),
+        # What `gpufarm doctor` checks the ingress's Function URL with.
+        "GPUFARM_SLACK_INGRESS_URL": urls.function("slack_ingress"),
     }
     example = root / "config" / "farm.example.yaml"
     if example.is_file():

@@ -26,6 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from gpufarm.config import ConfigurationMissing, Settings
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
@@ -341,6 +342,44 @@ def load_farm_text(settings: Settings) -> str:
     raise ConfigurationMissing(
         "no farm configuration: set GPUFARM_FARM_CONFIG (a file) or GPUFARM_FARM_CONFIG_PARAMETER (SSM)"
     )
+
+
+# -- Function URLs from outside -----------------------------------------------------------------------------------
+
+# How much of an answer's body is kept to say why a Function URL answered as it did.
+_ANSWER_SNIPPET = 200
+
+
+def function_url_answer(
+    url: str, *, body: bytes | None = None, content_type: str = "application/json", timeout: float = 10.0
+) -> tuple[int, str]:
+    """What a Lambda Function URL answers a request that carries no signature, token or signed link (a GET, or a
+    POST of `body`): its HTTP status and the start of its body. Raises UpstreamError when nothing answers (name
+    resolution, connection, time-out), ValidationFailed for a URL that is not http(s)."""
+    # Imported here: only `gpufarm doctor` asks, and the functions' cold starts need none of it.
+    import urllib.error
+    import urllib.request
+
+    parsed = urlsplit(url.strip())
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValidationFailed("url", f"{url[:80]!r} is not an absolute http(s) URL")
+    headers = {"content-type": content_type} if body is not None else {}
+    request = urllib.request.Request(  # noqa: S310 - the scheme is checked above
+        url.strip(), data=body, method="POST" if body is not None else "GET", headers=headers
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - the scheme is checked above
+            return int(answer.status), _snippet(answer.read(_ANSWER_SNIPPET))
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return int(exc.code), _snippet(exc.read(_ANSWER_SNIPPET))
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UpstreamError(f"no answer from {parsed.netloc} ({type(reason).__name__})") from None
+
+
+def _snippet(body: bytes) -> str:
+    return " ".join(body.decode("utf-8", "replace").split())[:_ANSWER_SNIPPET]
 
 
 if TYPE_CHECKING:

@@ -148,6 +148,18 @@ class DatadogGateway(DatadogIncidents):
         exact = isinstance(total, int) and not isinstance(total, bool) and body.get("exact_total_matching") is True
         return list(body.get("host_list") or []), total if exact else None
 
+    def listed_sources(self, host: str) -> dict[str, tuple[str, ...]] | None:
+        """The host list's `tags_by_source` for exactly that host, its keys spelled as Datadog spells them (the other
+        reads lower-case them); None when the list does not show the host. For `gpufarm doctor`."""
+        name = _checked_host(host)
+        page, _ = self._host_page(name, 0, HOSTS_PAGE)
+        for raw in page:
+            if isinstance(raw, dict) and (raw.get("name") or raw.get("host_name")) == name:
+                listed = raw.get("tags_by_source")
+                by_source = listed if isinstance(listed, dict) else {}
+                return {str(k): tuple(str(t) for t in tags or ()) for k, tags in by_source.items()}
+        return None
+
     def get_tags(self, host: str, source: str = "user") -> list[str]:
         """Tags of one source on a host ([] when none, or when Datadog does not know the host)."""
         try:

@@ -62,6 +62,45 @@ class DatadogAdmin:
     def _metrics(self) -> Any:
         return dc.build("datadog_api_client.v1.api.metrics_api", "MetricsApi", self._client)
 
+    @cached_property
+    def _authentication(self) -> Any:
+        return dc.build("datadog_api_client.v1.api.authentication_api", "AuthenticationApi", self._client)
+
+    @cached_property
+    def _users_raw(self) -> Any:
+        return dc.build("datadog_api_client.v2.api.users_api", "UsersApi", self._raw_client)
+
+    # -- the keys -------------------------------------------------------------------------------------
+
+    def api_key_valid(self) -> bool:
+        """Whether Datadog takes the API key (`GET /api/v1/validate`, which reads no application key).
+
+        False when Datadog refuses it (403); raises a gpufarm error when the site cannot be reached or answers
+        anything else (a URL that is no Datadog API).
+        """
+        try:
+            with dc.classified("validate API key"):
+                answer = self._authentication.validate()
+        except dc.Failed as failed:
+            if failed.outcome.status in (401, 403):
+                return False
+            raise failed.error() from None
+        return dc.get(answer, "valid") is not False
+
+    def current_user(self) -> dict[str, Any] | None:
+        """The application key's user, its roles and their permissions (`GET /api/v2/current_user`, which needs no
+        permission beyond valid keys), as Datadog's JSON; None when Datadog refuses the application key (403)."""
+        try:
+            with dc.classified("read the current user"):
+                answer = dc.read_json(self._users_raw.get_current_user())
+        except dc.Failed as failed:
+            if failed.outcome.status in (401, 403):
+                return None
+            raise failed.error() from None
+        if not isinstance(answer, dict):
+            raise UpstreamError("Datadog answered the current user with an unexpected shape")
+        return answer
+
     # -- incident types -------------------------------------------------------------------------------
 
     def list_incident_types(self) -> list[dict[str, Any]]:

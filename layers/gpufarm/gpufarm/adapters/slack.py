@@ -50,6 +50,8 @@ MAX_UPLOAD_COMMENT = 4000
 # A plain file name: no path, no control characters, an extension Slack can type the file by.
 UPLOAD_FILENAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,119}\.[A-Za-z0-9]{1,10}$")
 UPLOAD_RETRY_STATUSES = (429, 500, 502, 503, 504)
+# The header in which Slack names the scopes a token holds, comma-separated.
+SCOPES_HEADER = "x-oauth-scopes"
 
 
 class SlackError(UpstreamError):
@@ -197,8 +199,12 @@ class SlackChat:
         """One Web API call through slack_sdk's own method; failures become SlackError (the token never appears)."""
         # slack_sdk's method names: chat.postMessage -> chat_postMessage (it picks JSON or form bodies as Slack does).
         call = getattr(self.client, method.replace(".", "_"))
+        return self._checked(method, lambda: call(**{k: v for k, v in kwargs.items() if v is not None}))[0]
+
+    def _checked(self, method: str, call: Callable[[], Any]) -> tuple[dict[str, Any], Mapping[str, Any]]:
+        """Run one slack_sdk call: its data and HTTP headers, or a SlackError with Slack's code."""
         try:
-            response = call(**{k: v for k, v in kwargs.items() if v is not None})
+            response = call()
         except SlackApiError as exc:
             raw = exc.response.data
             code = str(raw.get("error") or "unknown_error") if isinstance(raw, dict) else "invalid_response"
@@ -208,11 +214,28 @@ class SlackChat:
         data = response.data
         if not isinstance(data, dict):
             raise SlackError(method, "invalid_response")
-        return data
+        return data, response.headers or {}
 
     def auth_test(self) -> dict[str, Any]:
         """Who the token is (bot user and bot id); a cheap credentials check."""
         return self._call("auth.test")
+
+    def token_scopes(self) -> frozenset[str] | None:
+        """The scopes the bot token was granted, from auth.test's `x-oauth-scopes` header (Slack sends it on every
+        Web API answer); None when the answer does not carry it."""
+        _, headers = self._checked("auth.test", self.client.auth_test)
+        for name, value in headers.items():
+            if name.lower() == SCOPES_HEADER:
+                text = ",".join(value) if isinstance(value, list) else str(value)
+                return frozenset(scope.strip() for scope in text.split(",") if scope.strip())
+        return None
+
+    def is_member(self, channel: str) -> bool:
+        """Whether the bot is in a channel (conversations.info's `is_member`; needs channels:read, and Slack asks
+        groups:read for a private channel, which gpufarm's app does not hold: that answers `missing_scope`)."""
+        data = self._call("conversations.info", channel=channel)
+        info = data.get("channel")
+        return isinstance(info, dict) and info.get("is_member") is True
 
     def post_message(
         self,

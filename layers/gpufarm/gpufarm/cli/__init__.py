@@ -1,5 +1,5 @@
-"""The `gpufarm` command: its own subcommands (`datadog`, `slack`, `report`, `profile`, one module each here, imported
-only when used), plus those other distributions register.
+"""The `gpufarm` command: its own subcommands (`datadog`, `doctor`, `slack`, `report`, `profile`, one module each
+here, imported only when used), plus those other distributions register.
 
 The runtime ships only its own commands. `gpufarm-sandbox` adds `sandbox`, `local` and `demo` through the
 `gpufarm.commands` entry-point group, so an operator's install (or the Lambda layer) carries none of them.
@@ -18,6 +18,7 @@ from gpufarm import __version__
 # Commands of this distribution, imported only when used so `gpufarm --help` stays fast.
 OWN_COMMANDS = {
     "datadog": "gpufarm.cli.datadog:datadog",
+    "doctor": "gpufarm.cli.doctor:doctor",
     "slack": "gpufarm.cli.slack:slack",
     "profile": "gpufarm.cli.profile:profile",
     "report": "gpufarm.cli.report:report",
