@@ -64,6 +64,7 @@ INTERVAL_S = 60.0
 SHARE_GOAL = 0.05  # of the interval, per sweep with nothing to do
 LATENCY_GOAL_S = 120.0  # p95, request → tagged and release → untagged, with no webhook
 FULL_VCPU_MB = 1769  # AWS Lambda: one full vCPU at 1,769 MB, CPU share proportional to memory below it
+LEAST_MB = 128  # Lambda's smallest MemorySize
 SIZES = {"tiny": (200, 30), "small": (2_000, 300), "large": (20_000, 3_000)}
 KEYS = {"DD-API-KEY": DEFAULT_DD_API_KEY, "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY}
 
@@ -394,6 +395,19 @@ def _spread(values: list[float], unit: str, fmt: str = ".2f") -> str:
     return f"{statistics.median(values):{fmt}} {unit} ({min(values):{fmt}}-{max(values):{fmt}})"
 
 
+def _datadog_budget(cpu: float, vcpu: float, reads: int) -> str:
+    """How long Datadog may take a read before a sweep at Lambda's CPU share passes the goal."""
+    room = SHARE_GOAL * INTERVAL_S - cpu / vcpu
+    if room <= 0:
+        return (
+            f"its CPU alone at Lambda's share is {cpu / vcpu / INTERVAL_S:.1%} of the interval: no time left for reads"
+        )
+    return (
+        f"so Datadog may take up to {room / max(1, reads) * 1000:.0f} ms a read ({reads} reads, one after another) "
+        f"before a sweep at Lambda's CPU share passes {SHARE_GOAL:.0%}"
+    )
+
+
 def _per_read_ms(calls: list[Invocation]) -> str:
     """The time each read waited on the sandbox (wall beyond CPU), median over the runs."""
     return f"{statistics.median([(c.wall_s - c.cpu_s) / max(1, c.reads) for c in calls]) * 1000:.0f}"
@@ -427,11 +441,11 @@ def show_sweeps(size: str, sweeps: Sweeps, memory_mb: int) -> None:
     )
     cpu = statistics.median([c.cpu_s for c in warm])
     reads = warm[-1].reads
-    budget = (SHARE_GOAL * INTERVAL_S - cpu / vcpu) / max(1, reads)
-    print(
-        f"    so Datadog may take up to {budget * 1000:.0f} ms a read ({reads} reads, one after another) before a "
-        f"sweep at Lambda's CPU share passes {SHARE_GOAL:.0%} (the sandbox here: {_per_read_ms(warm)} ms a read)"
-    )
+    print(f"    {_datadog_budget(cpu, vcpu, reads)} (the sandbox here: {_per_read_ms(warm)} ms a read)")
+    waited = statistics.median([c.wall_s - c.cpu_s for c in warm])
+    room = SHARE_GOAL * INTERVAL_S - waited
+    needed = f"{max(LEAST_MB, math.ceil(cpu / room * FULL_VCPU_MB))} MB" if room > 0 else "none: waiting alone is over"
+    print(f"    the least MemorySize that keeps it within {SHARE_GOAL:.0%} at the sandbox's answer times: {needed}")
     cpus, fwalls, pages = zip(*sweeps.floor, strict=True)
     print(
         f"    floor, the same {pages[0]} search pages through plain HTTP + json.loads: {_spread(list(cpus), 's')} CPU, "
