@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/hardening.py --scale 10
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/agent_usage.py
 
 # docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times, and

@@ -12,7 +12,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterable
 from typing import Any
+
+# `gpufarm sandbox` exits with this status on a usage error (click), e.g. an unknown Datadog quirk name.
+USAGE_ERROR = 2
 
 
 def free_port() -> int:
@@ -22,20 +26,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_sandbox(port: int, *, timeout_s: float = 30.0) -> tuple[subprocess.Popen[bytes], float]:
+def start_sandbox(
+    port: int, *, timeout_s: float = 30.0, quirks: str | Iterable[str] = ()
+) -> tuple[subprocess.Popen[bytes], float]:
     """Start `gpufarm sandbox` on `port` in its own process; returns it and the seconds until it answered.
 
-    Exits the program if it does not answer its health check within `timeout_s` (a benchmark has nothing to
-    measure without it), killing the process first.
+    quirks: the Datadog quirk modes it plays (`--datadog-quirks`, gpufarm_sandbox.emulator.quirks: names or a
+    comma-separated list; the sandbox checks them). Exits the program if the process ends before answering (an
+    unknown quirk, say) or does not answer its health check within `timeout_s` (a benchmark has nothing to measure
+    without it), killing it first.
     """
+    played = quirks if isinstance(quirks, str) else ",".join(quirks)
+    args = [sys.executable, "-m", "gpufarm", "sandbox", "--port", str(port)]
+    args += ["--datadog-quirks", played] if played else []
     started = time.perf_counter()
     proc = subprocess.Popen(  # noqa: S603 - this interpreter and fixed arguments
-        [sys.executable, "-m", "gpufarm", "sandbox", "--port", str(port)],
+        args,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     deadline = started + timeout_s
     while time.perf_counter() < deadline:
+        if proc.poll() is not None:
+            usage = " (a usage error: is every Datadog quirk name known?)" if proc.returncode == USAGE_ERROR else ""
+            raise SystemExit(f"sandbox exited with status {proc.returncode} before it answered{usage}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/_sandbox/health", timeout=1):
                 return proc, time.perf_counter() - started
