@@ -46,7 +46,7 @@ def test_cfn_lint_passes_without_errors_or_warnings() -> None:
     assert [f"{m.rule.id} {m.message} (line {m.linenumber})" for m in lint_file(TEMPLATE)] == []
 
 
-def test_cfn_lint_really_runs_the_sam_transform() -> None:
+def test_cfn_lint_checks_the_serverless_schema() -> None:
     # The classic mistake the reference warns about: a bare OFF is YAML false and must fail the lint.
     broken = TEMPLATE.read_text().replace('Mode: "OFF"', "Mode: OFF")
     assert "E3017" in {m.rule.id for m in lint(broken)}
