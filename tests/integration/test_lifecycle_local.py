@@ -27,6 +27,11 @@ from gpufarm_sandbox.demo.lifecycle_stage import (
 pytestmark = pytest.mark.integration
 
 
+def farm_keys(farm: LocalFarm) -> dict[str, str]:
+    """The Datadog key headers the local environment's functions use."""
+    return {"DD-API-KEY": farm.host.env["DD_API_KEY"], "DD-APPLICATION-KEY": farm.host.env["DD_APP_KEY"]}
+
+
 def answer_ir(farm: LocalFarm, user: str, contains: str = "IR-") -> int:
     found = farm.messages(user=user, kind="response", contains=contains)
     assert found, f"no answer to {user}"
@@ -349,6 +354,21 @@ def test_webhook_with_a_wrong_token_is_401_and_changes_nothing(farm: LocalFarm) 
     assert status == 400
     assert farm.settle()
     assert farm.allocation(ir).phase is Phase.REQUESTED
+
+
+def test_webhooks_for_an_incident_gone_or_of_another_type_are_200_and_change_nothing(farm: LocalFarm) -> None:
+    """Nothing of gpufarm's to do, and nothing for Datadog to retry: 200, no message queued, no incident written."""
+    token = {"X-Gpufarm-Token": farm.host.env["GPUFARM_WEBHOOK_SECRET"]}
+    body = {"data": {"type": "incidents", "attributes": {"title": "Checkout latency", "customer_impacted": False}}}
+    status, created = farm.post("/api/v2/incidents", body, farm_keys(farm))
+    assert status == 201, created
+    foreign = created["data"]["id"]
+    before = farm.get("/_sandbox/state")["incidents"]
+    for incident_id in (foreign, "00000000-0000-4000-8000-00000000dead"):
+        status, answer = farm.post("/fn/incident_webhook/", {"incident_uuid": incident_id}, token)
+        assert (status, answer) == (200, {"ignored": "not a gpufarm allocation"})
+    assert farm.settle()
+    assert farm.get("/_sandbox/state")["incidents"] == before
 
 
 # -- the rest of /gpu and the scheduled paths ------------------------------------------------------------------------
