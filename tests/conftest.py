@@ -86,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
     secret_scan.register(config)
 
 
-COST_MARKERS = ("unit", "contract", "integration", "hardening")
+COST_MARKERS = ("unit", "contract", "integration", "hardening", "security")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -105,7 +105,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(folder)
         costs = sorted(name for name in COST_MARKERS if item.get_closest_marker(name) is not None)
         if folder is None:
-            wrong.append(f"{item.nodeid}: not under tests/unit, tests/contract, tests/integration or tests/hardening")
+            wrong.append(f"{item.nodeid}: not under tests/{', tests/'.join(COST_MARKERS)}")
         elif costs != [folder]:
             wrong.append(f"{item.nodeid}: cost markers {costs}, expected only {folder!r}")
     if wrong:
