@@ -324,15 +324,16 @@ def test_cli_reports_a_broken_farm_file(settings: Settings, sandbox: Sandbox, tm
     farm = tmp_path / "farm.yaml"
     farm.write_text("gpu_models: [oops")
     result = CliRunner().invoke(cli, ["datadog", "apply", "--dry-run", "--farm-config", str(farm)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # bad input
     assert "not valid YAML" in result.output
 
 
 def test_cli_reports_a_farm_file_number_too_long_without_a_traceback(settings: Settings, tmp_path: Path) -> None:
     farm = farm_file(tmp_path, FARM_YAML.replace("gpus: 8", "gpus: " + "9" * 5000))
     result = CliRunner().invoke(cli, ["datadog", "apply", "--dry-run", "--farm-config", str(farm)])
-    assert result.exit_code == 1
-    assert "a number in it is too long" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2  # bad input
+    assert "line 12, column 40: a number of 5,000 characters is too long" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_cli_dry_run_exit_status_and_json_plan_gate_a_pipeline(

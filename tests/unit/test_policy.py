@@ -94,11 +94,11 @@ def test_farm_lookups(farm: FarmConfig) -> None:
         ("gpu_models: {H100: {}}\nenvironments: {hpc: {kind: magic, gpu_models: [H100]}}", "environments.hpc.kind"),
         ("gpu_models: {H100: {}}\nenvironments: {Bad Name: {gpu_models: [H100]}}", "environments"),
         ("gpu_models: {H100: {}}\nenvironments: {hpc: {gpu_models: [H100]}}\nsurprise: 1", "surprise"),
-        # Past Python's 4,300-digit bound the loader's int() raises ValueError: still an invalid configuration.
+        # Refused by the loader before int() (which raises ValueError past Python's 4,300-digit bound), with where.
         (
             "gpu_models: {H100: {}}\nenvironments: {hpc: {gpu_models: [H100]}}\n"
             f"teams: {{nlp: {{quotas: {{hpc: {{H100: {{gpus: {'9' * 5000}}}}}}}}}}}",
-            "a number in it is too long",
+            "line 3, column 43: a number of 5,000 characters is too long",
         ),
     ],
 )

@@ -25,6 +25,15 @@ OWN_COMMANDS = {
 }
 ENTRY_POINT_GROUP = "gpufarm.commands"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+# Every command's contract: exit 2 is bad input (click's usage errors, an invalid farm configuration, a bad
+# option value), and nothing was changed.
+EXIT_BAD_INPUT = 2
+
+
+class BadInput(click.ClickException):
+    """Bad input a command refuses without a traceback: `Error: <message>` on stderr, exit 2, nothing changed."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 def plugin_commands() -> dict[str, str]:

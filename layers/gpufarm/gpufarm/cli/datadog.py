@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 
 import click
 
+from gpufarm.cli import BadInput
 from gpufarm.config import Settings
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.farm import FarmConfig, FarmConfigError
 from gpufarm.core.kernel.errors import GpufarmError, NotFound
 from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.apply import apply_setup, execute, read_current, validate_monitors
@@ -20,14 +21,15 @@ from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, P
 
 # Exit statuses of `apply`, for CI pipelines (click itself exits 2 on usage errors).
 EXIT_OK = 0  # applied, or (with --dry-run) nothing to change
-EXIT_FAILED = 1  # blocked plan, bad configuration, Datadog refused or unreachable: nothing more was changed
+EXIT_FAILED = 1  # blocked plan, Datadog refused or unreachable: nothing more was changed
+# 2: click's usage errors and an invalid farm configuration (gpufarm.cli.BadInput): nothing was changed.
 EXIT_PENDING = 3  # --dry-run only: the plan has creates or updates
 
 APPLY_EPILOG = """\b
 Exit status:
   0  applied; with --dry-run: nothing to change
   1  blocked plan or error (nothing more was changed)
-  2  usage error
+  2  bad input: a usage error or an invalid farm configuration (nothing was changed)
   3  --dry-run only: changes are pending
 """
 
@@ -112,6 +114,8 @@ def apply(
             prune=prune,
         )
         plan, done = _plan_and_apply(settings, spec, with_farm=farm is not None, dry_run=dry_run, as_json=as_json)
+    except FarmConfigError as exc:
+        raise BadInput(str(exc)) from None
     except GpufarmError as exc:
         # Domain and upstream errors carry a user-facing message (never a key); no traceback.
         raise click.ClickException(str(exc)) from None

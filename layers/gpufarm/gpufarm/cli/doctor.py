@@ -11,7 +11,9 @@ from typing import Any
 
 import click
 
+from gpufarm.cli import BadInput
 from gpufarm.config import Settings
+from gpufarm.core.config.farm import FarmConfigError
 from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm.setup.doctor.keys import unset_keys
 from gpufarm.setup.doctor.ports import Collaborators, Options
@@ -32,7 +34,7 @@ Statuses:
 Exit status:
   0  everything confirmed (skipped lines allowed)
   1  something is broken (a wrong key or site stops at once, before anything is written)
-  2  usage error
+  2  bad input: a usage error or an invalid farm configuration
   3  something fell back, nothing is broken
 """
 
@@ -86,6 +88,8 @@ def doctor(**given: Any) -> None:
     try:
         settings = _settings(load_settings(), given)
         options = _options(settings, given)
+    except FarmConfigError as exc:
+        raise BadInput(str(exc)) from None
     except GpufarmError as exc:
         raise click.ClickException(str(exc)) from None
     as_json = bool(given["as_json"])

@@ -5,7 +5,8 @@ the sandbox beside `gpufarm local`), with the farm configuration the runtime rea
 SSM parameter; `--farm-config` names a file). The HTML adds charts from the ledger gauges and is self-contained.
 
 Exit status: 0 written; 1 a service failed or the configuration is missing; 2 bad input (a bad or too long
-period, --since and --month together, an unknown team or project, a bad option): nothing is written.
+period, --since and --month together, an unknown team or project, a bad option, an invalid farm configuration):
+nothing is written.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from gpufarm.core.config.farm import FarmConfigError
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import DEFAULT_SINCE, GroupBy
@@ -30,7 +32,8 @@ REPORT_EPILOG = """\b
 Exit status:
   0  written
   1  a service failed, or the configuration is missing (nothing written)
-  2  bad input: a bad or too long period, --since with --month, an unknown team or project (nothing written)
+  2  bad input: a bad or too long period, --since with --month, an unknown team or project, an invalid farm
+     configuration (nothing written)
 """
 
 
@@ -107,6 +110,9 @@ def report(
             write_atomically(out, text)
     except ValidationFailed as exc:
         click.echo(f"error: {exc.message}; nothing was written", err=True)
+        sys.exit(EXIT_REFUSED)
+    except FarmConfigError as exc:
+        click.echo(f"error: {exc}; nothing was written", err=True)
         sys.exit(EXIT_REFUSED)
     except GpufarmError as exc:
         click.echo(f"error: {exc}", err=True)

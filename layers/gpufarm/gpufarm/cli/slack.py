@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from gpufarm.cli import BadInput
+from gpufarm.core.config.farm import FarmConfigError
 from gpufarm.core.kernel.errors import NotFound
 from gpufarm.setup.slack_check import report
 
@@ -30,6 +32,8 @@ def check(farm_config: str | None) -> None:
     try:
         farm = load_farm(settings, required=True)
         chat = SlackChat.from_settings(settings)
+    except FarmConfigError as exc:
+        raise BadInput(str(exc)) from None
     except (NotFound, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     assert farm is not None

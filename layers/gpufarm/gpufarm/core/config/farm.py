@@ -7,6 +7,7 @@ offending key instead of silently granting or refusing GPUs.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -513,21 +514,63 @@ class FarmConfig(_Strict):
         }
 
 
-def parse_farm(text: str) -> FarmConfig:
-    """Parse and validate farm YAML; FarmConfigError with every problem and its path otherwise."""
+# The longest number a farm setting takes: every numeric key has a range (Field ge/le), the widest under a million.
+# A longer one is refused by the loader itself, before int() spends time on it or Python's 4,300-digit bound
+# turns it into a bare ValueError.
+MAX_NUMBER_CHARS = 32
+
+
+class _NumberTooLong(Exception):
+    """A YAML number longer than MAX_NUMBER_CHARS, with where it is."""
+
+    def __init__(self, line: int, column: int, length: int) -> None:
+        super().__init__(f"line {line}, column {column}: a number of {length:,} characters")
+        self.where = f"line {line}, column {column}"
+        self.length = length
+
+
+@functools.cache
+def _loader() -> Any:
+    """The safe YAML loader (libyaml's when present) whose integers and floats are bounded in length."""
     import yaml
 
     # libyaml's loader (in PyYAML's wheels) parses a farm file in ~1 ms against ~10 ms for the pure-Python one; each
     # cold start and each 5-minute re-read pays it. Same safe subset of YAML either way.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    def bounded(kind: str) -> Any:
+        construct = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
+
+        def build(loader: Any, node: Any) -> Any:
+            if len(node.value) > MAX_NUMBER_CHARS:
+                mark = node.start_mark
+                raise _NumberTooLong(mark.line + 1, mark.column + 1, len(node.value))
+            return construct(loader, node)
+
+        return build
+
+    loader: Any = type("FarmLoader", (base,), {})
+    for kind in ("int", "float"):
+        loader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded(kind))
+    return loader
+
+
+def parse_farm(text: str) -> FarmConfig:
+    """Parse and validate farm YAML; FarmConfigError with every problem and its path otherwise."""
+    import yaml
+
     try:
-        data: Any = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader, chosen above
+        data: Any = yaml.load(text, Loader=_loader())  # noqa: S506 - a safe loader (_loader)
+    except _NumberTooLong as exc:
+        raise FarmConfigError(
+            f"farm configuration is invalid: {exc.where}: a number of {exc.length:,} characters is too long "
+            f"(no farm setting takes more than {MAX_NUMBER_CHARS})"
+        ) from None
     except yaml.YAMLError as exc:
         raise FarmConfigError(f"farm configuration is not valid YAML: {exc}") from None
     except ValueError:
-        # The YAML loader makes ints with int(): past Python's 4,300-digit bound that is a ValueError, not a
-        # YAMLError. No farm setting needs a number that long.
-        raise FarmConfigError("farm configuration is invalid: a number in it is too long") from None
+        # Kept as a backstop: a constructor's int() or float() refusing its text is still an invalid file.
+        raise FarmConfigError("farm configuration is invalid: a number in it cannot be read") from None
     if not isinstance(data, Mapping):
         raise FarmConfigError("farm configuration must be a YAML mapping")
     try:
