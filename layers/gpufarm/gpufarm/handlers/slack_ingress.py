@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 from pydantic import ValidationError
 
 from gpufarm.core.chat import block_kit, messages, modal, reason_form
-from gpufarm.core.chat.command_text import Command, Verb, parse_command
+from gpufarm.core.chat.command_text import MAX_TEXT, Command, Verb, parse_command
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import bounded
@@ -92,6 +92,12 @@ snapstart.register(before_snapshot=_before_snapshot, after_restore=rt.after_rest
 
 
 def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
+    text = form.get("text")
+    if text is not None and len(text) > MAX_TEXT:
+        # Cut to one character past the bound before anything reads it: parse_command then gives every too-long
+        # command the same ephemeral answer. Refused by the form's model instead, a long one was a 400, which
+        # Slack shows as a failed command.
+        form = {**form, "text": text[: MAX_TEXT + 1]}
     try:
         cmd_form = SlashCommand.model_validate(form)
     except ValidationError:
