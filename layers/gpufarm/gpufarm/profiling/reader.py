@@ -15,8 +15,8 @@ than MAX_STRING_BYTES, one event (any value nested below the document's top two 
 MAX_EVENT_BYTES, and more than MAX_VALUES values in the document are refused, as are more than MAX_EVENTS events.
 Why before the parser: ijson builds a prefix string per nesting level, so a trace nested 200,000 deep costs
 memory quadratic in its depth, and yajl buffers a whole string, so one 200 MB string took minutes; the scan
-stops both within the first megabyte past the bound, in C-speed byte operations (a regular expression removes
-the strings, a translation keeps the brackets).
+stops both within the first megabyte past the bound, in C-speed byte operations (escapes neutralised, then only
+quotes, brackets and commas kept, the strings among them removed).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ _ESCAPE = re.compile(rb"\\.", re.DOTALL)
 _STRING = re.compile(rb'"[^"]*"')
 _BRACKETS = b"[]{}"
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
+_NOT_SIGNS = bytes(b for b in range(256) if b not in b'[]{},"')
 # An opening bracket becomes +1, a closing one -1 (as a signed byte).
 _STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
 _EVENT_DEPTH = 3  # the document is depth 1, its top-level arrays 2, an event 3
@@ -93,8 +94,8 @@ class _Scan:
     """The per-event bounds, checked on each piece of the JSON text before the parser reads it.
 
     It keeps only where the text is: the bracket depth, whether it is inside a string (and how long that string is
-    so far, and whether a backslash ends the piece), how many bytes have passed since the text was last above
-    event depth, and how many values it has seen. Invalid JSON may fool it, but only past the point where the
+    so far, and whether a backslash ends the piece), how many bytes have passed since the text was last outside
+    an event, and how many values it has seen. Invalid JSON may fool it, but only past the point where the
     parser, which reads no further than the scan, stops at the fault.
     """
 
@@ -113,7 +114,6 @@ class _Scan:
         flat = _ESCAPE.sub(b"__", data[skip:] if skip else data)
         self.escaped = False
         self._grow_string(skip)
-        start = 0
         if self.in_string:
             close = flat.find(b'"')
             if close < 0:
@@ -122,19 +122,28 @@ class _Scan:
                 self._deep(len(data))
                 return
             self._grow_string(close)
-            self.in_string, start = False, close + 1
-        outside = _STRING.sub(b"", flat[start:] if start else flat)
-        quote = outside.find(b'"')
-        if quote >= 0:
-            # A string that goes on into the next piece: nothing after its quote was removed above.
+            self.in_string, flat = False, flat[close + 1 :]
+        if flat.count(b'"') % 2:
+            # The last quote opens a string that goes on into the next piece.
+            opening = flat.rfind(b'"')
             self.in_string, self.string_bytes = True, 0
-            self._grow_string(len(outside) - quote - 1)
-            self.escaped = outside.endswith(b"\\")
-            outside = outside[:quote]
-        self.values += outside.count(b",")
+            self._grow_string(len(flat) - opening - 1)
+            self.escaped = flat.endswith(b"\\")
+            flat = flat[:opening]
+        self._structure(flat, len(data))
+
+    def _structure(self, flat: bytes, size: int) -> None:
+        """Count the values and follow the nesting of a piece whose strings all close within it."""
+        # Only quotes, brackets and commas matter. Two quotes with nothing between them go in one C-speed replace
+        # (an empty string, or the seam of two strings: either way the text outside strings stays the same); only
+        # strings holding brackets or commas are left for the regular expression.
+        signs = flat.translate(None, _NOT_SIGNS).replace(b'""', b"")
+        if b'"' in signs:
+            signs = _STRING.sub(b"", signs)
+        self.values += signs.count(b",")
         if self.values > MAX_VALUES:
             self._refuse(f"more than {MAX_VALUES:,} values")
-        self._nest(outside.translate(_STEPS, _NOT_BRACKETS), len(data))
+        self._nest(signs.translate(_STEPS, _NOT_BRACKETS), size)
 
     def _grow_string(self, size: int) -> None:
         self.string_bytes += size
