@@ -276,3 +276,15 @@ def test_a_slash_command_body_past_the_ingress_bound_is_refused_unread(ingress: 
     answer = slack_ingress.handler(slack_event(command_body("status " + "x" * 200_000)), None)
     assert answer["statusCode"] == 413
     assert ingress.calls == []
+
+
+def test_a_function_reading_a_farm_file_with_a_huge_integer_answers_a_configuration_error(
+    ingress: _Invoker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    farm = tmp_path / "farm.yaml"
+    farm.write_text(HUGE_FARM)
+    monkeypatch.setenv("GPUFARM_FARM_CONFIG", str(farm))
+    answer = slack_ingress.handler(slack_event(command_body("request 2 H100 project=llm team=nlp env=hpc")), None)
+    assert answer["statusCode"] == 200
+    assert "the farm configuration is invalid" in answer["body"] and HUGE[:40] not in answer["body"]
+    assert ingress.calls == []

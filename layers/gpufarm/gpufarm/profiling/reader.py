@@ -45,9 +45,9 @@ MAX_DEPTH = 16
 MAX_STRING_BYTES = 1 << 20
 # One event is a few hundred bytes; its args with input shapes a few kilobytes.
 MAX_EVENT_BYTES = 4 << 20
-# A 200 MB trace holds about 655,000 events (RESULTS.md, "Profiler runs") of about 19 values each; either bound is
-# about 600 MB of profiler output, past which a trace is refused rather than analysed for minutes. The values
-# bound is what stops a flood of tiny values the parser skips (under another key than traceEvents) in seconds.
+# A 200 MB trace holds about 655,000 events (benchmarks/RESULTS.md, "Profiler runs") of about 19 values each;
+# either bound is about 600 MB of profiler output, past which a trace is refused rather than analysed for minutes.
+# The values bound is what stops a flood of tiny values the parser skips (under another key than traceEvents).
 MAX_EVENTS = 2_000_000
 MAX_VALUES = 32_000_000
 # The parser reads in pieces of at most this, so a string wholly inside one piece is within MAX_STRING_BYTES.
