@@ -183,7 +183,7 @@ def test_status_prints_the_history(svc: GpuFarm) -> None:
     ir = _request(svc, 8)
     svc.allocate(svc.allocation(ir))
     svc.release(ir, USER)
-    message = svc.status(ir)
+    message = svc.status(ir, USER)
     assert "History (4 entries):" in message.text
     assert f"<@{USER}> released" in message.text
     history_blocks = [b for b in message.blocks if b["type"] == "section" and "History" in b["text"]["text"]]
@@ -237,6 +237,6 @@ def test_status_shows_keeps_and_an_exemption(svc: GpuFarm) -> None:
     svc.idle_triggered(ir)
     svc.keep(ir, USER)
     svc.exempt(ir, OPS, 3, "paper deadline")
-    text = svc.status(ir).text
+    text = svc.status(ir, USER).text
     assert "Keeps used: 1, idle reclaim held off until " in text
     assert "Exempt from idle reclaim until " in text and f"(granted by <@{OPS}>)" in text

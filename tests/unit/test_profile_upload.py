@@ -199,7 +199,7 @@ def test_a_redelivered_profile_command_appends_nothing(world: World) -> None:
 
 def test_gpu_status_lists_the_run_with_its_link(world: World) -> None:
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-3")
-    text = world.svc.status(world.ir).text
+    text = world.svc.status(world.ir, ALICE).text
     assert "profiled: run run-3; 5 steps" in text and done.link in text  # type: ignore[attr-defined]
 
 

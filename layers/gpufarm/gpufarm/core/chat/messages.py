@@ -278,11 +278,14 @@ def list_message(
     allocations: Sequence[Allocation],
     positions: Mapping[int, object] | None = None,
     links: Callable[[Allocation], Links] | None = None,
+    hidden: int = 0,
 ) -> Message:
     """Allocations, one line each, newest first, each with its links; a waiting one says where it stands in its
-    queue (`positions`). `links` gives each lease's links (its pool's, gpufarm.core.chat.links)."""
+    queue (`positions`). `links` gives each lease's links (its pool's, gpufarm.core.chat.links). `hidden` counts
+    the leases of other teams the asker may not see (gpufarm.core.governance.visibility): counted, never shown."""
+    others = f" ({hidden} more of other teams, shown to their members and the GPU operators)" if hidden else ""
     if not allocations:
-        return Message(f"{title}: none.", [section(f"*{title}*: none.")])
+        return Message(f"{title}: none.{others}", [section(f"*{title}*: none.{others}")])
     places = positions or {}
     rows = [
         f"• *{a.ir_label}* `{a.phase.value}` {a.gpu_count}x {a.gpu_model} `{a.environment}` "
@@ -291,7 +294,7 @@ def list_message(
         + (f" ({places[a.ir]})" if a.ir in places else "")
         for a in allocations
     ]
-    head = f"*{title}* ({len(allocations)})"
+    head = f"*{title}* ({len(allocations)}){others}"
     # The links go in the blocks only: the fallback text (notifications) stays one short line per lease.
     linked_rows = [
         f"{row} — {(links(a) if links else Links()).line(a.ir, a.team, a.project)}"
