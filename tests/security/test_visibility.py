@@ -4,7 +4,8 @@
 profiler runs' signed page links only to its requester, its team's members and the GPU operators; anyone else is
 told "IR-n belongs to another team", and `/gpu list` counts other teams' leases without showing them. The farm YAML's
 `visibility: org` opens every lease to everyone. Driven through the Slack worker's dispatch, as a hand-off from the
-ingress arrives, over the in-memory fakes.
+ingress arrives, over the in-memory fakes; and end to end on the local host, a signed `/gpu` command through the
+ingress and the worker to the answer Slack shows, with the example farm's teams.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
+from local_farm import EXAMPLE_FARM, driven, without_inventory
 
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.command_text import parse_command
@@ -28,11 +31,16 @@ from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers.slack_events import Job
 from gpufarm.handlers.slack_worker import dispatch
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE as LOCAL_ALICE
+from gpufarm_sandbox.demo.lifecycle_stage import BOB as LOCAL_BOB
+from gpufarm_sandbox.demo.lifecycle_stage import DANA as LOCAL_OPERATOR
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, Person, ir_in
+from gpufarm_sandbox.localhost import LocalEnv, start_local
 
 pytestmark = pytest.mark.security
 
 # The requester and a mate of team nlp, a researcher of team vision, a user in no team, an operator.
-ALICE, MATE, BOB, NOBODY, OPS = "U0000000001", "U0000000002", "U0000000003", "U0000000009", "U0000000OPS"
+ALICE, MATE, BOB, NOBODY, OPS = "U0000000001", "U0000000002", "U0000000003", "U0000000007", "U0000000OPS"
 NLP_GROUP, VISION_GROUP = "S0000000011", "S0000000012"
 URL = "https://hooks.slack.com/commands/T0000000001/1/abc"
 PURPOSE = "fine-tune the private llm-ko checkpoint"
@@ -213,3 +221,74 @@ def test_visibility_is_team_by_default_and_refuses_any_other_word() -> None:
     assert parse_farm(MEMBERS_YAML).visibility is Visibility.TEAM
     with pytest.raises(FarmConfigError, match="visibility"):
         parse_farm(MEMBERS_YAML + "visibility: everyone\n")
+
+
+# -- end to end on the local host ----------------------------------------------------------------------------------
+
+# A workspace member in none of the example farm's teams (U0000000009 is the sandbox's bot).
+EVE = Person("U0000000007", "eve", "Eve Han (no team)")
+LOCAL_PURPOSE = "private-eval-of-the-ko-checkpoint"
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[LocalEnv]:
+    """The local host on a free port, once for this module's end-to-end tests."""
+    with start_local(port=0) as env:
+        yield env
+
+
+def _farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> Iterator[LocalFarm]:
+    path = tmp_path / "farm.yaml"
+    path.write_text(without_inventory(EXAMPLE_FARM.read_text()) + extra)
+    with driven(local, monkeypatch, path) as farm:
+        # Eve is a member of the workspace, as Slack knows her, and of no team's user group.
+        farm.post("/_sandbox/slack/users", {"users": [{"id": EVE.id, "name": EVE.name, "real_name": EVE.real_name}]})
+        yield farm
+
+
+@pytest.fixture
+def team_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalFarm]:
+    """The example farm as it ships (`visibility` left at its default)."""
+    yield from _farm(local, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def org_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalFarm]:
+    """The example farm opened to the workspace."""
+    yield from _farm(local, tmp_path, monkeypatch, "visibility: org\n")
+
+
+def _alices_lease(farm: LocalFarm) -> int:
+    farm.slash(LOCAL_ALICE, f"request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=2 purpose={LOCAL_PURPOSE}")
+    assert farm.settle()
+    answer = farm.answer(LOCAL_ALICE, "IR-")
+    ir = ir_in(answer["text"]) if answer is not None else None
+    assert ir is not None
+    return ir
+
+
+def _asks(farm: LocalFarm, person: Person, text: str, expect: str) -> str:
+    """`person` types `/gpu <text>`: the text of their latest answer containing `expect`, blocks included."""
+    farm.slash(person, text)
+    assert farm.settle()
+    answer = farm.answer(person, expect)
+    assert answer is not None, (text, expect)
+    return f"{answer['text']}\n{answer.get('blocks')}"
+
+
+@pytest.mark.parametrize("outsider", [LOCAL_BOB, EVE], ids=["researcher of another team", "user in no team"])
+def test_on_the_local_host_another_teams_lease_is_not_shown(team_farm: LocalFarm, outsider: Person) -> None:
+    ir = _alices_lease(team_farm)
+    for insider in (LOCAL_ALICE, LOCAL_OPERATOR):
+        assert LOCAL_PURPOSE in _asks(team_farm, insider, f"status IR-{ir}", "Phase:")
+    told = _asks(team_farm, outsider, f"status IR-{ir}", "belongs to another team")
+    assert f"IR-{ir} belongs to another team" in told and LOCAL_PURPOSE not in told
+    listed = _asks(team_farm, outsider, "list all", "All live allocations")
+    assert f"IR-{ir}" not in listed and LOCAL_PURPOSE not in listed and "more of other teams" in listed
+    assert LOCAL_PURPOSE not in str(team_farm.messages(user=outsider.id))
+
+
+def test_on_the_local_host_visibility_org_shows_it_to_everyone(org_farm: LocalFarm) -> None:
+    ir = _alices_lease(org_farm)
+    assert LOCAL_PURPOSE in _asks(org_farm, EVE, f"status IR-{ir}", "Phase:")
+    assert f"IR-{ir}" in _asks(org_farm, EVE, "list all", "All live allocations")
