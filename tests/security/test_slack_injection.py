@@ -40,7 +40,7 @@ from gpufarm.core.idle import keeps
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.core.kernel.lifecycle import Phase, State
-from gpufarm.core.kernel.model import Allocation, isoformat
+from gpufarm.core.kernel.model import isoformat
 from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.kernel.serial import IdleScope, IncidentCommand, Op, ProfileScope
 from gpufarm.core.leases import notices, profile_runs
@@ -139,9 +139,9 @@ def _builders() -> dict[str, tuple[ModuleType, str]]:
     out: dict[str, tuple[ModuleType, str]] = {}
     for module in MODULES:
         for name, fn in vars(module).items():
-            if inspect.isfunction(fn) and fn.__module__ == module.__name__:
-                if inspect.signature(fn).return_annotation == "Message":
-                    out[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = (module, name)
+            own = inspect.isfunction(fn) and fn.__module__ == module.__name__
+            if own and inspect.signature(fn).return_annotation == "Message":
+                out[f"{module.__name__.rsplit('.', 1)[1]}.{name}"] = (module, name)
     return out
 
 
@@ -371,8 +371,14 @@ def test_every_message_built_or_sent_in_every_flow_is_inert(world: World) -> Non
     card = [s for s in world.chat.to(OPS_CHANNEL, "post") if "needs approval" in s.text]
     assert card and any(shown in t for s in card for t in strings(s.blocks))
     everything = "\n".join(t for s in sent for t in strings([s.text, s.blocks]))
-    for quoted in (f">{shown}", f"Rejected by <@{OPS}>: {shown}", f"exempted IR-", inert(SHORT), "&amp;b=&lt;!channel&gt;"):
+    for quoted in (
+        f">{shown}",
+        f"Rejected by <@{OPS}>: {shown}",
+        inert(SHORT),
+        "&amp;b=&lt;!channel&gt;",
+    ):
         assert quoted in everything, quoted
+    assert any("exempted IR-" in t and t.endswith(shown) for s in sent for t in strings(s.blocks))
 
 
 # -- hand-edited incident fields -----------------------------------------------------------------------------------
@@ -398,7 +404,12 @@ def test_fields_edited_by_hand_are_shown_as_data(world: World) -> None:
     until = isoformat(world.clock.now() + timedelta(hours=3))
     line = f"{isoformat(world.clock.now())} {OPS} exempted: {HOSTILE}"
     for ir in (held, asked):
-        history = [*world.svc.allocation(ir).history, line, f"<!channel> {HOSTILE}", "2026-01-01T00:00:00Z sync <!here>"]
+        history = [
+            *world.svc.allocation(ir).history,
+            line,
+            f"<!channel> {HOSTILE}",
+            "2026-01-01T00:00:00Z sync <!here>",
+        ]
         world.edit(ir, **EDITED, **{f.EXEMPT_UNTIL: until, f.EXPIRES_AT: until, f.HISTORY: history})
     world.chat.sent.clear()
     for text, user in ((f"status IR-{held}", USER), (f"status IR-{asked}", OPS), ("list all", OPS), ("quota", OPS)):

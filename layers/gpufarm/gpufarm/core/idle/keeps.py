@@ -161,8 +161,10 @@ def exempt(ctx: LeaseContext, ir: int, actor: str, days: int | None, reason: str
         raise ValidationFailed("reason", f"say why: /gpu exempt {alloc.ir_label} {days}d <reason>")
     now = ctx.now()
     if alloc.exempt_until is not None and alloc.exempt_until > now and alloc.exempt_by != actor:
+        # An error is shown inert as a whole (messages.error_message): the operator is named, not mentioned.
         raise Conflict(
-            f"{alloc.ir_label} is already {suppressed(alloc, now)}; nothing changed "
+            f"{alloc.ir_label} is already exempt from idle reclaim until {isoformat(alloc.exempt_until)} "
+            f"(granted by operator {alloc.exempt_by or 'unknown'}); nothing changed "
             "(the operator who granted it can change it)"
         )
     until = now + timedelta(days=days)
