@@ -427,6 +427,29 @@ def test_fields_edited_by_hand_are_shown_as_data(world: World) -> None:
     digest = digest_build.build(facts, DigestSettings(), world.svc.context.links)
     assert digest is not None
     assert_inert(digest.message.text, digest.message.blocks, "digest")
+    # A finished lease whose team and project were edited by hand: the report groups by them.
+    start = world.clock.now() - timedelta(days=2)
+    world.incidents.create(
+        f"GPU request {HOSTILE}",
+        {
+            f.STATE: "resolved",
+            f.PHASE: "reclaimed",
+            f.TEAM: "<!subteam^S123>",
+            f.PROJECT: HOSTILE,
+            f.ENVIRONMENT: "hpc",
+            f.GPU_COUNT: "8",
+            f.HOST_GPUS: ["node-1=8"],
+            f.HOSTS: ["node-1"],
+            f.ALLOCATED_AT: isoformat(start),
+            f.GPU_HOURS_UNTIL: isoformat(start + timedelta(days=1)),
+            f.GPU_HOURS_HELD: "192.000",
+            f.GPU_HOURS_BUSY: "96.000",
+            f.GPU_HOURS_IDLE: "96.000",
+            f.GPU_HOURS_BY_MONTH: [f"{start:%Y-%m}=192.000"],
+            f.GPU_HOURS_MONTHS: [f"{start:%Y-%m}"],
+            f.RECLAIM_REASON: "released",
+        },
+    )
     world.say("report", OPS)
     sent = [s for s in world.chat.sent if s.kind in ("dm", "post", "update", "respond", "ephemeral", "file")]
     assert len(sent) >= 5
@@ -434,6 +457,11 @@ def test_fields_edited_by_hand_are_shown_as_data(world: World) -> None:
         assert_inert(s.text, s.blocks, f"{s.kind} to {s.target}")
     everything = "\n".join(t for s in sent for t in strings([s.text, s.blocks]))
     assert inert(HOSTILE) in everything and "&lt;!channel&gt;" in everything
+    # The report's rows are keyed by the edited team; the digest names the edited project and hosts.
+    report = [s for s in sent if s.kind == "respond" and s.text.startswith("GPU report")]
+    assert report and "&lt;!subteam^S123&gt;" in str(report[-1].blocks), report
+    shown = str(digest.message.blocks)  # its lines are cut at 240 characters: the start of the edited names
+    assert "&lt;!subteam^S123&gt;/&lt;!channel&gt; &lt;!here&gt;" in shown and "`&lt;!channel&gt;`" in shown
     # The lease's own links still work: its dashboard link carries the edited names URL-encoded, never raw.
     assert f"<{BASE}/incidents/{held}|Incident IR-{held}>" in everything
 
