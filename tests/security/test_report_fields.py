@@ -245,6 +245,7 @@ def test_the_html_page_has_only_its_own_markup_and_scripts(
     assert all("<" not in s and ">" not in s for s in labels)
     if hostile_report.query.by.value != "ir":
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in labels
+        assert '"&gt;&lt;img src=x onerror=alert(1)&gt;' in labels  # plotly.js shows &quot; as it is
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
 
 

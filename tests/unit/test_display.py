@@ -7,7 +7,7 @@ import time
 import pytest
 
 from gpufarm.core.kernel.display import MAX_SHOWN, visible
-from gpufarm.reporting.cells import csv_cell, html_text, json_text, table_cell
+from gpufarm.reporting.cells import chart_label, csv_cell, html_text, json_text, table_cell
 
 pytestmark = pytest.mark.unit
 
@@ -52,4 +52,6 @@ def test_each_format_starts_from_the_same_visible_text() -> None:
     assert csv_cell(hostile) == table_cell(hostile)  # the tab is an escape now, no longer a formula's start
     assert html_text(hostile) == "\\x09=1&quot;&gt;&lt;img src=x onerror=alert(1)&gt;\\x1b"
     assert html_text("it's & <b>") == "it&#x27;s &amp; &lt;b&gt;"
+    # plotly.js decodes &lt; &gt; &amp; in a label but shows &quot; as it is: a label escapes markup, not quotes.
+    assert chart_label(hostile) == '\\x09=1"&gt;&lt;img src=x onerror=alert(1)&gt;\\x1b'
     assert csv_cell("12.5") == "12.5" and csv_cell("") == ""

@@ -7,8 +7,9 @@ characters and bidirectional overrides shown as escapes, the length bounded), th
 
 - the table: nothing more (what a terminal sees is printable);
 - the CSV: a cell a spreadsheet would read as a formula gets a leading quote;
-- the HTML: escaped for text and attribute values alike (`&`, `<`, `>`, `"`, `'`); chart labels too, since
-  plotly.js reads a label's `<b>` or `<a href>` as markup and shows `&lt;` as `<`;
+- the HTML: escaped for text and attribute values alike (`&`, `<`, `>`, `"`, `'`);
+- a chart label (plotly.js draws it from the figures' JSON): `&`, `<` and `>` escaped, since plotly.js reads a
+  label's `<b>` or `<a href>` as markup and shows `&lt;` as `<` (it has no `&quot;`, and a quote is no markup);
 - the JSON: nothing more (the encoder escapes what JSON needs).
 """
 
@@ -39,6 +40,11 @@ def csv_cell(text: str, limit: int = MAX_SHOWN) -> str:
 def html_text(text: str, limit: int = MAX_SHOWN) -> str:
     """A text for the HTML page, safe as element text and as a quoted attribute value."""
     return html.escape(visible(text, limit), quote=True)
+
+
+def chart_label(text: str, limit: int = MAX_SHOWN) -> str:
+    """A label, legend or trace name plotly.js draws: shown as text, never read as its pseudo-HTML."""
+    return html.escape(visible(text, limit), quote=False)
 
 
 def json_text(text: str, limit: int = MAX_SHOWN) -> str:

@@ -3,12 +3,12 @@
 The charts are drawn by plotly.js, inlined from the `plotly` package's own copy (the `report` extra of the
 gpufarm distribution; no CDN, so the file opens on a laptop without a network, as the local dashboards do): usage
 over time per team (busy GPUs per team stacked, and the GPUs held, from the ledger gauges), GPU-hours held vs busy
-vs idle vs unmeasured per group, and the top idle leases. Every text the page shows, chart labels included, passes
-through gpufarm.reporting.cells.html_text (escaped and bounded: a hand-edited incident field is data, never
-markup); the figures travel as JSON in a `<script type="application/json">` block with `<`, `>` and `&` written as
-`\u003c`, `\u003e` and `\u0026`, so no text inside it can close the block or open a comment. The page's only
-scripts and styles are the constants below and plotly.js. When every chart has drawn, the page sets
-`data-rendered="true"` on its body (what the browser test and the screenshots wait for).
+vs idle vs unmeasured per group, and the top idle leases. Every text the page shows passes through
+gpufarm.reporting.cells.html_text and every chart label through cells.chart_label (escaped and bounded: a
+hand-edited incident field is data, never markup); the figures travel as JSON in a `<script type="application/json">`
+block with `<`, `>` and `&` written as `\u003c`, `\u003e` and `\u0026`, so no text inside it can close the block
+or open a comment. The page's only scripts and styles are the constants below and plotly.js. When every chart has
+drawn, the page sets `data-rendered="true"` on its body (what the browser test and the screenshots wait for).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from gpufarm.config import ConfigurationError
 from gpufarm.core.kernel.model import isoformat
-from gpufarm.reporting.cells import NOTE_CHARS, html_text
+from gpufarm.reporting.cells import NOTE_CHARS, chart_label, html_text
 from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row
 from gpufarm.reporting.usage import HELD_METRIC
@@ -82,7 +82,7 @@ def usage_figure(report: Report) -> dict[str, Any]:
                 "type": "scatter",
                 "mode": "lines",
                 "stackgroup": "busy",
-                "name": f"{html_text(series.team)} busy",
+                "name": f"{chart_label(series.team)} busy",
                 "x": [_iso(t) for t, _ in series.points],
                 "y": [v for _, v in series.points],
                 "line": {"width": 0.5},
@@ -111,7 +111,7 @@ def usage_figure(report: Report) -> dict[str, Any]:
 def hours_figure(report: Report) -> dict[str, Any]:
     """Stacked bars per group: busy, idle and unmeasured GPU-hours (together the held hours)."""
     rows = report.rows[:MAX_CHART_GROUPS]
-    keys = [html_text(r.key) for r in rows]
+    keys = [chart_label(r.key) for r in rows]
     traces = [
         {
             "type": "bar",
@@ -135,7 +135,7 @@ def idle_figure(report: Report) -> dict[str, Any]:
         "type": "bar",
         "orientation": "h",
         "name": "idle GPU-hours",
-        "y": [f"IR-{x.ir} {html_text(x.team)}/{html_text(x.project)}" for x in lines],
+        "y": [f"IR-{x.ir} {chart_label(x.team)}/{chart_label(x.project)}" for x in lines],
         "x": [round(x.idle, 3) for x in lines],
         "marker": {"color": _COLOURS["idle"]},
     }
