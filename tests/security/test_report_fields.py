@@ -170,7 +170,8 @@ def _csv_inert(text: str) -> list[list[str]]:
     for row in rows:
         for cell in row:
             assert not cell.lstrip(" ").startswith(FORMULA_START), cell
-            assert cell.isprintable() and len(cell) <= MAX_SHOWN + 1, cell
+            assert cell.isprintable() and len(cell) <= NOTE_CHARS + 1, cell
+    assert all(len(row[2]) <= MAX_SHOWN + 1 for row in rows)  # the group
     return rows
 
 

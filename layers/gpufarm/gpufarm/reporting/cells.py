@@ -22,7 +22,7 @@ from gpufarm.core.kernel.display import MAX_SHOWN, visible
 # What a spreadsheet reads as the start of a formula (OWASP's list, and the full-width forms some locales read
 # the same way); a cell whose first non-blank character is one of them is written with a leading quote.
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
-# A report's note is gpufarm's own sentence, at times quoting an upstream error: longer than a cell, still bounded.
+# A note, or a list gpufarm composes (reclaims by reason, budgets), is longer than one value, and still bounded.
 NOTE_CHARS = 400
 
 

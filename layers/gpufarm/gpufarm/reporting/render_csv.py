@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from gpufarm.reporting.cells import csv_cell
+from gpufarm.reporting.cells import NOTE_CHARS, csv_cell
 from gpufarm.reporting.columns import COLUMNS, REASONS, reclaims_by_reason
 from gpufarm.reporting.model import Report, Row
 
@@ -36,9 +36,8 @@ def _line(report: Report, row: Row) -> list[str]:
         *(str(reclaims[reason]) for reason in REASONS),
         "" if row.entitled is None else str(row.entitled),
         "" if row.held_now is None else str(row.held_now),
-        row.budgets_text(),
     ]
-    return [csv_cell(c) for c in cells]
+    return [*(csv_cell(c) for c in cells), csv_cell(row.budgets_text(), NOTE_CHARS)]
 
 
 def render_csv(report: Report) -> str:

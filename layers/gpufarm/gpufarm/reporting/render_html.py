@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from gpufarm.config import ConfigurationError
+from gpufarm.core.kernel.display import MAX_SHOWN
 from gpufarm.core.kernel.model import isoformat
 from gpufarm.reporting.cells import NOTE_CHARS, chart_label, html_text
 from gpufarm.reporting.columns import shown
@@ -155,15 +156,17 @@ def script_json(value: Any) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _cell(text: str, numeric: bool = False) -> str:
-    return f'<td class="num">{html_text(text)}</td>' if numeric else f"<td>{html_text(text)}</td>"
+def _cell(text: str, numeric: bool = False, limit: int = MAX_SHOWN) -> str:
+    shown = html_text(text, limit)
+    return f'<td class="num">{shown}</td>' if numeric else f"<td>{shown}</td>"
 
 
 def _row_html(row: Row, total: bool = False) -> str:
     wait = "-" if row.wait_avg is None else f"{row.wait_avg:.1f} / {row.wait_max or 0:.1f}"
     numbers = [*shown(row, 1), wait]
     cells = _cell(row.key) + "".join(_cell(n, True) for n in numbers)
-    cells += _cell(row.reclaims_text()) + _cell(row.quota_text()) + _cell(row.budgets_text())
+    cells += _cell(row.reclaims_text(), limit=NOTE_CHARS) + _cell(row.quota_text())
+    cells += _cell(row.budgets_text(), limit=NOTE_CHARS)
     return f'<tr class="total">{cells}</tr>' if total else f"<tr>{cells}</tr>"
 
 

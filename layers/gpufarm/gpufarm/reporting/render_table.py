@@ -49,7 +49,7 @@ def _table(report: Report) -> list[str]:
 
 def _extras(row: Row) -> str:
     """A group's reclaims, and its quota held now and budgets when it has them."""
-    parts = [f"reclaims: {table_cell(row.reclaims_text())}"]
+    parts = [f"reclaims: {table_cell(row.reclaims_text(), NOTE_CHARS)}"]
     parts += [f"quota held now: {table_cell(row.quota_text())}"] if row.quota_text() else []
-    parts += [f"budget: {table_cell(row.budgets_text())}"] if row.budgets else []
+    parts += [f"budget: {table_cell(row.budgets_text(), NOTE_CHARS)}"] if row.budgets else []
     return f"  {table_cell(row.key)}: " + "; ".join(parts)

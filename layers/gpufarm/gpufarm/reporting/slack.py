@@ -51,7 +51,7 @@ def _row_line(row: Row) -> str:
     if row.quota_text():
         extras.append(f"holds {row.quota_text()} of its quota")
     if row.budgets:
-        extras.append(f"budget {visible(row.budgets_text())}")
+        extras.append(f"budget {visible(row.budgets_text(), NOTE_CHARS)}")
     return line + (f"\n    {'; '.join(extras)}" if extras else "")
 
 
