@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 from gpufarm.core.chat.block_kit import Message, context, section
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.governance.membership import MembershipUnavailable
+from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.model import validate_name
+from gpufarm.reporting.cells import NOTE_CHARS
 from gpufarm.reporting.make import make_report
 from gpufarm.reporting.model import Report, Row
 from gpufarm.reporting.query import GroupBy
@@ -37,7 +39,7 @@ MAX_SUMMARY_ROWS = 10
 def _row_line(row: Row) -> str:
     util = "-" if row.utilisation is None else f"{row.utilisation:.0f}%"
     line = (
-        f"*{inert(row.key)}*: {row.held:,.1f} GPU-h held · {row.busy:,.1f} busy · {row.idle:,.1f} idle · "
+        f"*{inert(visible(row.key))}*: {row.held:,.1f} GPU-h held · {row.busy:,.1f} busy · {row.idle:,.1f} idle · "
         f"{row.unmeasured:,.1f} unmeasured · util {util} · {row.leases} lease(s)"
     )
     extras = []
@@ -50,7 +52,7 @@ def _row_line(row: Row) -> str:
     if row.quota_text():
         extras.append(f"holds {inert(row.quota_text())} of its quota")
     if row.budgets:
-        extras.append(f"budget {inert(row.budgets_text())}")
+        extras.append(f"budget {inert(visible(row.budgets_text(), NOTE_CHARS))}")
     return line + (f"\n    {'; '.join(extras)}" if extras else "")
 
 
@@ -71,7 +73,8 @@ def summary(report: Report, attached: str) -> Message:
     rows = "\n".join(_row_line(r) for r in shown) or "no GPU-hours in this period"
     if len(report.rows) > len(shown):
         rows += f"\n… and {len(report.rows) - len(shown)} more in the CSV"
-    blocks = [section(head), section(rows), context(inert(" · ".join([*report.notes, attached])))]
+    notes = [visible(n, NOTE_CHARS) for n in report.notes]
+    blocks = [section(head), section(rows), context(inert(" · ".join([*notes, attached])))]
     return Message(f"GPU report: {described}: {total.held:,.1f} GPU-hours held", blocks)
 
 

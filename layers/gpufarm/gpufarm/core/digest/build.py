@@ -24,6 +24,7 @@ from gpufarm.core.chat.links import Links
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel import history
+from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.leases import terms
@@ -313,7 +314,9 @@ def _text(part: Section) -> str:
 
 
 def _cut(line: str) -> str:
-    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+    """One bullet line as data: the incident fields in it (any can be edited by hand in Datadog) cannot start a
+    new line, steer the text's direction or run past MAX_LINE_CHARS (gpufarm.core.kernel.display)."""
+    return visible(line, MAX_LINE_CHARS)
 
 
 @dataclass(frozen=True)
