@@ -21,6 +21,7 @@ from local_farm import EXAMPLE_FARM, driven, without_inventory
 
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.command_text import parse_command
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.config.farm import FarmConfigError, Visibility, parse_farm
 from gpufarm.core.governance.membership import MembershipUnavailable
 from gpufarm.core.governance.policy import build_request
@@ -45,6 +46,8 @@ NLP_GROUP, VISION_GROUP = "S0000000011", "S0000000012"
 URL = "https://hooks.slack.com/commands/T0000000001/1/abc"
 PURPOSE = "fine-tune the private llm-ko checkpoint"
 LINK = "https://pages.example/profiles/ir-1/run-1-20261207t120000z?expires=1796000000&sig=0123abcd"
+# The link as Slack text carries it (its `&` escaped, gpufarm.core.chat.escape).
+SHOWN_LINK = inert(LINK)
 _ids = itertools.count(1)
 
 MEMBERS_YAML = FARM_YAML.replace(
@@ -130,7 +133,7 @@ def world() -> Iterator[World]:
 @pytest.mark.parametrize("user", [ALICE, MATE, OPS], ids=["requester", "team member", "operator"])
 def test_status_shows_the_lease_with_its_purpose_history_and_links_to_those_on_it(world: World, user: str) -> None:
     text = world.answer(user, "status IR-1")
-    assert PURPOSE in text and "profiled: run run-1" in text and LINK in text
+    assert PURPOSE in text and "profiled: run run-1" in text and SHOWN_LINK in text
     assert "/incidents/1|Incident IR-1>" in text
 
 
@@ -183,7 +186,7 @@ def test_a_requester_who_left_the_team_still_sees_their_own_lease_and_only_it(wo
     mates = world.ask(MATE, "nlp")
     world.chat.groups[NLP_GROUP] = frozenset({MATE})
     text = world.answer(ALICE, "status IR-1")
-    assert PURPOSE in text and LINK in text
+    assert PURPOSE in text and SHOWN_LINK in text
     assert world.refusal(ALICE, f"status IR-{mates}") == f"IR-{mates} belongs to another team"
     listed = world.answer(ALICE, "list team")
     assert "IR-1" in listed and f"IR-{mates}" not in listed and "(1 more of other teams" in listed
@@ -201,7 +204,7 @@ def test_visibility_org_opens_every_lease_to_everyone() -> None:
     opened = _world(MEMBERS_YAML + "visibility: org\n")
     assert opened.svc.context.farm.visibility is Visibility.ORG
     text = opened.answer(NOBODY, "status IR-1")
-    assert PURPOSE in text and LINK in text
+    assert PURPOSE in text and SHOWN_LINK in text
     listed = opened.answer(BOB, "list all")
     assert "IR-1" in listed and "IR-2" in listed and "more of other teams" not in listed
     assert "IR-1" in opened.answer(NOBODY, "list team nlp")
