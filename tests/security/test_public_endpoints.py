@@ -100,7 +100,7 @@ def test_each_public_function_has_a_4xx_surge_alarm_to_the_alarm_topic(name: str
     (alarm,) = _url_4xx_alarms(name)
     assert (alarm["Statistic"], alarm["ComparisonOperator"]) == ("Sum", "GreaterThanOrEqualToThreshold")
     assert alarm["Threshold"] == {"Ref": "PublicUrl4xxAlarmThreshold"}
-    # The metric is sparse (no 4xx, no data point): missing data is quiet, not an alarm.
+    # A URL nobody calls has no data point: missing data is quiet, not an alarm.
     assert alarm["TreatMissingData"] == "notBreaching"
     # Where the dead-letter alarms go.
     dead_letter = RESOURCES["AllocationDeadLetterAlarm"]["Properties"]["AlarmActions"]
