@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from gpufarm.core.chat import block_kit, messages, modal, reason_form
 from gpufarm.core.chat.command_text import Command, Verb, parse_command
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import bounded
@@ -274,7 +275,8 @@ def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str
         if payload.response_url:
             try:
                 runtime.ingress_chat().respond(
-                    payload.response_url, f"I could not open the form in time; use `/gpu {verb} IR-{ir} <reason>`."
+                    payload.response_url,
+                    inert(f"I could not open the form in time; use `/gpu {verb} IR-{ir} <reason>`."),
                 )
             except GpufarmError:
                 log.warning("could not tell %s the reason form failed", payload.user.id)
