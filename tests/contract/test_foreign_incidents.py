@@ -240,7 +240,7 @@ def test_sync_counts_and_release_ignore_foreign_incidents(org: Org, gateway: Dat
     for incident in org.foreign:
         ir = int(incident["attributes"]["public_id"])
         with pytest.raises(NotFound):
-            svc.status(ir)
+            svc.status(ir, "U0000000001")
         with pytest.raises(NotFound):
             svc.release(ir, "U0000000001")
         with pytest.raises(NotFound):

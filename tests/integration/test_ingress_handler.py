@@ -201,6 +201,15 @@ def test_bad_command_input_is_an_ephemeral_error_and_nothing_is_handed_off(ingre
     assert invoker.calls == []
 
 
+@pytest.mark.parametrize("length", [2_001, 4_001, 100_000])
+def test_a_command_of_any_length_past_its_bound_gets_the_same_ephemeral_answer(ingress: Any, length: int) -> None:
+    invoker, _, _ = ingress
+    status, body = call(slack_event(command_body("status IR-1 " + "x" * (length - 12))))
+    assert (status, body["response_type"]) == (200, "ephemeral")
+    assert "longer than 2000 characters" in body["text"]
+    assert invoker.calls == []
+
+
 def test_control_characters_in_a_project_are_refused(ingress: Any) -> None:
     invoker, _, _ = ingress
     status, body = call(slack_event(command_body("request 2 H100 project=llm\x07ko team=nlp env=onprem-hpc")))

@@ -34,7 +34,8 @@ def test_each_folder_marks_its_tests(suite: pytest.Pytester) -> None:
         (
             "tests/test_stray.py",
             "def test_stray():\n    pass\n",
-            "test_stray.py::test_stray: not under tests/unit, tests/contract, tests/integration, tests/hardening, tests/security",
+            "test_stray.py::test_stray: not under tests/unit, tests/contract, tests/integration, tests/hardening, "
+            "tests/security",
         ),
         (
             "tests/unit/test_claims_contract.py",

@@ -11,6 +11,7 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
 from gpufarm.core.chat import block_kit, messages
+from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.commands import executor
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
@@ -38,7 +39,15 @@ def test_an_entry_is_one_bounded_line_that_parses_back() -> None:
     assert len(long) == history.MAX_ENTRY_CHARS and long.endswith("…")
     assert " gpufarm requested: " in long  # an actor that is neither a user id nor a system name is not stored
     assert history.parse("hello world") is None
-    assert history.shown([e.line()]) == ["2026-12-01 14:00Z <@U0000000OPS> *rejected*: reason: no budget left"]
+    assert history.shown([e.line()], inert, mention) == [
+        "2026-12-01 14:00Z <@U0000000OPS> *rejected*: reason: no budget left"
+    ]
+    # Hand-edited or quoted text is shown as typed, never as a mention or a link.
+    odd = history.entry(T0, OPS, Step.REJECTED, "reason: <!channel> & <http://evil.example|x>").line()
+    assert history.shown([odd, "<!here> by hand"], inert, mention) == [
+        "2026-12-01 14:00Z <@U0000000OPS> *rejected*: reason: &lt;!channel&gt; &amp; &lt;http://evil.example|x&gt;",
+        "&lt;!here&gt; by hand",
+    ]
 
 
 def _lines(n: int, step: Step = Step.WARNED) -> list[str]:
@@ -183,7 +192,7 @@ def test_status_prints_the_history(svc: GpuFarm) -> None:
     ir = _request(svc, 8)
     svc.allocate(svc.allocation(ir))
     svc.release(ir, USER)
-    message = svc.status(ir)
+    message = svc.status(ir, USER)
     assert "History (4 entries):" in message.text
     assert f"<@{USER}> released" in message.text
     history_blocks = [b for b in message.blocks if b["type"] == "section" and "History" in b["text"]["text"]]
@@ -237,6 +246,6 @@ def test_status_shows_keeps_and_an_exemption(svc: GpuFarm) -> None:
     svc.idle_triggered(ir)
     svc.keep(ir, USER)
     svc.exempt(ir, OPS, 3, "paper deadline")
-    text = svc.status(ir).text
+    text = svc.status(ir, USER).text
     assert "Keeps used: 1, idle reclaim held off until " in text
     assert "Exempt from idle reclaim until " in text and f"(granted by <@{OPS}>)" in text

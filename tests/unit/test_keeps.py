@@ -169,7 +169,7 @@ def test_only_operators_exempt_and_the_exemption_holds_reclaim_off(world: World)
     assert "exempt from idle reclaim until" in world.svc.idle_triggered(ir).action
     assert "nothing to keep" in world.svc.keep(ir, USER).text
     # Exempted by someone else: a clear answer, nothing changed.
-    with pytest.raises(Conflict, match=f"already exempt from idle reclaim until .* \\(granted by <@{OPS}>\\)"):
+    with pytest.raises(Conflict, match=f"already exempt from idle reclaim until .* \\(granted by operator {OPS}\\)"):
         world.svc.exempt(ir, OTHER_OPS, 5, "mine")
     assert world.alloc(ir).exempt_by == OPS
     world.clock.advance(days=4)

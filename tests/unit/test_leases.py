@@ -169,7 +169,7 @@ def test_a_redelivered_reminder_command_is_answered_from_the_ledger_not_sent_twi
 def test_status_says_when_the_days_start(world: World) -> None:
     first = world.ask(days=7)
     second = world.ask(days=5)
-    held = world.svc.status(first).text
+    held = world.svc.status(first, USER).text
     assert f"7 days from {world.clock.now():%Y-%m-%d %H:%M} UTC, expires " in held
-    waiting = world.svc.status(second).text
+    waiting = world.svc.status(second, USER).text
     assert "5 days from when its hosts are allocated, waiting since " in waiting and "expires" not in waiting

@@ -18,6 +18,7 @@ from moto import mock_aws
 
 from gpufarm.adapters.profile_store import PAGE, PREFIX, TRACE, S3ProfileStore
 from gpufarm.config import Settings
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.commands import executor
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
@@ -199,8 +200,9 @@ def test_a_redelivered_profile_command_appends_nothing(world: World) -> None:
 
 def test_gpu_status_lists_the_run_with_its_link(world: World) -> None:
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-3")
-    text = world.svc.status(world.ir).text
-    assert "profiled: run run-3; 5 steps" in text and done.link in text  # type: ignore[attr-defined]
+    text = world.svc.status(world.ir, ALICE).text
+    # Slack text: the link's `&` is sent as `&amp;` (Slack reads it back as `&`).
+    assert "profiled: run run-3; 5 steps" in text and inert(done.link) in text  # type: ignore[attr-defined]
 
 
 def test_a_run_whose_link_would_not_fit_the_history_is_refused_before_anything_is_stored(world: World) -> None:

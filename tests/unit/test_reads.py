@@ -197,7 +197,7 @@ def test_one_invocation_reads_its_pool_once_across_its_steps(
     with svc.context.reading():
         svc.process(incidents.by_ir(ir).id)
         svc.allocate_waiting("hpc")
-        svc.status(ir)
+        svc.status(ir, USER)
     assert incidents.searches == [
         live_query("hpc", phases={Phase.WAITING}),
         live_query("hpc", phases={Phase.APPROVED, Phase.WAITING}),

@@ -184,7 +184,7 @@ def test_operator_rejects(world: World) -> None:
 
 def test_unknown_ir(world: World) -> None:
     with pytest.raises(NotFound, match="IR-99"):
-        world.svc.status(99)
+        world.svc.status(99, USER)
     with pytest.raises(NotFound):
         world.svc.approve(99, OPS)
 
@@ -405,7 +405,7 @@ def test_status_list_and_quota(world: World) -> None:
     world.process(1)
     world.svc.submit_request(world.request(gpu_model="A100", environment="slices", gpu_count="2", user=OTHER))
     world.process(2)
-    assert "hpc-1" in world.svc.status(1).text
+    assert "hpc-1" in world.svc.status(1, USER).text
     assert "IR-1" in world.svc.list_allocations("mine", USER).text
     assert "IR-2" not in world.svc.list_allocations("mine", USER).text
     assert "IR-2" in world.svc.list_allocations("all", USER).text

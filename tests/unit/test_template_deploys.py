@@ -55,13 +55,18 @@ EVERY_OPTION = {
     "DatadogExtensionLayerArn": "arn:aws:lambda:us-east-1:464622532012:layer:Datadog-Extension-ARM:80",
     "DatadogApiKeySecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:gpufarm/dd-api-key-AbCdEf",
     "AlarmTopicArn": "arn:aws:sns:us-east-1:123456789012:gpufarm-alarms",
+    "SlackIngressConcurrency": "40",
+    "IncidentWebhookConcurrency": "16",
+    "IdleAlertConcurrency": "8",
+    "ProfilePagesConcurrency": "4",
+    "PublicUrl4xxAlarmThreshold": "50",
 }
 PARAMETER_SETS = {"defaults": REQUIRED, "every-option": EVERY_OPTION}
 
 # The resource types of the transformed template that moto's CloudFormation has no model for (moto 5.2): it skips
 # each with a warning and creates nothing.
 MOTO_CANNOT_CREATE = {
-    "AWS::CloudWatch::Alarm",  # the two dead-letter queue alarms
+    "AWS::CloudWatch::Alarm",  # the two dead-letter queue alarms and the four public URLs' 4xx alarms
     "AWS::Lambda::Alias",  # the ingress's `live` alias (AutoPublishAlias, SnapStart)
     "AWS::Lambda::EventInvokeConfig",  # the worker's no-retry setting and its on-failure queue
     "AWS::Lambda::Url",  # the four Function URLs
@@ -197,6 +202,11 @@ def _function(d: Deployment, logical_id: str, props: dict[str, Any]) -> list[Com
         ("Layers", props.get("Layers", []), [layer["Arn"] for layer in config.get("Layers", [])]),
         ("LoggingConfig", props.get("LoggingConfig"), config.get("LoggingConfig")),
         ("SnapStart", props.get("SnapStart", {"ApplyOn": "None"}), {"ApplyOn": config["SnapStart"]["ApplyOn"]}),
+        (
+            "ReservedConcurrentExecutions",
+            props.get("ReservedConcurrentExecutions"),
+            client.get_function_concurrency(FunctionName=d.physical[logical_id]).get("ReservedConcurrentExecutions"),
+        ),
         (
             "Tags",
             {t["Key"]: t["Value"] for t in props.get("Tags", [])},

@@ -127,12 +127,16 @@ class GpuFarm:
         """One allocation by IR; NotFound naming the IR."""
         return queries.allocation(self.context, ir)
 
-    def status(self, ir: int) -> Message:
-        """One allocation in detail."""
-        return queries.status(self.context, ir)
+    def visible_allocation(self, ir: int, user: str) -> Allocation:
+        """One allocation by IR for a user who may see it; NotAllowed ("IR-n belongs to another team") otherwise."""
+        return queries.visible_allocation(self.context, ir, user)
+
+    def status(self, ir: int, user: str) -> Message:
+        """One allocation in detail, for its requester, its team's members and the operators."""
+        return queries.status(self.context, ir, user)
 
     def list_allocations(self, scope: str, user: str, team: str | None = None) -> Message:
-        """Live allocations: the user's own, a team's, or all."""
+        """Live allocations: the user's own, a team's, or all; other teams' leases are counted, never shown."""
         return queries.list_allocations(self.context, scope, user, team)
 
     def quota(self, team: str | None = None) -> Message:

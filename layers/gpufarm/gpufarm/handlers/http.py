@@ -40,16 +40,29 @@ def headers(event: Mapping[str, Any]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in raw.items()}
 
 
-def raw_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> bytes:
-    """The exact body bytes (base64 undone when the URL delivered it encoded), at most `limit` bytes (else 413)."""
+def check_size(event: Mapping[str, Any], limit: int) -> None:
+    """Refuse (413) a body that cannot fit in `limit` bytes, from its length alone: nothing is decoded or parsed.
+
+    Every public handler calls this (directly or through raw_body) before it reads anything else of the request,
+    so an oversize body costs one length comparison (tests/security/test_public_endpoints.py).
+    """
     body = event.get("body")
     if body is None:
-        return b""
+        return
     if not isinstance(body, str):
         raise BadRequest("body must be a string")
-    # Refused before decoding anything: base64 text is 4/3 of its bytes, UTF-8 at least one byte a character.
-    if len(body) > (limit * 4) // 3 + 4:
+    # Padded base64 of n bytes is exactly 4 * ceil(n / 3) characters; UTF-8 is at least one byte a character.
+    bound = 4 * ((limit + 2) // 3) if event.get("isBase64Encoded") else limit
+    if len(body) > bound:
         raise BadRequest("body too large", 413)
+
+
+def raw_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> bytes:
+    """The exact body bytes (base64 undone when the URL delivered it encoded), at most `limit` bytes (else 413)."""
+    check_size(event, limit)
+    body = event.get("body")
+    if not isinstance(body, str):  # None: check_size refused anything else
+        return b""
     if event.get("isBase64Encoded"):
         try:
             data = base64.b64decode(body, validate=True)
@@ -64,7 +77,11 @@ def raw_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> bytes:
 
 def json_body(event: Mapping[str, Any], limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
     """A JSON object body of at most `limit` bytes, nested no deeper than gpufarm.core.kernel.bounded allows."""
-    data = raw_body(event, limit)
+    return json_object(raw_body(event, limit), limit)
+
+
+def json_object(data: bytes, limit: int = MAX_BODY_BYTES) -> dict[str, Any]:
+    """Body bytes already read (and bounded) by raw_body, parsed as one JSON object within the same bounds."""
     try:
         value = bounded.loads(data, max_bytes=limit) if data.strip() else None
     except bounded.BadJson as exc:

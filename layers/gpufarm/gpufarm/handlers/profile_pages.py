@@ -22,10 +22,15 @@ from gpufarm.profiling.links import LinkSigner
 log = logging.getLogger(__name__)
 
 PREFIX = "/profiles/"
+# A page link is a GET: its request carries no body, and one that does is refused before anything is read.
+MAX_BODY_BYTES = 0
 PAGE_HEADERS = {
     "Content-Type": "text/html; charset=utf-8",
     # The page is inline CSS and SVG only; the dashboard embeds it, so framing is allowed from Datadog.
+    # form-action and base-uri do not fall back to default-src: without them a form in a page could post anywhere
+    # and a <base> could point its relative links elsewhere, so both are closed explicitly.
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "form-action 'none'; base-uri 'none'; "
     "frame-ancestors https://*.datadoghq.com https://*.datadoghq.eu https://*.ddog-gov.com 'self'",
     "Cache-Control": "private, max-age=300",
     "X-Content-Type-Options": "nosniff",
@@ -37,6 +42,10 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     """Serve one run's page, or a short error."""
     if not http.is_url_event(event) or http.method(event) not in ("GET", "HEAD"):
         return http.error(405, "only GET of a profile page link")
+    try:
+        http.check_size(event, MAX_BODY_BYTES)
+    except http.BadRequest as exc:
+        return http.error(exc.status, exc.reason)
     path = str(event.get("rawPath") or "")[:600]
     params = event.get("queryStringParameters") or {}
     if not path.startswith(PREFIX) or not isinstance(params, Mapping):

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufarm.handlers.http import SLACK_MAX_BODY_BYTES
+
 USER_ID = r"^[UW][A-Z0-9]{2,20}$"
 CHANNEL_ID = r"^[CDG][A-Z0-9]{2,20}$"
 HTTP_URL = r"^https?://[^\s]{1,2000}$"
@@ -26,7 +28,9 @@ class SlashCommand(_Slack):
     """A slash command's form fields (`application/x-www-form-urlencoded`)."""
 
     command: str = Field(max_length=40)
-    text: str = Field(default="", max_length=4000)
+    # As long as the ingress's body bound lets it be: a text past the command's own bound (2,000 characters) gets
+    # parse_command's ephemeral answer, where failing here would be an HTTP 400 Slack shows as a failed command.
+    text: str = Field(default="", max_length=SLACK_MAX_BODY_BYTES)
     user_id: str = Field(pattern=USER_ID)
     channel_id: str = Field(pattern=CHANNEL_ID)
     response_url: str = Field(pattern=HTTP_URL)

@@ -17,7 +17,8 @@ from urllib.parse import parse_qs
 from pydantic import ValidationError
 
 from gpufarm.core.chat import block_kit, messages, modal, reason_form
-from gpufarm.core.chat.command_text import MAX_TEXT, Command, Verb, parse_command
+from gpufarm.core.chat.command_text import Command, Verb, parse_command
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import bounded
@@ -92,12 +93,6 @@ snapstart.register(before_snapshot=_before_snapshot, after_restore=rt.after_rest
 
 
 def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
-    text = form.get("text")
-    if text is not None and len(text) > MAX_TEXT:
-        # Cut to one character past the bound before anything reads it: parse_command then gives every too-long
-        # command the same ephemeral answer. Refused by the form's model instead, a long one was a 400, which
-        # Slack shows as a failed command.
-        form = {**form, "text": text[: MAX_TEXT + 1]}
     try:
         cmd_form = SlashCommand.model_validate(form)
     except ValidationError:
@@ -280,7 +275,8 @@ def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str
         if payload.response_url:
             try:
                 runtime.ingress_chat().respond(
-                    payload.response_url, f"I could not open the form in time; use `/gpu {verb} IR-{ir} <reason>`."
+                    payload.response_url,
+                    inert(f"I could not open the form in time; use `/gpu {verb} IR-{ir} <reason>`."),
                 )
             except GpufarmError:
                 log.warning("could not tell %s the reason form failed", payload.user.id)

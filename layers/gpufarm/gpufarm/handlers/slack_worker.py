@@ -97,7 +97,7 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     ir = cmd.ir or 0
     telemetry.correlate(ir=cmd.ir)
     if cmd.verb is Verb.STATUS:
-        return svc.status(ir)
+        return svc.status(ir, job.user)
     if cmd.verb is Verb.LIST:
         return svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team)
     if cmd.verb is Verb.QUOTA:
@@ -107,8 +107,9 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
-        # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it).
-        alloc = svc.allocation(ir)
+        # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it). The
+        # button shows the lease, so only those who may see it get one.
+        alloc = svc.visible_allocation(ir, job.user)
         return notices.release_confirm(alloc, svc.context.links_for(alloc))
     op = COMMAND_OPS.get(cmd.verb)
     if op is None:

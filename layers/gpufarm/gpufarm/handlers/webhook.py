@@ -63,6 +63,8 @@ def receive(
             return http.error(400, "not a Function URL event")
         if http.method(event) != "POST":
             return http.error(405, "webhooks are POSTs")
+        # The size bound before the secret, the token or any parsing: an oversize body costs a length comparison.
+        http.check_size(event, http.WEBHOOK_MAX_BODY_BYTES)
         # Datadog's 15 s delivery timeout bounds everything this path calls (runtime.for_webhook).
         runtime = rt.current().for_webhook()
         secret = runtime.settings.require("webhook_secret")

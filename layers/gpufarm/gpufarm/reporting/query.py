@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from gpufarm.core.accounting.gpu_hours import month_spans
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.model import isoformat, validate_name
 
@@ -147,7 +148,8 @@ def known_project(project: str | None, known_projects: Collection[str]) -> str |
         return None
     project = validate_name("project", project)
     if project not in known_projects:
-        known = ", ".join(sorted(known_projects)[:20]) or "none yet"
+        # The leases' projects are incident fields, which can be edited by hand: listed as data.
+        known = ", ".join(visible(p, 64) for p in sorted(known_projects)[:20]) or "none yet"
         raise ValidationFailed("project", f"unknown project '{project}'; projects: {known}")
     return project
 

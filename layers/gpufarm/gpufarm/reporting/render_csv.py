@@ -5,15 +5,9 @@ from __future__ import annotations
 import csv
 import io
 
+from gpufarm.reporting.cells import NOTE_CHARS, csv_cell
 from gpufarm.reporting.columns import COLUMNS, REASONS, reclaims_by_reason
 from gpufarm.reporting.model import Report, Row
-
-# A cell a spreadsheet would read as a formula starts with one of these; it is written with a leading quote.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _safe(text: str) -> str:
-    return f"'{text}" if text.startswith(_FORMULA_START) else text
 
 
 def header(report: Report) -> list[str]:
@@ -31,25 +25,26 @@ def header(report: Report) -> list[str]:
 
 
 def _line(report: Report, row: Row) -> list[str]:
+    """One line's cells, every one through csv_cell (a formula prefix is quoted whichever column holds it)."""
     period = report.query.period
     reclaims = reclaims_by_reason(row)
-    return [
+    cells = [
         period.start.strftime("%Y-%m-%dT%H:%M:%SZ"),
         period.end.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        _safe(row.key),
+        row.key,
         *(cell(row) for _, cell in COLUMNS),
         *(str(reclaims[reason]) for reason in REASONS),
         "" if row.entitled is None else str(row.entitled),
         "" if row.held_now is None else str(row.held_now),
-        _safe(row.budgets_text()),
     ]
+    return [*(csv_cell(c) for c in cells), csv_cell(row.budgets_text(), NOTE_CHARS)]
 
 
 def render_csv(report: Report) -> str:
     """The report's rows and its total as CSV text (RFC 4180 quoting, `\\r\\n` line ends)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(header(report))
+    writer.writerow([csv_cell(name) for name in header(report)])
     for row in [*report.rows, report.total]:
         writer.writerow(_line(report, row))
     return buffer.getvalue()

@@ -3,22 +3,26 @@
 The charts are drawn by plotly.js, inlined from the `plotly` package's own copy (the `report` extra of the
 gpufarm distribution; no CDN, so the file opens on a laptop without a network, as the local dashboards do): usage
 over time per team (busy GPUs per team stacked, and the GPUs held, from the ledger gauges), GPU-hours held vs busy
-vs idle vs unmeasured per group, and the top idle leases. Every text the page shows is HTML-escaped; the figures
-travel as JSON in a `<script type="application/json">` block with `</` escaped. When every chart has
+vs idle vs unmeasured per group, and the top idle leases. Every text the page shows passes through
+gpufarm.reporting.cells.html_text and every chart label through cells.chart_label (escaped and bounded: a
+hand-edited incident field is data, never markup); the figures travel as JSON in a `<script type="application/json">`
+block with `<`, `>` and `&` written as `\u003c`, `\u003e` and `\u0026`, so no text inside it can close the block
+or open a comment. The page's only scripts and styles are the constants below and plotly.js. When every chart has
 drawn, the page sets `data-rendered="true"` on its body (what the browser test and the screenshots wait for).
 """
 
 from __future__ import annotations
 
 import functools
-import html
 import json
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
 from gpufarm.config import ConfigurationError
+from gpufarm.core.kernel.display import MAX_SHOWN
 from gpufarm.core.kernel.model import isoformat
+from gpufarm.reporting.cells import NOTE_CHARS, chart_label, html_text
 from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row
 from gpufarm.reporting.usage import HELD_METRIC
@@ -79,7 +83,7 @@ def usage_figure(report: Report) -> dict[str, Any]:
                 "type": "scatter",
                 "mode": "lines",
                 "stackgroup": "busy",
-                "name": f"{series.team} busy",
+                "name": f"{chart_label(series.team)} busy",
                 "x": [_iso(t) for t, _ in series.points],
                 "y": [v for _, v in series.points],
                 "line": {"width": 0.5},
@@ -108,7 +112,7 @@ def usage_figure(report: Report) -> dict[str, Any]:
 def hours_figure(report: Report) -> dict[str, Any]:
     """Stacked bars per group: busy, idle and unmeasured GPU-hours (together the held hours)."""
     rows = report.rows[:MAX_CHART_GROUPS]
-    keys = [r.key for r in rows]
+    keys = [chart_label(r.key) for r in rows]
     traces = [
         {
             "type": "bar",
@@ -132,7 +136,7 @@ def idle_figure(report: Report) -> dict[str, Any]:
         "type": "bar",
         "orientation": "h",
         "name": "idle GPU-hours",
-        "y": [f"IR-{x.ir} {x.team}/{x.project}" for x in lines],
+        "y": [f"IR-{x.ir} {chart_label(x.team)}/{chart_label(x.project)}" for x in lines],
         "x": [round(x.idle, 3) for x in lines],
         "marker": {"color": _COLOURS["idle"]},
     }
@@ -147,15 +151,22 @@ def idle_figure(report: Report) -> dict[str, Any]:
     return {"data": [trace], "layout": layout}
 
 
-def _cell(text: str, numeric: bool = False) -> str:
-    return f'<td class="num">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>"
+def script_json(value: Any) -> str:
+    """JSON to inline in a `<script>` block: no `<`, `>` or `&` appears raw, so no text can end the block."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _cell(text: str, numeric: bool = False, limit: int = MAX_SHOWN) -> str:
+    shown = html_text(text, limit)
+    return f'<td class="num">{shown}</td>' if numeric else f"<td>{shown}</td>"
 
 
 def _row_html(row: Row, total: bool = False) -> str:
     wait = "-" if row.wait_avg is None else f"{row.wait_avg:.1f} / {row.wait_max or 0:.1f}"
     numbers = [*shown(row, 1), wait]
     cells = _cell(row.key) + "".join(_cell(n, True) for n in numbers)
-    cells += _cell(row.reclaims_text()) + _cell(row.quota_text()) + _cell(row.budgets_text())
+    cells += _cell(row.reclaims_text(), limit=NOTE_CHARS) + _cell(row.quota_text())
+    cells += _cell(row.budgets_text(), limit=NOTE_CHARS)
     return f'<tr class="total">{cells}</tr>' if total else f"<tr>{cells}</tr>"
 
 
@@ -178,7 +189,7 @@ _HEADERS = (
 
 
 def _table(report: Report) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEADERS)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in _HEADERS)
     body = "".join(_row_html(r) for r in report.rows) + _row_html(report.total, total=True)
     return f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -187,11 +198,11 @@ def _lease_list(title: str, lines: list[LeaseLine], part: str) -> str:
     if not lines:
         return ""
     items = "".join(
-        f"<li>IR-{x.ir} {html.escape(x.team)}/{html.escape(x.project)} ({html.escape(x.environment)}): "
+        f"<li>IR-{x.ir} {html_text(x.team)}/{html_text(x.project)} ({html_text(x.environment)}): "
         f"{getattr(x, part):,.1f} of {x.held:,.1f} GPU-hours</li>"
         for x in lines
     )
-    return f"<section><h2>{html.escape(title)}</h2><ul>{items}</ul></section>"
+    return f"<section><h2>{html_text(title)}</h2><ul>{items}</ul></section>"
 
 
 def render_html(report: Report) -> str:
@@ -200,30 +211,30 @@ def render_html(report: Report) -> str:
         zip(("usage", "hours", "idle"), (usage_figure(report), hours_figure(report), idle_figure(report)), strict=True)
     )
     charts = "".join(
-        f'<div class="widget"><h3>{html.escape(title)}</h3><div class="chart" id="chart-{key}"></div></div>'
+        f'<div class="widget"><h3>{html_text(title)}</h3><div class="chart" id="chart-{html_text(key)}"></div></div>'
         for key, title in zip(figures, CHART_TITLES, strict=True)
     )
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in report.notes)
+    notes = "".join(f"<li>{html_text(n, NOTE_CHARS)}</li>" for n in report.notes)
     period = report.query.period
-    title = f"gpufarm report: {report.query.describe()}"
+    title = html_text(f"gpufarm report: {report.query.describe()}", NOTE_CHARS)
     body = (
-        f"<h1>{html.escape(title)}</h1>"
+        f"<h1>{title}</h1>"
         f"<p class='frame'>{isoformat(period.start)} → {isoformat(period.end)}; generated {isoformat(report.generated)}"
         " from the incidents' accrued GPU-hours and history (unmeasured hours are never counted as idle)</p>"
-        f"<main>{charts}</main><section><h2>Per {html.escape(report.query.by.value)}</h2>"
+        f"<main>{charts}</main><section><h2>Per {html_text(report.query.by.value)}</h2>"
         f"<div class='table-wrap'>{_table(report)}</div></section>"
         f"<section><h2>Notes</h2><ul>{notes}</ul></section>"
         + _lease_list("Unmeasured GPU-hours", report.unmeasured, "unmeasured")
         + _lease_list("Top idle leases", report.top_idle, "idle")
     )
-    data = json.dumps(figures).replace("</", "<\\/")
+    data = script_json(figures)
     scripts = (
         f'<script id="figures" type="application/json">{data}</script>'
         f"<script>{plotly_js()}</script><script>{_DRAW_JS}</script>"
     )
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>{body}{scripts}</body></html>"
+        f"<title>{title}</title><style>{_CSS}</style></head><body>{body}{scripts}</body></html>"
     )
 
 

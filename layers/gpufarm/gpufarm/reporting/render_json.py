@@ -1,4 +1,8 @@
-"""A report as one JSON document (`--format json`): rows, total, the leases worth naming and the notes."""
+"""A report as one JSON document (`--format json`): rows, total, the leases worth naming and the notes.
+
+Every text read from an incident or the farm file passes through gpufarm.reporting.cells.json_text, as every
+other format's cells pass through theirs, so the formats say the same.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import json
 from typing import Any
 
 from gpufarm.core.kernel.model import isoformat
+from gpufarm.reporting.cells import NOTE_CHARS, json_text
 from gpufarm.reporting.columns import reclaims_by_reason
 from gpufarm.reporting.model import LeaseLine, Report, Row
 
@@ -17,7 +22,7 @@ def _round(value: float | None) -> float | None:
 def row_json(row: Row) -> dict[str, Any]:
     """One row as JSON."""
     return {
-        "group": row.key,
+        "group": json_text(row.key),
         "leases": row.leases,
         "gpu_hours": {
             "held": _round(row.held),
@@ -30,11 +35,16 @@ def row_json(row: Row) -> dict[str, Any]:
         "idle_warnings": row.idle_warnings,
         "keeps": row.keeps,
         "exemptions": row.exemptions,
-        "reclaims": {k: v for k, v in reclaims_by_reason(row).items() if v},
+        "reclaims": {json_text(k): v for k, v in reclaims_by_reason(row).items() if v},
         "wait_hours": {"avg": _round(row.wait_avg), "max": _round(row.wait_max), "allocations": len(row.waits)},
         "quota": None if row.entitled is None else {"entitled_gpus": row.entitled, "held_now_gpus": row.held_now},
         "budgets": [
-            {"budget": b.label, "period": b.period, "burned": _round(b.burned), "gpu_hours": b.gpu_hours}
+            {
+                "budget": json_text(b.label),
+                "period": json_text(b.period),
+                "burned": _round(b.burned),
+                "gpu_hours": b.gpu_hours,
+            }
             for b in row.budgets
         ],
     }
@@ -43,9 +53,9 @@ def row_json(row: Row) -> dict[str, Any]:
 def _lease(line: LeaseLine) -> dict[str, Any]:
     return {
         "ir": f"IR-{line.ir}",
-        "team": line.team,
-        "project": line.project,
-        "environment": line.environment,
+        "team": json_text(line.team),
+        "project": json_text(line.project),
+        "environment": json_text(line.environment),
         "held": _round(line.held),
         "busy": _round(line.busy),
         "idle": _round(line.idle),
@@ -59,14 +69,14 @@ def report_json(report: Report) -> dict[str, Any]:
     return {
         "period": {"start": isoformat(period.start), "end": isoformat(period.end), "label": period.label},
         "by": report.query.by.value,
-        "team": report.query.team,
-        "project": report.query.project,
+        "team": None if report.query.team is None else json_text(report.query.team),
+        "project": None if report.query.project is None else json_text(report.query.project),
         "generated": isoformat(report.generated),
         "rows": [row_json(r) for r in report.rows],
         "total": row_json(report.total),
         "unmeasured_leases": [_lease(x) for x in report.unmeasured],
         "top_idle_leases": [_lease(x) for x in report.top_idle],
-        "notes": report.notes,
+        "notes": [json_text(n, NOTE_CHARS) for n in report.notes],
     }
 
 

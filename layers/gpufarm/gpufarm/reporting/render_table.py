@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpufarm.reporting.cells import NOTE_CHARS, table_cell
 from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row
 
@@ -10,19 +11,20 @@ _HEAD = ("group", "leases", "held h", "busy h", "idle h", "unmeas. h", "util %",
 
 def _cells(row: Row) -> tuple[str, ...]:
     wait = "-" if row.wait_avg is None else f"{row.wait_avg:.1f}"
-    return (row.key, *shown(row, 0), wait)
+    return tuple(table_cell(c) for c in (row.key, *shown(row, 0), wait))
 
 
 def _line(lease: LeaseLine, value: float) -> str:
-    return f"  IR-{lease.ir} {lease.team}/{lease.project} ({lease.environment}): {value:,.1f} of {lease.held:,.1f} h"
+    team, project, env = (table_cell(x) for x in (lease.team, lease.project, lease.environment))
+    return f"  IR-{lease.ir} {team}/{project} ({env}): {value:,.1f} of {lease.held:,.1f} h"
 
 
 def render_table(report: Report) -> str:
     """Rows, the total, then reclaims, quota and budgets per group, the notes and the leases worth naming."""
-    out = [f"gpufarm report: {report.query.describe()}", "", *_table(report), ""]
+    out = [f"gpufarm report: {table_cell(report.query.describe())}", "", *_table(report), ""]
     extras = [_extras(row) for row in report.rows]
     out += ["per group:", *extras, ""] if extras else []
-    out += [f"note: {n}" for n in report.notes]
+    out += [f"note: {table_cell(n, NOTE_CHARS)}" for n in report.notes]
     if report.unmeasured:
         out += ["", "unmeasured GPU-hours (no agent answer, or since the last accrual):"]
         out += [_line(x, x.unmeasured) for x in report.unmeasured]
@@ -47,7 +49,7 @@ def _table(report: Report) -> list[str]:
 
 def _extras(row: Row) -> str:
     """A group's reclaims, and its quota held now and budgets when it has them."""
-    parts = [f"reclaims: {row.reclaims_text()}"]
-    parts += [f"quota held now: {row.quota_text()}"] if row.quota_text() else []
-    parts += [f"budget: {row.budgets_text()}"] if row.budgets else []
-    return f"  {row.key}: " + "; ".join(parts)
+    parts = [f"reclaims: {table_cell(row.reclaims_text(), NOTE_CHARS)}"]
+    parts += [f"quota held now: {table_cell(row.quota_text())}"] if row.quota_text() else []
+    parts += [f"budget: {table_cell(row.budgets_text(), NOTE_CHARS)}"] if row.budgets else []
+    return f"  {table_cell(row.key)}: " + "; ".join(parts)

@@ -15,9 +15,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from gpufarm.core.chat.block_kit import Message, context, section
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.governance.membership import MembershipUnavailable
+from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.model import validate_name
+from gpufarm.reporting.cells import NOTE_CHARS
 from gpufarm.reporting.make import make_report
 from gpufarm.reporting.model import Report, Row
 from gpufarm.reporting.query import GroupBy
@@ -36,26 +39,30 @@ MAX_SUMMARY_ROWS = 10
 def _row_line(row: Row) -> str:
     util = "-" if row.utilisation is None else f"{row.utilisation:.0f}%"
     line = (
-        f"*{row.key}*: {row.held:,.1f} GPU-h held · {row.busy:,.1f} busy · {row.idle:,.1f} idle · "
+        f"*{inert(visible(row.key))}*: {row.held:,.1f} GPU-h held · {row.busy:,.1f} busy · {row.idle:,.1f} idle · "
         f"{row.unmeasured:,.1f} unmeasured · util {util} · {row.leases} lease(s)"
     )
     extras = []
     if row.idle_warnings or row.keeps or row.exemptions:
         extras.append(f"{row.idle_warnings} idle warning(s), {row.keeps} keep(s), {row.exemptions} exemption(s)")
     if row.reclaims:
-        extras.append(f"reclaims: {row.reclaims_text()}")
+        extras.append(f"reclaims: {inert(row.reclaims_text())}")
     if row.wait_avg is not None:
         extras.append(f"wait {row.wait_avg:.1f} h avg")
     if row.quota_text():
-        extras.append(f"holds {row.quota_text()} of its quota")
+        extras.append(f"holds {inert(row.quota_text())} of its quota")
     if row.budgets:
-        extras.append(f"budget {row.budgets_text()}")
+        extras.append(f"budget {inert(visible(row.budgets_text(), NOTE_CHARS))}")
     return line + (f"\n    {'; '.join(extras)}" if extras else "")
 
 
 def summary(report: Report, attached: str) -> Message:
-    """The report in a few Slack blocks: the total, the largest groups, the notes and where the CSV went."""
-    title = f"*GPU report: {report.query.describe()}*"
+    """The report in a few Slack blocks: the total, the largest groups, the notes and where the CSV went.
+
+    Group keys come from incident fields (editable by hand in Datadog): every name is made inert.
+    """
+    described = inert(report.query.describe())
+    title = f"*GPU report: {described}*"
     total = report.total
     util = "-" if total.utilisation is None else f"{total.utilisation:.0f}%"
     head = (
@@ -66,8 +73,9 @@ def summary(report: Report, attached: str) -> Message:
     rows = "\n".join(_row_line(r) for r in shown) or "no GPU-hours in this period"
     if len(report.rows) > len(shown):
         rows += f"\n… and {len(report.rows) - len(shown)} more in the CSV"
-    blocks = [section(head), section(rows), context(" · ".join([*report.notes, attached]))]
-    return Message(f"GPU report: {report.query.describe()}: {total.held:,.1f} GPU-hours held", blocks)
+    notes = [visible(n, NOTE_CHARS) for n in report.notes]
+    blocks = [section(head), section(rows), context(inert(" · ".join([*notes, attached])))]
+    return Message(f"GPU report: {described}: {total.held:,.1f} GPU-hours held", blocks)
 
 
 def _scope(ctx: LeaseContext, user: str, word: str | None) -> tuple[str | None, str | None, bool]:
@@ -116,7 +124,9 @@ def report_answer(ctx: LeaseContext, user: str, word: str | None) -> Message:
             filename,
             render_csv(report).encode(),
             title=f"GPU report: {report.query.describe()}",
-            initial_comment=f"GPU report: {report.query.describe()} (CSV, one line per {by.value} and the total)",
+            initial_comment=(
+                f"GPU report: {inert(report.query.describe())} (CSV, one line per {by.value} and the total)"
+            ),
         )
         attached = f"CSV `{filename}` sent to you in a direct message"
     except UpstreamError as exc:

@@ -10,6 +10,7 @@ from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.accounting.gpu_hours import Accounts
 from gpufarm.core.chat import messages
 from gpufarm.core.chat.block_kit import Message
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.chat.messages import QuotaRow
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.governance.policy import team_usage
@@ -28,7 +29,7 @@ def _ledger_lines(acc: Accounts, team: str | None) -> list[str]:
     shown = [(k, v) for k, v in sorted(acc.lines.items()) if team is None or k[0] == team]
     for (name, project, env, model), line in shown[:MAX_LINES]:
         lines.append(
-            f"• `{name}/{project}` {model} in `{env}`: {line.allocated} held: "
+            f"• `{inert(f'{name}/{project}')}` {inert(model)} in `{inert(env)}`: {line.allocated} held: "
             f"{line.used:g} used / {line.idle:g} idle / {line.unmeasured} unmeasured"
         )
     if len(shown) > MAX_LINES:
@@ -57,7 +58,7 @@ def _budget_lines(burned: Sequence[Burn], team: str | None) -> list[str]:
     return [
         "*GPU-hour budgets* (used / budget this period)",
         *(
-            f"• `{b.budget.label()}` {b.period}: {b.burned:,.0f} / {b.budget.gpu_hours:,.0f} "
+            f"• `{inert(b.budget.label())}` {b.period}: {b.burned:,.0f} / {b.budget.gpu_hours:,.0f} "
             f"({b.percent:.0f} %, {b.remaining:,.0f} left)"
             for b in mine
         ),

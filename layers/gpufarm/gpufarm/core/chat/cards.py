@@ -23,6 +23,7 @@ from gpufarm.core.chat.block_kit import (
     linked,
     section,
 )
+from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.kernel.model import Allocation
 
@@ -45,19 +46,19 @@ class CardContext:
 
 def request_card(alloc: Allocation, reason: str, requester_name: str | None, ctx: CardContext) -> Message:
     """To the operators' channel: a request beyond quota, its context, and Approve / Reject (a reason modal)."""
-    who = f"<@{alloc.requester}>" + (f" ({requester_name})" if requester_name else "")
-    what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
+    who = mention(alloc.requester) + (f" ({inert(requester_name)})" if requester_name else "")
+    what = _what(alloc)
     link = ctx.links.incident(alloc.ir)
     text = f"*<{link}|{alloc.ir_label}>* needs approval: {who} asks for {what}, {alloc.duration_days} days."
     if alloc.purpose:
-        text += f"\n>{alloc.purpose}"
+        text += f"\n>{inert(alloc.purpose)}"
     value = alloc.ir_label
     message = Message(
         f"{alloc.ir_label} needs approval",
         [
             section(text),
             section(_facts(alloc, ctx)),
-            context(reason),
+            context(inert(reason)),
             actions(
                 f"decide:{alloc.ir}",
                 button("Approve", ACTION_APPROVE, value, "primary"),
@@ -69,17 +70,25 @@ def request_card(alloc: Allocation, reason: str, requester_name: str | None, ctx
 
 
 def decided_card(alloc: Allocation, outcome: str, links: Links) -> Message:
-    """The card once decided: the ask, who decided and why, no buttons."""
-    what = f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
+    """The card once decided: the ask, who decided and why, no buttons.
+
+    `outcome` is gpufarm's own mrkdwn (a mention of the operator it checked): its callers make any reason in it
+    inert (gpufarm.core.chat.escape).
+    """
     text = (
-        f"*<{links.incident(alloc.ir)}|{alloc.ir_label}>*: <@{alloc.requester}> asked for {what}, "
+        f"*<{links.incident(alloc.ir)}|{alloc.ir_label}>*: {mention(alloc.requester)} asked for {_what(alloc)}, "
         f"{alloc.duration_days} days."
     )
     return linked(alloc, Message(f"{alloc.ir_label}: {outcome}", [section(text), section(f"*{outcome}*")]), links)
 
 
+def _what(alloc: Allocation) -> str:
+    where, owner = inert(alloc.environment), inert(f"{alloc.team}/{alloc.project}")
+    return f"{alloc.gpu_count}x {inert(alloc.gpu_model)} in `{where}` for `{owner}`"
+
+
 def _facts(alloc: Allocation, ctx: CardContext) -> str:
-    model, env = alloc.gpu_model, alloc.environment
+    model, env = inert(alloc.gpu_model), inert(alloc.environment)
     lines = []
     if ctx.free is not None:
         lines.append(f"• Pool `{env}` now: {ctx.free[0]} of {ctx.free[1]} {model} free")
@@ -89,14 +98,16 @@ def _facts(alloc: Allocation, ctx: CardContext) -> str:
         lease_list = ", ".join(a.ir_label for a in ctx.team_leases[:MAX_LEASES])
         more = f" +{len(ctx.team_leases) - MAX_LEASES}" if len(ctx.team_leases) > MAX_LEASES else ""
         held = f"{ctx.team_held} {model}" + (f" ({lease_list}{more})" if lease_list else "")
-        lines.append(f"• Team {alloc.team} holds {held} in `{env}`{_quota(ctx)}")
+        lines.append(f"• Team {inert(alloc.team)} holds {held} in `{env}`{_quota(ctx)}")
     lines.append(f"• Team's leases there, last {UTILISATION_DAYS} days: {ctx.utilisation}")
     if ctx.others:
-        named = ", ".join(f"{a.ir_label} ({a.gpu_count}x {a.gpu_model} {a.phase.value})" for a in ctx.others[:10])
+        named = ", ".join(
+            f"{a.ir_label} ({a.gpu_count}x {inert(a.gpu_model)} {a.phase.value})" for a in ctx.others[:10]
+        )
         more = f" +{len(ctx.others) - 10}" if len(ctx.others) > 10 else ""
-        lines.append(f"• <@{alloc.requester}>'s other live leases: {named}{more}")
+        lines.append(f"• {mention(alloc.requester)}'s other live leases: {named}{more}")
     else:
-        lines.append(f"• <@{alloc.requester}> holds no other live lease")
+        lines.append(f"• {mention(alloc.requester)} holds no other live lease")
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from gpufarm.core.chat.block_kit import ACTION_KEEP, Message, actions, button, linked, release_button, section
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.chat.links import Links
 from gpufarm.core.chat.messages import _what, _when
 from gpufarm.core.config.farm import IdleKind, IdlePolicy, PartialIdle
@@ -78,15 +79,16 @@ def partly_reclaimed(
     alloc: Allocation, given: Mapping[str, int], hosts_gone: Sequence[str], grace: int, links: Links | None = None
 ) -> Message:
     """To the requester and the operators: which idle hosts (or devices) left a lease, and what it keeps."""
-    parts = _named(f"`{p}` ({n} GPU{'s' if n != 1 else ''})" for p, n in sorted(given.items()))
+    parts = _named(f"`{inert(p)}` ({n} GPU{'s' if n != 1 else ''})" for p, n in sorted(given.items()))
     gpus = sum(given.values())
-    kept = _named(f"`{h}` ({alloc.host_gpus.get(h, 0)} GPUs)" for h in alloc.hosts) or "no host"
-    gone = _named(f"`{h}`" for h in hosts_gone)
+    kept = _named(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)} GPUs)" for h in alloc.hosts) or "no host"
+    gone = _named(f"`{inert(h)}`" for h in hosts_gone)
     untagged = f" Its `{alloc.ir_tag}` tag is removed from {gone}." if hosts_gone else ""
     text = (
         f":recycle: *{alloc.ir_label}* gave back {parts}: idle past the {grace} min grace while the rest of the lease "
-        f"was busy; {gpus} GPU{'s' if gpus != 1 else ''} are back in `{alloc.environment}`.{untagged}\n"
-        f"The lease stays open with {kept}: {alloc.gpu_count}x {alloc.gpu_model}, until {_when(alloc.expires_at)}."
+        f"was busy; {gpus} GPU{'s' if gpus != 1 else ''} are back in `{inert(alloc.environment)}`.{untagged}\n"
+        f"The lease stays open with {kept}: {alloc.gpu_count}x {inert(alloc.gpu_model)}, "
+        f"until {_when(alloc.expires_at)}."
     )
     return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)
 
@@ -96,7 +98,8 @@ def partly_busy_again(
 ) -> Message:
     """To the requester: some warned parts are busy again; the warning stands for the rest."""
     text = (
-        f"{alloc.ir_label}: {_named(cleared)} busy again, its idle warning cleared; still idle: {_named(still_idle)}."
+        f"{alloc.ir_label}: {_named(map(inert, cleared))} busy again, its idle warning cleared; "
+        f"still idle: {_named(map(inert, still_idle))}."
     )
     return linked(alloc, Message(text, [section(text)]), links)
 
@@ -109,16 +112,16 @@ def _idle_where(alloc: Allocation, scope: IdleScope | None) -> str:
     """`host gpu-a-01 (8 GPUs)`, `devices GPU-1234…, …`, or the whole lease when the alert named neither."""
     if scope is not None and scope.devices:
         noun = "device" if len(scope.devices) == 1 else "devices"
-        names = _named(f"`{d}`" for d in scope.devices)
-        on = f" on {_named(f'`{h}`' for h in scope.hosts)}" if scope.hosts else ""
+        names = _named(f"`{inert(d)}`" for d in scope.devices)
+        on = f" on {_named(f'`{inert(h)}`' for h in scope.hosts)}" if scope.hosts else ""
         return f"{noun} {names}{on}"
     if scope is not None and scope.hosts:
         noun = "host" if len(scope.hosts) == 1 else "hosts"
         held = {h.lower(): n for h, n in alloc.host_gpus.items()}
         return f"{noun} " + _named(
-            f"`{h}` ({held[h.lower()]} GPUs)" if held.get(h.lower()) else f"`{h}`" for h in scope.hosts
+            f"`{inert(h)}` ({held[h.lower()]} GPUs)" if held.get(h.lower()) else f"`{inert(h)}`" for h in scope.hosts
         )
-    where = f" on {_named(f'`{h}`' for h in alloc.hosts)}" if alloc.hosts else ""
+    where = f" on {_named(f'`{inert(h)}`' for h in alloc.hosts)}" if alloc.hosts else ""
     return f"the whole lease looks idle ({alloc.gpu_count} GPUs{where})"
 
 

@@ -20,6 +20,7 @@ from gpufarm.core.chat.block_kit import (
     release_button,
     section,
 )
+from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.hosts import GpuUnit
@@ -51,7 +52,9 @@ Operators: `/gpu approve IR-123`, `/gpu reject IR-123 <reason>`, `/gpu reclaim I
 
 
 def _what(alloc: Allocation) -> str:
-    return f"{alloc.gpu_count}x {alloc.gpu_model} in `{alloc.environment}` for `{alloc.team}/{alloc.project}`"
+    """`8x H100 in `pool` for `team/project``, every name inert (incident fields may be edited by hand)."""
+    where, owner = inert(alloc.environment), inert(f"{alloc.team}/{alloc.project}")
+    return f"{alloc.gpu_count}x {inert(alloc.gpu_model)} in `{where}` for `{owner}`"
 
 
 def _when(moment: datetime | None) -> str:
@@ -59,13 +62,15 @@ def _when(moment: datetime | None) -> str:
 
 
 def help_message(unknown: str | None = None) -> Message:
-    """The help text; names the word that was not understood."""
-    lead = f"I don't know `/gpu {unknown}`.\n" if unknown else ""
-    return Message(lead + HELP, [section(lead + HELP)])
+    """The help text; names the word that was not understood. Inert as a whole: its `<reason>` is a placeholder,
+    not a link, and the word is what someone typed."""
+    text = inert((f"I don't know `/gpu {unknown}`.\n" if unknown else "") + HELP)
+    return Message(text, [section(text)])
 
 
 def error_message(text: str) -> Message:
-    """A user error, said plainly."""
+    """A user error, said plainly; inert as a whole (errors quote what people typed and carry no markup)."""
+    text = inert(text)
     return Message(f":warning: {text}", [section(f":warning: {text}")])
 
 
@@ -81,7 +86,7 @@ def rejected_reply(alloc: Allocation, links: Links | None = None) -> Message:
 
 def releasing_reply(alloc: Allocation, reason: str | None, links: Links | None = None) -> Message:
     """To whoever released or reclaimed: the incident is resolved, the webhook frees the hosts."""
-    why = f" ({reason})" if reason else ""
+    why = f" ({inert(reason)})" if reason else ""
     return linked(alloc, Message(f"{alloc.ir_label} is being released{why}; its hosts are freed shortly."), links)
 
 
@@ -109,7 +114,7 @@ def extended_reply(alloc: Allocation, days: int | None, links: Links | None = No
 
 def policy_refused(alloc: Allocation, reason: str, links: Links | None = None) -> Message:
     """To the requester: a request the policy refused when it was decided; its incident is closed."""
-    text = f":no_entry: {alloc.ir_label} refused: {reason}. The request is closed; nothing was allocated."
+    text = f":no_entry: {alloc.ir_label} refused: {inert(reason)}. The request is closed; nothing was allocated."
     return linked(alloc, Message(text, [section(text)]), links)
 
 
@@ -122,31 +127,31 @@ def request_created(alloc: Allocation, *, approved: bool, reason: str, links: Li
     """To the requester: the IR number and what happens next."""
     nxt = "Approved by policy; allocating hosts now." if approved else "Sent to the GPU operators for approval."
     text = f"*{alloc.ir_label}* created: {_what(alloc)}, {alloc.duration_days} days. {nxt}"
-    return linked(alloc, Message(text.replace("*", ""), [section(text), context(reason)]), links)
+    return linked(alloc, Message(text.replace("*", ""), [section(text), context(inert(reason))]), links)
 
 
 def refused(reason: str) -> Message:
     """To the requester: a request over a hard limit, not created."""
-    text = f":no_entry: Request refused: {reason}. Nothing was created."
+    text = f":no_entry: Request refused: {inert(reason)}. Nothing was created."
     return Message(text, [section(text)])
 
 
 def approved_notice(alloc: Allocation, operator: str, links: Links | None = None) -> Message:
     """To the requester: an operator approved."""
-    text = f"*{alloc.ir_label}* was approved by <@{operator}>; allocating hosts now."
+    text = f"*{alloc.ir_label}* was approved by {mention(operator)}; allocating hosts now."
     return linked(alloc, Message(text.replace("*", ""), [section(text)]), links)
 
 
 def rejected_notice(alloc: Allocation, operator: str, reason: str | None, links: Links | None = None) -> Message:
     """To the requester: an operator rejected."""
-    text = f":x: *{alloc.ir_label}* ({_what(alloc)}) was rejected by <@{operator}>"
-    text += f": {reason}" if reason else "."
+    text = f":x: *{alloc.ir_label}* ({_what(alloc)}) was rejected by {mention(operator)}"
+    text += f": {inert(reason)}" if reason else "."
     return linked(alloc, Message(text.replace("*", ""), [section(text)]), links)
 
 
 def allocated(alloc: Allocation, links: Links | None = None) -> Message:
     """To the requester: which hosts, and how to carry the IR in code."""
-    hosts = "\n".join(f"• `{h}` ({alloc.host_gpus.get(h, 0)} GPUs){_units_of(alloc, h)}" for h in alloc.hosts)
+    hosts = "\n".join(f"• `{inert(h)}` ({alloc.host_gpus.get(h, 0)} GPUs){_units_of(alloc, h)}" for h in alloc.hosts)
     text = (
         f":white_check_mark: *{alloc.ir_label}* is allocated: {_what(alloc)}, until {_when(alloc.expires_at)}.\n"
         f"{hosts}\n"
@@ -154,9 +159,9 @@ def allocated(alloc: Allocation, links: Links | None = None) -> Message:
         f"or the pod label `{POD_LABEL}: {alloc.ir_tag.split(':', 1)[1]}`."
     )
     devices = lease_devices(alloc)
-    use = "; ".join(f"{h}: CUDA_VISIBLE_DEVICES={cuda_visible_devices(u)}" for h, u in devices.items())
+    use = inert("; ".join(f"{h}: CUDA_VISIBLE_DEVICES={cuda_visible_devices(u)}" for h, u in devices.items()))
     message = Message(
-        f"{alloc.ir_label} is allocated on {', '.join(alloc.hosts)}. Use GPUFARM_IR={alloc.ir_label}"
+        f"{alloc.ir_label} is allocated on {inert(', '.join(alloc.hosts))}. Use GPUFARM_IR={alloc.ir_label}"
         + (f" ({use})"[:1000] if use else ""),
         [section(text), _owner_buttons(alloc)],
     )
@@ -176,34 +181,34 @@ def _units_of(alloc: Allocation, host: str) -> str:
     rest = f" and {more} more (the incident's GPU devices field lists them all)" if more > 0 else ""
     what = _units_named(shown)
     # The Kubernetes resources count every unit the lease holds there, not only the ones named.
-    resources = ", ".join(f"`{name}: {n}`" for name, n in kubernetes_resources(units).items())
+    resources = ", ".join(f"`{inert(name)}: {n}`" for name, n in kubernetes_resources(units).items())
     kube = f" · Kubernetes: {resources}" if resources else ""
-    return f": {what}{rest}\n   `CUDA_VISIBLE_DEVICES={cuda_visible_devices(shown)}`{kube}"
+    return f": {what}{rest}\n   `CUDA_VISIBLE_DEVICES={inert(cuda_visible_devices(shown))}`{kube}"
 
 
 def _units_named(shown: Sequence[GpuUnit]) -> str:
     """`MIG slices 0.1, 0.2 (1g.10gb), UUIDs …; GPUs 1` for a host with slices, else `GPUs 0, 1`."""
     slices = [u for u in shown if u.is_mig]
     if not slices:
-        return f"GPU{'s' if len(shown) != 1 else ''} {', '.join(u.label for u in shown)}"
+        return f"GPU{'s' if len(shown) != 1 else ''} {inert(', '.join(u.label for u in shown))}"
     what = _slices_named(slices)
     whole = [u for u in shown if not u.is_mig]
     if whole:
-        what += f"; GPUs {', '.join(u.label for u in whole)}"
+        what += f"; GPUs {inert(', '.join(u.label for u in whole))}"
     return what
 
 
 def _slices_named(slices: Sequence[GpuUnit]) -> str:
     """`MIG slices 0.1, 0.2 (1g.10gb), UUIDs …`: the labels, their profiles once each, and the NVML uuids to use."""
-    profiles = ", ".join(sorted({u.profile or "?" for u in slices}))
-    uuids = ", ".join(f"`{nvml_uuid(u.uuid)}`" for u in slices if u.uuid)
-    return f"MIG slices {', '.join(u.label for u in slices)} ({profiles}), UUIDs {uuids}"
+    profiles = inert(", ".join(sorted({u.profile or "?" for u in slices})))
+    uuids = ", ".join(f"`{inert(nvml_uuid(u.uuid))}`" for u in slices if u.uuid)
+    return f"MIG slices {inert(', '.join(u.label for u in slices))} ({profiles}), UUIDs {uuids}"
 
 
 def reclaimed(alloc: Allocation, reason: str, hosts: Sequence[str], links: Links | None = None) -> Message:
     """To the requester and the operators: the GPUs are back in the pool."""
-    where = f" from {', '.join(f'`{h}`' for h in hosts)}" if hosts else ""
-    text = f":recycle: *{alloc.ir_label}* ({_what(alloc)}) was reclaimed{where}: {reason}."
+    where = f" from {', '.join(f'`{inert(h)}`' for h in hosts)}" if hosts else ""
+    text = f":recycle: *{alloc.ir_label}* ({_what(alloc)}) was reclaimed{where}: {inert(reason)}."
     return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)
 
 
@@ -219,15 +224,15 @@ def _lease_span(alloc: Allocation) -> str:
 def status_message(alloc: Allocation, links: Links | None = None) -> Message:
     """One allocation in detail."""
     lines = [
-        f"*{alloc.ir_label}* — {alloc.title}",
-        f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester <@{alloc.requester}>",
+        f"*{alloc.ir_label}* — {inert(alloc.title)}",
+        f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester {mention(alloc.requester)}",
         f"{_what(alloc)}, {_lease_span(alloc)}",
     ]
     if alloc.hosts:
-        lines.append("Hosts: " + ", ".join(f"`{h}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
-        lines += [f"`{h}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
+        lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
+        lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
     if alloc.approved_by:
-        who = "policy" if alloc.approved_by == "policy" else f"<@{alloc.approved_by}>"
+        who = "policy" if alloc.approved_by == "policy" else mention(alloc.approved_by)
         lines.append(f"Approved by {who}")
     if alloc.reclaim_reason:
         lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
@@ -235,10 +240,10 @@ def status_message(alloc: Allocation, links: Links | None = None) -> Message:
         held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
         lines.append(f"Keeps used: {alloc.keep_count}{held}")
     if alloc.exempt_until:
-        by = f" (granted by <@{alloc.exempt_by}>)" if alloc.exempt_by else ""
+        by = f" (granted by {mention(alloc.exempt_by)})" if alloc.exempt_by else ""
         lines.append(f"Exempt from idle reclaim until {_when(alloc.exempt_until)}{by}")
     if alloc.purpose:
-        lines.append(f">{alloc.purpose}")
+        lines.append(f">{inert(alloc.purpose)}")
     text = "\n".join(lines)
     blocks = [section(text)]
     trail = history_lines(alloc)
@@ -253,7 +258,10 @@ def history_lines(alloc: Allocation) -> list[str]:
     """`History (n entries):` and one line per step, oldest first, as `/gpu status` prints them."""
     if not alloc.history:
         return []
-    return [f"*History* ({len(alloc.history)} entries):", *(f"• {line}" for line in history.shown(alloc.history))]
+    return [
+        f"*History* ({len(alloc.history)} entries):",
+        *(f"• {line}" for line in history.shown(alloc.history, inert, mention)),
+    ]
 
 
 def _chunks(lines: Sequence[str], limit: int, most: int) -> list[str]:
@@ -278,20 +286,23 @@ def list_message(
     allocations: Sequence[Allocation],
     positions: Mapping[int, object] | None = None,
     links: Callable[[Allocation], Links] | None = None,
+    hidden: int = 0,
 ) -> Message:
     """Allocations, one line each, newest first, each with its links; a waiting one says where it stands in its
-    queue (`positions`). `links` gives each lease's links (its pool's, gpufarm.core.chat.links)."""
+    queue (`positions`). `links` gives each lease's links (its pool's, gpufarm.core.chat.links). `hidden` counts
+    the leases of other teams the asker may not see (gpufarm.core.governance.visibility): counted, never shown."""
+    others = f" ({hidden} more of other teams, shown to their members and the GPU operators)" if hidden else ""
     if not allocations:
-        return Message(f"{title}: none.", [section(f"*{title}*: none.")])
+        return Message(f"{inert(title)}: none.{others}", [section(f"*{inert(title)}*: none.{others}")])
     places = positions or {}
     rows = [
-        f"• *{a.ir_label}* `{a.phase.value}` {a.gpu_count}x {a.gpu_model} `{a.environment}` "
-        f"{a.team}/{a.project} <@{a.requester}>"
-        + (f" on {', '.join(a.hosts)}" if a.hosts else "")
-        + (f" ({places[a.ir]})" if a.ir in places else "")
+        f"• *{a.ir_label}* `{a.phase.value}` {a.gpu_count}x {inert(a.gpu_model)} `{inert(a.environment)}` "
+        f"{inert(f'{a.team}/{a.project}')} {mention(a.requester)}"
+        + (f" on {inert(', '.join(a.hosts))}" if a.hosts else "")
+        + (f" ({inert(places[a.ir])})" if a.ir in places else "")
         for a in allocations
     ]
-    head = f"*{title}* ({len(allocations)})"
+    head = f"*{inert(title)}* ({len(allocations)}){others}"
     # The links go in the blocks only: the fallback text (notifications) stays one short line per lease.
     linked_rows = [
         f"{row} — {(links(a) if links else Links()).line(a.ir, a.team, a.project)}"
@@ -336,12 +347,15 @@ def quota_message(
     lines = ["*Quotas* (used / quota, hard limit)"]
     for r in rows:
         hard = str(r.hard_limit) if r.hard_limit is not None else "pool size"
-        lines.append(f"• `{r.team}` {r.gpu_model} in `{r.environment}`: {r.used} / {r.entitled} (hard {hard})")
+        lines.append(
+            f"• `{inert(r.team)}` {inert(r.gpu_model)} in `{inert(r.environment)}`: "
+            f"{r.used} / {r.entitled} (hard {hard})"
+        )
     if len(lines) == 1:
         lines.append("• no quotas configured")
     lines.append("*Pools* (free / total GPUs)")
     for (env, model), (free, total) in sorted(inventory.items()):
-        lines.append(f"• `{env}` {model}: {free} / {total}")
+        lines.append(f"• `{inert(env)}` {inert(model)}: {free} / {total}")
     lines += ledger
     text = "\n".join(lines)
     return Message("GPU quotas", [section(text)])

@@ -59,6 +59,15 @@ class GpuModelSpec(_Strict):
     memory_gb: int | None = Field(default=None, ge=1, le=4096)
 
 
+class Visibility(StrEnum):
+    """Who sees a lease's status, list line, links and profiler runs (gpufarm.core.governance.visibility)."""
+
+    # Its requester, its team's members and the GPU operators.
+    TEAM = "team"
+    # Everyone in the workspace.
+    ORG = "org"
+
+
 class MetricsSource(StrEnum):
     """What reports a pool's GPU metrics, and so what its idle monitors read (gpufarm.setup.monitors)."""
 
@@ -399,6 +408,8 @@ class FarmConfig(_Strict):
     gpu_models: dict[ModelName, GpuModelSpec] = Field(min_length=1)
     environments: dict[Name, EnvironmentSpec] = Field(min_length=1)
     teams: dict[Name, TeamSpec] = Field(default_factory=dict)
+    # Who sees a lease: its team (requester, members, operators) or, opened on purpose, the whole workspace.
+    visibility: Visibility = Visibility.TEAM
     idle: IdleSettings = IdleSettings()
     keeps: KeepSettings = KeepSettings()
     charging: ChargingSettings = ChargingSettings()

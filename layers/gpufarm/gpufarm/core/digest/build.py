@@ -19,10 +19,12 @@ from zoneinfo import ZoneInfo
 
 from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.chat.block_kit import MAX_SECTION_TEXT, Message, context, section
+from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel import history
+from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.leases import terms
@@ -136,7 +138,7 @@ def waiting_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, 
         if alloc.phase in ASKED_PHASES:
             what = "awaiting an operator's decision"
         elif alloc.phase is Phase.WAITING:
-            what = f"waiting for hosts ({places[alloc.ir]})"
+            what = f"waiting for hosts ({inert(places[alloc.ir])})"
         else:
             what = "approved, hosts being allocated"
         rows.append((since, f"{_lease(alloc, links)}: {what} for {clock.age(since)}"))
@@ -193,7 +195,7 @@ def exemption_lines(live: Iterable[Allocation], horizon: datetime, links: Links,
     ending = [a for a in live if a.exempt_until is not None and clock.now < a.exempt_until <= horizon]
     for alloc in sorted(ending, key=lambda a: (a.exempt_until, a.ir)):
         assert alloc.exempt_until is not None
-        by = f" (granted by <@{alloc.exempt_by}>)" if alloc.exempt_by else ""
+        by = f" (granted by {mention(alloc.exempt_by)})" if alloc.exempt_by else ""
         out.append(f"{_lease(alloc, links)}: exempt from idle reclaim {clock.until(alloc.exempt_until)}{by}")
     return out
 
@@ -206,7 +208,7 @@ def ending_lines(live: Iterable[Allocation], horizon: datetime, links: Links, cl
     ]
     for alloc in sorted(ending, key=lambda a: (a.expires_at, a.ir)):
         assert alloc.expires_at is not None
-        who = f", <@{alloc.requester}>" if alloc.requester else ""
+        who = f", {mention(alloc.requester)}" if alloc.requester else ""
         out.append(f"{_lease(alloc, links)}{who}: ends {clock.until(alloc.expires_at)}")
     return out
 
@@ -220,9 +222,9 @@ def unattributed_lines(unattributed: Mapping[tuple[str, str, str], float] | None
     )
     out = []
     for busy, host, team, env in rows:
-        owner = f"team `{team}`" if team and team != "none" else "no team tag"
-        pool = f"`{env}`" if env and env != "none" else "no pool"
-        out.append(f"`{host}` ({owner}, {pool}): up to {_gpus(busy)} busy with no lease")
+        owner = f"team `{inert(team)}`" if team and team != "none" else "no team tag"
+        pool = f"`{inert(env)}`" if env and env != "none" else "no pool"
+        out.append(f"`{inert(host)}` ({owner}, {pool}): up to {_gpus(busy)} busy with no lease")
     return out
 
 
@@ -244,7 +246,7 @@ def drift_lines(
                 continue
             found.append((entry.at, alloc.ir, entry.details, alloc))
     found.sort(key=lambda row: (row[0], row[1]))
-    shown = [f"{_link(a, links)} {clock.moment(at)}: {details}" for at, _, details, a in found[:MAX_LINES]]
+    shown = [f"{_link(a, links)} {clock.moment(at)}: {inert(details)}" for at, _, details, a in found[:MAX_LINES]]
     return shown, len(found)
 
 
@@ -256,7 +258,7 @@ def pressure_lines(facts: DigestFacts, settings: DigestSettings) -> list[str]:
             continue
         hard = f", hard limit {q.hard_limit}" if q.hard_limit is not None else ""
         out.append(
-            f"`{q.team}` {q.gpu_model} in `{q.environment}`: {q.used} of {q.entitled} quota GPUs "
+            f"`{inert(q.team)}` {inert(q.gpu_model)} in `{inert(q.environment)}`: {q.used} of {q.entitled} quota GPUs "
             f"({q.percent:.0f} %){hard}"
         )
     if facts.burns is None:
@@ -266,7 +268,8 @@ def pressure_lines(facts: DigestFacts, settings: DigestSettings) -> list[str]:
         if b.percent < settings.budget_percent:
             continue
         out.append(
-            f"`{b.budget.label()}` budget for {b.period}: {b.burned:,.0f} of {b.budget.gpu_hours:,.0f} GPU-hours "
+            f"`{inert(b.budget.label())}` budget for {b.period}: "
+            f"{b.burned:,.0f} of {b.budget.gpu_hours:,.0f} GPU-hours "
             f"({b.percent:.0f} %), {b.remaining:,.0f} left"
         )
     return out
@@ -276,8 +279,8 @@ def capacity_lines(capacity: Mapping[tuple[str, str], tuple[int, int]]) -> list[
     """Free / total GPUs per pool, its models on one line."""
     by_pool: dict[str, list[str]] = {}
     for (env, model), (free, total) in sorted(capacity.items()):
-        by_pool.setdefault(env, []).append(f"{model} {free} / {total}")
-    return [f"`{env}`: {', '.join(models)}" for env, models in by_pool.items()]
+        by_pool.setdefault(env, []).append(f"{inert(model)} {free} / {total}")
+    return [f"`{inert(env)}`: {', '.join(models)}" for env, models in by_pool.items()]
 
 
 # -- helpers -------------------------------------------------------------------------------------------------------
@@ -289,9 +292,9 @@ def _link(alloc: Allocation, links: Links) -> str:
 
 def _lease(alloc: Allocation, links: Links) -> str:
     """`<incident|IR-12> nlp/llm-ko 8xH100 in onprem-hpc`."""
-    who = "/".join(p for p in (alloc.team, alloc.project) if p) or "unknown team"
-    what = f"{alloc.gpu_count}x{alloc.gpu_model or 'GPU'}"
-    where = f" in `{alloc.environment}`" if alloc.environment else ""
+    who = inert("/".join(p for p in (alloc.team, alloc.project) if p) or "unknown team")
+    what = f"{alloc.gpu_count}x{inert(alloc.gpu_model or 'GPU')}"
+    where = f" in `{inert(alloc.environment)}`" if alloc.environment else ""
     return f"{_link(alloc, links)} {who} {what}{where}"
 
 
@@ -311,7 +314,9 @@ def _text(part: Section) -> str:
 
 
 def _cut(line: str) -> str:
-    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+    """One bullet line as data: the incident fields in it (any can be edited by hand in Datadog) cannot start a
+    new line, steer the text's direction or run past MAX_LINE_CHARS (gpufarm.core.kernel.display)."""
+    return visible(line, MAX_LINE_CHARS)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from gpufarm.core.chat.block_kit import ACTION_EXEMPT, ACTION_RECLAIM, Message, actions, button, linked, section
+from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.chat.messages import lease_note
 from gpufarm.core.config.keeps import KeepPolicy
@@ -40,7 +41,7 @@ def policy(ctx: LeaseContext, alloc: Allocation) -> KeepPolicy:
 def suppressed(alloc: Allocation, now: datetime) -> str | None:
     """Why idle reclaim is held off for the lease now ('exempt until ... (granted by ...)', 'kept until ...')."""
     if alloc.exempt_until is not None and alloc.exempt_until > now:
-        by = f" (granted by <@{alloc.exempt_by}>)" if alloc.exempt_by else ""
+        by = f" (granted by {mention(alloc.exempt_by)})" if alloc.exempt_by else ""
         return f"exempt from idle reclaim until {isoformat(alloc.exempt_until)}{by}"
     if alloc.kept_until is not None and alloc.kept_until > now:
         return f"kept until {isoformat(alloc.kept_until)}"
@@ -82,7 +83,7 @@ def _keep_warned(ctx: LeaseContext, alloc: Allocation, actor: str) -> Message:
     ctx.post_operators(
         operators_card(
             updated,
-            f"<@{actor}> kept {updated.ir_label} ({_lease(updated)}): keep {n} of {rules.max_keeps}, "
+            f"{mention(actor)} kept {updated.ir_label} ({_lease(updated)}): keep {n} of {rules.max_keeps}, "
             f"idle reclaim held off until {isoformat(until)}.",
             ctx.links_for(updated),
         )
@@ -119,7 +120,7 @@ def refused(ctx: LeaseContext, alloc: Allocation, rules: KeepPolicy) -> Message:
     ctx.post_operators(
         operators_card(
             alloc,
-            f"<@{alloc.requester}> cannot keep {alloc.ir_label} ({_lease(alloc)}) again: its {rules.max_keeps} "
+            f"{mention(alloc.requester)} cannot keep {alloc.ir_label} ({_lease(alloc)}) again: its {rules.max_keeps} "
             f"keeps of {rules.keep_hours} h are used; still idle after the grace it is reclaimed unless exempted.",
             ctx.links_for(alloc),
         )
@@ -127,9 +128,10 @@ def refused(ctx: LeaseContext, alloc: Allocation, rules: KeepPolicy) -> Message:
     ops = _operators_named(ctx)
     text = (
         f":no_entry: {alloc.ir_label} cannot be kept again: it has used its {rules.max_keeps} keeps of "
-        f"{rules.keep_hours} h (the policy for team {alloc.team} in {alloc.environment}); still idle after the "
+        f"{rules.keep_hours} h (the policy for team {inert(alloc.team)} in {inert(alloc.environment)}); "
+        "still idle after the "
         f"grace period it is reclaimed. To hold it longer, ask the GPU operators{ops} for an exemption "
-        f"(`/gpu exempt {alloc.ir_label} 3d <reason>`). Nothing was changed."
+        f"(`/gpu exempt {alloc.ir_label} 3d {inert('<reason>')}`). Nothing was changed."
     )
     return linked(alloc, Message(text.replace("`", ""), [section(text)]), ctx.links_for(alloc))
 
@@ -143,7 +145,7 @@ def exempt(ctx: LeaseContext, ir: int, actor: str, days: int | None, reason: str
     if actor not in ctx.operators():
         raise NotAllowed(
             "only GPU operators can exempt a lease from idle reclaim; a researcher can Keep a warned lease "
-            f"(at most {policy(ctx, alloc).max_keeps} times) or ask the operators{_operators_named(ctx)}"
+            f"(at most {policy(ctx, alloc).max_keeps} times) or ask the GPU operators"
         )
     if alloc.phase not in HOLDING:
         raise Conflict(f"{alloc.ir_label} holds no GPUs ({alloc.phase.value}); nothing to exempt")
@@ -159,8 +161,10 @@ def exempt(ctx: LeaseContext, ir: int, actor: str, days: int | None, reason: str
         raise ValidationFailed("reason", f"say why: /gpu exempt {alloc.ir_label} {days}d <reason>")
     now = ctx.now()
     if alloc.exempt_until is not None and alloc.exempt_until > now and alloc.exempt_by != actor:
+        # An error is shown inert as a whole (messages.error_message): the operator is named, not mentioned.
         raise Conflict(
-            f"{alloc.ir_label} is already {suppressed(alloc, now)}; nothing changed "
+            f"{alloc.ir_label} is already exempt from idle reclaim until {isoformat(alloc.exempt_until)} "
+            f"(granted by operator {alloc.exempt_by or 'unknown'}); nothing changed "
             "(the operator who granted it can change it)"
         )
     until = now + timedelta(days=days)
@@ -170,8 +174,8 @@ def exempt(ctx: LeaseContext, ir: int, actor: str, days: int | None, reason: str
     step = ctx.step(actor, Step.EXEMPTED, f"until {isoformat(until)}", f"reason: {text[:MAX_REASON]}")
     updated = ctx.write(alloc, Phase.ALLOCATED, values, step=step)
     notice = (
-        f"<@{actor}> exempted {updated.ir_label} ({_lease(updated)}) from idle reclaim until {isoformat(until)}: "
-        f"{text[:MAX_REASON]}"
+        f"{mention(actor)} exempted {updated.ir_label} ({_lease(updated)}) from idle reclaim until {isoformat(until)}: "
+        f"{inert(text[:MAX_REASON])}"
     )
     links = ctx.links_for(updated)
     ctx.post_operators(lease_note(updated, notice, links))
@@ -186,7 +190,8 @@ def exempted_reply(alloc: Allocation, links: Links | None = None) -> Message:
 
 
 def _lease(alloc: Allocation) -> str:
-    return f"{alloc.gpu_count}x {alloc.gpu_model} in {alloc.environment}, team {alloc.team}, <@{alloc.requester}>"
+    where, team = inert(alloc.environment), inert(alloc.team)
+    return f"{alloc.gpu_count}x {inert(alloc.gpu_model)} in {where}, team {team}, {mention(alloc.requester)}"
 
 
 def _operators_named(ctx: LeaseContext) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -177,17 +177,21 @@ def _summary_counts(details: str) -> tuple[int, Counter[str]]:
     return int(match.group(1)), counts
 
 
-def shown(lines: Iterable[str]) -> list[str]:
-    """Entries as people read them: `2026-12-01 14:00Z @dana rejected: reason: ...` (Slack mrkdwn)."""
+def shown(lines: Iterable[str], inert: Callable[[str], str], mention: Callable[[str], str]) -> list[str]:
+    """Entries as people read them: `2026-12-01 14:00Z @dana rejected: reason: ...` (Slack mrkdwn).
+
+    The field may be edited by hand and its details quote what people typed, so every part of an entry goes
+    through `inert` and its actor through `mention` (gpufarm.core.chat.escape, which this package cannot import).
+    """
     out: list[str] = []
     for line in lines:
         e = parse(line)
         if e is None:
-            out.append(_one_line(line)[:MAX_ENTRY_CHARS])
+            out.append(inert(_one_line(line)[:MAX_ENTRY_CHARS]))
             continue
-        who = e.actor if e.actor in SYSTEM_ACTORS else f"<@{e.actor}>"
+        who = e.actor if e.actor in SYSTEM_ACTORS else mention(e.actor)
         when = isoformat(e.at).replace("T", " ")[:16] + "Z"
-        out.append(f"{when} {who} *{e.step}*" + (f": {e.details}" if e.details else ""))
+        out.append(f"{when} {who} *{inert(e.step)}*" + (f": {inert(e.details)}" if e.details else ""))
     return out
 
 

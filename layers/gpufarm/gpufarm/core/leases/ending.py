@@ -13,6 +13,7 @@ import logging
 from gpufarm.core.accounting import gpu_hours
 from gpufarm.core.chat import messages
 from gpufarm.core.chat.block_kit import Message
+from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.governance.policy import Action, authorize
@@ -69,8 +70,8 @@ def resolve(
     ended = {f.RECLAIM_REASON: reason.value, **gpu_hours.final_fields(alloc, ctx.now())}
     ctx.write(alloc, Phase.RECLAIMING, ended, step=_ended_step(ctx, reason, by, note))
     if alloc.phase is Phase.REQUESTED and alloc.slack_message:
-        who = f" by <@{by}>" if by else ""
-        update_operator_message(ctx, alloc, f"Cancelled{who}" + (f": {note}" if note else ""))
+        who = f" by {mention(by)}" if by else ""
+        update_operator_message(ctx, alloc, f"Cancelled{who}" + (f": {inert(note)}" if note else ""))
     log.info("%s resolved (%s)", alloc.ir_label, reason.value)
     return messages.releasing_reply(alloc, REASON_TEXT[reason], ctx.links_for(alloc))
 

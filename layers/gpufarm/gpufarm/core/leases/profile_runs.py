@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpufarm.core.chat.block_kit import Message
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.chat.links import Links
 from gpufarm.core.chat.messages import lease_note
 from gpufarm.core.governance.membership import Membership
@@ -73,7 +74,10 @@ def record(
 
 def recorded_reply(alloc: Allocation, scope: ProfileScope, links: Links | None = None) -> Message:
     """What the uploader reads once the run is on the lease."""
-    text = f"{alloc.ir_label}: profiler run {scope.run} recorded ({scope.summary}). Summary: {scope.link}"
+    # Everything in a profile command comes from the uploader, the link included (Slack links the bare URL, its
+    # `&amp;` read back as `&`).
+    run, summary, link = inert(scope.run), inert(scope.summary), inert(scope.link)
+    text = f"{alloc.ir_label}: profiler run {run} recorded ({summary}). Summary: {link}"
     return lease_note(alloc, text, links)
 
 

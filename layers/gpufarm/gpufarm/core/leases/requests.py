@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from gpufarm.core.accounting import budgets
 from gpufarm.core.chat import cards, messages
 from gpufarm.core.chat.block_kit import Message
+from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.reads import live_query
 from gpufarm.core.governance.policy import (
@@ -145,7 +146,9 @@ def decide_request(ctx: LeaseContext, ir: int) -> Message:
     if decision.verdict is Verdict.APPROVE:
         approved = ctx.step(history.POLICY, Step.APPROVED, decision.reason)
         alloc = ctx.write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER}, step=approved)
-        ctx.post_operators(cards.decided_card(alloc, f"Approved by policy: {decision.reason}", ctx.links_for(alloc)))
+        ctx.post_operators(
+            cards.decided_card(alloc, f"Approved by policy: {inert(decision.reason)}", ctx.links_for(alloc))
+        )
     else:
         ask_operators(ctx, alloc, decision.reason)
     granted = decision.verdict is Verdict.APPROVE
@@ -164,7 +167,7 @@ def approve(ctx: LeaseContext, ir: int, actor: str) -> Message:
     if over:
         raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
     updated = ctx.write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor}, step=ctx.step(actor, Step.APPROVED))
-    update_operator_message(ctx, updated, f"Approved by <@{actor}>")
+    update_operator_message(ctx, updated, f"Approved by {mention(actor)}")
     ctx.tell(updated.requester, messages.approved_notice(updated, actor, ctx.links_for(updated)))
     return messages.approved_reply(updated, ctx.links_for(updated))
 
@@ -177,7 +180,7 @@ def reject(ctx: LeaseContext, ir: int, actor: str, reason: str | None = None) ->
     expect_phase(alloc, Phase.REQUESTED, "rejected")
     rejected = ctx.step(actor, Step.REJECTED, f"reason: {reason}" if reason else "no reason given")
     updated = ctx.write(alloc, Phase.REJECTED, {}, step=rejected)
-    update_operator_message(ctx, updated, f"Rejected by <@{actor}>" + (f": {reason}" if reason else ""))
+    update_operator_message(ctx, updated, f"Rejected by {mention(actor)}" + (f": {inert(reason)}" if reason else ""))
     ctx.tell(updated.requester, messages.rejected_notice(updated, actor, reason, ctx.links_for(updated)))
     return messages.rejected_reply(updated, ctx.links_for(updated))
 
@@ -186,7 +189,8 @@ def expect_phase(alloc: Allocation, phase: Phase, verb: str) -> None:
     """Conflict naming who decided, unless the lease is in `phase`."""
     if alloc.phase is not phase:
         who = alloc.approved_by
-        by = f" (approved by {who if who == POLICY_APPROVER else f'<@{who}>'})" if who else ""
+        # An error is shown inert as a whole (messages.error_message): the approver is named, not mentioned.
+        by = f" (approved by {who if who == POLICY_APPROVER else f'operator {who}'})" if who else ""
         raise Conflict(f"{alloc.ir_label} cannot be {verb}: it is already {alloc.phase.value}{by}")
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpufarm.core.chat.block_kit import Message
+from gpufarm.core.chat.escape import inert
 from gpufarm.core.config.farm import PoolKind
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
@@ -160,7 +161,7 @@ def report_double_claims(ctx: LeaseContext, conflicts: list[str]) -> None:
     ctx.post_operators(
         Message(
             ":rotating_light: gpufarm found dedicated hosts claimed by two allocations; "
-            "resolve one of them: " + "; ".join(conflicts)
+            "resolve one of them: " + inert("; ".join(conflicts))
         )
     )
 
