@@ -23,6 +23,7 @@ SECRET_KEYS = {
     "slack_signing_secret": "slack_signing_secret",
     "webhook_secret": "webhook_secret",
     "profile_link_secret": "profile_link_secret",
+    "upload_token_secret": "upload_token_secret",
 }
 
 
@@ -68,6 +69,8 @@ class Settings(BaseModel):
     profile_bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     profile_pages_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,500}$")
     profile_link_secret: SecretStr | None = None
+    # Signs the per-lease upload tokens `/gpu profile-token` gives (gpufarm.core.kernel.upload_token).
+    upload_token_secret: SecretStr | None = None
     secrets_name: str | None = Field(default=None, description="Secrets Manager secret holding the keys above")
     farm_config: str | None = Field(default=None, description="Path of the farm (quota/pool) YAML file")
     farm_config_parameter: str | None = Field(default=None, description="SSM parameter holding the farm YAML")

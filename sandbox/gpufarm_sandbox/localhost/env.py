@@ -28,6 +28,8 @@ STACK_NAME = "gpufarm-local"
 # Fixed, documented local value (like the sandbox's default keys): `gpufarm datadog apply` against the sandbox
 # configures the webhooks' secret header with it, so a separately started apply agrees with `gpufarm local`.
 LOCAL_WEBHOOK_SECRET = "gpufarm-local-webhook-secret"  # noqa: S105 - documented local-only value
+# Signs the upload tokens `/gpu profile-token` gives locally; fixed so a separately started tool agrees with it.
+LOCAL_UPLOAD_TOKEN_SECRET = "gpufarm-local-upload-tokens"  # noqa: S105 - documented local-only value
 # Template parameters as a local run wants them (anything else: the template's Default, else empty).
 LOCAL_PARAMETERS = {
     "DatadogSite": "datadoghq.com",
@@ -262,6 +264,7 @@ def sandbox_environment(sandbox: Sandbox, urls: Urls, root: Path) -> dict[str, s
         "SLACK_BOT_TOKEN": _pick(sandbox.slack_tokens, DEFAULT_SLACK_TOKEN),
         "SLACK_SIGNING_SECRET": sandbox.slack_signing_secret,
         "GPUFARM_WEBHOOK_SECRET": LOCAL_WEBHOOK_SECRET,
+        "GPUFARM_UPLOAD_TOKEN_SECRET": LOCAL_UPLOAD_TOKEN_SECRET,
         "GPUFARM_LOCAL_INVOKE_URL": urls.invoke,
         "GPUFARM_PUBLIC_URL": urls.base,
         "GPUFARM_SANDBOX_URL": urls.base,
