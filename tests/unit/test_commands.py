@@ -94,6 +94,8 @@ def test_counts_are_kept_raw_for_the_policy_to_judge() -> None:
         ("reject IR-9 over budget this month", Command(Verb.REJECT, ir=9, reason="over budget this month")),
         ("reclaim IR-9 idle for a week", Command(Verb.RECLAIM, ir=9, reason="idle for a week")),
         ("STATUS IR-1", Command(Verb.STATUS, ir=1)),
+        ("profile-token IR-4", Command(Verb.PROFILE_TOKEN, ir=4)),
+        ("Profile-Token ir-4", Command(Verb.PROFILE_TOKEN, ir=4)),
     ],
 )
 def test_verbs(text: str, expected: Command) -> None:
@@ -116,6 +118,8 @@ def test_verbs(text: str, expected: Command) -> None:
         ("quota a b", "text"),
         ("reject IR-9", "reason"),
         ("reclaim IR-9", "reason"),
+        ("profile-token", "ir"),
+        ("profile-token IR-4 IR-5", "text"),
         ("x" * 2001, "text"),
     ],
 )

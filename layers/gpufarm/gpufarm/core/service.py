@@ -33,7 +33,7 @@ from gpufarm.core.kernel.ports import (
     WorkQueue,
 )
 from gpufarm.core.kernel.serial import IdleScope
-from gpufarm.core.leases import allocation, ending, extension, process, queries, requests
+from gpufarm.core.leases import allocation, ending, extension, process, queries, requests, upload_tokens
 from gpufarm.core.sync import expiry, gauges, repair, run, sweep
 
 
@@ -138,6 +138,10 @@ class GpuFarm:
     def list_allocations(self, scope: str, user: str, team: str | None = None) -> Message:
         """Live allocations: the user's own, a team's, or all; other teams' leases are counted, never shown."""
         return queries.list_allocations(self.context, scope, user, team)
+
+    def profile_token(self, ir: int, user: str, key: bytes) -> Message:
+        """An upload token for a lease, for its requester or a member of its team, signed with `key`."""
+        return upload_tokens.profile_token(self.context, ir, user, key)
 
     def quota(self, team: str | None = None) -> Message:
         """Quotas and use per team, and free/total GPUs per pool."""

@@ -104,6 +104,9 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return svc.quota(cmd.team)
     if cmd.verb is Verb.REPORT:
         return report_answer(svc.context, job.user, cmd.team)
+    if cmd.verb is Verb.PROFILE_TOKEN:
+        # Answered through the response_url, ephemeral: the token is the asker's alone (reply never posts it).
+        return svc.profile_token(ir, job.user, upload_token_key())
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
@@ -115,6 +118,11 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     if op is None:
         return messages.help_message()
     return _submit(svc, job, op, ir, days=cmd.days, reason=cmd.reason)
+
+
+def upload_token_key() -> bytes:
+    """The key upload tokens are signed with (`upload_token_secret`); ConfigurationMissing naming it when unset."""
+    return rt.current().settings.require("upload_token_secret").encode()
 
 
 def _request_for_my_team(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:

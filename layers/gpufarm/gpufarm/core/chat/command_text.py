@@ -37,6 +37,7 @@ class Verb(StrEnum):
     RECLAIM = "reclaim"
     EXEMPT = "exempt"
     REPORT = "report"
+    PROFILE_TOKEN = "profile-token"  # noqa: S105 - the verb's name, not a secret
 
 
 class ListScope(StrEnum):

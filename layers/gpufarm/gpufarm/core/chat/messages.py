@@ -38,6 +38,7 @@ HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
 • `/gpu extend IR-123 [days]` — keep them longer
 • `/gpu quota [team]` — quotas and what is in use
 • `/gpu report [team | project]` — the last 30 days' GPU-hours (held, busy, idle), the CSV by DM
+• `/gpu profile-token IR-123` — a token, shown to you alone, to upload profiler runs to your team's lease
 Operators: `/gpu approve IR-123`, `/gpu reject IR-123 <reason>`, `/gpu reclaim IR-123 <reason>`,
 `/gpu exempt IR-123 3d <reason>` (no idle reclaim until then)."""
 
@@ -156,7 +157,9 @@ def allocated(alloc: Allocation, links: Links | None = None) -> Message:
         f":white_check_mark: *{alloc.ir_label}* is allocated: {_what(alloc)}, until {_when(alloc.expires_at)}.\n"
         f"{hosts}\n"
         f"Carry the IR in your jobs so usage is attributed: `export GPUFARM_IR={alloc.ir_label}` "
-        f"or the pod label `{POD_LABEL}: {alloc.ir_tag.split(':', 1)[1]}`."
+        f"or the pod label `{POD_LABEL}: {alloc.ir_tag.split(':', 1)[1]}`.\n"
+        # The hint, never the token: this DM may be forwarded or read over a shoulder; the token comes ephemeral.
+        f"To upload profiler runs, get a token with `/gpu profile-token {alloc.ir_label}`."
     )
     devices = lease_devices(alloc)
     use = inert("; ".join(f"{h}: CUDA_VISIBLE_DEVICES={cuda_visible_devices(u)}" for h, u in devices.items()))
