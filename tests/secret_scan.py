@@ -40,6 +40,7 @@ def _fixed_secrets() -> dict[str, str]:
     names = ("DEFAULT_DD_API_KEY", "DEFAULT_DD_APP_KEY", "DEFAULT_SLACK_TOKEN", "DEFAULT_SLACK_SIGNING_SECRET")
     found = {f"sandbox {name}": str(getattr(app, name)) for name in names}
     found["local host LOCAL_WEBHOOK_SECRET"] = env.LOCAL_WEBHOOK_SECRET
+    found["local host LOCAL_UPLOAD_TOKEN_SECRET"] = env.LOCAL_UPLOAD_TOKEN_SECRET
     return found
 
 

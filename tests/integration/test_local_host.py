@@ -26,7 +26,7 @@ from gpufarm_sandbox import load
 from gpufarm_sandbox.demo.runner import run_demo
 from gpufarm_sandbox.localhost import LocalEnv, seams, start_local
 from gpufarm_sandbox.localhost.cli import describe, local, run_local
-from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
+from gpufarm_sandbox.localhost.env import LOCAL_UPLOAD_TOKEN_SECRET, LOCAL_WEBHOOK_SECRET
 from gpufarm_sandbox.localhost.host import FunctionTimeout
 
 pytestmark = pytest.mark.integration
@@ -197,6 +197,8 @@ def test_template_variables_resolve_to_local_values(local_env: LocalEnv) -> None
     assert os.environ["GPUFARM_LOCAL_INVOKE_URL"] == f"{local_env.url}/_local/invoke"
     assert os.environ["GPUFARM_INCIDENT_WEBHOOK_URL"] == f"{local_env.url}/fn/incident_webhook/"
     assert os.environ["GPUFARM_WEBHOOK_SECRET"] == LOCAL_WEBHOOK_SECRET
+    # `/gpu profile-token` signs with it in the worker the local host runs.
+    assert os.environ["GPUFARM_UPLOAD_TOKEN_SECRET"] == LOCAL_UPLOAD_TOKEN_SECRET
     assert local_env.env["DD_API_KEY"] in local_env.sandbox.dd_api_keys
 
 

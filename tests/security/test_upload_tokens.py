@@ -18,12 +18,14 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeMonitorStates
 from hypothesis import given
 from hypothesis import strategies as st
+from local_farm import EXAMPLE_FARM, driven, without_inventory
 
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
@@ -34,6 +36,11 @@ from gpufarm.core.leases.upload_tokens import MAX_LIFETIME, check_for_lease, exp
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers import slack_worker
+from gpufarm_sandbox.demo.lifecycle_stage import ALICE as LOCAL_ALICE
+from gpufarm_sandbox.demo.lifecycle_stage import BOB as LOCAL_BOB
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.localhost import start_local
+from gpufarm_sandbox.localhost.env import LOCAL_UPLOAD_TOKEN_SECRET
 
 # The requester and a mate of team nlp, a researcher of team vision, a user in no team, an operator.
 ALICE, MATE, BOB, NOBODY, OPS = "U0000000001", "U0000000002", "U0000000003", "U0000000007", "U0000000OPS"
@@ -396,3 +403,40 @@ def test_without_the_key_no_token_is_given_and_the_key_is_named_not_shown(
     _wire(farm.clock, farm.incidents, FakeHosts(), farm.chat)
     assert farm.ask(ALICE, "profile-token IR-1")["ok"] is False
     assert "gfu1." not in farm.chat.said[-1].text and not farm.chat.said[-1].in_channel
+
+
+# -- end to end on the local host ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalFarm]:
+    """The local host with the example farm's teams, as `gpufarm local` runs it (the key is its own)."""
+    path = tmp_path / "farm.yaml"
+    path.write_text(without_inventory(EXAMPLE_FARM.read_text()))
+    with start_local(port=0) as local, driven(local, monkeypatch, path) as farm:
+        yield farm
+
+
+def test_on_the_local_host_the_token_comes_ephemeral_to_the_asker_alone(local_farm: LocalFarm) -> None:
+    farm = local_farm
+    farm.slash(LOCAL_ALICE, "request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=2")
+    assert farm.settle()
+    allocated = farm.answer(LOCAL_ALICE, "IR-")
+    ir = ir_in(allocated["text"]) if allocated is not None else None
+    assert ir is not None
+    farm.slash(LOCAL_ALICE, f"profile-token IR-{ir}")
+    assert farm.settle()
+    answer = farm.answer(LOCAL_ALICE, "Upload token")
+    assert answer is not None and answer["kind"] == "response" and answer["response_type"] == "ephemeral"
+    token = next(word.strip("`") for word in answer["text"].split() if word.startswith("`gfu1."))
+    claims = verify(token, LOCAL_UPLOAD_TOKEN_SECRET.encode(), datetime.now(UTC))
+    assert (claims.ir, claims.user) == (ir, LOCAL_ALICE.id)
+    farm.slash(LOCAL_BOB, f"profile-token IR-{ir}")
+    assert farm.settle()
+    told = farm.answer(LOCAL_BOB, "belongs to another team")
+    assert told is not None and "gfu1." not in told["text"]
+    # No message anywhere but Alice's own ephemeral answer carries the token.
+    carrying = [m for m in farm.messages() if token in str(m["text"]) or token in str(m["blocks"])]
+    assert [(m["kind"], m["target"], m["response_type"]) for m in carrying] == [
+        ("response", LOCAL_ALICE.id, "ephemeral")
+    ]
