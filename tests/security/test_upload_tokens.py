@@ -14,6 +14,7 @@ import base64
 import hashlib
 import hmac
 import itertools
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,12 @@ MEMBERS_YAML = FARM_YAML.replace(
 
 
 # -- the token itself -----------------------------------------------------------------------------------------------
+
+
+def _token_in(text: str) -> str:
+    found = re.search(r"gfu1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+", text)
+    assert found is not None, text
+    return found[0]
 
 
 def _b64(data: bytes) -> str:
@@ -266,10 +273,14 @@ class Farm:
         return result
 
     def token_for(self, user: str, ir: int) -> str:
-        """The token the answer to `/gpu profile-token IR-n` carries."""
-        assert self.ask(user, f"profile-token IR-{ir}")["ok"] is True
-        text = self.chat.said[-1].text
-        return next(word.strip("`") for word in text.split() if word.startswith("`gfu1."))
+        """The token the answer to `/gpu profile-token IR-n` carries, in its blocks and nowhere else."""
+        summary = self.ask(user, f"profile-token IR-{ir}")
+        assert summary["ok"] is True
+        answer = self.chat.said[-1]
+        token = _token_in(answer.blocks)
+        # Not in the fallback text (notifications) nor in the worker's summary (which logs may keep).
+        assert token not in answer.text and token not in str(summary)
+        return token
 
 
 def _wire(clock: FakeClock, incidents: FakeIncidents, hosts: FakeHosts, chat: TeamChat) -> None:
@@ -347,7 +358,7 @@ def test_an_operator_sees_the_lease_but_gets_no_token_for_it(farm: Farm) -> None
     # Operators read every lease; uploading runs is for the lease's own people (profile_runs.check_uploader).
     assert farm.ask(OPS, "profile-token IR-1")["ok"] is False
     assert "members of team nlp can upload runs" in farm.chat.said[-1].text
-    assert "gfu1." not in farm.chat.said[-1].text
+    assert "gfu1." not in farm.chat.said[-1].text + farm.chat.said[-1].blocks
 
 
 def test_an_ended_lease_gets_no_token(farm: Farm) -> None:
@@ -402,7 +413,8 @@ def test_without_the_key_no_token_is_given_and_the_key_is_named_not_shown(
     monkeypatch.delenv("GPUFARM_UPLOAD_TOKEN_SECRET")
     _wire(farm.clock, farm.incidents, FakeHosts(), farm.chat)
     assert farm.ask(ALICE, "profile-token IR-1")["ok"] is False
-    assert "gfu1." not in farm.chat.said[-1].text and not farm.chat.said[-1].in_channel
+    said = farm.chat.said[-1]
+    assert "gfu1." not in said.text + said.blocks and not said.in_channel
 
 
 # -- end to end on the local host ----------------------------------------------------------------------------------
@@ -428,13 +440,14 @@ def test_on_the_local_host_the_token_comes_ephemeral_to_the_asker_alone(local_fa
     assert farm.settle()
     answer = farm.answer(LOCAL_ALICE, "Upload token")
     assert answer is not None and answer["kind"] == "response" and answer["response_type"] == "ephemeral"
-    token = next(word.strip("`") for word in answer["text"].split() if word.startswith("`gfu1."))
+    token = _token_in(str(answer["blocks"]))
+    assert token not in answer["text"]
     claims = verify(token, LOCAL_UPLOAD_TOKEN_SECRET.encode(), datetime.now(UTC))
     assert (claims.ir, claims.user) == (ir, LOCAL_ALICE.id)
     farm.slash(LOCAL_BOB, f"profile-token IR-{ir}")
     assert farm.settle()
     told = farm.answer(LOCAL_BOB, "belongs to another team")
-    assert told is not None and "gfu1." not in told["text"]
+    assert told is not None and "gfu1." not in f"{told['text']}{told['blocks']}"
     # No message anywhere but Alice's own ephemeral answer carries the token.
     carrying = [m for m in farm.messages() if token in str(m["text"]) or token in str(m["blocks"])]
     assert [(m["kind"], m["target"], m["response_type"]) for m in carrying] == [

@@ -63,11 +63,17 @@ def profile_token(ctx: LeaseContext, ir: int, user: str, key: bytes) -> Message:
 
 
 def token_message(alloc: Allocation, token: str, ends: datetime) -> Message:
-    """The ephemeral answer: the token, what it allows, until when, and that it is the asker's alone."""
-    text = (
-        f":key: Upload token for {alloc.ir_label}, yours alone, valid until {isoformat(ends)} "
-        f"(or until the lease ends):\n`{token}`\n"
+    """The ephemeral answer: the token, what it allows, until when, and that it is the asker's alone.
+
+    The token is in the blocks only: the fallback text is what notifications show and what the worker returns as
+    its summary (which logs may keep), so it names the token without carrying it.
+    """
+    head = (
+        f":key: Upload token for {alloc.ir_label}, yours alone, valid until {isoformat(ends)} (or until the lease ends)"
+    )
+    body = (
+        f"{head}:\n`{token}`\n"
         f"It lets whoever holds it upload profiler runs to {alloc.ir_label} as you: keep it out of channels, "
         f"shared files and logs. Ask `/gpu profile-token {alloc.ir_label}` again for a new one."
     )
-    return Message(text, [section(text)])
+    return Message(f"{head}.", [section(body)])
