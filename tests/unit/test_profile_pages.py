@@ -159,3 +159,17 @@ def test_a_teams_newest_run_is_served_for_its_signed_dashboard_link(stored: None
     )
     answer = handle(_event(f"/profiles/{key}", **args))
     assert answer["statusCode"] == 200 and "run-8" in answer["body"]
+
+
+def test_a_run_of_more_steps_than_a_summary_keeps_shows_its_first_steps_and_says_so() -> None:
+    from dataclasses import replace
+
+    from gpufarm.profiling.page import render_summary
+
+    figures = analyse(reader.events(FIXTURES / "cpu_mlp.json"))
+    many = replace(figures, steps=5000, step_times_ms=tuple(1.0 + i / 1000 for i in range(5000)))
+    data = summary.of(many, ir=12, run="run-7", uploaded="2026-12-01 15:00:00Z", trace_name="cpu_mlp.json")
+    assert len(data.step_times_ms) == summary.MAX_STEP_TIMES and data.steps == 5000
+    assert summary.parse(data.to_json(), KEY) == data
+    page = render_summary(data)
+    assert "The first 4,096 of 5,000 steps." in page and page.count("<rect") >= summary.MAX_STEP_TIMES
