@@ -26,6 +26,8 @@ from gpufarm.adapters.profile_store import S3ProfileStore
 from gpufarm.config import Settings
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
+from gpufarm.profiling import reader, summary
+from gpufarm.profiling.analysis import analyse
 from gpufarm.profiling.links import LinkSigner
 from gpufarm_sandbox.localhost.template import load_yaml
 
@@ -244,8 +246,6 @@ NOW = 1_796_000_000
 BUCKET = "gpufarm-security-pages"
 KEY = "ir-1/run-1-20261201t150000z"
 SECRET = "security-pages-secret"
-# A stored page that tries to phish: a form posting elsewhere, and a <base> moving its relative links.
-PHISHING = '<!doctype html><base href="https://evil.example/"><form action="https://evil.example/login"></form>'
 
 
 @pytest.fixture
@@ -265,7 +265,9 @@ def served(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str
         s3.create_bucket(Bucket=BUCKET)
         trace = tmp_path / "t.json.gz"
         shutil.copy(REPO / "tests" / "fixtures" / "profiler" / "cpu_mlp.json.gz", trace)
-        S3ProfileStore(Settings(), BUCKET, client=s3).put_run(KEY, trace, PHISHING)
+        figures = analyse(reader.events(REPO / "tests" / "fixtures" / "profiler" / "cpu_mlp.json"))
+        data = summary.of(figures, ir=1, run="run-1", uploaded="2026-12-01 15:00:00Z", trace_name="cpu_mlp.json")
+        S3ProfileStore(Settings(), BUCKET, client=s3).put_run(KEY, trace, data.to_json())
         rt.override(clock=Clock())
         try:
             expires = NOW + 60
@@ -287,7 +289,8 @@ def _directives(policy: str) -> dict[str, list[str]]:
 
 
 def test_a_served_page_forbids_forms_and_base_and_is_framed_by_datadog_only(served: dict[str, Any]) -> None:
-    assert served["statusCode"] == 200 and "<form" in served["body"]
+    # The page is gpufarm's own (tests/security/test_stored_pages.py): the CSP holds even if a form got in.
+    assert served["statusCode"] == 200 and "IR-1 · run-1" in served["body"]
     csp = _directives(served["headers"]["Content-Security-Policy"])
     # form-action and base-uri do not fall back to default-src: each must be set.
     assert csp["form-action"] == ["'none'"]

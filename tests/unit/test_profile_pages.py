@@ -15,12 +15,22 @@ from gpufarm.adapters.profile_store import S3ProfileStore
 from gpufarm.config import Settings
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers.profile_pages import handle
+from gpufarm.profiling import reader, summary
+from gpufarm.profiling.analysis import analyse
 from gpufarm.profiling.links import LinkSigner
 
 BUCKET = "gpufarm-profile-pages"
 KEY = "ir-12/run-7-20261201t150000z"
 SECRET = "pages-test-secret"
 NOW = 1_796_000_000
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiler"
+
+
+def stored_summary(ir: int, run: str) -> bytes:
+    """What an upload of the fixture trace stores for run `run` of IR-`ir`."""
+    figures = analyse(reader.events(FIXTURES / "cpu_mlp.json"))
+    uploaded = "2026-12-01 15:00:00Z"
+    return summary.of(figures, ir=ir, run=run, uploaded=uploaded, trace_name="cpu_mlp.json").to_json()
 
 
 class Clock:
@@ -45,7 +55,7 @@ def stored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
         s3.create_bucket(Bucket=BUCKET)
         trace = tmp_path / "t.json.gz"
         shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "profiler" / "cpu_mlp.json.gz", trace)
-        S3ProfileStore(Settings(), BUCKET, client=s3).put_run(KEY, trace, "<!doctype html><p>run-7</p>")
+        S3ProfileStore(Settings(), BUCKET, client=s3).put_run(KEY, trace, stored_summary(12, "run-7"))
         rt.override(clock=Clock())
         try:
             yield
@@ -70,7 +80,7 @@ def _signed(key: str = KEY, expires: int = NOW + 60, secret: str = SECRET) -> di
 
 def test_a_signed_link_serves_the_page_with_headers_that_keep_it_self_contained(stored: None) -> None:
     answer = handle(_signed())
-    assert answer["statusCode"] == 200 and "run-7" in answer["body"]
+    assert answer["statusCode"] == 200 and "IR-12 · run-7" in answer["body"] and "<svg" in answer["body"]
     assert "default-src 'none'" in answer["headers"]["Content-Security-Policy"]
     assert answer["headers"]["Content-Type"].startswith("text/html")
 
@@ -145,7 +155,21 @@ def test_a_teams_newest_run_is_served_for_its_signed_dashboard_link(stored: None
     trace = tmp_path / "t.json.gz"
     shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "profiler" / "cpu_mlp.json.gz", trace)
     S3ProfileStore(Settings(), BUCKET, client=s3).put_run(
-        "ir-12/run-8-20261201t160000z", trace, "<!doctype html><p>run-8</p>", latest="latest/nlp"
+        "ir-12/run-8-20261201t160000z", trace, stored_summary(12, "run-8"), latest="latest/nlp"
     )
     answer = handle(_event(f"/profiles/{key}", **args))
     assert answer["statusCode"] == 200 and "run-8" in answer["body"]
+
+
+def test_a_run_of_more_steps_than_a_summary_keeps_shows_its_first_steps_and_says_so() -> None:
+    from dataclasses import replace
+
+    from gpufarm.profiling.page import render_summary
+
+    figures = analyse(reader.events(FIXTURES / "cpu_mlp.json"))
+    many = replace(figures, steps=5000, step_times_ms=tuple(1.0 + i / 1000 for i in range(5000)))
+    data = summary.of(many, ir=12, run="run-7", uploaded="2026-12-01 15:00:00Z", trace_name="cpu_mlp.json")
+    assert len(data.step_times_ms) == summary.MAX_STEP_TIMES and data.steps == 5000
+    assert summary.parse(data.to_json(), KEY) == data
+    page = render_summary(data)
+    assert "The first 4,096 of 5,000 steps." in page and page.count("<rect") >= summary.MAX_STEP_TIMES

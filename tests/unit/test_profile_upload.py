@@ -16,7 +16,7 @@ import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 from moto import mock_aws
 
-from gpufarm.adapters.profile_store import PAGE, PREFIX, TRACE, S3ProfileStore
+from gpufarm.adapters.profile_store import PREFIX, SUMMARY, TRACE, S3ProfileStore
 from gpufarm.config import Settings
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.commands import executor
@@ -27,7 +27,9 @@ from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.leases import profile_runs
 from gpufarm.core.service import GpuFarm
+from gpufarm.profiling import summary
 from gpufarm.profiling.links import LinkSigner
+from gpufarm.profiling.page import render_summary
 from gpufarm.profiling.upload import upload
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiler"
@@ -41,10 +43,10 @@ YAML = FARM_YAML.replace(
 
 
 class FailingStore:
-    """A store whose S3 is down: the page never lands (the adapter deletes the trace it stored first)."""
+    """A store whose S3 is down: the summary never lands (the adapter deletes the trace it stored first)."""
 
-    def put_run(self, key: str, trace_gz: Path, page: str, latest: str | None = None) -> None:
-        raise UpstreamError("S3 did not store the summary page after 3 attempts (ServiceUnavailable)")
+    def put_run(self, key: str, trace_gz: Path, summary: bytes, latest: str | None = None) -> None:
+        raise UpstreamError("S3 did not store the run's summary after 3 attempts (ServiceUnavailable)")
 
 
 @dataclass
@@ -101,13 +103,17 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         yield World(svc, incidents, metrics, store, s3, alloc.ir)
 
 
-def test_an_upload_stores_trace_and_page_records_the_link_and_publishes_metrics(world: World) -> None:
+def test_an_upload_stores_trace_and_summary_records_the_link_and_publishes_metrics(world: World) -> None:
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-7", batch_size=32)
     folder = PREFIX + done.key + "/"  # type: ignore[attr-defined]
-    assert world.keys() == [folder + PAGE, folder + TRACE, PREFIX + "latest/nlp/" + PAGE]
-    page = world.s3.get_object(Bucket=BUCKET, Key=folder + PAGE)["Body"].read().decode()  # type: ignore[attr-defined]
+    assert world.keys() == [folder + SUMMARY, folder + TRACE, PREFIX + "latest/nlp/" + SUMMARY]
+    stored = world.s3.get_object(Bucket=BUCKET, Key=folder + SUMMARY)["Body"].read()  # type: ignore[attr-defined]
+    data = summary.parse(stored, done.key)  # type: ignore[attr-defined]
+    assert (data.ir, data.run, data.trace_name) == (world.ir, "run-7", "cpu_mlp.json")
+    assert data.figures() == done.figures  # type: ignore[attr-defined]
+    assert world.store.summary(done.key) == stored  # type: ignore[attr-defined]
+    page = render_summary(data)
     assert "IR-" in page and "run-7" in page and "<svg" in page
-    assert world.store.page(done.key) == page  # type: ignore[attr-defined]
     (run,) = profile_runs.runs(world.alloc().history)
     assert run.run == "run-7" and run.actor == ALICE and run.link == done.link  # type: ignore[attr-defined]
     assert run.details.startswith("5 steps, ")
@@ -164,7 +170,7 @@ def test_s3_failing_leaves_the_incident_as_it_was(world: World) -> None:
     assert world.alloc().history == before and world.metrics.series == []
 
 
-@pytest.mark.parametrize(("failing", "what"), [(2, "the summary page"), (3, "the team's newest-run page")])
+@pytest.mark.parametrize(("failing", "what"), [(2, "the run's summary"), (3, "the team's newest-run summary")])
 def test_the_store_leaves_nothing_of_a_run_it_could_not_store_whole(
     world: World, tmp_path: Path, failing: int, what: str
 ) -> None:
@@ -183,7 +189,7 @@ def test_the_store_leaves_nothing_of_a_run_it_could_not_store_whole(
     gz = tmp_path / "t.json.gz"
     shutil.copy(FIXTURES / "cpu_mlp.json.gz", gz)
     with pytest.raises(UpstreamError, match=rf"{what} after 2 attempts \(ServiceUnavailable\)"):
-        world.store.put_run("ir-1/run-1-20261201t150000z", gz, "<html></html>", latest="latest/nlp")
+        world.store.put_run("ir-1/run-1-20261201t150000z", gz, b"{}", latest="latest/nlp")
     assert world.keys() == []
 
 

@@ -1,7 +1,9 @@
-"""The S3 bucket of profiler runs: each run's trace (gzipped) and summary page, under `profiles/<key>/`.
+"""The S3 bucket of profiler runs: each run's trace (gzipped) and summary data, under `profiles/<key>/`.
 
-A run is stored whole or not at all: the trace goes first, then the page; when the page cannot be stored the
-trace is deleted again, so the incident (written only after both are stored) never links to half a run.
+A run is stored whole or not at all: the trace goes first, then its summary (the figures as JSON,
+gpufarm.profiling.summary; never HTML: the pages function renders the page itself); when the summary cannot be
+stored the trace is deleted again, so the incident (written only after both are stored) never links to half a run.
+The pages function reads at most summary.MAX_BYTES + 1 bytes of a summary, whatever is stored there.
 Each call is retried by botocore within the deployment's bounds (standard mode: throttling, 5xx and connection
 errors, GPUFARM_MAX_RETRIES + 1 attempts); what still fails is an UpstreamError saying which object and how
 often it was tried. The bucket's encryption, lifecycle and public-access block are template.yaml's.
@@ -16,14 +18,14 @@ from typing import Any
 from gpufarm.adapters.aws import _client_error_code, _LazyClient
 from gpufarm.config import Settings
 from gpufarm.core.kernel.errors import NotFound, UpstreamError
+from gpufarm.profiling import summary as run_summary
 from gpufarm.profiling.links import checked_key
 
 log = logging.getLogger(__name__)
 
 PREFIX = "profiles/"
 TRACE = "trace.json.gz"
-PAGE = "summary.html"
-MAX_PAGE_BYTES = 4 * 1024 * 1024
+SUMMARY = "summary.json"
 
 
 class S3ProfileStore:
@@ -34,8 +36,8 @@ class S3ProfileStore:
         self.attempts = settings.max_retries + 1
         self._client = _LazyClient("s3", settings, client)
 
-    def put_run(self, key: str, trace_gz: Path, page: str, latest: str | None = None) -> None:
-        """Store a run's gzipped trace and its page (and the page as `latest`, its team's newest run);
+    def put_run(self, key: str, trace_gz: Path, summary: bytes, latest: str | None = None) -> None:
+        """Store a run's gzipped trace and its summary data (and the summary as `latest`, its team's newest run);
         UpstreamError, nothing of this run left stored, when S3 fails."""
         folder = PREFIX + checked_key(key) + "/"
         client = self._client.get()
@@ -53,43 +55,45 @@ class S3ProfileStore:
         try:
             client.put_object(
                 Bucket=self.bucket,
-                Key=folder + PAGE,
-                Body=page.encode(),
-                ContentType="text/html; charset=utf-8",
-                CacheControl="private, max-age=300",
+                Key=folder + SUMMARY,
+                Body=summary,
+                ContentType="application/json",
             )
         except Exception as exc:
             self._forget(folder + TRACE)
-            raise self._failed("the summary page", exc) from exc
+            raise self._failed("the run's summary", exc) from exc
         if latest is None:
             return
         try:
             client.put_object(
                 Bucket=self.bucket,
-                Key=PREFIX + checked_key(latest) + "/" + PAGE,
-                Body=page.encode(),
-                ContentType="text/html; charset=utf-8",
-                CacheControl="private, max-age=60",
+                Key=PREFIX + checked_key(latest) + "/" + SUMMARY,
+                Body=summary,
+                ContentType="application/json",
             )
         except Exception as exc:
-            self._forget(folder + PAGE)
+            self._forget(folder + SUMMARY)
             self._forget(folder + TRACE)
-            raise self._failed("the team's newest-run page", exc) from exc
+            raise self._failed("the team's newest-run summary", exc) from exc
 
-    def page(self, key: str) -> str:
-        """A run's summary page; NotFound when there is none (expired by the lifecycle rule, or never stored)."""
+    def summary(self, key: str) -> bytes:
+        """A run's stored summary data, unchecked (gpufarm.profiling.summary.parse checks it): at most
+        summary.MAX_BYTES + 1 bytes of it are read, so parse refuses an oversize object without reading it all.
+        NotFound when there is none (expired by the lifecycle rule, never stored, or stored before summaries
+        replaced pages)."""
         folder = PREFIX + checked_key(key) + "/"
         client = self._client.get()
         try:
-            answer = client.get_object(Bucket=self.bucket, Key=folder + PAGE)
+            answer = client.get_object(Bucket=self.bucket, Key=folder + SUMMARY)
         except Exception as exc:
             if _client_error_code(exc) in ("NoSuchKey", "404", "NotFound"):
                 raise NotFound("no such profiler run (runs are kept for the farm's retention)") from exc
-            raise self._failed("the summary page", exc) from exc
-        body = answer["Body"].read(MAX_PAGE_BYTES + 1)
-        if len(body) > MAX_PAGE_BYTES:
-            raise UpstreamError("the stored page is larger than gpufarm writes")
-        return str(body.decode())
+            raise self._failed("the run's summary", exc) from exc
+        body = answer["Body"]
+        try:
+            return bytes(body.read(run_summary.MAX_BYTES + 1))
+        finally:
+            body.close()
 
     def _forget(self, key: str) -> None:
         try:

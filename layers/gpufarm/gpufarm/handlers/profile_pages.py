@@ -1,9 +1,12 @@
 """The profile pages function (Function URL): a run's summary page, for a signed link that has not expired.
 
 `GET /profiles/<key>?expires=<epoch>&sig=<hmac>` (gpufarm.profiling.links): the signature is checked before S3
-is asked, so a link that is not gpufarm's costs no read; the page is served as stored (self-contained HTML) with
-headers that keep it to what it is: no scripts, nothing loaded from elsewhere, framing allowed for Datadog's
-iframe widget. It reads only storage: no Datadog, no Slack, no trace analysis on this path.
+is asked, so a link that is not gpufarm's costs no read. What is stored is data, never a page: the run's summary
+(at most summary.MAX_BYTES read) is validated against its closed schema and bound to the key's lease and run,
+and the page is rendered here by gpufarm's own template, every string escaped (gpufarm.profiling.page); a stored
+HTML page, JSON that does not validate or an oversize object is "not a profiler run" (404). The headers keep the
+page to what it is: no scripts, nothing loaded from elsewhere, no forms, framing allowed for Datadog's iframe
+widget. It reads only storage: no Datadog, no Slack, no trace analysis on this path.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from gpufarm.adapters.profile_store import S3ProfileStore
 from gpufarm.core.kernel.errors import NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
+from gpufarm.profiling import summary
 from gpufarm.profiling.links import LinkSigner
+from gpufarm.profiling.page import render_summary
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +66,8 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
             str(params.get("sig", ""))[:128],
             runtime.clock().now().timestamp(),
         )
-        page = S3ProfileStore(settings, _bucket(settings.profile_bucket)).page(key)
+        raw = S3ProfileStore(settings, _bucket(settings.profile_bucket)).summary(key)
+        page = render_summary(summary.parse(raw, key))
     except rt.ConfigurationError as exc:
         # Before NotFound (a missing secret is both): the name is for the operators, not the viewer.
         log.error("profile pages misconfigured: %s", exc)  # noqa: TRY400 - no traceback needed

@@ -1,5 +1,8 @@
 """The summary page of one profiler run: self-contained HTML (inline CSS and SVG, no script, nothing fetched).
 
+The profile pages function renders it on each request from the run's stored figures (gpufarm.profiling.summary):
+no page is stored, so none can be replaced by an uploaded one.
+
 It is embedded in a Datadog iframe widget and opened from the incident's link, so it loads nothing from
 elsewhere (no CDN, no fonts): the figures, a bar chart of step times, bars of busy share per stream, a timeline
 of the busiest streams (each lane's busy share in equal slices of the window), and the top kernels and operators.
@@ -12,6 +15,7 @@ from collections.abc import Sequence
 from html import escape
 
 from gpufarm.profiling.analysis import Figures, Stream
+from gpufarm.profiling.summary import RunSummary
 
 TIMELINE_LANES = 8
 _CSS = (
@@ -21,6 +25,12 @@ _CSS = (
     ".meta{color:#5a6472}.fig{display:inline-block;margin:4px 18px 4px 0}.fig b{display:block;font-size:18px}"
     "code{font-size:12px}"
 )
+
+
+def render_summary(summary: RunSummary) -> str:
+    """The page of a stored (validated) run summary."""
+    s = summary
+    return render(s.figures(), ir=s.ir, run=s.run, uploaded=s.uploaded, trace_name=s.trace_name)
 
 
 def render(figures: Figures, *, ir: int, run: str, uploaded: str, trace_name: str) -> str:
@@ -45,7 +55,7 @@ def render(figures: Figures, *, ir: int, run: str, uploaded: str, trace_name: st
         f"window {f.window_us / 1000:,.1f} ms</div>",
         "<div>" + "".join(f"<span class=fig>{escape(k)}<b>{escape(v)}</b></span>" for k, v in tiles) + "</div>",
         "<h2>Step times</h2>",
-        _step_chart(f.step_times_ms),
+        _step_chart(f.step_times_ms, f.steps),
         f"<h2>Busy share: {escape(kind)}</h2>",
         _share_bars(streams[:16]),
         f"<h2>Timeline of the busiest {escape(kind.split(' (', maxsplit=1)[0])}</h2>",
@@ -59,9 +69,11 @@ def render(figures: Figures, *, ir: int, run: str, uploaded: str, trace_name: st
     return "\n".join(parts)
 
 
-def _step_chart(times: Sequence[float]) -> str:
+def _step_chart(times: Sequence[float], steps: int) -> str:
     if not times:
         return "<p class=meta>No ProfilerStep# spans in this trace.</p>"
+    # The stored summary keeps the first steps only (summary.MAX_STEP_TIMES); say so rather than redraw the chart.
+    note = f"<p class=meta>The first {len(times):,} of {steps:,} steps.</p>" if steps > len(times) else ""
     width, height, top = 640, 140, max(times) or 1.0
     bar = width / len(times)
     rects = "".join(
@@ -70,7 +82,7 @@ def _step_chart(times: Sequence[float]) -> str:
         for i, t in enumerate(times)
     )
     return (
-        f'<svg width="{width}" height="{height}" role="img" aria-label="step times">{rects}'
+        f'{note}<svg width="{width}" height="{height}" role="img" aria-label="step times">{rects}'
         f'<text x="0" y="{height - 4}" font-size="11">0</text>'
         f'<text x="{width - 120}" y="12" font-size="11">max {top:.3f} ms</text></svg>'
     )

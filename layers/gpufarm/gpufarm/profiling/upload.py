@@ -4,7 +4,8 @@
 2. Every trace is read to its end and analysed before anything is stored, so a bad file (not a trace, 2 GB, a
    truncated gzip) refuses the whole upload with nothing stored. A trace is stored gzipped (as it came when it
    came gzipped, else compressed here into a temporary file).
-3. Each run's trace and page go to the store (whole or not at all, retried within bounds there).
+3. Each run's trace and summary (its figures as bounded JSON, gpufarm.profiling.summary: the pages function renders
+   the page from it; no HTML is stored) go to the store (whole or not at all, retried within bounds there).
 4. Only then the run is recorded on the incident, through the pool's one writer (an IncidentCommand `profile`,
    gpufarm.core.commands.executor.submit), and its figures are published as metrics tagged with the lease.
 """
@@ -27,10 +28,9 @@ from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.serial import IncidentCommand, Op, ProfileScope
 from gpufarm.core.leases import profile_runs, queries
-from gpufarm.profiling import metrics, reader
+from gpufarm.profiling import metrics, reader, summary
 from gpufarm.profiling.analysis import Figures, analyse
 from gpufarm.profiling.links import LinkSigner, latest_key
-from gpufarm.profiling.page import render
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,8 @@ DAY_S = 86_400
 class ProfileStore(Protocol):
     """Where runs are kept (gpufarm.adapters.profile_store.S3ProfileStore)."""
 
-    def put_run(self, key: str, trace_gz: Path, page: str, latest: str | None = None) -> None:
-        """Store a run's gzipped trace and its page (and as `latest`), whole or not at all."""
+    def put_run(self, key: str, trace_gz: Path, summary: bytes, latest: str | None = None) -> None:
+        """Store a run's gzipped trace and its summary data (and as `latest`), whole or not at all."""
         ...
 
 
@@ -110,8 +110,8 @@ def upload(
             runs.append((key, scope, path, figures, gz))
         done: list[Uploaded] = []
         for key, scope, path, figures, gz in runs:
-            page = render(figures, ir=ir, run=scope.run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=path.name)
-            store.put_run(key, gz, page, latest_key(alloc.team) if alloc.team else None)
+            data = summary.of(figures, ir=ir, run=scope.run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=path.name)
+            store.put_run(key, gz, data.to_json(), latest_key(alloc.team) if alloc.team else None)
             command = IncidentCommand(op=Op.PROFILE, ir=ir, actor=actor, reply_to=actor, origin=key, profile=scope)
             recorded = executor.submit(ctx, command)
             _publish(ctx, figures, alloc, scope.run, now)
