@@ -1,6 +1,7 @@
 """The profile pages function (Function URL): a run's summary page, for a signed link that has not expired.
 
-`GET /profiles/<key>?expires=<epoch>&sig=<hmac>` (gpufarm.profiling.links): the signature is checked before S3
+`GET /profiles/<key>?expires=<epoch>&sig=<hmac>` (gpufarm.profiling.links): the signature (the link key's, or
+the previous key's during a rotation) and the bound on a link's life are checked before S3
 is asked, so a link that is not gpufarm's costs no read; the page is served as stored (self-contained HTML) with
 headers that keep it to what it is: no scripts, nothing loaded from elsewhere, framing allowed for Datadog's
 iframe widget. It reads only storage: no Datadog, no Slack, no trace analysis on this path.
@@ -17,7 +18,7 @@ from gpufarm.adapters.profile_store import S3ProfileStore
 from gpufarm.core.kernel.errors import NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
-from gpufarm.profiling.links import LinkSigner
+from gpufarm.profiling.links import link_signer
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         runtime = rt.current()
         settings = runtime.settings
-        signer = LinkSigner(settings.require("profile_link_secret").encode())
+        signer = link_signer(settings)
         signer.check(
             key,
             str(params.get("expires", ""))[:20],
