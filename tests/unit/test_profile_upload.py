@@ -70,9 +70,9 @@ class World:
             upload(
                 self.svc.context,
                 store or self.store,  # type: ignore[arg-type]
-                SIGNER,
+                kw.pop("signer", SIGNER),  # type: ignore[arg-type]
                 pages_url=kw.pop("pages_url", PAGES),  # type: ignore[arg-type]
-                retention_days=30,
+                retention_days=kw.pop("retention_days", 30),  # type: ignore[arg-type]
                 ir=kw.pop("ir", self.ir),  # type: ignore[arg-type]
                 actor=actor,
                 paths=list(paths),
@@ -123,6 +123,17 @@ def test_an_upload_stores_trace_and_summary_records_the_link_and_publishes_metri
     tags = (f"ir:ir-{world.ir}", "run:run-7", "project:llm", "team:nlp")
     assert world.metrics.value("gpufarm.profile.steps", *tags) == 5
     assert (world.metrics.value("gpufarm.profile.throughput", *tags) or 0) > 0
+
+
+@pytest.mark.parametrize(("retention_days", "bound_days", "lives_days"), [(30, 7, 7), (3, 30, 3), (30, 30, 30)])
+def test_a_run_link_lives_as_long_as_the_run_is_kept_but_never_past_the_bound(
+    world: World, retention_days: int, bound_days: int, lives_days: int
+) -> None:
+    signer = LinkSigner(b"test-link-secret", max_age_s=bound_days * 86_400)
+    (done,) = world.up(FIXTURES / "cpu_mlp.json", signer=signer, retention_days=retention_days)
+    expires = int(done.link.split("expires=")[1].split("&")[0])  # type: ignore[attr-defined]
+    now = world.svc.context.clock.now().timestamp()
+    assert expires == int(now) + lives_days * 86_400
 
 
 def test_a_team_member_may_upload_and_a_gzipped_trace_is_stored_as_it_came(world: World) -> None:

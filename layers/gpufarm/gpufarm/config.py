@@ -24,6 +24,8 @@ SECRET_KEYS = {
     "webhook_secret": "webhook_secret",
     "profile_link_secret": "profile_link_secret",
     "upload_token_secret": "upload_token_secret",
+    # Only during a rotation of the link key: the key before it, still accepted when a link is checked.
+    "profile_link_secret_previous": "profile_link_secret_previous",
 }
 
 
@@ -71,6 +73,10 @@ class Settings(BaseModel):
     profile_link_secret: SecretStr | None = None
     # Signs the per-lease upload tokens `/gpu profile-token` gives (gpufarm.core.kernel.upload_token).
     upload_token_secret: SecretStr | None = None
+    profile_link_secret_previous: SecretStr | None = None
+    profile_link_days: int = Field(
+        default=30, ge=1, le=365, description="The longest a page link lives (run links and dashboard iframes)"
+    )
     secrets_name: str | None = Field(default=None, description="Secrets Manager secret holding the keys above")
     farm_config: str | None = Field(default=None, description="Path of the farm (quota/pool) YAML file")
     farm_config_parameter: str | None = Field(default=None, description="SSM parameter holding the farm YAML")

@@ -5,6 +5,10 @@ ownership marker apply writes into its description (`[gpufarm-dashboard:project]
 Datadog's dashboard list, read on the first message that needs it and kept for the container's life. A dashboard
 not there yet (apply has not run) or a list that could not be read is asked again only after RETRY_S, so a
 message never costs a Datadog call of its own; meanwhile links fall back to the metrics explorer.
+
+`ProjectDashboardEditor` reads and writes that dashboard's definition for the scheduled sync, which re-signs its
+newest-run iframes before their links expire (gpufarm.profiling.dashboard_links): the one dashboard write the
+functions make.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.config import Settings
 from gpufarm.core.chat.links import PROJECT_DASHBOARD_KEY
-from gpufarm.core.kernel.errors import GpufarmError
+from gpufarm.core.kernel.errors import GpufarmError, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +86,35 @@ class ProjectDashboard:
             if self._id is None:
                 log.info("no project dashboard yet (gpufarm datadog apply creates it); links use the metrics explorer")
             return self._id
+
+
+class ProjectDashboardEditor:
+    """The project dashboard's whole definition, read and replaced (the sync's re-signing of its page links)."""
+
+    def __init__(self, settings: Settings, *, gate: dc.RateLimitGate | None = None) -> None:
+        self.settings = settings
+        self._gate = gate
+
+    @cached_property
+    def _api(self) -> Any:
+        client = dc.api_client(self.settings, retry=True, raw=True, gate=self._gate)
+        return dc.build("datadog_api_client.v1.api.dashboards_api", "DashboardsApi", client)
+
+    def project(self) -> tuple[str, dict[str, Any]] | None:
+        """The project dashboard's id and definition, or None when apply has not made it."""
+        with dc.errors("list dashboards"):
+            answer = dc.read_json(self._api.list_dashboards())
+        listed = answer.get("dashboards") if isinstance(answer, Mapping) else None
+        found = marked(d for d in listed or [] if isinstance(d, Mapping))
+        if found is None:
+            return None
+        with dc.errors("get dashboard"):
+            body = dc.read_json(self._api.get_dashboard(dashboard_id=found))
+        if not isinstance(body, dict):
+            raise UpstreamError(f"Datadog answered with {type(body).__name__} where a dashboard was expected")
+        return found, body
+
+    def replace(self, dashboard_id: str, body: Mapping[str, Any]) -> None:
+        """Write the dashboard's definition back (PUT: the same body twice is the same dashboard)."""
+        with dc.errors("update dashboard", caller_body=True):
+            dc.read_json(self._api.update_dashboard(dashboard_id=dashboard_id, body=dict(body)))

@@ -65,7 +65,7 @@ def upload_traces(traces: list[Path], ir_text: str, name: str | None, batch_size
     """Upload through the runtime's collaborators; one line per run (its name, figures and page link)."""
     from gpufarm.adapters.profile_store import S3ProfileStore
     from gpufarm.handlers import runtime as rt
-    from gpufarm.profiling.links import LinkSigner
+    from gpufarm.profiling.links import link_signer
     from gpufarm.profiling.upload import upload as upload_runs
 
     ir = parse_ir(ir_text)
@@ -79,7 +79,7 @@ def upload_traces(traces: list[Path], ir_text: str, name: str | None, batch_size
     if not settings.profile_bucket or not settings.profile_pages_url:
         raise rt.ConfigurationError("GPUFARM_PROFILE_BUCKET and GPUFARM_PROFILE_PAGES_URL must be set")
     svc = runtime.service()
-    signer = LinkSigner(settings.require("profile_link_secret").encode())
+    signer = link_signer(settings)
     store = S3ProfileStore(settings, settings.profile_bucket)
     runs = upload_runs(
         svc.context,

@@ -1,12 +1,13 @@
 """The profile pages function (Function URL): a run's summary page, for a signed link that has not expired.
 
-`GET /profiles/<key>?expires=<epoch>&sig=<hmac>` (gpufarm.profiling.links): the signature is checked before S3
-is asked, so a link that is not gpufarm's costs no read. What is stored is data, never a page: the run's summary
-(at most summary.MAX_BYTES read) is validated against its closed schema and bound to the key's lease and run,
-and the page is rendered here by gpufarm's own template, every string escaped (gpufarm.profiling.page); a stored
-HTML page, JSON that does not validate or an oversize object is "not a profiler run" (404). The headers keep the
-page to what it is: no scripts, nothing loaded from elsewhere, no forms, framing allowed for Datadog's iframe
-widget. It reads only storage: no Datadog, no Slack, no trace analysis on this path.
+`GET /profiles/<key>?expires=<epoch>&sig=<hmac>` (gpufarm.profiling.links): the signature (the link key's, or
+the previous key's during a rotation) and the bound on a link's life are checked before S3 is asked, so a link
+that is not gpufarm's costs no read. What is stored is data, never a page: the run's summary (at most
+summary.MAX_BYTES read) is validated against its closed schema and bound to the key's lease and run, and the page
+is rendered here by gpufarm's own template, every string escaped (gpufarm.profiling.page); a stored HTML page, JSON
+that does not validate or an oversize object is "not a profiler run" (404). The headers keep the page to what it
+is: no scripts, nothing loaded from elsewhere, no forms, framing allowed for Datadog's iframe widget. It reads
+only storage: no Datadog, no Slack, no trace analysis on this path.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gpufarm.core.kernel.errors import NotAllowed, NotFound, UpstreamError, Vali
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling import summary
-from gpufarm.profiling.links import LinkSigner
+from gpufarm.profiling.links import link_signer
 from gpufarm.profiling.page import render_summary
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         runtime = rt.current()
         settings = runtime.settings
-        signer = LinkSigner(settings.require("profile_link_secret").encode())
+        signer = link_signer(settings)
         signer.check(
             key,
             str(params.get("expires", ""))[:20],

@@ -27,6 +27,7 @@ from gpufarm.core.kernel.errors import Conflict, NotAllowed, NotFound, UpstreamE
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
+    from gpufarm.adapters.datadog_dashboards import ProjectDashboardEditor
     from gpufarm.adapters.slack import SignatureCheck, SlackChat
     from gpufarm.core.chat.links import DashboardLookup
     from gpufarm.core.config.farm import FarmConfig
@@ -313,6 +314,23 @@ class Runtime:
             return ProjectDashboard(self.settings)
 
         built: DashboardLookup = self._get("project_dashboard", build)
+        return built
+
+    def dashboard_editor(self) -> ProjectDashboardEditor | None:
+        """The project dashboard's definition, for the sync's re-signing of its page links: the override's when
+        one is set, none when a test replaced the incidents port without giving one (no Datadog to write)."""
+        if "dashboard_editor" in self._parts:
+            given: ProjectDashboardEditor | None = self._parts["dashboard_editor"]
+            return given
+        if "incidents" in self._parts:
+            return None
+
+        def build() -> ProjectDashboardEditor:
+            from gpufarm.adapters.datadog_dashboards import ProjectDashboardEditor
+
+            return ProjectDashboardEditor(self.settings)
+
+        built: ProjectDashboardEditor = self._get("dashboard_editor", build)
         return built
 
     def _port(self, name: str) -> Any:

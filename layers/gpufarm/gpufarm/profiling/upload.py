@@ -101,7 +101,8 @@ def upload(
             (run, path, *_prepare(path, batch_size, Path(work))) for run, path in zip(names, paths, strict=True)
         ]
         now = ctx.now()
-        expires = int(now.timestamp()) + retention_days * DAY_S
+        # As long as the run is kept, but never past the bound on a link's life.
+        expires = signer.expiry(now.timestamp(), retention_days * DAY_S)
         runs = []
         for run, path, figures, gz in prepared:
             key = f"ir-{ir}/{run}-{now:%Y%m%dt%H%M%Sz}"
