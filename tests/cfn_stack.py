@@ -133,6 +133,26 @@ def references(node: Any) -> Iterator[str]:
                 yield from references(value)
 
 
+STAND_IN = "https://{target}.{attribute}.unresolved.invalid/"
+
+
+def stand_in_environment(template: dict[str, Any], missing: set[str]) -> dict[tuple[str, str], str]:
+    """Replace, in place, each function environment variable that reads an attribute of a resource moto skips
+    (`!GetAtt ProfilePagesFunctionUrl.FunctionUrl`) by a stand-in URL naming it, so the function is still created
+    and checked; returns (function, variable) -> "Resource.Attribute" for each one replaced."""
+    replaced: dict[tuple[str, str], str] = {}
+    for logical_id, resource in template["Resources"].items():
+        variables = ((resource.get("Properties") or {}).get("Environment") or {}).get("Variables") or {}
+        for name, value in variables.items():
+            target = value.get("Fn::GetAtt") if isinstance(value, dict) else None
+            if isinstance(target, str):
+                target = target.split(".", 1)
+            if isinstance(target, list) and len(target) == 2 and target[0] in missing:
+                variables[name] = STAND_IN.format(target=target[0], attribute=target[1])
+                replaced[(logical_id, name)] = f"{target[0]}.{target[1]}"
+    return replaced
+
+
 def dependents(template: dict[str, Any], missing: set[str]) -> tuple[set[str], set[str]]:
     """The resources and outputs that refer, directly or through each other, to a resource in `missing`.
 

@@ -31,6 +31,8 @@ from gpufarm.config import Settings
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.handlers import profile_pages, quota_sync
 from gpufarm.handlers import runtime as rt
+from gpufarm.profiling import reader, summary
+from gpufarm.profiling.analysis import analyse
 from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.profiling.links import DAY_S, LinkSigner, latest_expiry, link_signer
 from gpufarm.setup import apply as setup
@@ -77,7 +79,10 @@ def pages(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Clock]:
         s3.create_bucket(Bucket=BUCKET)
         trace = tmp_path / "t.json.gz"
         shutil.copy(TRACE, trace)
-        S3ProfileStore(Settings(), BUCKET, client=s3).put_run(RUN, trace, "<!doctype html><p>run-7</p>", "latest/nlp")
+        # What an upload stores: the run's figures as data (gpufarm.profiling.summary), the page rendered when served.
+        figures = analyse(reader.events(TRACE))
+        data = summary.of(figures, ir=12, run="run-7", uploaded="2026-12-01 15:00:00Z", trace_name="cpu_mlp.json")
+        S3ProfileStore(Settings(), BUCKET, client=s3).put_run(RUN, trace, data.to_json(), "latest/nlp")
         rt.reset()
         rt.override(clock=clock)
         try:
