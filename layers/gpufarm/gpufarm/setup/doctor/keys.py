@@ -27,6 +27,7 @@ FUNCTIONS_PERMISSIONS: Mapping[str, str] = {
     "hosts_read": "the host list",
     "monitors_read": "the idle monitors' states",
     "dashboards_read": "finding gpufarm's dashboards for links",
+    "dashboards_write": "re-signing the project dashboards' page links",
     "timeseries_query": "utilisation and usage queries",
 }
 APPLY_PERMISSIONS: Mapping[str, str] = {
