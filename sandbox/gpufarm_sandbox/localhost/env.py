@@ -38,6 +38,9 @@ LOCAL_PARAMETERS = {
 }
 # Variables that would send a local run to AWS: secrets come from the sandbox, the farm config from a file.
 DROPPED_LOCALLY = frozenset({"GPUFARM_SECRETS_NAME", "GPUFARM_FARM_CONFIG_PARAMETER"})
+# Variables only a local run with profiler runs sets (gpufarm_sandbox.localhost.profiles, with the bucket the pages
+# function serves from): without it the pages function is not configured, so nothing should link to it.
+SET_BY_PROFILES = frozenset({"GPUFARM_PROFILE_PAGES_URL"})
 SECRET_NAMES = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 
@@ -244,7 +247,7 @@ def function_environment(resolver: Resolver, variables: Mapping[str, Any]) -> di
     """One function's Environment.Variables resolved to strings (NoValue and locally dropped ones left out)."""
     out: dict[str, str] = {}
     for name, raw in variables.items():
-        if name in DROPPED_LOCALLY:
+        if name in DROPPED_LOCALLY or name in SET_BY_PROFILES:
             continue
         value = _as_env(resolver.resolve(raw))
         if value is not None and value != "":
