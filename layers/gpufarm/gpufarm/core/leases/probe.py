@@ -22,11 +22,6 @@ PROBE_MONTH = "1970-01"
 WEBHOOK_NOTE = "webhook: "
 
 
-def is_probe(alloc: Allocation) -> bool:
-    """True for a doctor's scratch incident."""
-    return alloc.is_probe
-
-
 def probe_fields(token: str, environment: str, team: str) -> dict[str, object]:
     """The fields a probe is created with: ended already, in a real pool and team so every search form finds it."""
     return {

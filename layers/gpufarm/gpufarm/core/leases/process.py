@@ -19,7 +19,7 @@ def process(ctx: LeaseContext, incident_id: str, arrival: str | None = None) -> 
     `arrival` says how the incident webhook's call came (token, fields, trigger); only a doctor's probe records it.
     """
     alloc = ctx.reads().get_by_id(incident_id)
-    if probe.is_probe(alloc):
+    if alloc.is_probe:
         return [probe.note_webhook(ctx, alloc, arrival) if arrival else Outcome(alloc.ir, "nothing to do (probe)")]
     if alloc.state is State.RESOLVED:
         outcomes = [reclaim(ctx, alloc)]

@@ -12,6 +12,7 @@ from gpufarm.core.kernel import history
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, isoformat
+from gpufarm.core.kernel.serial import IncidentCommand, Op, pool_group
 from gpufarm.core.leases import notices, terms
 from gpufarm.core.leases.ending import resolve
 
@@ -56,3 +57,15 @@ def remind(ctx: LeaseContext, ir: int) -> Outcome:
     updated = ctx.write(alloc, alloc.phase, {f.EXPIRY_REMINDED: ends}, step=reminded)
     ctx.tell(updated.requester, notices.expiry_reminder(updated, ctx.links_for(updated)))
     return Outcome(ir, f"reminded (ends {isoformat(alloc.expires_at)})")
+
+
+def send(ctx: LeaseContext, alloc: Allocation, op: Op, origin: str, *, reason: ReclaimReason | None = None) -> None:
+    """An expiry or a reminder as a command in the lease's pool group, re-checked there and sent once per `origin`
+    (the sync's five minutes, the sweep's minute); without a queue it runs at once."""
+    if ctx.queue is not None:
+        command = IncidentCommand(op=op, ir=alloc.ir, origin=origin)
+        ctx.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
+    elif op is Op.REMIND:
+        remind(ctx, alloc.ir)
+    elif reason is not None:
+        resolve(ctx, alloc, reason, by=None)

@@ -18,10 +18,8 @@ from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.inventory.source_events import post_source_events
 from gpufarm.core.inventory.sources import read_in_background
 from gpufarm.core.kernel.lifecycle import ReclaimReason
-from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.kernel.serial import IncidentCommand, Op, pool_group
+from gpufarm.core.kernel.serial import Op
 from gpufarm.core.leases import terms
-from gpufarm.core.leases.ending import resolve
 from gpufarm.core.sync import expiry
 from gpufarm.core.sync.gauges import publish_gauges
 from gpufarm.core.sync.inventory_read import inventory_sources, read_ledger
@@ -84,26 +82,14 @@ def _end_due(ctx: LeaseContext, report: SyncReport, bucket: int) -> None:
         reason = expiry.due(ctx, alloc)
         if reason is None:
             if terms.reminder_due(alloc, ctx.farm, ctx.now()):
-                _send(ctx, alloc, Op.REMIND, bucket)
+                expiry.send(ctx, alloc, Op.REMIND, f"sync-{bucket}")
                 report.reminded.append(alloc.ir)
             continue
-        _send(ctx, alloc, Op.EXPIRE, bucket, reason=reason)
+        expiry.send(ctx, alloc, Op.EXPIRE, f"sync-{bucket}", reason=reason)
         if reason is ReclaimReason.WITHDRAWN:
             report.withdrawn.append(alloc.ir)
         else:
             (report.expired if reason is ReclaimReason.EXPIRED else report.idle_reclaimed).append(alloc.ir)
-
-
-def _send(ctx: LeaseContext, alloc: Allocation, op: Op, bucket: int, *, reason: ReclaimReason | None = None) -> None:
-    """An expiry or a reminder as a command in the lease's pool group (re-checked there, sent once per bucket);
-    without a queue it runs at once."""
-    if ctx.queue is not None:
-        command = IncidentCommand(op=op, ir=alloc.ir, origin=f"sync-{bucket}")
-        ctx.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
-    elif op is Op.REMIND:
-        expiry.remind(ctx, alloc.ir)
-    elif reason is not None:
-        resolve(ctx, alloc, reason, by=None)
 
 
 def _repair_pools(ctx: LeaseContext, report: SyncReport, bucket: int) -> None:

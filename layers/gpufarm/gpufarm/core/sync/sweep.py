@@ -17,11 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufarm.core.context.lease_context import LeaseContext, invocation
-from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import IncidentQuery
-from gpufarm.core.kernel.serial import IncidentCommand, Op, incident_step, pool_group
-from gpufarm.core.leases.ending import resolve
+from gpufarm.core.kernel.serial import Op, incident_step
 from gpufarm.core.leases.process import process
 from gpufarm.core.sync import expiry
 
@@ -54,7 +53,7 @@ def sweep(ctx: LeaseContext) -> SweepReport:
     for alloc in live:
         reason = expiry.due(ctx, alloc)
         if reason is not None:
-            _end(ctx, alloc, reason, bucket)
+            expiry.send(ctx, alloc, Op.EXPIRE, f"sweep-{bucket}", reason=reason)
             report.to_end.append(alloc.ir)
         elif alloc.phase is Phase.APPROVED:
             _step(ctx, alloc)
@@ -74,12 +73,3 @@ def _step(ctx: LeaseContext, alloc: Allocation) -> None:
         return
     body, group, dedup = incident_step(alloc)
     ctx.queue.send({**body, "reason": f"sweep {body['reason']}"}, group=group, dedup_id=dedup)
-
-
-def _end(ctx: LeaseContext, alloc: Allocation, reason: ReclaimReason, bucket: int) -> None:
-    """An expiry command in the lease's pool group (re-checked there, sent once a minute); at once without a queue."""
-    if ctx.queue is None:
-        resolve(ctx, alloc, reason, by=None)
-        return
-    command = IncidentCommand(op=Op.EXPIRE, ir=alloc.ir, origin=f"sweep-{bucket}")
-    ctx.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
