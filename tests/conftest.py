@@ -47,6 +47,30 @@ def sandbox(sandbox_server: ServerThread) -> Iterator[Sandbox]:
     app.reset()
 
 
+# What the functions and clients read from the environment: a test that changes one must put it back.
+WATCHED_ENV = ("GPUFARM_", "DD_", "SLACK_", "AWS_", "AZURE_")
+
+
+@pytest.fixture(autouse=True)
+def environment_put_back() -> Iterator[None]:
+    """Fail the test that leaves gpufarm's variables changed, not the later test that happens to read them.
+
+    Runs around the test's own fixtures (it is set up first and torn down last), so a fixture that sets a variable
+    for a wider scope than it restores it in is caught where it is written.
+    """
+    before = _watched()
+    yield
+    after = _watched()
+    changed = sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+    assert not changed, f"the test left these environment variables changed: {', '.join(changed)}"
+
+
+def _watched() -> dict[str, str]:
+    import os
+
+    return {name: value for name, value in os.environ.items() if name.startswith(WATCHED_ENV)}
+
+
 @pytest.fixture
 def sandbox_url(sandbox: Sandbox, sandbox_server: ServerThread) -> str:
     """Base URL of the reset sandbox."""

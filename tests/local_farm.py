@@ -18,21 +18,23 @@ EXAMPLE_FARM = ROOT / "config" / "farm.example.yaml"
 
 
 @contextmanager
-def driven(
-    local: LocalEnv, monkeypatch: pytest.MonkeyPatch | None = None, farm_file: Path | None = None
-) -> Iterator[LocalFarm]:
-    """The ready driver; with `farm_file`, every function reads that farm file (GPUFARM_FARM_CONFIG) instead."""
-    if farm_file is not None:
-        assert monkeypatch is not None, "a farm file of the test's own is set through monkeypatch"
-        monkeypatch.setenv("GPUFARM_FARM_CONFIG", str(farm_file))
-        runtime.reset()
-    driver = LocalFarm.ready(local)
-    try:
-        yield driver
-    finally:
-        driver.settle(timeout=10)
-        driver.close()
-        runtime.reset()
+def driven(local: LocalEnv, farm_file: Path | None = None) -> Iterator[LocalFarm]:
+    """The ready driver; with `farm_file`, every function reads that farm file (GPUFARM_FARM_CONFIG) instead.
+
+    The variable is set and put back here, inside the local host's lifetime: a caller's monkeypatch would put it
+    back after the host had restored os.environ, and leave the host's farm path behind for later tests.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        if farm_file is not None:
+            patch.setenv("GPUFARM_FARM_CONFIG", str(farm_file))
+            runtime.reset()
+        driver = LocalFarm.ready(local)
+        try:
+            yield driver
+        finally:
+            driver.settle(timeout=10)
+            driver.close()
+            runtime.reset()
 
 
 def without_inventory(text: str) -> str:

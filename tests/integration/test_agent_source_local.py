@@ -28,7 +28,7 @@ def agent_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     """The example farm with its AWS pool on the Datadog Agent, set up as `gpufarm local` does."""
     path = tmp_path / "farm.yaml"
     path.write_text(EXAMPLE_FARM.read_text().replace("metrics_source: gpufarm-node", "metrics_source: datadog-agent"))
-    with driven(local, monkeypatch, path) as farm:
+    with driven(local, path) as farm:
         yield farm
 
 

@@ -31,7 +31,7 @@ def agent_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     # Without the cloud inventory sources (their own tests cover them): this test is about the Agent's metrics.
     path = tmp_path / "farm.yaml"
     path.write_text(without_inventory(text) + LEDGER)
-    with driven(local, monkeypatch, path) as farm:
+    with driven(local, path) as farm:
         yield farm
 
 

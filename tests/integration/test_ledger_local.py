@@ -31,7 +31,7 @@ def ledger_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     path = tmp_path / "farm.yaml"
     # Without the cloud inventory sources (their own tests cover them): this test is about the agents' metrics.
     path.write_text(without_inventory(EXAMPLE_FARM.read_text()) + BUDGET)
-    with driven(local, monkeypatch, path) as farm:
+    with driven(local, path) as farm:
         yield farm
 
 

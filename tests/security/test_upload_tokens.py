@@ -425,7 +425,7 @@ def local_farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Loca
     """The local host with the example farm's teams, as `gpufarm local` runs it (the key is its own)."""
     path = tmp_path / "farm.yaml"
     path.write_text(without_inventory(EXAMPLE_FARM.read_text()))
-    with start_local(port=0) as local, driven(local, monkeypatch, path) as farm:
+    with start_local(port=0) as local, driven(local, path) as farm:
         yield farm
 
 

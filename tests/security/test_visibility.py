@@ -243,7 +243,7 @@ def local() -> Iterator[LocalEnv]:
 def _farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: str = "") -> Iterator[LocalFarm]:
     path = tmp_path / "farm.yaml"
     path.write_text(without_inventory(EXAMPLE_FARM.read_text()) + extra)
-    with driven(local, monkeypatch, path) as farm:
+    with driven(local, path) as farm:
         # Eve is a member of the workspace, as Slack knows her, and of no team's user group.
         farm.post("/_sandbox/slack/users", {"users": [{"id": EVE.id, "name": EVE.name, "real_name": EVE.real_name}]})
         yield farm
