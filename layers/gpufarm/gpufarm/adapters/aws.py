@@ -111,7 +111,14 @@ def aws_client(service: str, settings: Settings) -> Any:
                     _session = botocore.session.get_session()
                     # SSM and Lambda models cut down to the operations gpufarm calls (botocore_models.py).
                     _session.get_component("data_loader").search_paths.insert(0, str(MODELS))
-                client = _session.create_client(service, config=_boto_config(settings))
+                config = _boto_config(settings)
+                if service == "s3":
+                    # Presigned URLs (the profile upload's PUT URLs) signed with SigV4, whose signature covers the
+                    # method, bucket, key and expiry; botocore would otherwise presign with SigV2 in us-east-1.
+                    from botocore.config import Config
+
+                    config = config.merge(Config(signature_version="s3v4"))
+                client = _session.create_client(service, config=config)
                 _clients[key] = client
     return client
 
