@@ -117,21 +117,14 @@ class S3ProfileStore:
             body = client.get_object(Bucket=self.bucket, Key=_incoming(key))["Body"]
         except Exception as exc:
             raise self._failed_read("an uploaded trace", exc) from exc
-        written = 0
         try:
-            with target.open("wb") as out:
-                while chunk := body.read(_CHUNK):
-                    written += len(chunk)
-                    if written > limit:
-                        raise ValueError("the uploaded object is larger than was measured")
-                    out.write(chunk)
+            return _copy(body, target, limit)
         except ValueError:
             raise
         except Exception as exc:
             raise self._failed_read("an uploaded trace", exc) from exc
         finally:
             body.close()
-        return written
 
     def delete_incoming(self, key: str) -> None:
         """Remove an uploaded object (analysed, refused, or its lease ended); a failure is logged, the lifecycle
@@ -171,6 +164,18 @@ class S3ProfileStore:
             f"S3 did not store {what} after {self.attempts} attempts ({_client_error_code(exc)}); "
             "nothing was recorded in the incident, upload again"
         )
+
+
+def _copy(body: Any, target: Path, limit: int) -> int:
+    """Write the streamed body to `target`, a megabyte at a time; ValueError past `limit` bytes."""
+    written = 0
+    with target.open("wb") as out:
+        while chunk := body.read(_CHUNK):
+            written += len(chunk)
+            if written > limit:
+                raise ValueError("the uploaded object is larger than was measured")
+            out.write(chunk)
+    return written
 
 
 def _incoming(key: str) -> str:

@@ -53,7 +53,7 @@ def gpufarm_trace_handler(
         path = folder / f"{run}.json.gz"
         prof.export_chrome_trace(str(path))
         try:
-            for line in upload_traces([path], lease, run, batch_size, secret, progress=False):
+            for line in upload_traces([path], lease, run, batch_size, token=secret, progress=False):
                 sys.stderr.write(f"gpufarm: {line}\n")
         except GpufarmError as exc:
             log.error("profiler trace %s kept but not uploaded: %s", path, exc)  # noqa: TRY400 - no traceback

@@ -60,7 +60,7 @@ def profile() -> None:
 def upload(traces: tuple[Path, ...], ir_text: str, name: str | None, batch_size: int | None, token: str | None) -> None:
     """Analyse TRACE... (Chrome-trace JSON from torch.profiler, gzipped or not) and attach them to the lease."""
     try:
-        done = upload_traces(list(traces), ir_text, name, batch_size, token)
+        done = upload_traces(list(traces), ir_text, name, batch_size, token=token)
     except (ValidationFailed, NotAllowed, NotFound, Conflict) as exc:
         click.echo(f"error: {exc}; nothing was stored", err=True)
         sys.exit(EXIT_REFUSED)
@@ -76,9 +76,9 @@ def upload_traces(
     ir_text: str,
     name: str | None,
     batch_size: int | None,
+    *,
     token: str | None = None,
     api_url: str | None = None,
-    *,
     progress: bool = True,
 ) -> list[str]:
     """Upload through gpufarm's upload function; one line per run (its name, figures and page link).

@@ -13,7 +13,6 @@ the function, never to S3, into a message or a log.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -155,7 +154,7 @@ class UploadClient:
                     last = f"HTTP {exc.code}"
                     continue
                 raise Refused(exc.code, _reason(exc)) from None
-            except (urllib.error.URLError, TimeoutError, socket.timeout, ConnectionError) as exc:
+            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
                 last = type(getattr(exc, "reason", exc)).__name__
                 continue
         raise ServiceFailed(f"{what} failed after {MAX_ATTEMPTS} attempts ({last}); nothing was recorded, try again")

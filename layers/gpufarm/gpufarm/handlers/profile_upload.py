@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufarm.adapters.profile_store import S3ProfileStore
-from gpufarm.core.kernel.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
-from gpufarm.core.kernel.upload_token import InvalidUploadToken, verify
+from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, ValidationFailed
+from gpufarm.core.kernel.upload_token import Claims, InvalidUploadToken, verify
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling import intake
@@ -61,28 +61,33 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         claims = verify(_bearer(event), key, runtime.clock().now())
         body = http.json_body(event, MAX_BODY_BYTES)
         answer = _begin(runtime, claims, key, body) if route == "/begin" else _complete(runtime, claims, key, body)
-    except http.BadRequest as exc:
-        return http.error(exc.status, exc.reason)
-    except (InvalidUploadToken, InvalidTicket) as exc:
-        return http.error(401, str(exc))
-    except rt.ConfigurationError as exc:
-        # Before NotFound (a missing setting is both): the name is for the operators, not the caller.
-        log.error("profile upload misconfigured: %s", exc)  # noqa: TRY400
-        return http.error(500, "not configured")
-    except intake.TooLarge as exc:
-        return http.error(413, exc.message)
-    except ValidationFailed as exc:
-        return http.error(400, exc.message)
-    except NotAllowed as exc:
-        return http.error(403, str(exc))
-    except Conflict as exc:
-        return http.error(409, str(exc))
-    except NotFound as exc:
-        return http.error(404, str(exc))
-    except UpstreamError as exc:
-        log.warning("profile upload not finished: %s", exc)
-        return http.error(503, "a service failed; try again shortly")
+    except (http.BadRequest, GpufarmError) as exc:
+        return http.error(*_refusal(exc))
     return http.respond(200, answer, _NO_STORE)
+
+
+def _refusal(exc: Exception) -> tuple[int, str]:
+    """The status and short reason for what stopped a call (the checks' order: the most specific first)."""
+    if isinstance(exc, http.BadRequest):
+        return exc.status, exc.reason
+    if isinstance(exc, (InvalidUploadToken, InvalidTicket)):
+        return 401, str(exc)
+    if isinstance(exc, rt.ConfigurationError):
+        # Before NotFound (a missing setting is both): the name is for the operators, not the caller.
+        log.error("profile upload misconfigured: %s", exc)
+        return 500, "not configured"
+    if isinstance(exc, intake.TooLarge):
+        return 413, exc.message
+    if isinstance(exc, ValidationFailed):
+        return 400, exc.message
+    if isinstance(exc, NotAllowed):
+        return 403, str(exc)
+    if isinstance(exc, Conflict):
+        return 409, str(exc)
+    if isinstance(exc, NotFound):
+        return 404, str(exc)
+    log.warning("profile upload not finished: %s", exc)
+    return 503, "a service failed; try again shortly"
 
 
 def _bearer(event: Mapping[str, Any]) -> str:
@@ -99,13 +104,13 @@ def _store(runtime: rt.Runtime) -> S3ProfileStore:
     return S3ProfileStore(runtime.settings, bucket)
 
 
-def _begin(runtime: rt.Runtime, claims: Any, key: bytes, body: dict[str, Any]) -> dict[str, Any]:
+def _begin(runtime: rt.Runtime, claims: Claims, key: bytes, body: dict[str, Any]) -> dict[str, Any]:
     ir, runs, batch = intake.parse_begin(body)
     ctx = runtime.service().context
-    return intake.begin(ctx, _store(runtime), claims, key, ir, runs, batch).body()
+    return intake.begin(ctx, _store(runtime), claims, key=key, ir=ir, runs=runs, batch=batch).body()
 
 
-def _complete(runtime: rt.Runtime, claims: Any, key: bytes, body: dict[str, Any]) -> dict[str, Any]:
+def _complete(runtime: rt.Runtime, claims: Claims, key: bytes, body: dict[str, Any]) -> dict[str, Any]:
     settings = runtime.settings
     if not settings.profile_pages_url:
         raise rt.ConfigurationError("GPUFARM_PROFILE_PAGES_URL is not set")
@@ -115,8 +120,8 @@ def _complete(runtime: rt.Runtime, claims: Any, key: bytes, body: dict[str, Any]
         _store(runtime),
         link_signer(settings),
         claims,
-        key,
-        body.get("upload"),
+        key=key,
+        ticket_text=body.get("upload"),
         pages_url=settings.profile_pages_url,
         retention_days=svc.context.farm.profiles.retention_days,
     )

@@ -137,7 +137,7 @@ def _run(item: Any) -> Run:
 
 
 def begin(
-    ctx: LeaseContext, store: Incoming, claims: Claims, key: bytes, ir: int, runs: Sequence[Run], batch: int | None
+    ctx: LeaseContext, store: Incoming, claims: Claims, *, key: bytes, ir: int, runs: Sequence[Run], batch: int | None
 ) -> Begun:
     """Check the token holds for lease `ir` now; sign a ticket and a PUT URL per run."""
     _holds(ctx, claims, ir)
@@ -166,9 +166,9 @@ def complete(
     store: Incoming,
     signer: LinkSigner,
     claims: Claims,
+    *,
     key: bytes,
     ticket_text: Any,
-    *,
     pages_url: str,
     retention_days: int,
 ) -> list[Uploaded]:

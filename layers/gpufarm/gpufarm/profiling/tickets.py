@@ -3,11 +3,12 @@
 A ticket is `gft1.<payload>.<signature>`: the payload is compact JSON in unpadded base64url naming the lease (IR),
 the user the upload token was given to, the upload's id, when it began and until when it may be completed, the
 batch size, and each run (its name, its object key under the lease's own incoming prefix, the byte size the
-client declared and the file's name its page shows). The signature is HMAC-SHA256 under the deployment's `upload_token_secret`, over a label of its
-own, the version and the payload, so a ticket is never mistaken for an upload token (nor one for the other) and
-cannot be edited to name another lease, user or key. Verification bounds the text before decoding it, compares the
-signature in constant time before parsing, and checks every field against what `begin` could have written. Every
-refusal is one InvalidTicket naming the kind of failure, never the ticket.
+client declared and the file's name its page shows). The signature is HMAC-SHA256 under the deployment's
+`upload_token_secret`, over a label of its own, the version and the payload, so a ticket is never mistaken for an
+upload token (nor one for the other) and cannot be edited to name another lease, user or key. Verification bounds
+the text before decoding it, compares the signature in constant time before parsing, and checks every field
+against what `begin` could have written. Every refusal is one InvalidTicket naming the kind of failure, never the
+ticket.
 """
 
 from __future__ import annotations
