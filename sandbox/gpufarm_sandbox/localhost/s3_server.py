@@ -100,15 +100,23 @@ class CheckedMotoServer(ThreadedMotoServer):
     def __init__(self, keys: Mapping[str, str], ip_address: str = "127.0.0.1", port: int = 0) -> None:
         super().__init__(ip_address=ip_address, port=port, verbose=False)
         self._keys = dict(keys)
+        self._failed: BaseException | None = None
 
     def _server_entry(self) -> None:
         app = PresignedChecked(DomainDispatcherApplication(create_backend_app), self._keys)
-        self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
-        self._server_ready_event.set()
+        try:
+            self._server = make_server(self._ip_address, self._port, app, True, request_handler=MotoRequestHandler)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        finally:
+            self._server_ready_event.set()
         self._server.serve_forever()
 
     def start(self) -> None:
-        """Serve on a daemon thread; returns once the socket listens."""
+        """Serve on a daemon thread; returns once the socket listens (raises what stopped it from listening)."""
         self._thread = Thread(target=self._server_entry, daemon=True)
         self._thread.start()
         self._server_ready_event.wait()
+        if self._failed is not None:
+            raise RuntimeError(f"moto's S3 server did not start: {self._failed}") from self._failed
