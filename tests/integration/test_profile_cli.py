@@ -37,7 +37,9 @@ def _upload(service: UploadService, *args: str, token: str | None = None) -> Any
 def test_upload_prints_the_link_and_records_the_run(service: UploadService) -> None:
     ir = service.lease()
     trace = str(FIXTURES / "cpu_mlp.json.gz")
-    result = _upload(service, trace, "--ir", f"IR-{ir}", "--name", "run-7", "--batch-size", "32", token=service.token(ir))
+    result = _upload(
+        service, trace, "--ir", f"IR-{ir}", "--name", "run-7", "--batch-size", "32", token=service.token(ir)
+    )
     assert result.exit_code == 0, result.output
     assert f"IR-{ir} run-7: 5 steps" in result.output and "recorded" in result.output
     assert f"{'http://127.0.0.1:9/pages'}/profiles/ir-{ir}/run-7-" in result.output
@@ -46,7 +48,9 @@ def test_upload_prints_the_link_and_records_the_run(service: UploadService) -> N
     assert len(service.keys("profiles/")) == 3 and service.keys("incoming/") == []
 
 
-def test_the_ir_and_the_token_default_to_the_environment(service: UploadService, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ir_and_the_token_default_to_the_environment(
+    service: UploadService, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ir = service.lease()
     monkeypatch.setenv("GPUFARM_IR", f"IR-{ir}")
     monkeypatch.setenv("GPUFARM_UPLOAD_TOKEN", service.token(ir))

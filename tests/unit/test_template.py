@@ -175,7 +175,12 @@ CALLS = {
     # An upload-token holder's traces: PUT URLs presigned for incoming/, read, stored under profiles/, deleted; the
     # run recorded as a command in its incident's pool group.
     "ProfileUploadFunction": EVERY
-    | {SEND, ("s3:PutObject", "ProfileBucket"), ("s3:GetObject", "ProfileBucket"), ("s3:DeleteObject", "ProfileBucket")},
+    | {
+        SEND,
+        ("s3:PutObject", "ProfileBucket"),
+        ("s3:GetObject", "ProfileBucket"),
+        ("s3:DeleteObject", "ProfileBucket"),
+    },
     "DailyDigestFunction": EVERY,  # reads Datadog, posts to Slack; writes nothing
 }
 

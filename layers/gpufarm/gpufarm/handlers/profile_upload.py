@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 # A begin names at most 16 runs (about 2 kB); a complete carries one ticket (at most 8 kB).
 MAX_BODY_BYTES = 16 * 1024
 ROUTES = ("/begin", "/complete")
+# A token is at most upload_token.MAX_TOKEN_CHARS; a longer header is refused before it is looked at.
+MAX_HEADER_CHARS = 512
 _BEARER = "bearer "
 _NO_STORE = {"Cache-Control": "no-store"}
 
@@ -92,8 +94,10 @@ def _refusal(exc: Exception) -> tuple[int, str]:
 
 def _bearer(event: Mapping[str, Any]) -> str:
     value = http.headers(event).get("authorization", "")
-    if len(value) > 300 or not value[: len(_BEARER)].lower() == _BEARER:
+    if value[: len(_BEARER)].lower() != _BEARER:
         raise InvalidUploadToken("an upload token is required (Authorization: Bearer gfu1…, from /gpu profile-token)")
+    if len(value) > MAX_HEADER_CHARS:
+        raise InvalidUploadToken("the upload token is malformed")
     return value[len(_BEARER) :].strip()
 
 
