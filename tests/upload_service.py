@@ -72,7 +72,7 @@ class UploadService:
     def runs(self, ir: int) -> list[profile_runs.Run]:
         return profile_runs.runs(self.alloc(ir).history)
 
-    def keys(self, prefix: str = "") -> list[str]:
+    def objects(self, prefix: str = "") -> list[str]:
         listed = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
         return sorted(o["Key"] for o in listed.get("Contents", []))
 

@@ -45,7 +45,7 @@ def test_upload_prints_the_link_and_records_the_run(service: UploadService) -> N
     assert f"{'http://127.0.0.1:9/pages'}/profiles/ir-{ir}/run-7-" in result.output
     assert [(r.run, r.actor) for r in service.runs(ir)] == [("run-7", ALICE)]
     # The trace and summary, the team's newest; nothing left under incoming/.
-    assert len(service.keys("profiles/")) == 3 and service.keys("incoming/") == []
+    assert len(service.objects("profiles/")) == 3 and service.objects("incoming/") == []
 
 
 def test_the_ir_and_the_token_default_to_the_environment(
@@ -82,7 +82,7 @@ def test_bad_arguments_and_refusals_exit_2_and_store_nothing(service: UploadServ
     assert result.exit_code == 2, result.output
     assert message in result.output and "nothing was stored" in result.output
     assert token not in result.output or not token
-    assert service.runs(ir) == [] and service.keys() == []
+    assert service.runs(ir) == [] and service.objects() == []
 
 
 def test_a_file_that_is_not_a_trace_exits_2(service: UploadService, tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_a_file_that_is_not_a_trace_exits_2(service: UploadService, tmp_path: Pa
     notes.write_text('{"hello": "world"}')
     result = _upload(service, str(notes), "--ir", f"IR-{ir}", token=service.token(ir))
     assert result.exit_code == 2 and "no traceEvents" in result.output
-    assert service.runs(ir) == [] and service.keys() == []
+    assert service.runs(ir) == [] and service.objects() == []
 
 
 def test_a_service_failure_is_retried_within_bounds_then_exits_1(
@@ -139,7 +139,7 @@ def test_the_put_carries_no_token_and_large_traces_show_progress(
     assert result.exit_code == 0, result.output
     assert "uploading" in result.output  # the bar, on stderr
     (put,) = [headers for method, headers in seen if method == "PUT"]
-    assert not any("authorization" == k.lower() for k in put) and token not in str(put)
+    assert not any(k.lower() == "authorization" for k in put) and token not in str(put)
     assert all(headers.get("Authorization") == f"Bearer {token}" for method, headers in seen if method == "POST")
 
 

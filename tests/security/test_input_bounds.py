@@ -210,7 +210,7 @@ def test_gpufarm_profile_upload_refuses_a_hostile_trace_with_exit_2(
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 2, result.output
         assert "nested deeper than" in result.output and "nothing was stored" in result.output
-        assert service.runs(ir) == [] and service.keys() == []
+        assert service.runs(ir) == [] and service.objects() == []
 
 
 # -- the Slack ingress ------------------------------------------------------------------------------------------

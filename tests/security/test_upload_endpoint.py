@@ -50,7 +50,7 @@ def _begun(service: UploadService, ir: int, token: str, data: bytes = TRACE) -> 
 
 
 def _nothing_kept(service: UploadService, ir: int, token: str, caplog: pytest.LogCaptureFixture) -> None:
-    assert service.runs(ir) == [] and service.keys() == []
+    assert service.runs(ir) == [] and service.objects() == []
     assert token not in caplog.text and all(token not in line for line in service.logs)
 
 
@@ -126,7 +126,7 @@ def test_a_good_upload_is_analysed_stored_recorded_and_its_upload_deleted(servic
     (run,) = answer["runs"]
     assert (run["name"], run["steps"], run["recorded"]) == ("run-1", 5, True)
     assert [r.run for r in service.runs(ir)] == ["run-1"]
-    assert service.keys("incoming/") == [] and len(service.keys("profiles/")) == 3
+    assert service.objects("incoming/") == [] and len(service.objects("profiles/")) == 3
 
 
 def test_the_lease_ending_before_complete_refuses_it_and_deletes_the_upload(
@@ -135,7 +135,7 @@ def test_the_lease_ending_before_complete_refuses_it_and_deletes_the_upload(
     ir = service.lease()
     token = service.token(ir)
     begun = _begun(service, ir, token)
-    assert len(service.keys("incoming/")) == 1
+    assert len(service.objects("incoming/")) == 1
     service.svc.release(ir, ALICE)
     status, answer = call(service, "/complete", {"upload": begun["upload"]}, token)
     assert status == 409 and "has ended" in answer["error"]
@@ -160,7 +160,7 @@ def test_the_lease_ending_during_the_analysis_is_refused_at_recording_and_nothin
     assert status == 409 and "ended during the upload" in answer["error"], answer
     assert service.runs(ir) == []
     # The run stored before the check and the upload itself are gone; only the team's newest-run summary remains.
-    assert [k for k in service.keys() if not k.startswith("profiles/latest/")] == []
+    assert [k for k in service.objects() if not k.startswith("profiles/latest/")] == []
 
 
 def test_a_replayed_completed_ticket_is_refused_and_the_run_recorded_once(service: UploadService) -> None:
@@ -185,7 +185,7 @@ def test_a_presigned_url_used_for_another_key_is_refused_by_s3(service: UploadSe
         assert put(target.replace("/incoming/", "/profiles/"), TRACE) == 403
     # A PUT with no signature at all is refused as a private bucket refuses it.
     assert put(url.split("?")[0], TRACE) == 403
-    assert service.keys("incoming/") == [begun["runs"][0]["url"].split(service.bucket + "/")[1].split("?")[0]]
+    assert service.objects("incoming/") == [begun["runs"][0]["url"].split(service.bucket + "/")[1].split("?")[0]]
 
 
 def test_a_ticket_edited_or_used_with_another_token_is_refused(service: UploadService) -> None:
@@ -214,7 +214,7 @@ def test_an_oversize_trace_declared_or_uploaded_is_refused(service: UploadServic
     assert status == 200 and put(begun["runs"][0]["url"], TRACE) == 200
     status, answer = call(service, "/complete", {"upload": begun["upload"]}, token)
     assert status == 413 and "declared" in answer["error"]
-    assert service.runs(ir) == [] and service.keys() == []
+    assert service.runs(ir) == [] and service.objects() == []
 
 
 def test_a_bad_trace_is_refused_400_and_its_upload_deleted(service: UploadService) -> None:
@@ -223,7 +223,7 @@ def test_a_bad_trace_is_refused_400_and_its_upload_deleted(service: UploadServic
     begun = _begun(service, ir, token, data=b'{"hello": "world"}')
     status, answer = call(service, "/complete", {"upload": begun["upload"]}, token)
     assert status == 400 and "no traceEvents" in answer["error"]
-    assert service.runs(ir) == [] and service.keys() == []
+    assert service.runs(ir) == [] and service.objects() == []
 
 
 def test_bad_requests_are_refused_with_a_reason(service: UploadService) -> None:
@@ -236,7 +236,7 @@ def test_bad_requests_are_refused_with_a_reason(service: UploadService) -> None:
     assert _begin(service, ir, token, runs=two)[0] == 400
     assert _begin(service, ir, token, runs=[{"name": f"r{i}", "bytes": 10} for i in range(17)])[0] == 400
     assert call(service, "/nowhere", {}, token)[0] == 404
-    assert service.keys() == []
+    assert service.objects() == []
 
 
 # -- the researcher's process ------------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_the_upload_cli_succeeds_with_only_the_token_and_the_url(service: Upload
     env.update(GPUFARM_UPLOAD_TOKEN=token, GPUFARM_API_URL=service.url)
     assert not [n for n in env if n.startswith(("DD_", "AWS_", "SLACK_")) or "SECRET" in n]
     args = [sys.executable, "-m", "gpufarm", "profile", "upload", str(FIXTURES / "cpu_mlp.json.gz"), "--ir", f"IR-{ir}"]
-    done = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=90, check=False)  # noqa: S603
+    done = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=90, check=False)
     assert done.returncode == 0, done.stderr
     assert f"IR-{ir} cpu_mlp: 5 steps" in done.stdout and token not in done.stdout + done.stderr
     assert [r.run for r in service.runs(ir)] == ["cpu_mlp"]
