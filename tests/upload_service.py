@@ -98,7 +98,8 @@ class _Spec:
     logical_id = "ProfileUploadFunction"
 
 
-def _app(logs: list[str]) -> Any:
+def function_app(logs: list[str]) -> Any:
+    """The upload function behind a WSGI app, as its Function URL serves it."""
     from gpufarm_sandbox.localhost.function_url import url_event, url_response
 
     @Request.application  # type: ignore[misc]
@@ -153,7 +154,7 @@ def upload_service(monkeypatch: pytest.MonkeyPatch) -> Iterator[UploadService]:
     )
     rt.override(service=svc, farm=farm, clock=clock)
     logs: list[str] = []
-    server = make_server("127.0.0.1", 0, _app(logs), threaded=True)
+    server = make_server("127.0.0.1", 0, function_app(logs), threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
