@@ -25,7 +25,7 @@ from typing import Any
 from gpufarm.adapters.profile_store import S3ProfileStore
 from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, ValidationFailed
 from gpufarm.core.kernel.upload_token import Claims, InvalidUploadToken, verify
-from gpufarm.handlers import http
+from gpufarm.handlers import http, telemetry
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling import intake
 from gpufarm.profiling.links import link_signer
@@ -61,6 +61,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         return http.error(404, "POST /begin or /complete")
     try:
         claims = verify(_bearer(event), key, runtime.clock().now())
+        telemetry.correlate(ir=claims.ir, slack_user=claims.user)
         body = http.json_body(event, MAX_BODY_BYTES)
         answer = _begin(runtime, claims, key, body) if route == "/begin" else _complete(runtime, claims, key, body)
     except (http.BadRequest, GpufarmError) as exc:
