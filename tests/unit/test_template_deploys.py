@@ -69,15 +69,15 @@ PARAMETER_SETS = {"defaults": REQUIRED, "every-option": EVERY_OPTION}
 # The resource types of the transformed template that moto's CloudFormation has no model for (moto 5.2): it skips
 # each with a warning and creates nothing.
 MOTO_CANNOT_CREATE = {
-    "AWS::CloudWatch::Alarm",  # the two dead-letter queue alarms and the four public URLs' 4xx alarms
+    "AWS::CloudWatch::Alarm",  # the two dead-letter queue alarms and the five public URLs' 4xx alarms
     "AWS::Lambda::Alias",  # the ingress's `live` alias (AutoPublishAlias, SnapStart)
     "AWS::Lambda::EventInvokeConfig",  # the worker's no-retry setting and its on-failure queue
-    "AWS::Lambda::Url",  # the four Function URLs
+    "AWS::Lambda::Url",  # the five Function URLs
     "AWS::S3::BucketPolicy",  # the profile bucket's TLS-only policy
     "AWS::Scheduler::Schedule",  # the quota sync's and the digest's schedules
 }
 # Left out of the stack moto gets, because they refer to a resource of those types: the ingress URL's two public
-# permissions name the alias, and the four URL outputs read the URLs.
+# permissions name the alias, and the five URL outputs read the URLs.
 LEFT_OUT = {"SlackIngressFunctionUrlPublicPermissions", "SlackIngressFunctionURLInvokeAllowPublicAccess"}
 LEFT_OUT_OUTPUTS = {"SlackIngressUrl", "IncidentWebhookUrl", "IdleAlertUrl", "ProfilePagesUrl", "ProfileUploadUrl"}
 # Function variables that read an attribute moto cannot give (a Function URL's): a stand-in URL naming it is
