@@ -131,12 +131,16 @@ def forget_connections() -> None:
 
 
 def forget_clients() -> None:
-    """Close and drop every cached client: the next call builds them again from the environment as it is then
-    (a development host starting a new local environment, whose endpoints differ; a Lambda container never does)."""
+    """Close and drop every cached client and the session: the next call builds them again from the environment
+    as it is then, endpoints and credentials alike (botocore's session keeps the credentials it first resolved; a
+    development host starting a new local environment, whose endpoints and stand-in keys differ; a Lambda
+    container never does)."""
+    global _session  # noqa: PLW0603 - the session is rebuilt with the clients
     with _session_lock:
         for client in _clients.values():
             client._endpoint.http_session.close()
         _clients.clear()
+        _session = None
 
 
 class _LazyClient:
