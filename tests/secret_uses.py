@@ -181,7 +181,7 @@ class _Reach:
         for module_name, class_name in self.classes:
             self.push(self.every[module_name].methods[class_name].get(attr))
 
-    def run(self) -> set[str]:
+    def run(self) -> None:
         while self.stack:
             definition = self.stack.pop()
             self.keys |= definition.keys
@@ -190,21 +190,30 @@ class _Reach:
                 self.name(module, name)
             for receiver, attr in definition.attributes:
                 self.attribute(module, receiver, attr)
-        return self.keys
 
 
-def keys_reached(module: str, entry: str = "handle") -> set[str]:
-    """The secret keys the code reachable from `module.entry` (and from importing `module`) may read."""
+def _reached(module: str, entry: str) -> _Reach:
     reach = _Reach()
     reach.push(modules()[module].functions[entry])
     reach.push(modules()[module].functions[IMPORTED])
-    return reach.run()
+    reach.run()
+    return reach
+
+
+@functools.cache
+def function_reach(function_dir: str) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+    """What a function's code (its handler, its entry file's wrapper) may reach: the secret keys it may read, and
+    every definition (module, qualname) it may run."""
+    handler, wrapper = (
+        _reached(handler_module(function_dir), "handle"),
+        _reached("gpufarm.handlers.telemetry", "instrument"),
+    )
+    return frozenset(handler.keys | wrapper.keys), frozenset(handler.seen | wrapper.seen)
 
 
 def function_keys(function_dir: str) -> set[str]:
-    """The secret keys a function's code may read: from its handler, and from its entry file's wrapper."""
-    keys = keys_reached(handler_module(function_dir))
-    return keys | keys_reached("gpufarm.handlers.telemetry", "instrument")
+    """The secret keys a function's code may read."""
+    return set(function_reach(function_dir)[0])
 
 
 def handler_module(function_dir: str) -> str:

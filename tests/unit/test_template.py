@@ -204,9 +204,8 @@ def _resource_tokens(resource: Any) -> list[str]:
             return [f"quota:{text.rsplit(':', 1)[1]}"]
         for kind, marker in (("secret", ":secret:"), ("parameter", ":parameter/")):
             if marker in text:
-                return [
-                    f"{kind}:{text.split(marker, 1)[1].replace('${', '').replace('}', '').removesuffix('-*').removesuffix('-??????')}"
-                ]
+                named = text.split(marker, 1)[1].replace("${", "").replace("}", "")
+                return [f"{kind}:{named.removesuffix('-*').removesuffix('-??????')}"]
     if isinstance(resource, dict) and "Fn::GetAtt" in resource:
         return [str(resource["Fn::GetAtt"][0])]
     if isinstance(resource, dict) and "Ref" in resource:
