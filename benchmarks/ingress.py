@@ -5,11 +5,11 @@
    so the real clock and signature check run), the modes alternating run by run:
    - local:     the gpufarm ingress with the signing secret and the farm file from the environment, the hand-off
      to the worker stubbed (what `gpufarm local` and the unit tests run);
-   - lambda:    the gpufarm ingress as deployed without SnapStart: its environment as template.yaml sets it, the
+   - lambda:    the gpufarm ingress as deployed without SnapStart: its environment as template.yaml sets it, its
      secret keys and the farm YAML read from SSM in one call (GPUFARM_SECRETS_NAME and GPUFARM_SECRET_KEYS through
-     Parameter Store's Secrets Manager reference, GPUFARM_FARM_CONFIG_PARAMETER), the signature checked, the command parsed against the farm, the
-     hand-off a Lambda `invoke(InvocationType="Event")`, all against moto in server mode on a loopback port
-     (AWS_ENDPOINT_URL);
+     Parameter Store's Secrets Manager reference, GPUFARM_FARM_CONFIG_PARAMETER), the signature checked, the command
+     parsed against the farm, the hand-off a Lambda `invoke(InvocationType="Event")`, all against moto in server
+     mode on a loopback port (AWS_ENDPOINT_URL);
    - snapstart: the same, as SnapStart runs it: the process runs the init phase and the before-snapshot hooks (on
      Lambda: once, when a version is published), then the after-restore hooks and the first request, which are
      timed alone ("after restore"). Lambda's restore of the microVM itself cannot be measured here; its REPORT
