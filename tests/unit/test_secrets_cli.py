@@ -1,5 +1,6 @@
-"""`gpufarm secrets put` and `gpufarm secrets rotate-link-key` against Secrets Manager in moto, and a rotated link
-key reaching a warm function (the runtime reads its keys again) while old links keep opening."""
+"""`gpufarm secrets put` and `gpufarm secrets rotate-link-key` against Secrets Manager in moto, a rotated link key
+reaching a warm function (the runtime reads its keys again) while old links keep opening, and `gpufarm doctor`'s
+line on which secret keys exist."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from gpufarm.cli import EXIT_BAD_INPUT, cli
 from gpufarm.core.kernel.errors import NotAllowed
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling.links import NOT_VALID, link_signer
+from gpufarm.setup.doctor.secrets import SECRET_KEYS_CHECK, secret_keys_line
 
 REGION = "us-east-1"
 PREFIX = "gpufarm/test"
@@ -168,3 +170,56 @@ def test_a_runtime_whose_keys_did_not_change_keeps_its_collaborators(sm: Any, mo
     monkeypatch.setattr(rt.time, "monotonic", lambda: later)
     monkeypatch.setattr(aws.time, "monotonic", lambda: later)
     assert rt.current() is first
+
+
+# -- gpufarm doctor's secret keys line ----------------------------------------------------------------------------
+
+
+def test_doctor_names_the_secrets_a_deployment_lacks_and_stops_before_datadog(
+    sm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in (
+        "DD_API_KEY",
+        "DD_APP_KEY",
+        "DD_APPLICATION_KEY",
+        "GPUFARM_DATADOG_API_KEY",
+        "GPUFARM_DATADOG_APP_KEY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    partial = {k: v for k, v in DOCUMENT.items() if k != "datadog_app_key"}
+    assert _run("put", "--from-file", "-", stdin=json.dumps(partial)).exit_code == 0
+    result = CliRunner().invoke(cli, ["doctor", "--json"], catch_exceptions=False)
+    lines = json.loads(result.output)
+    assert lines[0] == {
+        "check": SECRET_KEYS_CHECK,
+        "status": "broken",
+        "detail": f"missing {PREFIX}/datadog_app_key: write them with `gpufarm secrets put --from-file <document>`",
+    }
+    assert [line["check"] for line in lines] == [SECRET_KEYS_CHECK, "datadog keys"]  # nothing called Datadog
+    assert result.exit_code == 1
+    for value in DOCUMENT.values():
+        assert value not in result.output
+
+
+@pytest.mark.parametrize(
+    ("found", "status", "words"),
+    [
+        (DOCUMENT | {"profile_link_secret_previous": DOCUMENT["profile_link_secret"]}, "confirmed", "8 of 8 keys"),
+        (DOCUMENT, "fell back", f"no {PREFIX}/profile_link_secret_previous"),
+        (
+            {k: v for k, v in DOCUMENT.items() if "profile" not in k and "upload" not in k},
+            "confirmed",
+            "no profile_link_secret, upload_token_secret",
+        ),
+        (
+            DOCUMENT | {"profile_link_secret_previous": "older-link-key-000001"},
+            "confirmed",
+            "rotation of the link key is under way",
+        ),
+        ({k: v for k, v in DOCUMENT.items() if k != "webhook_secret"}, "broken", f"missing {PREFIX}/webhook_secret"),
+    ],
+)
+def test_the_secret_keys_line(found: dict[str, str], status: str, words: str) -> None:
+    line = secret_keys_line(PREFIX, found)
+    assert line.status.value == status and words in line.detail
+    assert not any(value in line.detail for value in found.values())
