@@ -1,5 +1,5 @@
 """Each function may read only the secret keys its code uses, and only what it needs of the profile bucket
-(docs/security.md, "Threat model", "Secrets and what each function may read").
+(docs/security.md, "Threat model", "What each function may read").
 
 The deployment's secret keys are one Secrets Manager secret each (`<SecretsName>/<key>`), so IAM bounds what a
 function can read whatever its code does: a function's role is granted GetSecretValue on exactly the keys its
@@ -158,3 +158,15 @@ def test_no_function_writes_profiles_unless_its_code_stores_runs(template: dict[
             assert writes == set(), f"{logical_id} may write the profile bucket but its code stores no run"
         else:
             assert {r for _, r in writes} <= {"${ProfileBucket.Arn}/profiles/*"}, logical_id
+
+
+def test_the_security_docs_say_what_each_function_may_read(template: dict[str, Any]) -> None:
+    text = (ROOT / "docs/security.md").read_text()
+    section = text.split("### What each function may read", 1)[1].split("\n### ", 1)[0]
+    rows = re.findall(r"^\| `(\w+Function)` \| (.+) \|$", section, re.MULTILINE)
+    documented = {name: set(re.findall(r"`(\w+)`", keys)) for name, keys in rows}
+    declared = {
+        logical_id: set(props["Environment"]["Variables"]["GPUFARM_SECRET_KEYS"].split(","))
+        for logical_id, props in _functions(template).items()
+    }
+    assert documented == declared
