@@ -186,7 +186,7 @@ class SlackChat:
         if settings.secrets_name:
             settings.require("slack_bot_token")  # ConfigurationMissing naming the secret, or the function not given it
         if settings.slack_bot_token is None:
-            raise ValueError("SLACK_BOT_TOKEN (or the secret's slack_bot_token) is not set")
+            raise ValueError("SLACK_BOT_TOKEN (or the secret key slack_bot_token) is not set")
         return cls(
             settings.slack_bot_token.get_secret_value(),
             base_url=settings.slack_api_url,

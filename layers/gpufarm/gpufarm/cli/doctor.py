@@ -195,7 +195,7 @@ def _slack(settings: Settings) -> tuple[Any, str]:
     except ConfigurationError as exc:  # the secret <prefix>/slack_bot_token is not there
         return None, f"no Slack bot token: {exc}"
     except ValueError:
-        return None, "no Slack bot token: set SLACK_BOT_TOKEN (or the secret's slack_bot_token)"
+        return None, "no Slack bot token: set SLACK_BOT_TOKEN (or the secret key slack_bot_token)"
 
 
 @contextlib.contextmanager

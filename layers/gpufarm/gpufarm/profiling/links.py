@@ -1,7 +1,7 @@
 """Signed, expiring links to a run's summary page: `<base>/profiles/<key>?expires=<epoch>&sig=<hmac>`.
 
 The page function serves a page only for a link whose signature (HMAC-SHA256 with the deployment's
-`profile_link_secret`, a key of the gpufarm secret like the other secrets) covers the object key and the expiry,
+`profile_link_secret`, a secret key of the deployment like the others) covers the object key and the expiry,
 and whose expiry has not passed, so a link in an incident or a dashboard iframe opens that one page for a while
 and cannot be turned into another page's link. The key is checked for shape before anything is looked up.
 
@@ -11,9 +11,9 @@ Two rules keep a leaked link or key short-lived:
   two-year dashboard links of earlier releases, or one made with a stolen key) does not open. Run links are signed
   for the shorter of the runs' retention and the bound; the dashboards' `latest/<team>` links for the bound, in
   buckets (`latest_expiry`), and re-signed by `gpufarm datadog apply` and the scheduled sync before they expire.
-- **Rotation**: the gpufarm secret's `profile_link_secret` signs; while a rotation is under way its
-  `profile_link_secret_previous` is accepted too, so links signed before the rotation keep opening until they are
-  re-signed or the previous key is removed (docs/operate.md, "Rotating the link key").
+- **Rotation**: `profile_link_secret` signs; `profile_link_secret_previous` is accepted too (outside a rotation it
+  holds the link key itself), so links signed before a rotation keep opening until they are re-signed or the
+  rotation is finished (`gpufarm secrets rotate-link-key`; docs/operate.md, "Rotating the link key").
 """
 
 from __future__ import annotations
