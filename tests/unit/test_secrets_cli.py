@@ -17,7 +17,7 @@ from gpufarm.adapters import aws
 from gpufarm.cli import EXIT_BAD_INPUT, cli
 from gpufarm.core.kernel.errors import NotAllowed
 from gpufarm.handlers import runtime as rt
-from gpufarm.profiling.links import NOT_VALID, link_signer
+from gpufarm.profiling.links import NOT_VALID, link_checker
 from gpufarm.setup.doctor.secrets import SECRET_KEYS_CHECK, secret_keys_line
 
 REGION = "us-east-1"
@@ -120,7 +120,7 @@ def test_rotation_keeps_old_links_open_until_finished_and_warm_functions_see_the
 ) -> None:
     assert _run("put", "--from-file", "-", stdin=json.dumps(DOCUMENT)).exit_code == 0
     monkeypatch.setenv("GPUFARM_SECRET_KEYS", "profile_link_secret,profile_link_secret_previous")
-    signer = link_signer(_warm_pages_settings())
+    signer = link_checker(_warm_pages_settings())
     key, expires = "ir-7/run-1-20261202t090000z", 2_000_000_000
     sig = signer.signature(key, expires)
 
@@ -136,7 +136,7 @@ def test_rotation_keeps_old_links_open_until_finished_and_warm_functions_see_the
     later = aws.time.monotonic() + rt.SETTINGS_MAX_AGE_S + aws.CONFIG_MAX_AGE_S + 1
     monkeypatch.setattr(rt.time, "monotonic", lambda: later)
     monkeypatch.setattr(aws.time, "monotonic", lambda: later)
-    rotated = link_signer(_warm_pages_settings())
+    rotated = link_checker(_warm_pages_settings())
     assert rotated.secret == new_key.encode()
     rotated.check(key, str(expires), sig, 1_999_000_000)  # the old link still opens
     assert not rotated.signed_now(key, expires, sig)  # and the sync re-signs it
@@ -150,7 +150,7 @@ def test_rotation_keeps_old_links_open_until_finished_and_warm_functions_see_the
     assert finished.exit_code == 0 and "only the link key opens links" in finished.output
     assert _value(sm, "profile_link_secret_previous") == new_key
     later += rt.SETTINGS_MAX_AGE_S + aws.CONFIG_MAX_AGE_S + 1
-    after = link_signer(_warm_pages_settings())
+    after = link_checker(_warm_pages_settings())
     with pytest.raises(NotAllowed, match=NOT_VALID):
         after.check(key, str(expires), sig, 1_999_000_000)
     assert _run("rotate-link-key", "--finish").output.startswith("No rotation was under way")

@@ -22,7 +22,7 @@ from gpufarm.core.kernel.errors import NotAllowed, NotFound, UpstreamError, Vali
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling import summary
-from gpufarm.profiling.links import link_signer
+from gpufarm.profiling.links import link_checker
 from gpufarm.profiling.page import render_summary
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         runtime = rt.current()
         settings = runtime.settings
-        signer = link_signer(settings)
+        signer = link_checker(settings)
         signer.check(
             key,
             str(params.get("expires", ""))[:20],

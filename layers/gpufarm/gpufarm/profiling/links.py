@@ -90,8 +90,15 @@ class LinkSigner:
 
 
 def link_signer(settings: Settings) -> LinkSigner:
-    """The deployment's signer: its link key (ConfigurationMissing without one), the previous key during a
-    rotation, and the bound on a link's life."""
+    """The deployment's signer: its link key (ConfigurationMissing without one) and the bound on a link's life. It
+    signs, and tells a link of the link key from another (the sync's re-signing); it accepts no other key, so what
+    signs never reads `profile_link_secret_previous` (link_checker does)."""
+    return LinkSigner(settings.require("profile_link_secret").encode(), None, settings.profile_link_days * DAY_S)
+
+
+def link_checker(settings: Settings) -> LinkSigner:
+    """What the pages check a link with: the link key and `profile_link_secret_previous` (during a rotation the
+    key before it; otherwise the link key itself), each accepted, and the bound on a link's life."""
     previous = settings.profile_link_secret_previous
     return LinkSigner(
         settings.require("profile_link_secret").encode(),

@@ -5,8 +5,8 @@ each function only the keys it reads (docs/security.md). An operator still keeps
 whole before anything is written and writes each key it holds.
 
 The link key (`profile_link_secret`) signs the profile pages' links; `profile_link_secret_previous` is the key the
-pages also accept. Outside a rotation the previous key holds the link key itself, so it always exists and the
-functions that read it find all their keys in one call (a missing one costs a call per key): a `put` that sets the
+pages also accept. Outside a rotation the previous key holds the link key itself, so it always exists and the pages
+function finds all its keys in one call (a missing one costs a call per key): a `put` that sets the
 link key without the previous one sets both (a key replaced by hand: links signed with the old one stop opening).
 A rotation keeps the old key as the previous one while the sync re-signs the dashboards' links and the runs' links
 age out; finishing it makes the previous key the link key again.

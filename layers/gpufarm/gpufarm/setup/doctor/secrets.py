@@ -27,8 +27,8 @@ def secret_keys_line(prefix: str, found: Mapping[str, str]) -> Line:
         return Line(
             SECRET_KEYS_CHECK,
             Status.FELL_BACK,
-            f"no {secret_name(prefix, PREVIOUS)}: the pages function and the sync read their keys one call per "
-            "key at each cold start; `gpufarm secrets rotate-link-key --finish` writes it",
+            f"no {secret_name(prefix, PREVIOUS)}: the pages function reads its keys one call per key at each cold "
+            "start; `gpufarm secrets rotate-link-key --finish` writes it",
         )
     notes = []
     absent = [k for k in (LINK, "upload_token_secret") if k not in found]
