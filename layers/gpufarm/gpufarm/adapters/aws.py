@@ -1,4 +1,5 @@
-"""AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the deployment's secret and farm configuration.
+"""AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the deployment's secret keys and farm
+configuration.
 
 Clients come from botocore, one session per process: boto3 adds nothing a client needs here but its import
 (~50 ms: s3transfer, resources), and each extra session parses botocore's endpoint data again (~50 ms). The SSM
@@ -9,10 +10,10 @@ is imported only when a client is first needed, since the Slack ingress must ans
 In Lambda the function's secret keys (Secrets Manager, one secret each: `<GPUFARM_SECRETS_NAME>/<key>` for the keys
 GPUFARM_SECRET_KEYS names) and the farm YAML (SSM, GPUFARM_FARM_CONFIG_PARAMETER) arrive in one SSM GetParameters
 call: Parameter Store hands out a Secrets Manager secret under /aws/reference/secretsmanager/<name>, so one client
-and one round trip serve all (at most 10 names). Values are cached for
-CONFIG_MAX_AGE_S: the runtime reads its secrets once per container (and after each SnapStart restore), the farm at
-most every 5 minutes, so an edited farm reaches a warm container within that time. Anything missing raises
-ConfigurationMissing naming the secret, parameter or key, never a value.
+and one round trip serve all (at most 10 names). Values are cached for CONFIG_MAX_AGE_S: the runtime reads its
+secret keys and the farm at most every 5 minutes (and after each SnapStart restore), so a rotated key or an edited
+farm reaches a warm container within that time. A missing key is left out, and whoever needs it gets
+ConfigurationMissing naming its secret; a missing farm parameter raises it when the farm is read. Never a value.
 
 The local function host (`gpufarm-sandbox`) injects its own invoker and queue through the runtime's seams.
 """
