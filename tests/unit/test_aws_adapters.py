@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpufarm.adapters import aws
-from gpufarm.config import ConfigurationError, ConfigurationMissing, Settings
+from gpufarm.config import SECRET_KEYS, ConfigurationError, ConfigurationMissing, Settings
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 
 REGION = "us-east-1"
@@ -239,6 +239,18 @@ def test_an_operator_command_reads_every_key_there_is(deployment: Settings, monk
     monkeypatch.delenv("GPUFARM_SECRET_KEYS")
     monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
     assert aws.read_secrets(Settings()) == SECRET
+
+
+def test_every_key_and_the_farm_fit_one_get_parameters_call(
+    deployment: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's command reads every key gpufarm has, with the farm, in one call of at most 10 names."""
+    monkeypatch.delenv("GPUFARM_SECRET_KEYS")
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    _put_keys({k: f"{k}-value-0000000000" for k in SECRET_KEYS if k not in SECRET})
+    calls = _count_calls(deployment)
+    assert len(aws.read_secrets(Settings())) == len(SECRET_KEYS) and len(SECRET_KEYS) + 1 <= 10
+    assert calls == ["GetParameters"]
 
 
 def test_an_unknown_declared_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:

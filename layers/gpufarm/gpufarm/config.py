@@ -88,7 +88,7 @@ class Settings(BaseModel):
     )
     secret_keys: str | None = Field(
         default=None,
-        pattern=r"^[a-z_]{1,40}(,[a-z_]{1,40}){0,9}$",
+        pattern=r"^[a-z_]{1,40}(,[a-z_]{1,40}){0,8}$",
         description="The secret keys this function reads (comma-separated); in Lambda, exactly those its role may",
     )
     farm_config: str | None = Field(default=None, description="Path of the farm (quota/pool) YAML file")

@@ -323,10 +323,8 @@ def read_secrets(settings: Settings) -> dict[str, str]:
     keys = secret_keys_to_read(settings)
     names = {secret_parameter(secret_name(settings.secrets_name, key)): key for key in keys}
     farm = [settings.farm_config_parameter] if settings.farm_config_parameter else []
+    # At most 9 keys (GPUFARM_SECRET_KEYS' bound; gpufarm has 8) and the farm: one call of at most 10 names.
     wanted = [*names, *farm]
-    if len(wanted) > _MAX_NAMES:
-        # An operator's command outside Lambda reading every key with a farm parameter: the farm is read later.
-        wanted = list(names)
     values = read_parameters(settings, wanted, optional=wanted)
     return {key: values[name] for name, key in names.items() if values.get(name)}
 
