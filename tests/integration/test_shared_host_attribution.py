@@ -60,7 +60,7 @@ def farm(sandbox: Sandbox, sandbox_url: str) -> Iterator[SimulatedFarm]:
 
 def _tag_host(sandbox_url: str, tags: list[str]) -> None:
     """What the allocator writes for a shared lease: its `ir:` tag and one `gpu_assign` tag per unit, in one write."""
-    request = urllib.request.Request(  # noqa: S310 - the test's loopback sandbox
+    request = urllib.request.Request(
         f"{sandbox_url}/api/v1/tags/hosts/{HOST}?source=user",
         data=json.dumps({"host": HOST, "tags": tags}).encode(),
         method="POST",
@@ -70,7 +70,7 @@ def _tag_host(sandbox_url: str, tags: list[str]) -> None:
             "DD-APPLICATION-KEY": DEFAULT_DD_APP_KEY,
         },
     )
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=10) as response:
         assert response.status in (200, 201)
 
 
