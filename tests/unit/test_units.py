@@ -7,7 +7,7 @@ import itertools
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core.chat.messages import allocated, status_message
+from gpufarm.core.chat.messages import allocated, list_message, status_message
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import units
@@ -258,6 +258,13 @@ def test_the_allocated_message_names_the_mig_uuids_and_the_kubernetes_resource(f
     assert f"CUDA_VISIBLE_DEVICES={expected}" in message.text
     status = status_message(alloc).blocks[0]["text"]["text"]
     assert f"CUDA_VISIBLE_DEVICES={expected}" in status and "nvidia.com/mig-1g.10gb: 3" in status
+    # Slices are named as slices, never as GPUs of the model.
+    model = alloc.gpu_model
+    assert f"is allocated: 3 \N{MULTIPLICATION SIGN} {model} 1g.10gb slices in `" in body
+    assert "`slice-1` (3 slices)" in body
+    assert f"3x {model}" not in message.text and "3 GPUs" not in message.text
+    listed = list_message("Your leases", [alloc]).text
+    assert f"3 \N{MULTIPLICATION SIGN} {model} 1g.10gb slices" in listed and f"3x {model}" not in listed
 
 
 def test_whole_gpus_get_their_indexes_and_nvidia_com_gpu() -> None:
