@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, actions, ir_in
-from gpufarm_sandbox.example_farm import SLICED_HOST
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, actions, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB, DANA, OPERATORS_CHANNEL, SLICED_HOST
 
 if TYPE_CHECKING:
     from gpufarm.core.kernel.model import Allocation
