@@ -243,3 +243,17 @@ def test_a_stale_state_file_is_ignored_with_a_note(tmp_path: Path, monkeypatch: 
     result = CliRunner().invoke(gpufarm_cli, ["report", "--since", "nonsense"])
     assert f"ignored a stale state file {state}" in result.output
     assert "GPUFARM_DATADOG_HOST" not in os.environ
+
+
+def test_a_second_local_host_leaves_a_running_ones_state_file(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from gpufarm_sandbox.localhost.cli import publish_state
+
+    state = tmp_path / "local.json"
+    first = {"GPUFARM_DATADOG_HOST": "http://127.0.0.1:8320"}
+    local_state.write_state(state, "http://127.0.0.1:8320", first, pid=os.getppid())  # a live process, not this one
+    said = publish_state(state, SimpleNamespace(url="http://127.0.0.1:8321", env={"A": "b"}))  # type: ignore[arg-type]
+    assert said[0].startswith("note: the gpufarm local at http://127.0.0.1:8320") and "owns" in said[0]
+    running = local_state.find_running(state, print)
+    assert running is not None and dict(running.env) == first

@@ -121,7 +121,7 @@ def publish_state(path: Path, env: LocalEnv) -> list[str]:
     if other is not None and other.pid != os.getpid():
         return [
             f"note: the gpufarm local at {other.url} (pid {other.pid}) owns {path}: commands in other shells find "
-            f"that one; `gpufarm local env` there, or GPUFARM_LOCAL_STATE, picks another"
+            f"that one, not this one (GPUFARM_LOCAL_STATE=<another file> for both commands and this host picks it)"
         ]
     local_state.write_state(path, env.url, env.env)
     return [
