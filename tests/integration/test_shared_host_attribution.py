@@ -106,7 +106,7 @@ def test_one_lease_holding_two_of_fourteen_busy_slices_is_charged_two(
         sandbox.clock.advance(15)
 
     example = _farm()
-    per_lease = _evaluate(sandbox, slicing(example), "Devices per lease on shared pools")
+    per_lease = _evaluate(sandbox, slicing(example), "MIG slices and shared GPUs per lease")
     assert [(keys, values) for keys, values in per_lease.rows] == [(("gpu_ir:ir-2",), [2.0])]
     unattributed = _evaluate(
         sandbox, quota_ledger(example), "Unattributed usage now: busy devices no lease holds, per host (node agents)"
