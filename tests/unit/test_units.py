@@ -353,3 +353,16 @@ def test_a_host_with_mixed_profiles_schedules_every_slice_once() -> None:
     # Three units on GPU 0 fit a request of three there, leaving the whole GPU 1 free.
     chosen = units.choose_units(host.units, 3)
     assert chosen is not None and {u.index for u in chosen} == {0}
+
+
+def test_amounts_name_slices_by_profile_and_whole_gpus_beside_them() -> None:
+    from gpufarm.core.chat.amounts import units_amount
+
+    times = "\N{MULTIPLICATION SIGN}"
+    one = GpuUnit(0, 1, _mig_uuid(0, 1), "1g.10gb")
+    two = GpuUnit(0, 2, _mig_uuid(0, 2), "3g.40gb")
+    assert units_amount("A100", [one]) == f"1 {times} A100 1g.10gb slice"
+    assert units_amount("A100", [one, two, GpuUnit(1, None, _gpu_uuid(1))]) == (
+        f"1 {times} A100 1g.10gb slice + 1 {times} A100 3g.40gb slice + 1x A100"
+    )
+    assert units_amount("H100", [GpuUnit(1, None, _gpu_uuid(1))]) is None  # whole GPUs: counted as GPUs
