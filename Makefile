@@ -57,8 +57,9 @@ screenshots: $(STAMP)
 	$(BIN)/python benchmarks/dashboard_screenshots.py --out docs/screenshots
 	$(BIN)/python benchmarks/report.py --leases 600 --days 14 --screenshot docs/screenshots/report.png
 
+# `make local ARGS="--port 8321"` passes options to `gpufarm local`.
 local: $(STAMP)
-	$(BIN)/gpufarm local
+	$(BIN)/gpufarm local $(ARGS)
 
 sandbox: $(STAMP)
 	$(BIN)/gpufarm sandbox

@@ -4,8 +4,8 @@ The researcher holds only the lease's upload token (`/gpu profile-token IR-123` 
 `--token`) and the upload function's URL (GPUFARM_API_URL, the stack's ProfileUploadUrl output): no Datadog key,
 no link secret, no AWS credential. The token names the user; the function checks it against the lease, analyses
 the traces, stores and records them (gpufarm.cli.upload_client, gpufarm.handlers.profile_upload). The lease
-defaults to GPUFARM_IR (what researchers already set for their jobs). `gpufarm local --profiles` serves the
-function locally.
+defaults to GPUFARM_IR (what researchers already set for their jobs). `gpufarm local` serves the function
+locally.
 
 Exit status: 0 uploaded; 1 a service failed (nothing recorded; upload again); 2 bad input or not allowed (not a
 trace, too large, a truncated gzip, an unknown or ended IR, a token that is missing, expired or not for this
