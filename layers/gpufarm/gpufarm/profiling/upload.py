@@ -13,6 +13,12 @@ is the one way a run is stored and recorded.
    gpufarm.core.commands.executor.submit), and its figures are published as metrics tagged with the lease. The
    lease is read again just before: one that ended while the traces were analysed and stored gets nothing, and
    the run it would have had is deleted again (Conflict).
+4a. Where the command was queued (Lambda: the pool's FIFO), the upload waits up to `record_wait_s` for the one
+   writer's outcome, reading the incident: the run in its history is recorded; a lease resolved without it means
+   the writer refused it (the lease ended between the check and the record, which the FIFO orders), so the stored
+   run is deleted again and the upload refused (Conflict). Past the wait the answer says "queued": the writer
+   records it or, if the lease ends first, tells the uploader by DM. Metrics are published only for runs not
+   refused.
 5. A run's key and link derive from `at` (the upload's start, given by the caller), so the same upload completed
    twice makes the same command, which the one writer records once (gpufarm.core.commands.record).
 """
@@ -23,8 +29,9 @@ import gzip
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -46,6 +53,9 @@ log = logging.getLogger(__name__)
 __all__ = ["MAX_TRACES", "ProfileStore", "Uploaded", "run_names", "upload"]
 
 MAX_BATCH_SIZE = 1_000_000
+# How long an upload waits for the pool's one writer to record a queued run, and how often it looks.
+RECORD_WAIT_S = 20.0
+RECORD_POLL_S = 0.5
 DAY_S = 86_400
 
 
@@ -87,6 +97,7 @@ def upload(
     names: Sequence[str] | None = None,
     file_names: Sequence[str] | None = None,
     at: datetime | None = None,
+    record_wait_s: float = RECORD_WAIT_S,
 ) -> list[Uploaded]:
     """Upload traces as runs of lease `ir` by `actor`; raises before anything is stored when any input is bad.
 
@@ -127,9 +138,43 @@ def upload(
             _still_open(ctx, store, ir, key, scope.run)
             command = IncidentCommand(op=Op.PROFILE, ir=ir, actor=actor, reply_to=actor, origin=key, profile=scope)
             recorded = executor.submit(ctx, command)
-            _publish(ctx, figures, alloc, scope.run, now)
             done.append(Uploaded(scope.run, key, scope.link, figures, recorded))
+    queued = [stored for stored in done if stored.recorded is None]
+    if queued:
+        confirmed = _await_records(ctx, store, ir, queued, record_wait_s)
+        done = [replace(stored, recorded=RECORDED) if stored.key in confirmed else stored for stored in done]
+    for stored in done:
+        _publish(ctx, stored.figures, alloc, stored.run, now)
     return done
+
+
+RECORDED = "recorded by the pool's writer"
+
+
+def _await_records(
+    ctx: LeaseContext, store: ProfileStore, ir: int, queued: Sequence[Uploaded], wait_s: float
+) -> set[str]:
+    """Keys of the queued runs the one writer has recorded within `wait_s`, read from the incident.
+
+    A lease found resolved before all of them are recorded refused the rest (the writer checks the lease when it
+    records, in the pool's order): those runs are deleted again and the upload refused (Conflict).
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        alloc = queries.allocation(ctx, ir)
+        links = {run.link for run in profile_runs.runs(alloc.history)}
+        confirmed = {run.key for run in queued if run.link in links}
+        if len(confirmed) == len(queued):
+            return confirmed
+        if alloc.state is State.RESOLVED:
+            refused = [run for run in queued if run.key not in confirmed]
+            for run in refused:
+                store.delete_run(run.key)
+            names = ", ".join(run.run for run in refused)
+            raise Conflict(f"IR-{ir} ended during the upload; run {names} was not recorded and nothing of it is kept")
+        if time.monotonic() >= deadline:
+            return confirmed
+        time.sleep(RECORD_POLL_S)
 
 
 def _still_open(ctx: LeaseContext, store: ProfileStore, ir: int, key: str, run: str) -> None:
