@@ -187,7 +187,7 @@ def _hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     envvar="GPUFARM_NODE_LOG_LEVEL",
 )
 @click.pass_context
-def main(ctx: click.Context, **opts: Any) -> None:
+def main(ctx: click.Context, /, **opts: Any) -> None:
     """gpufarm-node: NVML metrics per GPU, MIG slice, process and container, attributed to IRs, sent to Datadog.
 
     Without a command it runs the agent; `gpufarm-node enforce slurm` runs the Slurm enforcer instead.

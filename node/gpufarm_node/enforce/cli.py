@@ -86,10 +86,11 @@ def slurm(**opts: Any) -> None:
     try:
         names = load_slurm_names(opts["farm"])
         target = target_from_env()
-        if not target.app_key:
-            raise DatadogConfigError("set DD_APP_KEY (or DD_APP_KEY_FILE): the enforcer reads incidents")
     except (EnforceConfigError, DatadogConfigError) as exc:
         click.echo(f"gpufarm-node enforce slurm: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    if not target.app_key:
+        click.echo("gpufarm-node enforce slurm: set DD_APP_KEY (or DD_APP_KEY_FILE): it reads incidents", err=True)
         sys.exit(EXIT_USAGE)
     if not names.pools:
         click.echo("gpufarm-node enforce slurm: no environment of the farm file has `enforce: slurm`", err=True)

@@ -71,9 +71,11 @@ class DatadogIO:
         """gpufarm's incident type id, by name, once."""
         if self._type_id is None:
             body = self._get("/api/v2/incidents/config/types")
-            found = [
-                t for t in (body.get("data") or []) if (t.get("attributes") or {}).get("name") == self.type_name
-            ] if isinstance(body, dict) else []
+            found = (
+                [t for t in (body.get("data") or []) if (t.get("attributes") or {}).get("name") == self.type_name]
+                if isinstance(body, dict)
+                else []
+            )
             if len(found) != 1:
                 raise DatadogReadError(f"Datadog has {len(found)} incident types named {self.type_name!r}")
             self._type_id = str(found[0]["id"])
@@ -91,7 +93,7 @@ class DatadogIO:
         finally:
             response.release_conn()
         if response.status != 200:
-            raise DatadogReadError(f"Datadog answered {response.status} to GET {path.split('?')[0]}")
+            raise DatadogReadError(f"Datadog answered {response.status} to GET {path.split('?', maxsplit=1)[0]}")
         if len(data) > MAX_BODY:
             raise DatadogReadError("Datadog's answer is over the size gpufarm reads")
         try:
@@ -113,7 +115,13 @@ class DatadogIO:
         """Post an event operators see in Datadog (best effort)."""
         self._post(
             "/api/v1/events",
-            {"title": title[:100], "text": text[:4000], "tags": list(tags), "alert_type": alert, "source_type_name": "gpufarm"},
+            {
+                "title": title[:100],
+                "text": text[:4000],
+                "tags": list(tags),
+                "alert_type": alert,
+                "source_type_name": "gpufarm",
+            },
         )
 
     def _post(self, path: str, body: Mapping[str, Any]) -> None:

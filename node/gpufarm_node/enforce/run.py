@@ -169,7 +169,8 @@ class SlurmEnforcer:
 
     def _report(self, report: RunReport, now: float) -> None:
         for line in report.lines():
-            log.warning("%s", line) if line.startswith(("FAILED", "not applied")) else log.info("%s", line)
+            level = logging.WARNING if line.startswith(("FAILED", "not applied")) else logging.INFO
+            log.log(level, "%s", line)
         put_back = [op for op in report.applied if op.why.startswith("edited by hand")]
         for op in put_back:
             self._event("gpufarm enforcement: reservation put back", f"{op.name} was {op.why}", alert="warning")

@@ -270,8 +270,7 @@ def _update_args(target: Reservation, current: Reservation, tz: tzinfo | None) -
     if target.nodes != current.nodes:
         args.append(f"Nodes={','.join(sorted(target.nodes))}")
     args += _people(target, current)
-    if target.end is not None and not target.same_as(Reservation(target.name, current.nodes, target.users,
-                                                                 target.accounts, current.end)):
+    if target.end is not None and (current.end is None or abs(target.end - current.end) >= timedelta(seconds=1)):
         args.append(f"EndTime={format_time(target.end, tz)}")
     return tuple(args)
 
