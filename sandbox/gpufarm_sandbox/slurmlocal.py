@@ -85,10 +85,14 @@ class LocalSlurm:
         """`scontrol show reservation --oneliner`."""
         return self.call("scontrol", "show", "reservation", "--oneliner").stdout.strip()
 
-    def submit(self, user: str, reservation: str | None = None, command: str = "true") -> tuple[bool, str]:
-        """Submit a job as `user` (sbatch --uid), in `reservation` when given; (accepted, sbatch's answer)."""
+    def submit(
+        self, user: str, reservation: str | None = None, *, node: str | None = None, command: str = "true"
+    ) -> tuple[bool, str]:
+        """Submit a job as `user` (sbatch --uid), in `reservation` and on `node` when given; (accepted, sbatch's
+        answer: the job id, or why it was refused)."""
         args = ["sbatch", f"--uid={user}", "--chdir=/tmp", "--output=/dev/null", "--time=1", "--parsable"]
         args += [f"--reservation={reservation}"] if reservation else []
+        args += [f"--nodelist={node}"] if node else []
         done = self.call(*args, f"--wrap={command}", check=False)
         return done.returncode == 0, (done.stdout or done.stderr).strip()
 

@@ -35,7 +35,7 @@ def enforce() -> None:
 @click.option(
     "--interval",
     type=click.FloatRange(5, 3600),
-    default=30.0,
+    default=20.0,
     show_default=True,
     envvar="GPUFARM_ENFORCE_INTERVAL",
     help="Seconds between runs.",
