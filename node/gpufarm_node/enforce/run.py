@@ -155,6 +155,11 @@ class SlurmEnforcer:
                 self._applied.pop(op.name, None)
             elif op.target is not None:
                 self._applied[op.name] = op.target
+        # What Slurm already held as the lease wants counts as applied too: a later difference is a hand edit.
+        for name, target in want.reservations.items():
+            current = have.get(name)
+            if current is not None and target.same_as(current):
+                self._applied[name] = target
         for name in list(self._applied):
             if name not in want.reservations:
                 self._applied.pop(name, None)
