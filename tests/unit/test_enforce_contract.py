@@ -28,7 +28,7 @@ EXAMPLE = (ROOT / "config" / "farm.example.yaml").read_text()
 def test_the_incident_fields_and_phases_are_the_runtimes() -> None:
     assert (node_leases.PHASE, node_leases.TEAM, node_leases.ENVIRONMENT) == (f.PHASE, f.TEAM, f.ENVIRONMENT)
     assert (node_leases.REQUESTER, node_leases.EXPIRES_AT, node_leases.HOSTS) == (f.REQUESTER, f.EXPIRES_AT, f.HOSTS)
-    assert node_leases.HOLDING_PHASES == {Phase.ALLOCATED.value, Phase.IDLE_WARNED.value}
+    assert {Phase.ALLOCATED.value, Phase.IDLE_WARNED.value} == node_leases.HOLDING_PHASES
 
 
 def test_the_reservation_name_and_the_name_rules_are_the_runtimes() -> None:

@@ -13,9 +13,12 @@ from gpufarm.core.governance.policy import build_request
 from gpufarm.core.service import GpuFarm
 
 USER = "U0000000001"
-ENFORCED = FARM_YAML.replace(
-    "  hpc: {kind: dedicated, gpu_models: [H100]}", "  hpc: {kind: dedicated, gpu_models: [H100], enforce: slurm}"
-) + "enforcement:\n  slurm:\n    users: {U0000000001: alice}\n    accounts: {nlp: nlp, vision: vision}\n"
+ENFORCED = (
+    FARM_YAML.replace(
+        "  hpc: {kind: dedicated, gpu_models: [H100]}", "  hpc: {kind: dedicated, gpu_models: [H100], enforce: slurm}"
+    )
+    + "enforcement:\n  slurm:\n    users: {U0000000001: alice}\n    accounts: {nlp: nlp, vision: vision}\n"
+)
 _ids = itertools.count(1)
 
 

@@ -224,8 +224,10 @@ def test_a_hand_edit_is_put_back_and_said_so() -> None:
 
 
 def test_a_plan_is_bounded_and_says_what_waits() -> None:
-    want = {f"gpufarm-ir-{n}": Reservation(f"gpufarm-ir-{n}", frozenset({f"n{n}"}), frozenset({"u"})) for n in
-            range(1, MAX_OPS_PER_RUN + 51)}
+    want = {
+        f"gpufarm-ir-{n}": Reservation(f"gpufarm-ir-{n}", frozenset({f"n{n}"}), frozenset({"u"}))
+        for n in range(1, MAX_OPS_PER_RUN + 51)
+    }
     todo = plan(want, {}, tz=UTC)
     assert len(todo.ops) == MAX_OPS_PER_RUN and todo.deferred == 50
 

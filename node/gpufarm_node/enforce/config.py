@@ -64,7 +64,22 @@ def slurm_names(data: Any) -> SlurmNames:
     """The Slurm slice of a parsed farm file, checked."""
     if not isinstance(data, Mapping):
         raise EnforceConfigError("the farm file must be a YAML mapping")
-    environments = data.get("environments")
+    pools = _pools(data.get("environments"))
+    enforcement = data.get("enforcement")
+    section = (enforcement.get("slurm") if isinstance(enforcement, Mapping) else None) or {}
+    if not isinstance(section, Mapping):
+        raise EnforceConfigError("enforcement.slurm must be a mapping")
+    users = _names(section.get("users"), "enforcement.slurm.users", SLACK_USER, CLUSTER_USER)
+    accounts = _names(section.get("accounts"), "enforcement.slurm.accounts", TEAM, SLURM_ACCOUNT)
+    teams = data.get("teams") or {}
+    if not isinstance(teams, Mapping):
+        raise EnforceConfigError("teams must be a mapping")
+    _check_accounts(pools, accounts, teams)
+    return SlurmNames(pools, users, accounts)
+
+
+def _pools(environments: Any) -> frozenset[str]:
+    """The pools with `enforce: slurm`."""
     if not isinstance(environments, Mapping) or not environments:
         raise EnforceConfigError("environments: the farm file names no pool")
     pools = set()
@@ -74,26 +89,20 @@ def slurm_names(data: Any) -> SlurmNames:
             raise EnforceConfigError(f"environments.{name}.enforce: {str(enforce)[:40]!r} is not one of {ENFORCERS}")
         if enforce == "slurm":
             pools.add(str(name))
-    section = (data.get("enforcement") or {}).get("slurm") if isinstance(data.get("enforcement"), Mapping) else None
-    section = section or {}
-    if not isinstance(section, Mapping):
-        raise EnforceConfigError("enforcement.slurm must be a mapping")
-    users = _names(section.get("users"), "enforcement.slurm.users", SLACK_USER, CLUSTER_USER)
-    accounts = _names(section.get("accounts"), "enforcement.slurm.accounts", TEAM, SLURM_ACCOUNT)
-    teams = data.get("teams") or {}
-    if not isinstance(teams, Mapping):
-        raise EnforceConfigError("teams must be a mapping")
+    return frozenset(pools)
+
+
+def _check_accounts(pools: frozenset[str], accounts: Mapping[str, str], teams: Mapping[Any, Any]) -> None:
+    """Every account is a team's; every team has one once a pool is enforced by Slurm."""
     for team in accounts:
         if team not in teams:
             raise EnforceConfigError(f"enforcement.slurm.accounts: {team!r} is not a team")
-    if pools:
-        missing = sorted(str(t) for t in teams if t not in accounts)
-        if missing:
-            raise EnforceConfigError(
-                f"enforcement.slurm.accounts: team {missing[0]!r} has no Slurm account, and pools "
-                f"{', '.join(sorted(pools))} are enforced by Slurm (a requester without a user there needs one)"
-            )
-    return SlurmNames(frozenset(pools), users, accounts)
+    missing = sorted(str(t) for t in teams if t not in accounts)
+    if pools and missing:
+        raise EnforceConfigError(
+            f"enforcement.slurm.accounts: team {missing[0]!r} has no Slurm account, and pools "
+            f"{', '.join(sorted(pools))} are enforced by Slurm (a requester without a user there needs one)"
+        )
 
 
 def _names(raw: Any, where: str, key_re: re.Pattern[str], value_re: re.Pattern[str]) -> dict[str, str]:

@@ -66,24 +66,36 @@ def lease_of(data: Mapping[str, Any]) -> Lease | Skipped | None:
     fields = _fields(attributes.get("fields"))
     if fields.get(PHASE) not in HOLDING_PHASES:
         return None
-    environment, team = fields.get(ENVIRONMENT), fields.get(TEAM)
-    if not isinstance(environment, str) or not _NAME.match(environment):
-        return Skipped(ir, "no valid environment")
-    if not isinstance(team, str) or not _NAME.match(team):
-        return Skipped(ir, "no valid team")
+    why = _malformed(fields)
+    if why:
+        return Skipped(ir, why)
     hosts = fields.get(HOSTS)
-    host_list = [hosts] if isinstance(hosts, str) else list(hosts or [])
-    if len(host_list) > MAX_HOSTS_PER_LEASE or not all(_HOST.match(h) for h in host_list):
-        return Skipped(ir, "hosts field holds a value that is not a host name")
     requester = fields.get(REQUESTER)
     return Lease(
         ir=ir,
-        environment=environment,
-        team=team,
+        environment=str(fields.get(ENVIRONMENT)),
+        team=str(fields.get(TEAM)),
         requester=requester if isinstance(requester, str) and _USER.match(requester) else None,
-        hosts=tuple(sorted(set(host_list))),
+        hosts=tuple(sorted(set(_host_list(hosts)))),
         expires_at=_time(fields.get(EXPIRES_AT)),
     )
+
+
+def _host_list(hosts: str | list[str] | None) -> list[str]:
+    return [hosts] if isinstance(hosts, str) else list(hosts or [])
+
+
+def _malformed(fields: Mapping[str, str | list[str] | None]) -> str | None:
+    """Why a lease's fields cannot be enforced (hand-edited into something else), or None."""
+    environment, team = fields.get(ENVIRONMENT), fields.get(TEAM)
+    if not isinstance(environment, str) or not _NAME.match(environment):
+        return "no valid environment"
+    if not isinstance(team, str) or not _NAME.match(team):
+        return "no valid team"
+    hosts = _host_list(fields.get(HOSTS))
+    if len(hosts) > MAX_HOSTS_PER_LEASE or not all(_HOST.match(h) for h in hosts):
+        return "hosts field holds a value that is not a host name"
+    return None
 
 
 def _fields(raw: Any) -> dict[str, str | list[str] | None]:

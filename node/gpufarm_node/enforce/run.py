@@ -176,15 +176,7 @@ class SlurmEnforcer:
         for line in report.lines():
             level = logging.WARNING if line.startswith(("FAILED", "not applied")) else logging.INFO
             log.log(level, "%s", line)
-        put_back = [op for op in report.applied if op.why.startswith("edited by hand")]
-        for op in put_back:
-            self._event("gpufarm enforcement: reservation put back", f"{op.name} was {op.why}", alert="warning")
-        if not report.converged and not self._failing:
-            why = report.error or "; ".join(f"{op.name}: {w}" for op, w in report.failed) or "operations deferred"
-            self._event("gpufarm enforcement is lagging", f"Slurm does not hold the leases yet: {why}", alert="error")
-        elif report.converged and self._failing:
-            self._event("gpufarm enforcement caught up", "Slurm holds every lease again", alert="success")
-        self._failing = not report.converged
+        self._episode_events(report)
         if self.reporter is None:
             return
         values = {
@@ -197,6 +189,18 @@ class SlurmEnforcer:
             self.reporter.gauges(values, self.tags, now)
         except Exception as exc:  # noqa: BLE001 - reporting is best effort; the next run sends again
             log.warning("could not send the enforcement gauges: %s", exc)
+
+    def _episode_events(self, report: RunReport) -> None:
+        """A reservation put back, each time; a lagging episode once when it starts and once when it ends."""
+        put_back = [op for op in report.applied if op.why.startswith("edited by hand")]
+        for op in put_back:
+            self._event("gpufarm enforcement: reservation put back", f"{op.name} was {op.why}", alert="warning")
+        if not report.converged and not self._failing:
+            why = report.error or "; ".join(f"{op.name}: {w}" for op, w in report.failed) or "operations deferred"
+            self._event("gpufarm enforcement is lagging", f"Slurm does not hold the leases yet: {why}", alert="error")
+        elif report.converged and self._failing:
+            self._event("gpufarm enforcement caught up", "Slurm holds every lease again", alert="success")
+        self._failing = not report.converged
 
     def _event(self, title: str, text: str, *, alert: str) -> None:
         if self.reporter is None:

@@ -87,32 +87,32 @@ def desired(leases: Iterable[Lease], names: SlurmNames, nodes: Iterable[str], no
         if lease.environment not in names.pools:
             continue
         mine = frozenset(n for h in lease.hosts if (n := _node_of(h, by_name)) is not None)
-        if not mine:
-            continue
-        user = names.users.get(lease.requester or "")
-        account = names.accounts.get(lease.team)
-        if user is None and account is None:
-            notices.append(Notice(f"nobody:{lease.ir}", f"IR-{lease.ir}: team {lease.team} has no Slurm account"))
-            continue
-        if user is None:
-            who = lease.requester or "its requester"
-            notices.append(
-                Notice(
-                    f"user:{lease.requester}",
-                    f"{who} has no cluster user in enforcement.slurm.users: IR-{lease.ir}'s reservation names "
-                    f"team {lease.team}'s account {account}",
-                )
-            )
-        end = lease.expires_at if lease.expires_at is not None and lease.expires_at > now else None
-        name = reservation_name(lease.ir)
-        out[name] = Reservation(
-            name,
-            mine,
-            frozenset({user}) if user else frozenset(),
-            frozenset() if user else frozenset({account or ""}),
-            end,
-        )
+        if mine:
+            reservation, notice = _reservation(lease, mine, names, now)
+            notices += [notice] if notice else []
+            if reservation is not None:
+                out[reservation.name] = reservation
     return Desired(out, tuple(notices))
+
+
+def _reservation(
+    lease: Lease, nodes: frozenset[str], names: SlurmNames, now: datetime
+) -> tuple[Reservation | None, Notice | None]:
+    """The lease's reservation on `nodes` for its requester's user, else its team's account (said once)."""
+    user = names.users.get(lease.requester or "")
+    account = names.accounts.get(lease.team)
+    if user is None and account is None:
+        return None, Notice(f"nobody:{lease.ir}", f"IR-{lease.ir}: team {lease.team} has no Slurm account")
+    notice = None
+    if user is None:
+        notice = Notice(
+            f"user:{lease.requester}",
+            f"{lease.requester or 'its requester'} has no cluster user in enforcement.slurm.users: IR-{lease.ir}'s "
+            f"reservation names team {lease.team}'s account {account}",
+        )
+    end = lease.expires_at if lease.expires_at is not None and lease.expires_at > now else None
+    people = (frozenset({user}), frozenset()) if user else (frozenset(), frozenset({account or ""}))
+    return Reservation(reservation_name(lease.ir), nodes, *people, end), notice
 
 
 def _node_index(nodes: Iterable[str]) -> dict[str, str]:

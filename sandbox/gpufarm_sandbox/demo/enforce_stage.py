@@ -88,18 +88,23 @@ class _Stage:
         return time.perf_counter() - started
 
     def allocate(self) -> int | None:
-        ir: int | None = None
+        allocated: int | None = None
         with self.ctx.step(f"alice: /gpu request 8 H100 env={POOL} (a pool with enforce: slurm)"):
             self.farm.slash(ALICE, f"request 8 H100 project=slurm-demo team=nlp env={POOL} days=3")
             self.farm.settle()
             ir = ir_in(shown(self.farm.answer(ALICE, "/slurm-demo`")))
-            ok = ir is not None and self.farm.wait_for(lambda: self.farm.allocation(ir).phase is Phase.ALLOCATED)
-            self.ctx.check(ok, f"IR-{ir} is allocated in Datadog", ", ".join(self.farm.allocation(ir).hosts) if ok else "")
-            if not ok or ir is None:
+            if ir is None:
+                self.ctx.check(False, "alice's request got an IR")
                 return None
-            dm = self.farm.messages(user=ALICE.id, kind="dm", contains=f"--reservation={reservation_name(ir)}")
-            self.ctx.check(bool(dm), "the allocation DM says how to submit", f"sbatch --reservation={reservation_name(ir)} …")
-        return ir
+            lease: int = ir
+            ok = self.farm.wait_for(lambda: self.farm.allocation(lease).phase is Phase.ALLOCATED)
+            if not self.ctx.check(ok, f"IR-{ir} is allocated in Datadog", ", ".join(self.farm.allocation(ir).hosts)):
+                return None
+            hint = f"--reservation={reservation_name(ir)}"
+            dm = self.farm.messages(user=ALICE.id, kind="dm", contains=hint)
+            self.ctx.check(bool(dm), "the allocation DM says how to submit", f"sbatch {hint} …")
+            allocated = ir
+        return allocated
 
     def enforced(self, ir: int, host: str) -> None:
         with self.ctx.step("gpufarm-node enforce slurm: one run"):
@@ -118,7 +123,9 @@ class _Stage:
             state = self.slurm.wait_job(job) if accepted else job
             self.ctx.check(state == "COMPLETED", f"{slurmlocal.LEASE_USER}'s job in {name} ran", f"job {job}: {state}")
             refused, answer = self.slurm.submit(slurmlocal.OTHER_USER, name)
-            self.ctx.check(not refused and "Access denied" in answer, f"{slurmlocal.OTHER_USER}'s job is refused", answer)
+            self.ctx.check(
+                not refused and "Access denied" in answer, f"{slurmlocal.OTHER_USER}'s job is refused", answer
+            )
 
     def reclaimed(self, ir: int, host: str) -> None:
         with self.ctx.step(f"alice releases IR-{ir}; the next run frees {host}"):

@@ -236,8 +236,7 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
     if alloc.hosts:
         lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
         lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
-    if submit and alloc.phase.value in ("allocated", "idle-warned"):
-        lines.append(submit)
+    lines += _holding(alloc, [submit] if submit else [])
     if alloc.approved_by:
         who = "policy" if alloc.approved_by == "policy" else mention(alloc.approved_by)
         lines.append(f"Approved by {who}")
@@ -259,6 +258,11 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         blocks.append(_owner_buttons(alloc))
     full = "\n".join([text, *trail])
     return linked(alloc, Message(full.replace("*", ""), blocks), links)
+
+
+def _holding(alloc: Allocation, lines: list[str]) -> list[str]:
+    """`lines` while the lease holds its hosts, else none (how to submit says nothing once it has ended)."""
+    return lines if alloc.phase.value in ("allocated", "idle-warned") else []
 
 
 def history_lines(alloc: Allocation) -> list[str]:
