@@ -3,16 +3,19 @@ the reservations the leases call for, the plan that makes Slurm hold them, and w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpufarm_node.enforce.config import SlurmNames
 from gpufarm_node.enforce.hostlist import HostlistError, expand
 from gpufarm_node.enforce.leases import Lease, Skipped, lease_of
-from gpufarm_node.enforce.run import LAG_METRIC, SlurmEnforcer
+from gpufarm_node.enforce.run import LAG_METRIC, UNITS, SlurmEnforcer
 from gpufarm_node.enforce.slurm_plan import (
     MAX_OPS_PER_RUN,
     OpKind,
@@ -25,6 +28,7 @@ from gpufarm_node.enforce.slurm_plan import (
 )
 
 NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+SPEC = yaml.safe_load((Path(__file__).resolve().parents[2] / "spec" / "metrics.yaml").read_text())
 END = NOW + timedelta(days=3)
 NAMES = SlurmNames(frozenset({"onprem-hpc"}), {"U0DANA": "dana"}, {"nlp": "nlp-acct", "vision": "vision"})
 # scontrol 22.05's answer, as a real slurmctld printed it (one gpufarm reservation, one of the site's own).
@@ -353,3 +357,17 @@ def test_drift_is_repaired_a_hand_edit_put_back_and_the_sites_own_reservations_l
     assert "maintenance" in slurm.held and slurm.held["gpufarm-ir-7"]["Users"] == "dana"
     del slurm.held["gpufarm-ir-7"]
     assert [op.why for op in enforcer.run_once().applied] == ["missing"]
+
+
+def test_the_gauges_are_the_specs() -> None:
+    operators = Operators()
+    enforcer = _enforcer(FakeSlurm(show=SHOW), Leases(_incident(7)), operators, Clock())
+    enforcer.run_once()
+    declared = SPEC["enforce_metrics"]
+    assert set(operators.sent[-1]) == set(declared) == set(UNITS)
+    for name, spec in declared.items():
+        assert spec["type"] == "gauge" and spec["unit"] == UNITS[name]
+        assert set(spec["tags"]["required"]) == {t.partition(":")[0] for t in enforcer.tags}
+    for tag in enforcer.tags:
+        key, _, value = tag.partition(":")
+        assert re.match(SPEC["tags"][key]["value"], value), tag

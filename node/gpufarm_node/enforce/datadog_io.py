@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from gpufarm_node.datadog import DatadogTarget
+from gpufarm_node.enforce.run import UNITS
 
 PAGE_SIZE = 100
 # 20,000 live incidents at most per run: far above any farm's leases, a bound on a runaway search.
@@ -104,9 +105,15 @@ class DatadogIO:
     # -- out -----------------------------------------------------------------------------------------------
 
     def gauges(self, values: Mapping[str, float], tags: Sequence[str], now: float) -> None:
-        """Send gauges (best effort: the next run sends them again)."""
+        """Send gauges (best effort: the next run sends them again), with their units (spec/metrics.yaml)."""
         series = [
-            {"metric": name, "type": 3, "points": [{"timestamp": int(now), "value": float(v)}], "tags": list(tags)}
+            {
+                "metric": name,
+                "type": 3,
+                "unit": UNITS.get(name),
+                "points": [{"timestamp": int(now), "value": float(v)}],
+                "tags": list(tags),
+            }
             for name, v in values.items()
         ]
         self._post("/api/v2/series", {"series": series})

@@ -35,6 +35,8 @@ LAG_METRIC = "gpufarm.enforce.lag_seconds"
 FAILED_METRIC = "gpufarm.enforce.failed_ops"
 RESERVATIONS_METRIC = "gpufarm.enforce.reservations"
 APPLIED_METRIC = "gpufarm.enforce.applied_ops"
+# Their units (spec/metrics.yaml, enforce_metrics).
+UNITS = {LAG_METRIC: "second", FAILED_METRIC: "operation", APPLIED_METRIC: "operation", RESERVATIONS_METRIC: "item"}
 # Notices told once per process: at most this many remembered (a map fixed by then stops the telling anyway).
 MAX_TOLD = 10_000
 
