@@ -205,6 +205,8 @@ def latency(trials: int, interval: float) -> None:
         farm = LocalFarm.ready(local, monitors=False)
         settings = Settings()
         names = load_slurm_names(local.host.root / "config" / "farm.example.yaml")
+        # alice's cluster user must exist on this machine: the local account the demo plays her with.
+        names = SlurmNames(names.pools, {ALICE.id: slurmlocal.LEASE_USER}, names.accounts)
         enforcer = SlurmEnforcer(_datadog(settings), Scontrol(env=slurm.env), names, None, cluster_tag="bench")
         stop = threading.Event()
 
@@ -227,6 +229,7 @@ def latency(trials: int, interval: float) -> None:
             assert farm.wait_for(lambda ir=ir: farm.allocation(ir).phase is Phase.ALLOCATED, timeout=30)
             t0 = time.perf_counter()
             while f"ReservationName={name} " not in slurm.reservations():
+                assert time.perf_counter() - t0 < 5 * interval, f"{name} never appeared"
                 time.sleep(0.1)
             allocate.append(time.perf_counter() - t0)
             time.sleep(rng.uniform(0, interval))
@@ -235,6 +238,7 @@ def latency(trials: int, interval: float) -> None:
             assert farm.wait_for(lambda ir=ir: farm.allocation(ir).phase is Phase.RECLAIMED, timeout=30)
             t0 = time.perf_counter()
             while f"ReservationName={name} " in slurm.reservations():
+                assert time.perf_counter() - t0 < 5 * interval, f"{name} never went"
                 time.sleep(0.1)
             reclaim.append(time.perf_counter() - t0)
             print(

@@ -115,15 +115,23 @@ def _reservation(
     return Reservation(reservation_name(lease.ir), nodes, *people, end), notice
 
 
+# Names Slurm reads as keywords in a node list (`Nodes=ALL` is every node): never a lease's host.
+_NODE_KEYWORDS = frozenset({"all"})
+
+
 def _node_index(nodes: Iterable[str]) -> dict[str, str]:
     index: dict[str, str] = {}
     for node in nodes:
+        if node.lower() in _NODE_KEYWORDS:
+            continue
         index.setdefault(node.split(".", 1)[0], node)
         index[node] = node
     return index
 
 
 def _node_of(host: str, index: Mapping[str, str]) -> str | None:
+    if host.lower() in _NODE_KEYWORDS:
+        return None
     return index.get(host) or index.get(host.split(".", 1)[0])
 
 
