@@ -189,3 +189,16 @@ def test_scontrol_failing_applies_nothing_reports_the_lag_and_the_next_run_catch
     report = enforcer.run_once()
     assert report.converged and operators.lag[-1] == 0 and _fields(cluster, "gpufarm-ir-15")
     assert operators.events[-1].startswith("gpufarm enforcement caught up")
+
+
+def test_a_cluster_user_slurm_does_not_know_falls_back_to_the_teams_account(cluster: slurmlocal.LocalSlurm) -> None:
+    leases, operators = Leases(), Operators()
+    names = SlurmNames(NAMES.pools, {ALICE: "nosuchuser"}, NAMES.accounts)
+    enforcer = SlurmEnforcer(leases, Scontrol(env=cluster.env), names, operators)
+    leases.hold(16, ["hpc-a-02"])
+    first = enforcer.run_once()
+    assert not first.converged and "Invalid user id" in first.failed[0][1]
+    assert any("nosuchuser" in e and "unknown to Slurm" in e for e in operators.events)
+    second = enforcer.run_once()
+    assert second.converged and _fields(cluster, "gpufarm-ir-16")["Accounts"] == "nlp"
+    assert enforcer.run_once().applied == []

@@ -37,6 +37,9 @@ RESERVATIONS_METRIC = "gpufarm.enforce.reservations"
 APPLIED_METRIC = "gpufarm.enforce.applied_ops"
 # Their units (spec/metrics.yaml, enforce_metrics).
 UNITS = {LAG_METRIC: "second", FAILED_METRIC: "operation", APPLIED_METRIC: "operation", RESERVATIONS_METRIC: "item"}
+# What slurmctld answers for a user it cannot resolve, and how long such a user is left out before it is tried again.
+INVALID_USER = "Invalid user id"
+UNKNOWN_USER_RETRY_S = 3600.0
 # Notices told once per process: at most this many remembered (a map fixed by then stops the telling anyway).
 MAX_TOLD = 10_000
 
@@ -112,6 +115,9 @@ class SlurmEnforcer:
         self.tags = ("enforcer:slurm", f"cluster:{cluster_tag}")
         self._applied: dict[str, Reservation] = {}
         self._told: set[str] = set()
+        # Cluster users slurmctld refused ("Invalid user id") and since when: their leases name the team's account
+        # until UNKNOWN_USER_RETRY_S has passed, then the user is tried again.
+        self._unknown_users: dict[str, float] = {}
         self._converged_at = clock()
         self._failing = False
 
@@ -140,7 +146,7 @@ class SlurmEnforcer:
         report.leases = len(leases)
         nodes = parse_nodes(self.cluster.nodes())
         have = parse_reservations(self.cluster.reservations(), self.tz)
-        want = desired(leases, self.names, nodes, now)
+        want = desired(leases, self._known_names(now.timestamp()), nodes, now)
         report.reservations = len(want.reservations)
         for notice in want.notices:
             self._tell(report, notice.key, notice.text)
@@ -151,6 +157,7 @@ class SlurmEnforcer:
                 self.cluster.apply(op.args)
             except Exception as exc:  # noqa: BLE001 - one failed op leaves the others; retried next run
                 report.failed.append((op, str(exc)[:300]))
+                self._refused_user(report, op, str(exc), now.timestamp())
                 continue
             report.applied.append(op)
             if op.kind is OpKind.DELETE:
@@ -165,6 +172,30 @@ class SlurmEnforcer:
         for name in list(self._applied):
             if name not in want.reservations:
                 self._applied.pop(name, None)
+
+    def _known_names(self, now: float) -> SlurmNames:
+        """The farm's names without the cluster users slurmctld refused lately."""
+        for user, since in list(self._unknown_users.items()):
+            if now - since >= UNKNOWN_USER_RETRY_S:
+                del self._unknown_users[user]
+        if not self._unknown_users:
+            return self.names
+        users = {k: v for k, v in self.names.users.items() if v not in self._unknown_users}
+        return SlurmNames(self.names.pools, users, self.names.accounts)
+
+    def _refused_user(self, report: RunReport, op: Op, error: str, now: float) -> None:
+        """A user slurmctld does not know: the next run names the team's account instead (said once)."""
+        if INVALID_USER not in error or op.target is None or not op.target.users:
+            return
+        for user in op.target.users:
+            if len(self._unknown_users) < MAX_TOLD:
+                self._unknown_users[user] = now
+            self._tell(
+                report,
+                f"unknown:{user}",
+                f"cluster user {user} (enforcement.slurm.users) is unknown to Slurm ({INVALID_USER}): "
+                f"{op.name} and its requester's other leases name their team's account until it exists",
+            )
 
     def _tell(self, report: RunReport, key: str, text: str) -> None:
         if key in self._told:

@@ -107,8 +107,8 @@ def _reservation(
     if user is None:
         notice = Notice(
             f"user:{lease.requester}",
-            f"{lease.requester or 'its requester'} has no cluster user in enforcement.slurm.users: IR-{lease.ir}'s "
-            f"reservation names team {lease.team}'s account {account}",
+            f"{lease.requester or 'its requester'} has no cluster user Slurm accepts (enforcement.slurm.users): "
+            f"IR-{lease.ir}'s reservation names team {lease.team}'s account {account}",
         )
     end = lease.expires_at if lease.expires_at is not None and lease.expires_at > now else None
     people = (frozenset({user}), frozenset()) if user else (frozenset(), frozenset({account or ""}))
