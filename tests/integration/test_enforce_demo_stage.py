@@ -36,3 +36,12 @@ def test_a_lease_on_a_slurm_pool_is_a_reservation_its_user_runs_in(
     assert "ReservationName=gpufarm-ir-" in output and "Users=daemon" in output, output
     live = [a for a in farm.incidents() if a.state.value != "resolved"]
     assert live == [], [a.ir_label for a in live]
+
+
+def test_without_slurm_the_stage_says_so_and_fails_nothing(
+    run_stage: Callable[[ModuleType], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(slurmlocal, "missing", lambda: "Slurm is not installed (slurmctld missing)")
+    output = run_stage(stage)
+    assert "Slurm enforcement skipped: Slurm is not installed (slurmctld missing)" in output, output
+    assert "[FAIL]" not in output
