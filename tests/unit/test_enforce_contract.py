@@ -101,3 +101,11 @@ def test_the_submit_hint_names_the_reservation_only_on_an_enforced_pool() -> Non
     hint = runtime_enforce.submit_hint(runtime_enforce.Enforcer.SLURM, 123)
     assert hint is not None and "sbatch --reservation=gpufarm-ir-123" in hint
     assert runtime_enforce.submit_hint(runtime_enforce.Enforcer.NONE, 123) is None
+
+
+def test_the_enforcers_cluster_tag_is_checked(tmp_path: Path) -> None:
+    farm = tmp_path / "farm.yaml"
+    farm.write_text(EXAMPLE)
+    args = ["enforce", "slurm", "--farm", str(farm), "--once", "--cluster", "hpc a;x"]
+    result = CliRunner().invoke(node_main, args, env={"DD_API_KEY": "k", "DD_APP_KEY": "a"})
+    assert result.exit_code == 2 and "--cluster" in result.output

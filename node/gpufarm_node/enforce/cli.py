@@ -7,6 +7,7 @@ farm file or Datadog settings.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import sys
 import threading
@@ -16,6 +17,13 @@ import click
 
 EXIT_NOT_CONVERGED = 1
 EXIT_USAGE = 2
+_TAG_VALUE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:/-]{0,99}$")
+
+
+def _tag_value(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not _TAG_VALUE.match(value):
+        raise click.BadParameter("starts with a letter; letters, digits and _ . : / - only (it becomes a tag)")
+    return value.lower()
 
 
 @click.group()
@@ -46,6 +54,7 @@ def enforce() -> None:
     default="default",
     show_default=True,
     envvar="GPUFARM_CLUSTER",
+    callback=_tag_value,
     help="Cluster tag of the enforcer's gauges and events.",
 )
 @click.option("--scontrol", "scontrol", default="scontrol", show_default=True, help="The scontrol binary.")
