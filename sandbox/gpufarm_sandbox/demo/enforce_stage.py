@@ -78,6 +78,11 @@ class _Stage:
         self.jobs(ir, host)
         self.reclaimed(ir, host)
 
+    def _show(self, text: str) -> None:
+        self.ctx.info("$ scontrol show reservation --oneliner")
+        for line in text.splitlines() or ["(nothing)"]:
+            self.ctx.info(f"  {line}")
+
     def enforce(self) -> float:
         """One enforcer run; its seconds."""
         started = time.perf_counter()
@@ -110,8 +115,8 @@ class _Stage:
         with self.ctx.step("gpufarm-node enforce slurm: one run"):
             seconds = self.enforce()
             text = self.slurm.reservations()
-            for line in text.splitlines():
-                self.ctx.info(f"$ scontrol show reservation --oneliner\n   {line}")
+            self._show(text)
+            self.ctx.info("(EndTime: the lease's expiry by the sandbox's clock, which earlier stages may move on)")
             name = reservation_name(ir)
             ok = f"ReservationName={name} " in text and f"Nodes={host} " in text and "State=ACTIVE" in text
             self.ctx.check(ok, f"{name} is active on {host} for {slurmlocal.LEASE_USER}", f"{seconds:.2f}s run")
@@ -135,7 +140,7 @@ class _Stage:
             self.ctx.check(ended, f"IR-{ir} is reclaimed in Datadog")
             self.enforce()
             text = self.slurm.reservations()
-            self.ctx.info(f"$ scontrol show reservation --oneliner\n   {text}")
+            self._show(text)
             self.ctx.check(reservation_name(ir) not in text, f"{reservation_name(ir)} is gone")
             accepted, job = self.slurm.submit(slurmlocal.OTHER_USER, node=host)
             state = self.slurm.wait_job(job) if accepted else job
