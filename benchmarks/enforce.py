@@ -193,7 +193,8 @@ def latency(trials: int, interval: float) -> None:
     from gpufarm_node.enforce.scontrol import Scontrol
     from gpufarm_sandbox import slurmlocal
     from gpufarm_sandbox.demo.enforce_stage import NODES, _datadog
-    from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in, shown
+    from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
+    from gpufarm_sandbox.example_farm import ALICE
     from gpufarm_sandbox.localhost import start_local
 
     reason = slurmlocal.missing()

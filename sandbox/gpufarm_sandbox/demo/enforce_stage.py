@@ -23,7 +23,8 @@ from gpufarm_node.enforce.run import SlurmEnforcer
 from gpufarm_node.enforce.scontrol import Scontrol
 from gpufarm_node.enforce.slurm_plan import reservation_name
 from gpufarm_sandbox import slurmlocal
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, HOSTS, LocalFarm, ir_in, shown
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
+from gpufarm_sandbox.example_farm import ALICE, HOSTS
 
 if TYPE_CHECKING:
     from gpufarm.config import Settings
