@@ -78,12 +78,16 @@ def parse_state(data: bytes) -> LocalState:
         raise StateFileError("pid is not a process id")
     if not isinstance(url, str) or not _URL.match(url):
         raise StateFileError("url is not an http(s) base URL")
+    return LocalState(pid, url, _checked_env(env))
+
+
+def _checked_env(env: object) -> dict[str, str]:
     if not isinstance(env, dict) or len(env) > MAX_VARIABLES:
         raise StateFileError(f"env is not an object of at most {MAX_VARIABLES} variables")
     for name, value in env.items():
         if not _NAME.match(name) or not isinstance(value, str) or len(value) > MAX_VALUE_CHARS or "\0" in value:
             raise StateFileError(f"env holds a bad variable {name[:64]!r}")
-    return LocalState(pid, url, dict(env))
+    return dict(env)
 
 
 def process_alive(pid: int) -> bool:

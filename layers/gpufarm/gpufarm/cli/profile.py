@@ -18,10 +18,14 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
+
+if TYPE_CHECKING:
+    from gpufarm.cli.upload_client import Stored
 
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
@@ -91,16 +95,7 @@ def upload_traces(
     from gpufarm.profiling.run_names import run_names
 
     ir = parse_ir(ir_text)
-    token = (token or os.environ.get("GPUFARM_UPLOAD_TOKEN") or "").strip()
-    api_url = (api_url or os.environ.get("GPUFARM_API_URL") or "").strip()
-    if not token:
-        raise ValidationFailed(
-            "token", f"no upload token: ask `/gpu profile-token IR-{ir}` in Slack, then set GPUFARM_UPLOAD_TOKEN"
-        )
-    if not _TOKEN.match(token):
-        raise ValidationFailed("token", "that is not an upload token (gfu1.…, from /gpu profile-token)")
-    if not api_url:
-        raise ValidationFailed("api_url", "GPUFARM_API_URL is not set (the stack's ProfileUploadUrl output)")
+    token, api_url = _credentials(ir, token, api_url)
     if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise ValidationFailed("batch_size", f"a batch size is 1-{MAX_BATCH_SIZE:,}")
     names = run_names(traces, name)
@@ -118,9 +113,25 @@ def upload_traces(
         raise NotAllowed(exc.reason) from None
     except ServiceFailed as exc:
         raise UpstreamError(str(exc)) from None
-    out = []
-    for run in stored:
-        step = f"{run.step_mean_ms:.1f} ms/step" if run.step_mean_ms is not None else "no steps"
-        state = "recorded" if run.recorded else "queued for the incident"
-        out.append(f"IR-{ir} {run.name}: {run.steps} steps, {step}; {state}; summary: {run.link}")
-    return out
+    return [_line(ir, run) for run in stored]
+
+
+def _credentials(ir: int, token: str | None, api_url: str | None) -> tuple[str, str]:
+    """The upload token and the upload function's URL, from the arguments or the environment, checked."""
+    token = (token or os.environ.get("GPUFARM_UPLOAD_TOKEN") or "").strip()
+    api_url = (api_url or os.environ.get("GPUFARM_API_URL") or "").strip()
+    if not token:
+        raise ValidationFailed(
+            "token", f"no upload token: ask `/gpu profile-token IR-{ir}` in Slack, then set GPUFARM_UPLOAD_TOKEN"
+        )
+    if not _TOKEN.match(token):
+        raise ValidationFailed("token", "that is not an upload token (gfu1.…, from /gpu profile-token)")
+    if not api_url:
+        raise ValidationFailed("api_url", "GPUFARM_API_URL is not set (the stack's ProfileUploadUrl output)")
+    return token, api_url
+
+
+def _line(ir: int, run: Stored) -> str:
+    step = f"{run.step_mean_ms:.1f} ms/step" if run.step_mean_ms is not None else "no steps"
+    state = "recorded" if run.recorded else "queued for the incident"
+    return f"IR-{ir} {run.name}: {run.steps} steps, {step}; {state}; summary: {run.link}"

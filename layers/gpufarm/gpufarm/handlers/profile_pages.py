@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from gpufarm.adapters.profile_store import S3ProfileStore
+from gpufarm.config import Settings
 from gpufarm.core.kernel.errors import NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
@@ -68,14 +69,7 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
             str(params.get("sig", ""))[:128],
             runtime.clock().now().timestamp(),
         )
-        try:
-            raw = S3ProfileStore(settings, _bucket(settings.profile_bucket)).summary(key)
-        except NotFound:
-            if not key.startswith(LATEST):
-                raise
-            page = render_no_run(key.removeprefix(LATEST))
-        else:
-            page = render_summary(summary.parse(raw, key))
+        page = _page(settings, key)
     except rt.ConfigurationError as exc:
         # Before NotFound (a missing secret is both): the name is for the operators, not the viewer.
         log.error("profile pages misconfigured: %s", exc)  # noqa: TRY400 - no traceback needed
@@ -88,6 +82,17 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         log.warning("profile page %s not served: %s", key[:100], exc)
         return http.error(503, "storage is unavailable; try again shortly")
     return http.respond(200, "" if http.method(event) == "HEAD" else page, PAGE_HEADERS)
+
+
+def _page(settings: Settings, key: str) -> str:
+    """The run's page from its stored summary; a team's newest-run link before the team has a run: a page saying so."""
+    try:
+        raw = S3ProfileStore(settings, _bucket(settings.profile_bucket)).summary(key)
+    except NotFound:
+        if not key.startswith(LATEST):
+            raise
+        return render_no_run(key.removeprefix(LATEST))
+    return render_summary(summary.parse(raw, key))
 
 
 def _bucket(name: str | None) -> str:

@@ -139,30 +139,36 @@ def _int(value: Any) -> int:
 
 def _check(ticket: Ticket) -> None:
     """ValueError unless every field is one `begin` could have written."""
-    if not isinstance(ticket.ir, int) or isinstance(ticket.ir, bool) or not 1 <= ticket.ir < MAX_IR:
+    if not _whole(ticket.ir, 1, MAX_IR - 1):
         raise ValueError("the ticket's IR is out of range")
     if not isinstance(ticket.user, str) or not _USER.fullmatch(ticket.user):
         raise ValueError("the ticket's user is not a Slack user id")
     if not isinstance(ticket.upload_id, str) or not _ID.fullmatch(ticket.upload_id):
         raise ValueError("the ticket's upload id is malformed")
-    batch = ticket.batch_size
-    if batch is not None and (
-        not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH_SIZE
-    ):
+    if ticket.batch_size is not None and not _whole(ticket.batch_size, 1, MAX_BATCH_SIZE):
         raise ValueError("the ticket's batch size is out of range")
     if not 1 <= len(ticket.runs) <= MAX_RUNS:
         raise ValueError("the ticket holds no runs or too many")
     for index, run in enumerate(ticket.runs):
-        if not isinstance(run.name, str) or not _RUN.fullmatch(run.name):
-            raise ValueError("the ticket's run name is malformed")
-        if not isinstance(run.file, str) or not _FILE.fullmatch(run.file):
-            raise ValueError("the ticket's file name is malformed")
-        if run.key != incoming_key(ticket.ir, ticket.upload_id, index, run.name):
-            raise ValueError("the ticket's key is not its lease's")
-        if not isinstance(run.size, int) or isinstance(run.size, bool) or not 0 < run.size < MAX_BYTES:
-            raise ValueError("the ticket's size is out of range")
+        _check_run(ticket, index, run)
     if len({run.name for run in ticket.runs}) != len(ticket.runs):
         raise ValueError("the ticket names a run twice")
+
+
+def _check_run(ticket: Ticket, index: int, run: TicketRun) -> None:
+    if not isinstance(run.name, str) or not _RUN.fullmatch(run.name):
+        raise ValueError("the ticket's run name is malformed")
+    if not isinstance(run.file, str) or not _FILE.fullmatch(run.file):
+        raise ValueError("the ticket's file name is malformed")
+    if run.key != incoming_key(ticket.ir, ticket.upload_id, index, run.name):
+        raise ValueError("the ticket's key is not its lease's")
+    if not _whole(run.size, 1, MAX_BYTES - 1):
+        raise ValueError("the ticket's size is out of range")
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    """An int (not a bool) within [low, high]."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _sign(key: bytes, payload: str) -> bytes:

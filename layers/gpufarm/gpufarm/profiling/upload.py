@@ -104,23 +104,18 @@ def upload(
     The runs are named `names` (else from `name` or the files, run_names), their pages show `file_names` (else
     the files' names), and `at` is when the upload began (else now).
     """
-    if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise ValidationFailed("batch_size", f"a batch size is 1-{MAX_BATCH_SIZE:,}")
-    if names is None:
-        names = run_names(paths, name)
-    elif len(names) != len(paths) or not all(metrics.valid_run_name(n) for n in names):
-        raise ValidationFailed("name", NAME_RULE)
+    names = _checked_names(paths, name, names, batch_size)
     shown = list(file_names) if file_names is not None else [path.name for path in paths]
     alloc = queries.allocation(ctx, ir)
     profile_runs.check_uploader(alloc, actor, ctx.membership())
     for path in paths:
         reader.check_size(path)
+    now = at or ctx.now()
     with tempfile.TemporaryDirectory(prefix="gpufarm-profile-") as work:
         prepared = [
             (run, shown_name, *_prepare(path, batch_size, Path(work)))
             for run, shown_name, path in zip(names, shown, paths, strict=True)
         ]
-        now = at or ctx.now()
         # As long as the run is kept, but never past the bound on a link's life.
         expires = signer.expiry(now.timestamp(), retention_days * DAY_S)
         runs = []
@@ -128,17 +123,8 @@ def upload(
             key = f"ir-{ir}/{run}-{now:%Y%m%dt%H%M%Sz}"
             scope = ProfileScope(run=run, summary=_brief(figures), link=signer.link(pages_url, key, expires))
             profile_runs.entry(now, actor, scope)  # fits the lease's history, or refused before anything is stored
-            runs.append((key, scope, shown_name, figures, gz))
-        done: list[Uploaded] = []
-        for key, scope, shown_name, figures, gz in runs:
-            data = summary.of(
-                figures, ir=ir, run=scope.run, uploaded=f"{now:%Y-%m-%d %H:%M:%SZ}", trace_name=shown_name
-            )
-            store.put_run(key, gz, data.to_json(), latest_key(alloc.team) if alloc.team else None)
-            _still_open(ctx, store, ir, key, scope.run)
-            command = IncidentCommand(op=Op.PROFILE, ir=ir, actor=actor, reply_to=actor, origin=key, profile=scope)
-            recorded = executor.submit(ctx, command)
-            done.append(Uploaded(scope.run, key, scope.link, figures, recorded))
+            runs.append(_Run(key, scope, shown_name, figures, gz))
+        done = [_store_and_submit(ctx, store, alloc, run, actor=actor, now=now) for run in runs]
     queued = [stored for stored in done if stored.recorded is None]
     if queued:
         confirmed = _await_records(ctx, store, ir, queued, record_wait_s)
@@ -149,6 +135,43 @@ def upload(
 
 
 RECORDED = "recorded by the pool's writer"
+
+
+def _checked_names(
+    paths: Sequence[Path], name: str | None, names: Sequence[str] | None, batch_size: int | None
+) -> Sequence[str]:
+    """The runs' names (given, else from `name` or the files); ValidationFailed for a bad name or batch size."""
+    if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValidationFailed("batch_size", f"a batch size is 1-{MAX_BATCH_SIZE:,}")
+    if names is None:
+        return run_names(paths, name)
+    if len(names) != len(paths) or not all(metrics.valid_run_name(n) for n in names):
+        raise ValidationFailed("name", NAME_RULE)
+    return names
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run analysed and named, not yet stored."""
+
+    key: str
+    scope: ProfileScope
+    shown_name: str
+    figures: Figures
+    gz: Path
+
+
+def _store_and_submit(
+    ctx: LeaseContext, store: ProfileStore, alloc: Allocation, run: _Run, *, actor: str, now: datetime
+) -> Uploaded:
+    """Store one run, check its lease is still open, and hand its record to the pool's one writer."""
+    key, scope = run.key, run.scope
+    uploaded = f"{now:%Y-%m-%d %H:%M:%SZ}"
+    data = summary.of(run.figures, ir=alloc.ir, run=scope.run, uploaded=uploaded, trace_name=run.shown_name)
+    store.put_run(key, run.gz, data.to_json(), latest_key(alloc.team) if alloc.team else None)
+    _still_open(ctx, store, alloc.ir, key, scope.run)
+    command = IncidentCommand(op=Op.PROFILE, ir=alloc.ir, actor=actor, reply_to=actor, origin=key, profile=scope)
+    return Uploaded(scope.run, key, scope.link, run.figures, executor.submit(ctx, command))
 
 
 def _await_records(
