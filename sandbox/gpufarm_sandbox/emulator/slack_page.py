@@ -81,8 +81,8 @@ class SlackPage:
             out: dict[str, Any] = {
                 "app": {"request_url": self.app.request_url},
                 "users": members,
-                "operators": sorted({m for g in self.state.usergroups.values() for m in g["users"]}),
-                "usergroups": [{"handle": g["handle"], "users": g["users"]} for g in self.state.usergroups.values()],
+                # Each member's user groups by handle (the page labels the GPU operators).
+                "usergroups": {g["handle"]: list(g["users"]) for g in self.state.usergroups.values()},
                 "channels": [{"id": c["id"], "name": c["name"]} for c in self.state.channels.values()],
                 "bot": {"id": BOT_USER, "name": BOT_NAME},
                 "clock": self.ctx.clock.now(),
