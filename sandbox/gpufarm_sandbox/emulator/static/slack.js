@@ -571,13 +571,13 @@
     return root;
   }
 
-  var TOKEN = /(<[^<>\n]+>)|(`[^`\n]+`)|(\*[^*\n]+\*)|(_[^_\n]+_)|(~[^~\n]+~)|(:[a-z0-9_+\-]+:)/g;
+  var TOKEN = "(<[^<>\\n]+>)|(`[^`\\n]+`)|(\\*[^*\\n]+\\*)|(_[^_\\n]+_)|(~[^~\\n]+~)|(:[a-z0-9_+\\-]+:)";
 
   function inline(root, text) {
     var last = 0;
     var match;
-    TOKEN.lastIndex = 0;
-    while ((match = TOKEN.exec(text)) !== null) {
+    var tokens = new RegExp(TOKEN, "g");  // one per call: bold and italic recurse
+    while ((match = tokens.exec(text)) !== null) {
       if (match.index > last) { root.appendChild(document.createTextNode(unescape(text.slice(last, match.index)))); }
       var token = match[0];
       if (match[1]) { root.appendChild(angle(token.slice(1, -1))); }
