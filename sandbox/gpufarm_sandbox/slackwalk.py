@@ -46,15 +46,15 @@ class Walk:
 
 def walk(page: Page, farm: LocalFarm, *, screenshots: bool = True) -> Walk:
     """Drive the page through the lease's life; WalkError naming the step that did not happen."""
+    from playwright.sync_api import Error as PlaywrightError
+
     done = Walk()
 
     def step(name: str, action: Callable[[], None]) -> None:
         started = time.perf_counter()
         try:
             action()
-        except WalkError:
-            raise
-        except Exception as exc:
+        except PlaywrightError as exc:  # a timeout too: playwright's TimeoutError is one
             raise WalkError(f"{name}: {type(exc).__name__}: {exc}") from None
         done.steps.append((name, round(time.perf_counter() - started, 3)))
 

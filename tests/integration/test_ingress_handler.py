@@ -551,7 +551,9 @@ def test_app_home_opened_is_acked_and_handed_to_the_worker(ingress: Any) -> None
 
 def test_the_events_url_handshake_answers_its_challenge(ingress: Any) -> None:
     invoker, _, _ = ingress
-    status, body = call(slack_json_event({"token": "t", "challenge": "3eZbrw1aBm2rZgRNFdxV", "type": "url_verification"}))
+    status, body = call(
+        slack_json_event({"token": "t", "challenge": "3eZbrw1aBm2rZgRNFdxV", "type": "url_verification"})
+    )
     assert (status, body) == (200, {"challenge": "3eZbrw1aBm2rZgRNFdxV"})
     assert invoker.calls == []
 
