@@ -26,7 +26,7 @@ from gpufarm.core.kernel.errors import GpufarmError, UpstreamError
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.leases import terms
+from gpufarm.core.leases import queries, terms
 
 log = logging.getLogger(__name__)
 
@@ -34,47 +34,72 @@ MAX_REFRESHED_USERS = 20
 T = TypeVar("T")
 
 
+# What the operators' part of the Home reads: the queue (undecided, approved, waiting) and the leases warned idle.
+QUEUE_PHASES = frozenset({Phase.REQUESTED, *terms.WAITING})
+WATCHED_PHASES = QUEUE_PHASES | {Phase.IDLE_WARNED}
+
+
 @invocation
 def home(ctx: LeaseContext, user: str, written: Mapping[int, Allocation] | None = None) -> HomeData:
-    """What `user`'s Home shows now; `written`: leases just written, which win over the search."""
-    # One search of every live lease serves the user's own, their teams' use and the operators' queue.
-    live = {a.ir: a for a in ctx.live()}
-    for ir, alloc in (written or {}).items():
-        if alloc.state is State.RESOLVED or alloc.is_probe:
-            live.pop(ir, None)
-        else:
-            live[ir] = alloc
-    everything = sorted(live.values(), key=lambda a: a.ir)
-    mine = [a for a in everything if a.requester == user]
+    """What `user`'s Home shows now; `written`: leases just written, which win over the search.
+
+    Each part reads only its own (docs/design.md, "Reads per invocation"): the user's leases through the requester
+    facet, each of their teams' leases through the team facet (the quota's use and the budget's burn share it), the
+    queue positions of their waiting requests per pool, and for an operator the leases in the queue's and the idle
+    warning's phases; so a Home costs the same whatever else the farm holds.
+    """
+    changed = dict(written or {})
+    mine = _merged(ctx.reads().requested_by(user), changed, lambda a: a.requester == user)
     operator, teams, notes = _who(ctx, user, mine)
-    waiting_mine = [a for a in mine if a.phase is Phase.REQUESTED or a.phase in terms.WAITING]
-    queue = [a for a in everything if a.phase is Phase.REQUESTED or a.phase in terms.WAITING] if operator else []
-    quotas = [
-        QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(everything, name, env, model, charge=ctx.held))
-        for name in teams
-        if name in ctx.farm.teams
-        for env, models in sorted(ctx.farm.teams[name].quotas.items())
-        for model, q in sorted(models.items())
-    ]
+    quotas = []
+    for name in teams:
+        if name not in ctx.farm.teams:
+            continue
+        held = _merged(ctx.live(team=name), changed, _of_team(name))
+        quotas += [
+            QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(held, name, env, model, charge=ctx.held))
+            for env, models in sorted(ctx.farm.teams[name].quotas.items())
+            for model, q in sorted(models.items())
+        ]
     try:
         burned = budgets.burns(ctx, [b for b in ctx.farm.budgets if b.team in teams])
         spent = [line for team in teams for line in budget_lines(burned, team)]
     except UpstreamError as exc:
         log.warning("budgets unavailable for %s's Home: %s", user, exc)
         spent, notes = [], [*notes, "Budgets could not be read now."]
+    watched = _merged(ctx.live(phases=WATCHED_PHASES), changed, lambda a: a.phase in WATCHED_PHASES) if operator else []
+    waiting_mine = [a for a in mine if a.phase in QUEUE_PHASES]
     return HomeData(
         user=user,
         now=ctx.now(),
         leases=sorted((a for a in mine if a.phase in HOLDING), key=lambda a: -a.ir),
-        waiting=_reasons(waiting_mine, everything),
+        waiting=_reasons(ctx, waiting_mine, watched if operator else None),
         quotas=quotas,
         budgets=spent,
         operator=operator,
-        queue=_reasons(queue, everything),
-        idle_warned=[a for a in everything if a.phase is Phase.IDLE_WARNED],
+        queue=_reasons(ctx, [a for a in watched if a.phase in QUEUE_PHASES], watched),
+        idle_warned=[a for a in watched if a.phase is Phase.IDLE_WARNED],
         links=ctx.links_for,
         notes=notes,
     )
+
+
+def _of_team(team: str) -> Callable[[Allocation], bool]:
+    return lambda alloc: alloc.team == team
+
+
+def _merged(
+    found: Iterable[Allocation], changed: Mapping[int, Allocation], keep: Callable[[Allocation], bool]
+) -> list[Allocation]:
+    """`found` with what this change wrote in its place: a written lease still live and in scope replaces the one
+    found, one that ended or left the scope is dropped; in IR order."""
+    by_ir = {a.ir: a for a in found}
+    for ir, alloc in changed.items():
+        if alloc.state is not State.RESOLVED and not alloc.is_probe and keep(alloc):
+            by_ir[ir] = alloc
+        else:
+            by_ir.pop(ir, None)
+    return sorted(by_ir.values(), key=lambda a: a.ir)
 
 
 def _who(ctx: LeaseContext, user: str, mine: Iterable[Allocation]) -> tuple[bool, list[str], list[str]]:
@@ -96,15 +121,20 @@ def _who(ctx: LeaseContext, user: str, mine: Iterable[Allocation]) -> tuple[bool
     return operator, sorted(teams), notes
 
 
-def _reasons(waiting: Iterable[Allocation], everything: list[Allocation]) -> list[Waiting]:
-    """Each waiting request with why it waits: its place in its pool's queue, or the operators' decision."""
+def _reasons(ctx: LeaseContext, waiting: list[Allocation], queue: list[Allocation] | None) -> list[Waiting]:
+    """Each waiting request with why it waits: its place in its pool's queue, or the operators' decision. `queue`:
+    the live leases in the queue's phases when already read, else each pool's queue is read (queries.positions)."""
+    if queue is None:
+        places = {ir: str(p) for ir, p in queries.positions(ctx, waiting).items()}
+    else:
+        places = {a.ir: str(terms.position(a, queue)) for a in waiting if a.phase is Phase.WAITING}
     out = []
     for alloc in sorted(waiting, key=lambda a: a.ir):
         if alloc.phase is Phase.REQUESTED:
             asked = _last_details(alloc, Step.ASKED)
             reason = "waiting for a GPU operator's decision" + (f" ({asked})" if asked else "")
         elif alloc.phase is Phase.WAITING:
-            reason = f"waiting for hosts: {terms.position(alloc, everything)}"
+            reason = "waiting for hosts: " + places.get(alloc.ir, "in its pool's queue")
         else:
             reason = "approved; its hosts are being allocated"
         out.append(Waiting(alloc, reason))
