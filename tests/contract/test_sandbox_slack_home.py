@@ -146,6 +146,11 @@ def test_the_page_is_static_under_a_strict_content_security_policy(sandbox_url: 
             text = response.read().decode()
         assert "http://" not in text.replace("http://127.0.0.1", "") and "https://" not in text
     assert "script-src 'self'" in CSP and "unsafe-inline" not in CSP and "unsafe-eval" not in CSP
+    with urllib.request.urlopen(f"{sandbox_url}/slack/page.js", timeout=5) as response:
+        script = response.read().decode()
+    # Text from the app and the incidents is only ever set as text: no HTML parsing of it, no evaluated strings.
+    for risky in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert risky not in script, risky
     with urllib.request.urlopen(f"{sandbox_url}/slack", timeout=5) as response:
         page = response.read().decode()
     assert '<script src="/slack/page.js"></script>' in page and "<style" not in page and " style=" not in page

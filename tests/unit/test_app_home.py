@@ -228,6 +228,25 @@ def test_operators_see_the_queue_and_the_leases_warned_as_idle(parts: Parts) -> 
     assert "Waiting requests* (1)" in mine and "waiting for a GPU operator's decision" in mine
 
 
+def approve(parts: Parts, ir: int) -> None:
+    slack_worker.handle(
+        {"kind": "command", "user": OPS, "channel": "C0000000001", "command": {"verb": "approve", "ir": ir}}
+    )
+    consume(parts)
+    allocate(parts, ir)
+
+
+def test_a_request_waiting_for_hosts_says_its_place_in_the_queue(parts: Parts) -> None:
+    allocate(parts, request(parts))  # alice holds hpc-1
+    approve(parts, request(parts, user=VICTOR, team="vision", rid="slack-cmd-2"))  # victor holds hpc-2
+    waiting = request(parts, rid="slack-cmd-3")  # beyond alice's quota: approved by an operator, no host left
+    approve(parts, waiting)
+    assert parts.alloc(waiting).phase is Phase.WAITING
+    slack_worker.handle({"kind": "home", "user": ALICE})
+    shown = texts(parts.chat.homes[ALICE])
+    assert f"*IR-{waiting}*" in shown and "waiting for hosts: 1st of 1 waiting for H100" in shown
+
+
 # -- the view (pure) ------------------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 // The Slack page of the local sandbox: a small Slack client of the sandbox's workspace.
 // Everything its user does goes to the sandbox's simulated users, which sign it and send it to the installed
 // app as Slack would; what it shows is what the app put into the workspace through the Web API. Text is only
-// ever set through textContent (never innerHTML): every string from the app or the incidents stays inert.
+// ever set through textContent, never parsed as HTML: every string from the app or the incidents stays inert.
 (function () {
   "use strict";
 
