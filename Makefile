@@ -58,8 +58,9 @@ screenshots: $(STAMP)
 	$(BIN)/python benchmarks/report.py --leases 600 --days 14 --screenshot docs/screenshots/report.png
 	$(BIN)/python benchmarks/app_home.py --changes 5 --screenshots docs/screenshots
 
+# `make local ARGS="--port 8321"` passes options to `gpufarm local`.
 local: $(STAMP)
-	$(BIN)/gpufarm local
+	$(BIN)/gpufarm local $(ARGS)
 
 sandbox: $(STAMP)
 	$(BIN)/gpufarm sandbox

@@ -27,7 +27,8 @@ from typing import Any
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.handlers import runtime
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.example_farm import ALICE
 from gpufarm_sandbox.localhost import start_local
 
 GOAL_P95_S = 2.0

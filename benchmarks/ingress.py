@@ -5,11 +5,11 @@
    so the real clock and signature check run), the modes alternating run by run:
    - local:     the gpufarm ingress with the signing secret and the farm file from the environment, the hand-off
      to the worker stubbed (what `gpufarm local` and the unit tests run);
-   - lambda:    the gpufarm ingress as deployed without SnapStart: its environment as template.yaml sets it, the
-     secret and the farm YAML read from SSM (GPUFARM_SECRETS_NAME through Parameter Store's Secrets Manager
-     reference, GPUFARM_FARM_CONFIG_PARAMETER), the signature checked, the command parsed against the farm, the
-     hand-off a Lambda `invoke(InvocationType="Event")`, all against moto in server mode on a loopback port
-     (AWS_ENDPOINT_URL);
+   - lambda:    the gpufarm ingress as deployed without SnapStart: its environment as template.yaml sets it, its
+     secret keys and the farm YAML read from SSM in one call (GPUFARM_SECRETS_NAME and GPUFARM_SECRET_KEYS through
+     Parameter Store's Secrets Manager reference, GPUFARM_FARM_CONFIG_PARAMETER), the signature checked, the command
+     parsed against the farm, the hand-off a Lambda `invoke(InvocationType="Event")`, all against moto in server
+     mode on a loopback port (AWS_ENDPOINT_URL);
    - snapstart: the same, as SnapStart runs it: the process runs the init phase and the before-snapshot hooks (on
      Lambda: once, when a version is published), then the after-restore hooks and the first request, which are
      timed alone ("after restore"). Lambda's restore of the microVM itself cannot be measured here; its REPORT
@@ -238,7 +238,11 @@ def seed(url: str) -> None:
         "slack_signing_secret": SIGNING_SECRET,
         "webhook_secret": "fake-webhook-secret",
     }
-    session.client("secretsmanager", endpoint_url=url).create_secret(Name=SECRET_NAME, SecretString=json.dumps(secret))
+    secrets = session.client("secretsmanager", endpoint_url=url)
+    # Bolt's app reads one JSON secret; gpufarm one secret per key (`<prefix>/<key>`, as `gpufarm secrets put` writes).
+    secrets.create_secret(Name=SECRET_NAME, SecretString=json.dumps(secret))
+    for key, value in secret.items():
+        secrets.create_secret(Name=f"{SECRET_NAME}/{key}", SecretString=value)
     session.client("ssm", endpoint_url=url).put_parameter(
         Name=FARM_PARAMETER, Value=FARM.read_text(), Type="SecureString"
     )
@@ -346,6 +350,8 @@ def mode_env(mode: str, url: str, slack_url: str) -> dict[str, str]:
         env.update(
             {
                 "GPUFARM_SECRETS_NAME": SECRET_NAME,
+                # The ingress's keys, as template.yaml declares them.
+                "GPUFARM_SECRET_KEYS": "slack_signing_secret,slack_bot_token",
                 "GPUFARM_FARM_CONFIG_PARAMETER": FARM_PARAMETER,
                 "GPUFARM_WORKER_FUNCTION": WORKER,
                 # What template.yaml sets on the ingress besides.

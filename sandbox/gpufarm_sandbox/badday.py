@@ -27,7 +27,8 @@ from typing import Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
 from gpufarm.core.kernel.model import Allocation
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, DANA, HOSTS, PEOPLE, LocalFarm, Person
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.example_farm import ALICE, BOB, CAROL, DANA, HOSTS, PEOPLE, Person
 
 FAULT_RATE = 0.2
 FAULT_STATUSES = (429, 500, 503)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from gpufarm_sandbox.emulator.slack_workspace import TEAM_USERGROUPS
 
 if TYPE_CHECKING:
-    from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, Person
+    from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+    from gpufarm_sandbox.example_farm import Person
 
 WORKER = "SlackWorkerFunction"
 # The demo people's teams, as the sandbox's workspace seeds their user groups (`team-<name>`): a request is for the
@@ -166,7 +167,8 @@ def mixed_commands(count: int, people: Sequence[Person], irs: Sequence[int]) -> 
 
 def send_one(farm: LocalFarm, command: Planned) -> Sample:
     """Type one command as Slack would and time its ack (the sandbox's measurement of the Function URL)."""
-    from gpufarm_sandbox.demo.lifecycle_stage import INGRESS_PATH, RESEARCH_CHANNEL
+    from gpufarm_sandbox.demo.lifecycle_stage import INGRESS_PATH
+    from gpufarm_sandbox.example_farm import RESEARCH_CHANNEL
 
     body = {
         "user": command.user.id,

@@ -24,7 +24,8 @@ from gpufarm.core.governance import charging
 from gpufarm.core.governance.policy import GRANTED_PHASES
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, HOSTS, OPERATORS_CHANNEL, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB, DANA, HOSTS, OPERATORS_CHANNEL
 
 # Datadog's incident API as slow as the issue measured it; host tags and Slack stay fast.
 INCIDENT_LATENCY_MS = 250

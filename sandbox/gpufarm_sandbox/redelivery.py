@@ -25,7 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gpufarm_sandbox.badday import ALLOC_TAG_KEYS, BadDay
-from gpufarm_sandbox.demo.lifecycle_stage import HOSTS, LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.example_farm import HOSTS
 
 # Past SQS FIFO's five-minute deduplication window (and well inside the idle grace of an hour).
 PAST_DEDUP_S = 301

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, State
-from gpufarm_sandbox.demo.lifecycle_stage import BOB, DANA, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import BOB, DANA
 
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page

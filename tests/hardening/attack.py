@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from werkzeug.test import Client
 
 from gpufarm.core.kernel.search import IncidentQuery
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, INGRESS_PATH, RESEARCH_CHANNEL, LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import INGRESS_PATH, LocalFarm
+from gpufarm_sandbox.example_farm import ALICE, RESEARCH_CHANNEL
 from gpufarm_sandbox.localhost import LocalEnv
 from gpufarm_sandbox.localhost.env import LOCAL_WEBHOOK_SECRET
 

@@ -27,7 +27,8 @@ from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.handlers import runtime
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB, CAROL, Person
 
 pytestmark = pytest.mark.hardening
 

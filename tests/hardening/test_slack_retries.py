@@ -13,7 +13,8 @@ from attack import INGRESS_PATH, Target
 
 from gpufarm.core.kernel.lifecycle import State
 from gpufarm.handlers.slack_events import request_id
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, RESEARCH_CHANNEL, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import ir_in
+from gpufarm_sandbox.example_farm import ALICE, RESEARCH_CHANNEL
 
 INCIDENT_LATENCY_MS = 250
 DEDUP_WINDOW_S = 300

@@ -17,7 +17,8 @@ from local_farm import EXAMPLE_FARM, driven
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
-from gpufarm_sandbox.demo.lifecycle_stage import CAROL, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import CAROL
 from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration

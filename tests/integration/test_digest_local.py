@@ -13,7 +13,8 @@ import pytest
 
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo import digest_stage
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, OPERATORS_CHANNEL, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB, OPERATORS_CHANNEL
 
 pytestmark = pytest.mark.integration
 

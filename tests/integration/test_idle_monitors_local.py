@@ -16,7 +16,8 @@ from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.setup.apply import apply_setup
 from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import SetupSpec
-from gpufarm_sandbox.demo.lifecycle_stage import BOB, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import BOB, DANA, OPERATORS_CHANNEL
 
 pytestmark = pytest.mark.integration
 

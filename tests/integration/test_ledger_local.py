@@ -14,7 +14,8 @@ from local_farm import EXAMPLE_FARM, driven, without_inventory
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE
 from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration

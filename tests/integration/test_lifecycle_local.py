@@ -14,15 +14,8 @@ import pytest
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import GpuRequest
-from gpufarm_sandbox.demo.lifecycle_stage import (
-    ALICE,
-    BOB,
-    CAROL,
-    DANA,
-    OPERATORS_CHANNEL,
-    LocalFarm,
-    ir_in,
-)
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB, CAROL, DANA, OPERATORS_CHANNEL
 
 pytestmark = pytest.mark.integration
 

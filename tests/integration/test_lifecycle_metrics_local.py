@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from gpufarm.core.kernel.lifecycle import Phase
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,8 @@ import pytest
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.setup.dashboards import dashboard_key
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE
 
 pytestmark = pytest.mark.integration
 

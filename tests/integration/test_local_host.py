@@ -445,7 +445,8 @@ def test_the_real_template_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_slash_commands_from_12_threads_are_all_acked_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, CAROL, LocalFarm
+    from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+    from gpufarm_sandbox.example_farm import ALICE, BOB, CAROL
 
     monkeypatch.chdir(REPO)
     with start_local(port=0) as running:

@@ -23,7 +23,8 @@ from gpufarm.config import Settings
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.setup.webhooks import IDLE_WEBHOOK, INCIDENT_WEBHOOK
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, INGRESS_PATH, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import INGRESS_PATH, LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE
 from gpufarm_sandbox.localhost import LocalEnv, setup, start_local
 from gpufarm_sandbox.localhost.cli import NO_SETUP, local, run_local
 

@@ -37,7 +37,7 @@ def test_membership_charging_and_lease_semantics_through_slack(
 
 
 def test_a_request_while_slack_cannot_say_who_is_in_the_team_is_refused_with_a_retry_hint(farm: LocalFarm) -> None:
-    from gpufarm_sandbox.demo.lifecycle_stage import ALICE
+    from gpufarm_sandbox.example_farm import ALICE
 
     before = len(farm.incidents())
     status, _ = farm.post(

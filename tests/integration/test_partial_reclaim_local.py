@@ -12,7 +12,8 @@ import pytest
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB, DANA, OPERATORS_CHANNEL, Person
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,8 @@ import pytest
 
 from gpufarm.core.kernel.lifecycle import ReclaimReason
 from gpufarm_sandbox.browser import chromium, find_chromium
-from gpufarm_sandbox.demo.lifecycle_stage import BOB, DANA, LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.example_farm import BOB, DANA
 from gpufarm_sandbox.slackwalk import walk
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]

@@ -8,7 +8,8 @@ import pytest
 from gpufarm.config import Settings
 from gpufarm_sandbox.demo import slicing_stage as stage
 from gpufarm_sandbox.demo.context import DemoContext
-from gpufarm_sandbox.demo.lifecycle_stage import BOB, LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.example_farm import BOB
 from gpufarm_sandbox.localhost import LocalEnv
 
 pytestmark = pytest.mark.integration

@@ -34,7 +34,7 @@ from gpufarm.handlers import runtime as rt
 from gpufarm.profiling import reader, summary
 from gpufarm.profiling.analysis import analyse
 from gpufarm.profiling.dashboard_links import newest_run_links
-from gpufarm.profiling.links import DAY_S, LinkSigner, latest_expiry, link_signer
+from gpufarm.profiling.links import DAY_S, LinkSigner, latest_expiry, link_checker, link_signer
 from gpufarm.setup import apply as setup
 from gpufarm.setup import dashboards as dash
 from gpufarm.setup import plan as planning
@@ -132,13 +132,14 @@ def test_the_previous_key_comes_from_the_gpufarm_secret_and_never_signs() -> Non
     settings = Settings(profile_link_secret=SecretStr("x")).with_secrets(
         {"profile_link_secret": CURRENT, "profile_link_secret_previous": PREVIOUS}
     )
-    signer = link_signer(settings)
+    signer = link_checker(settings)
     assert signer.previous == PREVIOUS.encode()
+    assert link_signer(settings).previous is None  # what signs accepts the link key only
     # Signing always uses the current key: a new link is the current key's, whichever key checks it.
     now = START.timestamp()
     link = signer.link(PAGES, RUN, int(now) + 60)
     assert "sig=" + LinkSigner(b"x").signature(RUN, int(now) + 60) in link
-    assert link_signer(Settings(profile_link_secret=SecretStr(CURRENT))).previous is None
+    assert link_checker(Settings(profile_link_secret=SecretStr(CURRENT))).previous is None
 
 
 # -- the bound ---------------------------------------------------------------------------------------------------

@@ -37,9 +37,9 @@ from gpufarm.core.leases.upload_tokens import MAX_LIFETIME, check_for_lease, exp
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers import slack_worker
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE as LOCAL_ALICE
-from gpufarm_sandbox.demo.lifecycle_stage import BOB as LOCAL_BOB
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE as LOCAL_ALICE
+from gpufarm_sandbox.example_farm import BOB as LOCAL_BOB
 from gpufarm_sandbox.localhost import start_local
 from gpufarm_sandbox.localhost.env import LOCAL_UPLOAD_TOKEN_SECRET
 

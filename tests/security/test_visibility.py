@@ -32,10 +32,11 @@ from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers.slack_events import Job
 from gpufarm.handlers.slack_worker import dispatch
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE as LOCAL_ALICE
-from gpufarm_sandbox.demo.lifecycle_stage import BOB as LOCAL_BOB
-from gpufarm_sandbox.demo.lifecycle_stage import DANA as LOCAL_OPERATOR
-from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, Person, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE as LOCAL_ALICE
+from gpufarm_sandbox.example_farm import BOB as LOCAL_BOB
+from gpufarm_sandbox.example_farm import DANA as LOCAL_OPERATOR
+from gpufarm_sandbox.example_farm import Person
 from gpufarm_sandbox.localhost import LocalEnv, start_local
 
 pytestmark = pytest.mark.security

@@ -287,7 +287,8 @@ def test_slices_hours_and_busy_share_are_shown_and_text_from_fields_is_inert() -
         hours_unmeasured=2.0,
     )
     shown = texts(home_view(HomeData(user=ALICE, now=NOW, leases=[shared])))
-    assert "`k8s-a100-01`: 2 x A100 1g.10gb slices (0.1, 0.2)" in shown
+    assert "`k8s-a100-01`: 2 \N{MULTIPLICATION SIGN} A100 1g.10gb slices (0.1, 0.2)" in shown
+    assert "*IR-7* 2 \N{MULTIPLICATION SIGN} A100 1g.10gb slices in `slices`" in shown
     assert "75% of 8.0 measured h, 2.0 h unmeasured" in shown and "10.0" in shown
     assert "<!here>" not in shown and "nlp&lt;!here&gt;/llm-ko" in shown
 

@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpufarm.adapters import aws
-from gpufarm.config import ConfigurationMissing, Settings
+from gpufarm.config import SECRET_KEYS, ConfigurationError, ConfigurationMissing, Settings
 from gpufarm.core.kernel.errors import NotFound, UpstreamError, ValidationFailed
 
 REGION = "us-east-1"
@@ -175,37 +175,107 @@ def _count_calls(settings: Settings) -> list[str]:
     return calls
 
 
+def _put_keys(values: dict[str, str], prefix: str = "gpufarm/prod") -> None:
+    client = boto3.client("secretsmanager", region_name=REGION)
+    for key, value in values.items():
+        client.create_secret(Name=f"{prefix}/{key}", SecretString=value)
+
+
 @pytest.fixture
 def deployment(monkeypatch: pytest.MonkeyPatch) -> Iterator[Settings]:
-    """A secret and a farm parameter in moto, and the environment that names them (as the template sets it)."""
+    """Per-key secrets and a farm parameter in moto, and the environment that names them (as the template sets it)."""
     for name in ("DD_API_KEY", "DD_APP_KEY", "DD_APPLICATION_KEY", "SLACK_BOT_TOKEN", "SLACK_SIGNING_SECRET"):
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(f"GPUFARM_{name}", raising=False)
     monkeypatch.delenv("GPUFARM_WEBHOOK_SECRET", raising=False)
     monkeypatch.setenv("GPUFARM_SECRETS_NAME", "gpufarm/prod")
+    monkeypatch.setenv("GPUFARM_SECRET_KEYS", ",".join(SECRET))
     monkeypatch.setenv("GPUFARM_FARM_CONFIG_PARAMETER", "/gpufarm/farm")
     with mock_aws():
-        boto3.client("secretsmanager", region_name=REGION).create_secret(
-            Name="gpufarm/prod", SecretString=json.dumps(SECRET)
-        )
+        _put_keys(SECRET)
         boto3.client("ssm", region_name=REGION).put_parameter(
             Name="/gpufarm/farm", Value=FARM_YAML, Type="SecureString"
         )
         yield Settings()
 
 
-def test_secret_and_farm_arrive_in_one_get_parameters_call(deployment: Settings) -> None:
+def test_secret_keys_and_farm_arrive_in_one_get_parameters_call(deployment: Settings) -> None:
     calls = _count_calls(deployment)
     settings = aws.load_settings()
     assert settings.slack_signing_secret is not None
     assert settings.slack_signing_secret.get_secret_value() == "signing-from-secret"
+    assert settings.require("webhook_secret") == "hook-from-secret"
     assert aws.load_farm_text(settings) == FARM_YAML
     assert calls == ["GetParameters"]
 
 
+def test_a_function_reads_only_the_keys_it_declares(deployment: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key left out of GPUFARM_SECRET_KEYS is not read, and asking for it names the key and the function."""
+    monkeypatch.setenv("GPUFARM_SECRET_KEYS", "slack_signing_secret,slack_bot_token")
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "gpufarm-SlackIngressFunction")
+    calls = _count_calls(deployment)
+    settings = aws.load_settings()
+    assert settings.require("slack_bot_token") == "xoxb-from-secret"
+    assert settings.datadog_api_key is None and settings.webhook_secret is None
+    with pytest.raises(
+        ConfigurationMissing, match="gpufarm-SlackIngressFunction is not given the secret key 'webhook_secret'"
+    ):
+        settings.require("webhook_secret")
+    assert calls == ["GetParameters"]
+
+
+def test_in_lambda_without_declared_keys_no_key_is_read(deployment: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUFARM_SECRET_KEYS")
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "gpufarm-Fn")
+    assert aws.secret_keys_to_read(Settings()) == ()
+    settings = aws.load_settings()
+    assert settings.slack_bot_token is None
+    with pytest.raises(ConfigurationMissing, match="gpufarm-Fn is not given the secret key 'slack_bot_token'"):
+        settings.require("slack_bot_token")
+
+
+def test_an_operator_command_reads_every_key_there_is(deployment: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside Lambda and without GPUFARM_SECRET_KEYS (`gpufarm doctor`, `datadog apply`): every key that exists."""
+    monkeypatch.delenv("GPUFARM_SECRET_KEYS")
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    assert aws.read_secrets(Settings()) == SECRET
+
+
+def test_every_key_and_the_farm_fit_one_get_parameters_call(
+    deployment: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator's command reads every key gpufarm has, with the farm, in one call of at most 10 names."""
+    monkeypatch.delenv("GPUFARM_SECRET_KEYS")
+    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
+    _put_keys({k: f"{k}-value-0000000000" for k in SECRET_KEYS if k not in SECRET})
+    calls = _count_calls(deployment)
+    assert len(aws.read_secrets(Settings())) == len(SECRET_KEYS) and len(SECRET_KEYS) + 1 <= 10
+    assert calls == ["GetParameters"]
+
+
+def test_an_unknown_declared_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUFARM_SECRET_KEYS", "slack_bot_token,aws_root_key")
+    with pytest.raises(ConfigurationError, match="'aws_root_key', which is not a gpufarm secret key"):
+        aws.read_secrets(Settings(secrets_name="gpufarm/prod"))
+
+
+def test_a_missing_key_is_left_out_and_named_when_needed(deployment: Settings) -> None:
+    boto3.client("secretsmanager", region_name=REGION).delete_secret(
+        SecretId="gpufarm/prod/slack_signing_secret", ForceDeleteWithoutRecovery=True
+    )
+    settings = aws.load_settings()
+    with pytest.raises(
+        ConfigurationMissing, match=r"^secret gpufarm/prod/slack_signing_secret \(Secrets Manager\) does not exist"
+    ) as missing:
+        settings.require("slack_signing_secret")
+    assert isinstance(missing.value, NotFound)
+    assert settings.require("slack_bot_token") == "xoxb-from-secret"
+    assert aws.load_farm_text(settings) == FARM_YAML
+
+
 def test_values_are_cached_for_their_max_age(deployment: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _count_calls(deployment)
-    aws.read_secret(deployment)
+    aws.read_secrets(deployment)
     aws.load_farm_text(deployment)
     assert calls == ["GetParameters"]
     later = aws.time.monotonic() + aws.CONFIG_MAX_AGE_S + 1
@@ -218,41 +288,13 @@ def test_farm_text_from_an_ssm_secure_string(deployment: Settings) -> None:
     assert aws.load_farm_text(Settings(secrets_name=None)) == FARM_YAML
 
 
-def test_a_missing_secret_names_the_secret(deployment: Settings) -> None:
-    with pytest.raises(ConfigurationMissing, match=r"^secret gpufarm/absent \(Secrets Manager\) does not exist"):
-        aws.read_secret(Settings(secrets_name="gpufarm/absent"))
-
-
 def test_a_missing_parameter_names_the_parameter(deployment: Settings) -> None:
     settings = Settings(farm_config_parameter="/gpufarm/absent")
-    # The secret still loads (the farm parameter only came along); reading the farm names what is missing.
-    assert aws.read_secret(settings) == SECRET
+    # The keys still load (the farm parameter only came along); reading the farm names what is missing.
+    assert aws.read_secrets(settings) == SECRET
     with pytest.raises(ConfigurationMissing, match=r"^SSM parameter /gpufarm/absent does not exist") as missing:
         aws.load_farm_text(settings)
     assert isinstance(missing.value, NotFound)
-
-
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '"a string"'])
-def test_a_secret_that_is_not_a_json_object_says_so_without_its_value(deployment: Settings, text: str) -> None:
-    boto3.client("secretsmanager", region_name=REGION).put_secret_value(SecretId="gpufarm/prod", SecretString=text)
-    with pytest.raises(
-        ConfigurationMissing, match=r"secret gpufarm/prod \(Secrets Manager\) is not a JSON object"
-    ) as bad:
-        aws.read_secret(deployment)
-    assert text not in str(bad.value)
-
-
-def test_a_secret_lacking_a_key_names_the_key_and_the_secret(deployment: Settings) -> None:
-    partial = {k: v for k, v in SECRET.items() if k != "slack_signing_secret"}
-    boto3.client("secretsmanager", region_name=REGION).put_secret_value(
-        SecretId="gpufarm/prod", SecretString=json.dumps(partial)
-    )
-    settings = aws.load_settings()
-    with pytest.raises(
-        ConfigurationMissing, match=r"secret gpufarm/prod \(Secrets Manager\) has no 'slack_signing_secret'"
-    ):
-        settings.require("slack_signing_secret")
-    assert settings.require("slack_bot_token") == "xoxb-from-secret"
 
 
 def test_without_a_secret_a_missing_setting_names_its_variable() -> None:
@@ -268,18 +310,21 @@ def test_an_empty_parameter_is_a_configuration_error(deployment: Settings) -> No
 
 def test_ssm_naming_the_reference_path_or_the_secret_both_match() -> None:
     """Parameter Store may answer a referenced secret under the reference path or under the secret's own name."""
-    for answered in ("/aws/reference/secretsmanager/gpufarm/prod", "gpufarm/prod"):
+    for answered in ("/aws/reference/secretsmanager/gpufarm/prod/slack_bot_token", "gpufarm/prod/slack_bot_token"):
         aws.clear_config_cache()
         client = boto3.client("ssm", region_name=REGION)
         stub = Stubber(client)
         stub.add_response(
             "get_parameters",
-            {"Parameters": [{"Name": answered, "Type": "SecureString", "Value": "{}"}]},
+            {"Parameters": [{"Name": answered, "Type": "SecureString", "Value": "xoxb-1"}]},
         )
         with stub:
             aws._clients[("ssm", 10.0, 3)] = client
             try:
-                assert aws.read_secret(Settings(secrets_name="gpufarm/prod", farm_config_parameter=None)) == {}
+                settings = Settings(
+                    secrets_name="gpufarm/prod", secret_keys="slack_bot_token", farm_config_parameter=None
+                )
+                assert aws.read_secrets(settings) == {"slack_bot_token": "xoxb-1"}
             finally:
                 del aws._clients[("ssm", 10.0, 3)]
 
@@ -291,8 +336,10 @@ def test_access_denied_is_a_configuration_error_naming_what() -> None:
     with stub:
         aws._clients[("ssm", 10.0, 3)] = client
         try:
-            with pytest.raises(ConfigurationMissing, match="may not read secret gpufarm/prod"):
-                aws.read_secret(Settings(secrets_name="gpufarm/prod", farm_config_parameter=None))
+            with pytest.raises(ConfigurationMissing, match="may not read secret gpufarm/prod/webhook_secret"):
+                aws.read_secrets(
+                    Settings(secrets_name="gpufarm/prod", secret_keys="webhook_secret", farm_config_parameter=None)
+                )
         finally:
             del aws._clients[("ssm", 10.0, 3)]
 

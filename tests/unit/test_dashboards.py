@@ -211,7 +211,8 @@ def test_a_hand_edit_is_drift_that_apply_restores(wanted: dict[str, list[dash.Da
     stored[3]["widgets"].pop()
     changes = {c.name: c for c in dash.plan_dashboards(stored, specs, prune=False)}
     project = changes["gpufarm: project"]
-    assert project.action is Action.UPDATE and project.differences == ("widget 6 (GPUs held, busy and idle)",)
+    assert project.action is Action.UPDATE
+    assert project.differences == ("widget 6 (GPUs and MIG slices held, busy and idle)",)
     assert "drift" in project.detail and project.body == specs[1].body
     assert changes["gpufarm: node, device, process"].differences == ("title",)
     assert changes["gpufarm: GPU slicing"].differences[0].startswith("widgets (5 there, 6 defined)")

@@ -71,16 +71,15 @@ def test_ingress_handles_a_command_without_importing_datadog_or_boto3() -> None:
     assert result["modules"] == [], f"the ingress imported {result['modules'][:5]}"
 
 
-# Lambda mode: the secret and the farm from SSM (one call), the hand-off through botocore, against moto in-process.
+# Lambda mode: the secret keys and the farm from SSM (one call), the hand-off through botocore, against moto in-process.
 LAMBDA_SCRIPT = r"""
 import hashlib, hmac, json, sys, time
 import boto3
 from moto import mock_aws
 
 with mock_aws(config={"lambda": {"use_docker": False}}):
-    boto3.client("secretsmanager").create_secret(
-        Name="gpufarm/prod", SecretString=json.dumps({"slack_signing_secret": "signing-secret-value-0000"})
-    )
+    for key, value in (("slack_signing_secret", "signing-secret-value-0000"), ("slack_bot_token", "xoxb-0")):
+        boto3.client("secretsmanager").create_secret(Name="gpufarm/prod/" + key, SecretString=value)
     boto3.client("ssm").put_parameter(
         Name="/gpufarm/farm", Value=open("config/farm.example.yaml").read(), Type="SecureString"
     )
@@ -134,6 +133,8 @@ def _lambda_run(*args: str) -> dict[str, object]:
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_LAMBDA_FUNCTION_NAME": "gpufarm-slack-ingress",
             "GPUFARM_SECRETS_NAME": "gpufarm/prod",
+            # As template.yaml gives the ingress.
+            "GPUFARM_SECRET_KEYS": "slack_signing_secret,slack_bot_token",
             "GPUFARM_FARM_CONFIG_PARAMETER": "/gpufarm/farm",
             "GPUFARM_WORKER_FUNCTION": "gpufarm-slack-worker",
         }

@@ -1,4 +1,5 @@
-"""A deployment missing its secret, its farm parameter or a key of the secret, in every function (moto).
+"""A deployment missing its secret keys, its farm parameter or one key, or a function not given a key it needs, in
+every function (moto).
 
 What each must do: one log line naming what is missing (the secret, parameter or key NAME, never a value), and
 nothing more for the caller: a 500 with no detail on a Function URL (the ingress, the webhooks), a detail-free
@@ -83,6 +84,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Invoker]:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.setenv("GPUFARM_SECRETS_NAME", SECRET_NAME)
+    monkeypatch.setenv("GPUFARM_SECRET_KEYS", ",".join(SECRET))
     monkeypatch.setenv("GPUFARM_FARM_CONFIG_PARAMETER", PARAMETER)
     monkeypatch.setenv("GPUFARM_WORKER_FUNCTION", "gpufarm-slack-worker")
     monkeypatch.setenv("GPUFARM_ALLOCATION_QUEUE_URL", f"https://sqs.{REGION}.amazonaws.com/123456789012/alloc.fifo")
@@ -96,33 +98,41 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Invoker]:
     aws.clear_config_cache()
 
 
-def _put_secret(value: str) -> None:
-    boto3.client("secretsmanager", region_name=REGION).create_secret(Name=SECRET_NAME, SecretString=value)
+def _put_keys(values: dict[str, str]) -> None:
+    """Each key its own secret, `<prefix>/<key>`, as `gpufarm secrets put` writes them."""
+    client = boto3.client("secretsmanager", region_name=REGION)
+    for key, value in values.items():
+        client.create_secret(Name=f"{SECRET_NAME}/{key}", SecretString=value)
 
 
 def _put_farm() -> None:
     boto3.client("ssm", region_name=REGION).put_parameter(Name=PARAMETER, Value=FARM, Type="SecureString")
 
 
+def _not_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The function declares (and so is granted) a key none of these paths needs first."""
+    _put_farm()
+    _put_keys(SECRET)
+    monkeypatch.setenv("GPUFARM_SECRET_KEYS", "profile_link_secret")
+
+
+def _without(key: str) -> dict[str, str]:
+    return {k: v for k, v in SECRET.items() if k != key}
+
+
 # What is missing, how to set the deployment up that way, and the words the log line must contain.
-CASES: dict[str, tuple[Callable[[], None], str]] = {
-    "secret absent": (_put_farm, f"secret {SECRET_NAME} (Secrets Manager) does not exist"),
-    "parameter absent": (lambda: _put_secret(json.dumps(SECRET)), f"SSM parameter {PARAMETER} does not exist"),
-    "secret lacks the signing secret": (
-        lambda: (
-            _put_farm(),
-            _put_secret(json.dumps({k: v for k, v in SECRET.items() if k != "slack_signing_secret"})),
-        ),
-        f"secret {SECRET_NAME} (Secrets Manager) has no 'slack_signing_secret' key",
+CASES: dict[str, tuple[Callable[[pytest.MonkeyPatch], object], str]] = {
+    "secrets absent": (lambda _: _put_farm(), f"secret {SECRET_NAME}/"),
+    "parameter absent": (lambda _: _put_keys(SECRET), f"SSM parameter {PARAMETER} does not exist"),
+    "the signing secret absent": (
+        lambda _: (_put_farm(), _put_keys(_without("slack_signing_secret"))),
+        f"secret {SECRET_NAME}/slack_signing_secret (Secrets Manager) does not exist",
     ),
-    "secret lacks the webhook secret": (
-        lambda: (_put_farm(), _put_secret(json.dumps({k: v for k, v in SECRET.items() if k != "webhook_secret"}))),
-        f"secret {SECRET_NAME} (Secrets Manager) has no 'webhook_secret' key",
+    "the webhook secret absent": (
+        lambda _: (_put_farm(), _put_keys(_without("webhook_secret"))),
+        f"secret {SECRET_NAME}/webhook_secret (Secrets Manager) does not exist",
     ),
-    "secret is not JSON": (
-        lambda: (_put_farm(), _put_secret('{"slack_signing_secret": "' + SIGNING + '"')),
-        f"secret {SECRET_NAME} (Secrets Manager) is not a JSON object",
-    ),
+    "a key not given": (_not_given, "this process is not given the secret key '"),
 }
 
 
@@ -142,14 +152,12 @@ def _not_configured(answer: dict[str, Any]) -> None:
     assert json.loads(answer["body"]) == NOT_CONFIGURED
 
 
-@pytest.mark.parametrize(
-    "case", ["secret absent", "parameter absent", "secret lacks the signing secret", "secret is not JSON"]
-)
+@pytest.mark.parametrize("case", ["secrets absent", "parameter absent", "the signing secret absent", "a key not given"])
 def test_the_ingress_answers_500_and_logs_what_is_missing(
-    aws_env: Invoker, caplog: pytest.LogCaptureFixture, case: str
+    aws_env: Invoker, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
     setup, words = CASES[case]
-    setup()
+    setup(monkeypatch)
     with caplog.at_level(logging.INFO):
         answer = slack_ingress.handle(_signed_command())
     _not_configured(answer)
@@ -159,7 +167,7 @@ def test_the_ingress_answers_500_and_logs_what_is_missing(
 
 def test_the_ingress_hands_off_once_everything_is_there(aws_env: Invoker) -> None:
     _put_farm()
-    _put_secret(json.dumps(SECRET))
+    _put_keys(SECRET)
     answer = slack_ingress.handle(_signed_command())
     assert answer["statusCode"] == 200
     [(function, payload)] = aws_env.calls
@@ -170,23 +178,24 @@ def test_the_ingress_hands_off_once_everything_is_there(aws_env: Invoker) -> Non
 @pytest.mark.parametrize(
     ("handle", "event", "case"),
     [
-        (idle_alert.handle, "idle_alert_triggered.json", "secret absent"),
+        (idle_alert.handle, "idle_alert_triggered.json", "secrets absent"),
         (idle_alert.handle, "idle_alert_triggered.json", "parameter absent"),
-        (idle_alert.handle, "idle_alert_triggered.json", "secret lacks the webhook secret"),
-        (incident_webhook.handle, "incident_webhook_approved.json", "secret absent"),
-        (incident_webhook.handle, "incident_webhook_approved.json", "secret lacks the webhook secret"),
-        (incident_webhook.handle, "incident_webhook_approved.json", "secret is not JSON"),
+        (idle_alert.handle, "idle_alert_triggered.json", "the webhook secret absent"),
+        (incident_webhook.handle, "incident_webhook_approved.json", "secrets absent"),
+        (incident_webhook.handle, "incident_webhook_approved.json", "the webhook secret absent"),
+        (incident_webhook.handle, "incident_webhook_approved.json", "a key not given"),
     ],
 )
 def test_the_webhooks_answer_500_and_log_what_is_missing(
     aws_env: Invoker,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
     case: str,
     handle: Callable[[dict[str, Any]], dict[str, Any]],
     event: str,
 ) -> None:
     setup, words = CASES[case]
-    setup()
+    setup(monkeypatch)
     body = _event(event)
     body["headers"]["x-gpufarm-token"] = WEBHOOK
     with caplog.at_level(logging.INFO):
@@ -195,7 +204,7 @@ def test_the_webhooks_answer_500_and_log_what_is_missing(
     _check_one_line(caplog, words)
 
 
-@pytest.mark.parametrize("case", ["secret absent", "parameter absent", "secret is not JSON"])
+@pytest.mark.parametrize("case", ["secrets absent", "parameter absent", "a key not given"])
 @pytest.mark.parametrize(
     ("handle", "event"),
     [
@@ -208,23 +217,24 @@ def test_the_webhooks_answer_500_and_log_what_is_missing(
 def test_the_asynchronous_functions_fail_without_detail_and_log_what_is_missing(
     aws_env: Invoker,
     caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
     case: str,
     handle: Callable[[dict[str, Any]], dict[str, Any]],
     event: str,
 ) -> None:
     setup, words = CASES[case]
-    setup()
+    setup(monkeypatch)
     with caplog.at_level(logging.INFO):
         try:
             outcome: Any = handle(_event(event))
         except runtime.NotConfigured as exc:
             outcome = exc
-    if handle is slack_worker.handle and case == "parameter absent":
-        # The worker has its Slack client: it tells the user the farm is not configured and reports the failure.
+    if handle is slack_worker.handle:
+        # The worker has its Slack client: it tells the user gpufarm is not configured and reports the failure.
         assert outcome["ok"] is False
         assert "not fully configured" in outcome["text"]
         assert aws_env.answers == [outcome["text"]]
-    elif handle is incident_webhook.handle and case == "parameter absent":
+    elif handle is incident_webhook.handle:
         # Per message: the record fails (SQS redelivers it, then the DLQ takes it).
         assert outcome == {"batchItemFailures": [{"itemIdentifier": _event(event)["Records"][0]["messageId"]}]}
     else:

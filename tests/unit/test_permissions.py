@@ -6,6 +6,7 @@ Each check is also run on a wrong input, to show the mistake it exists for is re
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,22 @@ def test_the_azure_table_lists_the_actions_of_the_compute_calls(
     assert problems + checked == []
     assert pm.azure_action("usage", "list") == "Microsoft.Compute/locations/usages/read"
     assert pm.azure_action("virtual_machines", "no_such_call") is None
+
+
+_SCOPE_LIST = re.compile(r"Its scopes: ((?:`[a-z:_.]+`(?:, |,\s+)?)+)")
+
+
+def scope_lists(text: str) -> list[list[str]]:
+    """Every prose list of the Slack app's scopes (`Its scopes: `a`, `b`...`) in a page."""
+    return [re.findall(r"`([^`]+)`", found) for found in _SCOPE_LIST.findall(text)]
+
+
+def test_the_scope_lists_of_the_readme_and_the_docs_are_the_manifests() -> None:
+    declared = yaml.safe_load(MANIFEST.read_text())["oauth_config"]["scopes"]["bot"]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = {page.name: lists for page in pages if (lists := scope_lists(page.read_text(encoding="utf-8")))}
+    assert found, "no page lists the Slack app's scopes"
+    for page, lists in found.items():
+        assert all(listed == declared for listed in lists), f"{page} lists {lists}; slack/manifest.yaml has {declared}"
+    # A list that drifted is caught: one scope short.
+    assert scope_lists("Its scopes: `commands`, `chat:write`") == [["commands", "chat:write"]]

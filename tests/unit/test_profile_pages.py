@@ -151,7 +151,11 @@ def test_a_teams_newest_run_is_served_for_its_signed_dashboard_link(stored: None
     key, query = links["nlp"].removeprefix("https://pages.example.test/profiles/").split("?")
     args = dict(part.split("=") for part in query.split("&"))
     assert key == "latest/nlp"
-    assert handle(_event(f"/profiles/{key}", **args))["statusCode"] == 404  # no run of nlp stored yet
+    # No run of nlp stored yet: the dashboard's iframe shows a small page saying so, with the page's headers.
+    empty = handle(_event(f"/profiles/{key}", **args))
+    assert empty["statusCode"] == 200 and empty["headers"]["Content-Type"].startswith("text/html")
+    assert "Team nlp: no profiler run yet" in empty["body"] and "gpufarm profile upload" in empty["body"]
+    assert "{" not in empty["body"].split("</style>", 1)[1]  # a page, not a JSON error
     s3 = boto3.client("s3", region_name="us-east-1")
     trace = tmp_path / "t.json.gz"
     shutil.copy(Path(__file__).resolve().parents[1] / "fixtures" / "profiler" / "cpu_mlp.json.gz", trace)

@@ -253,7 +253,7 @@ def test_rows_per_team_carry_hours_counts_waits_quota_and_budget(incidents: Fake
     assert report.total.held == nlp.held + vision.held and report.total.leases == 3
     assert [x.ir for x in report.unmeasured] == [2]
     assert [x.ir for x in report.top_idle] == [3, 1]
-    assert report.notes[0].startswith("208.0 GPU-hours of 1 lease(s) are unmeasured")
+    assert report.notes[0].startswith("208.0 GPU-hours of 1 lease(s) are unmeasured (not idle): no node agent")
 
 
 def test_grouping_by_project_ir_and_environment_and_filters(incidents: FakeIncidents) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from cfnlint.api import lint, lint_file
+from secret_uses import function_keys
 
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.localhost.env import Resolver, Urls, build_environment, local_parameters, redacted
@@ -140,17 +141,27 @@ def test_schedule_quotes_off_and_has_a_dead_letter_queue(raw: dict[str, Any]) ->
 # -- least privilege: each function's grants are exactly what its code calls ----------------------------------------
 
 LAYER_CODE = REPO / "layers" / "gpufarm" / "gpufarm"
-# The gpufarm secret: GetSecretValue, asked for through Parameter Store's reference path (adapters.aws.read_secret).
-SECRET = {
-    ("secretsmanager:GetSecretValue", "secret:SecretsName"),
-    ("ssm:GetParameters", "parameter:aws/reference/secretsmanager/SecretsName"),
-}
+
+
+def secret_grants(function_dir: str) -> set[tuple[str, str]]:
+    """The secret keys the function's code reads (tests/secret_uses.py), each its own secret: GetSecretValue, asked
+    for through Parameter Store's reference path (adapters.aws.read_secrets)."""
+    return {
+        grant
+        for key in function_keys(function_dir)
+        for grant in (
+            ("secretsmanager:GetSecretValue", f"secret:SecretsName/{key}"),
+            ("ssm:GetParameters", f"parameter:aws/reference/secretsmanager/SecretsName/{key}"),
+        )
+    }
+
+
 FARM = {("ssm:GetParameters", "parameter:FarmConfigParameter")}  # adapters.aws.load_farm_text
 SEND = ("sqs:SendMessage", "AllocationQueue")  # adapters.aws.SqsFifoQueue, where GPUFARM_ALLOCATION_QUEUE_URL is set
 INVOKE = ("lambda:InvokeFunction", "SlackWorkerFunction")  # adapters.aws.LambdaInvoker, the ingress's hand-off
 DD_KEY = ("secretsmanager:GetSecretValue", "DatadogApiKeySecretArn")  # the Datadog extension, when installed
 WORKER_DLQ = ("sqs:SendMessage", "SlackWorkerDeadLetterQueue")  # Lambda's on-failure destination (SAM adds it)
-EVERY = SECRET | FARM | {DD_KEY}
+EVERY = FARM | {DD_KEY}
 # adapters.aws_inventory: EC2 describes (no resource-level permission) and the P and G On-Demand quotas.
 AWS_INVENTORY = {
     ("ec2:DescribeInstances", "*"),
@@ -162,13 +173,18 @@ AWS_INVENTORY = {
 }
 # What each function's code calls in AWS (follow each handler through gpufarm.handlers.runtime).
 CALLS = {
-    "SlackIngressFunction": EVERY | {INVOKE},  # verify, the farm for the modal and requests, hand off
-    "SlackWorkerFunction": EVERY | {WORKER_DLQ, SEND},  # reads; incident changes queued as commands
-    "IncidentWebhookFunction": EVERY | {SEND},  # URL: read the incident, queue it; SQS: allocate, reclaim
-    "IdleAlertFunction": EVERY | {SEND},  # idle warning and reclaim, queued in the incident's pool group
-    "QuotaSyncFunction": EVERY | {SEND} | AWS_INVENTORY,  # the sync; pool repairs go through the allocation queue
-    "ProfilePagesFunction": EVERY | {("s3:GetObject", "ProfileBucket")},  # a run's page, for a signed link
-    "DailyDigestFunction": EVERY,  # reads Datadog, posts to Slack; writes nothing
+    "SlackIngressFunction": EVERY | secret_grants("slack_ingress") | {INVOKE},  # verify, farm, modal, hand off
+    # Reads; incident changes queued as commands.
+    "SlackWorkerFunction": EVERY | secret_grants("slack_worker") | {WORKER_DLQ, SEND},
+    # URL: read the incident, queue it; SQS: allocate, reclaim.
+    "IncidentWebhookFunction": EVERY | secret_grants("incident_webhook") | {SEND},
+    # Idle warning and reclaim, queued in the incident's pool group.
+    "IdleAlertFunction": EVERY | secret_grants("idle_alert") | {SEND},
+    # The sync; pool repairs go through the allocation queue.
+    "QuotaSyncFunction": EVERY | secret_grants("quota_sync") | {SEND} | AWS_INVENTORY,
+    # A run's page, for a signed link.
+    "ProfilePagesFunction": EVERY | secret_grants("profile_pages") | {("s3:GetObject", "ProfileBucket")},
+    "DailyDigestFunction": EVERY | secret_grants("daily_digest"),  # reads Datadog, posts to Slack; writes nothing
 }
 # What `gpufarm profile upload` calls (adapters.profile_store), granted by ProfileUploadPolicy to uploaders.
 UPLOAD = {("s3:PutObject", "ProfileBucket"), ("s3:DeleteObject", "ProfileBucket")}
@@ -188,7 +204,8 @@ def _resource_tokens(resource: Any) -> list[str]:
             return [f"quota:{text.rsplit(':', 1)[1]}"]
         for kind, marker in (("secret", ":secret:"), ("parameter", ":parameter/")):
             if marker in text:
-                return [f"{kind}:{text.split(marker, 1)[1].replace('${', '').replace('}', '').removesuffix('-*')}"]
+                named = text.split(marker, 1)[1].replace("${", "").replace("}", "")
+                return [f"{kind}:{named.removesuffix('-*').removesuffix('-??????')}"]
     if isinstance(resource, dict) and "Fn::GetAtt" in resource:
         return [str(resource["Fn::GetAtt"][0])]
     if isinstance(resource, dict) and "Ref" in resource:

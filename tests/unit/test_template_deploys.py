@@ -532,9 +532,37 @@ def test_each_function_reads_what_the_parameters_name(deployed: Deployment) -> N
     version = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
     document = iam.get_policy_version(PolicyArn=arn, VersionId=version)["PolicyVersion"]["Document"]
     resources = {s["Sid"]: s["Resource"] for s in document["Statement"]}
-    assert resources.pop("GpufarmSecret") == f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{full['SecretsName']}-*"
-    assert resources.pop("FarmConfigurationAndSecretReference")[0].endswith(f":parameter/{full['FarmConfigParameter']}")
+    assert resources.pop("FarmConfiguration") == [
+        f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/{full['FarmConfigParameter']}"
+    ]
     assert resources == ({"DatadogExtensionApiKey": full["DatadogApiKeySecretArn"]} if extension else {})
+
+
+def test_each_function_role_may_read_the_secret_keys_it_names_under_the_stacks_prefix(deployed: Deployment) -> None:
+    """Each role's SecretKeys grants are the deployed secrets `<SecretsName>/<key>` of the function's own
+    GPUFARM_SECRET_KEYS, and their Parameter Store references: nothing of another key."""
+    prefix = _with_defaults(deployed.parameters)["SecretsName"]
+    iam, client, physical = deployed.aws["iam"], deployed.aws["lambda"], deployed.physical
+    functions = [k for k, v in deployed.transformed["Resources"].items() if v["Type"] == "AWS::Lambda::Function"]
+    assert functions
+    for logical_id in functions:
+        held = client.get_function_configuration(FunctionName=physical[logical_id])["Environment"]["Variables"]
+        keys = held["GPUFARM_SECRET_KEYS"].split(",")
+        role = physical[f"{logical_id}Role"]
+        statements = [
+            s
+            for name in iam.list_role_policies(RoleName=role)["PolicyNames"]
+            for s in _document(iam.get_role_policy(RoleName=role, PolicyName=name))["Statement"]
+        ]
+        by_sid = {s.get("Sid"): s for s in statements}
+        secrets, references = by_sid["SecretKeys"], by_sid["SecretKeyReferences"]
+        assert (secrets["Action"], references["Action"]) == ("secretsmanager:GetSecretValue", "ssm:GetParameters")
+        assert sorted(secrets["Resource"]) == sorted(
+            f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{prefix}/{key}-??????" for key in keys
+        ), logical_id
+        assert sorted(references["Resource"]) == sorted(
+            f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter/aws/reference/secretsmanager/{prefix}/{key}" for key in keys
+        ), logical_id
 
 
 def test_the_public_url_permissions_and_the_schedule_roles(deployed: Deployment) -> None:

@@ -104,7 +104,7 @@ def test_without_its_parameters_there_is_no_extension_nor_its_grant(raw: dict[st
     layers, env, statements = _resolved({})
     assert layers == ["GpufarmLayer"]
     assert not [k for k in env if k.startswith("DD_")]
-    assert [s["Sid"] for s in statements] == ["GpufarmSecret", "FarmConfigurationAndSecretReference"]
+    assert [s["Sid"] for s in statements] == ["FarmConfiguration"]
     # A layer without the key's secret is refused at deploy time instead of running an extension with no key.
     rule = raw["Rules"]["DatadogExtensionNeedsItsApiKey"]
     assert rule["RuleCondition"] == {"Fn::Not": [{"Fn::Equals": [{"Ref": "DatadogExtensionLayerArn"}, ""]}]}

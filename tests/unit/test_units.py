@@ -7,7 +7,7 @@ import itertools
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
-from gpufarm.core.chat.messages import allocated, status_message
+from gpufarm.core.chat.messages import allocated, list_message, status_message
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import units
@@ -258,6 +258,13 @@ def test_the_allocated_message_names_the_mig_uuids_and_the_kubernetes_resource(f
     assert f"CUDA_VISIBLE_DEVICES={expected}" in message.text
     status = status_message(alloc).blocks[0]["text"]["text"]
     assert f"CUDA_VISIBLE_DEVICES={expected}" in status and "nvidia.com/mig-1g.10gb: 3" in status
+    # Slices are named as slices, never as GPUs of the model.
+    model = alloc.gpu_model
+    assert f"is allocated: 3 \N{MULTIPLICATION SIGN} {model} 1g.10gb slices in `" in body
+    assert "`slice-1` (3 slices)" in body
+    assert f"3x {model}" not in message.text and "3 GPUs" not in message.text
+    listed = list_message("Your leases", [alloc]).text
+    assert f"3 \N{MULTIPLICATION SIGN} {model} 1g.10gb slices" in listed and f"3x {model}" not in listed
 
 
 def test_whole_gpus_get_their_indexes_and_nvidia_com_gpu() -> None:
@@ -346,3 +353,16 @@ def test_a_host_with_mixed_profiles_schedules_every_slice_once() -> None:
     # Three units on GPU 0 fit a request of three there, leaving the whole GPU 1 free.
     chosen = units.choose_units(host.units, 3)
     assert chosen is not None and {u.index for u in chosen} == {0}
+
+
+def test_amounts_name_slices_by_profile_and_whole_gpus_beside_them() -> None:
+    from gpufarm.core.chat.amounts import units_amount
+
+    times = "\N{MULTIPLICATION SIGN}"
+    one = GpuUnit(0, 1, _mig_uuid(0, 1), "1g.10gb")
+    two = GpuUnit(0, 2, _mig_uuid(0, 2), "3g.40gb")
+    assert units_amount("A100", [one]) == f"1 {times} A100 1g.10gb slice"
+    assert units_amount("A100", [one, two, GpuUnit(1, None, _gpu_uuid(1))]) == (
+        f"1 {times} A100 1g.10gb slice + 1 {times} A100 3g.40gb slice + 1x A100"
+    )
+    assert units_amount("H100", [GpuUnit(1, None, _gpu_uuid(1))]) is None  # whole GPUs: counted as GPUs

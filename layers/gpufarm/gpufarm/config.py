@@ -1,5 +1,10 @@
 """Settings: from the environment locally, topped up from Secrets Manager / SSM in Lambda (the deployment's
-secret is read by gpufarm.adapters.aws.load_settings).
+secrets are read by gpufarm.adapters.aws.load_settings).
+
+In Lambda each secret key is its own Secrets Manager secret, `<GPUFARM_SECRETS_NAME>/<key>`, and each function
+reads only the keys its GPUFARM_SECRET_KEYS names: the template grants it exactly those (docs/security.md, "What
+each function may read"). A key the function was not given is absent, and asking for it names the key and the
+function.
 
 A deployment that names something that is not there (a secret, an SSM parameter, a key of the secret) raises
 ConfigurationMissing with the NAME of what is missing, never a value; each function logs that one line and
@@ -15,7 +20,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr
 
 from gpufarm.core.kernel.errors import GpufarmError, NotFound
 
-# Keys of the JSON secret in Secrets Manager (GPUFARM_SECRETS_NAME) and the settings they fill.
+# The deployment's secret keys (each the secret `<GPUFARM_SECRETS_NAME>/<key>` in Secrets Manager) and the settings
+# they fill.
 SECRET_KEYS = {
     "datadog_api_key": "datadog_api_key",
     "datadog_app_key": "datadog_app_key",
@@ -77,7 +83,14 @@ class Settings(BaseModel):
     profile_link_days: int = Field(
         default=30, ge=1, le=365, description="The longest a page link lives (run links and dashboard iframes)"
     )
-    secrets_name: str | None = Field(default=None, description="Secrets Manager secret holding the keys above")
+    secrets_name: str | None = Field(
+        default=None, description="Prefix of the Secrets Manager secrets holding the keys above (<prefix>/<key>)"
+    )
+    secret_keys: str | None = Field(
+        default=None,
+        pattern=r"^[a-z_]{1,40}(,[a-z_]{1,40}){0,8}$",
+        description="The secret keys this function reads (comma-separated); in Lambda, exactly those its role may",
+    )
     farm_config: str | None = Field(default=None, description="Path of the farm (quota/pool) YAML file")
     farm_config_parameter: str | None = Field(default=None, description="SSM parameter holding the farm YAML")
     operators_usergroup: str | None = None
@@ -108,12 +121,23 @@ class Settings(BaseModel):
         return f"https://api.{self.datadog_site}"
 
     def with_secrets(self, secrets: dict[str, Any]) -> Settings:
-        """Fill unset secret settings from a Secrets Manager JSON document."""
+        """Fill unset secret settings from the secret keys read (key -> value)."""
         updates: dict[str, Any] = {}
         for key, attr in SECRET_KEYS.items():
             if getattr(self, attr) is None and secrets.get(key):
                 updates[attr] = SecretStr(str(secrets[key]))
         return self.model_copy(update=updates)
+
+    def declared_secret_keys(self) -> tuple[str, ...] | None:
+        """The secret keys GPUFARM_SECRET_KEYS names (None when unset); ConfigurationError for a key gpufarm has
+        not got, naming it."""
+        if self.secret_keys is None:
+            return None
+        keys = tuple(dict.fromkeys(self.secret_keys.split(",")))
+        unknown = [k for k in keys if k not in SECRET_KEYS]
+        if unknown:
+            raise ConfigurationError(f"GPUFARM_SECRET_KEYS names '{unknown[0]}', which is not a gpufarm secret key")
+        return keys
 
     def require(self, attr: str) -> str:
         """The value of a secret setting; ConfigurationMissing naming where it should come from otherwise."""
@@ -122,7 +146,15 @@ class Settings(BaseModel):
             return value.get_secret_value()
         if self.secrets_name and attr in SECRET_KEYS.values():
             key = next(k for k, a in SECRET_KEYS.items() if a == attr)
-            raise ConfigurationMissing(f"secret {self.secrets_name} (Secrets Manager) has no '{key}' key")
+            declared = self.declared_secret_keys()
+            if declared is None and running_in_lambda():
+                declared = ()  # in Lambda a function reads only the keys it declares
+            if declared is not None and key not in declared:
+                raise ConfigurationMissing(
+                    f"{function_name()} is not given the secret key '{key}' (its GPUFARM_SECRET_KEYS and the "
+                    "policy granting them in template.yaml)"
+                )
+            raise ConfigurationMissing(f"secret {secret_name(self.secrets_name, key)} (Secrets Manager) does not exist")
         raise ConfigurationMissing(f"GPUFARM_{attr.upper()} is not set")
 
 
@@ -141,6 +173,16 @@ def _from_environment(model: type[BaseModel]) -> dict[str, str]:
                 values[name] = environ[candidate.upper()]
                 break
     return values
+
+
+def secret_name(prefix: str, key: str) -> str:
+    """The Secrets Manager secret holding one key of the deployment: `<prefix>/<key>`."""
+    return f"{prefix.rstrip('/')}/{key}"
+
+
+def function_name() -> str:
+    """This Lambda function's name (AWS_LAMBDA_FUNCTION_NAME), or "this process" outside Lambda."""
+    return os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or "this process"
 
 
 def running_in_lambda() -> bool:

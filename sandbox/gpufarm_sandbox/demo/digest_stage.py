@@ -16,7 +16,8 @@ from typing import Any
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.leases import terms
 from gpufarm_sandbox.demo.context import DemoContext
-from gpufarm_sandbox.demo.lifecycle_stage import OPERATORS_CHANNEL, LocalFarm
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.example_farm import OPERATORS_CHANNEL
 
 DIGEST = "GPU farm digest"
 _LINK = re.compile(r"<([^|>]+)/incidents/(\d+)\|IR-(\d+)>")

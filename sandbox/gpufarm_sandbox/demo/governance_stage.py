@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, DANA, OPERATORS_CHANNEL, LocalFarm, Person, ir_in, shown
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
+from gpufarm_sandbox.example_farm import ALICE, DANA, OPERATORS_CHANNEL, Person
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext

@@ -20,16 +20,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import (
-    ALICE,
-    CAROL,
-    DANA,
-    HOSTS,
-    OPERATORS_CHANNEL,
-    LocalFarm,
-    actions,
-    ir_in,
-)
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, actions, ir_in
+from gpufarm_sandbox.example_farm import ALICE, CAROL, DANA, HOSTS, OPERATORS_CHANNEL
 
 if TYPE_CHECKING:
     from gpufarm.core.kernel.model import Allocation

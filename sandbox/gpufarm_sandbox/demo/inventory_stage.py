@@ -31,7 +31,8 @@ from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.azurestub import Vm
 from gpufarm_sandbox.clouds import clouds_for
-from gpufarm_sandbox.demo.lifecycle_stage import BOB, HOSTS, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import BOB, HOSTS
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext

@@ -13,13 +13,24 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import ANY_STATE_QUERY
 from gpufarm_node.tags import registration_tags
+from gpufarm_sandbox.example_farm import (
+    ALICE,
+    BOB,
+    CAROL,
+    DANA,
+    HOSTS,
+    OPERATORS_CHANNEL,
+    OPERATORS_GROUP,
+    RESEARCH_CHANNEL,
+    Person,
+    workspace_seed,
+)
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
@@ -30,40 +41,9 @@ if TYPE_CHECKING:
     from gpufarm_sandbox.simfarm import SimulatedFarm
 
 INGRESS_PATH = "/fn/slack_ingress/"
-OPERATORS_GROUP = "S0000000001"
-OPERATORS_CHANNEL = "C0000000001"
-RESEARCH_CHANNEL = "C0000000002"
 SLACK_ACK_BUDGET_MS = 3000
 MINUTE_S = 60.0  # one agent cycle and one monitor evaluation per simulated minute
 SWEEP_FUNCTION = "QuotaSyncFunction"  # runs the sweep every minute (template.yaml, EveryMinute)
-
-
-@dataclass(frozen=True)
-class Person:
-    """A Slack user of the demo."""
-
-    id: str
-    name: str
-    real_name: str
-
-
-ALICE = Person("U0000000001", "alice", "Alice Kim (NLP)")
-BOB = Person("U0000000003", "bob", "Bob Lee (Vision)")
-CAROL = Person("U0000000004", "carol", "Carol Park (Speech)")
-DANA = Person("U0000000005", "dana", "Dana Choi (GPU operator)")
-PEOPLE = (ALICE, BOB, CAROL, DANA)
-
-# The farm of config/farm.example.yaml: two dedicated pools and a sliced one.
-HOSTS: tuple[tuple[str, str, int, str, str], ...] = (
-    ("hpc-a-01", "H100", 8, "onprem-hpc", "hpc-a"),
-    ("hpc-a-02", "H100", 8, "onprem-hpc", "hpc-a"),
-    ("hpc-b-01", "H100", 8, "onprem-hpc", "hpc-b"),
-    ("hpc-b-02", "H100", 8, "onprem-hpc", "hpc-b"),
-    ("aws-p5-01", "H100", 8, "cloud-aws", "aws-use1"),
-    ("aws-p4d-01", "A100", 8, "cloud-aws", "aws-use1"),
-    ("k8s-a100-01", "A100", 8, "shared-slices", "k8s-shared"),
-    ("k8s-l4-01", "L4", 8, "shared-slices", "k8s-shared"),
-)
 
 
 class LocalFarm:
@@ -131,12 +111,8 @@ class LocalFarm:
 
     def seed_workspace(self) -> None:
         """Users, the operators' user group and channel, and the research channel."""
-        users = [{"id": p.id, "name": p.name, "real_name": p.real_name} for p in PEOPLE]
-        self._ok(self.post("/_sandbox/slack/users", {"users": users}))
-        channels = [{"id": OPERATORS_CHANNEL, "name": "gpu-ops"}, {"id": RESEARCH_CHANNEL, "name": "ml-research"}]
-        self._ok(self.post("/_sandbox/slack/channels", {"channels": channels}))
-        group = {"id": OPERATORS_GROUP, "handle": "gpu-operators", "name": "GPU operators", "users": [DANA.id]}
-        self._ok(self.post("/_sandbox/slack/usergroups", {"usergroups": [group]}))
+        for path, body in workspace_seed().items():
+            self._ok(self.post(path, body))
 
     def seed_hosts(self, hosts: tuple[tuple[str, str, int, str, str], ...] = HOSTS) -> None:
         """GPU hosts with the tags their node agents register (kept reporting as the clock moves)."""

@@ -17,7 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, CAROL, DANA, OPERATORS_CHANNEL, LocalFarm, ir_in, shown
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
+from gpufarm_sandbox.example_farm import ALICE, CAROL, DANA, OPERATORS_CHANNEL
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext

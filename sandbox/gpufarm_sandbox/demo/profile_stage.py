@@ -21,7 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext

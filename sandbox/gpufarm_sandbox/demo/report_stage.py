@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, LocalFarm, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.example_farm import ALICE
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
@@ -157,7 +158,36 @@ def _write(ctx: DemoContext, month: str) -> None:
             f"{len(page.encode()):,} bytes",
         )
         _, table = _invoke(["--month", month])
-        for line in table.splitlines()[:12]:
+        lines = table.splitlines()
+        for line in lines[:10] + [x for x in lines if x.startswith("note:")]:
             ctx.info(line)
+        _measured(ctx, month)
         ctx.info(f"report written: {csv_path}")
         ctx.info(f"report written: {html_path}")
+
+
+def _measured(ctx: DemoContext, month: str) -> None:
+    """The leases whose hosts ran an agent, with their measured busy and idle GPU-hours, and why the rest have
+    none."""
+    code, text = _invoke(["--month", month, "--by", "ir", "--format", "csv"])
+    rows = list(csv.DictReader(io.StringIO(text))) if code == 0 else []
+    leases = [r for r in rows if r.get("ir", "").startswith("IR-")]
+
+    def hours(row: dict[str, str], name: str) -> float:
+        return float(row.get(f"gpu_hours_{name}") or 0)
+
+    measured = [r for r in leases if hours(r, "busy") + hours(r, "idle") > 0]
+    ctx.check(
+        bool(measured), "leases whose hosts ran an agent have measured busy and idle GPU-hours", f"{len(measured)}"
+    )
+    for row in measured:
+        ctx.info(
+            f"  {row['ir']}: held {hours(row, 'held'):,.1f} h, busy {hours(row, 'busy'):,.1f}, "
+            f"idle {hours(row, 'idle'):,.1f}, unmeasured {hours(row, 'unmeasured'):,.1f}"
+        )
+    rest = [r for r in leases if r not in measured and hours(r, "unmeasured") > 0]
+    ctx.info(
+        f"the other {len(rest)} leases ({sum(hours(r, 'unmeasured') for r in rest):,.1f} GPU-hours) are unmeasured, "
+        "not idle: the demo registers their hosts by tags alone and runs no agent on them, so no sync had a "
+        'measurement to accrue (docs/operate.md, "The ledger: used, idle, GPU-hours and budgets")'
+    )

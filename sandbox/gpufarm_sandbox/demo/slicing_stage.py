@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
-from gpufarm_sandbox.demo.lifecycle_stage import ALICE, BOB, DANA, OPERATORS_CHANNEL, LocalFarm, actions, ir_in
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, actions, ir_in
+from gpufarm_sandbox.example_farm import ALICE, BOB, DANA, OPERATORS_CHANNEL, SLICED_HOST
 
 if TYPE_CHECKING:
     from gpufarm.core.kernel.model import Allocation
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from gpufarm_sandbox.simfarm import SimulatedFarm
 
 # hostname, environment, cluster, model, GPUs, MIG profile, slices per GPU: the a100-mig-slicing topology.
-HOST = ("k8s-mig-01", "shared-slices", "k8s-shared", "A100", 2, "1g.10gb", 7)
+HOST = SLICED_HOST
 SLICES = 14
 POOL = "shared-slices"
 # Simulated minutes to wait for the warning (start-up grace + window + slack) and for the reclaim (grace + slack).

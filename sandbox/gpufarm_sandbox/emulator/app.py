@@ -149,6 +149,10 @@ class Sandbox:
         self._extra.extend(routes)
         self._build_map()
 
+    def serves(self, path: str, method: str = "GET") -> bool:
+        """Whether a request for path would reach a route (e.g. a page another module mounts)."""
+        return bool(self._map.bind("sandbox.local").test(path, method))
+
     def _control_routes(self) -> list[Route]:
         return [
             Route("/_sandbox/health", ("GET",), self._health, Auth.NONE),

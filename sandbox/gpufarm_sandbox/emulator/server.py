@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from typing import Any
 
@@ -20,9 +21,20 @@ class ServerThread:
     """A threaded HTTP server in a daemon thread; `port=0` picks a free port."""
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._server: BaseWSGIServer = make_server(host, port, app, threaded=True, request_handler=_QuietHandler)
+        # Bound here, so a busy port raises OSError (EADDRINUSE) to the caller; werkzeug's own bind would print
+        # and exit the process instead.
+        listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, port))
+            listener.listen(128)
+            self._server: BaseWSGIServer = make_server(
+                host, port, app, threaded=True, request_handler=_QuietHandler, fd=listener.fileno()
+            )
+        finally:
+            listener.close()  # the server holds its own descriptor of the socket
         self.host = host
-        self.port = self._server.server_port
+        self.port: int = self._server.socket.getsockname()[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"http-{self.port}", daemon=True)
 
     @property

@@ -37,7 +37,7 @@ LOCAL_PARAMETERS = {
     "OperatorsChannel": "C0000000001",
 }
 # Variables that would send a local run to AWS: secrets come from the sandbox, the farm config from a file.
-DROPPED_LOCALLY = frozenset({"GPUFARM_SECRETS_NAME", "GPUFARM_FARM_CONFIG_PARAMETER"})
+DROPPED_LOCALLY = frozenset({"GPUFARM_SECRETS_NAME", "GPUFARM_SECRET_KEYS", "GPUFARM_FARM_CONFIG_PARAMETER"})
 # Variables only a local run with profiler runs sets (gpufarm_sandbox.localhost.profiles, with the bucket the pages
 # function serves from): without it the pages function is not configured, so nothing should link to it.
 SET_BY_PROFILES = frozenset({"GPUFARM_PROFILE_PAGES_URL"})

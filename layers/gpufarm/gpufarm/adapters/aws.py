@@ -1,4 +1,5 @@
-"""AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the deployment's secret and farm configuration.
+"""AWS adapters: async invokes (Lambda), ordered work (SQS FIFO), and the deployment's secret keys and farm
+configuration.
 
 Clients come from botocore, one session per process: boto3 adds nothing a client needs here but its import
 (~50 ms: s3transfer, resources), and each extra session parses botocore's endpoint data again (~50 ms). The SSM
@@ -6,12 +7,13 @@ and Lambda clients are built from models holding only the operations gpufarm cal
 is imported only when a client is first needed, since the Slack ingress must answer within Slack's 3 seconds
 (docs/design.md, "Slack's 3 seconds").
 
-In Lambda the secret (Secrets Manager, GPUFARM_SECRETS_NAME) and the farm YAML (SSM, GPUFARM_FARM_CONFIG_PARAMETER)
-arrive in one SSM GetParameters call: Parameter Store hands out a Secrets Manager secret under
-/aws/reference/secretsmanager/<name>, so one client and one round trip serve both. Values are cached for
-CONFIG_MAX_AGE_S: the runtime reads the secret once per container (and after each SnapStart restore), the farm at
-most every 5 minutes, so an edited farm reaches a warm container within that time. Anything missing raises
-ConfigurationMissing naming the secret, parameter or key, never a value.
+In Lambda the function's secret keys (Secrets Manager, one secret each: `<GPUFARM_SECRETS_NAME>/<key>` for the keys
+GPUFARM_SECRET_KEYS names) and the farm YAML (SSM, GPUFARM_FARM_CONFIG_PARAMETER) arrive in one SSM GetParameters
+call: Parameter Store hands out a Secrets Manager secret under /aws/reference/secretsmanager/<name>, so one client
+and one round trip serve all (at most 10 names). Values are cached for CONFIG_MAX_AGE_S: the runtime reads its
+secret keys and the farm at most every 5 minutes (and after each SnapStart restore), so a rotated key or an edited
+farm reaches a warm container within that time. A missing key is left out, and whoever needs it gets
+ConfigurationMissing naming its secret; a missing farm parameter raises it when the farm is read. Never a value.
 
 The local function host (`gpufarm-sandbox`) injects its own invoker and queue through the runtime's seams.
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gpufarm.config import ConfigurationMissing, Settings
+from gpufarm.config import SECRET_KEYS, ConfigurationMissing, Settings, running_in_lambda, secret_name
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 from gpufarm.core.kernel.ports import AsyncInvoker, WorkQueue
 
@@ -299,27 +301,40 @@ def _missing(name: str) -> ConfigurationMissing:
     return ConfigurationMissing(f"{_describe(name)} does not exist or this function may not read it")
 
 
-def read_secret(settings: Settings) -> dict[str, Any]:
-    """The JSON secret named by GPUFARM_SECRETS_NAME; the farm parameter, when there is one, comes in the same call."""
+def secret_keys_to_read(settings: Settings) -> tuple[str, ...]:
+    """The secret keys this process reads: those GPUFARM_SECRET_KEYS names; without it none in Lambda (a function
+    reads only what it declares) and every key elsewhere (an operator's command, which may read them all)."""
+    declared = settings.declared_secret_keys()
+    if declared is not None:
+        return declared
+    return () if running_in_lambda() else tuple(SECRET_KEYS)
+
+
+def read_secrets(settings: Settings) -> dict[str, str]:
+    """This process's secret keys (`<GPUFARM_SECRETS_NAME>/<key>`, one Secrets Manager secret each), key -> value,
+    and the farm parameter, when there is one, in the same GetParameters call.
+
+    A key that is absent is left out (only profiler runs need the link and upload keys); whoever needs it gets
+    ConfigurationMissing naming its secret from Settings.require. When every key exists this is one call; a
+    missing one costs a call per name (Parameter Store refuses the whole call for one missing reference).
+    """
     if not settings.secrets_name:
         return {}
-    name = secret_parameter(settings.secrets_name)
+    keys = secret_keys_to_read(settings)
+    names = {secret_parameter(secret_name(settings.secrets_name, key)): key for key in keys}
     farm = [settings.farm_config_parameter] if settings.farm_config_parameter else []
-    text = read_parameters(settings, [name, *farm], optional=farm)[name]
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise ConfigurationMissing(f"secret {settings.secrets_name} (Secrets Manager) is not a JSON object")
-    return value
+    # At most 9 keys (GPUFARM_SECRET_KEYS' bound; gpufarm has 8) and the farm: one call of at most 10 names.
+    wanted = [*names, *farm]
+    values = read_parameters(settings, wanted, optional=wanted)
+    return {key: values[name] for name, key in names.items() if values.get(name)}
 
 
 def load_settings() -> Settings:
-    """Settings from the environment, then the secret when GPUFARM_SECRETS_NAME is set (one SSM call)."""
+    """Settings from the environment, then this process's secret keys when GPUFARM_SECRETS_NAME is set (one SSM
+    call, with the farm parameter)."""
     settings = Settings()
     if settings.secrets_name:
-        settings = settings.with_secrets(read_secret(settings))
+        settings = settings.with_secrets(read_secrets(settings))
     return settings
 
 

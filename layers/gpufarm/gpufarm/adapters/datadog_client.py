@@ -70,7 +70,10 @@ _RATE_LIMIT_JITTER = 0.1
 
 
 def require_api_key(settings: Settings) -> None:
-    """Refuse to build a client without an API key (every Datadog call needs one)."""
+    """Refuse to build a client without an API key (every Datadog call needs one): ConfigurationMissing naming the
+    secret (or the function not given it) in a deployment, ValidationFailed naming the variable elsewhere."""
+    if settings.secrets_name:
+        settings.require("datadog_api_key")
     if settings.datadog_api_key is None:
         raise ValidationFailed("datadog_api_key", "set GPUFARM_DATADOG_API_KEY (or DD_API_KEY) to reach Datadog")
 

@@ -183,8 +183,10 @@ class SlackChat:
         max_retry_wait: float = DEFAULT_MAX_RETRY_WAIT_S,
     ) -> SlackChat:
         """Build from gpufarm settings (token, API URL, timeout, retries); the ingress passes tighter bounds."""
+        if settings.secrets_name:
+            settings.require("slack_bot_token")  # ConfigurationMissing naming the secret, or the function not given it
         if settings.slack_bot_token is None:
-            raise ValueError("SLACK_BOT_TOKEN (or the secret's slack_bot_token) is not set")
+            raise ValueError("SLACK_BOT_TOKEN (or the secret key slack_bot_token) is not set")
         return cls(
             settings.slack_bot_token.get_secret_value(),
             base_url=settings.slack_api_url,

@@ -1,5 +1,5 @@
-"""The `gpufarm` command: its own subcommands (`datadog`, `doctor`, `slack`, `report`, `profile`, one module each
-here, imported only when used), plus those other distributions register.
+"""The `gpufarm` command: its own subcommands (`datadog`, `doctor`, `slack`, `report`, `profile`, `secrets`, one
+module each here, imported only when used), plus those other distributions register.
 
 The runtime ships only its own commands. `gpufarm-sandbox` adds `sandbox`, `local` and `demo` through the
 `gpufarm.commands` entry-point group, so an operator's install (or the Lambda layer) carries none of them.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from importlib.metadata import entry_points
 
 import click
@@ -22,6 +23,7 @@ OWN_COMMANDS = {
     "slack": "gpufarm.cli.slack:slack",
     "profile": "gpufarm.cli.profile:profile",
     "report": "gpufarm.cli.report:report",
+    "secrets": "gpufarm.cli.secrets:secrets",
 }
 ENTRY_POINT_GROUP = "gpufarm.commands"
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
@@ -63,10 +65,19 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings=CONTEXT_SETTINGS)
 @click.version_option(__version__, prog_name="gpufarm")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
-def cli(verbose: int) -> None:
-    """gpufarm: GPU requests in Slack, allocations as Datadog Incidents, IR-tagged hosts, idle reclaim."""
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
+    """gpufarm: GPU requests in Slack, allocations as Datadog Incidents, IR-tagged hosts, idle reclaim.
+
+    Where the environment names no deployment, this distribution's commands use a running `gpufarm local`
+    (found through its state file, gpufarm.cli.local_state): its endpoints, credentials and clock.
+    """
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ctx.invoked_subcommand in OWN_COMMANDS:
+        from gpufarm.cli import local_state
+
+        ctx.call_on_close(local_state.apply(os.environ, lambda text: click.echo(text, err=True)))
 
 
 def main() -> None:

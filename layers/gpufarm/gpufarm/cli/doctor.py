@@ -12,13 +12,14 @@ from typing import Any
 import click
 
 from gpufarm.cli import BadInput
-from gpufarm.config import Settings
+from gpufarm.config import ConfigurationError, Settings
 from gpufarm.core.config.farm import FarmConfigError
 from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm.setup.doctor.keys import unset_keys
 from gpufarm.setup.doctor.ports import Collaborators, Options
 from gpufarm.setup.doctor.report import CHECK_WIDTH, Line, Status, exit_status, row
 from gpufarm.setup.doctor.run import run_checks
+from gpufarm.setup.doctor.secrets import SECRET_KEYS_CHECK
 from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV
 
 INGRESS_URL_ENV = "GPUFARM_SLACK_INGRESS_URL"
@@ -93,12 +94,30 @@ def doctor(**given: Any) -> None:
     except GpufarmError as exc:
         raise click.ClickException(str(exc)) from None
     as_json = bool(given["as_json"])
+    first: list[Line] = []
+    if settings.secrets_name:
+        first.append(_secret_keys_line(settings))
+        if not as_json:
+            click.echo(row(first[0], CHECK_WIDTH))
     unset = unset_keys(settings)
     if unset is not None:
         if not as_json:
             click.echo(row(unset, CHECK_WIDTH))
-        _finish([unset], as_json)
-    _finish(_run(settings, options, as_json), as_json)
+        _finish([*first, unset], as_json)
+    _finish([*first, *_run(settings, options, as_json)], as_json)
+
+
+def _secret_keys_line(settings: Settings) -> Line:
+    """Which of the deployment's secrets `<GPUFARM_SECRETS_NAME>/<key>` exist (read with the settings: no call)."""
+    from gpufarm.adapters.aws import read_secrets
+    from gpufarm.setup.doctor.secrets import secret_keys_line
+
+    assert settings.secrets_name is not None
+    try:
+        found = read_secrets(settings)
+    except GpufarmError as exc:
+        return Line(SECRET_KEYS_CHECK, Status.BROKEN, str(exc))
+    return secret_keys_line(settings.secrets_name, found)
 
 
 def _settings(settings: Settings, given: dict[str, Any]) -> Settings:
@@ -173,8 +192,10 @@ def _slack(settings: Settings) -> tuple[Any, str]:
 
     try:
         return SlackChat.from_settings(settings), ""
+    except ConfigurationError as exc:  # the secret <prefix>/slack_bot_token is not there
+        return None, f"no Slack bot token: {exc}"
     except ValueError:
-        return None, "no Slack bot token: set SLACK_BOT_TOKEN (or the secret's slack_bot_token)"
+        return None, "no Slack bot token: set SLACK_BOT_TOKEN (or the secret key slack_bot_token)"
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 The lease defaults to GPUFARM_IR (what researchers already set for their jobs), the uploader to GPUFARM_USER
 (their Slack user id, which the lease's requester and team members are known by). Where it goes comes from the
 deployment's settings: GPUFARM_PROFILE_BUCKET, GPUFARM_PROFILE_PAGES_URL (the page function's URL) and
-the `profile_link_secret` key of the gpufarm secret (or GPUFARM_PROFILE_LINK_SECRET). `gpufarm local` sets all
+the secret `<GPUFARM_SECRETS_NAME>/profile_link_secret` (or GPUFARM_PROFILE_LINK_SECRET). `gpufarm local` sets all
 of these for the sandbox.
 
 Exit status: 0 uploaded; 1 a service failed (nothing recorded; upload again); 2 bad input or not allowed

@@ -6,8 +6,9 @@ that is not gpufarm's costs no read. What is stored is data, never a page: the r
 summary.MAX_BYTES read) is validated against its closed schema and bound to the key's lease and run, and the page
 is rendered here by gpufarm's own template, every string escaped (gpufarm.profiling.page); a stored HTML page, JSON
 that does not validate or an oversize object is "not a profiler run" (404). The headers keep the page to what it
-is: no scripts, nothing loaded from elsewhere, no forms, framing allowed for Datadog's iframe widget. It reads
-only storage: no Datadog, no Slack, no trace analysis on this path.
+is: no scripts, nothing loaded from elsewhere, no forms, framing allowed for Datadog's iframe widget. A team's
+newest-run link before the team has a run answers a small page saying so (the dashboard's iframe shows it), not an
+error. It reads only storage: no Datadog, no Slack, no trace analysis on this path.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from gpufarm.core.kernel.errors import NotAllowed, NotFound, UpstreamError, Vali
 from gpufarm.handlers import http
 from gpufarm.handlers import runtime as rt
 from gpufarm.profiling import summary
-from gpufarm.profiling.links import link_signer
-from gpufarm.profiling.page import render_summary
+from gpufarm.profiling.links import LATEST, link_checker
+from gpufarm.profiling.page import render_no_run, render_summary
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +61,21 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         runtime = rt.current()
         settings = runtime.settings
-        signer = link_signer(settings)
+        signer = link_checker(settings)
         signer.check(
             key,
             str(params.get("expires", ""))[:20],
             str(params.get("sig", ""))[:128],
             runtime.clock().now().timestamp(),
         )
-        raw = S3ProfileStore(settings, _bucket(settings.profile_bucket)).summary(key)
-        page = render_summary(summary.parse(raw, key))
+        try:
+            raw = S3ProfileStore(settings, _bucket(settings.profile_bucket)).summary(key)
+        except NotFound:
+            if not key.startswith(LATEST):
+                raise
+            page = render_no_run(key.removeprefix(LATEST))
+        else:
+            page = render_summary(summary.parse(raw, key))
     except rt.ConfigurationError as exc:
         # Before NotFound (a missing secret is both): the name is for the operators, not the viewer.
         log.error("profile pages misconfigured: %s", exc)  # noqa: TRY400 - no traceback needed

@@ -370,9 +370,14 @@ def misconfigured(function: str, exc: ConfigurationError) -> NotConfigured:
 
 
 _lock = threading.Lock()
-_current: tuple[tuple[tuple[str, str], ...], Runtime] | None = None
+# (the environment's key, its runtime, the settings it was built from, when they were read: time.monotonic()).
+_current: tuple[tuple[tuple[str, str], ...], Runtime, Settings, float] | None = None
 _overrides: dict[str, Any] = {}
 _seam_providers: list[SeamProvider] = []
+# How long a runtime's settings are used before the secret keys are read again (with the farm, one call: the
+# values' own cache, adapters.aws.CONFIG_MAX_AGE_S, is as long): a rotated link key reaches every warm container
+# within about this time. Settings that did not change keep the runtime and its collaborators.
+SETTINGS_MAX_AGE_S = 300.0
 
 
 def install_seams(provider: SeamProvider) -> None:
@@ -385,14 +390,29 @@ def install_seams(provider: SeamProvider) -> None:
 
 
 def current() -> Runtime:
-    """The runtime for the present environment, built on first use and reused while the environment holds."""
+    """The runtime for the present environment, built on first use and reused while the environment holds and its
+    settings (secret keys included) read again every SETTINGS_MAX_AGE_S stay the same."""
     global _current  # noqa: PLW0603 - one runtime per container is the point
     environ = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
     key = tuple(sorted(environ.items()))
+    now = time.monotonic()
     with _lock:
-        if _current is None or _current[0] != key:
+        same = _current is not None and _current[0] == key
+        if _current is not None and same and now - _current[3] < SETTINGS_MAX_AGE_S:
+            return _current[1]
+        try:
             settings = _load_settings()
-            _current = (key, Runtime(settings, environ))
+        except UpstreamError as exc:
+            if _current is None or not same:
+                raise
+            # Parameter Store did not answer this time: the settings read before serve until the next try.
+            log.warning("reading the settings again failed, keeping those read before: %s", exc)
+            _current = (key, _current[1], _current[2], now)
+            return _current[1]
+        if _current is not None and same and settings == _current[2]:
+            _current = (key, _current[1], settings, now)
+        else:
+            _current = (key, Runtime(settings, environ), settings, now)
         return _current[1]
 
 

@@ -1,7 +1,7 @@
 """Signed, expiring links to a run's summary page: `<base>/profiles/<key>?expires=<epoch>&sig=<hmac>`.
 
 The page function serves a page only for a link whose signature (HMAC-SHA256 with the deployment's
-`profile_link_secret`, a key of the gpufarm secret like the other secrets) covers the object key and the expiry,
+`profile_link_secret`, a secret key of the deployment like the others) covers the object key and the expiry,
 and whose expiry has not passed, so a link in an incident or a dashboard iframe opens that one page for a while
 and cannot be turned into another page's link. The key is checked for shape before anything is looked up.
 
@@ -11,9 +11,9 @@ Two rules keep a leaked link or key short-lived:
   two-year dashboard links of earlier releases, or one made with a stolen key) does not open. Run links are signed
   for the shorter of the runs' retention and the bound; the dashboards' `latest/<team>` links for the bound, in
   buckets (`latest_expiry`), and re-signed by `gpufarm datadog apply` and the scheduled sync before they expire.
-- **Rotation**: the gpufarm secret's `profile_link_secret` signs; while a rotation is under way its
-  `profile_link_secret_previous` is accepted too, so links signed before the rotation keep opening until they are
-  re-signed or the previous key is removed (docs/operate.md, "Rotating the link key").
+- **Rotation**: `profile_link_secret` signs; `profile_link_secret_previous` is accepted too (outside a rotation it
+  holds the link key itself), so links signed before a rotation keep opening until they are re-signed or the
+  rotation is finished (`gpufarm secrets rotate-link-key`; docs/operate.md, "Rotating the link key").
 """
 
 from __future__ import annotations
@@ -90,8 +90,15 @@ class LinkSigner:
 
 
 def link_signer(settings: Settings) -> LinkSigner:
-    """The deployment's signer: its link key (ConfigurationMissing without one), the previous key during a
-    rotation, and the bound on a link's life."""
+    """The deployment's signer: its link key (ConfigurationMissing without one) and the bound on a link's life. It
+    signs, and tells a link of the link key from another (the sync's re-signing); it accepts no other key, so what
+    signs never reads `profile_link_secret_previous` (link_checker does)."""
+    return LinkSigner(settings.require("profile_link_secret").encode(), None, settings.profile_link_days * DAY_S)
+
+
+def link_checker(settings: Settings) -> LinkSigner:
+    """What the pages check a link with: the link key and `profile_link_secret_previous` (during a rotation the
+    key before it; otherwise the link key itself), each accepted, and the bound on a link's life."""
     previous = settings.profile_link_secret_previous
     return LinkSigner(
         settings.require("profile_link_secret").encode(),

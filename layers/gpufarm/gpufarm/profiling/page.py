@@ -27,6 +27,21 @@ _CSS = (
 )
 
 
+def render_no_run(team: str) -> str:
+    """The page of a team's newest run before it has one: what to do instead of an error."""
+    title = f"Team {team}: no profiler run yet"
+    return "\n".join(
+        [
+            "<!doctype html><html lang=en><head><meta charset=utf-8>",
+            f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+            f"<h1>{escape(title)}</h1>",
+            "<p class=meta>The newest run a member of the team uploads onto one of its leases shows here.</p>",
+            "<p>Upload a torch.profiler trace with <code>gpufarm profile upload trace.json --ir IR-123</code>.</p>",
+            "</body></html>",
+        ]
+    )
+
+
 def render_summary(summary: RunSummary) -> str:
     """The page of a stored (validated) run summary."""
     s = summary

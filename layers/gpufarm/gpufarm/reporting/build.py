@@ -56,6 +56,17 @@ def selected(alloc: Allocation, query: ReportQuery) -> bool:
     )
 
 
+def unmeasured_note(total: Row) -> str:
+    """How many GPU-hours are unmeasured, and why such hours are: never counted as idle."""
+    said = f"{total.unmeasured:,.1f} GPU-hours of {total.unmeasured_leases} lease(s) are unmeasured (not idle)"
+    if total.unmeasured <= 0:
+        return said
+    return (
+        f"{said}: no node agent (gpufarm-node, or the Datadog Agent where the pool reads it) answered for their "
+        "hosts when the hours accrued, or they were held since the last accrual (the sync, every 15 minutes)"
+    )
+
+
 def _add(row: Row, other: Row) -> None:
     row.leases += other.leases
     row.held += other.held
@@ -172,7 +183,7 @@ def build_report(
     for row in rows.values():
         _add(total, row)
     ordered = sorted(rows.values(), key=lambda r: (-r.held, r.key))
-    notes = [f"{total.unmeasured:,.1f} GPU-hours of {total.unmeasured_leases} lease(s) are unmeasured (not idle)"]
+    notes = [unmeasured_note(total)]
     if read.cut:
         notes.append(f"more than {MAX_LEASES:,} leases: the report was cut there")
     if usage_note:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufarm.core.chat.amounts import gpu_amount
 from gpufarm.core.chat.block_kit import (
     ACTION_APPROVE,
     ACTION_REJECT,
@@ -84,7 +85,7 @@ def decided_card(alloc: Allocation, outcome: str, links: Links) -> Message:
 
 def _what(alloc: Allocation) -> str:
     where, owner = inert(alloc.environment), inert(f"{alloc.team}/{alloc.project}")
-    return f"{alloc.gpu_count}x {inert(alloc.gpu_model)} in `{where}` for `{owner}`"
+    return f"{gpu_amount(alloc)} in `{where}` for `{owner}`"
 
 
 def _facts(alloc: Allocation, ctx: CardContext) -> str:
@@ -101,9 +102,7 @@ def _facts(alloc: Allocation, ctx: CardContext) -> str:
         lines.append(f"• Team {inert(alloc.team)} holds {held} in `{env}`{_quota(ctx)}")
     lines.append(f"• Team's leases there, last {UTILISATION_DAYS} days: {ctx.utilisation}")
     if ctx.others:
-        named = ", ".join(
-            f"{a.ir_label} ({a.gpu_count}x {inert(a.gpu_model)} {a.phase.value})" for a in ctx.others[:10]
-        )
+        named = ", ".join(f"{a.ir_label} ({gpu_amount(a)} {a.phase.value})" for a in ctx.others[:10])
         more = f" +{len(ctx.others) - 10}" if len(ctx.others) > 10 else ""
         lines.append(f"• {mention(alloc.requester)}'s other live leases: {named}{more}")
     else:

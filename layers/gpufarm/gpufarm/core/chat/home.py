@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpufarm.core.chat.amounts import gpu_amount, host_amount, units_amount
 from gpufarm.core.chat.block_kit import (
     ACTION_EXTEND,
     ACTION_KEEP,
@@ -100,7 +101,7 @@ def _leases(data: HomeData) -> list[dict[str, Any]]:
 
 def _lease(alloc: Allocation, links: Links) -> list[dict[str, Any]]:
     head = (
-        f"*{alloc.ir_label}* {alloc.gpu_count}x {inert(alloc.gpu_model)} in `{inert(alloc.environment)}` "
+        f"*{alloc.ir_label}* {gpu_amount(alloc)} in `{inert(alloc.environment)}` "
         f"for `{inert(f'{alloc.team}/{alloc.project}')}`"
     )
     fields = [
@@ -131,23 +132,19 @@ def _state(alloc: Allocation) -> str:
 
 
 def held_where(alloc: Allocation) -> str:
-    """`hpc-a-01 (8 GPUs)`, or a shared host's units: `k8s-a100-01: 2 x A100 1g.10gb slices (0.1, 0.2)`."""
+    """`hpc-a-01 (8 GPUs)`, or a shared host's units: `k8s-a100-01: 2 x A100 1g.10gb slices (0.1, 0.2)` (the
+    words of gpufarm.core.chat.amounts, as every message says them)."""
     devices = lease_devices(alloc)
     parts = []
     for host in alloc.hosts:
         units = devices.get(host, ())
-        slices = [u for u in units if u.is_mig]
-        if slices:
-            profiles = ", ".join(sorted({u.profile or "?" for u in slices}))
-            labels = ", ".join(u.label for u in slices)
-            parts.append(
-                f"`{inert(host)}`: {len(slices)} x {inert(alloc.gpu_model)} {inert(profiles)} "
-                f"slice{'s' if len(slices) != 1 else ''} ({inert(labels)})"
-            )
+        sliced = units_amount(alloc.gpu_model, units)
+        if sliced:
+            parts.append(f"`{inert(host)}`: {sliced} ({inert(', '.join(u.label for u in units))})")
         elif units:
             parts.append(f"`{inert(host)}`: GPUs {inert(', '.join(u.label for u in units))}")
         else:
-            parts.append(f"`{inert(host)}` ({alloc.host_gpus.get(host, 0)} GPUs)")
+            parts.append(f"`{inert(host)}` ({host_amount(alloc, host)})")
     return "\n".join(parts) or "none yet"
 
 
@@ -165,7 +162,7 @@ def _waiting(rows: Sequence[Waiting], title: str, empty: str) -> list[dict[str, 
     if not rows:
         return [*out, context(empty)]
     lines = [
-        f"• *{w.alloc.ir_label}* {w.alloc.gpu_count}x {inert(w.alloc.gpu_model)} in `{inert(w.alloc.environment)}` "
+        f"• *{w.alloc.ir_label}* {gpu_amount(w.alloc)} in `{inert(w.alloc.environment)}` "
         f"for `{inert(f'{w.alloc.team}/{w.alloc.project}')}` {mention(w.alloc.requester)}: {inert(w.reason)}"
         for w in rows[:MAX_LINES]
     ]
@@ -195,7 +192,7 @@ def _idle(data: HomeData) -> list[dict[str, Any]]:
     if not rows:
         return [*out, context("No lease is warned as idle.")]
     lines = [
-        f"• *{a.ir_label}* {a.gpu_count}x {inert(a.gpu_model)} in `{inert(a.environment)}` "
+        f"• *{a.ir_label}* {gpu_amount(a)} in `{inert(a.environment)}` "
         f"{mention(a.requester)}, warned {_when(a.idle_warned_at)}, keeps used {a.keep_count}"
         for a in rows[:MAX_LINES]
     ]

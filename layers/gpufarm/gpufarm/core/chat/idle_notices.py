@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from gpufarm.core.chat.amounts import count_amount, gpu_amount, host_amount
 from gpufarm.core.chat.block_kit import ACTION_KEEP, Message, actions, button, linked, release_button, section
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.chat.links import Links
@@ -81,13 +82,13 @@ def partly_reclaimed(
     """To the requester and the operators: which idle hosts (or devices) left a lease, and what it keeps."""
     parts = _named(f"`{inert(p)}` ({n} GPU{'s' if n != 1 else ''})" for p, n in sorted(given.items()))
     gpus = sum(given.values())
-    kept = _named(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)} GPUs)" for h in alloc.hosts) or "no host"
+    kept = _named(f"`{inert(h)}` ({host_amount(alloc, h)})" for h in alloc.hosts) or "no host"
     gone = _named(f"`{inert(h)}`" for h in hosts_gone)
     untagged = f" Its `{alloc.ir_tag}` tag is removed from {gone}." if hosts_gone else ""
     text = (
         f":recycle: *{alloc.ir_label}* gave back {parts}: idle past the {grace} min grace while the rest of the lease "
         f"was busy; {gpus} GPU{'s' if gpus != 1 else ''} are back in `{inert(alloc.environment)}`.{untagged}\n"
-        f"The lease stays open with {kept}: {alloc.gpu_count}x {inert(alloc.gpu_model)}, "
+        f"The lease stays open with {kept}: {gpu_amount(alloc)}, "
         f"until {_when(alloc.expires_at)}."
     )
     return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)
@@ -122,7 +123,7 @@ def _idle_where(alloc: Allocation, scope: IdleScope | None) -> str:
             f"`{inert(h)}` ({held[h.lower()]} GPUs)" if held.get(h.lower()) else f"`{inert(h)}`" for h in scope.hosts
         )
     where = f" on {_named(f'`{inert(h)}`' for h in alloc.hosts)}" if alloc.hosts else ""
-    return f"the whole lease looks idle ({alloc.gpu_count} GPUs{where})"
+    return f"the whole lease looks idle ({count_amount(alloc)}{where})"
 
 
 def _named(items: Iterable[str]) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpufarm.core.chat.amounts import gpu_amount, host_amount
 from gpufarm.core.chat.block_kit import (
     ACTION_EXTEND,
     MAX_MESSAGE_BLOCKS,
@@ -55,7 +56,7 @@ Operators: `/gpu approve IR-123`, `/gpu reject IR-123 <reason>`, `/gpu reclaim I
 def _what(alloc: Allocation) -> str:
     """`8x H100 in `pool` for `team/project``, every name inert (incident fields may be edited by hand)."""
     where, owner = inert(alloc.environment), inert(f"{alloc.team}/{alloc.project}")
-    return f"{alloc.gpu_count}x {inert(alloc.gpu_model)} in `{where}` for `{owner}`"
+    return f"{gpu_amount(alloc)} in `{where}` for `{owner}`"
 
 
 def _when(moment: datetime | None) -> str:
@@ -152,7 +153,7 @@ def rejected_notice(alloc: Allocation, operator: str, reason: str | None, links:
 
 def allocated(alloc: Allocation, links: Links | None = None) -> Message:
     """To the requester: which hosts, and how to carry the IR in code."""
-    hosts = "\n".join(f"• `{inert(h)}` ({alloc.host_gpus.get(h, 0)} GPUs){_units_of(alloc, h)}" for h in alloc.hosts)
+    hosts = "\n".join(f"• `{inert(h)}` ({host_amount(alloc, h)}){_units_of(alloc, h)}" for h in alloc.hosts)
     text = (
         f":white_check_mark: *{alloc.ir_label}* is allocated: {_what(alloc)}, until {_when(alloc.expires_at)}.\n"
         f"{hosts}\n"
@@ -299,7 +300,7 @@ def list_message(
         return Message(f"{inert(title)}: none.{others}", [section(f"*{inert(title)}*: none.{others}")])
     places = positions or {}
     rows = [
-        f"• *{a.ir_label}* `{a.phase.value}` {a.gpu_count}x {inert(a.gpu_model)} `{inert(a.environment)}` "
+        f"• *{a.ir_label}* `{a.phase.value}` {gpu_amount(a)} `{inert(a.environment)}` "
         f"{inert(f'{a.team}/{a.project}')} {mention(a.requester)}"
         + (f" on {inert(', '.join(a.hosts))}" if a.hosts else "")
         + (f" ({inert(places[a.ir])})" if a.ir in places else "")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from gpufarm.core.chat.amounts import gpu_amount
 from gpufarm.core.chat.block_kit import ACTION_EXEMPT, ACTION_RECLAIM, Message, actions, button, linked, section
 from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
@@ -191,7 +192,7 @@ def exempted_reply(alloc: Allocation, links: Links | None = None) -> Message:
 
 def _lease(alloc: Allocation) -> str:
     where, team = inert(alloc.environment), inert(alloc.team)
-    return f"{alloc.gpu_count}x {inert(alloc.gpu_model)} in {where}, team {team}, {mention(alloc.requester)}"
+    return f"{gpu_amount(alloc)} in {where}, team {team}, {mention(alloc.requester)}"
 
 
 def _operators_named(ctx: LeaseContext) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from gpufarm.core.chat.amounts import gpu_amount
 from gpufarm.core.chat.block_kit import ACTION_EXTEND, Message, actions, button, linked, release_button, section
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.chat.links import Links
@@ -69,8 +70,8 @@ def expiry_reminder(alloc: Allocation, links: Links | None = None) -> Message:
 
 
 def _gpus(alloc: Allocation) -> str:
-    """`8x H100 in `pool``, its names inert (incident fields may be edited by hand)."""
-    return f"{alloc.gpu_count}x {inert(alloc.gpu_model)} in `{inert(alloc.environment)}`"
+    """`8x H100 in `pool`` (or `2 x A100 1g.10gb slices`), its names inert (incident fields may be edited by hand)."""
+    return f"{gpu_amount(alloc)} in `{inert(alloc.environment)}`"
 
 
 def _days(days: int | None) -> str:

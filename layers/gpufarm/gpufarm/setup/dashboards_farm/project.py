@@ -37,10 +37,11 @@ def project(farm: FarmConfig) -> dict[str, Any]:
         [
             note(
                 "**A project's GPUs.** Pick a team, project or lease (`ir-<n>`) above. Held, busy and idle devices "
-                "are what the node agents attribute to the lease (`gpufarm.ir.*`); GPU-hours are the sum of hourly "
-                "averages over whole hours of the time frame."
+                "are what the node agents attribute to the lease (`gpufarm.ir.*`): whole GPUs and MIG slices, a "
+                "slice counting one (the GPU slicing dashboard names each slice and its profile); GPU-hours are the "
+                "sum of hourly averages over whole hours of the time frame."
             ),
-            Chart("query_value", "GPUs held", [Series("a", "sum:gpufarm.ir.gpus")], where=s),
+            Chart("query_value", "GPUs and slices held", [Series("a", "sum:gpufarm.ir.gpus")], where=s),
             Chart("query_value", "Busy", [Series("a", "sum:gpufarm.ir.gpus_busy")], where=s),
             Chart(
                 "query_value",
@@ -58,7 +59,7 @@ def project(farm: FarmConfig) -> dict[str, Any]:
             ),
             Chart(
                 "timeseries",
-                "GPUs held, busy and idle",
+                "GPUs and MIG slices held, busy and idle",
                 [
                     Series("held", "sum:gpufarm.ir.gpus", "held"),
                     Series("busy", "sum:gpufarm.ir.gpus_busy", "busy"),

@@ -64,8 +64,8 @@ def slicing(farm: FarmConfig) -> dict[str, Any]:
             ),
             Chart(
                 "toplist",
-                "Devices per lease on shared pools",
-                [Series("a", "sum:gpufarm.ir.gpus", "devices")],
+                "MIG slices and shared GPUs per lease",
+                [Series("a", "sum:gpufarm.ir.gpus", "slices and GPUs")],
                 where=scope(pools, HOST, LEASE, LEASED),
                 by=PER_LEASE,
             ),
