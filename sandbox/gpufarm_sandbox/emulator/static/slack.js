@@ -7,13 +7,13 @@
 
   var POLL_MS = 1000;
   var OPERATORS_HANDLE = "gpu-operators";
+  // Text symbols rather than colour emoji, so a machine without an emoji font (a CI's Chromium) draws them too.
   var EMOJI = {
-    white_check_mark: "\u2705", warning: "\u26a0\ufe0f", recycle: "\u267b\ufe0f", hourglass: "\u231b",
-    hourglass_flowing_sand: "\u23f3", x: "\u274c", no_entry: "\u26d4", bell: "\ud83d\udd14", lock: "\ud83d\udd12",
-    tada: "\ud83c\udf89", zzz: "\ud83d\udca4", bar_chart: "\ud83d\udcca", gear: "\u2699\ufe0f",
-    information_source: "\u2139\ufe0f", heavy_check_mark: "\u2714\ufe0f", hand: "\u270b", clock3: "\ud83d\udd52",
-    rocket: "\ud83d\ude80", question: "\u2753", red_circle: "\ud83d\udd34", large_green_circle: "\ud83d\udfe2",
-    pushpin: "\ud83d\udccc", memo: "\ud83d\udcdd", calendar: "\ud83d\udcc6", fire: "\ud83d\udd25"
+    white_check_mark: "\u2714", heavy_check_mark: "\u2714", warning: "\u26a0", recycle: "\u267b",
+    hourglass: "\u231b", hourglass_flowing_sand: "\u231b", x: "\u2716", no_entry: "\u2298", bell: "\u266a",
+    lock: "\u26bf", tada: "\u2605", zzz: "z", bar_chart: "\u2261", gear: "\u2699", information_source: "\u2139",
+    hand: "\u270b", clock3: "\u231a", rocket: "\u2197", question: "?", red_circle: "\u25cf",
+    large_green_circle: "\u25cf", pushpin: "\u2022", memo: "\u270e", calendar: "\u2637", fire: "\u2668"
   };
 
   var state = {
