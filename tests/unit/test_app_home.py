@@ -19,7 +19,9 @@ from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.hosts import GpuUnit
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.kernel.units import encode_devices
+from gpufarm.core.leases import home
 from gpufarm.handlers import idle_alert, incident_webhook, runtime, slack_worker
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
@@ -47,6 +49,13 @@ class Parts:
         return sum(1 for s in self.chat.sent if s.kind == "home" and s.target == user)
 
 
+class NoUsage:
+    """The utilisation query of the operators' card: nothing measured (no Datadog here)."""
+
+    def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> list[Any]:
+        return []
+
+
 @pytest.fixture
 def parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Parts]:
     for name in ("GPUFARM_ALLOCATION_QUEUE_URL", "GPUFARM_LOCAL_INVOKE_URL", "GPUFARM_OPERATORS_USERGROUP"):
@@ -63,6 +72,7 @@ def parts(monkeypatch: pytest.MonkeyPatch) -> Iterator[Parts]:
         farm=parse_farm(FARM_YAML),
         queue=p.queue,
         monitor_states=FakeMonitorStates(),
+        metrics_query=NoUsage(),
     )
     yield p
     runtime.reset()
@@ -199,6 +209,13 @@ def test_an_ended_lease_leaves_the_home_at_once(parts: Parts) -> None:
     assert f"IR-{ir}" not in texts(parts.chat.homes[ALICE]) and "You hold no GPUs now." in texts(
         parts.chat.homes[ALICE]
     )
+
+
+def test_the_syncs_hourly_accruals_refresh_no_home() -> None:
+    # They write every lease once an hour and change nothing its holder acts on; everything else refreshes.
+    assert home.refreshes(IncidentCommand(op=Op.ACCRUE, ir=1)) is False
+    assert home.refreshes(IncidentCommand(op=Op.KEEP, ir=1, actor=ALICE)) is True
+    assert home.refreshes(None) is True  # a lifecycle step (allocation, reclaim) or a pool's repair
 
 
 def test_a_failed_publish_never_fails_the_change(parts: Parts, monkeypatch: Any) -> None:

@@ -34,7 +34,7 @@ from gpufarm.core.kernel.ports import (
     MetricsSink,
     WorkQueue,
 )
-from gpufarm.core.kernel.serial import IdleScope
+from gpufarm.core.kernel.serial import IdleScope, IncidentCommand
 from gpufarm.core.leases import allocation, ending, extension, home, process, queries, requests, upload_tokens
 from gpufarm.core.sync import expiry, gauges, repair, run, sweep
 
@@ -155,8 +155,11 @@ class GpuFarm:
         """Publish a user's App Home (views.publish)."""
         home.publish(self.context, user)
 
-    def refreshing_homes(self, work: Callable[[], T]) -> T:
-        """Run a unit of pool work, then publish once the Home of each requester whose lease it wrote."""
+    def refreshing_homes(self, work: Callable[[], T], command: IncidentCommand | None = None) -> T:
+        """Run a unit of pool work (`command`, when it is one), then publish once the Home of each requester whose
+        lease it wrote (gpufarm.core.leases.home; not after the sync's hourly accruals)."""
+        if not home.refreshes(command):
+            return work()
         return home.refreshed(self.context, work)
 
     def quota(self, team: str | None = None) -> Message:

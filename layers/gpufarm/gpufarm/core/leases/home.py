@@ -26,6 +26,7 @@ from gpufarm.core.kernel.errors import GpufarmError, UpstreamError
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.leases import queries, terms
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,13 @@ def _last_details(alloc: Allocation, step: Step) -> str:
 def publish(ctx: LeaseContext, user: str, written: Mapping[int, Allocation] | None = None) -> None:
     """Build `user`'s Home and publish it (views.publish); UpstreamError when Slack or Datadog failed."""
     ctx.chat.publish_home(user, home_view(home(ctx, user, written)))
+
+
+def refreshes(command: IncidentCommand | None) -> bool:
+    """Whether a unit of pool work refreshes the Homes it touches: all but the sync's hourly GPU-hour accruals,
+    which write every lease once an hour and change nothing a holder acts on (their Home shows the new hours at
+    the next change or opening), so the sync's cost stays what it was."""
+    return command is None or command.op is not Op.ACCRUE
 
 
 def refreshed(ctx: LeaseContext, work: Callable[[], T]) -> T:
