@@ -1,7 +1,8 @@
 """The App Home tab: read what a user's Home shows, publish it, and refresh it after each change to their leases.
 
 Published when the user opens the tab (Slack's `app_home_opened` event, through the worker) and after every unit
-of pool work that wrote a lease (`refreshed`, around the allocation queue's consumer): the Home of each requester
+of pool work that wrote a lease (`refreshed`, around the allocation queue's consumer; not after the sync's hourly
+accruals, `refreshes`): the Home of each requester
 whose lease that work wrote is published once, however many writes the work made, so a change costs at most one
 `views.publish` per user it touched (bounded by MAX_REFRESHED_USERS for work that writes many leases, the sync's
 repairs). What the work wrote wins over the search, whose index may not show the write yet. A failed publish is
