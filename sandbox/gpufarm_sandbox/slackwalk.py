@@ -1,8 +1,9 @@
 """The Slack page walked in a real browser: request → approval → allocation DM → idle warning → Keep → release.
 
 Each step is what a person does on `http://127.0.0.1:<port>/slack` of the local host: choose who they are, type
-`/gpu …`, click the operators' Approve, read the DM, click Keep on the idle warning and Release (with its
-confirmation) on the App Home tab. Everything goes the real way: the page asks the sandbox to send the signed
+`/gpu help` (an answer only they see), fill the request form `/gpu request` opens (a bad field refused where it is),
+click the operators' Approve, read the DM, click Keep on the idle warning and Release (with its confirmation) on the
+App Home tab. Everything goes the real way: the page asks the sandbox to send the signed
 command, click or event to the ingress, and shows what the functions put into the workspace. The only thing that
 is not a click is the idle monitor's alert, posted to the idle alert's Function URL as Datadog would post it.
 
@@ -24,7 +25,16 @@ from gpufarm_sandbox.example_farm import BOB, DANA
 if TYPE_CHECKING:
     from playwright.sync_api import Locator, Page
 
-REQUEST = "request 16 H100 project=vit team=vision env=onprem-hpc days=7"
+# The request form as bob fills it: 16 H100, beyond his team's quota, so an operator decides.
+FORM = {
+    "gpu_model": "H100",
+    "gpu_count": "16",
+    "environment": "onprem-hpc",
+    "team": "vision",
+    "project": "vit",
+    "duration_days": "7",
+}
+SELECTS = frozenset({"gpu_model", "environment", "team"})
 STEP_TIMEOUT_S = 30.0
 # Shown as a Slack user sees them: the research channel and the operators' channel of the demo's workspace.
 RESEARCH = "ml-research"
@@ -64,7 +74,8 @@ def walk(page: Page, farm: LocalFarm, *, screenshots: bool = True) -> Walk:
             done.screenshots[name] = page.screenshot(type="png")
 
     step("open the page as bob", lambda: _open(page, farm, BOB.id))
-    step("bob types the request in #ml-research", lambda: _request(page, done))
+    step("bob asks /gpu help in #ml-research; the answer is his alone", lambda: _help(page))
+    step("bob fills the request form (a bad project refused on its field)", lambda: _request(page, done))
     ir = done.ir
     assert ir is not None
     step("dana approves on the operators' card", lambda: _approve(page, farm, ir))
@@ -88,12 +99,35 @@ def _open(page: Page, farm: LocalFarm, user: str) -> None:
     page.locator(f"#channels button[data-channel='{RESEARCH}']").click()
 
 
-def _request(page: Page, done: Walk) -> None:
-    page.fill("#box", f"/gpu {REQUEST}")
+def _help(page: Page) -> None:
+    page.fill("#box", "/gpu help")
     page.press("#box", "Enter")
-    ack = _message(page, "Requesting 16x H100")
-    if "Only visible to you" not in ack.inner_text():
-        raise WalkError("the command's ack is not shown as an ephemeral message")
+    answer = _message(page, "/gpu request")
+    if "Only visible to you" not in answer.inner_text():
+        raise WalkError("the help answer is not shown as an ephemeral message")
+
+
+def _request(page: Page, done: Walk) -> None:
+    """The bare command opens the request form; a bad project is refused on its field; the fixed form is sent."""
+    page.fill("#box", "/gpu request")
+    page.press("#box", "Enter")
+    page.locator("#overlay").wait_for(state="visible", timeout=STEP_TIMEOUT_S * 1000)
+    for block, value in FORM.items():
+        control = page.locator(f"#in-{block}")
+        if block in SELECTS:
+            control.select_option(value)
+        else:
+            control.fill(value)
+    page.fill("#in-project", "VIT KO!")
+    page.locator("#modal-submit").click()
+    error = page.locator("#modal .bk-error")
+    error.wait_for(timeout=STEP_TIMEOUT_S * 1000)
+    page.fill("#in-project", FORM["project"])
+    page.locator("#modal-submit").click()
+    page.locator("#overlay").wait_for(state="hidden", timeout=STEP_TIMEOUT_S * 1000)
+    # A form has no response_url: the answer comes by DM.
+    page.locator("#open-app").click()
+    page.locator("#tab-messages").click()
     answer = _message(page, "Sent to the GPU operators")
     done.ir = ir_in(answer.inner_text())
     if done.ir is None:

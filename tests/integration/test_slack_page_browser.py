@@ -1,5 +1,6 @@
 """The Slack page in a real browser: headless Chromium on the local host's `/slack` walks a lease's life the way a
-person would (gpufarm_sandbox.slackwalk): bob types the request, dana approves on the operators' card, bob reads
+person would (gpufarm_sandbox.slackwalk): bob asks for help (an answer he alone sees), fills the request form (a
+bad project refused on its field), dana approves on the operators' card, bob reads
 the allocation DM, clicks Keep on the idle warning and releases from the App Home tab. Every step went through the
 ingress as Slack would send it; the page raised no console error. Its screenshots and step times are kept under
 .artifacts/slack/ (the CI's artefacts)."""
@@ -60,7 +61,7 @@ def test_a_lease_is_walked_through_on_the_slack_page(farm: LocalFarm) -> None:
     deliveries = farm.get("/_sandbox/state")["slack"]["deliveries"]
     kinds = [(d["kind"], d["user"], d["status"]) for d in deliveries]
     assert ("command", BOB.id, 200) in kinds and ("block_actions", DANA.id, 200) in kinds
-    assert ("event:app_home_opened", BOB.id, 200) in kinds
+    assert ("event:app_home_opened", BOB.id, 200) in kinds and ("view_submission", BOB.id, 200) in kinds
     assert all(d["status"] == 200 for d in deliveries), deliveries
     assert all(png.startswith(b"\x89PNG") for png in done.screenshots.values())
 
