@@ -10,8 +10,8 @@
    next, so the counts are that change's alone). The first publish (alice opening the tab, the
    `app_home_opened` event) is timed apart.
 2. `--screenshots DIR`: headless Chromium walks the page (gpufarm_sandbox.slackwalk: help, the request form,
-   approval, allocation DM, idle warning, Keep, release from the Home), prints each step's seconds and writes `slack-page.png` (the
-   allocation DM) and `slack-home.png` (the App Home) into DIR (docs/screenshots for the docs).
+   approval, allocation DM, idle warning, Keep, release from the Home), prints each step's seconds and writes
+   `slack-page.png` (the allocation DM) and `slack-home.png` (the App Home) into DIR (docs/screenshots for the docs).
 
 Run: .venv/bin/python benchmarks/app_home.py [--changes 20] [--screenshots docs/screenshots]
 """

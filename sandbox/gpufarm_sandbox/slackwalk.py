@@ -78,7 +78,7 @@ def walk(page: Page, farm: LocalFarm, *, screenshots: bool = True) -> Walk:
     step("bob fills the request form (a bad project refused on its field)", lambda: _request(page, done))
     ir = done.ir
     assert ir is not None
-    step("dana approves on the operators' card", lambda: _approve(page, farm, ir))
+    step("dana (who sees none of bob's answers) approves on the operators' card", lambda: _approve(page, farm, ir))
     step("bob reads the allocation DM", lambda: _allocation_dm(page, ir))
     shot("slack-page")
     step("the idle monitor warns; bob sees Keep in the DM", lambda: _idle_warning(page, farm, ir))
@@ -136,6 +136,9 @@ def _request(page: Page, done: Walk) -> None:
 
 def _approve(page: Page, farm: LocalFarm, ir: int) -> None:
     page.select_option("#who", DANA.id)
+    # Dana, in the channel where bob asked for help, does not see the answer only he was shown.
+    page.locator(f"#channels button[data-channel='{RESEARCH}']").click()
+    page.locator("#messages article.ephemeral").first.wait_for(state="detached", timeout=STEP_TIMEOUT_S * 1000)
     page.locator(f"#channels button[data-channel='{OPERATORS}']").click()
     card = _message(page, f"IR-{ir}", has_button="gpu_approve")
     card.locator("button[data-action-id='gpu_approve']").click()
