@@ -60,7 +60,10 @@ def _hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return name
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
 @click.version_option(__version__, prog_name="gpufarm-node")
 @click.option(
     "--interval",
@@ -183,8 +186,14 @@ def _hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     show_default=True,
     envvar="GPUFARM_NODE_LOG_LEVEL",
 )
-def main(**opts: Any) -> None:
-    """gpufarm-node: NVML metrics per GPU, MIG slice, process and container, attributed to IRs, sent to Datadog."""
+@click.pass_context
+def main(ctx: click.Context, /, **opts: Any) -> None:
+    """gpufarm-node: NVML metrics per GPU, MIG slice, process and container, attributed to IRs, sent to Datadog.
+
+    Without a command it runs the agent; `gpufarm-node enforce slurm` runs the Slurm enforcer instead.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     logging.basicConfig(
         level=getattr(logging, opts["log_level"].upper()),
         stream=sys.stderr,
@@ -351,6 +360,14 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
         host_tags = HostTagWatch.from_client(client, opts["hostname"])
     return sender, registrar, host_tags
 
+
+def _commands() -> None:
+    from gpufarm_node.enforce.cli import enforce
+
+    main.add_command(enforce)
+
+
+_commands()
 
 if __name__ == "__main__":
     main()

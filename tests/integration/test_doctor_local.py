@@ -34,6 +34,7 @@ CHECKS = {
     "url incident webhook",
     "url idle webhook",
     "url profile pages",
+    "url profile upload",
 }
 
 
@@ -80,8 +81,11 @@ def test_on_the_local_environment_every_check_is_confirmed(local: LocalEnv) -> N
     assert {line["check"] for line in lines} >= CHECKS
     assert any(line["check"].startswith("search ") for line in lines)
     assert {line["status"] for line in lines} <= {"confirmed", "skipped"}, result.output
-    # Only the profile pages are skipped: the local environment runs without profiler runs' S3.
-    assert [line["check"] for line in lines if line["status"] == "skipped"] == ["url profile pages"]
+    # Only the profiler runs' functions are skipped: the local environment runs without their S3.
+    assert [line["check"] for line in lines if line["status"] == "skipped"] == [
+        "url profile pages",
+        "url profile upload",
+    ]
     assert result.exit_code == 0
     assert leftovers(local)["probes"] == [] and leftovers(local)["tags"] == []
 
@@ -90,7 +94,7 @@ def test_the_table_is_one_aligned_row_per_check_and_a_count(local: LocalEnv) -> 
     result = doctor("--host", HOST)
     rows = result.output.strip().splitlines()
     assert result.exit_code == 0
-    assert rows[-1].endswith("1 skipped") and "confirmed" in rows[-1]
+    assert rows[-1].endswith("2 skipped") and "confirmed" in rows[-1]
     checked = [row for row in rows[:-1] if "  confirmed  " in row or "  skipped  " in row]
     assert len({row.index("  confirmed  ") for row in checked if "  confirmed  " in row}) == 1
 

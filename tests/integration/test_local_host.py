@@ -430,6 +430,7 @@ def test_the_real_template_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
             "IdleAlertFunction": f"{running.url}/fn/idle_alert/",
             "QuotaSyncFunction": None,
             "ProfilePagesFunction": f"{running.url}/fn/profile_pages/",
+            "ProfileUploadFunction": f"{running.url}/fn/profile_upload/",
             "DailyDigestFunction": None,
         }
         assert current["queues"]["AllocationQueue"]["consumer"] == "IncidentWebhookFunction"

@@ -1,8 +1,9 @@
 """Profiler runs through `gpufarm local`: the demo's profile stage on a fresh local host with moto's S3 server.
 
-The real CLI uploads a real torch.profiler trace from another process; the page comes from the local
-profile_pages function for the signed link (a forged one is refused), the metrics from the sandbox, the run
-from `/gpu status`.
+Alice gets an upload token through the sandbox's Slack (`/gpu profile-token`); the real CLI uploads a real
+torch.profiler trace from another process holding only that token and GPUFARM_API_URL, through the local
+profile_upload function (a forged token is exit 2); the page comes from the local profile_pages function for the
+signed link (a forged one is refused), the metrics from the sandbox, the run from `/gpu status`.
 """
 
 from __future__ import annotations
@@ -35,4 +36,4 @@ def test_the_profile_stage_uploads_a_real_trace_and_serves_its_page(monkeypatch:
         ctx = DemoContext(sandbox=env.sandbox, base_url=env.url, settings=Settings(), out=lines.append, local=env)
         profile_stage.run(ctx)
     assert ctx.failures == [], "\n".join(lines)
-    assert ctx.checks >= 9
+    assert ctx.checks >= 12

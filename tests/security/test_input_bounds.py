@@ -200,30 +200,17 @@ def hostile(tmp_path: Path) -> Path:
 def test_gpufarm_profile_upload_refuses_a_hostile_trace_with_exit_2(
     hostile: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Refused while reading, before the lease or S3 is asked: the settings name a bucket no one serves.
-    from gpufarm.cli import profile
+    # Sent to the upload function, refused while it reads (400: exit 2), nothing stored, the upload deleted.
+    from upload_service import upload_service
 
-    stored: list[Any] = []
-
-    def upload_runs(*_: Any, paths: list[Path], **__: Any) -> list[Any]:
-        for path in paths:
-            analyse(reader.events(path))
-        stored.append(paths)
-        return []
-
-    monkeypatch.setattr(profile, "upload_traces", _reading_only(upload_runs))
-    result = CliRunner().invoke(cli, ["profile", "upload", str(hostile), "--ir", "IR-1", "--user", "U0000000001"])
-    assert result.exit_code == 2, result.output
-    assert "nested deeper than" in result.output and "nothing was stored" in result.output
-    assert stored == []
-
-
-def _reading_only(upload_runs: Any) -> Any:
-    def upload_traces(traces: list[Path], *_: Any) -> list[str]:
-        upload_runs(paths=traces)
-        return []
-
-    return upload_traces
+    with upload_service(monkeypatch) as service:
+        ir = service.lease()
+        monkeypatch.setenv("GPUFARM_API_URL", service.url)
+        args = ["profile", "upload", str(hostile), "--ir", f"IR-{ir}", "--token", service.token(ir)]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert "nested deeper than" in result.output and "nothing was stored" in result.output
+        assert service.runs(ir) == [] and service.objects() == []
 
 
 # -- the Slack ingress ------------------------------------------------------------------------------------------

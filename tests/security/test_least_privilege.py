@@ -33,6 +33,8 @@ PAGES = "ProfilePagesFunction"
 LINK_KEYS = {"profile_link_secret", "profile_link_secret_previous"}
 # What stores a run in the profile bucket (gpufarm.adapters.profile_store).
 STORES_RUNS = ("gpufarm.adapters.profile_store", "S3ProfileStore.put_run")
+# The code that signs researchers' PUT URLs for incoming/ (the upload function): its role is what the URLs may do.
+TAKES_UPLOADS = ("gpufarm.adapters.profile_store", "S3ProfileStore.presign_put")
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +159,10 @@ def test_no_function_writes_profiles_unless_its_code_stores_runs(template: dict[
         if STORES_RUNS not in reached:
             assert writes == set(), f"{logical_id} may write the profile bucket but its code stores no run"
         else:
-            assert {r for _, r in writes} <= {"${ProfileBucket.Arn}/profiles/*"}, logical_id
+            allowed = {"${ProfileBucket.Arn}/profiles/*"}
+            if TAKES_UPLOADS in reached:
+                allowed.add("${ProfileBucket.Arn}/incoming/*")
+            assert {r for _, r in writes} <= allowed, logical_id
 
 
 def test_the_security_docs_say_what_each_function_may_read(template: dict[str, Any]) -> None:

@@ -3,7 +3,8 @@
 An outsider can call every Function URL whose AuthType is NONE: Lambda invokes, and bills, the function before any
 signature or token is checked. So each such function has reserved concurrency from a template parameter (a flood is
 throttled at its bound), an alarm on a surge of 4xx answers, and a handler that refuses an oversize body from its
-length alone, before it decodes or parses anything or reads its configuration. The served profile pages forbid
+length alone, before it decodes or parses anything or reads its configuration (the profile upload function reads
+its token key only after that check). The served profile pages forbid
 forms and <base> in their CSP. The public functions are read from template.yaml, so a new public URL is held to the
 same rules.
 """
@@ -59,10 +60,14 @@ def _module(name: str) -> str:
 
 
 def test_the_template_has_public_urls_to_hold() -> None:
-    # The four of today's template; a fifth public URL is held by every test below as it comes.
-    assert {"SlackIngressFunction", "IncidentWebhookFunction", "IdleAlertFunction", "ProfilePagesFunction"} <= set(
-        PUBLIC
-    )
+    # The five of today's template; a sixth public URL is held by every test below as it comes.
+    assert {
+        "SlackIngressFunction",
+        "IncidentWebhookFunction",
+        "IdleAlertFunction",
+        "ProfilePagesFunction",
+        "ProfileUploadFunction",
+    } <= set(PUBLIC)
 
 
 @pytest.mark.parametrize("name", PUBLIC)
@@ -193,6 +198,7 @@ LIMITS = {
     "incident_webhook": http.WEBHOOK_MAX_BODY_BYTES,
     "idle_alert": http.WEBHOOK_MAX_BODY_BYTES,
     "profile_pages": 0,
+    "profile_upload": importlib.import_module("gpufarm.handlers.profile_upload").MAX_BODY_BYTES,
 }
 
 

@@ -283,7 +283,7 @@ def test_each_function_url_is_judged_by_gpufarms_own_refusal() -> None:
 
     given = {urls.INGRESS: "https://in/", urls.INCIDENT: "https://hook/", urls.IDLE: "https://idle/", urls.PAGES: None}
     lines = urls.check_urls(answer, given)
-    assert [x.status for x in lines] == [Status.CONFIRMED, Status.BROKEN, Status.BROKEN, Status.SKIPPED]
+    assert [x.status for x in lines] == [Status.CONFIRMED, Status.BROKEN, Status.BROKEN, Status.SKIPPED, Status.SKIPPED]
     assert "auth NONE" in lines[1].detail and "ConnectionRefusedError" in lines[2].detail
     assert sent[0] == ("https://in/", b"command=%2Fgpu&text=help")
 
@@ -296,6 +296,18 @@ def test_the_profile_pages_are_asked_for_a_link_to_no_run() -> None:
         assert body is None
         return 500, '{"error":"not configured"}'
 
-    [line] = urls.check_urls(answer, {urls.PAGES: "https://pages/"})[-1:]
+    [line] = urls.check_urls(answer, {urls.PAGES: "https://pages/"})[-2:-1]
     assert seen == ["https://pages/profiles/gpufarm-doctor?expires=0&sig=0"]
     assert line.status is Status.BROKEN and "500" in line.detail and "not configured" in line.detail
+
+
+def test_the_profile_upload_is_asked_to_begin_without_a_token() -> None:
+    seen: list[tuple[str, bytes | None]] = []
+
+    def answer(url: str, body: bytes | None, kind: str) -> tuple[int, str]:
+        seen.append((url, body))
+        return 401, '{"error":"an upload token is required"}'
+
+    [line] = urls.check_urls(answer, {urls.UPLOAD: "https://upload/"})[-1:]
+    assert seen == [("https://upload/begin", b"{}")]
+    assert line.status is Status.CONFIRMED and line.check == "url profile upload"

@@ -6,8 +6,9 @@ fails to show that a failed upload leaves the incident as it was.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,7 @@ from gpufarm.core.service import GpuFarm
 from gpufarm.profiling import summary
 from gpufarm.profiling.links import LinkSigner
 from gpufarm.profiling.page import render_summary
-from gpufarm.profiling.upload import upload
+from gpufarm.profiling.upload import RECORDED, upload
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiler"
 ALICE, MATE, STRANGER = "U0000000001", "U0000000002", "U0000000009"
@@ -61,7 +62,7 @@ class World:
     def alloc(self) -> Allocation:
         return Allocation.from_record(self.incidents.by_ir(self.ir))
 
-    def keys(self) -> list[str]:
+    def stored(self) -> list[str]:
         listed = self.s3.list_objects_v2(Bucket=BUCKET)  # type: ignore[attr-defined]
         return sorted(o["Key"] for o in listed.get("Contents", []))
 
@@ -106,7 +107,7 @@ def world(monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
 def test_an_upload_stores_trace_and_summary_records_the_link_and_publishes_metrics(world: World) -> None:
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="run-7", batch_size=32)
     folder = PREFIX + done.key + "/"  # type: ignore[attr-defined]
-    assert world.keys() == [folder + SUMMARY, folder + TRACE, PREFIX + "latest/nlp/" + SUMMARY]
+    assert world.stored() == [folder + SUMMARY, folder + TRACE, PREFIX + "latest/nlp/" + SUMMARY]
     stored = world.s3.get_object(Bucket=BUCKET, Key=folder + SUMMARY)["Body"].read()  # type: ignore[attr-defined]
     data = summary.parse(stored, done.key)  # type: ignore[attr-defined]
     assert (data.ir, data.run, data.trace_name) == (world.ir, "run-7", "cpu_mlp.json")
@@ -146,7 +147,7 @@ def test_a_team_member_may_upload_and_a_gzipped_trace_is_stored_as_it_came(world
 def test_someone_not_on_the_lease_is_refused_and_nothing_is_stored(world: World) -> None:
     with pytest.raises(NotAllowed, match="requester or members of team nlp"):
         world.up(FIXTURES / "cpu_mlp.json", actor=STRANGER)
-    assert world.keys() == [] and profile_runs.runs(world.alloc().history) == [] and world.metrics.series == []
+    assert world.stored() == [] and profile_runs.runs(world.alloc().history) == [] and world.metrics.series == []
 
 
 def test_an_unknown_or_resolved_ir_is_refused(world: World) -> None:
@@ -155,7 +156,7 @@ def test_an_unknown_or_resolved_ir_is_refused(world: World) -> None:
     world.svc.release(world.ir, ALICE)
     with pytest.raises(Conflict, match="has ended"):
         world.up(FIXTURES / "cpu_mlp.json")
-    assert world.keys() == []
+    assert world.stored() == []
 
 
 def test_one_bad_trace_refuses_the_whole_upload(world: World, tmp_path: Path) -> None:
@@ -163,7 +164,7 @@ def test_one_bad_trace_refuses_the_whole_upload(world: World, tmp_path: Path) ->
     cut.write_bytes((FIXTURES / "cpu_mlp.json.gz").read_bytes()[:9000])
     with pytest.raises(ValidationFailed, match="truncated or corrupt gzip"):
         world.up(FIXTURES / "cpu_mlp.json", cut)
-    assert world.keys() == [] and profile_runs.runs(world.alloc().history) == []
+    assert world.stored() == [] and profile_runs.runs(world.alloc().history) == []
 
 
 def test_bad_names_and_batch_sizes_are_refused(world: World) -> None:
@@ -171,7 +172,7 @@ def test_bad_names_and_batch_sizes_are_refused(world: World) -> None:
         world.up(FIXTURES / "cpu_mlp.json", name="Run 7")
     with pytest.raises(ValidationFailed, match="batch size"):
         world.up(FIXTURES / "cpu_mlp.json", batch_size=0)
-    assert world.keys() == []
+    assert world.stored() == []
 
 
 def test_s3_failing_leaves_the_incident_as_it_was(world: World) -> None:
@@ -201,7 +202,7 @@ def test_the_store_leaves_nothing_of_a_run_it_could_not_store_whole(
     shutil.copy(FIXTURES / "cpu_mlp.json.gz", gz)
     with pytest.raises(UpstreamError, match=rf"{what} after 2 attempts \(ServiceUnavailable\)"):
         world.store.put_run("ir-1/run-1-20261201t150000z", gz, b"{}", latest="latest/nlp")
-    assert world.keys() == []
+    assert world.stored() == []
 
 
 def test_a_redelivered_profile_command_appends_nothing(world: World) -> None:
@@ -226,7 +227,73 @@ def test_a_run_whose_link_would_not_fit_the_history_is_refused_before_anything_i
     lambda_url = "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.eu-central-1.on.aws/"
     with pytest.raises(ValidationFailed, match="shorter --name"):
         world.up(FIXTURES / "cpu_mlp.json", name="r" * 63, pages_url=lambda_url + "x" * 60)
-    assert world.keys() == [] and profile_runs.runs(world.alloc().history) == []
+    assert world.stored() == [] and profile_runs.runs(world.alloc().history) == []
     (done,) = world.up(FIXTURES / "cpu_mlp.json", name="r" * 63, pages_url=lambda_url)
     (run,) = profile_runs.runs(world.alloc().history)
     assert run.link == done.link and run.run == "r" * 63  # type: ignore[attr-defined]
+
+
+class WriterQueue:
+    """The pool's FIFO with its consumer: `send` runs the command as the one writer would, after `before` (the
+    lease's own earlier commands in the same group), or holds it when `hold` (a consumer that has not run yet)."""
+
+    def __init__(self, *, before: Callable[[], object] | None = None, hold: bool = False) -> None:
+        self.before, self.hold = before, hold
+        self.svc: GpuFarm | None = None
+        self.sent: list[dict[str, object]] = []
+
+    def send(self, body: Mapping[str, object], *, group: str, dedup_id: str) -> None:
+        self.sent.append(dict(body))
+        if self.hold:
+            return
+        if self.before is not None:
+            self.before()
+        assert self.svc is not None
+        command = IncidentCommand.model_validate(body["command"])
+        # A refused record (Conflict) is told to the uploader by DM; the incident is unchanged.
+        with contextlib.suppress(Conflict):
+            executor.execute(self.svc.context, command, redelivered_on_failure=False)
+
+
+def _queued(world: World, queue: WriterQueue) -> World:
+    """The same lease and store, its commands going through `queue` (the Lambda path)."""
+    old = world.svc.context
+    svc = GpuFarm(
+        incidents=world.incidents,
+        hosts=old.hosts,
+        chat=old.chat,
+        clock=old.clock,
+        farm=old.farm,
+        metrics=world.metrics,
+        queue=queue,
+    )
+    queue.svc = svc
+    return World(svc, world.incidents, world.metrics, world.store, world.s3, world.ir)
+
+
+def test_a_queued_run_is_answered_recorded_once_the_pools_writer_has_recorded_it(world: World) -> None:
+    queued = _queued(world, WriterQueue())
+    (done,) = queued.up(FIXTURES / "cpu_mlp.json", name="run-q", record_wait_s=5)
+    assert done.recorded == RECORDED  # type: ignore[attr-defined]
+    assert [run.run for run in profile_runs.runs(world.alloc().history)] == ["run-q"]
+    assert world.metrics.value("gpufarm.profile.steps", f"ir:ir-{world.ir}", "run:run-q") == 5
+
+
+def test_a_lease_ending_before_the_writer_records_the_run_refuses_it_and_deletes_what_was_stored(
+    world: World,
+) -> None:
+    queued = _queued(world, WriterQueue(before=lambda: world.svc.release(world.ir, ALICE)))
+    with pytest.raises(Conflict, match="ended during the upload"):
+        queued.up(FIXTURES / "cpu_mlp.json", name="run-late", record_wait_s=5)
+    assert profile_runs.runs(world.alloc().history) == []
+    assert [key for key in world.stored() if "/ir-" in key] == []
+    assert world.metrics.value("gpufarm.profile.steps", f"ir:ir-{world.ir}", "run:run-late") is None
+
+
+def test_a_writer_slower_than_the_wait_leaves_the_run_stored_and_answered_queued(world: World) -> None:
+    queue = WriterQueue(hold=True)
+    queued = _queued(world, queue)
+    (done,) = queued.up(FIXTURES / "cpu_mlp.json", name="run-slow", record_wait_s=0.2)
+    assert done.recorded is None  # type: ignore[attr-defined]
+    assert len(queue.sent) == 1 and IncidentCommand.model_validate(queue.sent[0]["command"]).op is Op.PROFILE
+    assert any(done.key in key for key in world.stored())  # type: ignore[attr-defined]

@@ -26,6 +26,7 @@ FUNCTIONS = (
     "idle_alert",
     "quota_sync",
     "profile_pages",
+    "profile_upload",
     "daily_digest",
 )
 BASE = "http://127.0.0.1:8320"
@@ -108,6 +109,9 @@ def test_functions_handlers_and_folders() -> None:
     worker = template.functions["SlackWorkerFunction"]
     assert (worker.url, worker.max_retries, worker.max_event_age, worker.timeout) == (False, 0, 900, 60)
     assert template.functions["IdleAlertFunction"].url is True
+    uploads = template.functions["ProfileUploadFunction"]
+    assert uploads.url is True
+    assert uploads.environment["GPUFARM_ALLOCATION_QUEUE_URL"] == {"Ref": "AllocationQueue"}
     webhook = template.functions["IncidentWebhookFunction"]
     assert webhook.url is True
     (event,) = webhook.queues
@@ -184,10 +188,18 @@ CALLS = {
     "QuotaSyncFunction": EVERY | secret_grants("quota_sync") | {SEND} | AWS_INVENTORY,
     # A run's page, for a signed link.
     "ProfilePagesFunction": EVERY | secret_grants("profile_pages") | {("s3:GetObject", "ProfileBucket")},
+    # An upload-token holder's traces: PUT URLs presigned for incoming/, read, stored under profiles/, deleted; the
+    # run recorded as a command in its incident's pool group.
+    "ProfileUploadFunction": EVERY
+    | secret_grants("profile_upload")
+    | {
+        SEND,
+        ("s3:PutObject", "ProfileBucket"),
+        ("s3:GetObject", "ProfileBucket"),
+        ("s3:DeleteObject", "ProfileBucket"),
+    },
     "DailyDigestFunction": EVERY | secret_grants("daily_digest"),  # reads Datadog, posts to Slack; writes nothing
 }
-# What `gpufarm profile upload` calls (adapters.profile_store), granted by ProfileUploadPolicy to uploaders.
-UPLOAD = {("s3:PutObject", "ProfileBucket"), ("s3:DeleteObject", "ProfileBucket")}
 
 
 def _resource_tokens(resource: Any) -> list[str]:
@@ -282,6 +294,8 @@ CODE_CALLS = {
     r"\.put_object\(\s*Bucket": "s3:PutObject",
     r"\.get_object\(\s*Bucket": "s3:GetObject",
     r"\.delete_object\(\s*Bucket": "s3:DeleteObject",
+    r"\.head_object\(\s*Bucket": "s3:GetObject",
+    r"generate_presigned_url\(\s*\"put_object\"": "s3:PutObject",
 }
 CLIENT_RE = re.compile(r"(?:_LazyClient|aws_client|boto3\.client|create_client)\(\s*\"(\w+)\"")
 
@@ -292,9 +306,9 @@ def test_the_code_calls_no_aws_api_beyond_the_grants(raw: dict[str, Any]) -> Non
     text = "\n".join(path.read_text() for path in LAYER_CODE.rglob("*.py"))
     assert set(CLIENT_RE.findall(text)) <= {"lambda", "sqs", "ssm", "secretsmanager", "s3"}
     called = {action for pattern, action in CODE_CALLS.items() if re.search(pattern, text)}
-    upload_policy = raw["Resources"]["ProfileUploadPolicy"]["Properties"]["PolicyDocument"]["Statement"]
-    assert _statements(upload_policy) == UPLOAD
-    granted_actions = {action for fn in CALLS for action, _ in granted(raw, fn)} | {a for a, _ in UPLOAD}
+    # No policy for uploaders: researchers hold an upload token, never an AWS credential (docs/security.md).
+    assert "ProfileUploadPolicy" not in raw["Resources"]
+    granted_actions = {action for fn in CALLS for action, _ in granted(raw, fn)}
     assert granted_actions == called
 
 

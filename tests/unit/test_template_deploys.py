@@ -61,6 +61,7 @@ EVERY_OPTION = {
     "IncidentWebhookConcurrency": "16",
     "IdleAlertConcurrency": "8",
     "ProfilePagesConcurrency": "4",
+    "ProfileUploadConcurrency": "3",
     "PublicUrl4xxAlarmThreshold": "50",
 }
 PARAMETER_SETS = {"defaults": REQUIRED, "every-option": EVERY_OPTION}
@@ -68,24 +69,28 @@ PARAMETER_SETS = {"defaults": REQUIRED, "every-option": EVERY_OPTION}
 # The resource types of the transformed template that moto's CloudFormation has no model for (moto 5.2): it skips
 # each with a warning and creates nothing.
 MOTO_CANNOT_CREATE = {
-    "AWS::CloudWatch::Alarm",  # the two dead-letter queue alarms and the four public URLs' 4xx alarms
+    "AWS::CloudWatch::Alarm",  # the two dead-letter queue alarms and the five public URLs' 4xx alarms
     "AWS::Lambda::Alias",  # the ingress's `live` alias (AutoPublishAlias, SnapStart)
     "AWS::Lambda::EventInvokeConfig",  # the worker's no-retry setting and its on-failure queue
-    "AWS::Lambda::Url",  # the four Function URLs
+    "AWS::Lambda::Url",  # the five Function URLs
     "AWS::S3::BucketPolicy",  # the profile bucket's TLS-only policy
     "AWS::Scheduler::Schedule",  # the quota sync's and the digest's schedules
 }
 # Left out of the stack moto gets, because they refer to a resource of those types: the ingress URL's two public
-# permissions name the alias, and the four URL outputs read the URLs.
+# permissions name the alias, and the five URL outputs read the URLs.
 LEFT_OUT = {"SlackIngressFunctionUrlPublicPermissions", "SlackIngressFunctionURLInvokeAllowPublicAccess"}
-LEFT_OUT_OUTPUTS = {"SlackIngressUrl", "IncidentWebhookUrl", "IdleAlertUrl", "ProfilePagesUrl"}
+LEFT_OUT_OUTPUTS = {"SlackIngressUrl", "IncidentWebhookUrl", "IdleAlertUrl", "ProfilePagesUrl", "ProfileUploadUrl"}
 # Function variables that read an attribute moto cannot give (a Function URL's): a stand-in URL naming it is
 # deployed instead, so the function is still created and checked (tests/cfn_stack.py, stand_in_environment).
-STAND_INS = {("QuotaSyncFunction", "GPUFARM_PROFILE_PAGES_URL"): "ProfilePagesFunctionUrl.FunctionUrl"}
+STAND_INS = {
+    ("QuotaSyncFunction", "GPUFARM_PROFILE_PAGES_URL"): "ProfilePagesFunctionUrl.FunctionUrl",
+    ("ProfileUploadFunction", "GPUFARM_PROFILE_PAGES_URL"): "ProfilePagesFunctionUrl.FunctionUrl",
+}
 # Properties moto's CloudFormation accepts and drops (moto 5.2): the service holds its default instead.
 MOTO_DROPS = {
     ("AWS::IAM::Role", "ManagedPolicyArns"),
     ("AWS::Lambda::Function", "Architectures"),
+    ("AWS::Lambda::Function", "EphemeralStorage"),
     ("AWS::Lambda::Function", "Layers"),
     ("AWS::Lambda::Function", "LoggingConfig"),
     ("AWS::Lambda::Function", "SnapStart"),
@@ -209,6 +214,7 @@ def _function(d: Deployment, logical_id: str, props: dict[str, Any]) -> list[Com
         ("Layers", props.get("Layers", []), [layer["Arn"] for layer in config.get("Layers", [])]),
         ("LoggingConfig", props.get("LoggingConfig"), config.get("LoggingConfig")),
         ("SnapStart", props.get("SnapStart", {"ApplyOn": "None"}), {"ApplyOn": config["SnapStart"]["ApplyOn"]}),
+        ("EphemeralStorage", props.get("EphemeralStorage", {"Size": 512}), config.get("EphemeralStorage")),
         (
             "ReservedConcurrentExecutions",
             props.get("ReservedConcurrentExecutions"),
@@ -509,6 +515,11 @@ def test_each_function_reads_what_the_parameters_name(deployed: Deployment) -> N
         "IncidentWebhookFunction": {"GPUFARM_ALLOCATION_QUEUE_URL": queue},
         "IdleAlertFunction": {"GPUFARM_ALLOCATION_QUEUE_URL": queue},
         "ProfilePagesFunction": {"GPUFARM_PROFILE_BUCKET": physical["ProfileBucket"]},
+        "ProfileUploadFunction": {
+            "GPUFARM_PROFILE_BUCKET": physical["ProfileBucket"],
+            "GPUFARM_ALLOCATION_QUEUE_URL": queue,
+            "GPUFARM_PROFILE_PAGES_URL": STAND_IN.format(target="ProfilePagesFunctionUrl", attribute="FunctionUrl"),
+        },
         "QuotaSyncFunction": {
             "GPUFARM_ALLOCATION_QUEUE_URL": queue,
             "GPUFARM_PROFILE_PAGES_URL": STAND_IN.format(target="ProfilePagesFunctionUrl", attribute="FunctionUrl"),
@@ -568,7 +579,7 @@ def test_each_function_role_may_read_the_secret_keys_it_names_under_the_stacks_p
 def test_the_public_url_permissions_and_the_schedule_roles(deployed: Deployment) -> None:
     client, physical, iam = deployed.aws["lambda"], deployed.physical, deployed.aws["iam"]
     # The Function URLs themselves are beyond moto; the permissions that open three of them to anyone are not.
-    for function in ("IncidentWebhookFunction", "IdleAlertFunction", "ProfilePagesFunction"):
+    for function in ("IncidentWebhookFunction", "IdleAlertFunction", "ProfilePagesFunction", "ProfileUploadFunction"):
         statements = json.loads(client.get_policy(FunctionName=physical[function])["Policy"])["Statement"]
         assert {
             (s["Action"], s["Principal"], s.get("FunctionUrlAuthType"), s.get("InvokedViaFunctionUrl"))

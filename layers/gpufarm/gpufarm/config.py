@@ -77,6 +77,9 @@ class Settings(BaseModel):
     profile_bucket: str | None = Field(default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     profile_pages_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,500}$")
     profile_link_secret: SecretStr | None = None
+    # The profile upload function's URL (the stack's ProfileUploadUrl): what `gpufarm profile upload` calls with an
+    # upload token, and what `gpufarm doctor` knocks on.
+    api_url: str | None = Field(default=None, pattern=r"^https?://[^\s]{1,500}$")
     # Signs the per-lease upload tokens `/gpu profile-token` gives (gpufarm.core.kernel.upload_token).
     upload_token_secret: SecretStr | None = None
     profile_link_secret_previous: SecretStr | None = None

@@ -1,10 +1,13 @@
 """Demo stage "profile": a real torch.profiler trace uploaded to a lease, its summary page and its metrics.
 
-Alice asks for one H100 on the HPC pool for profiling; then, from another process as a researcher would,
+Alice asks for one H100 on the HPC pool for profiling and `/gpu profile-token IR-n` for an upload token (its
+ephemeral answer, through the sandbox's Slack); then, from another process as a researcher would, with only the
+token and GPUFARM_API_URL in its environment (no Datadog key, link secret or AWS credential: the stage checks),
 `gpufarm profile upload tests/fixtures/profiler/cpu_mlp.json.gz --ir IR-n --name demo-run --batch-size 32`
-(the fixture is real torch.profiler output of a small model trained on the CPU). The upload checks she is on the
-lease, analyses the trace, stores it and its page in S3 (moto's server under the local host), and records the run
-in the incident's history through the pool's one writer. The stage fetches the signed page link from the local
+(the fixture is real torch.profiler output of a small model trained on the CPU). The local profile_upload function
+checks the token against the lease, gives a presigned PUT URL to S3 (moto's server under the local host), then
+analyses the trace, stores it and its summary and records the run in the incident's history through the pool's
+one writer. A forged token is refused (exit 2). The stage fetches the signed page link from the local
 profile_pages function, shows that a link with a wrong signature is refused, reads the run's metrics back from
 the sandbox, and shows the run in `/gpu status`. The lease is released at the end.
 """
@@ -30,6 +33,11 @@ if TYPE_CHECKING:
 FIXTURE = Path("tests") / "fixtures" / "profiler" / "cpu_mlp.json.gz"
 REQUEST = "request 1 H100 project=llm-ko team=nlp env=onprem-hpc days=1 purpose=profiling"
 _LINK = re.compile(r"summary: (\S+)")
+_TOKEN = re.compile(r"gfu1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+# What a researcher's shell has besides the token and the URL: enough to run Python, nothing of gpufarm's.
+_SHELL = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "VIRTUAL_ENV", "PYTHONPATH")
+# What the uploading process must not hold: org keys, the signing secrets, cloud credentials.
+_FORBIDDEN = re.compile(r"^(DD_|AWS_|AZURE_|SLACK_)|SECRET|_KEY$|^GPUFARM_(?!UPLOAD_TOKEN$|API_URL$)")
 
 
 def find_fixture() -> Path | None:
@@ -61,7 +69,8 @@ def run(ctx: DemoContext) -> None:
             ir = ir_in(answers[-1]["text"]) if answers else None
             if not ctx.check(ir is not None, "the request has an IR", answers[-1]["text"][:120] if answers else ""):
                 return
-        link = _upload(ctx, farm, trace, ir)
+        token = _token(ctx, farm, ir)
+        link = _upload(ctx, farm, trace, ir, token) if token else None
         if link:
             _page(ctx, link)
             _metrics(ctx, farm, ir)
@@ -73,11 +82,36 @@ def run(ctx: DemoContext) -> None:
         farm.close()
 
 
-def _upload(ctx: DemoContext, farm: LocalFarm, trace: Path, ir: int | None) -> str | None:
-    with ctx.step("gpufarm profile upload, from another process"):
+def _token(ctx: DemoContext, farm: LocalFarm, ir: int | None) -> str | None:
+    with ctx.step("Alice asks for an upload token (/gpu profile-token)"):
+        farm.slash(ALICE, f"profile-token IR-{ir}")
+        farm.settle()
+        answer = farm.answer(ALICE, "Upload token")
+        found = _TOKEN.search(str(answer["blocks"])) if answer is not None else None
+        ephemeral = answer is not None and answer.get("response_type") == "ephemeral"
+        ctx.check(found is not None and ephemeral, "the token comes in an ephemeral answer to Alice alone")
+        return found[0] if found is not None else None
+
+
+def researcher_env(token: str, api_url: str) -> dict[str, str]:
+    """A researcher's process environment: their shell's basics, the upload token and the function's URL."""
+    env = {name: os.environ[name] for name in _SHELL if name in os.environ}
+    env.update(GPUFARM_UPLOAD_TOKEN=token, GPUFARM_API_URL=api_url)
+    return env
+
+
+def _upload(ctx: DemoContext, farm: LocalFarm, trace: Path, ir: int | None, token: str) -> str | None:
+    with ctx.step("gpufarm profile upload, from another process holding only the token"):
+        env = researcher_env(token, os.environ.get("GPUFARM_API_URL", ""))
+        held = sorted(name for name in env if _FORBIDDEN.search(name))
+        ctx.check(
+            not held and bool(env["GPUFARM_API_URL"]),
+            "its environment holds no key, secret or credential",
+            ", ".join(held),
+        )
         args = [sys.executable, "-m", "gpufarm", "profile", "upload", str(trace), "--ir", f"IR-{ir}"]
-        args += ["--name", "demo-run", "--batch-size", "32", "--user", ALICE.id]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ), check=False)  # noqa: S603
+        args += ["--name", "demo-run", "--batch-size", "32"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env, check=False)  # noqa: S603
         farm.settle()
         out = (done.stdout + done.stderr).strip()
         ctx.info(out.splitlines()[-1][:300] if out else "(no output)")
@@ -86,15 +120,16 @@ def _upload(ctx: DemoContext, farm: LocalFarm, trace: Path, ir: int | None) -> s
         if not ctx.check(match is not None, "it printed the run's summary link"):
             return None
         assert match is not None
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
         refused = subprocess.run(  # noqa: S603
-            [*args[:6], "--ir", f"IR-{ir}", "--user", "U0000000009"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=dict(os.environ),
-            check=False,
+            [*args[:8], "--token", forged], capture_output=True, text=True, timeout=120, env=env, check=False
         )
-        ctx.check(refused.returncode == 2, "someone not on the lease is refused (exit 2)", refused.stderr.strip()[:160])
+        said = refused.stderr.strip()
+        ctx.check(
+            refused.returncode == 2 and "not gpufarm's" in said and forged not in said,
+            "a forged token is refused (exit 2), and not repeated",
+            said[:160],
+        )
         return match.group(1)
 
 

@@ -1,10 +1,14 @@
-"""Profiler runs locally: S3 is moto's server on a loopback port, pages are the local host's profile_pages function.
+"""Profiler runs locally: S3 is moto's server on a loopback port, uploads go through the local host's
+profile_upload function and pages come from its profile_pages function.
 
-`gpufarm profile upload` runs in another process than `gpufarm local` (a researcher's shell, the demo's), so the
-bucket must be reachable over HTTP: moto's threaded server listens on 127.0.0.1 and botocore is pointed at it with
-AWS_ENDPOINT_URL_S3, which every botocore client honours (nothing in gpufarm's code knows it is local). The
-bucket is made with the deployment's shape (no public access, encryption, the farm's retention as lifecycle).
-Started only when asked (`gpufarm local`, the demo): moto's server costs about 1.5 s to start.
+`gpufarm profile upload` runs in another process than `gpufarm local` (a researcher's shell, the demo's) and holds
+only an upload token and GPUFARM_API_URL (the local profile_upload function's URL, yielded here): it PUTs each
+trace to the presigned URL the function gives, so the bucket must be reachable over HTTP. moto's threaded server
+listens on 127.0.0.1, with presigned URLs checked as S3 checks them (localhost.s3_server), and the functions'
+botocore is pointed at it with AWS_ENDPOINT_URL_S3, which every botocore client honours (nothing in gpufarm's
+code knows it is local). The bucket is made with the deployment's shape (no public access, encryption, the farm's
+retention on profiles/ and a day on incoming/ as lifecycle). Started only when asked (`gpufarm local --profiles`,
+the demo): moto's server costs about 1.5 s to start.
 """
 
 from __future__ import annotations
@@ -22,14 +26,16 @@ LINK_SECRET = "gpufarm-local-profile-links"  # noqa: S105 - signs local page lin
 
 
 @contextmanager
-def local_profiles(pages_url: str, retention_days: int = 30) -> Iterator[dict[str, str]]:
+def local_profiles(pages_url: str, upload_url: str, retention_days: int = 30) -> Iterator[dict[str, str]]:
     """Start moto's S3 server with the profile bucket; yields the variables that point gpufarm at it."""
     import botocore.session
-    from moto.server import ThreadedMotoServer
+    from botocore.config import Config
+
+    from gpufarm_sandbox.localhost.s3_server import CheckedMotoServer
 
     # moto's server logs each request through werkzeug's logger at INFO (the sandbox's own server does not use it).
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = CheckedMotoServer({ACCESS_KEY: SECRET_KEY})
     server.start()
     try:
         host, port = server.get_host_and_port()
@@ -40,6 +46,7 @@ def local_profiles(pages_url: str, retention_days: int = 30) -> Iterator[dict[st
             region_name=REGION,
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
+            config=Config(signature_version="s3v4"),
         )
         s3.create_bucket(Bucket=BUCKET)
         s3.put_public_access_block(
@@ -66,7 +73,13 @@ def local_profiles(pages_url: str, retention_days: int = 30) -> Iterator[dict[st
                         "Status": "Enabled",
                         "Filter": {"Prefix": "profiles/"},
                         "Expiration": {"Days": retention_days},
-                    }
+                    },
+                    {
+                        "ID": "incoming-uploads",
+                        "Status": "Enabled",
+                        "Filter": {"Prefix": "incoming/"},
+                        "Expiration": {"Days": 1},
+                    },
                 ]
             },
         )
@@ -78,6 +91,8 @@ def local_profiles(pages_url: str, retention_days: int = 30) -> Iterator[dict[st
             "GPUFARM_PROFILE_BUCKET": BUCKET,
             "GPUFARM_PROFILE_PAGES_URL": pages_url,
             "GPUFARM_PROFILE_LINK_SECRET": LINK_SECRET,
+            # What a researcher's `gpufarm profile upload` needs besides its upload token.
+            "GPUFARM_API_URL": upload_url,
         }
     finally:
         server.stop()

@@ -84,11 +84,15 @@ def start_local(
         raise
     stack = contextlib.ExitStack()
     if profiles:
-        # Profiler runs: moto's S3 server and the profile_pages function (gpufarm_sandbox.localhost.profiles).
+        # Profiler runs: moto's S3 server, the profile_upload and profile_pages functions (localhost.profiles).
         from gpufarm_sandbox.localhost.profiles import local_profiles
 
         try:
-            local.env.update(stack.enter_context(local_profiles(local.urls.function("profile_pages"))))
+            local.env.update(
+                stack.enter_context(
+                    local_profiles(local.urls.function("profile_pages"), local.urls.function("profile_upload"))
+                )
+            )
         except BaseException:
             local.close()
             server.stop()

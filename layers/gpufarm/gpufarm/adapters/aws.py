@@ -113,7 +113,14 @@ def aws_client(service: str, settings: Settings) -> Any:
                     _session = botocore.session.get_session()
                     # SSM and Lambda models cut down to the operations gpufarm calls (botocore_models.py).
                     _session.get_component("data_loader").search_paths.insert(0, str(MODELS))
-                client = _session.create_client(service, config=_boto_config(settings))
+                config = _boto_config(settings)
+                if service == "s3":
+                    # Presigned URLs (the profile upload's PUT URLs) signed with SigV4, whose signature covers the
+                    # method, bucket, key and expiry; botocore would otherwise presign with SigV2 in us-east-1.
+                    from botocore.config import Config
+
+                    config = config.merge(Config(signature_version="s3v4"))
+                client = _session.create_client(service, config=config)
                 _clients[key] = client
     return client
 
@@ -126,12 +133,16 @@ def forget_connections() -> None:
 
 
 def forget_clients() -> None:
-    """Close and drop every cached client: the next call builds them again from the environment as it is then
-    (a development host starting a new local environment, whose endpoints differ; a Lambda container never does)."""
+    """Close and drop every cached client and the session: the next call builds them again from the environment
+    as it is then, endpoints and credentials alike (botocore's session keeps the credentials it first resolved; a
+    development host starting a new local environment, whose endpoints and stand-in keys differ; a Lambda
+    container never does)."""
+    global _session  # noqa: PLW0603 - the session is rebuilt with the clients
     with _session_lock:
         for client in _clients.values():
             client._endpoint.http_session.close()
         _clients.clear()
+        _session = None
 
 
 class _LazyClient:

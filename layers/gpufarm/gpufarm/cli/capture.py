@@ -6,7 +6,9 @@
 
 Importing this module does not import torch (the profiler object arrives as the handler's argument, and only its
 `export_chrome_trace` and `step_num` are used). Each call writes `<directory>/<name>-<step>.json.gz` (gzipped:
-torch writes gzip when the name ends in .gz) and uploads it as run `<name>-<step>` of the lease. An upload that
+torch writes gzip when the name ends in .gz) and uploads it as run `<name>-<step>` of the lease, through gpufarm's
+upload function with the lease's upload token (`token=`, else GPUFARM_UPLOAD_TOKEN; the function's URL from
+GPUFARM_API_URL): the training job holds no Datadog key, link secret or AWS credential. An upload that
 fails does not stop the training: the error is logged with the path of the kept trace, so it can be uploaded
 later with `gpufarm profile upload`.
 """
@@ -32,15 +34,15 @@ def gpufarm_trace_handler(
     name: str = "run",
     directory: str | os.PathLike[str] | None = None,
     batch_size: int | None = None,
-    user: str | None = None,
+    token: str | None = None,
 ) -> Callable[[Any], None]:
     """A trace-ready handler uploading each trace to lease `ir` (default GPUFARM_IR) as `<name>-<step>`."""
     lease = ir or os.environ.get("GPUFARM_IR")
-    uploader = user or os.environ.get("GPUFARM_USER")
+    secret = token or os.environ.get("GPUFARM_UPLOAD_TOKEN")
     if not lease:
         raise ValueError("name the lease: gpufarm_trace_handler('IR-123') or GPUFARM_IR")
-    if not uploader:
-        raise ValueError("name the uploader: gpufarm_trace_handler(..., user='U0123ABCD') or GPUFARM_USER")
+    if not secret:
+        raise ValueError("give the lease's upload token (/gpu profile-token): token=... or GPUFARM_UPLOAD_TOKEN")
     folder = Path(directory) if directory is not None else Path(tempfile.gettempdir()) / "gpufarm-traces"
 
     def handler(prof: Any) -> None:
@@ -51,7 +53,7 @@ def gpufarm_trace_handler(
         path = folder / f"{run}.json.gz"
         prof.export_chrome_trace(str(path))
         try:
-            for line in upload_traces([path], lease, run, batch_size, uploader):
+            for line in upload_traces([path], lease, run, batch_size, token=secret, progress=False):
                 sys.stderr.write(f"gpufarm: {line}\n")
         except GpufarmError as exc:
             log.error("profiler trace %s kept but not uploaded: %s", path, exc)  # noqa: TRY400 - no traceback

@@ -146,6 +146,7 @@ def _options(settings: Settings, given: dict[str, Any]) -> Options:
         incident_webhook_url=given["incident_webhook_url"] or None,
         idle_webhook_url=given["idle_webhook_url"] or None,
         profile_pages_url=settings.profile_pages_url,
+        profile_upload_url=settings.api_url,
         operators_channel=channel,
     )
 

@@ -11,7 +11,7 @@ endpoints and its fixed development credentials). Where it lives: `$GPUFARM_LOCA
 
 A command of this distribution applies it only where the environment names no deployment (neither `DD_API_KEY`
 nor `GPUFARM_DATADOG_HOST` is set): the file's variables are added for that command, those already set stay (a
-researcher's `GPUFARM_USER`). A file whose process is gone, or that is not this format, is ignored with a note.
+researcher's `GPUFARM_UPLOAD_TOKEN`). A file whose process is gone, or that is not this format, is ignored with a note.
 The runtime knows only this format, never the local host that writes it.
 """
 

@@ -1,31 +1,35 @@
-"""`gpufarm profile upload TRACE... --ir IR-123 [--name run-7]`: profiler runs onto a lease.
+"""`gpufarm profile upload TRACE... --ir IR-123 [--name run-7]`: profiler runs onto a lease, with an upload token.
 
-The lease defaults to GPUFARM_IR (what researchers already set for their jobs), the uploader to GPUFARM_USER
-(their Slack user id, which the lease's requester and team members are known by). Where it goes comes from the
-deployment's settings: GPUFARM_PROFILE_BUCKET, GPUFARM_PROFILE_PAGES_URL (the page function's URL) and
-the secret `<GPUFARM_SECRETS_NAME>/profile_link_secret` (or GPUFARM_PROFILE_LINK_SECRET). `gpufarm local` sets all
-of these for the sandbox.
+The researcher holds only the lease's upload token (`/gpu profile-token IR-123` in Slack; GPUFARM_UPLOAD_TOKEN or
+`--token`) and the upload function's URL (GPUFARM_API_URL, the stack's ProfileUploadUrl output): no Datadog key,
+no link secret, no AWS credential. The token names the user; the function checks it against the lease, analyses
+the traces, stores and records them (gpufarm.cli.upload_client, gpufarm.handlers.profile_upload). The lease
+defaults to GPUFARM_IR (what researchers already set for their jobs). `gpufarm local` serves the function
+locally.
 
-Exit status: 0 uploaded; 1 a service failed (nothing recorded; upload again); 2 bad input or not allowed
-(not a trace, too large, a truncated gzip, an unknown or ended IR, an uploader not on the lease): nothing stored.
+Exit status: 0 uploaded; 1 a service failed (nothing recorded; upload again); 2 bad input or not allowed (not a
+trace, too large, a truncated gzip, an unknown or ended IR, a token that is missing, expired or not for this
+lease): the function's reason is printed, nothing stored.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import click
 
 from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 
-SEAMS_GROUP = "gpufarm.seams"
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
 _IR = re.compile(r"^(?:ir-?)?([1-9][0-9]{0,8})$", re.IGNORECASE)
-_USER = re.compile(r"^[UW][A-Z0-9]{2,20}$")
+_TOKEN = re.compile(r"^gfu1\.[A-Za-z0-9_-]{1,150}\.[A-Za-z0-9_-]{43}$")
+MAX_BATCH_SIZE = 1_000_000
+# A bar for what takes more than a moment to send.
+PROGRESS_FROM_BYTES = 8 * 1024 * 1024
 
 
 def parse_ir(text: str) -> int:
@@ -46,11 +50,17 @@ def profile() -> None:
 @click.option("--ir", "ir_text", envvar="GPUFARM_IR", required=True, help="The lease (IR-123); default GPUFARM_IR.")
 @click.option("--name", default=None, help="The run's name (default: the file's name); more files get -2, -3...")
 @click.option("--batch-size", type=int, default=None, help="Samples per step, for throughput.")
-@click.option("--user", envvar="GPUFARM_USER", required=True, help="Your Slack user id; default GPUFARM_USER.")
-def upload(traces: tuple[Path, ...], ir_text: str, name: str | None, batch_size: int | None, user: str) -> None:
+@click.option(
+    "--token",
+    envvar="GPUFARM_UPLOAD_TOKEN",
+    default=None,
+    show_envvar=True,
+    help="The lease's upload token (`/gpu profile-token IR-123`); default GPUFARM_UPLOAD_TOKEN.",
+)
+def upload(traces: tuple[Path, ...], ir_text: str, name: str | None, batch_size: int | None, token: str | None) -> None:
     """Analyse TRACE... (Chrome-trace JSON from torch.profiler, gzipped or not) and attach them to the lease."""
     try:
-        done = upload_traces(list(traces), ir_text, name, batch_size, user)
+        done = upload_traces(list(traces), ir_text, name, batch_size, token=token)
     except (ValidationFailed, NotAllowed, NotFound, Conflict) as exc:
         click.echo(f"error: {exc}; nothing was stored", err=True)
         sys.exit(EXIT_REFUSED)
@@ -61,42 +71,56 @@ def upload(traces: tuple[Path, ...], ir_text: str, name: str | None, batch_size:
         click.echo(line)
 
 
-def upload_traces(traces: list[Path], ir_text: str, name: str | None, batch_size: int | None, user: str) -> list[str]:
-    """Upload through the runtime's collaborators; one line per run (its name, figures and page link)."""
-    from gpufarm.adapters.profile_store import S3ProfileStore
-    from gpufarm.handlers import runtime as rt
-    from gpufarm.profiling.links import link_signer
-    from gpufarm.profiling.upload import upload as upload_runs
+def upload_traces(
+    traces: list[Path],
+    ir_text: str,
+    name: str | None,
+    batch_size: int | None,
+    *,
+    token: str | None = None,
+    api_url: str | None = None,
+    progress: bool = True,
+) -> list[str]:
+    """Upload through gpufarm's upload function; one line per run (its name, figures and page link).
+
+    ValidationFailed for bad input, NotAllowed for the function's refusals (4xx, its reason), UpstreamError when
+    the function or S3 failed after the retries.
+    """
+    from gpufarm.cli.upload_client import Refused, ServiceFailed, Trace, UploadClient
+    from gpufarm.profiling.reader import check_size
+    from gpufarm.profiling.run_names import run_names
 
     ir = parse_ir(ir_text)
-    if not _USER.match(user):
-        raise ValidationFailed("user", f"{user[:40]!r} is not a Slack user id (U0123ABCD)")
-    # A development tool's seams (the local host's, beside `gpufarm local`) apply to the environments it made.
-    for point in entry_points(group=SEAMS_GROUP):
-        rt.install_seams(point.load())
-    runtime = rt.current()
-    settings = runtime.settings
-    if not settings.profile_bucket or not settings.profile_pages_url:
-        raise rt.ConfigurationError("GPUFARM_PROFILE_BUCKET and GPUFARM_PROFILE_PAGES_URL must be set")
-    svc = runtime.service()
-    signer = link_signer(settings)
-    store = S3ProfileStore(settings, settings.profile_bucket)
-    runs = upload_runs(
-        svc.context,
-        store,
-        signer,
-        pages_url=settings.profile_pages_url,
-        retention_days=svc.context.farm.profiles.retention_days,
-        ir=ir,
-        actor=user,
-        paths=traces,
-        name=name,
-        batch_size=batch_size,
-    )
+    token = (token or os.environ.get("GPUFARM_UPLOAD_TOKEN") or "").strip()
+    api_url = (api_url or os.environ.get("GPUFARM_API_URL") or "").strip()
+    if not token:
+        raise ValidationFailed(
+            "token", f"no upload token: ask `/gpu profile-token IR-{ir}` in Slack, then set GPUFARM_UPLOAD_TOKEN"
+        )
+    if not _TOKEN.match(token):
+        raise ValidationFailed("token", "that is not an upload token (gfu1.…, from /gpu profile-token)")
+    if not api_url:
+        raise ValidationFailed("api_url", "GPUFARM_API_URL is not set (the stack's ProfileUploadUrl output)")
+    if batch_size is not None and not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValidationFailed("batch_size", f"a batch size is 1-{MAX_BATCH_SIZE:,}")
+    names = run_names(traces, name)
+    files = [Trace(path, run, check_size(path)) for path, run in zip(traces, names, strict=True)]
+    try:
+        client = UploadClient(api_url, token)
+    except ValueError as exc:
+        raise ValidationFailed("api_url", str(exc)) from None
+    total = sum(t.size for t in files)
+    shown = progress and total >= PROGRESS_FROM_BYTES
+    try:
+        with click.progressbar(length=total, label="uploading", file=sys.stderr, hidden=not shown) as bar:
+            stored = client.upload(ir, files, batch_size, bar.update)
+    except Refused as exc:
+        raise NotAllowed(exc.reason) from None
+    except ServiceFailed as exc:
+        raise UpstreamError(str(exc)) from None
     out = []
-    for run in runs:
-        f = run.figures
-        step = f"{f.step_mean_ms:.1f} ms/step" if f.step_mean_ms is not None else "no steps"
-        state = "recorded" if run.recorded is not None else "queued for the incident"
-        out.append(f"IR-{ir} {run.run}: {f.steps} steps, {step}; {state}; summary: {run.link}")
+    for run in stored:
+        step = f"{run.step_mean_ms:.1f} ms/step" if run.step_mean_ms is not None else "no steps"
+        state = "recorded" if run.recorded else "queued for the incident"
+        out.append(f"IR-{ir} {run.name}: {run.steps} steps, {step}; {state}; summary: {run.link}")
     return out

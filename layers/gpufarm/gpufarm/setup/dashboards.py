@@ -217,7 +217,7 @@ def metric_spec() -> dict[str, Any]:
 def desired_metadata(spec: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Each metric's metadata as Datadog's MetricMetadata takes it (keys gpufarm does not set are left out)."""
     declared_spec = spec or metric_spec()
-    sections = ("metrics", "lifecycle_metrics", "profile_metrics")
+    sections = ("metrics", "lifecycle_metrics", "profile_metrics", "enforce_metrics")
     metrics = {name: m for section in sections for name, m in (declared_spec.get(section) or {}).items()}
     out: dict[str, dict[str, Any]] = {}
     for name, declared in sorted(metrics.items()):

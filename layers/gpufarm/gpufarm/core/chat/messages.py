@@ -151,8 +151,8 @@ def rejected_notice(alloc: Allocation, operator: str, reason: str | None, links:
     return linked(alloc, Message(text.replace("*", ""), [section(text)]), links)
 
 
-def allocated(alloc: Allocation, links: Links | None = None) -> Message:
-    """To the requester: which hosts, and how to carry the IR in code."""
+def allocated(alloc: Allocation, links: Links | None = None, submit: str | None = None) -> Message:
+    """To the requester: which hosts, how to carry the IR in code and, on an enforced pool, how to `submit`."""
     hosts = "\n".join(f"• `{inert(h)}` ({host_amount(alloc, h)}){_units_of(alloc, h)}" for h in alloc.hosts)
     text = (
         f":white_check_mark: *{alloc.ir_label}* is allocated: {_what(alloc)}, until {_when(alloc.expires_at)}.\n"
@@ -161,6 +161,7 @@ def allocated(alloc: Allocation, links: Links | None = None) -> Message:
         f"or the pod label `{POD_LABEL}: {alloc.ir_tag.split(':', 1)[1]}`.\n"
         # The hint, never the token: this DM may be forwarded or read over a shoulder; the token comes ephemeral.
         f"To upload profiler runs, get a token with `/gpu profile-token {alloc.ir_label}`."
+        + (f"\n{submit}" if submit else "")
     )
     devices = lease_devices(alloc)
     use = inert("; ".join(f"{h}: CUDA_VISIBLE_DEVICES={cuda_visible_devices(u)}" for h, u in devices.items()))
@@ -225,8 +226,8 @@ def _lease_span(alloc: Allocation) -> str:
     return f"{alloc.duration_days} days{start}, expires {_when(alloc.expires_at)}"
 
 
-def status_message(alloc: Allocation, links: Links | None = None) -> Message:
-    """One allocation in detail."""
+def status_message(alloc: Allocation, links: Links | None = None, submit: str | None = None) -> Message:
+    """One allocation in detail; while it holds hosts on an enforced pool, how to `submit` into them."""
     lines = [
         f"*{alloc.ir_label}* — {inert(alloc.title)}",
         f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester {mention(alloc.requester)}",
@@ -235,6 +236,7 @@ def status_message(alloc: Allocation, links: Links | None = None) -> Message:
     if alloc.hosts:
         lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
         lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
+    lines += _holding(alloc, [submit] if submit else [])
     if alloc.approved_by:
         who = "policy" if alloc.approved_by == "policy" else mention(alloc.approved_by)
         lines.append(f"Approved by {who}")
@@ -256,6 +258,11 @@ def status_message(alloc: Allocation, links: Links | None = None) -> Message:
         blocks.append(_owner_buttons(alloc))
     full = "\n".join([text, *trail])
     return linked(alloc, Message(full.replace("*", ""), blocks), links)
+
+
+def _holding(alloc: Allocation, lines: list[str]) -> list[str]:
+    """`lines` while the lease holds its hosts, else none (how to submit says nothing once it has ended)."""
+    return lines if alloc.phase.value in ("allocated", "idle-warned") else []
 
 
 def history_lines(alloc: Allocation) -> list[str]:

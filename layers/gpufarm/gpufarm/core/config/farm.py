@@ -7,7 +7,6 @@ offending key instead of silently granting or refusing GPUs.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -17,8 +16,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from gpufarm.core.config.accounting import MAX_BUDGETS, Budget, LedgerSettings, budget_problems
 from gpufarm.core.config.digest import DigestSettings
+from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
+from gpufarm.core.config.yaml_load import MAX_NUMBER_CHARS, NumberTooLong, bounded_loader
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.core.kernel.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, SLACK_USER_PATTERN, Name
 
@@ -86,6 +87,8 @@ class EnvironmentSpec(_Strict):
     gpu_models: tuple[ModelName, ...] = Field(min_length=1)
     # Known clusters of the pool; placement prefers one cluster, this list only documents (hosts carry cluster tags).
     clusters: tuple[Name, ...] = ()
+    # What enforces its leases (gpufarm.core.config.enforce): none, or a Slurm reservation per lease.
+    enforce: Enforcer = Enforcer.NONE
 
 
 class ModelQuota(_Strict):
@@ -421,12 +424,14 @@ class FarmConfig(_Strict):
     profiles: ProfileSettings = ProfileSettings()
     # The operators' daily digest: when it is posted and its pressure thresholds (gpufarm.core.config.digest).
     digest: DigestSettings = DigestSettings()
+    enforcement: EnforcementSettings = EnforcementSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
         agent_pools = [n for n, e in self.environments.items() if e.metrics_source is MetricsSource.DATADOG_AGENT]
         problems = self.inventory.problems({n: e.gpu_models for n, e in self.environments.items()}, agent_pools)
         problems += budget_problems(self.budgets, self.teams)
+        problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():
@@ -525,54 +530,13 @@ class FarmConfig(_Strict):
         }
 
 
-# The longest number a farm setting takes: every numeric key has a range (Field ge/le), the widest under a million.
-# A longer one is refused by the loader itself, before int() spends time on it or Python's 4,300-digit bound
-# turns it into a bare ValueError.
-MAX_NUMBER_CHARS = 32
-
-
-class _NumberTooLong(Exception):
-    """A YAML number longer than MAX_NUMBER_CHARS, with where it is."""
-
-    def __init__(self, line: int, column: int, length: int) -> None:
-        super().__init__(f"line {line}, column {column}: a number of {length:,} characters")
-        self.where = f"line {line}, column {column}"
-        self.length = length
-
-
-@functools.cache
-def _loader() -> Any:
-    """The safe YAML loader (libyaml's when present) whose integers and floats are bounded in length."""
-    import yaml
-
-    # libyaml's loader (in PyYAML's wheels) parses a farm file in ~1 ms against ~10 ms for the pure-Python one; each
-    # cold start and each 5-minute re-read pays it. Same safe subset of YAML either way.
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    def bounded(kind: str) -> Any:
-        construct = yaml.SafeLoader.yaml_constructors[f"tag:yaml.org,2002:{kind}"]
-
-        def build(loader: Any, node: Any) -> Any:
-            if len(node.value) > MAX_NUMBER_CHARS:
-                mark = node.start_mark
-                raise _NumberTooLong(mark.line + 1, mark.column + 1, len(node.value))
-            return construct(loader, node)
-
-        return build
-
-    loader: Any = type("FarmLoader", (base,), {})
-    for kind in ("int", "float"):
-        loader.add_constructor(f"tag:yaml.org,2002:{kind}", bounded(kind))
-    return loader
-
-
 def parse_farm(text: str) -> FarmConfig:
     """Parse and validate farm YAML; FarmConfigError with every problem and its path otherwise."""
     import yaml
 
     try:
-        data: Any = yaml.load(text, Loader=_loader())  # noqa: S506 - a safe loader (_loader)
-    except _NumberTooLong as exc:
+        data: Any = yaml.load(text, Loader=bounded_loader())  # noqa: S506 - a safe loader (bounded_loader)
+    except NumberTooLong as exc:
         raise FarmConfigError(
             f"farm configuration is invalid: {exc.where}: a number of {exc.length:,} characters is too long "
             f"(no farm setting takes more than {MAX_NUMBER_CHARS})"

@@ -25,6 +25,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.links import Links
+from gpufarm.core.config import enforce
 from gpufarm.core.config.farm import FarmConfig, PoolKind
 from gpufarm.core.context.reads import USER_SOURCE, Reads
 from gpufarm.core.governance import charging
@@ -162,6 +163,11 @@ class LeaseContext:
     def links_for(self, alloc: Allocation) -> Links:
         """The links a message about the lease carries: its incident and its pool's dashboard (core.chat.links)."""
         return self.links.for_environment(self.farm, alloc.environment)
+
+    def submit_hint(self, alloc: Allocation) -> str | None:
+        """How the lease's holder submits into what enforces its pool (a Slurm reservation), or None."""
+        env = self.farm.environments.get(alloc.environment or "")
+        return enforce.submit_hint(env.enforce, alloc.ir) if env is not None else None
 
     # -- reads -------------------------------------------------------------------------------------------------
 

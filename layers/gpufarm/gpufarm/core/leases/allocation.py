@@ -202,5 +202,5 @@ def _allocated(ctx: LeaseContext, alloc: Allocation, plan: dict[str, int], devic
         },
         step=ctx.step(history.GPUFARM, Step.ALLOCATED, f"hosts: {where}", f"until {isoformat(expires)}"),
     )
-    ctx.tell(updated.requester, messages.allocated(updated, ctx.links_for(updated)))
+    ctx.tell(updated.requester, messages.allocated(updated, ctx.links_for(updated), ctx.submit_hint(updated)))
     return Outcome(alloc.ir, "allocated", tuple(hosts))

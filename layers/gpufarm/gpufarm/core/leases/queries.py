@@ -27,7 +27,7 @@ def status(ctx: LeaseContext, ir: int, user: str) -> Message:
     """One allocation in detail, for those who may see it (gpufarm.core.governance.visibility)."""
     alloc = ctx.get(ir)
     visibility.check(ctx.membership(), user, alloc)
-    return messages.status_message(alloc, ctx.links_for(alloc))
+    return messages.status_message(alloc, ctx.links_for(alloc), ctx.submit_hint(alloc))
 
 
 @invocation

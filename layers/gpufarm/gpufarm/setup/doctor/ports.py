@@ -137,4 +137,5 @@ class Options:
     incident_webhook_url: str | None = None
     idle_webhook_url: str | None = None
     profile_pages_url: str | None = None
+    profile_upload_url: str | None = None
     operators_channel: str | None = None

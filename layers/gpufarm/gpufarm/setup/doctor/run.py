@@ -27,7 +27,7 @@ from gpufarm.setup.doctor.report import Line, Status
 from gpufarm.setup.doctor.roundtrip import ROUND_TRIP, check_round_trip, preflight, probe_incident, probe_pool
 from gpufarm.setup.doctor.scratch import Scratch
 from gpufarm.setup.doctor.tags import HOST_TAGS, check_tags
-from gpufarm.setup.doctor.urls import IDLE, INCIDENT, INGRESS, PAGES, check_urls
+from gpufarm.setup.doctor.urls import IDLE, INCIDENT, INGRESS, PAGES, UPLOAD, check_urls
 from gpufarm.setup.webhooks import IDLE_WEBHOOK, INCIDENT_WEBHOOK
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class _Run:
         return check_searches(self.c.searches, self.c.incidents.get(probe_id), self.timing)
 
     def urls(self) -> list[Line]:
-        urls = {INGRESS: self.o.ingress_url, PAGES: self.o.profile_pages_url}
+        urls = {INGRESS: self.o.ingress_url, PAGES: self.o.profile_pages_url, UPLOAD: self.o.profile_upload_url}
         conflicts: list[Line] = []
         for name, webhook, given in (
             (INCIDENT, INCIDENT_WEBHOOK, self.o.incident_webhook_url),

@@ -16,6 +16,7 @@ INGRESS = "slack ingress"
 INCIDENT = "incident webhook"
 IDLE = "idle webhook"
 PAGES = "profile pages"
+UPLOAD = "profile upload"
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,14 @@ class Knock:
 
 
 # An unsigned slash command: 401 from the ingress; a webhook call without the token: 401; a link to no run: 403
-# (the profile pages check the link only after reading their secret, so a missing one answers 500).
+# (the profile pages check the link only after reading their secret, so a missing one answers 500); a begin
+# without an upload token: 401 (after the function has read its token key: a missing one answers 500).
 KNOCKS: Mapping[str, Knock] = {
     INGRESS: Knock("", b"command=%2Fgpu&text=help", "application/x-www-form-urlencoded", 401),
     INCIDENT: Knock("", b"{}", "application/json", 401),
     IDLE: Knock("", b"{}", "application/json", 401),
     PAGES: Knock("profiles/gpufarm-doctor?expires=0&sig=0", None, "", 403),
+    UPLOAD: Knock("begin", b"{}", "application/json", 401),
 }
 # Where each URL comes from, for a skipped line.
 SOURCES: Mapping[str, str] = {
@@ -42,6 +45,7 @@ SOURCES: Mapping[str, str] = {
     INCIDENT: "--incident-webhook-url, GPUFARM_INCIDENT_WEBHOOK_URL or the webhook gpufarm-incidents",
     IDLE: "--idle-webhook-url, GPUFARM_IDLE_WEBHOOK_URL or the webhook gpufarm-idle",
     PAGES: "GPUFARM_PROFILE_PAGES_URL (only deployments with profiler runs)",
+    UPLOAD: "GPUFARM_API_URL (the stack's ProfileUploadUrl; only deployments with profiler runs)",
 }
 
 
