@@ -51,11 +51,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/agent_usage.py
 
-# docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times, and
-# the HTML report of a seeded farm (report.png).
+# docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times, the
+# HTML report of a seeded farm (report.png), and the Slack page with its App Home (slack-page.png, slack-home.png).
 screenshots: $(STAMP)
 	$(BIN)/python benchmarks/dashboard_screenshots.py --out docs/screenshots
 	$(BIN)/python benchmarks/report.py --leases 600 --days 14 --screenshot docs/screenshots/report.png
+	$(BIN)/python benchmarks/app_home.py --changes 5 --screenshots docs/screenshots
 
 # `make local ARGS="--port 8321"` passes options to `gpufarm local`.
 local: $(STAMP)

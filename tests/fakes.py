@@ -10,6 +10,7 @@ never seen has no tags, an unknown user group fails instead of meaning "nobody",
 from __future__ import annotations
 
 import itertools
+import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -217,6 +218,8 @@ class FakeChat:
         # Uploaded files by id: (filename, bytes); their shares are Sent("file", channel, comment, ts=file id).
         self.files: dict[str, tuple[str, bytes]] = {}
         self.fail_dms = False
+        # The last Home published per user (views.publish replaces it).
+        self.homes: dict[str, dict[str, Any]] = {}
         self._ts = 1000
 
     def _next_ts(self) -> str:
@@ -244,6 +247,16 @@ class FakeChat:
 
     def update_view(self, view_id: str, view: Mapping[str, Any]) -> None:
         self.sent.append(Sent("view_update", view_id, str(view.get("callback_id"))))
+
+    def publish_home(self, user: str, view: Mapping[str, Any]) -> None:
+        # What Slack refuses of views.publish: an unknown user, a view that is not a Home, more than 100 blocks.
+        if not re.match(r"^[UW][A-Z0-9]{2,20}$", user):
+            raise UpstreamError(f"slack views.publish failed: user_not_found ({user})")
+        blocks = list(view.get("blocks", []))
+        if view.get("type") != "home" or len(blocks) > 100:
+            raise UpstreamError("slack views.publish failed: invalid_arguments")
+        self.homes[user] = dict(view)
+        self.sent.append(Sent("home", user, str(view.get("callback_id")), blocks))
 
     def open_dm(self, user: str) -> str:
         return "D" + user[1:]

@@ -106,6 +106,16 @@ class Browser:
         page.on("console", self._on_console)
         page.on("pageerror", self._on_page_error)
 
+    @property
+    def page(self) -> Page:
+        """The tab, for a caller that drives a page itself (clicks, typing) rather than only loading it."""
+        return self._page
+
+    @property
+    def console_errors(self) -> list[str]:
+        """The console's errors and uncaught exceptions since the last `load` (or since the start)."""
+        return list(self._errors)
+
     def _on_console(self, message: ConsoleMessage) -> None:
         # Failed resource loads arrive here as errors too, as they do in the DevTools console.
         if message.type in ("error", "assert"):

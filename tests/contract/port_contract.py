@@ -209,6 +209,15 @@ class ChatContract:
         with pytest.raises(UpstreamError):
             chat.usergroup_members("S0000000404")
 
+    def test_a_home_is_published_and_a_view_that_is_no_home_is_refused(self, chat: Chat) -> None:
+        home = {"type": "home", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": "*Your GPUs*"}}]}
+        chat.publish_home("U0000000001", home)
+        chat.publish_home("U0000000001", {**home, "blocks": [{"type": "divider"}]})
+        with pytest.raises(UpstreamError):
+            chat.publish_home("U0000000001", {**home, "type": "modal"})
+        with pytest.raises(UpstreamError):
+            chat.publish_home("U0000000001", {**home, "blocks": [{"type": "divider"}] * 101})
+
     def test_an_unknown_user_is_named_by_its_id(self, chat: Chat) -> None:
         assert chat.user_name("U0000000404") == "U0000000404"
 

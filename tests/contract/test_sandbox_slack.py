@@ -20,7 +20,7 @@ from werkzeug.wrappers import Request, Response
 from gpufarm.adapters.slack import SignatureCheck
 from gpufarm_sandbox.emulator.app import DEFAULT_SLACK_TOKEN, Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
-from gpufarm_sandbox.emulator.slack_users import encode_form, encode_payload, sign
+from gpufarm_sandbox.emulator.slack_dispatch import encode_form, encode_payload, sign
 
 pytestmark = pytest.mark.contract
 

@@ -96,6 +96,43 @@ def slack_event(body: str, *, signature: str | None = None, base64_body: bool = 
     return url_event(body, headers, user_agent="Slackbot 1.0 (+https://api.slack.com/robots)", base64_body=base64_body)
 
 
+def slack_json_event(payload: dict[str, Any], *, signature: str | None = None) -> dict[str, Any]:
+    """A signed Events API delivery (JSON) to the ingress's Function URL."""
+    raw = json.dumps(payload, separators=(",", ":")).encode()
+    headers = {
+        "accept": "application/json,*/*",
+        "accept-encoding": "gzip,deflate",
+        "content-type": "application/json",
+        "content-length": str(len(raw)),
+        "x-slack-request-timestamp": str(TEST_TIMESTAMP),
+        "x-slack-signature": signature or sign(raw),
+    }
+    return url_event(raw.decode(), headers, user_agent="Slackbot 1.0 (+https://api.slack.com/robots)")
+
+
+def app_home_opened(user: str = "U0000000001", tab: str = "home") -> dict[str, Any]:
+    """Slack's `event_callback` for a user opening the app's Home (or Messages) tab."""
+    return {
+        "token": "fake-verification-token",
+        "team_id": "T0000000001",
+        "api_app_id": "A0000000001",
+        "event": {
+            "type": "app_home_opened",
+            "user": user,
+            "channel": "D" + user[1:],
+            "tab": tab,
+            "event_ts": "1700000000.000100",
+        },
+        "type": "event_callback",
+        "event_id": "Ev0000000001",
+        "event_time": TEST_TIMESTAMP,
+        "authorizations": [
+            {"team_id": "T0000000001", "user_id": "U0000000009", "is_bot": True, "is_enterprise_install": False}
+        ],
+        "is_ext_shared_channel": False,
+    }
+
+
 def command_body(text: str, user: str = "U0000000001", channel: str = "C0000000002") -> str:
     """A /gpu slash command body, fields in Slack's order, PHP-style encoded."""
     fields = [
@@ -326,6 +363,7 @@ def build_events() -> dict[str, Any]:
         "slack_view_submission.json": slack_event(payload_body(view_payload("view_submission", "llm-ko"))),
         "slack_view_submission_invalid.json": slack_event(payload_body(view_payload("view_submission", "LLM KO!"))),
         "slack_view_closed.json": slack_event(payload_body(view_payload("view_closed", ""))),
+        "slack_event_app_home_opened.json": slack_json_event(app_home_opened()),
         "incident_webhook_created.json": incident_event("requested", "active", "1700000001000"),
         "incident_webhook_approved.json": incident_event("approved", "active", "1700000002000"),
         # Datadog retries a delivery with the same rendered payload: byte for byte the approved event.

@@ -23,11 +23,13 @@ from test_ingress_events import (
     TEST_SIGNING_SECRET,
     TEST_TIMESTAMP,
     TRIGGER_ID,
+    app_home_opened,
     command_body,
     load_event,
     payload_body,
     sign,
     slack_event,
+    slack_json_event,
 )
 
 from gpufarm.core.kernel.errors import UpstreamError
@@ -536,3 +538,49 @@ def test_a_garbled_retry_header_is_still_an_answer(ingress: Any, num: str) -> No
     event = load_event("slack_command_request_inline.json")
     event["headers"].update({"X-Slack-Retry-Num": num, "X-Slack-Retry-Reason": "\x00" * 100})
     assert slack_ingress.handler(event, None)["statusCode"] == 200
+
+
+# -- the Events API (app_home_opened) -----------------------------------------------------------------------------
+
+
+def test_app_home_opened_is_acked_and_handed_to_the_worker(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    assert call(load_event("slack_event_app_home_opened.json")) == (200, None)
+    assert invoker.calls == [("SlackWorkerFunction", {"kind": "home", "user": "U0000000001"})]
+
+
+def test_the_events_url_handshake_answers_its_challenge(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    status, body = call(
+        slack_json_event({"token": "t", "challenge": "3eZbrw1aBm2rZgRNFdxV", "type": "url_verification"})
+    )
+    assert (status, body) == (200, {"challenge": "3eZbrw1aBm2rZgRNFdxV"})
+    assert invoker.calls == []
+
+
+def test_the_messages_tab_and_other_events_are_acked_and_change_nothing(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    assert call(slack_json_event(app_home_opened(tab="messages"))) == (200, None)
+    other = {**app_home_opened(), "event": {"type": "member_joined_channel", "user": "U0000000001"}}
+    assert call(slack_json_event(other)) == (200, None)
+    assert invoker.calls == []
+
+
+def test_a_forged_or_malformed_event_is_refused_and_nothing_is_handed_off(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    forged = slack_json_event(app_home_opened(), signature="v0=" + "0" * 64)
+    assert call(forged) == (401, {"error": "invalid signature"})
+    bad_user = {**app_home_opened(), "event": {"type": "app_home_opened", "user": "<!channel>", "tab": "home"}}
+    assert call(slack_json_event(bad_user))[0] == 400
+    assert call(slack_json_event({"type": "block_suggestion"}))[0] == 400
+    assert call(slack_json_event({"type": "url_verification", "challenge": "x" * 500}))[0] == 400
+    raw = slack_json_event(app_home_opened())
+    raw["body"] = raw["body"][:-5]  # cut JSON: its signature no longer matches either
+    assert call(raw)[0] == 401
+    assert invoker.calls == []
+
+
+def test_a_failed_hand_off_of_the_home_is_503(ingress: Any) -> None:
+    invoker, _, _ = ingress
+    invoker.fail = True
+    assert call(load_event("slack_event_app_home_opened.json")) == (503, {"error": "gpufarm is unavailable"})

@@ -18,12 +18,14 @@ from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.base import BaseModule
 from gpufarm_sandbox.emulator.context import SandboxContext
+from gpufarm_sandbox.emulator.slack_app import SlackApp
 from gpufarm_sandbox.emulator.slack_blockkit import (
     MAX_VIEW_BYTES,
     decorate,
     view_errors,
 )
 from gpufarm_sandbox.emulator.slack_files import SlackFiles
+from gpufarm_sandbox.emulator.slack_page import SlackPage
 from gpufarm_sandbox.emulator.slack_state import SlackState
 from gpufarm_sandbox.emulator.slack_users import SimulatedUsers
 from gpufarm_sandbox.emulator.slack_workspace import (
@@ -70,6 +72,9 @@ class SlackModule(BaseModule):
         self.state = SlackState(context)
         self.simulated = SimulatedUsers(context, self.state)
         self.files = SlackFiles(context, self.state)
+        # The installed app (its Request URL, kept across resets) and the page that plays its users.
+        self.app = SlackApp(context, self.state)
+        self.page = SlackPage(context, self.state, self.app)
         self.reset()
 
     # -- wiring ----------------------------------------------------------------------------------------------------
@@ -83,6 +88,7 @@ class SlackModule(BaseModule):
             "chat.postEphemeral": self._chat_post_ephemeral,
             "views.open": self._views_open,
             "views.update": self._views_update,
+            "views.publish": self._views_publish,
             "users.info": self._users_info,
             "conversations.open": self._conversations_open,
             "conversations.info": self._conversations_info,
@@ -97,6 +103,8 @@ class SlackModule(BaseModule):
         return [
             *routes,
             *self.files.routes(),
+            *self.app.routes(),
+            *self.page.routes(),
             Route("/slack/response/<token>", ("POST",), self._response_url, Auth.NONE),
             Route("/_sandbox/slack/messages", ("GET",), self._messages_get, Auth.NONE),
             Route("/_sandbox/slack/views", ("GET",), self._views_get, Auth.NONE),
@@ -258,6 +266,24 @@ class SlackModule(BaseModule):
         stored.hash = self.state.new_hash()
         stored.errors = {}
         stored.state_values = {}
+        return {"view": stored.to_json()}
+
+    def _views_publish(self, args: dict[str, Any]) -> dict[str, Any]:
+        """A user's App Home: the whole view replaces the last one; a stale `hash` is a hash_conflict."""
+        user = self.state.user(args.get("user_id"))["id"]
+        view = self._parse_view(args)
+        if view.get("type") != "home":
+            raise SlackFailure(
+                "invalid_arguments", response_metadata={"messages": ["[ERROR] views.publish takes a home view"]}
+            )
+        known = self.state.views.get(self.state.homes.get(user, ""))
+        expected = args.get("hash")
+        if known is not None and expected and expected != known.hash:
+            raise SlackFailure("hash_conflict")
+        view_id = known.id if known is not None else self.state.next_view_id()
+        stored = StoredView(view_id, user, copy.deepcopy(decorate(view)), self.state.new_hash(), view_id)
+        self.state.views[view_id] = stored
+        self.state.homes[user] = view_id
         return {"view": stored.to_json()}
 
     def _users_info(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,8 @@ class SlackState:
         self.usergroups: dict[str, dict[str, Any]] = {}
         self.messages: list[StoredMessage] = []
         self.views: dict[str, StoredView] = {}
+        # Each user's App Home (views.publish): the id of its stored view.
+        self.homes: dict[str, str] = {}
         self.triggers: dict[str, Trigger] = {}
         self.sinks: dict[str, ResponseSink] = {}
         self.deliveries: list[dict[str, Any]] = []
@@ -59,6 +61,7 @@ class SlackState:
             self.usergroups.clear()
             self.messages.clear()
             self.views.clear()
+            self.homes.clear()
             self.triggers.clear()
             self.sinks.clear()
             self.deliveries.clear()

@@ -4,19 +4,21 @@ payloads (clicks, modal submissions and closes) to the app, then applies the app
 from __future__ import annotations
 
 import copy
-import json
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import quote_plus, urlencode, urlsplit
 
 from pydantic import Field
 from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.slack_blockkit import block_errors, decorate, view_errors
+from gpufarm_sandbox.emulator.slack_dispatch import (
+    ACK_DEADLINE_MS,
+    Dispatch,
+    check_url,
+    encode_form,
+    encode_payload,
+    signed_post,
+)
 from gpufarm_sandbox.emulator.slack_workspace import (
     APP_ID,
     DEFAULT_CHANNEL,
@@ -33,31 +35,6 @@ from gpufarm_sandbox.emulator.web import ApiError, json_object, json_response
 if TYPE_CHECKING:
     from gpufarm_sandbox.emulator.context import SandboxContext
     from gpufarm_sandbox.emulator.slack_state import SlackState
-
-ACK_DEADLINE_MS = 3000  # Slack shows "operation_timeout" after 3 s
-DISPATCH_TIMEOUT_S = 10.0
-
-# -- wire encoding of what Slack sends to apps -----------------------------------------------------------------------
-
-
-def encode_form(fields: Iterable[tuple[str, str]]) -> bytes:
-    """Slack's PHP-style form encoding: space as `+`, `/` as `%2F`, `:` as `%3A`."""
-    return urlencode(list(fields), quote_via=quote_plus).encode()
-
-
-def encode_payload(payload: dict[str, Any]) -> bytes:
-    """An interaction body: `payload=` + URL-encoded compact JSON with Slack's escaped forward slashes."""
-    compact = json.dumps(payload, separators=(",", ":")).replace("/", "\\/")
-    return b"payload=" + quote_plus(compact).encode()
-
-
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """`X-Slack-Signature` for a body (HMAC-SHA256 over `v0:<ts>:<body>`, via slack_sdk)."""
-    from slack_sdk.signature import SignatureVerifier
-
-    signature = SignatureVerifier(secret).generate_signature(timestamp=timestamp, body=body)
-    assert signature is not None
-    return signature
 
 
 class CommandBody(StrictBody):
@@ -85,63 +62,12 @@ class InteractionBody(StrictBody):
     values: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
-@dataclass
-class Dispatch:
-    """What happened when the sandbox, acting as Slack, POSTed to the app."""
-
-    status: int | None
-    body: str
-    content_type: str
-    latency_ms: float
-    error: str | None = None
-
-    def json_body(self) -> Any:
-        """The ack parsed as JSON, or None."""
-        if not self.body.strip():
-            return None
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            return None
-
-
 class SimulatedUsers:
     """Workspace members acting on the app: `POST /_sandbox/slack/commands` and `/_sandbox/slack/interactions`."""
 
     def __init__(self, context: SandboxContext, state: SlackState) -> None:
         self.ctx = context
         self.state = state
-
-    def _signed_post(self, url: str, body: bytes) -> Dispatch:
-        """POST as Slack does: form body, Slack's headers, a fresh signature on the sandbox clock; 10 s timeout."""
-        timestamp = str(int(self.ctx.clock.now()))
-        headers = {
-            "Accept": "application/json,*/*",
-            "Content-Type": "application/x-www-form-urlencoded",
-            "User-Agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
-            "X-Slack-Request-Timestamp": timestamp,
-            "X-Slack-Signature": sign(self.ctx.slack_signing_secret, timestamp, body),
-        }
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")  # noqa: S310 - scheme checked
-        started = time.perf_counter()
-        try:
-            with urllib.request.urlopen(request, timeout=DISPATCH_TIMEOUT_S) as response:  # noqa: S310
-                status, data, ctype = response.status, response.read(), response.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as exc:
-            status, data, ctype = exc.code, exc.read(), exc.headers.get("Content-Type", "")
-        except (OSError, ValueError) as exc:
-            latency = (time.perf_counter() - started) * 1000
-            # What a Slack user sees when the app cannot be reached or is too slow.
-            code = "operation_timeout" if isinstance(exc, TimeoutError) else "dispatch_failed"
-            return Dispatch(None, "", "", round(latency, 1), f"{code}: {type(exc).__name__}")
-        latency = (time.perf_counter() - started) * 1000
-        return Dispatch(status, data.decode("utf-8", "replace"), ctype or "", round(latency, 1))
-
-    @staticmethod
-    def _check_url(url: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ApiError(400, "url must be an http(s) URL of the app")
 
     def _record_delivery(self, kind: str, user: str, url: str, result: Dispatch) -> None:
         entry = {
@@ -161,7 +87,7 @@ class SimulatedUsers:
     def commands_post(self, request: Request) -> Response:
         """`POST /_sandbox/slack/commands`: a member types a slash command; answers with the app's ack."""
         body = CommandBody.model_validate(json_object(request))
-        self._check_url(body.url)
+        check_url(body.url)
         with self.ctx.lock:
             user = self.state.known_user(body.user)
             channel_id, channel_name = self.state.known_channel(body.channel)
@@ -185,7 +111,7 @@ class SimulatedUsers:
             ]
         )
         # The app is called without holding the sandbox lock: it calls back into this sandbox while answering.
-        result = self._signed_post(body.url, form)
+        result = signed_post(self.ctx, body.url, form)
         self._record_delivery("command", body.user, body.url, result)
         if result.status == 200 and result.latency_ms <= ACK_DEADLINE_MS:
             self._record_ack(result, channel_id, body.user, response_url)
@@ -226,7 +152,7 @@ class SimulatedUsers:
     def interactions_post(self, request: Request) -> Response:
         """`POST /_sandbox/slack/interactions`: a member clicks, submits or closes a modal."""
         body = InteractionBody.model_validate(json_object(request))
-        self._check_url(body.url)
+        check_url(body.url)
         if body.type == "block_actions":
             return self._block_actions(body)
         if body.type == "view_submission":
@@ -246,7 +172,7 @@ class SimulatedUsers:
             else:
                 payload, user_id = self._message_click(body, body.action_id)
         # The app is called without holding the sandbox lock: it calls back into this sandbox while answering.
-        result = self._signed_post(body.url, encode_payload(payload))
+        result = signed_post(self.ctx, body.url, encode_payload(payload))
         self._record_delivery("block_actions", user_id, body.url, result)
         out = {
             "status": result.status,
@@ -360,7 +286,7 @@ class SimulatedUsers:
                 "is_enterprise_install": False,
                 "enterprise": None,
             }
-        result = self._signed_post(body.url, encode_payload(payload))
+        result = signed_post(self.ctx, body.url, encode_payload(payload))
         self._record_delivery("view_submission", user["id"], body.url, result)
         with self.ctx.lock:
             outcome = self._apply_view_ack(stored, result)
@@ -442,7 +368,7 @@ class SimulatedUsers:
                 "is_enterprise_install": False,
                 "enterprise": None,
             }
-        result = self._signed_post(body.url, encode_payload(payload))
+        result = signed_post(self.ctx, body.url, encode_payload(payload))
         self._record_delivery("view_closed", user["id"], body.url, result)
         return json_response(
             {

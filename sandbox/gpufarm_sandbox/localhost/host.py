@@ -106,6 +106,8 @@ class LocalHost:
             "queue": ThreadPoolExecutor(queue_workers or QUEUE_WORKERS, thread_name_prefix="gpufarm-queue"),
         }
         sandbox.add_routes(self.routes())
+        # The Slack app of the sandbox's workspace is gpufarm's: its Request URL is the ingress (slack/manifest.yaml).
+        sandbox.slack.app.install(self.urls.function("slack_ingress"))
         # Registered as a sandbox module too, so `POST /_sandbox/reset` restarts the timetable and the
         # sandbox's state dump shows the host.
         sandbox.modules.append(_SandboxModule(self))

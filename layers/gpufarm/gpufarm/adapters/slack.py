@@ -272,6 +272,10 @@ class SlackChat:
         """Replace an open modal; pass the last hash to fail with `hash_conflict` instead of overwriting."""
         self._call("views.update", view_id=view_id, view=dict(view), hash=hash)
 
+    def publish_home(self, user: str, view: Mapping[str, Any]) -> None:
+        """Publish a user's App Home tab (views.publish: the whole view, replacing the last one)."""
+        self._call("views.publish", user_id=user, view=dict(view))
+
     def open_dm(self, user: str) -> str:
         """The DM channel id with a user (stable, so remembered per container)."""
         with self._lock:

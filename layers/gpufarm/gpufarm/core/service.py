@@ -9,11 +9,13 @@ this façade.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from gpufarm.core.accounting import gpu_hours, quota
 from gpufarm.core.chat.block_kit import Message
+from gpufarm.core.chat.home import HomeData
 from gpufarm.core.chat.links import Links
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.context.lease_context import LeaseContext
@@ -32,9 +34,11 @@ from gpufarm.core.kernel.ports import (
     MetricsSink,
     WorkQueue,
 )
-from gpufarm.core.kernel.serial import IdleScope
-from gpufarm.core.leases import allocation, ending, extension, process, queries, requests, upload_tokens
+from gpufarm.core.kernel.serial import IdleScope, IncidentCommand
+from gpufarm.core.leases import allocation, ending, extension, home, process, queries, requests, upload_tokens
 from gpufarm.core.sync import expiry, gauges, repair, run, sweep
+
+T = TypeVar("T")
 
 
 class GpuFarm:
@@ -142,6 +146,21 @@ class GpuFarm:
     def profile_token(self, ir: int, user: str, key: bytes) -> Message:
         """An upload token for a lease, for its requester or a member of its team, signed with `key`."""
         return upload_tokens.profile_token(self.context, ir, user, key)
+
+    def home(self, user: str) -> HomeData:
+        """What a user's App Home shows now."""
+        return home.home(self.context, user)
+
+    def publish_home(self, user: str) -> None:
+        """Publish a user's App Home (views.publish)."""
+        home.publish(self.context, user)
+
+    def refreshing_homes(self, work: Callable[[], T], command: IncidentCommand | None = None) -> T:
+        """Run a unit of pool work (`command`, when it is one), then publish once the Home of each requester whose
+        lease it wrote (gpufarm.core.leases.home; not after the sync's hourly accruals)."""
+        if not home.refreshes(command):
+            return work()
+        return home.refreshed(self.context, work)
 
     def quota(self, team: str | None = None) -> Message:
         """Quotas and use per team, and free/total GPUs per pool."""

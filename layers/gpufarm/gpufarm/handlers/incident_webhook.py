@@ -171,7 +171,8 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
     except rt.ConfigurationError as exc:
         raise rt.misconfigured("allocation queue consumer", exc) from None
     try:
-        done = _run(svc, message)
+        # Each requester whose lease this work wrote gets their App Home published once (gpufarm.core.leases.home).
+        done = svc.refreshing_homes(lambda: _run(svc, message), message.command)
     except NotFound:
         log.warning("incident %s no longer exists; nothing to do", message.incident_id)
         return ["gone"]

@@ -109,12 +109,37 @@ class ViewClosed(_Slack):
     view: View
 
 
+class AppHomeOpened(_Slack):
+    """Slack's `app_home_opened` event: a user opened one of the app's tabs."""
+
+    type: Literal["app_home_opened"]
+    user: str = Field(pattern=USER_ID)
+    tab: str = Field(default="home", max_length=20)
+    channel: str | None = Field(default=None, pattern=CHANNEL_ID)
+
+
+class EventCallback(_Slack):
+    """An Events API delivery (`event_callback`); its `event` is validated by its own type's model."""
+
+    type: Literal["event_callback"]
+    event_id: str | None = Field(default=None, max_length=100)
+    event: dict[str, Any]
+
+
+class UrlVerification(_Slack):
+    """The Events API's handshake when the Request URL is saved: answered with its challenge."""
+
+    type: Literal["url_verification"]
+    challenge: str = Field(min_length=1, max_length=200)
+
+
 class Job(BaseModel):
     """What the ingress hands to the worker: who asked, where to answer, and what (validated once more there)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["request", "command", "action"]
+    # home: publish the user's App Home (the app_home_opened event).
+    kind: Literal["request", "command", "action", "home"]
     user: str = Field(pattern=USER_ID)
     channel: str | None = Field(default=None, pattern=CHANNEL_ID)
     response_url: str | None = Field(default=None, pattern=HTTP_URL)

@@ -28,9 +28,12 @@ from gpufarm.core.kernel.model import GpuRequest
 from gpufarm.handlers import http, snapstart, telemetry
 from gpufarm.handlers import runtime as rt
 from gpufarm.handlers.slack_events import (
+    AppHomeOpened,
     BlockActions,
+    EventCallback,
     Job,
     SlashCommand,
+    UrlVerification,
     ViewClosed,
     ViewSubmission,
     request_id,
@@ -55,6 +58,8 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
             return http.error(405, "Slack requests are POSTs")
         body = http.raw_body(event, http.SLACK_MAX_BODY_BYTES)
         headers = http.headers(event)
+        if _is_json(headers):
+            return _event(body, headers)
         form = _form(body)
         if form.get("ssl_check") == "1":
             return http.respond(200)
@@ -319,6 +324,46 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
     telemetry.correlate(slack_user=payload.user.id, request_id=request.request_id)
     job = Job(kind="request", user=payload.user.id, channel=request.channel, request=request.model_dump(mode="json"))
     return _hand_off(runtime, job, http.respond(200), _field_error("project", _MODAL_UNAVAILABLE))
+
+
+# -- events -------------------------------------------------------------------------------------------------------
+
+
+def _is_json(headers: Mapping[str, str]) -> bool:
+    return headers.get("content-type", "").split(";")[0].strip().lower() == "application/json"
+
+
+def _event(body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+    """An Events API delivery, signed like every other Slack request: the URL handshake is answered here;
+    `app_home_opened` hands the Home to the worker (it reads Datadog); any other event is acknowledged, ignored."""
+    runtime = rt.current()
+    if not runtime.signature_check().verify(body, headers):
+        log.warning("rejected a Slack event with a missing, forged or stale signature")
+        return http.error(401, "invalid signature")
+    try:
+        payload = bounded.loads(body, max_bytes=http.SLACK_MAX_BODY_BYTES)
+    except bounded.BadJson as exc:
+        return http.error(400, f"event is {exc.reason}")
+    if not isinstance(payload, dict):
+        return http.error(400, "event must be an object")
+    kind = payload.get("type")
+    try:
+        if kind == "url_verification":
+            return http.respond(200, {"challenge": UrlVerification.model_validate(payload).challenge})
+        if kind != "event_callback":
+            return http.error(400, "unsupported event delivery type")
+        callback = EventCallback.model_validate(payload)
+        if callback.event.get("type") != "app_home_opened":
+            log.info("ignored a %s event", str(callback.event.get("type"))[:40])
+            return http.respond(200)
+        opened = AppHomeOpened.model_validate(callback.event)
+    except ValidationError:
+        return http.error(400, f"malformed {str(kind)[:40]} event")
+    if opened.tab != "home":
+        return http.respond(200)  # the Messages tab: nothing to publish
+    telemetry.correlate(slack_user=opened.user)
+    job = Job(kind="home", user=opened.user)
+    return _hand_off(runtime, job, http.respond(200), http.error(503, "gpufarm is unavailable"))
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------

@@ -56,6 +56,8 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     except rt.ConfigurationError as exc:
         # No runtime, no Slack client to answer with: one line for operators, a failure for the DLQ.
         raise rt.misconfigured("slack worker", exc) from None
+    if job.kind == "home":
+        return _home(runtime, job.user)
     try:
         message = dispatch(runtime.service(), job)
         ok = True
@@ -73,6 +75,16 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
         return {"ok": ok, "kind": job.kind, "queued": True}
     reply(runtime, job, message)
     return {"ok": ok, "kind": job.kind, "text": message.text[:200]}
+
+
+def _home(runtime: rt.Runtime, user: str) -> dict[str, Any]:
+    """Publish the user's App Home; a failure is logged (the next opening or change publishes again)."""
+    try:
+        runtime.service().publish_home(user)
+    except GpufarmError as exc:
+        log.warning("could not publish %s's Home: %s", user, exc)
+        return {"ok": False, "kind": "home", "error": rt.describe(exc)[:200]}
+    return {"ok": True, "kind": "home"}
 
 
 def dispatch(svc: GpuFarm, job: Job) -> Message | None:

@@ -20,7 +20,7 @@ MAX_LINES = 40
 
 def quota_lines(acc: Accounts, burned: Sequence[Burn], team: str | None = None) -> list[str]:
     """`/gpu quota` lines: the measured ledger (one line per team, project, pool and model) and budget burn."""
-    return [*_ledger_lines(acc, team), *_measure_notes(acc, team), *_budget_lines(burned, team)]
+    return [*_ledger_lines(acc, team), *_measure_notes(acc, team), *budget_lines(burned, team)]
 
 
 def _ledger_lines(acc: Accounts, team: str | None) -> list[str]:
@@ -50,7 +50,7 @@ def _measure_notes(acc: Accounts, team: str | None) -> list[str]:
     return lines
 
 
-def _budget_lines(burned: Sequence[Burn], team: str | None) -> list[str]:
+def budget_lines(burned: Sequence[Burn], team: str | None) -> list[str]:
     """The GPU-hour budgets' burn this period, with their heading; nothing when no budget is the team's."""
     mine = [b for b in burned if team is None or b.budget.team == team]
     if not mine:

@@ -122,6 +122,26 @@ class LeaseContext:
             self._local.reads = None
             self._local.membership = None
 
+    @contextmanager
+    def changes(self) -> Iterator[dict[int, Allocation]]:
+        """The leases this thread writes while the block runs, by IR, as the writes left them (the App Home's
+        refresh after a change: gpufarm.core.leases.home). Blocks nest: an inner one collects for itself alone."""
+        outer: dict[int, Allocation] | None = getattr(self._local, "changes", None)
+        journal: dict[int, Allocation] = {}
+        self._local.changes = journal
+        try:
+            yield journal
+        finally:
+            self._local.changes = outer
+            if outer is not None:
+                outer |= journal
+
+    def _changed(self, alloc: Allocation) -> Allocation:
+        journal: dict[int, Allocation] | None = getattr(self._local, "changes", None)
+        if journal is not None:
+            journal[alloc.ir] = alloc
+        return alloc
+
     def reads(self) -> Reads:
         """The open view, or a fresh one for a single step called outside any invocation."""
         current: Reads | None = getattr(self._local, "reads", None)
@@ -255,11 +275,11 @@ class LeaseContext:
         record = self.incidents.update(
             alloc.incident_id, {f.STATE: state_for(phase).value, f.PHASE: phase.value, **values}
         )
-        return self.reads().wrote(record)
+        return self._changed(self.reads().wrote(record))
 
     def write_fields(self, alloc: Allocation, values: dict[str, object], *, title: str | None = None) -> Allocation:
         """Write fields (or the title) without a phase change; the invocation's view learns what Datadog answered."""
-        return self.reads().wrote(self.incidents.update(alloc.incident_id, values, title=title))
+        return self._changed(self.reads().wrote(self.incidents.update(alloc.incident_id, values, title=title)))
 
     def user_tags(self, host: str) -> list[str] | None:
         """A host's `user` tags read now (the re-check before a write); None when Datadog does not know it."""

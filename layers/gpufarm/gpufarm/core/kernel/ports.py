@@ -177,6 +177,9 @@ class Chat(Protocol):
     def update_view(self, view_id: str, view: Mapping[str, Any]) -> None:
         """Replace an open modal."""
 
+    def publish_home(self, user: str, view: Mapping[str, Any]) -> None:
+        """Publish a user's App Home tab (views.publish)."""
+
     def open_dm(self, user: str) -> str:
         """The DM channel id with a user."""
 
