@@ -33,12 +33,13 @@ from datadog_api_client import ApiClient, Configuration
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "permissions"
-# What ships: the runtime and operator CLI (the Lambda layer's package) and the node agent. The sandbox, the local
+# What ships: the runtime and operator CLI (the Lambda layer's package), the node agent and the Slurm enforcer. The sandbox, the local
 # function host and the demo are development tools (docs/design.md, rule 8) and need no grant.
 SHIPPED = ("layers/gpufarm/gpufarm", "node/gpufarm_node")
 FUNCTIONS = "functions"
 APPLY = "`gpufarm datadog apply`"
 NODE = "node agent"
+ENFORCER = "Slurm enforcer"
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _DATADOG_API = re.compile(r"^datadog_api_client\.(v\d)\.api\.\w+$")
 
@@ -63,6 +64,9 @@ def shipped_sources(root: Path = ROOT) -> dict[str, str]:
 
 def part_of(path: str) -> str:
     """Which part of gpufarm a module belongs to, as the Datadog table names it."""
+    if path.startswith("node/gpufarm_node/enforce/"):
+        # `gpufarm-node enforce slurm`: its own keys beside slurmctld, not the agent's on every GPU node.
+        return ENFORCER
     if path.startswith("node/"):
         return NODE
     if path.startswith("layers/gpufarm/gpufarm/setup/") or path.endswith("adapters/datadog_admin.py"):
@@ -319,13 +323,29 @@ def _raw_datadog(path: str, tree: ast.Module) -> list[Call]:
     for owner in [module, *([c] for c in tree.body if isinstance(c, ast.ClassDef))]:
         nodes = [n for stmt in owner for n in ast.walk(stmt) if id(n) not in skip]
         verbs = "|".join(sorted({v for n in nodes for v in _verbs(n)})) or "?"
+        named = _named_verbs(nodes)
         for node in nodes:
             found = re.search(r"/api/(v\d)(/[^?\s\"']*)", _text(node) or "")
             if found:
                 route = f"/api/{found.group(1)}{found.group(2)}"
+                verbs = named.get(id(node), verbs)
                 out.append(
                     Call(f"{found.group(1)} {verbs} {route}", _where(path, node), part_of(path), f"{verbs} {route}")
                 )
+    return out
+
+
+def _named_verbs(nodes: Iterable[ast.AST]) -> dict[int, str]:
+    """The method of a path handed to a helper named for it (`self._get("/api/v2/...")`, `post(...)`), by node."""
+    out: dict[int, str] = {}
+    for node in nodes:
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        verb = name.lstrip("_").upper()
+        if verb in HTTP_METHODS and node.args:
+            out.update((id(inner), verb) for inner in ast.walk(node.args[0]))
     return out
 
 
@@ -382,6 +402,8 @@ def datadog_operations(calls: Iterable[Call], spec: Mapping[str, Any]) -> tuple[
             ids = [
                 i for i, o in ops.items() if o["method"] in verbs.split("|") and _route_pattern(o["path"]).match(route)
             ]
+            # A literal path wins over a template it also fits (`/incidents/search` is not `/incidents/{id}`).
+            ids = [i for i in ids if ops[i]["path"] == route] or ids
         else:
             ids = [i for i in ops if snake(i) == rest]
         if len(ids) != 1:

@@ -13,7 +13,7 @@ publishes again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from gpufarm.core.accounting import budgets
@@ -53,22 +53,9 @@ def home(ctx: LeaseContext, user: str, written: Mapping[int, Allocation] | None 
     changed = dict(written or {})
     mine = _merged(ctx.reads().requested_by(user), changed, lambda a: a.requester == user)
     operator, teams, notes = _who(ctx, user, mine)
-    quotas = []
-    for name in teams:
-        if name not in ctx.farm.teams:
-            continue
-        held = _merged(ctx.live(team=name), changed, _of_team(name))
-        quotas += [
-            QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(held, name, env, model, charge=ctx.held))
-            for env, models in sorted(ctx.farm.teams[name].quotas.items())
-            for model, q in sorted(models.items())
-        ]
-    try:
-        burned = budgets.burns(ctx, [b for b in ctx.farm.budgets if b.team in teams])
-        spent = [line for team in teams for line in budget_lines(burned, team)]
-    except UpstreamError as exc:
-        log.warning("budgets unavailable for %s's Home: %s", user, exc)
-        spent, notes = [], [*notes, "Budgets could not be read now."]
+    quotas = _quotas(ctx, teams, changed)
+    spent, unread = _budgets(ctx, user, teams)
+    notes = [*notes, *unread]
     watched = _merged(ctx.live(phases=WATCHED_PHASES), changed, lambda a: a.phase in WATCHED_PHASES) if operator else []
     waiting_mine = [a for a in mine if a.phase in QUEUE_PHASES]
     return HomeData(
@@ -84,6 +71,31 @@ def home(ctx: LeaseContext, user: str, written: Mapping[int, Allocation] | None 
         links=ctx.links_for,
         notes=notes,
     )
+
+
+def _quotas(ctx: LeaseContext, teams: Sequence[str], changed: Mapping[int, Allocation]) -> list[QuotaRow]:
+    """Each of the teams' quotas with what the team holds now (its live leases, this change's in their place)."""
+    rows = []
+    for name in teams:
+        if name not in ctx.farm.teams:
+            continue
+        held = _merged(ctx.live(team=name), changed, _of_team(name))
+        rows += [
+            QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(held, name, env, model, charge=ctx.held))
+            for env, models in sorted(ctx.farm.teams[name].quotas.items())
+            for model, q in sorted(models.items())
+        ]
+    return rows
+
+
+def _budgets(ctx: LeaseContext, user: str, teams: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The teams' budget lines, and a note when the budgets could not be read (the Home shows the rest)."""
+    try:
+        burned = budgets.burns(ctx, [b for b in ctx.farm.budgets if b.team in teams])
+    except UpstreamError as exc:
+        log.warning("budgets unavailable for %s's Home: %s", user, exc)
+        return [], ["Budgets could not be read now."]
+    return [line for team in teams for line in budget_lines(burned, team)], []
 
 
 def _of_team(team: str) -> Callable[[Allocation], bool]:
