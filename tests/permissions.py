@@ -33,8 +33,8 @@ from datadog_api_client import ApiClient, Configuration
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "permissions"
-# What ships: the runtime and operator CLI (the Lambda layer's package), the node agent and the Slurm enforcer. The sandbox, the local
-# function host and the demo are development tools (docs/design.md, rule 8) and need no grant.
+# What ships: the runtime and operator CLI (the Lambda layer's package), the node agent and the Slurm enforcer. The
+# sandbox, the local function host and the demo are development tools (docs/design.md, rule 8) and need no grant.
 SHIPPED = ("layers/gpufarm/gpufarm", "node/gpufarm_node")
 FUNCTIONS = "functions"
 APPLY = "`gpufarm datadog apply`"
