@@ -18,6 +18,7 @@ from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.model import NodeSnapshot, SnapshotSource
 from gpufarm_node.registration import HostRegistrar, unit_tags
 from gpufarm_node.sender import Sender
+from gpufarm_node.squatters import UserNames
 
 log = logging.getLogger("gpufarm_node.agent")
 _PID = attrgetter("pid")
@@ -64,7 +65,9 @@ class Agent:
         self.cluster = cluster
         self.registrar = registrar
         self.host_tags = host_tags
-        self.builder = SeriesBuilder(identity_tags(environment, cluster), options)
+        self.builder = SeriesBuilder(
+            identity_tags(environment, cluster), options, user_of=UserNames(attributor.proc.root).of
+        )
         self._clock = clock
         self._flush_interval = flush_interval
         self._last_flush: float | None = None

@@ -71,6 +71,9 @@ METRICS: Final = _defs(
     ("gpu.activity.sm_occupancy", GAUGE, "percent"),
     ("gpu.activity.dram", GAUGE, "percent"),
     ("gpu.mig.activity", GAUGE, "percent"),
+    # squatters (gpufarm_node.squatters): per device, and per squatting process or pod
+    ("gpu.squatters", GAUGE, "process"),
+    ("process.squatter", GAUGE, None),
     # per container (and pod) on each device
     ("container.memory.used", GAUGE, "byte"),
     ("container.sm_utilization", GAUGE, "percent"),

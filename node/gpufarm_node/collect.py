@@ -20,7 +20,10 @@ Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
   plus `ir` when there is one. Datadog attaches host tags to every series, so on a shared sliced host tagged
   with two IRs `ir` carries both; `gpu_ir` is the agent's own key and stays exact: group by it for slices.
 - Per-container values are rolled up per (container, device), with zeros for a container that holds a device
-  but runs nothing on it (dcgm-exporter's idle pod values). PIDs appear only on opt-in per-process series.
+  but runs nothing on it (dcgm-exporter's idle pod values). PIDs appear only on opt-in per-process series and
+  on a squatter's own series (at most 16 per device).
+- A busy device's processes that are not of the lease holding it are squatters (gpufarm_node.squatters):
+  `gpufarm.gpu.squatters` per healthy device every cycle, `gpufarm.process.squatter` per squatting process.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from gpufarm_node.attribution import DeviceOwner, Workload
 from gpufarm_node.catalog import CLOCK_EVENT_REASONS, IDLE_STATES
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
 from gpufarm_node.series_tags import NO_IR, container_tags, ir_tags, owner_tags, reason_flags, with_source
+from gpufarm_node.squatters import Squatter, device_lease, find, squatter_rows
 from gpufarm_node.tags import normalize_tag
 
 _MODEL_PREFIXES = ("NVIDIA", "TESLA", "GEFORCE", "QUADRO")
@@ -67,6 +71,8 @@ class CollectOptions:
     idle_util_threshold: float = 5.0
     held_memory_bytes: int = 64 << 20
     per_process: bool = False
+    # Squatter detection (gpufarm_node.squatters): a busy device's processes that are not of its lease.
+    squatters: bool = True
 
 
 @dataclass
@@ -128,6 +134,9 @@ class _Cycle:
     assigned: Mapping[str, str]
     out: list[Row] = field(default_factory=list)
     irs: dict[str, _IrTotals] = field(default_factory=dict)
+    # Each healthy device's tags under the lease holding it, with its number of squatters; and the squatters.
+    squat_devices: list[tuple[tuple[str, ...], int]] = field(default_factory=list)
+    squatters: list[Squatter] = field(default_factory=list)
 
     def totals(self, ir: str) -> _IrTotals:
         """The rollup of one IR."""
@@ -144,11 +153,21 @@ class SeriesBuilder:
     (`_cached`): a cycle then costs a dictionary lookup per tag set and one tuple per series.
     """
 
-    def __init__(self, common_tags: Sequence[str], options: CollectOptions | None = None) -> None:
+    def __init__(
+        self,
+        common_tags: Sequence[str],
+        options: CollectOptions | None = None,
+        *,
+        user_of: Callable[[int], str | None] | None = None,
+    ) -> None:
         self.common = tuple(common_tags)
         self.options = options or CollectOptions()
         self._energy: dict[str, float] = {}
         self._tag_cache: dict[Any, Any] = {}
+        # The user a pid runs as (gpufarm_node.squatters.UserNames), asked for squatters only.
+        self._user_of = user_of or _no_user
+        # The last cycle's squatters (for the agent's log and tests).
+        self.squatters: list[Squatter] = []
 
     def build(
         self,
@@ -182,6 +201,9 @@ class SeriesBuilder:
             self._gpu(gpu, cycle)
         self._ir_rollups(cycle.irs, cycle.out)
         self._node(snap, stats or AgentStats(), cycle.out)
+        if self.options.squatters:
+            cycle.out.extend(squatter_rows(self.common, cycle.squat_devices, cycle.squatters, self._user_of))
+        self.squatters = cycle.squatters
         return cycle.out
 
     def _cached(self, key: Any, make: Callable[[], Any]) -> Any:
@@ -295,8 +317,18 @@ class SeriesBuilder:
         devices[state] = devices.get(state, 0) + 1
         if measured is not None:
             totals.activity.append(measured)
+        if self.options.squatters:
+            self._squatters(device, state, cycle)
         self._containers(ir, device, owner, cycle)
         return ir
+
+    def _squatters(self, device: _Device, state: str, cycle: _Cycle) -> None:
+        """Who squats a busy device, under the lease holding it (gpufarm_node.squatters)."""
+        lease = device_lease(device.key, cycle.assigned, cycle.host_ir)
+        found = find(device.key, lease, device.processes, cycle.workloads) if state == "busy" else _NONE
+        cycle.squat_devices.append((self._with_ir(device.tags, lease or NO_IR), len(found)))
+        if found:
+            cycle.squatters.extend(found)
 
     def _idle_state(self, processes: list[ProcessSample], activity: float | None) -> str:
         opts = self.options
@@ -506,6 +538,11 @@ _SM_UTIL = attrgetter("sm_util")
 # The 0/1 values of gpufarm.gpu.idle_state for each state, in IDLE_STATES order.
 _STATE_FLAGS = {state: tuple(1.0 if name == state else 0.0 for name in IDLE_STATES) for state in IDLE_STATES}
 _NOTHING: Mapping[str, str] = {}
+_NONE: list[Squatter] = []
+
+
+def _no_user(pid: int) -> str | None:
+    return None
 # A device's processes by IR and by container tags (positions in its process list), for one sequence of workload
 # objects; the first item keeps those objects alive while the plan is cached.
 _Plan = tuple[

@@ -123,7 +123,8 @@ def test_container_rollups_per_device_with_zeros_for_an_owner_that_runs_nothing(
     (idle,) = _find(series, "gpufarm.container.memory.used", f"gpu_uuid:{UUID1.lower()}")
     assert idle.value == 0.0 and "pod_name:trainer-0" in idle.tags and "gpu_ir:ir-5" in idle.tags
     assert _find(series, "gpufarm.container.processes", f"gpu_uuid:{UUID1.lower()}")[0].value == 0.0
-    assert not any(t.startswith("pid:") for s in series for t in s.tags)
+    # PIDs only on a squatter's own series (bounded per device), never on the per-device or container ones.
+    assert not any(t.startswith("pid:") for s in series if s.metric != "gpufarm.process.squatter" for t in s.tags)
 
 
 def test_per_process_series_only_when_asked() -> None:

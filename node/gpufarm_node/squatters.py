@@ -1,0 +1,169 @@
+"""Squatters: busy devices whose process (or pod) belongs to no lease, or to another lease than the device's.
+
+The rules, decided every cycle from what the agent already reads:
+- A device's lease is the allocator's: its `gpu_assign:ir-<N>/<uuid>` tag, else, on a dedicated host, the lease
+  holding the whole host (its one `ir:` tag, gpufarm_node.tags.host_lease). The processes running on a device never
+  make its lease: a device no lease holds has none, whoever runs on it.
+- Only a *busy* device (the idle taxonomy's `busy`, gpufarm_node.collect) can be squatted: a process that holds a
+  few bytes and computes nothing hurts nobody.
+- On a busy device, each process whose own IR (`GPUFARM_IR` in its environment, else its pod's `gpufarm.io/ir`
+  label, gpufarm_node.attribution) is not the device's lease is a squatter: it claims no lease, or another one. On
+  a device no lease holds, every process on it is one.
+
+What comes out is a list of `Squatter` records; a pod found on a device of another lease by other means (the
+pod-resources API on shared pools) is the same record with its `pod` set and no pid. `squatter_rows` turns them
+into series: one `gpufarm.gpu.squatters` value per device (0 when clean, so a monitor's alert recovers on the
+next cycle), and one `gpufarm.process.squatter` per squatting process or pod with who it is.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpufarm_node.attribution import Workload
+from gpufarm_node.model import ProcessSample
+from gpufarm_node.series_tags import NO_IR, pod_tags
+from gpufarm_node.tags import normalize_tag
+
+# Per device and cycle, the squatting processes reported one by one; past this many the rest are counted only.
+MAX_PER_DEVICE = 16
+# Cached user names (uid -> name); a uid table is small, this bounds a pathological one.
+_MAX_USERS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    """The pod a squatter runs in, as far as it is known."""
+
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    container: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Squatter:
+    """One process (or pod) running on a device of another lease, or of none.
+
+    `device_ir` is the lease holding the device (None: no lease); `claimed_ir` the lease the process says it is of
+    (None: it claims none). `pid` is None for a pod found through pod-resources rather than a process.
+    """
+
+    device: str
+    device_ir: str | None
+    claimed_ir: str | None
+    pid: int | None = None
+    pod: PodRef | None = None
+
+
+def device_lease(device_key: str, assigned: Mapping[str, str], host_ir: str | None) -> str | None:
+    """The lease holding a device: its `gpu_assign` tag's, else the whole host's (dedicated hosts only), else None."""
+    return assigned.get(device_key) or host_ir
+
+
+def find(
+    device_key: str,
+    lease: str | None,
+    processes: Sequence[ProcessSample],
+    workloads: Mapping[int, Workload | None],
+) -> list[Squatter]:
+    """The squatters among a busy device's processes (the caller checks the device is busy)."""
+    found: list[Squatter] = []
+    get = workloads.get
+    for proc in processes:
+        workload = get(proc.pid)
+        claimed = workload.ir if workload is not None else None
+        if lease is not None and claimed == lease:
+            continue
+        found.append(Squatter(device_key, lease, claimed, proc.pid, _pod_of(workload)))
+    return found
+
+
+def _pod_of(workload: Workload | None) -> PodRef | None:
+    if workload is None or (workload.pod_uid is None and workload.pod_name is None):
+        return None
+    return PodRef(workload.namespace, workload.pod_name, workload.pod_uid, workload.container_name)
+
+
+class UserNames:
+    """The user a squatting process runs as: the owner of its /proc entry (the process's effective uid), by name.
+
+    Only squatters are looked up, so a clean cycle costs nothing here. A uid without a name reads `uid-<n>`; a
+    process gone from /proc reads None.
+    """
+
+    def __init__(self, proc_root: str = "/proc", lookup: Callable[[int], str] | None = None) -> None:
+        self.root = proc_root.rstrip("/") or "/"
+        self._lookup = lookup or _passwd_name
+        self._names: dict[int, str] = {}
+
+    def of(self, pid: int) -> str | None:
+        """The user name of a process, normalised as a tag value."""
+        try:
+            uid = os.stat(f"{self.root}/{pid}").st_uid
+        except OSError:
+            return None
+        name = self._names.get(uid)
+        if name is None:
+            if len(self._names) >= _MAX_USERS:
+                self._names.clear()
+            name = self._names[uid] = user_tag_value(self._lookup(uid), uid)
+        return name
+
+
+def _passwd_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return ""
+
+
+def user_tag_value(name: str, uid: int) -> str:
+    """A POSIX user name as a tag value; `uid-<n>` when there is none or it is not a plain user name."""
+    value = normalize_tag(name)[:32]
+    if not value or not ("a" <= value[0] <= "z" or value[0] == "_") or value != name.lower()[:32]:
+        return f"uid-{uid}"
+    return value
+
+
+def squatter_rows(
+    common: tuple[str, ...],
+    devices: Iterable[tuple[tuple[str, ...], int]],
+    squatters: Iterable[Squatter],
+    user_of: Callable[[int], str | None],
+) -> list[tuple[str, float, tuple[str, ...]]]:
+    """Series of one cycle's squatters.
+
+    `devices` holds each healthy device's tags (node, device, gpu_ir) with its number of squatters, clean ones
+    included (0); `squatters` the records, each reported with its device's uuid, the two leases, pid, user and pod.
+    """
+    out: list[tuple[str, float, tuple[str, ...]]] = [("gpufarm.gpu.squatters", float(n), tags) for tags, n in devices]
+    per_device: dict[str, int] = {}
+    for squatter in squatters:
+        count = per_device.get(squatter.device, 0)
+        if count >= MAX_PER_DEVICE:
+            continue
+        per_device[squatter.device] = count + 1
+        out.append(("gpufarm.process.squatter", 1.0, (*common, *squatter_tags(squatter, user_of))))
+    return out
+
+
+def squatter_tags(squatter: Squatter, user_of: Callable[[int], str | None]) -> tuple[str, ...]:
+    """Who squats where: the device, the lease holding it, the lease claimed, pid, user and pod."""
+    tags = [
+        f"gpu_uuid:{squatter.device}",
+        f"gpu_ir:{squatter.device_ir or NO_IR}",
+        f"claimed_ir:{squatter.claimed_ir or NO_IR}",
+    ]
+    if squatter.pid is not None:
+        tags.append(f"pid:{squatter.pid}")
+        user = user_of(squatter.pid)
+        if user:
+            tags.append(f"user:{user}")
+    pod = squatter.pod
+    if pod is not None:
+        tags.extend(pod_tags(pod.uid, pod.name, pod.namespace, pod.container))
+    return tuple(tags)
