@@ -134,8 +134,7 @@ class _Cycle:
     assigned: Mapping[str, str]
     out: list[Row] = field(default_factory=list)
     irs: dict[str, _IrTotals] = field(default_factory=dict)
-    # Each healthy device's tags under the lease holding it, with its number of squatters; and the squatters.
-    squat_devices: list[tuple[tuple[str, ...], int]] = field(default_factory=list)
+    # The squatters found this cycle (gpufarm_node.squatters).
     squatters: list[Squatter] = field(default_factory=list)
 
     def totals(self, ir: str) -> _IrTotals:
@@ -201,8 +200,6 @@ class SeriesBuilder:
             self._gpu(gpu, cycle)
         self._ir_rollups(cycle.irs, cycle.out)
         self._node(snap, stats or AgentStats(), cycle.out)
-        if self.options.squatters:
-            cycle.out.extend(squatter_rows(self.common, cycle.squat_devices, cycle.squatters, self._user_of))
         self.squatters = cycle.squatters
         return cycle.out
 
@@ -323,12 +320,30 @@ class SeriesBuilder:
         return ir
 
     def _squatters(self, device: _Device, state: str, cycle: _Cycle) -> None:
-        """Who squats a busy device, under the lease holding it (gpufarm_node.squatters)."""
+        """Who squats a busy device, under the lease holding it (gpufarm_node.squatters): the device's count, 0 when
+        clean or not busy, and each squatter's series.
+
+        Like _plan, what a device's processes come to is cached by their pids and workload objects (which the
+        attributor keeps while a process lives, so a new process is a new key): a squatter's user is looked up
+        once, and a cycle that finds what the last one found costs a lookup.
+        """
         lease = device_lease(device.key, cycle.assigned, cycle.host_ir)
-        found = find(device.key, lease, device.processes, cycle.workloads) if state == "busy" else _NONE
-        cycle.squat_devices.append((self._with_ir(device.tags, lease or NO_IR), len(found)))
+        processes = device.processes
+        if state != "busy" or not processes:
+            cycle.out.append(("gpufarm.gpu.squatters", 0.0, self._with_ir(device.tags, lease or NO_IR)))
+            return
+        workloads = list(map(cycle.workloads.get, map(_PID, processes)))
+        key = ("squat", device.key, lease, *map(_PID, processes), *map(id, workloads))
+        plan: _SquatPlan | None = self._tag_cache.get(key)
+        if plan is None:
+            found = find(device.key, lease, processes, cycle.workloads)
+            rows = squatter_rows(self.common, found, self._user_of)
+            count = ("gpufarm.gpu.squatters", float(len(found)), self._with_ir(device.tags, lease or NO_IR))
+            plan = self._tag_cache[key] = (workloads, found, [count, *rows])
+        _, found, rows = plan
         if found:
             cycle.squatters.extend(found)
+        cycle.out.extend(rows)
 
     def _idle_state(self, processes: list[ProcessSample], activity: float | None) -> str:
         opts = self.options
@@ -538,7 +553,9 @@ _SM_UTIL = attrgetter("sm_util")
 # The 0/1 values of gpufarm.gpu.idle_state for each state, in IDLE_STATES order.
 _STATE_FLAGS = {state: tuple(1.0 if name == state else 0.0 for name in IDLE_STATES) for state in IDLE_STATES}
 _NOTHING: Mapping[str, str] = {}
-_NONE: list[Squatter] = []
+# A busy device's squatters and their rows (its count first) for one sequence of processes; the first item keeps
+# the workload objects in the key alive while the plan is cached.
+_SquatPlan = tuple[list[Workload | None], list[Squatter], list[Row]]
 
 
 def _no_user(pid: int) -> str | None:

@@ -130,17 +130,12 @@ def user_tag_value(name: str, uid: int) -> str:
 
 
 def squatter_rows(
-    common: tuple[str, ...],
-    devices: Iterable[tuple[tuple[str, ...], int]],
-    squatters: Iterable[Squatter],
-    user_of: Callable[[int], str | None],
+    common: tuple[str, ...], squatters: Iterable[Squatter], user_of: Callable[[int], str | None]
 ) -> list[tuple[str, float, tuple[str, ...]]]:
-    """Series of one cycle's squatters.
-
-    `devices` holds each healthy device's tags (node, device, gpu_ir) with its number of squatters, clean ones
-    included (0); `squatters` the records, each reported with its device's uuid, the two leases, pid, user and pod.
-    """
-    out: list[tuple[str, float, tuple[str, ...]]] = [("gpufarm.gpu.squatters", float(n), tags) for tags, n in devices]
+    """One `gpufarm.process.squatter` series per squatter (at most MAX_PER_DEVICE per device): its device's uuid,
+    the two leases, pid, user and pod. The per-device count, `gpufarm.gpu.squatters`, is the caller's
+    (gpufarm_node.collect), as it carries the device's own tags."""
+    out: list[tuple[str, float, tuple[str, ...]]] = []
     per_device: dict[str, int] = {}
     for squatter in squatters:
         count = per_device.get(squatter.device, 0)

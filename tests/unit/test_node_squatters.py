@@ -126,7 +126,7 @@ def test_a_device_reports_at_most_sixteen_squatters_but_counts_them_all() -> Non
 
 def test_a_found_pod_without_a_pid_is_the_same_record() -> None:
     squatter = Squatter("mig-x", "ir-5", "ir-6", pod=PodRef("team-b", "intruder", POD_UID))
-    (row,) = squatter_rows(COMMON, [], [squatter], lambda pid: "never")
+    (row,) = squatter_rows(COMMON, [squatter], lambda pid: "never")
     assert row[2] == (
         *COMMON,
         "gpu_uuid:mig-x",
