@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from node import CYCLE_S, TimedNvml, host_tags, topology  # noqa: E402 - beside this script
+from node import CYCLE_S, TimedNvml, host_tags, topology  # beside this script
 
 TARGET_ADDED = 0.05
 WARMUP = 3

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from gpufarm_node.attribution import Attributor, Workload
-from gpufarm_node.collect import AgentStats, CollectOptions, Row, Series, SeriesBuilder, gpu_model, identity_tags
+from gpufarm_node.collect import AgentStats, CollectOptions, Row, Series, SeriesBuilder
+from gpufarm_node.gpu_names import gpu_model
 from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.model import NodeSnapshot, SnapshotSource
 from gpufarm_node.registration import HostRegistrar, unit_tags
 from gpufarm_node.sender import Sender
+from gpufarm_node.series_tags import identity_tags
 from gpufarm_node.squatters import UserNames
 
 log = logging.getLogger("gpufarm_node.agent")

@@ -21,14 +21,11 @@ Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
   with two IRs `ir` carries both; `gpu_ir` is the agent's own key and stays exact: group by it for slices.
 - Per-container values are rolled up per (container, device), with zeros for a container that holds a device
   but runs nothing on it (dcgm-exporter's idle pod values). PIDs appear only on opt-in per-process series and
-  on a squatter's own series (at most 16 per device).
-- A busy device's processes that are not of the lease holding it are squatters (gpufarm_node.squatters):
-  `gpufarm.gpu.squatters` per healthy device every cycle, `gpufarm.process.squatter` per squatting process.
+  on squatters' (gpufarm_node.squatters: a busy device's processes that are not of the lease holding it).
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,12 +36,10 @@ from typing import Any, NamedTuple, cast
 
 from gpufarm_node.attribution import DeviceOwner, Workload
 from gpufarm_node.catalog import CLOCK_EVENT_REASONS, IDLE_STATES
+from gpufarm_node.gpu_names import gpu_model
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
 from gpufarm_node.series_tags import NO_IR, container_tags, ir_tags, owner_tags, reason_flags, with_source
-from gpufarm_node.squatters import Squatter, device_lease, find, squatter_rows
-from gpufarm_node.tags import normalize_tag
-
-_MODEL_PREFIXES = ("NVIDIA", "TESLA", "GEFORCE", "QUADRO")
+from gpufarm_node.squatters import SQUATTERS_METRIC, Squatter, SquatterPlans, device_lease
 
 
 class Series(NamedTuple):
@@ -81,24 +76,6 @@ class AgentStats:
 
     cycle_time: float = 0.0
     points_dropped: Mapping[str, int] = field(default_factory=dict)
-
-
-def gpu_model(name: str) -> str:
-    """A short model from an NVML name: `NVIDIA H100 80GB HBM3` -> `H100`, `NVIDIA A100-SXM4-80GB` -> `A100`."""
-    words = [w for w in re.split(r"\s+", name.strip()) if w]
-    while words and words[0].upper() in _MODEL_PREFIXES:
-        words.pop(0)
-    picked: list[str] = []
-    for word in words:
-        picked.append(word.split("-")[0])
-        if any(ch.isdigit() for ch in word):
-            break
-    return "-".join(picked).upper() or "UNKNOWN"
-
-
-def identity_tags(environment: str, cluster: str) -> tuple[str, ...]:
-    """Tags on every series of a node."""
-    return (normalize_tag(f"environment:{environment}"), normalize_tag(f"cluster:{cluster}"))
 
 
 @dataclass(slots=True)
@@ -163,8 +140,8 @@ class SeriesBuilder:
         self.options = options or CollectOptions()
         self._energy: dict[str, float] = {}
         self._tag_cache: dict[Any, Any] = {}
-        # The user a pid runs as (gpufarm_node.squatters.UserNames), asked for squatters only.
-        self._user_of = user_of or _no_user
+        # What busy devices' processes come to as squatters; a squatter's user (UserNames) looked up once.
+        self._squat = SquatterPlans(self.common, user_of or _no_user)
         # The last cycle's squatters (for the agent's log and tests).
         self.squatters: list[Squatter] = []
 
@@ -320,27 +297,13 @@ class SeriesBuilder:
         return ir
 
     def _squatters(self, device: _Device, state: str, cycle: _Cycle) -> None:
-        """Who squats a busy device, under the lease holding it (gpufarm_node.squatters): the device's count, 0 when
-        clean or not busy, and each squatter's series.
-
-        Like _plan, what a device's processes come to is cached by their pids and workload objects (which the
-        attributor keeps while a process lives, so a new process is a new key): a squatter's user is looked up
-        once, and a cycle that finds what the last one found costs a lookup.
-        """
+        """A device's squatter count (0 when clean or not busy) under the lease holding it, and its squatters."""
         lease = device_lease(device.key, cycle.assigned, cycle.host_ir)
-        processes = device.processes
-        if state != "busy" or not processes:
-            cycle.out.append(("gpufarm.gpu.squatters", 0.0, self._with_ir(device.tags, lease or NO_IR)))
+        tags = self._with_ir(device.tags, lease or NO_IR)
+        if state != "busy" or not device.processes:
+            cycle.out.append((SQUATTERS_METRIC, 0.0, tags))
             return
-        workloads = list(map(cycle.workloads.get, map(_PID, processes)))
-        key = ("squat", device.key, lease, *map(_PID, processes), *map(id, workloads))
-        plan: _SquatPlan | None = self._tag_cache.get(key)
-        if plan is None:
-            found = find(device.key, lease, processes, cycle.workloads)
-            rows = squatter_rows(self.common, found, self._user_of)
-            count = ("gpufarm.gpu.squatters", float(len(found)), self._with_ir(device.tags, lease or NO_IR))
-            plan = self._tag_cache[key] = (workloads, found, [count, *rows])
-        _, found, rows = plan
+        found, rows = self._squat.plan(device.key, lease, tags, device.processes, cycle.workloads)
         if found:
             cycle.squatters.extend(found)
         cycle.out.extend(rows)
@@ -553,13 +516,12 @@ _SM_UTIL = attrgetter("sm_util")
 # The 0/1 values of gpufarm.gpu.idle_state for each state, in IDLE_STATES order.
 _STATE_FLAGS = {state: tuple(1.0 if name == state else 0.0 for name in IDLE_STATES) for state in IDLE_STATES}
 _NOTHING: Mapping[str, str] = {}
-# A busy device's squatters and their rows (its count first) for one sequence of processes; the first item keeps
-# the workload objects in the key alive while the plan is cached.
-_SquatPlan = tuple[list[Workload | None], list[Squatter], list[Row]]
 
 
 def _no_user(pid: int) -> str | None:
     return None
+
+
 # A device's processes by IR and by container tags (positions in its process list), for one sequence of workload
 # objects; the first item keeps those objects alive while the plan is cached.
 _Plan = tuple[

@@ -7,6 +7,7 @@ from functools import lru_cache
 
 from gpufarm_node.attribution import DeviceOwner, Workload
 from gpufarm_node.catalog import CLOCK_EVENT_REASONS
+from gpufarm_node.tags import normalize_tag
 
 NO_IR = "none"
 
@@ -45,3 +46,8 @@ def pod_tags(uid: str | None, name: str | None, namespace: str | None, container
     """Kubernetes tags, Datadog's names, for whatever of the pod is known."""
     pairs = (("pod_uid", uid), ("pod_name", name), ("kube_namespace", namespace), ("kube_container_name", container))
     return tuple(f"{key}:{value}" for key, value in pairs if value)
+
+
+def identity_tags(environment: str, cluster: str) -> tuple[str, ...]:
+    """Tags on every series of a node."""
+    return (normalize_tag(f"environment:{environment}"), normalize_tag(f"cluster:{cluster}"))

@@ -18,16 +18,18 @@ next cycle), and one `gpufarm.process.squatter` per squatting process or pod wit
 
 from __future__ import annotations
 
-import os
 import pwd
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from gpufarm_node.attribution import Workload
 from gpufarm_node.model import ProcessSample
 from gpufarm_node.series_tags import NO_IR, pod_tags
 from gpufarm_node.tags import normalize_tag
 
+SQUATTERS_METRIC = "gpufarm.gpu.squatters"
+SQUATTER_METRIC = "gpufarm.process.squatter"
 # Per device and cycle, the squatting processes reported one by one; past this many the rest are counted only.
 MAX_PER_DEVICE = 16
 # Cached user names (uid -> name); a uid table is small, this bounds a pathological one.
@@ -103,7 +105,7 @@ class UserNames:
     def of(self, pid: int) -> str | None:
         """The user name of a process, normalised as a tag value."""
         try:
-            uid = os.stat(f"{self.root}/{pid}").st_uid
+            uid = Path(f"{self.root}/{pid}").stat().st_uid
         except OSError:
             return None
         name = self._names.get(uid)
@@ -142,7 +144,7 @@ def squatter_rows(
         if count >= MAX_PER_DEVICE:
             continue
         per_device[squatter.device] = count + 1
-        out.append(("gpufarm.process.squatter", 1.0, (*common, *squatter_tags(squatter, user_of))))
+        out.append((SQUATTER_METRIC, 1.0, (*common, *squatter_tags(squatter, user_of))))
     return out
 
 
@@ -162,3 +164,48 @@ def squatter_tags(squatter: Squatter, user_of: Callable[[int], str | None]) -> t
     if pod is not None:
         tags.extend(pod_tags(pod.uid, pod.name, pod.namespace, pod.container))
     return tuple(tags)
+
+
+Row = tuple[str, float, tuple[str, ...]]
+# Cached plans; past this many (process churn) they start over rather than grow.
+_MAX_PLANS = 4096
+
+
+class SquatterPlans:
+    """What a busy device's processes come to as squatters, with their series, cached per device.
+
+    As the container plan of gpufarm_node.collect, a plan is keyed by the device, its lease, its processes' pids
+    and their workload objects (which the attributor keeps while a process lives, so a new process is a new key):
+    a squatter's user is looked up once, and a cycle that finds what the last one found costs a lookup.
+    """
+
+    def __init__(self, common: tuple[str, ...], user_of: Callable[[int], str | None]) -> None:
+        self.common = common
+        self._user_of = user_of
+        self._plans: dict[tuple[object, ...], tuple[object, list[Squatter], list[Row]]] = {}
+
+    def plan(
+        self,
+        device_key: str,
+        lease: str | None,
+        device_tags: tuple[str, ...],
+        processes: Sequence[ProcessSample],
+        workloads: Mapping[int, Workload | None],
+    ) -> tuple[list[Squatter], list[Row]]:
+        """A busy device's squatters and its rows: its count (tagged `device_tags`) first, then each squatter's."""
+        pids = [proc.pid for proc in processes]
+        found = list(map(workloads.get, pids))
+        key = (device_key, lease, id(device_tags), *pids, *map(id, found))
+        entry = self._plans.get(key)
+        if entry is None:
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            squatters = find(device_key, lease, processes, workloads)
+            count: Row = (SQUATTERS_METRIC, float(len(squatters)), device_tags)
+            # The tags and workload objects in the key are held by the entry, so their ids stay theirs.
+            entry = self._plans[key] = (
+                (device_tags, found),
+                squatters,
+                [count, *squatter_rows(self.common, squatters, self._user_of)],
+            )
+        return entry[1], entry[2]

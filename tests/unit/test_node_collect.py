@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpufarm_node.attribution import DeviceOwner, Workload
-from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder, gpu_model, identity_tags
+from gpufarm_node.collect import AgentStats, CollectOptions, Series, SeriesBuilder
+from gpufarm_node.gpu_names import gpu_model
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
+from gpufarm_node.series_tags import identity_tags
 
 GIB = 1 << 30
 UUID0 = "GPU-00000000-0000-0000-0000-000000000000"

@@ -12,8 +12,9 @@ import pytest
 from test_node_spec import _problems
 
 from gpufarm_node.attribution import Attributor
-from gpufarm_node.collect import CollectOptions, SeriesBuilder, identity_tags
+from gpufarm_node.collect import CollectOptions, SeriesBuilder
 from gpufarm_node.nvml.source import NvmlSource
+from gpufarm_node.series_tags import identity_tags
 
 
 def _has_nvml() -> bool:

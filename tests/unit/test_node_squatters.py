@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpufarm_node.attribution import Workload
-from gpufarm_node.collect import CollectOptions, Series, SeriesBuilder, identity_tags
+from gpufarm_node.collect import CollectOptions, Series, SeriesBuilder
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
+from gpufarm_node.series_tags import identity_tags
 from gpufarm_node.squatters import PodRef, Squatter, UserNames, squatter_rows, user_tag_value
 
 GIB = 1 << 30
@@ -29,7 +30,9 @@ def _gpu(uuid: str, util: float, *pids: int, index: int = 0) -> GpuSnapshot:
 
 def _mig_gpu(*slices: tuple[str, list[int]]) -> GpuSnapshot:
     migs = [
-        MigSnapshot(uuid, n + 1, 0, "1g.10gb", MemoryInfo(10 * GIB, GIB, 9 * GIB), [ProcessSample(p, GIB) for p in pids])
+        MigSnapshot(
+            uuid, n + 1, 0, "1g.10gb", MemoryInfo(10 * GIB, GIB, 9 * GIB), [ProcessSample(p, GIB) for p in pids]
+        )
         for n, (uuid, pids) in enumerate(slices)
     ]
     return GpuSnapshot(0, UUID0, "NVIDIA A100-SXM4-80GB", mig_enabled=True, migs=migs)
@@ -98,7 +101,10 @@ def test_shared_host_the_assignment_is_the_device_s_lease_and_an_unassigned_slic
     }
     builder, series = _run([gpu], workloads, assigned={MIG0.lower(): "ir-5"})
     pod = PodRef("team-b", "intruder", POD_UID, "main")
-    assert builder.squatters == [Squatter(MIG0.lower(), "ir-5", "ir-6", 2, pod), Squatter(MIG1.lower(), None, "ir-5", 3)]
+    assert builder.squatters == [
+        Squatter(MIG0.lower(), "ir-5", "ir-6", 2, pod),
+        Squatter(MIG1.lower(), None, "ir-5", 3),
+    ]
     assert _count(series, MIG0) == 1.0 and _count(series, MIG1) == 1.0
     pod_series = [s for s in _squatter_series(series) if "pod_name:intruder" in s.tags]
     assert pod_series and f"pod_uid:{POD_UID}" in pod_series[0].tags and "kube_namespace:team-b" in pod_series[0].tags
@@ -119,7 +125,7 @@ def test_detection_off_emits_nothing_of_it() -> None:
 
 def test_a_device_reports_at_most_sixteen_squatters_but_counts_them_all() -> None:
     pids = list(range(100, 140))
-    builder, series = _run([_gpu(UUID0, 90.0, *pids)], dict.fromkeys(pids))
+    _, series = _run([_gpu(UUID0, 90.0, *pids)], dict.fromkeys(pids))
     assert _count(series, UUID0) == 40.0
     assert len(_squatter_series(series)) == 16
 
