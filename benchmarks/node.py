@@ -221,11 +221,15 @@ def bench_agent(
     clock: Callable[[], float],
     flush_interval: float,
     tags: Any = None,
+    *,
+    squatters: bool = True,
 ) -> Any:
     """The agent as the benchmarks run it: `nvml` (the fake, or a wrapper of it) on a fake host in `workdir`,
-    reading its host tags through `tags` (a transport, see tag_transport) every cycle."""
+    reading its host tags through `tags` (a transport, see tag_transport) every cycle; squatter detection on unless
+    `squatters` is False (benchmarks/squatters.py)."""
     from gpufarm_node.agent import Agent
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
+    from gpufarm_node.collect import CollectOptions
     from gpufarm_node.fake_host import FakeHost
     from gpufarm_node.hosttags import HostTagWatch
     from gpufarm_node.nvml.source import NvmlSource
@@ -243,6 +247,7 @@ def bench_agent(
         clock=clock,
         flush_interval=flush_interval,
         host_tags=watch,
+        options=CollectOptions(squatters=squatters),
     )
 
 

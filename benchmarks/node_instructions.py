@@ -71,7 +71,7 @@ class ReducedNvml:
         return reduced
 
 
-def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str) -> None:
+def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str, squatters: bool) -> None:
     """Run the agent for `cycles` cycles (under callgrind when the parent asks)."""
     from gpufarm_node.agent import settle_process
     from gpufarm_node.fake_nvml import FakeNvml
@@ -85,7 +85,8 @@ def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, read
     with tempfile.TemporaryDirectory() as workdir:
         intake = KeptIntake()
         sender = DatadogSender(intake, "gpu-bench-01", clock=clock)
-        agent = bench_agent(nvml, fake, workdir, sender, clock, flush_interval, tag_transport(tags_url, reader))
+        tags = tag_transport(tags_url, reader)
+        agent = bench_agent(nvml, fake, workdir, sender, clock, flush_interval, tags, squatters=squatters)
         agent.start()
         settle_process()
         for _ in range(cycles):
@@ -94,7 +95,7 @@ def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, read
         agent.close()
 
 
-def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str) -> int:
+def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str, squatters: bool) -> int:
     """Instructions callgrind counted for one child run (only inside functools_reduce when `reduced`)."""
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -113,6 +114,7 @@ def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str, rea
             "--reader",
             reader,
             *(["--reduced"] if reduced else []),
+            *([] if squatters else ["--no-squatters"]),
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
@@ -133,16 +135,18 @@ def main() -> None:
     parser.add_argument("--reduced", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tags-url", help=argparse.SUPPRESS)
     parser.add_argument("--reader", choices=READERS, default=READERS[0], help="socket: the agent's tag reader")
+    parser.add_argument("--no-squatters", action="store_true", help="squatter detection off (benchmarks/squatters.py)")
     args = parser.parse_args()
+    squatters = not args.no_squatters
     if args.child is not None:
-        child(args.child, args.flush, args.reduced, args.tags_url, args.reader)
+        child(args.child, args.flush, args.reduced, args.tags_url, args.reader, squatters)
         return
     from gpufarm_node.topology import topology_from_dict
 
     started = time.monotonic()
     with Receiver(host_tags(topology_from_dict(topology(), seed="bench"))) as receiver:
         counts = {
-            (cycles, reduced): _count(cycles, args.flush, reduced, receiver.url, args.reader)
+            (cycles, reduced): _count(cycles, args.flush, reduced, receiver.url, args.reader, squatters)
             for cycles in (args.warmup, args.warmup + args.cycles)
             for reduced in (False, True)
         }
@@ -154,6 +158,7 @@ def main() -> None:
         "cycles": args.cycles,
         "flush_s": args.flush,
         "reader": args.reader,
+        "squatters": squatters,
         "whole_per_cycle": whole,
         "fake_per_cycle": fake,
         "own_per_cycle": own,
