@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -20,7 +20,7 @@ from gpufarm_node.model import NodeSnapshot, SnapshotSource
 from gpufarm_node.registration import HostRegistrar, unit_tags
 from gpufarm_node.sender import Sender
 from gpufarm_node.series_tags import identity_tags
-from gpufarm_node.squatters import UserNames
+from gpufarm_node.squatters import Squatter, UserNames
 
 log = logging.getLogger("gpufarm_node.agent")
 _PID = attrgetter("pid")
@@ -58,6 +58,7 @@ class Agent:
         clock: Callable[[], float] = time.time,
         flush_interval: float = 0.0,
         host_tags: HostTagWatch | None = None,
+        squatter_source: Callable[[], Iterable[Squatter]] | None = None,
     ) -> None:
         self.source = source
         self.attributor = attributor
@@ -67,6 +68,8 @@ class Agent:
         self.cluster = cluster
         self.registrar = registrar
         self.host_tags = host_tags
+        # Squatters another part of the agent finds (pods of another lease, by pod-resources), merged each cycle.
+        self.squatter_source = squatter_source
         self.builder = SeriesBuilder(
             identity_tags(environment, cluster), options, user_of=UserNames(attributor.proc.root).of
         )
@@ -106,7 +109,9 @@ class Agent:
         self._dropped.update(self.sender.take_dropped())
         stats = AgentStats(collect_seconds, dict(self._dropped))
         self._dropped.clear()
-        series = self.builder.rows(snap, workloads, self.attributor.device_owners, host_ir, stats, assigned=assigned)
+        owners = self.attributor.device_owners
+        reported = self._reported()
+        series = self.builder.rows(snap, workloads, owners, host_ir, stats, assigned=assigned, reported=reported)
         self.last_rows = series
         timestamp = int(self._clock() if now is None else now)
         self.sender.send(series, timestamp)
@@ -115,6 +120,16 @@ class Agent:
             self._last_flush = timestamp
             flushed = self.sender.flush()
         return CycleReport(timestamp, len(series), collect_seconds, flushed)
+
+    def _reported(self) -> list[Squatter]:
+        """The squatter source's findings this cycle; a failing source costs its findings, never the cycle."""
+        if self.squatter_source is None:
+            return []
+        try:
+            return list(self.squatter_source())
+        except Exception:
+            log.exception("the squatter source failed; this cycle reports what the agent found itself")
+            return []
 
     def _attribute(self, snap: NodeSnapshot) -> dict[int, Workload | None]:
         attributor = self.attributor

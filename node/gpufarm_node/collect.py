@@ -27,7 +27,7 @@ Pure: no NVML, no I/O. The rules, so monitors and dashboards can rely on them:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
@@ -36,10 +36,11 @@ from typing import Any, NamedTuple, cast
 
 from gpufarm_node.attribution import DeviceOwner, Workload
 from gpufarm_node.catalog import CLOCK_EVENT_REASONS, IDLE_STATES
+from gpufarm_node.device_values import Device, device_values, measured_activity
 from gpufarm_node.gpu_names import gpu_model
-from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
+from gpufarm_node.model import GpuSnapshot, MigSnapshot, NodeSnapshot, ProcessSample
 from gpufarm_node.series_tags import NO_IR, container_tags, ir_tags, owner_tags, reason_flags, with_source
-from gpufarm_node.squatters import SQUATTERS_METRIC, Squatter, SquatterPlans, device_lease
+from gpufarm_node.squatters import Squatter, SquatterPlans, device_lease
 
 
 class Series(NamedTuple):
@@ -79,18 +80,6 @@ class AgentStats:
 
 
 @dataclass(slots=True)
-class _Device:
-    uuid: str
-    # The uuid lower-cased, as tags (and so `gpu_assign` tags) spell it.
-    key: str
-    tags: tuple[str, ...]
-    memory: MemoryInfo | None
-    utilization: float | None
-    processes: list[ProcessSample]
-    activity: float | None = None
-
-
-@dataclass(slots=True)
 class _IrTotals:
     # Devices by state (busy, idle, idle_held, unhealthy): a plain dict, as Counter's constructor is Python code
     # and a cycle makes one of these per IR.
@@ -111,8 +100,9 @@ class _Cycle:
     assigned: Mapping[str, str]
     out: list[Row] = field(default_factory=list)
     irs: dict[str, _IrTotals] = field(default_factory=dict)
-    # The squatters found this cycle (gpufarm_node.squatters).
+    # The squatters found this cycle (gpufarm_node.squatters), and those another source reported, by device.
     squatters: list[Squatter] = field(default_factory=list)
+    reported: dict[str, list[Squatter]] = field(default_factory=dict)
 
     def totals(self, ir: str) -> _IrTotals:
         """The rollup of one IR."""
@@ -154,10 +144,12 @@ class SeriesBuilder:
         stats: AgentStats | None = None,
         *,
         assigned: Mapping[str, str] | None = None,
+        reported: Iterable[Squatter] = (),
     ) -> list[Series]:
         """Every series of one cycle (rows() as Series); `assigned` maps lower-case device uuids to the IR the allocator
         gave them."""
-        return list(map(Series._make, self.rows(snap, workloads, owners, host_ir, stats, assigned=assigned)))
+        rows = self.rows(snap, workloads, owners, host_ir, stats, assigned=assigned, reported=reported)
+        return list(map(Series._make, rows))
 
     def rows(
         self,
@@ -168,11 +160,15 @@ class SeriesBuilder:
         stats: AgentStats | None = None,
         *,
         assigned: Mapping[str, str] | None = None,
+        reported: Iterable[Squatter] = (),
     ) -> list[Row]:
-        """Every series of one cycle, as (metric, value, tags) rows: what the agent sends."""
+        """Every series of one cycle, as (metric, value, tags) rows: what the agent sends. `reported`: squatters
+        another source found (pods of another lease, by pod-resources), merged into their devices'."""
         if len(self._tag_cache) > _TAG_CACHE:
             self._tag_cache.clear()
         cycle = _Cycle(workloads, owners, host_ir, assigned or _NOTHING)
+        for squatter in reported:
+            cycle.reported.setdefault(squatter.device, []).append(squatter)
         for gpu in snap.gpus:
             self._gpu(gpu, cycle)
         self._ir_rollups(cycle.irs, cycle.out)
@@ -217,7 +213,7 @@ class SeriesBuilder:
             devices["unhealthy"] = devices.get("unhealthy", 0) + 1
             return
         if not gpu.mig_enabled:
-            device = _Device(gpu.uuid, uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
+            device = Device(gpu.uuid, uuid, tags, gpu.memory, gpu.utilization, gpu.processes)
             ir = self._device(device, cycle)
             # Whole GPUs carry their IR on parent values too (energy and power per IR); slices share theirs.
             tags = self._with_ir(tags, ir)
@@ -230,7 +226,7 @@ class SeriesBuilder:
                     partial(self._mig_tags, gpu.index, model, uuid, mig),
                 )
                 activity = mig.activity.get("graphics") if mig.activity else None
-                device = _Device(mig.uuid, mig_key, mig_tags, mig.memory, None, mig.processes, activity)
+                device = Device(mig.uuid, mig_key, mig_tags, mig.memory, None, mig.processes, activity)
                 ir = self._device(device, cycle)
                 ir_tags = self._with_ir(mig_tags, ir)
                 if mig.activity:
@@ -271,15 +267,15 @@ class SeriesBuilder:
             found = self._tag_cache[key] = (*tags, *ir_tags(ir))
         return found
 
-    def _device(self, device: _Device, cycle: _Cycle) -> str:
+    def _device(self, device: Device, cycle: _Cycle) -> str:
         """Emit one device's series and rollups; returns the IR it is attributed to."""
         out = cycle.out
         owner = cycle.owners.get(device.uuid)
         processes = device.processes
         ir = _device_ir(device, owner, cycle)
         tags = self._with_ir(device.tags, ir)
-        _device_values(device, tags, out)
-        measured = _measured_activity(device)
+        device_values(device, tags, out)
+        measured = measured_activity(device)
         state = self._idle_state(processes, measured)
         key = ("state", tags)
         state_tags = self._tag_cache.get(key)
@@ -296,14 +292,13 @@ class SeriesBuilder:
         self._containers(ir, device, owner, cycle)
         return ir
 
-    def _squatters(self, device: _Device, state: str, cycle: _Cycle) -> None:
-        """A device's squatter count (0 when clean or not busy) under the lease holding it, and its squatters."""
+    def _squatters(self, device: Device, state: str, cycle: _Cycle) -> None:
+        """A device's squatter count (0 when clean) under the lease holding it, and its squatters."""
         lease = device_lease(device.key, cycle.assigned, cycle.host_ir)
         tags = self._with_ir(device.tags, lease or NO_IR)
-        if state != "busy" or not device.processes:
-            cycle.out.append((SQUATTERS_METRIC, 0.0, tags))
-            return
-        found, rows = self._squat.plan(device.key, lease, tags, device.processes, cycle.workloads)
+        busy = device.processes if state == "busy" else None
+        reported = cycle.reported.get(device.key, ()) if cycle.reported else ()
+        found, rows = self._squat.device(device.key, lease, tags, busy, cycle.workloads, reported=reported)
         if found:
             cycle.squatters.extend(found)
         cycle.out.extend(rows)
@@ -322,7 +317,7 @@ class SeriesBuilder:
             return "idle"
         return "busy" if activity is None else "idle_held"
 
-    def _containers(self, device_ir: str, device: _Device, owner: DeviceOwner | None, cycle: _Cycle) -> None:
+    def _containers(self, device_ir: str, device: Device, owner: DeviceOwner | None, cycle: _Cycle) -> None:
         if self.options.per_process:
             self._containers_per_process(device_ir, device, owner, cycle)
             return
@@ -397,9 +392,7 @@ class SeriesBuilder:
             )
             self._container_values(otags, 0, [], out)
 
-    def _containers_per_process(
-        self, device_ir: str, device: _Device, owner: DeviceOwner | None, cycle: _Cycle
-    ) -> None:
+    def _containers_per_process(self, device_ir: str, device: Device, owner: DeviceOwner | None, cycle: _Cycle) -> None:
         """Per-process series, and the container series _containers makes from a plan, worked out process by
         process."""
         out = cycle.out
@@ -547,7 +540,7 @@ _ACTIVITY_METRICS: dict[str, str] = {
 }
 
 
-def _device_ir(device: _Device, owner: DeviceOwner | None, cycle: _Cycle) -> str:
+def _device_ir(device: Device, owner: DeviceOwner | None, cycle: _Cycle) -> str:
     """The allocator's assignment, else the owner's IR, else the processes' majority, else the whole host's lease
     (a dedicated host's only), else none."""
     return (
@@ -557,31 +550,6 @@ def _device_ir(device: _Device, owner: DeviceOwner | None, cycle: _Cycle) -> str
         or cycle.host_ir
         or NO_IR
     )
-
-
-def _device_values(device: _Device, tags: tuple[str, ...], out: list[Row]) -> None:
-    """A device's memory, utilization (whole GPUs) and process count."""
-    append = out.append
-    memory = device.memory
-    if memory is not None:
-        append(("gpufarm.gpu.memory.total", float(memory.total), tags))
-        append(("gpufarm.gpu.memory.used", float(memory.used), tags))
-        append(("gpufarm.gpu.memory.free", float(memory.free), tags))
-        if memory.reserved is not None:
-            append(("gpufarm.gpu.memory.reserved", float(memory.reserved), tags))
-    if device.utilization is not None:
-        append(("gpufarm.gpu.utilization", device.utilization, tags))
-    append(("gpufarm.gpu.processes", float(len(device.processes)), tags))
-
-
-def _measured_activity(device: _Device) -> float | None:
-    """Utilization, else GPM activity, else the processes' SM % summed when every one has it; None: unmeasured."""
-    measured = device.utilization if device.utilization is not None else device.activity
-    if measured is None and device.processes:
-        sm = [p.sm_util for p in device.processes]
-        if None not in sm:
-            measured = min(100.0, sum(cast("list[float]", sm)))
-    return measured
 
 
 def _majority_ir(processes: list[ProcessSample], workloads: Mapping[int, Workload | None]) -> str | None:

@@ -184,6 +184,31 @@ class SquatterPlans:
         self._user_of = user_of
         self._plans: dict[tuple[object, ...], tuple[object, list[Squatter], list[Row]]] = {}
 
+    def device(
+        self,
+        device_key: str,
+        lease: str | None,
+        device_tags: tuple[str, ...],
+        processes: Sequence[ProcessSample] | None,
+        workloads: Mapping[int, Workload | None],
+        *,
+        reported: Sequence[Squatter] = (),
+    ) -> tuple[list[Squatter], list[Row]]:
+        """A device's squatters and rows: its count (tagged `device_tags`) first, then each squatter's.
+
+        `processes` are those of a busy device (None: not busy, so none of them squats); `reported` holds what
+        another source found on this device (a pod of another lease through pod-resources, whether or not the
+        device is busy), merged in unless a process of the same pod was found already.
+        """
+        found, rows = self.plan(device_key, lease, device_tags, processes, workloads) if processes else ([], [])
+        if not reported:
+            return found, rows or [(SQUATTERS_METRIC, 0.0, device_tags)]
+        pods = {s.pod.uid for s in found if s.pod is not None and s.pod.uid}
+        extra = [s for s in reported if s.pod is None or not s.pod.uid or s.pod.uid not in pods]
+        merged = [*found, *extra]
+        count: Row = (SQUATTERS_METRIC, float(len(merged)), device_tags)
+        return merged, [count, *squatter_rows(self.common, merged, self._user_of)]
+
     def plan(
         self,
         device_key: str,

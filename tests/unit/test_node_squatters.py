@@ -165,3 +165,64 @@ def test_user_names_come_from_the_proc_entry_s_owner(tmp_path: Path) -> None:
     assert users.of(42) == "carol"
     assert asked == [os.getuid()]  # one lookup per uid
     assert users.of(43) is None  # gone from /proc
+
+
+def test_squatters_another_source_reports_are_merged_into_their_device_once_per_pod() -> None:
+    # A pod of ir-6 holds slice MIG1 of ir-5 (pod-resources) and runs nothing visible there; another pod's process
+    # on MIG0 was found by the agent itself, and reported again by the source: counted once.
+    gpu = _mig_gpu((MIG0, [2]), (MIG1, []))
+    intruder = PodRef("team-b", "intruder", POD_UID, "main")
+    workloads = {2: Workload("c" * 64, POD_UID, "intruder", "team-b", "main", "ir-6")}
+    reported = [
+        Squatter(MIG0.lower(), "ir-5", "ir-6", pod=intruder),
+        Squatter(MIG1.lower(), "ir-5", "ir-6", pod=PodRef("team-b", "idler", None, "main")),
+    ]
+    builder = SeriesBuilder(COMMON)
+    snap = NodeSnapshot(1.0, [gpu])
+    assigned = {MIG0.lower(): "ir-5", MIG1.lower(): "ir-5"}
+    series = builder.build(snap, workloads, {}, None, assigned=assigned, reported=reported)
+    assert _count(series, MIG0) == 1.0 and _count(series, MIG1) == 1.0
+    assert [s.pid for s in builder.squatters] == [2, None]
+    assert any("pod_name:idler" in s.tags for s in _squatter_series(series))
+
+
+def test_a_failing_squatter_source_never_fails_the_cycle(tmp_path: Path) -> None:
+    from gpufarm_node.agent import Agent
+    from gpufarm_node.attribution import Attributor, ProcFs
+    from gpufarm_node.fake_host import FakeHost
+    from gpufarm_node.fake_nvml import FakeNvml
+    from gpufarm_node.nvml.source import NvmlSource
+    from gpufarm_node.sender import DatadogSender
+    from gpufarm_node.topology import topology_from_dict
+
+    class _Drop:
+        encoding = "gzip"
+
+        def post(self, compressed: bytes) -> None:
+            return None
+
+    def broken() -> list[Squatter]:
+        raise RuntimeError("pod-resources gone")
+
+    doc = {
+        "name": "s",
+        "gpus": [{"model": "H100", "count": 1}],
+        "processes": [{"pid": 7, "gpu": 0, "workload": "busy"}],
+    }
+    fake = FakeNvml(topology_from_dict(doc, seed="s"))
+    host = FakeHost(fake, tmp_path)
+    agent = Agent(
+        NvmlSource(fake),
+        Attributor(ProcFs(host.proc_root)),
+        DatadogSender(_Drop(), "h"),
+        hostname="h",
+        environment="e",
+        cluster="c",
+        squatter_source=broken,
+    )
+    agent.start()
+    try:
+        agent.cycle()
+    finally:
+        agent.close()
+    assert [s.pid for s in agent.builder.squatters] == [7]
