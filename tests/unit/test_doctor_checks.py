@@ -206,12 +206,12 @@ def test_a_form_that_misses_a_fresh_sample_is_tried_again_before_it_counts() -> 
 def test_each_monitor_datadog_refuses_gets_its_line() -> None:
     farm = parse_farm((ROOT / "config" / "farm.example.yaml").read_text())
     admin = FakeAdmin()
-    from gpufarm.setup.monitors import desired_monitors
+    from gpufarm.setup.squatter_monitor import farm_monitors
 
-    wanted = desired_monitors(farm)
+    wanted = farm_monitors(farm)
     admin.refused = {wanted[0].body["name"]}
     lines = objects.check_monitors(admin, farm)
-    assert lines[0] == Line("monitors", Status.BROKEN, f"{len(wanted) - 1} of {len(wanted)} idle monitors valid")
+    assert lines[0] == Line("monitors", Status.BROKEN, f"{len(wanted) - 1} of {len(wanted)} monitors valid (idle and squatter)")
     assert [x.check for x in lines[1:]] == [f"monitor {wanted[0].key}"] and "bad" in lines[1].detail
     assert objects.check_monitors(admin, None)[0].status is Status.SKIPPED
 

@@ -16,8 +16,8 @@ from gpufarm.profiling.dashboard_links import newest_run_links
 from gpufarm.setup.apply import apply_setup, execute, read_current, validate_monitors
 from gpufarm.setup.changes import Change
 from gpufarm.setup.dashboards import desired_dashboards, desired_metadata
-from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import IDLE_WEBHOOK_URL_ENV, INCIDENT_WEBHOOK_URL_ENV, Plan, SetupSpec, plan_setup
+from gpufarm.setup.squatter_monitor import farm_monitors
 
 # Exit statuses of `apply`, for CI pipelines (click itself exits 2 on usage errors).
 EXIT_OK = 0  # applied, or (with --dry-run) nothing to change
@@ -148,7 +148,7 @@ def _setup_spec(
         rotate_secret=rotate_secret,
         has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
         incident_type=(incident_type or settings.incident_type).strip(),
-        monitors=desired_monitors(farm) if farm is not None else None,
+        monitors=farm_monitors(farm) if farm is not None else None,
         prune=prune,
         dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
         metric_metadata=desired_metadata() if farm is not None else None,
@@ -258,7 +258,7 @@ def run_apply(
         rotate_secret=rotate_secret,
         has_secret=settings.webhook_secret is not None and bool(settings.webhook_secret.get_secret_value()),
         incident_type=incident_type or settings.incident_type,
-        monitors=desired_monitors(farm) if farm is not None else None,
+        monitors=farm_monitors(farm) if farm is not None else None,
         prune=prune,
         dashboards=desired_dashboards(farm, newest_run_links(settings, farm)) if farm is not None else None,
         metric_metadata=desired_metadata() if farm is not None else None,

@@ -125,7 +125,8 @@ class IdleMonitor:
     """One monitor apply wants: its stable key and its Datadog v1 monitor JSON."""
 
     key: str
-    kind: IdleKind
+    # The idle kind it judges; None for the squatter monitor (gpufarm.setup.squatter_monitor).
+    kind: IdleKind | None
     body: Mapping[str, Any]
 
 
@@ -144,7 +145,7 @@ def desired_monitors(farm: FarmConfig) -> list[IdleMonitor]:
                 signature = _Signature(kind, kind_policy, startup, grace, per_device, env.metrics_source)
                 groups.setdefault(signature, []).append(_Cell(env_name, team))
     monitors = [_monitor(signature, cells, teams) for signature, cells in groups.items()]
-    return sorted(monitors, key=lambda m: (list(IdleKind).index(m.kind), m.body["name"]))
+    return sorted(monitors, key=lambda m: (list(IdleKind).index(m.kind) if m.kind else len(IdleKind), m.body["name"]))
 
 
 def _kinds_for(

@@ -1,5 +1,5 @@
 """Checks 2, 4 and 6: gpufarm's incident type and fields as `gpufarm datadog apply` makes them, every search form
-gpufarm uses, and the idle monitors apply would make, each validated by Datadog. Nothing here writes."""
+gpufarm uses, and the idle and squatter monitors apply would make, each validated by Datadog. Nothing here writes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.setup.changes import Action, Change
 from gpufarm.setup.doctor.ports import AdminApi, SearchForms, Timing
 from gpufarm.setup.doctor.report import Line, Status
-from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import CurrentState, SetupSpec, gpufarm_types, plan_setup
+from gpufarm.setup.squatter_monitor import farm_monitors
 
 INCIDENT_TYPE = "incident type"
 SEARCHES = "search forms"
@@ -100,7 +100,7 @@ def check_monitors(admin: AdminApi, farm: FarmConfig | None) -> list[Line]:
     """One line with the counts, and one per monitor Datadog refuses (`POST /api/v1/monitor/validate`)."""
     if farm is None:
         return [Line(MONITORS, Status.SKIPPED, "no farm configuration: pass --farm-config FILE")]
-    monitors = desired_monitors(farm)
+    monitors = farm_monitors(farm)
     refused: list[Line] = []
     for monitor in monitors:
         try:
@@ -109,4 +109,4 @@ def check_monitors(admin: AdminApi, farm: FarmConfig | None) -> list[Line]:
             refused.append(Line(f"monitor {monitor.key}", Status.BROKEN, str(exc)))
     valid = len(monitors) - len(refused)
     status = Status.BROKEN if refused else Status.CONFIRMED
-    return [Line(MONITORS, status, f"{valid} of {len(monitors)} idle monitors valid"), *refused]
+    return [Line(MONITORS, status, f"{valid} of {len(monitors)} monitors valid (idle and squatter)"), *refused]
