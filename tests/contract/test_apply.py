@@ -24,7 +24,7 @@ from gpufarm.setup import apply as setup
 from gpufarm.setup import plan as planning
 from gpufarm.setup.changes import Action
 from gpufarm.setup.dashboards import desired_metadata
-from gpufarm.setup.monitors import desired_monitors
+from gpufarm.setup.squatter_monitor import farm_monitors
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -45,9 +45,9 @@ teams:
     quotas: {onprem-hpc: {H100: {gpus: 8}}}
   vision: {}
 """
-# With the farm configuration, apply also manages its idle monitors (one per kind for the two dedicated pools), the
-# five dashboards and the metric metadata.
-MONITORS = len(desired_monitors(parse_farm(FARM_YAML))) + 5 + len(desired_metadata())
+# With the farm configuration, apply also manages its idle monitors (one per kind for the two dedicated pools) and
+# its squatter monitor, the five dashboards and the metric metadata.
+MONITORS = len(farm_monitors(parse_farm(FARM_YAML))) + 5 + len(desired_metadata())
 
 
 @pytest.fixture

@@ -143,14 +143,15 @@ def test_cli_apply_with_the_farm_config_dry_run_diff_and_prune(
     pending = runner.invoke(cli, [*base, "--dry-run", "--json"], env=APPLY_ENV)
     assert pending.exit_code == 3, pending.output
     planned = [c for c in json.loads(pending.stdout)["changes"] if c["kind"] == "monitor"]
-    assert len(planned) == 6 and {c["action"] for c in planned} == {"create"}
+    # The six idle monitors and the squatter monitor (gpufarm.setup.squatter_monitor).
+    assert len(planned) == 7 and {c["action"] for c in planned} == {"create"}
     assert runner.invoke(cli, base, env=APPLY_ENV).exit_code == 0
-    assert len(_ours(admin)) == 6
+    assert len(_ours(admin)) == 7
     clean = runner.invoke(cli, [*base, "--dry-run"], env=APPLY_ENV)
     assert clean.exit_code == 0 and "(0 change(s) pending)" in clean.output
     farm.write_text(FARM_YAML + "    idle: {enabled: false}\n")
     assert runner.invoke(cli, [*base, "--prune"], env=APPLY_ENV).exit_code == 0
-    assert len(_ours(admin)) == 4
+    assert len(_ours(admin)) == 5 and "squatter" in _ours(admin)
     no_farm = runner.invoke(cli, ["datadog", "apply", "--prune"], env={**APPLY_ENV, "GPUFARM_FARM_CONFIG": ""})
     assert no_farm.exit_code != 0
 

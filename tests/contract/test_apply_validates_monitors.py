@@ -25,6 +25,7 @@ from gpufarm.setup import apply as setup
 from gpufarm.setup import monitors as mon
 from gpufarm.setup import plan as planning
 from gpufarm.setup.changes import Action
+from gpufarm.setup.squatter_monitor import farm_monitors
 from gpufarm_sandbox.emulator.app import Sandbox
 
 pytestmark = pytest.mark.contract
@@ -178,9 +179,9 @@ def test_cli_names_the_refused_monitor_and_datadogs_reason_and_exits_1(
     farm = farm_file(tmp_path, FARM_YAML)
 
     def stale_monitors(config: FarmConfig) -> list[mon.IdleMonitor]:
-        return [_with_query(m, "last_120m") for m in mon.desired_monitors(config)]
+        return [_with_query(m, "last_120m") for m in farm_monitors(config)]
 
-    monkeypatch.setattr(datadog_cli, "desired_monitors", stale_monitors)
+    monkeypatch.setattr(datadog_cli, "farm_monitors", stale_monitors)
     runner = CliRunner()
     base = ["datadog", "apply", "--farm-config", str(farm)]
     for args in ([*base], [*base, "--dry-run"]):
@@ -192,7 +193,8 @@ def test_cli_names_the_refused_monitor_and_datadogs_reason_and_exits_1(
         assert "2 object(s) blocked; nothing was changed" in result.output
         assert "Traceback" not in result.output and SECRET not in result.output
     document = json.loads(runner.invoke(cli, [*base, "--dry-run", "--json"], env=APPLY_ENV).stdout)
-    assert document["blocked"] == 2 and len(document["validated_monitors"]) == 4
+    # The four other idle monitors and the squatter monitor are valid.
+    assert document["blocked"] == 2 and len(document["validated_monitors"]) == 5
     assert admin.list_monitors() == []
 
 
@@ -200,7 +202,7 @@ def test_cli_dry_run_says_which_monitors_datadog_validated(
     admin: DatadogAdmin, sandbox: Sandbox, sandbox_url: str, tmp_path: Path
 ) -> None:
     farm = farm_file(tmp_path, FARM_YAML)
-    names = sorted(str(m.body["name"]) for m in mon.desired_monitors(parse_farm(FARM_YAML)))
+    names = sorted(str(m.body["name"]) for m in farm_monitors(parse_farm(FARM_YAML)))
     runner = CliRunner()
     text = runner.invoke(cli, ["datadog", "apply", "--dry-run", "--farm-config", str(farm)], env=APPLY_ENV)
     assert text.exit_code == 3, text.output

@@ -14,8 +14,8 @@ from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.setup.apply import apply_setup
-from gpufarm.setup.monitors import desired_monitors
 from gpufarm.setup.plan import SetupSpec
+from gpufarm.setup.squatter_monitor import farm_monitors
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
 from gpufarm_sandbox.example_farm import BOB, DANA, OPERATORS_CHANNEL
 
@@ -30,7 +30,7 @@ def _apply_monitors(farm: LocalFarm) -> int:
         idle_webhook_url=env["GPUFARM_IDLE_WEBHOOK_URL"],
         valid_values=config.valid_values(),
         has_secret=True,
-        monitors=desired_monitors(config),
+        monitors=farm_monitors(config),
     )
     plan = apply_setup(farm.admin, spec, secret=farm.settings.webhook_secret)
     assert not plan.blocked
@@ -63,7 +63,7 @@ def _agent_series(host: str, ir: int, index: int, busy: bool, stamps: range) -> 
 
 
 def test_half_idle_lease_is_warned_from_its_idle_host_through_the_projects_own_monitors(farm: LocalFarm) -> None:
-    assert _apply_monitors(farm) == 6
+    assert _apply_monitors(farm) == 7  # six idle monitors and the squatter monitor
     farm.slash(BOB, "request 16 H100 project=vit team=vision env=onprem-hpc")
     assert farm.settle()
     ir = ir_in(farm.messages(user=BOB.id, kind="response", contains="IR-")[-1]["text"])

@@ -211,7 +211,8 @@ def test_each_monitor_datadog_refuses_gets_its_line() -> None:
     wanted = farm_monitors(farm)
     admin.refused = {wanted[0].body["name"]}
     lines = objects.check_monitors(admin, farm)
-    assert lines[0] == Line("monitors", Status.BROKEN, f"{len(wanted) - 1} of {len(wanted)} monitors valid (idle and squatter)")
+    counts = f"{len(wanted) - 1} of {len(wanted)} monitors valid (idle and squatter)"
+    assert lines[0] == Line("monitors", Status.BROKEN, counts)
     assert [x.check for x in lines[1:]] == [f"monitor {wanted[0].key}"] and "bad" in lines[1].detail
     assert objects.check_monitors(admin, None)[0].status is Status.SKIPPED
 
