@@ -71,7 +71,9 @@ class ReducedNvml:
         return reduced
 
 
-def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str, squatters: bool) -> None:
+def child(
+    cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str, squatters: bool, clean: bool
+) -> None:
     """Run the agent for `cycles` cycles (under callgrind when the parent asks)."""
     from gpufarm_node.agent import settle_process
     from gpufarm_node.fake_nvml import FakeNvml
@@ -80,7 +82,7 @@ def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, read
 
     now = [1_800_000_000.0]
     clock = lambda: now[0]  # noqa: E731 - a one-line clock
-    fake = FakeNvml(topology_from_dict(topology(), seed="bench"), clock=clock)
+    fake = FakeNvml(topology_from_dict(_topology(clean), seed="bench"), clock=clock)
     nvml: Any = ReducedNvml(fake) if reduced else fake
     with tempfile.TemporaryDirectory() as workdir:
         intake = KeptIntake()
@@ -95,7 +97,29 @@ def child(cycles: int, flush_interval: float, reduced: bool, tags_url: str, read
         agent.close()
 
 
-def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str, squatters: bool) -> int:
+def _topology(clean: bool) -> dict[str, Any]:
+    """benchmarks/node.py's host; `clean`: every whole GPU's processes of its lease (benchmarks/squatters.py)."""
+    if not clean:
+        return topology()
+    from squatters import clean_topology  # beside this script, first on sys.path
+
+    return clean_topology()
+
+
+def _host_tags(clean: bool) -> list[str]:
+    from gpufarm_node.topology import topology_from_dict
+
+    spec = topology_from_dict(_topology(clean), seed="bench")
+    if not clean:
+        return host_tags(spec)
+    from squatters import clean_host_tags
+
+    return clean_host_tags(spec)
+
+
+def _count(
+    cycles: int, flush_interval: float, reduced: bool, tags_url: str, reader: str, squatters: bool, clean: bool
+) -> int:
     """Instructions callgrind counted for one child run (only inside functools_reduce when `reduced`)."""
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -115,6 +139,7 @@ def _count(cycles: int, flush_interval: float, reduced: bool, tags_url: str, rea
             reader,
             *(["--reduced"] if reduced else []),
             *([] if squatters else ["--no-squatters"]),
+            *(["--clean"] if clean else []),
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
@@ -136,17 +161,17 @@ def main() -> None:
     parser.add_argument("--tags-url", help=argparse.SUPPRESS)
     parser.add_argument("--reader", choices=READERS, default=READERS[0], help="socket: the agent's tag reader")
     parser.add_argument("--no-squatters", action="store_true", help="squatter detection off (benchmarks/squatters.py)")
+    parser.add_argument("--clean", action="store_true", help="every process of its GPU's lease: no squatter")
     args = parser.parse_args()
     squatters = not args.no_squatters
     if args.child is not None:
-        child(args.child, args.flush, args.reduced, args.tags_url, args.reader, squatters)
+        child(args.child, args.flush, args.reduced, args.tags_url, args.reader, squatters, args.clean)
         return
-    from gpufarm_node.topology import topology_from_dict
 
     started = time.monotonic()
-    with Receiver(host_tags(topology_from_dict(topology(), seed="bench"))) as receiver:
+    with Receiver(_host_tags(args.clean)) as receiver:
         counts = {
-            (cycles, reduced): _count(cycles, args.flush, reduced, receiver.url, args.reader, squatters)
+            (cycles, reduced): _count(cycles, args.flush, reduced, receiver.url, args.reader, squatters, args.clean)
             for cycles in (args.warmup, args.warmup + args.cycles)
             for reduced in (False, True)
         }
@@ -159,6 +184,7 @@ def main() -> None:
         "flush_s": args.flush,
         "reader": args.reader,
         "squatters": squatters,
+        "clean": args.clean,
         "whole_per_cycle": whole,
         "fake_per_cycle": fake,
         "own_per_cycle": own,

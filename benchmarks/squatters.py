@@ -62,23 +62,31 @@ class _Drop:
         return None
 
 
-def _doc(case: str) -> dict[str, Any]:
-    """The benchmark host's topology; in the clean case every whole GPU's processes claim the GPU's lease."""
+def clean_topology() -> dict[str, Any]:
+    """The benchmark host with every whole GPU's processes claiming the GPU's lease (GPUFARM_IR)."""
     doc = topology()
-    if case == "clean":
-        for proc in doc["processes"]:
-            if proc.get("mig") is None:
-                proc["env"] = {"GPUFARM_IR": f"IR-{4000 + proc['gpu']}"}
+    for proc in doc["processes"]:
+        if proc.get("mig") is None:
+            proc["env"] = {"GPUFARM_IR": f"IR-{4000 + proc['gpu']}"}
     return doc
 
 
+def clean_host_tags(spec: Any) -> list[str]:
+    """The benchmark host's tags with each whole GPU assigned to its own lease."""
+    whole = [gpu for gpu in spec.gpus if gpu.mig is None]
+    return [
+        *host_tags(spec),
+        *(f"gpu_assign:ir-{4000 + gpu.index}/{gpu.uuid.lower()}" for gpu in whole),
+        *(f"ir:ir-{4000 + gpu.index}" for gpu in whole),
+    ]
+
+
+def _doc(case: str) -> dict[str, Any]:
+    return clean_topology() if case == "clean" else topology()
+
+
 def _tags(spec: Any, case: str) -> list[str]:
-    tags = host_tags(spec)
-    if case == "clean":
-        whole = [gpu for gpu in spec.gpus if gpu.mig is None]
-        tags += [f"gpu_assign:ir-{4000 + gpu.index}/{gpu.uuid.lower()}" for gpu in whole]
-        tags += [f"ir:ir-{4000 + gpu.index}" for gpu in whole]
-    return tags
+    return clean_host_tags(spec) if case == "clean" else host_tags(spec)
 
 
 def _agent(fake: Any, timed: Any, workdir: str, clock: Any, squatters: bool, case: str = "worst") -> Any:
