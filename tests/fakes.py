@@ -336,6 +336,8 @@ class FakeMonitorStates:
     def __init__(self) -> None:
         self.states: dict[tuple[int, frozenset[str]], str] = {}
         self.asked: list[tuple[int, tuple[str, ...]]] = []
+        # The monitor tag each alerting_groups call left out.
+        self.excluded: list[str | None] = []
 
     def set(self, monitor_id: int, group: str, status: str) -> None:
         """Test helper: what the monitor says of a group (`ir:ir-1` or `gpu_ir:ir-1,host:h`)."""
@@ -345,7 +347,8 @@ class FakeMonitorStates:
         self.asked.append((monitor_id, tuple(group)))
         return self.states.get((monitor_id, frozenset(group)))
 
-    def alerting_groups(self, monitor_tag: str) -> list[tuple[int, tuple[str, ...]]]:
+    def alerting_groups(self, monitor_tag: str, *, excluding: str | None = None) -> list[tuple[int, tuple[str, ...]]]:
+        self.excluded.append(excluding)
         return [(mid, tuple(sorted(group))) for (mid, group), status in self.states.items() if status == "Alert"]
 
 

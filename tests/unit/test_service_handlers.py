@@ -14,6 +14,7 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import UpstreamError
+from gpufarm.core.kernel.hosts import SQUATTER_MONITOR_TAG
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.leases import probe
@@ -479,6 +480,8 @@ def test_a_recovered_host_clears_only_its_own_warning_while_another_host_of_the_
     parts.monitors.set(1234567, "gpu_ir:ir-1,host:hpc-1", "OK")
     answer = json.loads(idle_alert.handle(alert("idle_alert_recovered.json", "hpc-1"))["body"])
     assert answer["ignored"].startswith("IR-1 is still idle on hpc-1")
+    # Asked of gpufarm's monitors other than the squatter monitor, whose groups name a hurt lease, not an idle one.
+    assert parts.monitors.excluded == [SQUATTER_MONITOR_TAG]
     # Both monitors see hpc-1 busy: its warning goes, hpc-2's (still idle) stays.
     parts.monitors.set(7654321, "gpu_ir:ir-1,host:hpc-1", "OK")
     answer = json.loads(idle_alert.handle(alert("idle_alert_recovered.json", "hpc-1"))["body"])

@@ -207,8 +207,9 @@ class DatadogGateway(DatadogIncidents):
             return None
         return _group_status(body, wanted)
 
-    def alerting_groups(self, monitor_tag: str) -> list[tuple[int, tuple[str, ...]]]:
-        """(monitor id, group tags) of the groups in Alert among the monitors with this tag, every page."""
+    def alerting_groups(self, monitor_tag: str, *, excluding: str | None = None) -> list[tuple[int, tuple[str, ...]]]:
+        """(monitor id, group tags) of the groups in Alert among the monitors with this tag and without `excluding`
+        (read from each listed monitor's tags), every page."""
         out: list[tuple[int, tuple[str, ...]]] = []
         page = 0
         while True:
@@ -219,7 +220,8 @@ class DatadogGateway(DatadogIncidents):
                 body = dc.read_json(answer)
             monitors = body if isinstance(body, list) else []
             for monitor in monitors:
-                out += _alerting(monitor)
+                if excluding is None or excluding not in _monitor_tags(monitor):
+                    out += _alerting(monitor)
             if len(monitors) < MONITORS_PAGE:
                 return out
             page += 1
@@ -483,6 +485,11 @@ def _group_status(monitor: Any, wanted: frozenset[str]) -> str | None:
         if frozenset(_group_tags(name)) == wanted and isinstance(state, dict) and isinstance(state.get("status"), str):
             return str(state["status"])
     return None
+
+
+def _monitor_tags(monitor: Any) -> list[str]:
+    tags = monitor.get("tags") if isinstance(monitor, dict) else None
+    return [str(t) for t in tags] if isinstance(tags, list) else []
 
 
 def _alerting(monitor: Any) -> list[tuple[int, tuple[str, ...]]]:

@@ -39,7 +39,7 @@ from gpufarm.core.commands import executor
 from gpufarm.core.config.farm import IdleKind
 from gpufarm.core.kernel.bounded import ascii_digits
 from gpufarm.core.kernel.errors import GpufarmError, NotFound, UpstreamError
-from gpufarm.core.kernel.hosts import MANAGED_TAG
+from gpufarm.core.kernel.hosts import MANAGED_TAG, SQUATTER_MONITOR_TAG
 from gpufarm.core.kernel.ir import ir_tag_value, parse_ir
 from gpufarm.core.kernel.serial import DEVICE_UUID, HOST_NAME, MAX_SCOPE_ITEMS, IdleScope, IncidentCommand, Op
 from gpufarm.handlers import http, telemetry, webhook
@@ -217,7 +217,7 @@ def _still_idle(runtime: rt.Runtime, alert: IdleAlert, ir: int) -> str | None:
     lease = {f"{key}:{ir_tag_value(ir)}" for key in LEASE_KEYS}
     this = (str(alert.alert_id or "").strip(), frozenset(alert.scope_tags()))
     try:
-        groups = runtime.monitor_states().alerting_groups(MANAGED_TAG)
+        groups = runtime.monitor_states().alerting_groups(MANAGED_TAG, excluding=SQUATTER_MONITOR_TAG)
     except GpufarmError as exc:
         log.warning("idle alert: gpufarm's alerting monitor groups unknown (%s); acting on the alert as sent", exc)
         return None

@@ -16,13 +16,14 @@ key tags), and validated by Datadog before apply writes it.
 from __future__ import annotations
 
 from gpufarm.core.config.farm import FarmConfig, MetricsSource
-from gpufarm.core.kernel.hosts import ENVIRONMENT_KEY, MANAGED_TAG
+from gpufarm.core.kernel.hosts import ENVIRONMENT_KEY, MANAGED_TAG, SQUATTER_MONITOR_TAG
 from gpufarm.setup.monitors import DEVICE_KEY, HOST_KEY, KEY_TAG_KEY, LEASE_KEY, NAME_PREFIX, IdleMonitor, window_text
 from gpufarm.setup.monitors import desired_monitors as idle_monitors
 
 METRIC = "gpufarm.gpu.squatters"
 KEY = "squatter"
-KIND_TAG = "gpufarm_monitor_kind:squatter"
+# Its groups name the lease a squatter hurts, not an idle one: the idle webhook leaves them out (handlers.idle_alert).
+KIND_TAG = SQUATTER_MONITOR_TAG
 WINDOW_MINUTES = 5
 
 

@@ -10,6 +10,9 @@ from functools import cached_property
 from gpufarm.core.kernel.bounded import ascii_digits
 
 MANAGED_TAG = "gpufarm:managed"
+# The monitor tag of gpufarm's squatter monitor (gpufarm.setup.squatter_monitor): its groups name a lease it hurts,
+# never one that is idle, so the idle webhook leaves them out.
+SQUATTER_MONITOR_TAG = "gpufarm_monitor_kind:squatter"
 GPU_MODEL_KEY = "gpu_model"
 GPU_COUNT_KEY = "gpu_count"
 ENVIRONMENT_KEY = "environment"

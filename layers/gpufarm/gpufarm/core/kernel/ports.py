@@ -135,8 +135,9 @@ class MonitorStates(Protocol):
     def group_status(self, monitor_id: int, group: Sequence[str]) -> str | None:
         """`Alert`, `Warn`, `OK`, `No Data` for the group with these tags; None when the monitor or group is unknown."""
 
-    def alerting_groups(self, monitor_tag: str) -> list[tuple[int, tuple[str, ...]]]:
-        """(monitor id, group tags) of every group in Alert, among the monitors carrying `monitor_tag`."""
+    def alerting_groups(self, monitor_tag: str, *, excluding: str | None = None) -> list[tuple[int, tuple[str, ...]]]:
+        """(monitor id, group tags) of every group in Alert, among the monitors carrying `monitor_tag` and not
+        `excluding`."""
 
 
 class MetricsQuery(Protocol):
