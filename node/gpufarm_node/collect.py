@@ -287,18 +287,23 @@ class SeriesBuilder:
         devices[state] = devices.get(state, 0) + 1
         if measured is not None:
             totals.activity.append(measured)
+        plan = self._containers(ir, device, owner, cycle)
         if self.options.squatters:
-            self._squatters(device, state, cycle)
-        self._containers(ir, device, owner, cycle)
+            self._squatters(device, state, cycle, plan)
         return ir
 
-    def _squatters(self, device: Device, state: str, cycle: _Cycle) -> None:
-        """A device's squatter count (0 when clean) under the lease holding it, and its squatters."""
+    def _squatters(self, device: Device, state: str, cycle: _Cycle, plan: _Plan | None) -> None:
+        """A device's squatter count (0 when clean) under the lease holding it, and its squatters; the device's
+        container plan, when every process on it is known, stands for its processes (the same object while they
+        live), so a cycle that finds what the last one found costs a small lookup."""
         lease = device_lease(device.key, cycle.assigned, cycle.host_ir)
         tags = self._with_ir(device.tags, lease or NO_IR)
         busy = device.processes if state == "busy" else None
         reported = cycle.reported.get(device.key, ()) if cycle.reported else ()
-        found, rows = self._squat.device(device.key, lease, tags, busy, cycle.workloads, reported=reported)
+        token = plan if plan is not None and plan[4] else None
+        found, rows = self._squat.device(
+            device.key, lease, tags, busy, cycle.workloads, reported=reported, processes_token=token
+        )
         if found:
             cycle.squatters.extend(found)
         cycle.out.extend(rows)
@@ -317,10 +322,11 @@ class SeriesBuilder:
             return "idle"
         return "busy" if activity is None else "idle_held"
 
-    def _containers(self, device_ir: str, device: Device, owner: DeviceOwner | None, cycle: _Cycle) -> None:
+    def _containers(self, device_ir: str, device: Device, owner: DeviceOwner | None, cycle: _Cycle) -> _Plan | None:
+        """A device's container series and rollups; returns its plan (None: worked out process by process)."""
         if self.options.per_process:
             self._containers_per_process(device_ir, device, owner, cycle)
-            return
+            return None
         out = cycle.out
         processes = device.processes
         device_tag = f"gpu_uuid:{device.key}"
@@ -332,7 +338,7 @@ class SeriesBuilder:
         plan: _Plan | None = self._tag_cache.get(key)
         if plan is None:
             plan = self._tag_cache[key] = self._plan(device_ir, device_tag, found)
-        _, by_ir, groups, named = plan
+        by_ir, groups, named = plan[1], plan[2], plan[3]
         memory = [p.used_memory or 0 for p in processes]
         for ir, positions in by_ir:
             totals = cycle.totals(ir)
@@ -345,6 +351,7 @@ class SeriesBuilder:
             for ctags, positions in groups:
                 self._container_values(ctags, sum(map(take_memory, positions)), list(map(take_sm, positions)), out)
         self._owner_zeros(owner, device_tag, device_ir, named, out)
+        return plan
 
     def _plan(self, device_ir: str, device_tag: str, found: list[Workload | None]) -> _Plan:
         """Positions of a device's processes by IR and by container (first seen first), and the containers
@@ -359,7 +366,7 @@ class SeriesBuilder:
                 continue
             named.add((workload.namespace, workload.pod_name, workload.container_name))
             groups.setdefault(self._container_group(device_tag, ir, workload), []).append(position)
-        return found, list(by_ir.items()), list(groups.items()), named
+        return found, list(by_ir.items()), list(groups.items()), named, None not in found
 
     def _container_group(self, device_tag: str, ir: str, workload: Workload) -> tuple[str, ...]:
         """The tags of a container's series on one device (cached)."""
@@ -522,6 +529,8 @@ _Plan = tuple[
     list[tuple[str, list[int]]],
     list[tuple[tuple[str, ...], list[int]]],
     set[tuple[str | None, str | None, str | None]],
+    # Whether every process is known (has a workload): then the plan stands for exactly these processes.
+    bool,
 ]
 
 # In the order _ir_rollups lists their values; the last only when some device's activity is known.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import pwd
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from gpufarm_node.attribution import Workload
@@ -28,6 +29,7 @@ from gpufarm_node.model import ProcessSample
 from gpufarm_node.series_tags import NO_IR, pod_tags
 from gpufarm_node.tags import normalize_tag
 
+_PID = attrgetter("pid")
 SQUATTERS_METRIC = "gpufarm.gpu.squatters"
 SQUATTER_METRIC = "gpufarm.process.squatter"
 # Per device and cycle, the squatting processes reported one by one; past this many the rest are counted only.
@@ -193,14 +195,20 @@ class SquatterPlans:
         workloads: Mapping[int, Workload | None],
         *,
         reported: Sequence[Squatter] = (),
+        processes_token: object | None = None,
     ) -> tuple[list[Squatter], list[Row]]:
         """A device's squatters and rows: its count (tagged `device_tags`) first, then each squatter's.
 
         `processes` are those of a busy device (None: not busy, so none of them squats); `reported` holds what
         another source found on this device (a pod of another lease through pod-resources, whether or not the
-        device is busy), merged in unless a process of the same pod was found already.
+        device is busy), merged in unless a process of the same pod was found already. `processes_token`: an object
+        that stands for exactly these processes while it lives (gpufarm_node.collect's container plan), a cheaper key.
         """
-        found, rows = self.plan(device_key, lease, device_tags, processes, workloads) if processes else ([], [])
+        found, rows = (
+            self.plan(device_key, lease, device_tags, processes, workloads, processes_token=processes_token)
+            if processes
+            else ([], [])
+        )
         if not reported:
             return found, rows or [(SQUATTERS_METRIC, 0.0, device_tags)]
         pods = {s.pod.uid for s in found if s.pod is not None and s.pod.uid}
@@ -216,20 +224,27 @@ class SquatterPlans:
         device_tags: tuple[str, ...],
         processes: Sequence[ProcessSample],
         workloads: Mapping[int, Workload | None],
+        *,
+        processes_token: object | None = None,
     ) -> tuple[list[Squatter], list[Row]]:
         """A busy device's squatters and its rows: its count (tagged `device_tags`) first, then each squatter's."""
-        pids = [proc.pid for proc in processes]
-        found = list(map(workloads.get, pids))
-        key = (device_key, lease, id(device_tags), *pids, *map(id, found))
+        if processes_token is not None:
+            key: tuple[object, ...] = (device_key, lease, id(device_tags), id(processes_token))
+            held: object = (device_tags, processes_token)
+        else:
+            pids = list(map(_PID, processes))
+            found = list(map(workloads.get, pids))
+            key = (device_key, lease, id(device_tags), *pids, *map(id, found))
+            held = (device_tags, found)
         entry = self._plans.get(key)
         if entry is None:
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             squatters = find(device_key, lease, processes, workloads)
             count: Row = (SQUATTERS_METRIC, float(len(squatters)), device_tags)
-            # The tags and workload objects in the key are held by the entry, so their ids stay theirs.
+            # The objects whose ids are in the key are held by the entry, so their ids stay theirs.
             entry = self._plans[key] = (
-                (device_tags, found),
+                held,
                 squatters,
                 [count, *squatter_rows(self.common, squatters, self._user_of)],
             )

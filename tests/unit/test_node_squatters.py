@@ -226,3 +226,19 @@ def test_a_failing_squatter_source_never_fails_the_cycle(tmp_path: Path) -> None
     finally:
         agent.close()
     assert [s.pid for s in agent.builder.squatters] == [7]
+
+
+def test_a_cached_device_follows_new_processes_and_unknown_ones_by_pid() -> None:
+    builder = SeriesBuilder(COMMON)
+
+    def cycle(pid: int, workload: Workload | None) -> list[Squatter]:
+        builder.build(NodeSnapshot(1.0, [_gpu(UUID0, 90.0, pid)]), {pid: workload}, {}, "ir-7")
+        return list(builder.squatters)
+
+    own = Workload(ir="ir-7")
+    assert cycle(1, own) == [] and cycle(1, own) == []
+    # The same pid, now another process (a new workload object) claiming nothing: found at once.
+    assert cycle(1, Workload()) == [Squatter(UUID0.lower(), "ir-7", None, 1)]
+    # Processes gone from /proc (no workload) are told apart by pid.
+    assert cycle(2, None) == [Squatter(UUID0.lower(), "ir-7", None, 2)]
+    assert cycle(3, None) == [Squatter(UUID0.lower(), "ir-7", None, 3)]
