@@ -177,8 +177,9 @@ class SquatterPlans:
     """What a busy device's processes come to as squatters, with their series, cached per device.
 
     As the container plan of gpufarm_node.collect, a plan is keyed by the device, its lease, its processes' pids
-    and their workload objects (which the attributor keeps while a process lives, so a new process is a new key):
-    a squatter's user is looked up once, and a cycle that finds what the last one found costs a lookup.
+    and their workload objects (which the attributor keeps while a process lives, so a new process is a new key),
+    or by an object standing for exactly those processes (that container plan, when every process is known): a
+    squatter's user is looked up once, and a cycle that finds what the last one found costs a lookup.
     """
 
     def __init__(self, common: tuple[str, ...], user_of: Callable[[int], str | None]) -> None:
