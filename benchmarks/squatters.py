@@ -18,7 +18,9 @@ slices assigned to the leases their processes claim, in two cases:
   until a `gpufarm.process.squatter` series names its pid (1: the next cycle). Datadog then evaluates the monitor
   on its own schedule (every minute for metric monitors), which a local run cannot measure.
 Goals (issue 23): the squatter reported within one agent cycle (+ one monitor evaluation); detection adds <= 5 %
-CPU per cycle.
+CPU per cycle. Thread time on a shared machine moves by a third from run to run; the instruction counts of the
+same host do not: `benchmarks/node_instructions.py --clean [--no-squatters]` (the clean case) and without
+`--clean` (the worst case) count them side by side.
 """
 
 from __future__ import annotations
