@@ -81,8 +81,8 @@ def test_the_sandbox_alerts_the_squatted_device_of_the_lease_and_recovers_after_
         "gpus": [{"model": "H100", "count": 2}],
         "processes": [
             {"pid": 5001, "gpu": 0, "env": {"GPUFARM_IR": "IR-5"}, "workload": "busy"},
-            # Claims no lease on GPU 1 of IR-5's host from minute 3 to minute 9.
-            {"pid": 5002, "gpu": 1, "workload": "busy", "start": 180.0, "end": 540.0},
+            # Claims no lease on GPU 1 of IR-5's host from minute 7.5 (between two cycles) to minute 12.
+            {"pid": 5002, "gpu": 1, "workload": "busy", "start": 450.0, "end": 720.0},
         ],
     }
     node = fake_node(
@@ -99,7 +99,7 @@ def test_the_sandbox_alerts_the_squatted_device_of_the_lease_and_recovers_after_
     statuses: list[tuple[int, dict[str, str]]] = []
     node.agent.start()
     try:
-        for minute in range(20):
+        for minute in range(24):
             node.agent.cycle()
             now = int(clock())
             series = [series_json(row, now, HOST, 15) for row in node.agent.last_rows if "squatter" in row[0]]
@@ -111,7 +111,10 @@ def test_the_sandbox_alerts_the_squatted_device_of_the_lease_and_recovers_after_
         node.agent.close()
     group = f"host:{HOST},gpu_uuid:{squatted},gpu_ir:ir-5"
     alerting = [minute for minute, groups in statuses if groups.get(group) == "Alert"]
-    # Alert from the first minute the squatter ran, until five minutes after it left; no other group ever alerts.
-    assert alerting and alerting[0] <= 4 and 9 <= alerting[-1] <= 14
+    # The device's group exists from the agent's first cycles (its count is written while clean): the squatter's
+    # first cycle after it started (minute 8) alerts at the next evaluation, and the group recovers five minutes
+    # after its last point (minute 11).
+    assert statuses[7][1][group] == "OK"
+    assert alerting == list(range(8, 15)), alerting
     assert all(status != "Alert" for _, groups in statuses for name, status in groups.items() if name != group)
     assert statuses[-1][1][group] == "OK"
