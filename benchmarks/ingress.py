@@ -16,13 +16,19 @@
      line shows it as Restore Duration;
    - bolt:      a Slack Bolt app with a lazy listener (benchmarks/bolt_lazy_app.py) whose lazy runner re-invokes
      the function through boto3 against the same moto; its secrets come from the environment, as Bolt's docs
-     show, which spares it a secret read; bolt-sm: the same app reading them from the same Secrets Manager secret.
+     show, which spares it a secret read; bolt-sm: the same app reading them from the same Secrets Manager secret;
+   - bolt-snapstart: the Bolt app restored from a snapshot (its init before it; timed: the first request, Bolt
+     having no after-restore hook), and bolt-primed-snapstart: Bolt primed (benchmarks/bolt_primed_app.py, its
+     handler and Lambda client built at init, as gpufarm builds its clients), restored the same way.
    moto answers an Event invoke without Docker the way Lambda does (HTTP 202) but runs nothing, so every request
    reaching moto is recorded here: each run must make exactly one Event invoke with the expected payload, and the
    AWS calls each mode made per cold request are printed. Reported: medians of spawn-to-answer (what Slack waits
    for; a Lambda container does not exit after its first request), of the whole process (teardown included), of
-   the child's CPU time, and their ratios. `--source NAME=PATH` adds another checkout (mode@NAME), which is how
-   the lever table of benchmarks/RESULTS.md was made: one checkout per lever taken away.
+   the child's CPU time, and the like-with-like ratios, paired by round with their spread: lambda / bolt in CPU
+   (cold with cold; target <= 1.0) and snapstart / bolt-primed-snapstart in CPU after the restore (restored with
+   restored; target <= 1.0), with snapstart / bolt-snapstart beside it. `--source NAME=PATH` adds another
+   checkout (mode@NAME), which is how the lever table of benchmarks/RESULTS.md was made: one checkout per lever
+   taken away.
 2. End to end under the local function host (`gpufarm local` in-process): the sandbox types a slash command as
    a Slack user; the clock runs until the IR number appears in the sandbox's Slack messages (the worker's
    answer through the response_url). Each request is released afterwards so quotas never run out.

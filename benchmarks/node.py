@@ -18,11 +18,17 @@ Each run measures, per cycle, in process CPU time (time.thread_time, so other lo
   with the read's own CPU (the thread time inside each read);
 - the floor: a plain loop making the very NVML calls of one agent cycle (recorded from the agent, same
   arguments), measured the same way, in the same process;
+- Datadog's community `nvml` check (benchmarks/peers/nvml, integrations-extras, vendored unchanged) on the same
+  fake topology, reached through the check's own `NvmlCheck.N` as `--fake` hands the fake to the agent, behind the
+  same timing wrapper, one `run()` per cycle into datadog-checks-base's stub aggregator; 5 runs in fresh
+  processes, before the agent's runs on even rounds and after them on odd ones. The agent / check ratios (per
+  cycle, per series) pair the runs of one round;
 - peak RSS of the agent process, bytes sent per cycle (compressed on the wire, zstd1 by default as the agent
   sends with zstandard installed, gzip with --encoding gzip; and raw JSON).
 It prints the median and spread (min-max) over the runs of the agent as it ships (its own reader), the agent /
 floor ratio, and the side-by-side figures of the tag read.
-Targets (issue 9): <= 3.4 ms own CPU per cycle at the 60 s flush (about 5 us per series), <= 40 MB RSS.
+Targets (issue 9): <= 3.4 ms own CPU per cycle at the 60 s flush (about 5 us per series), <= 40 MB RSS; (issue 27)
+<= 1.0 x Datadog's nvml check per cycle at the 60 s flush, side by side, and <= 4 x the floor of the same run.
 """
 
 from __future__ import annotations
