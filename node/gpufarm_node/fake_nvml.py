@@ -1,7 +1,8 @@
 """A topology-driven stand-in for the `pynvml` functions the agent calls.
 
 `FakeNvml` exposes those functions under their pynvml names with pynvml's exact signatures (a test compares
-`inspect.signature` for every function `gpufarm_node.nvml` uses), returns pynvml's own ctypes structs where they
+`inspect.signature` for every `nvml*` function of the fake; besides the agent's calls it answers those of
+Datadog's `nvml` check, which benchmarks/node.py runs on it), returns pynvml's own ctypes structs where they
 hold no device handle, and raises the real `pynvml.NVMLError_*` classes: pynvml imports without a driver, only
 its calls fail (docs/nvml.md §7). It is the one module outside `gpufarm_node.nvml` that imports pynvml, because it *is*
 pynvml's double.
