@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 LABEL = "gpufarm.io/ir"
-TAINT_KEY = "gpufarm.io/lease"
+TAINT = "gpufarm.io/lease"
 TAINT_EFFECT = "NoSchedule"
 # A lease as a label and taint value: `ir-<n>` (a valid label value: at most 63 characters, alphanumerics and `-`).
 _IR_VALUE = re.compile(r"^ir-[1-9][0-9]{0,8}$")
@@ -37,7 +37,7 @@ def check_ir(ir: str | None) -> str | None:
 
 def lease_taint(ir: str) -> dict[str, str]:
     """The taint of lease `ir` as the API spells it."""
-    return {"key": TAINT_KEY, "value": ir, "effect": TAINT_EFFECT}
+    return {"key": TAINT, "value": ir, "effect": TAINT_EFFECT}
 
 
 def marks(node: Mapping[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -51,7 +51,7 @@ def marks(node: Mapping[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     if not isinstance(labels, Mapping) or not isinstance(taints, list):
         raise PlanError("the Node's labels or taints are not in the API's shape")
     label = labels.get(LABEL)
-    ours = [t for t in taints if isinstance(t, Mapping) and t.get("key") == TAINT_KEY]
+    ours = [t for t in taints if isinstance(t, Mapping) and t.get("key") == TAINT]
     return (label if isinstance(label, str) else None), [dict(t) for t in ours]
 
 
@@ -74,7 +74,7 @@ def node_patch(node: Mapping[str, Any], ir: str | None) -> dict[str, Any] | None
     patch: dict[str, Any] = {"metadata": patch_meta}
     if not taints_ok:
         spec = node.get("spec") or {}
-        others = [dict(t) for t in spec.get("taints") or [] if not (isinstance(t, Mapping) and t.get("key") == TAINT_KEY)]
+        others = [dict(t) for t in spec.get("taints") or [] if not (isinstance(t, Mapping) and t.get("key") == TAINT)]
         patch["spec"] = {"taints": others + want}
     return patch
 
@@ -88,8 +88,8 @@ def describe(patch: Mapping[str, Any]) -> str:
         parts.append(f"label {LABEL}={value}" if value else f"label {LABEL} removed")
     spec = patch.get("spec")
     if spec is not None:
-        ours = [t for t in spec.get("taints") or [] if t.get("key") == TAINT_KEY]
+        ours = [t for t in spec.get("taints") or [] if t.get("key") == TAINT]
         parts.append(
-            f"taint {TAINT_KEY}={ours[0]['value']}:{TAINT_EFFECT}" if ours else f"taint {TAINT_KEY} removed"
+            f"taint {TAINT}={ours[0]['value']}:{TAINT_EFFECT}" if ours else f"taint {TAINT} removed"
         )
     return ", ".join(parts) or "nothing"
