@@ -58,3 +58,19 @@ def test_a_lease_on_a_pool_nothing_enforces_says_nothing_of_slurm() -> None:
     ir = _allocated(svc, "cloud", "A100")
     assert not any("--reservation" in json.dumps(s.blocks) for s in chat.sent)
     assert "--reservation" not in svc.status(ir, USER).text
+
+
+KUBE = FARM_YAML.replace(
+    "  hpc: {kind: dedicated, gpu_models: [H100]}", "  hpc: {kind: dedicated, gpu_models: [H100], enforce: kubernetes}"
+)
+
+
+def test_the_dm_and_status_of_a_lease_on_a_kubernetes_pool_give_the_toleration_and_selector() -> None:
+    svc, chat = _farm(KUBE)
+    ir = _allocated(svc, "hpc")
+    toleration = f"key: gpufarm.io/lease\\n    operator: Equal\\n    value: ir-{ir}"
+    dms = [s for s in chat.sent if f"IR-{ir} is allocated" in s.text]
+    assert dms and any(toleration in json.dumps(s.blocks) for s in dms)
+    status = svc.status(ir, USER)
+    assert f"gpufarm.io/ir: ir-{ir}" in status.text and "nodeSelector" in status.text
+    assert "--reservation" not in status.text
