@@ -401,7 +401,9 @@ def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
     try:
         api = KubernetesNodeApi()
     except ImportError:
-        raise click.UsageError("--enforce kubernetes needs the kubernetes client: pip install 'gpufarm-node[k8s]'") from None
+        raise click.UsageError(
+            "--enforce kubernetes needs the kubernetes client: pip install 'gpufarm-node[k8s]'"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - the client's ConfigException: not in a pod with a service account
         raise click.UsageError(f"--enforce kubernetes: no in-cluster configuration ({str(exc)[:200]})") from None
     node = opts["node_name"] or opts["hostname"]

@@ -107,7 +107,10 @@ def test_errors_are_status_objects_the_client_raises(api: client.CoreV1Api, sand
     _create(api)
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json-patch+json"}
     body_patch = json.dumps([{"op": "add", "path": "/metadata/labels/x", "value": "y"}])
-    assert http.request("PATCH", f"{sandbox_url}{PREFIX}/api/v1/nodes/gpu-1", body=body_patch, headers=headers).status == 415
+    assert (
+        http.request("PATCH", f"{sandbox_url}{PREFIX}/api/v1/nodes/gpu-1", body=body_patch, headers=headers).status
+        == 415
+    )
 
 
 def test_patches_merge_maps_replace_lists_and_refuse_a_stale_version(api: client.CoreV1Api) -> None:
@@ -115,7 +118,10 @@ def test_patches_merge_maps_replace_lists_and_refuse_a_stale_version(api: client
     version = _raw(api, "gpu-1")["metadata"]["resourceVersion"]
     taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     ours = {"key": TAINT, "value": "ir-3", "effect": "NoSchedule"}
-    api.patch_node("gpu-1", {"metadata": {"resourceVersion": version, "labels": {LABEL: "ir-3"}}, "spec": {"taints": [*taints, ours]}})
+    api.patch_node(
+        "gpu-1",
+        {"metadata": {"resourceVersion": version, "labels": {LABEL: "ir-3"}}, "spec": {"taints": [*taints, ours]}},
+    )
     with pytest.raises(client.ApiException) as stale:
         api.patch_node("gpu-1", {"metadata": {"resourceVersion": version, "labels": {LABEL: None}}})
     assert stale.value.status == 409
@@ -127,7 +133,9 @@ def test_patches_merge_maps_replace_lists_and_refuse_a_stale_version(api: client
     assert invalid.value.status == 422
 
 
-def test_the_marker_through_the_client_labels_taints_and_cleans_only_its_own(sandbox_url: str, api: client.CoreV1Api) -> None:
+def test_the_marker_through_the_client_labels_taints_and_cleans_only_its_own(
+    sandbox_url: str, api: client.CoreV1Api
+) -> None:
     _create(api)
     marker = NodeMarker(KubernetesNodeApi(host=sandbox_url + PREFIX, token=TOKEN), "gpu-1")
     marker.want("ir-12")
@@ -149,5 +157,5 @@ def test_a_wrong_token_and_an_absent_server_are_errors_without_the_token(sandbox
     with pytest.raises(KubeApiError, match="HTTP 401") as denied:
         KubernetesNodeApi(host=sandbox_url + PREFIX, token="not-the-token").get("gpu-1")
     assert "not-the-token" not in str(denied.value)
-    with pytest.raises(KubeApiError, match="failed|unreachable"):
+    with pytest.raises(KubeApiError, match="unreachable"):
         KubernetesNodeApi(host="http://127.0.0.1:9", token="t", timeout=(0.5, 0.5)).get("gpu-1")

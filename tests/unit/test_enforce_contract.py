@@ -117,7 +117,9 @@ def test_the_kubernetes_label_and_taint_are_the_runtimes_and_the_pod_labels() ->
 
     assert kube_plan.LABEL == runtime_enforce.NODE_LABEL == IR_LABEL == "gpufarm.io/ir"
     assert kube_plan.TAINT == runtime_enforce.NODE_TAINT == "gpufarm.io/lease"
-    assert "kubernetes" in node_config.ENFORCERS and set(node_config.ENFORCERS) == {e.value for e in runtime_enforce.Enforcer}
+    assert "kubernetes" in node_config.ENFORCERS and set(node_config.ENFORCERS) == {
+        e.value for e in runtime_enforce.Enforcer
+    }
 
 
 def test_a_kubernetes_pool_is_read_alike_and_needs_no_slurm_account() -> None:
@@ -140,5 +142,7 @@ def test_the_kubernetes_hint_gives_the_toleration_and_selector_or_on_a_shared_po
     ]
     assert snippet["metadata"]["labels"] == {"gpufarm.io/ir": "ir-123"}
     shared = runtime_enforce.submit_hint(runtime_enforce.Enforcer.KUBERNETES, 123, shared=True)
-    assert shared is not None and yaml.safe_load(shared.split("```")[1]) == {"metadata": {"labels": {"gpufarm.io/ir": "ir-123"}}}
+    assert shared is not None and yaml.safe_load(shared.split("```")[1]) == {
+        "metadata": {"labels": {"gpufarm.io/ir": "ir-123"}}
+    }
     assert "toleration" not in shared

@@ -129,13 +129,20 @@ def test_a_refused_patch_is_retried_with_backoff_and_reported_once_per_episode()
         waits.append(marker.due_in())
         now[0] += marker.due_in()
     assert waits == [2, 4, 8, 8]
-    assert ops.gauges_sent[-1]["gpufarm.enforce.lag_seconds"] == 14 and ops.gauges_sent[-1]["gpufarm.enforce.failed_ops"] == 1
+    assert (
+        ops.gauges_sent[-1]["gpufarm.enforce.lag_seconds"] == 14
+        and ops.gauges_sent[-1]["gpufarm.enforce.failed_ops"] == 1
+    )
     assert ops.events == [("gpufarm enforcement is lagging", "error")]
     result = marker.step()
     assert result is not None and result.error is None and result.patched
     assert api.node["metadata"]["labels"][LABEL] == "ir-7"
     assert ops.events[-1] == ("gpufarm enforcement caught up", "success")
-    assert ops.gauges_sent[-1] == {"gpufarm.enforce.lag_seconds": 0.0, "gpufarm.enforce.failed_ops": 0.0, "gpufarm.enforce.applied_ops": 1.0}
+    assert ops.gauges_sent[-1] == {
+        "gpufarm.enforce.lag_seconds": 0.0,
+        "gpufarm.enforce.failed_ops": 0.0,
+        "gpufarm.enforce.applied_ops": 1.0,
+    }
     assert set(ops.tags) == {"enforcer:kubernetes", "host:gpu-1", "cluster:default"}
     # Held: the next read is the resync, and a new lease is due at once.
     assert marker.due_in() == pytest.approx(60.0)
@@ -201,5 +208,8 @@ def test_a_pod_on_another_leases_device_is_a_mismatch() -> None:
 
 
 def test_on_a_host_a_lease_holds_whole_every_device_is_that_leases() -> None:
-    owners = {"GPU-1": DeviceOwner("a", "mine", "c", None, "ir-7"), "GPU-2": DeviceOwner("b", "theirs", "c", None, "ir-3")}
+    owners = {
+        "GPU-1": DeviceOwner("a", "mine", "c", None, "ir-7"),
+        "GPU-2": DeviceOwner("b", "theirs", "c", None, "ir-3"),
+    }
     assert pod_mismatches(owners, {}, "ir-7") == [PodMismatch("gpu-2", "b", "theirs", "ir-3", "ir-7")]

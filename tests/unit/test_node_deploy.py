@@ -115,7 +115,9 @@ def test_the_service_account_may_read_pods_and_get_and_patch_nodes_and_nothing_e
     }
     bindings = [d for d in _docs() if d["kind"] == "ClusterRoleBinding"]
     assert sorted(b["roleRef"]["name"] for b in bindings) == sorted(roles)
-    assert all(b["subjects"] == [{"kind": "ServiceAccount", "name": "gpufarm-node", "namespace": "gpufarm"}] for b in bindings)
+    assert all(
+        b["subjects"] == [{"kind": "ServiceAccount", "name": "gpufarm-node", "namespace": "gpufarm"}] for b in bindings
+    )
     assert not [d for d in _docs() if d["kind"] in ("Role", "RoleBinding")]
 
 

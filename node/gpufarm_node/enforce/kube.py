@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from urllib3.exceptions import HTTPError
+
 from gpufarm_node.enforce.kube_plan import check_ir, describe, node_patch
 from gpufarm_node.enforce.run import APPLIED_METRIC, FAILED_METRIC, LAG_METRIC
 
@@ -59,7 +61,9 @@ class KubernetesNodeApi:
     """Nodes through the official client: in-cluster configuration (the pod's service account), or `host` and
     `token` given (tests and the demo point it at the sandbox)."""
 
-    def __init__(self, *, host: str | None = None, token: str | None = None, timeout: tuple[float, float] = REQUEST_TIMEOUT):
+    def __init__(
+        self, *, host: str | None = None, token: str | None = None, timeout: tuple[float, float] = REQUEST_TIMEOUT
+    ):
         from kubernetes import client, config
 
         if host is None:
@@ -90,10 +94,8 @@ class KubernetesNodeApi:
             return call()
         except self._exception as exc:
             raise KubeApiError(_api_error(exc.status, exc.reason, exc.body)) from None
-        except (OSError, ValueError) as exc:
+        except (HTTPError, OSError, ValueError) as exc:
             raise KubeApiError(f"the API server is unreachable ({type(exc).__name__})") from None
-        except Exception as exc:  # urllib3's errors (MaxRetryError...) outside OSError
-            raise KubeApiError(f"the API call failed ({type(exc).__name__})") from None
 
 
 def _api_error(status: Any, reason: Any, body: Any) -> str:
@@ -142,7 +144,7 @@ class NodeMarker:
         self._wake = threading.Event()
         self._want: str | None = None
         self._known = False
-        self._done: str | None | bool = False  # the lease the Node last held (False: not yet known to hold one)
+        self._done: str | bool | None = False  # the lease the Node last held (False: not yet known to hold one)
         self._failures = 0
         self._next_at = 0.0
         self._converged_at = clock()
@@ -243,7 +245,9 @@ class NodeMarker:
                 alert="error",
             )
         elif not failing and self._failing:
-            self._event("gpufarm enforcement caught up", f"Node {self.node_name} holds its lease again", alert="success")
+            self._event(
+                "gpufarm enforcement caught up", f"Node {self.node_name} holds its lease again", alert="success"
+            )
         self._failing = failing
         if self.reporter is None:
             return

@@ -73,10 +73,14 @@ def node_patch(node: Mapping[str, Any], ir: str | None) -> dict[str, Any] | None
         patch_meta["labels"] = {LABEL: ir}
     patch: dict[str, Any] = {"metadata": patch_meta}
     if not taints_ok:
-        spec = node.get("spec") or {}
-        others = [dict(t) for t in spec.get("taints") or [] if not (isinstance(t, Mapping) and t.get("key") == TAINT)]
-        patch["spec"] = {"taints": others + want}
+        patch["spec"] = {"taints": _other_taints(node) + want}
     return patch
+
+
+def _other_taints(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The Node's taints gpufarm does not own, as read."""
+    spec = node.get("spec") or {}
+    return [dict(t) for t in spec.get("taints") or [] if not (isinstance(t, Mapping) and t.get("key") == TAINT)]
 
 
 def describe(patch: Mapping[str, Any]) -> str:
@@ -89,7 +93,5 @@ def describe(patch: Mapping[str, Any]) -> str:
     spec = patch.get("spec")
     if spec is not None:
         ours = [t for t in spec.get("taints") or [] if t.get("key") == TAINT]
-        parts.append(
-            f"taint {TAINT}={ours[0]['value']}:{TAINT_EFFECT}" if ours else f"taint {TAINT} removed"
-        )
+        parts.append(f"taint {TAINT}={ours[0]['value']}:{TAINT_EFFECT}" if ours else f"taint {TAINT} removed")
     return ", ".join(parts) or "nothing"

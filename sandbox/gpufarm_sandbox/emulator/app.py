@@ -21,8 +21,8 @@ from gpufarm_sandbox.emulator.dashboards import DashboardsModule
 from gpufarm_sandbox.emulator.events import EventsModule
 from gpufarm_sandbox.emulator.faults import FaultSpec
 from gpufarm_sandbox.emulator.hosts import HostsModule
-from gpufarm_sandbox.emulator.kube_nodes import KubeNodesModule
 from gpufarm_sandbox.emulator.incidents import IncidentsModule
+from gpufarm_sandbox.emulator.kube_nodes import KubeNodesModule
 from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
 from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.monitors import MonitorsModule

@@ -37,8 +37,17 @@ MERGE_TYPES = ("application/merge-patch+json", "application/strategic-merge-patc
 MAX_NODES = 10_000
 MAX_BODY = 1 << 20
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
-_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
-            415: "UnsupportedMediaType", 422: "Invalid", 500: "InternalError", 503: "ServiceUnavailable"}
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
 
 
 def status(code: int, message: str) -> Response:
@@ -122,8 +131,10 @@ class KubeNodesModule(BaseModule):
         if not self._authorized(request):
             return status(401, "Unauthorized")
         body = self._body(request)
-        meta = body.get("metadata") if isinstance(body, dict) else None
-        name = meta.get("name") if isinstance(meta, dict) else None
+        body = body if isinstance(body, dict) else {}
+        meta = body.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        name = meta.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
             return status(422, "Node is invalid: metadata.name: a lowercase RFC 1123 subdomain is required")
         with self.ctx.lock:
@@ -138,7 +149,9 @@ class KubeNodesModule(BaseModule):
                     "name": name,
                     "uid": str(uuid.uuid4()),
                     "labels": dict(meta.get("labels") or {}),
-                    "creationTimestamp": datetime.fromtimestamp(self.ctx.clock.now(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "creationTimestamp": datetime.fromtimestamp(self.ctx.clock.now(), UTC).strftime(
+                        "%Y-%m-%dT%H:%M:%SZ"
+                    ),
                 },
                 "spec": {"taints": list((body.get("spec") or {}).get("taints") or [])},
                 "status": {},
@@ -160,7 +173,8 @@ class KubeNodesModule(BaseModule):
             return status(401, "Unauthorized")
         kind = (request.content_type or "").split(";")[0].strip().lower()
         if kind not in MERGE_TYPES:
-            return status(415, f"the body of the request was in an unknown format - accepted media types include: {', '.join(MERGE_TYPES)}")
+            accepted = ", ".join(MERGE_TYPES)
+            return status(415, f"the body of the request was in an unknown format - accepted media types: {accepted}")
         patch = self._body(request)
         if not isinstance(patch, dict):
             return status(400, "the patch is not a JSON object")
@@ -172,8 +186,8 @@ class KubeNodesModule(BaseModule):
             node = self.nodes.get(name)
             if node is None:
                 return status(404, f'nodes "{name}" not found')
-            meta = patch.get("metadata") if isinstance(patch.get("metadata"), dict) else {}
-            version = meta.get("resourceVersion")
+            meta = patch.get("metadata")
+            version = meta.get("resourceVersion") if isinstance(meta, dict) else None
             if version is not None and version != node["metadata"]["resourceVersion"]:
                 return status(409, f'Operation cannot be fulfilled on nodes "{name}": the object has been modified')
             updated = merge(node, patch)
@@ -205,6 +219,10 @@ def _invalid(node: dict[str, Any], name: str) -> str | None:
     taints = (node.get("spec") or {}).get("taints") or []
     if not isinstance(taints, list):
         return "spec.taints must be a list"
+    return _taints_invalid(taints)
+
+
+def _taints_invalid(taints: list[Any]) -> str | None:
     seen = set()
     for taint in taints:
         if not isinstance(taint, dict) or not isinstance(taint.get("key"), str):
