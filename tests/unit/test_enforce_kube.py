@@ -145,7 +145,7 @@ def test_a_refused_patch_is_retried_with_backoff_and_reported_once_per_episode()
     }
     assert set(ops.tags) == {"enforcer:kubernetes", "host:gpu-1", "cluster:default"}
     # Held: the next read is the resync, and a new lease is due at once.
-    assert marker.due_in() == pytest.approx(60.0)
+    assert marker.due_in() == pytest.approx(300.0)
     marker.want(None)
     assert marker.due_in() == 0.0
 

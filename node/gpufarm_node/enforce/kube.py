@@ -2,8 +2,8 @@
 
 The agent's cycle hands the lease it read from the host's tags to `NodeMarker.want()` (no I/O); the marker's own
 thread brings the Node there (kube_plan): one GET, and a PATCH only when the Node differs, each with bounded
-timeouts. So the metrics loop never waits on the API server. The Node is also read again every `resync` seconds, so
-a label or taint removed by hand is put back.
+timeouts. So the metrics loop never waits on the API server. The Node is also read again every `resync` seconds (5
+min), so a label or taint removed by hand is put back.
 
 A refused or failed patch (403 without the RBAC, 409 when the Node changed in between, the API server away) is
 retried with exponential backoff, and reported: `gpufarm.enforce.lag_seconds` (since when the Node last held what
@@ -32,7 +32,10 @@ log = logging.getLogger("gpufarm_node.enforce.kube")
 
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 300.0
-RESYNC_S = 60.0
+# The Node is read again this often while nothing changes (a hand edit is put back within it); a new lease is
+# applied at once.
+RESYNC_S = 300.0
+MAX_NODE_BYTES = 4 << 20
 # Connect and read timeouts of each API call.
 REQUEST_TIMEOUT = (3.0, 5.0)
 
@@ -80,14 +83,25 @@ class KubernetesNodeApi:
         self._timeout = timeout
 
     def get(self, name: str) -> dict[str, Any]:
-        """The Node, deserialised through the client's V1Node model and back to the API's JSON."""
-        node = self._call(lambda: self._api.read_node(name, _request_timeout=self._timeout))
-        out: dict[str, Any] = self._api.api_client.sanitize_for_serialization(node)
-        return out
+        """The Node's JSON as the API sends it (a real Node's status is tens of kilobytes: it is parsed as JSON, not
+        into the client's models, and only its metadata and spec are read; kube_plan checks their shape)."""
+        response = self._call(lambda: self._api.read_node(name, _request_timeout=self._timeout, _preload_content=False))
+        data = response.data
+        if len(data) > MAX_NODE_BYTES:
+            raise KubeApiError(f"the Node's answer is over {MAX_NODE_BYTES} bytes")
+        try:
+            node = json.loads(data)
+        except ValueError:
+            raise KubeApiError("the Node's answer is not JSON") from None
+        if not isinstance(node, dict):
+            raise KubeApiError("the Node's answer is not an object")
+        return node
 
     def patch(self, name: str, body: Mapping[str, Any]) -> None:
         """A merge patch of the Node (the client sends a dict body as a strategic merge patch)."""
-        self._call(lambda: self._api.patch_node(name, dict(body), _request_timeout=self._timeout))
+        self._call(
+            lambda: self._api.patch_node(name, dict(body), _request_timeout=self._timeout, _preload_content=False)
+        )
 
     def _call(self, call: Callable[[], Any]) -> Any:
         try:
