@@ -143,7 +143,7 @@ def test_a_refused_patch_is_retried_with_backoff_and_reported_once_per_episode()
         "gpufarm.enforce.failed_ops": 0.0,
         "gpufarm.enforce.applied_ops": 1.0,
     }
-    assert set(ops.tags) == {"enforcer:kubernetes", "host:gpu-1", "cluster:default"}
+    assert set(ops.tags) == {"enforcer:kubernetes", "kube_node:gpu-1", "cluster:default"}
     # Held: the next read is the resync, and a new lease is due at once.
     assert marker.due_in() == pytest.approx(300.0)
     marker.want(None)
@@ -213,3 +213,24 @@ def test_on_a_host_a_lease_holds_whole_every_device_is_that_leases() -> None:
         "GPU-2": DeviceOwner("b", "theirs", "c", None, "ir-3"),
     }
     assert pod_mismatches(owners, {}, "ir-7") == [PodMismatch("gpu-2", "b", "theirs", "ir-3", "ir-7")]
+
+
+def test_the_steps_gauges_and_tags_are_declared() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "spec" / "metrics.yaml").read_text())
+    ops = Operators()
+    marker = NodeMarker(Api(), "gpu-1", ops, cluster_tag="aws-use1")
+    marker.want("ir-7")
+    marker.step()
+    declared = spec["enforce_metrics"]
+    assert set(ops.gauges_sent[-1]) <= set(declared)
+    for name in ops.gauges_sent[-1]:
+        tags = declared[name]["tags"]
+        assert {t.partition(":")[0] for t in ops.tags} == set(tags["required"]) | set(tags.get("optional", []))
+    for tag in ops.tags:
+        key, _, value = tag.partition(":")
+        assert re.match(spec["tags"][key]["value"], value), tag

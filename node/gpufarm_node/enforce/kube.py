@@ -8,7 +8,7 @@ min), so a label or taint removed by hand is put back.
 A refused or failed patch (403 without the RBAC, 409 when the Node changed in between, the API server away) is
 retried with exponential backoff, and reported: `gpufarm.enforce.lag_seconds` (since when the Node last held what
 the lease calls for, 0 when it does) and `gpufarm.enforce.failed_ops` with the tags `enforcer:kubernetes`,
-`host:<node>`, and an event once when a failing episode starts and once when it ends.
+`kube_node:<node>`, `cluster:`, and an event once when a failing episode starts and once when it ends.
 
 The `kubernetes` client (the node distribution's `k8s` extra) is imported only when the step is on.
 """
@@ -151,7 +151,7 @@ class NodeMarker:
         resync: float = RESYNC_S,
     ) -> None:
         self.api, self.node_name, self.reporter = api, node_name, reporter
-        self.tags = ("enforcer:kubernetes", f"host:{node_name}", f"cluster:{cluster_tag}")
+        self.tags = ("enforcer:kubernetes", f"kube_node:{node_name}", f"cluster:{cluster_tag}")
         self._clock = clock
         self._backoff_first, self._backoff_max, self._resync = backoff_first, backoff_max, resync
         self._lock = threading.Lock()
