@@ -269,8 +269,10 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
         except NvmlUnavailable as exc:
             click.echo(f"gpufarm-node: NVML unavailable: {exc}", err=True)
             sys.exit(EXIT_NO_NVML)
-        marker = _lease_marks(opts, agent) if opts["enforce"] == "kubernetes" else None
+        marker = None
         try:
+            if opts["enforce"] == "kubernetes":
+                marker = _lease_marks(opts, agent)
             yield agent
         finally:
             if marker is not None:
