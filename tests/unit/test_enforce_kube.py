@@ -180,8 +180,17 @@ def test_the_agents_call_does_no_io_and_the_thread_applies() -> None:
         assert api.node["metadata"]["labels"][LABEL] == "ir-7"
     finally:
         marker.close()
-    with pytest.raises(PlanError):
-        marker.want("ir-x")
+
+
+def test_an_ir_tag_that_is_no_lease_leaves_the_node_and_never_raises_into_the_cycle() -> None:
+    api = Api()
+    marker = NodeMarker(api, "gpu-1")
+    marker.want("ir-7")
+    marker.step()
+    for bad in ("ir-x", "ir-7 Users=root", "x" * 300, "ir-0"):
+        marker.want(bad)
+        assert marker.due_in() > 0
+    assert api.node["metadata"]["labels"][LABEL] == "ir-7"
 
 
 def test_an_api_error_names_the_status_and_the_servers_message_only() -> None:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from urllib3.exceptions import HTTPError
 
-from gpufarm_node.enforce.kube_plan import check_ir, describe, node_patch
+from gpufarm_node.enforce.kube_plan import PlanError, check_ir, describe, node_patch
 from gpufarm_node.enforce.run import APPLIED_METRIC, FAILED_METRIC, LAG_METRIC
 
 log = logging.getLogger("gpufarm_node.enforce.kube")
@@ -165,13 +165,22 @@ class NodeMarker:
         self._failing = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._told_bad = False
         self.steps = 0
 
     # -- the agent's side: no I/O ------------------------------------------------------------------------------
 
     def want(self, ir: str | None) -> None:
-        """The lease holding the whole host now (`ir-<n>`), or None; the thread applies it."""
-        ir = check_ir(ir)
+        """The lease holding the whole host now (`ir-<n>`), or None; the thread applies it. A value that is not a
+        lease (an `ir:` tag edited by hand into something else) changes nothing and is logged once; never raises."""
+        try:
+            ir = check_ir(ir)
+        except PlanError:
+            if not self._told_bad:
+                self._told_bad = True
+                log.warning("%s: the host's ir: tag %r is not a lease; the Node is left as it is", self.node_name, ir)
+            return
+        self._told_bad = False
         with self._lock:
             changed = not self._known or ir != self._want
             self._want, self._known = ir, True
