@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 from gpufarm_node.attribution import Attributor, Workload
 from gpufarm_node.collect import AgentStats, CollectOptions, Row, Series, SeriesBuilder, gpu_model, identity_tags
@@ -38,6 +39,13 @@ class CycleReport:
     flushed: bool | None
 
 
+class LeaseMarks(Protocol):
+    """What marks the host's scheduler with its lease (gpufarm_node.enforce.kube.NodeMarker): told each cycle, no
+    I/O in the call."""
+
+    def want(self, ir: str | None) -> None: ...
+
+
 class Agent:
     """Runs cycles for one node; `cycle()` is synchronous so simulations and tests drive it step by step."""
 
@@ -55,6 +63,7 @@ class Agent:
         clock: Callable[[], float] = time.time,
         flush_interval: float = 0.0,
         host_tags: HostTagWatch | None = None,
+        lease_marks: LeaseMarks | None = None,
     ) -> None:
         self.source = source
         self.attributor = attributor
@@ -64,6 +73,7 @@ class Agent:
         self.cluster = cluster
         self.registrar = registrar
         self.host_tags = host_tags
+        self.lease_marks = lease_marks
         self.builder = SeriesBuilder(identity_tags(environment, cluster), options)
         self._clock = clock
         self._flush_interval = flush_interval
@@ -96,6 +106,9 @@ class Agent:
             host_tags.poll()
         if host_tags is not None and host_tags.known:
             host_ir, assigned = host_tags.host_ir, host_tags.assignments
+            if self.lease_marks is not None:
+                # Only from a good read: an unread host must not lose its marks.
+                self.lease_marks.want(host_ir)
         else:
             host_ir = self.registrar.host_ir() if self.registrar is not None else None
         self._dropped.update(self.sender.take_dropped())
