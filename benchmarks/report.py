@@ -12,8 +12,15 @@ sandbox's clock starts 30 days back and is moved forward as they are sent, endin
 command runs in its own process (`python -m gpufarm report --since 30d`), measured from outside: wall time, and
 its own peak RSS (VmHWM at its exit) and CPU.
 
-Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--screenshot docs/screenshots/report.png]
-(`make screenshots` makes the report's screenshot with a smaller farm). Prints one JSON document.
+Side by side with its floor: benchmarks/report_floor.py, a plain reader that makes the same requests (the type
+lookup and both searches' pages, same query texts) with urllib3, parses them with json.loads and sums per team with
+dicts. `--rounds` pairs of fresh processes, floor and report alternating (which goes first alternates), both
+checked to make the same requests; CPU, wall and peak RSS as median and spread, and the report's ratio to the floor
+per pair (goal: <= 1.3 x in CPU and peak RSS).
+
+Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--rounds 5]
+[--screenshot docs/screenshots/report.png] (`make screenshots` makes the report's screenshot with a smaller
+farm). Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -304,6 +311,7 @@ def main() -> None:
         child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_"))}, **env}
         floor_args = [str(FLOOR), server.url, Settings().incident_type, *floor_queries(farm_file, args.days)]
         compared = side_by_side(child_env, api, ["report", "--since", f"{args.days}d"], floor_args, args.rounds)
+        # Each count is one request of its own: the requests between two counts are one fewer than they differ.
         before = sum(api.counts().values())
         table = run_report(child_env, ["--since", f"{args.days}d"])
         between = sum(api.counts().values())
@@ -331,10 +339,10 @@ def main() -> None:
             "metric_points": points,
             "seed_s": {"metrics": round(metrics_s, 1), "total": round(seeded_s, 1)},
             "goal": {"wall_s": GOAL_S, "peak_rss_mb": GOAL_MB},
-            "table": {k: v for k, v in table.items() if k != "stdout"} | {"requests": between - before},
+            "table": {k: v for k, v in table.items() if k != "stdout"} | {"requests": between - before - 1},
             "html": {k: v for k, v in html.items() if k != "stdout"}
             | {
-                "requests": after - between,
+                "requests": after - between - 1,
                 "bytes": html_path.stat().st_size,
                 "sandbox_query_s": round(sandbox_query_s, 2),
             },
