@@ -87,8 +87,6 @@ AGENT_PUSH = 1000  # series per push of the check's gauges
 # The check's series the syncs read: the inventory's device count and the ledger's SM activity
 # (core/accounting/agent_usage.py).
 AGENT_METRICS = ("gpu.device.total", "gpu.sm_active")
-# Before this work, at 20,000 / 3,000 (issue 9): request 145 s, approval 121 s, sync 400-650 s.
-BEFORE = {"request": "145 s", "approval": "121 s", "sync": "400-650 s"}
 
 
 def show(size: str, hosts: int, leases: int, seeded_s: float, paths: dict[str, FarmPath]) -> None:
@@ -132,10 +130,9 @@ def growth(results: dict[str, dict[str, FarmPath]]) -> None:
             continue
         factor = b.wall_s / a.wall_s if a.wall_s else float("nan")
         cpu = sum(c.cpu_s for c in b.calls) / max(1e-9, sum(c.cpu_s for c in a.calls))
-        before = f"; before: {BEFORE[key]}" if key in BEFORE else ""
         print(
             f"  {label}: {a.wall_s:.2f} s → {b.wall_s:.2f} s = {factor:.1f} x wall, {cpu:.1f} x CPU "
-            f"(reads {a.total('reads')} → {b.total('reads')}){before}"
+            f"(reads {a.total('reads')} → {b.total('reads')})"
         )
     calls = [c for path in large.values() for c in path.calls]
     worst = max(calls, key=lambda c: c.timeout_share)
