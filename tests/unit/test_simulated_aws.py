@@ -2,7 +2,8 @@
 
 benchmarks/scale.py primes a seeded farm's EC2 reads once so the syncs it measures pay gpufarm's work (botocore
 sending and parsing) and not moto's rendering; a recorded answer must never outlive a change to moto's state, nor
-hide a fault.
+hide a fault. A farm's instances may also be recorded instead of launched (SimulatedAws.record): the AWS source
+must read them exactly as it reads moto's.
 """
 
 from __future__ import annotations
