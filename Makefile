@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/ingress.py
 	$(BIN)/python benchmarks/hardening.py --scale 10
 	$(BIN)/python benchmarks/reliability.py
+	$(BIN)/python benchmarks/report.py
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/agent_usage.py

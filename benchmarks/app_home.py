@@ -28,6 +28,7 @@ from typing import Any
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.handlers import runtime
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
+from gpufarm_sandbox.emulator.slack_blockkit import block_text
 from gpufarm_sandbox.example_farm import ALICE
 from gpufarm_sandbox.localhost import start_local
 
@@ -38,20 +39,7 @@ TIMEOUT_S = 30.0
 def home_text(farm: LocalFarm, user: str) -> str:
     """Every string of the Home the sandbox holds for `user` (what the Slack page shows), or ""."""
     view = farm.get(f"/_sandbox/slack/page?user={user}").get("home")
-    out: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str):
-            out.append(node)
-
-    walk(view or {})
-    return "\n".join(out)
+    return block_text([view or {}])
 
 
 def until(check: Any, what: str) -> float:

@@ -16,13 +16,19 @@
      line shows it as Restore Duration;
    - bolt:      a Slack Bolt app with a lazy listener (benchmarks/bolt_lazy_app.py) whose lazy runner re-invokes
      the function through boto3 against the same moto; its secrets come from the environment, as Bolt's docs
-     show, which spares it a secret read; bolt-sm: the same app reading them from the same Secrets Manager secret.
+     show, which spares it a secret read; bolt-sm: the same app reading them from the same Secrets Manager secret;
+   - bolt-snapstart: the Bolt app restored from a snapshot (its init before it; timed: the first request, Bolt
+     having no after-restore hook), and bolt-primed-snapstart: Bolt primed (benchmarks/bolt_primed_app.py, its
+     handler and Lambda client built at init, as gpufarm builds its clients), restored the same way.
    moto answers an Event invoke without Docker the way Lambda does (HTTP 202) but runs nothing, so every request
    reaching moto is recorded here: each run must make exactly one Event invoke with the expected payload, and the
    AWS calls each mode made per cold request are printed. Reported: medians of spawn-to-answer (what Slack waits
    for; a Lambda container does not exit after its first request), of the whole process (teardown included), of
-   the child's CPU time, and their ratios. `--source NAME=PATH` adds another checkout (mode@NAME), which is how
-   the lever table of benchmarks/RESULTS.md was made: one checkout per lever taken away.
+   the child's CPU time, and the like-with-like ratios, paired by round with their spread: lambda / bolt in CPU
+   (cold with cold; target <= 1.0) and snapstart / bolt-primed-snapstart in CPU after the restore (restored with
+   restored; target <= 1.0), with snapstart / bolt-snapstart beside it. `--source NAME=PATH` adds another
+   checkout (mode@NAME), which is how the lever table of benchmarks/RESULTS.md was made: one checkout per lever
+   taken away.
 2. End to end under the local function host (`gpufarm local` in-process): the sandbox types a slash command as
    a Slack user; the clock runs until the IR number appears in the sandbox's Slack messages (the worker's
    answer through the response_url). Each request is released afterwards so quotas never run out.
@@ -87,14 +93,19 @@ class Context:
         return 10_000
 
 {prelude}
-restored = time.perf_counter()
+# After a restore: from the start of the after-restore hooks (a SnapStart prelude sets both marks before running
+# them); otherwise from here, the request alone.
+restored = globals().get("restore_started") or time.perf_counter()
+restored_cpu = globals().get("restore_cpu_started") or time.process_time()
 answer = handler(event, Context())
 done = time.perf_counter()
+done_cpu = time.process_time()
 answered_at = time.time()
 print(json.dumps({{
     "answered_at": answered_at,
     "inside_ms": (done - started) * 1000,
     "restored_ms": (done - restored) * 1000,
+    "restored_cpu_ms": (done_cpu - restored_cpu) * 1000,
     "status": answer["statusCode"],
     "body": answer.get("body") or "",
     "extra": extra() if "extra" in globals() else None,
@@ -129,8 +140,22 @@ import slack_ingress
 handler = slack_ingress.handler
 from gpufarm.handlers import snapstart
 snapstart.run_before_snapshot()
-restored = time.perf_counter()
+restore_started, restore_cpu_started = time.perf_counter(), time.process_time()
 snapstart.run_after_restore()
+""",
+    # Bolt as written, restored: its init (imports, the app and its auth.test) in the snapshot; Bolt registers no
+    # after-restore hook, so the first request is all that runs after the restore.
+    "bolt-snapstart": r"""
+sys.path.insert(0, "benchmarks")
+import bolt_lazy_app
+handler = bolt_lazy_app.handler
+""",
+    # Bolt primed (benchmarks/bolt_primed_app.py): its request handler and the lazy runner's Lambda client built at
+    # init too, as the gpufarm ingress builds its clients; restored the same way.
+    "bolt-primed-snapstart": r"""
+sys.path.insert(0, "benchmarks")
+import bolt_primed_app
+handler = bolt_primed_app.handler
 """,
     "bolt": r"""
 sys.path.insert(0, "benchmarks")
@@ -141,8 +166,15 @@ handler = bolt_lazy_app.handler
 # The same Bolt app reading its token and signing secret from the Secrets Manager secret gpufarm reads.
 PRELUDES["bolt-sm"] = PRELUDES["bolt"]
 # Where each mode hands off to, and the payload's shape there.
-INVOKED = {"lambda": WORKER, "snapstart": WORKER, "bolt": BOLT, "bolt-sm": BOLT}
-FUNCTION_NAME = {"local": INGRESS, "lambda": INGRESS, "snapstart": INGRESS, "bolt": BOLT, "bolt-sm": BOLT}
+BOLT_MODES = ("bolt", "bolt-sm", "bolt-snapstart", "bolt-primed-snapstart")
+INVOKED = {"lambda": WORKER, "snapstart": WORKER} | dict.fromkeys(BOLT_MODES, BOLT)
+FUNCTION_NAME = {"local": INGRESS, "lambda": INGRESS, "snapstart": INGRESS} | dict.fromkeys(BOLT_MODES, BOLT)
+# Like with like: (gpufarm's mode, the Bolt mode it is held to, the resource compared, the target ratio).
+PAIRS = (
+    ("lambda", "bolt", "cpu", 1.0),  # cold, without SnapStart, in CPU
+    ("snapstart", "bolt-primed-snapstart", "restored_cpu", 1.0),  # after a restore, hooks and first request
+    ("snapstart", "bolt-snapstart", "restored_cpu", None),  # Bolt as written, restored: shown, no target
+)
 
 
 # -- moto in server mode, recording every request -------------------------------------------------------------
@@ -342,7 +374,7 @@ def mode_env(mode: str, url: str, slack_url: str) -> dict[str, str]:
         return env
     env.update(aws_env(url))
     env["AWS_LAMBDA_FUNCTION_NAME"] = FUNCTION_NAME[mode]
-    if mode == "bolt":
+    if mode in ("bolt", "bolt-snapstart", "bolt-primed-snapstart"):
         env.update({"SLACK_SIGNING_SECRET": SIGNING_SECRET, "SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_API_URL": slack_url})
     elif mode == "bolt-sm":
         env.update({"BOLT_SECRETS_NAME": SECRET_NAME, "SLACK_API_URL": slack_url})
@@ -455,6 +487,7 @@ def cold_runs(runs: int, modes: list[str]) -> dict[str, Any]:
         cpu: dict[str, list[float]] = {m: [] for m in modes}
         inside: dict[str, list[float]] = {m: [] for m in modes}
         restored: dict[str, list[float]] = {m: [] for m in modes}
+        restored_cpu: dict[str, list[float]] = {m: [] for m in modes}
         for n in range(runs):
             # Rotate the order so no mode always runs right after another.
             for mode in modes[n % len(modes) :] + modes[: n % len(modes)]:
@@ -465,6 +498,7 @@ def cold_runs(runs: int, modes: list[str]) -> dict[str, Any]:
                 cpu[mode].append(result["cpu_ms"])
                 inside[mode].append(result["inside_ms"])
                 restored[mode].append(result["restored_ms"])
+                restored_cpu[mode].append(result["restored_cpu_ms"])
     return {
         mode: {
             "answer_median_ms": statistics.median(answer[mode]),
@@ -474,6 +508,8 @@ def cold_runs(runs: int, modes: list[str]) -> dict[str, Any]:
             "cpu_median_ms": statistics.median(cpu[mode]),
             "inside_median_ms": statistics.median(inside[mode]),
             "restored_median_ms": statistics.median(restored[mode]),
+            # Per run, in run order: the ratios pair the runs of one round (made one after the other).
+            "runs": {"cpu": cpu[mode], "restored_cpu": restored_cpu[mode], "answer": answer[mode]},
             "aws_calls": ops[mode],
         }
         for mode in modes
@@ -553,26 +589,27 @@ def report_cold(cold: dict[str, Any], runs: int) -> None:
             f"{figures['cpu_median_ms']:5.0f} {figures['inside_median_ms']:6.0f}  {calls}"
         )
     print("  answer: spawn to answer; process: whole process incl. teardown; CPU: the child's; inside: import + handle")
-    if "local" in cold and "lambda" in cold and "bolt" in cold:
-        for metric in ("answer_median_ms", "process_median_ms", "cpu_median_ms"):
-            local, lam, bolt = (cold[m][metric] for m in ("local", "lambda", "bolt"))
-            print(
-                f"  {metric.split('_')[0]:<7} ratios: lambda/bolt {lam / bolt:.2f} x, "
-                f"lambda/local {lam / local:.2f} x, bolt/local {bolt / local:.2f} x"
-            )
-        lam, bolt = cold["lambda"]["answer_median_ms"], cold["bolt"]["answer_median_ms"]
-        verdict = "meets" if lam <= bolt else "MISSES"
-        print(f"  lambda mode without SnapStart {verdict} the target (no slower than the Bolt app)")
     if "local" in cold:
         verdict = "meets" if cold["local"]["answer_median_ms"] <= LOCAL_TARGET_MS else "MISSES"
         print(f"  local mode {verdict} the {LOCAL_TARGET_MS:.0f} ms target")
-    if "snapstart" in cold and "bolt" in cold:
-        snap, bolt = cold["snapstart"]["restored_median_ms"], cold["bolt"]["answer_median_ms"]
-        verdict = "meets" if snap <= bolt else "MISSES"
+    print("  like with like, paired by round (median, min-max over rounds):")
+    for ours, theirs, key, target in PAIRS:
+        if ours not in cold or theirs not in cold:
+            continue
+        mine, peer = cold[ours]["runs"][key], cold[theirs]["runs"][key]
+        ratios = [a / b for a, b in zip(mine, peer, strict=True)]
+        what = "CPU, whole cold process" if key == "cpu" else "CPU after the restore (hooks + first request)"
+        verdict = ""
+        if target is not None:
+            verdict = f"   target <= {target:.1f}: " + ("meets" if statistics.median(ratios) <= target else "MISSES")
         print(
-            f"  snapstart: after-restore hooks + first request {snap:.0f} ms = {snap / bolt:.2f} x the Bolt app "
-            f"({verdict} the target, before Lambda's own restore time, which only the REPORT line shows)"
+            f"    {ours} / {theirs}, {what}: {_spread(ratios)} x "
+            f"({statistics.median(mine):.1f} ms against {statistics.median(peer):.1f} ms){verdict}"
         )
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f}, {min(values):.2f}-{max(values):.2f}"
 
 
 def main() -> None:
@@ -580,7 +617,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=MIN_RUNS)
     parser.add_argument("--cold-only", action="store_true", help="skip the end-to-end measurement")
-    parser.add_argument("--modes", default="", help="comma-separated: local,lambda,snapstart,bolt,bolt-sm,mode@NAME")
+    parser.add_argument(
+        "--modes",
+        default="",
+        help="comma-separated: local,lambda,snapstart,bolt,bolt-sm,bolt-snapstart,bolt-primed-snapstart,mode@NAME",
+    )
     parser.add_argument("--json", action="store_true", help="print the cold figures as JSON too")
     parser.add_argument(
         "--source", action="append", default=[], metavar="NAME=PATH", help="another gpufarm checkout (mode@NAME)"
@@ -588,7 +629,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs < MIN_RUNS:
         parser.error(f"--runs must be at least {MIN_RUNS}")
-    modes = [m for m in args.modes.split(",") if m] or ["local", "lambda", "snapstart", "bolt"]
+    modes = [m for m in args.modes.split(",") if m] or [
+        "local",
+        "lambda",
+        "snapstart",
+        "bolt",
+        "bolt-snapstart",
+        "bolt-primed-snapstart",
+    ]
     for item in args.source:
         name, _, path = item.partition("=")
         SOURCES[name] = Path(path).resolve()

@@ -18,11 +18,17 @@ Each run measures, per cycle, in process CPU time (time.thread_time, so other lo
   with the read's own CPU (the thread time inside each read);
 - the floor: a plain loop making the very NVML calls of one agent cycle (recorded from the agent, same
   arguments), measured the same way, in the same process;
+- Datadog's community `nvml` check (benchmarks/peers/nvml, integrations-extras, vendored unchanged) on the same
+  fake topology, reached through the check's own `NvmlCheck.N` as `--fake` hands the fake to the agent, behind the
+  same timing wrapper, one `run()` per cycle into datadog-checks-base's stub aggregator; 5 runs in fresh
+  processes, before the agent's runs on even rounds and after them on odd ones. The agent / check ratios (per
+  cycle, per series) pair the runs of one round;
 - peak RSS of the agent process, bytes sent per cycle (compressed on the wire, zstd1 by default as the agent
   sends with zstandard installed, gzip with --encoding gzip; and raw JSON).
 It prints the median and spread (min-max) over the runs of the agent as it ships (its own reader), the agent /
 floor ratio, and the side-by-side figures of the tag read.
-Targets (issue 9): <= 3.4 ms own CPU per cycle at the 60 s flush (about 5 us per series), <= 40 MB RSS.
+Targets (issue 9): <= 3.4 ms own CPU per cycle at the 60 s flush (about 5 us per series), <= 40 MB RSS; (issue 27)
+<= 1.0 x Datadog's nvml check per cycle at the 60 s flush, side by side, and <= 4 x the floor of the same run.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ READERS = ("socket", "urllib3")
 CYCLE_S = 15.0
 TARGET_MS = 3.4
 TARGET_RSS_MB = 40.0
+TARGET_VS_CHECK = 1.0  # issue 27: x Datadog's nvml check per cycle at the default flush, measured beside it
+TARGET_VS_FLOOR = 4.0  # issue 27: x the plain NVML-call floor of the same run
 
 
 def topology() -> dict[str, Any]:
@@ -298,6 +306,47 @@ def child(url: str, cycles: int, flush_interval: float, encoding: str, reader: s
     }
 
 
+def child_check(cycles: int) -> dict[str, Any]:
+    """Run Datadog's nvml check (benchmarks/peers/nvml) on the same fake topology, timed as the agent is.
+
+    The fake reaches the check the way `--fake` reaches the agent, as the object the code calls NVML through:
+    the check's own `NvmlCheck.N` ("the pynvml package, explicitly assigned, used for easy test mocking"). Its
+    metrics land in datadog-checks-base's stub aggregator (what runs a check outside the Datadog Agent, where the
+    Agent's Go aggregator would take them), emptied between cycles. Per cycle: one `run()`, as the Agent's
+    collector makes every 15 s.
+    """
+    from datadog_checks.base.stubs import aggregator
+    from peers.nvml.nvml import NvmlCheck  # benchmarks/peers, beside this script
+
+    from gpufarm_node.fake_nvml import FakeNvml
+    from gpufarm_node.topology import topology_from_dict
+
+    now = [time.time()]
+    fake = FakeNvml(topology_from_dict(topology(), seed="bench"), clock=lambda: now[0])
+    timed = TimedNvml(fake)
+    NvmlCheck.N = timed
+    check = NvmlCheck("nvml", {}, [{}])
+    costs, series = [], []
+    for i in range(cycles + 3):
+        now[0] += CYCLE_S
+        aggregator.reset()
+        timed.reset()
+        started = time.thread_time()
+        error = check.run()
+        total = time.thread_time() - started
+        if error:
+            raise RuntimeError(f"the nvml check failed: {error}")
+        if i >= 3:  # the same warm-up as the agent's
+            costs.append(total - timed.excluded())
+            series.append(sum(len(aggregator.metrics(name)) for name in aggregator.metric_names))
+    return {
+        "cpu_ms": [c * 1000 for c in costs],
+        "series": statistics.mean(series),
+        "nvml_calls_per_cycle": timed.calls,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 def _floor(timed: TimedNvml, agent: Any, now: list[float], cycles: int) -> list[float]:
     """The NVML calls of one agent cycle, recorded, then replayed as a plain loop: CPU per cycle outside NVML."""
     calls: list[tuple[Any, tuple[Any, ...]]] = []
@@ -433,6 +482,17 @@ def run(cycles: int, flush_interval: float, encoding: str, reader: str) -> dict[
     return result
 
 
+def run_check(cycles: int) -> dict[str, Any]:
+    """One measured run of Datadog's nvml check in a child process."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child-check", "--cycles", str(cycles)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(out.stdout))
+
+
 def _spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f}, {min(values):.2f}-{max(values):.2f}"
 
@@ -466,6 +526,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs of each cadence and reader (median and spread)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--child-check", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--flush", type=float, default=60.0, help=argparse.SUPPRESS)
     parser.add_argument("--reader", choices=READERS, default=READERS[0], help=argparse.SUPPRESS)
     parser.add_argument("--encoding", choices=("zstd1", "gzip"), default="zstd1", help="the push's compression")
@@ -473,15 +534,26 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.cycles, args.flush, args.encoding, args.reader)))
         return
+    if args.child_check:
+        print(json.dumps(child_check(args.cycles)))
+        return
     cadences = {"push every cycle": 0.0, "flush every 60 s (default)": 60.0}
     figures: dict[str, dict[str, list[dict[str, Any]]]] = {name: {r: [] for r in READERS} for name in cadences}
+    checks: list[dict[str, Any]] = []
     for index in range(args.runs):
+        # Datadog's check before the agents on even runs and after them on odd ones: a machine that grows busier
+        # during a run favours neither side.
+        if index % 2 == 0:
+            checks.append(run_check(args.cycles))
         for name, flush in cadences.items():
             # Alternating which reader goes first: a machine that grows busier during a pair favours neither.
             for reader in READERS if index % 2 == 0 else READERS[::-1]:
                 figures[name][reader].append(run(args.cycles, flush, args.encoding, reader))
+        if index % 2 == 1:
+            checks.append(run_check(args.cycles))
     if args.json:
-        print(json.dumps({name: {**runs, "side_by_side": _side_by_side(runs)} for name, runs in figures.items()}))
+        out = {name: {**runs, "side_by_side": _side_by_side(runs)} for name, runs in figures.items()}
+        print(json.dumps({**out, "nvml_check": checks}))
         return
     first = figures["push every cycle"][READERS[0]][0]
     print(
@@ -489,19 +561,36 @@ def main() -> None:
         f"{first['series']:.0f} series per cycle, {args.cycles} measured cycles of {CYCLE_S:.0f} s, {args.runs} runs "
         f"per reader, {args.encoding} (median, min-max over runs)"
     )
+    peer = [statistics.mean(c["cpu_ms"]) for c in checks]
+    peer_series = [c["series"] for c in checks]
+    peer_per_series = [p * 1000 / n for p, n in zip(peer, peer_series, strict=True)]
+    print(
+        f"\n  Datadog's nvml check (integrations-extras 1.0.9) on the same fake, {args.runs} runs in fresh processes "
+        f"alternating with the agent's: {_spread(peer)} ms per cycle, NVML excluded, "
+        f"{statistics.median(peer_series):.0f} series, {_spread(peer_per_series)} us per series"
+    )
     for name, by_reader in figures.items():
         runs = by_reader[READERS[0]]
         agent = [statistics.mean(r["cpu_ms"]) for r in runs]
         floor = [statistics.mean(r["floor_ms"]) for r in runs]
         ratio = [a / f for a, f in zip(agent, floor, strict=True)]
         per_series = [a * 1000 / r["series"] for a, r in zip(agent, runs, strict=True)]
+        # Paired by run index: the agent's run and the check's run made next to each other.
+        vs_check = [a / p for a, p in zip(agent, peer, strict=True)]
+        vs_check_series = [a / p for a, p in zip(per_series, peer_per_series, strict=True)]
         p95 = [sorted(r["cpu_ms"])[int(0.95 * (len(r["cpu_ms"]) - 1))] for r in runs]
         rss = [r["peak_rss_mb"] for r in runs]
         target = f"   (target <= {TARGET_MS} ms)" if name.startswith("flush") else ""
         print(f"\n  {name}:")
         print(f"    agent CPU per cycle, NVML excluded (mean of cycles): {_spread(agent)} ms{target}")
         print(f"    per series: {_spread(per_series)} us; p95 cycle: {_spread(p95)} ms")
-        print(f"    floor (the same NVML calls in a plain loop): {_spread(floor)} ms; agent / floor {_spread(ratio)}")
+        check_target = f"   (target <= {TARGET_VS_CHECK})" if name.startswith("flush") else ""
+        print(f"    agent / Datadog's nvml check per cycle, paired by run: {_spread(vs_check)}{check_target}")
+        print(f"    agent / Datadog's nvml check per series, paired by run: {_spread(vs_check_series)}")
+        print(
+            f"    floor (the same NVML calls in a plain loop): {_spread(floor)} ms; agent / floor {_spread(ratio)}"
+            f"   (target <= {TARGET_VS_FLOOR})"
+        )
         print(f"    peak RSS: {_spread(rss)} MB   (target <= {TARGET_RSS_MB:.0f} MB)")
         r = runs[0]
         print(f"    timing wrapper per NVML call (subtracted): {_spread([x['wrapper_us_per_call'] for x in runs])} us")

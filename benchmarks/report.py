@@ -12,8 +12,15 @@ sandbox's clock starts 30 days back and is moved forward as they are sent, endin
 command runs in its own process (`python -m gpufarm report --since 30d`), measured from outside: wall time, and
 its own peak RSS (VmHWM at its exit) and CPU.
 
-Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--screenshot docs/screenshots/report.png]
-(`make screenshots` makes the report's screenshot with a smaller farm). Prints one JSON document.
+Side by side with its floor: benchmarks/report_floor.py, a plain reader that makes the same requests (the type
+lookup and both searches' pages, same query texts) with urllib3, parses them with json.loads and sums per team with
+dicts. `--rounds` pairs of fresh processes, floor and report alternating (which goes first alternates), both
+checked to make the same requests; CPU, wall and peak RSS as median and spread, and the report's ratio to the floor
+per pair (goal: <= 1.3 x in CPU and peak RSS).
+
+Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--rounds 5]
+[--screenshot docs/screenshots/report.png] (`make screenshots` makes the report's screenshot with a smaller
+farm). Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import json
 import os
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +49,8 @@ from gpufarm_sandbox.emulator.server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_S, GOAL_MB = 30.0, 512.0
+# The report against the plain reader of the same requests (benchmarks/report_floor.py): CPU and peak RSS.
+GOAL_RATIO = 1.3
 POOLS = (
     ("onprem-hpc", "H100", 8),
     ("cloud-aws", "H100", 8),
@@ -101,6 +111,7 @@ def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[s
         f.GPU_HOURS_UNMEASURED: f"{unmeasured:.3f}",
         f.GPU_HOURS_UNTIL: isoformat(until),
         f.GPU_HOURS_BY_MONTH: months,
+        f.GPU_HOURS_MONTHS: sorted({m.split("=", 1)[0] for m in months}),
     }
     if not live:
         step = "released" if reason == "released" else "reclaimed"
@@ -163,26 +174,32 @@ def seed_metrics(sandbox: Sandbox, api: scalefarm.Api, days: int) -> int:
     return sent
 
 
-# Runs `gpufarm report ARGS` and, at exit, writes the process's own peak RSS (VmHWM: reset by exec, unlike
-# rusage's ru_maxrss, which keeps the peak of the forked copy of this harness and its seeded sandbox).
+# Runs `gpufarm report ARGS` (or the floor's script) and, at exit, writes the process's own peak RSS (VmHWM: reset by
+# exec, unlike rusage's ru_maxrss, which keeps the peak of the forked copy of this harness and its seeded sandbox).
 LAUNCH = """
 import atexit, os, runpy, sys
 def peak():
     with open("/proc/self/status") as status, open(os.environ["REPORT_BENCH_PEAK_FILE"], "w") as out:
         out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
 atexit.register(peak)
-sys.argv = ["gpufarm", *sys.argv[1:]]
-runpy.run_module("gpufarm", run_name="__main__")
+if sys.argv[1] == "report":
+    sys.argv = ["gpufarm", *sys.argv[1:]]
+    runpy.run_module("gpufarm", run_name="__main__")
+else:
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
 """
+FLOOR = Path(__file__).resolve().with_name("report_floor.py")
 
 
-def run_report(env: dict[str, str], args: list[str]) -> dict[str, Any]:
-    """`gpufarm report ARGS` in a child process: exit status, wall time, CPU (rusage), its own peak RSS."""
+def run_child(env: dict[str, str], args: list[str]) -> dict[str, Any]:
+    """`gpufarm report ARGS` (args[0] == "report") or the floor (args[0] its script) in a child process: exit
+    status, wall time, CPU (rusage), its own peak RSS."""
     peak_file = Path(tempfile.mkstemp(prefix="gpufarm-report-peak-")[1])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     child = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH, "report", *args],
+        [sys.executable, "-c", LAUNCH, *args],
         env={**env, "REPORT_BENCH_PEAK_FILE": str(peak_file)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -191,15 +208,67 @@ def run_report(env: dict[str, str], args: list[str]) -> dict[str, Any]:
     wall = time.perf_counter() - started
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     if child.returncode != 0:
-        raise RuntimeError(f"gpufarm report {' '.join(args)}: exit {child.returncode}: {err.decode()[-500:]}")
+        raise RuntimeError(f"{' '.join(args)[:200]}: exit {child.returncode}: {err.decode()[-500:]}")
     peak_kb = int(peak_file.read_text() or 0)
     peak_file.unlink()
     return {
-        "wall_s": round(wall, 2),
+        "wall_s": round(wall, 3),
         "peak_rss_mb": round(peak_kb / 1024, 1),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime, 3),
         "stdout": out.decode(),
     }
+
+
+def run_report(env: dict[str, str], args: list[str]) -> dict[str, Any]:
+    """`gpufarm report ARGS` in a child process (see run_child)."""
+    return run_child(env, ["report", *args])
+
+
+def floor_queries(farm_file: Path, days: int) -> list[str]:
+    """The search texts `gpufarm report --since DAYSd` sends (the live leases; the ended ones of the months it
+    reads), each filtered on the type as the adapter does (`{type}` where the type's id goes)."""
+    from gpufarm.core.config.farm import parse_farm
+    from gpufarm.core.context.reads import live_query
+    from gpufarm.reporting.build import months_to_read
+    from gpufarm.reporting.query import parse_query
+    from gpufarm.reporting.read import ended_query
+
+    farm = parse_farm(farm_file.read_text())
+    query = parse_query(farm, datetime.now(UTC), since=f"{days}d")
+    texts = [live_query().text(), ended_query(months_to_read(query, farm)).text()]
+    return [f"incident_type:{{type}} AND ({text})" for text in texts]
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, least and most of a series."""
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3)}
+
+
+def side_by_side(
+    env: dict[str, str], api: scalefarm.Api, report_args: list[str], floor_args: list[str], rounds: int
+) -> dict[str, Any]:
+    """`rounds` pairs of fresh processes, the floor and the report alternating (which goes first alternates too):
+    each one's CPU, wall and peak RSS as median and spread, the report's ratio to the floor per pair likewise, and
+    the requests each made (the same, or the comparison is void)."""
+    runs: dict[str, list[dict[str, Any]]] = {"report": [], "floor": []}
+    requests: dict[str, int] = {}
+    for k in range(rounds):
+        order = [("floor", floor_args), ("report", report_args)]
+        for name, args in order if k % 2 == 0 else order[::-1]:
+            before = sum(api.counts().values())
+            runs[name].append(run_child(env, args))
+            requests[name] = sum(api.counts().values()) - before - 1  # less the counter's own request
+    if requests["floor"] != requests["report"]:
+        raise RuntimeError(f"the floor made {requests['floor']} requests, the report {requests['report']}")
+    out: dict[str, Any] = {"rounds": rounds, "requests": requests["report"]}
+    for name, measured in runs.items():
+        out[name] = {m: spread([r[m] for r in measured]) for m in ("cpu_s", "wall_s", "peak_rss_mb")}
+    out["ratio"] = {
+        m: spread([r[m] / fl[m] for r, fl in zip(runs["report"], runs["floor"], strict=True)])
+        for m in ("cpu_s", "wall_s", "peak_rss_mb")
+    }
+    out["floor_leases"] = json.loads(runs["floor"][-1]["stdout"])["leases"]
+    return out
 
 
 def screenshot(html: Path, target: Path) -> dict[str, Any]:
@@ -220,6 +289,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--leases", type=int, default=3000)
     parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5, help="pairs of floor and report runs, alternating")
     parser.add_argument("--screenshot", type=Path, default=None, help="also save the HTML's screenshot here")
     args = parser.parse_args()
 
@@ -239,6 +309,9 @@ def main() -> None:
         seed_leases(api, args.leases, args.days, datetime.now(UTC))
         seeded_s = time.perf_counter() - started
         child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_"))}, **env}
+        floor_args = [str(FLOOR), server.url, Settings().incident_type, *floor_queries(farm_file, args.days)]
+        compared = side_by_side(child_env, api, ["report", "--since", f"{args.days}d"], floor_args, args.rounds)
+        # Each count is one request of its own: the requests between two counts are one fewer than they differ.
         before = sum(api.counts().values())
         table = run_report(child_env, ["--since", f"{args.days}d"])
         between = sum(api.counts().values())
@@ -266,19 +339,24 @@ def main() -> None:
             "metric_points": points,
             "seed_s": {"metrics": round(metrics_s, 1), "total": round(seeded_s, 1)},
             "goal": {"wall_s": GOAL_S, "peak_rss_mb": GOAL_MB},
-            "table": {k: v for k, v in table.items() if k != "stdout"} | {"requests": between - before},
+            "table": {k: v for k, v in table.items() if k != "stdout"} | {"requests": between - before - 1},
             "html": {k: v for k, v in html.items() if k != "stdout"}
             | {
-                "requests": after - between,
+                "requests": after - between - 1,
                 "bytes": html_path.stat().st_size,
                 "sandbox_query_s": round(sandbox_query_s, 2),
             },
             "table_head": table["stdout"].splitlines()[:8],
+            "against_the_floor": compared,
         }
         if args.screenshot is not None:
             result["browser"] = screenshot(html_path, args.screenshot)
         ok = all(r["wall_s"] <= GOAL_S and r["peak_rss_mb"] <= GOAL_MB for r in (table, html))
         result["within_goal"] = ok
+        result["goal"]["ratio_to_floor"] = GOAL_RATIO
+        result["within_floor_goal"] = all(
+            compared["ratio"][m]["median"] <= GOAL_RATIO for m in ("cpu_s", "peak_rss_mb")
+        )
     print(json.dumps(result, indent=2))
 
 

@@ -10,15 +10,17 @@ each pool's or shard's repair). Prints every figure beside its target and how it
 the large one.
 
 With every inventory source on (the default; --no-sources leaves them out) the syncs also read AWS and Azure:
-moto's EC2 with 2,000 GPU instances in two regions (most of them the cloud pools' registered hosts, 20 without an
-agent) and a stubbed Azure subscription with 500 VMs, through gpufarm's own sources (gpufarm_sandbox.clouds), and
+EC2 with 2,000 GPU instances in two regions (most of them the cloud pools' registered hosts, 20 without an agent)
+and a stubbed Azure subscription with 500 VMs, through gpufarm's own sources (gpufarm_sandbox.clouds), and
 the farm file's static list, and the Datadog Agent's GPU check on the shared pool (gpu.device.total, which the
 inventory reads, and gpu.sm_active, which the ledger's used reads, of each of its hosts and of AGENT_ONLY hosts
 gpufarm never registered); each sync's calls, wall time and nodes per source are printed.
-moto answers a page of a thousand instances in 5-20 s of its own rendering, where EC2 answers in about one:
-each seeded farm's EC2 reads are answered by moto once, before anything is measured (SimulatedAws.prime, printed),
-and the syncs then get moto's recorded answers through botocore, so their AWS wall time is gpufarm's own work
-(sending, parsing EC2's XML).
+The instances are recorded, not launched (SimulatedAws.record, gpufarm_sandbox.ec2_pages): their DescribeInstances
+pages are answered in EC2's XML from the list, with the request's filters, MaxResults and NextToken, in a moment,
+where launching and tagging them in moto and its rendering of pages of a thousand took 16 minutes per farm. moto
+answers the rest (the instance types) once, before anything is measured (SimulatedAws.prime, printed), and the
+syncs get those recorded answers through botocore: their AWS wall time is gpufarm's own work (the real source
+sending requests and parsing EC2's XML through botocore).
 
 Run: .venv/bin/python benchmarks/scale.py [--sizes small,large] [--no-sources] [--profile DIR]
 (--profile: each scheduled sync's cProfile statistics in DIR/<size>/, its wall and CPU inflated by the profiler.)
@@ -85,8 +87,6 @@ AGENT_PUSH = 1000  # series per push of the check's gauges
 # The check's series the syncs read: the inventory's device count and the ledger's SM activity
 # (core/accounting/agent_usage.py).
 AGENT_METRICS = ("gpu.device.total", "gpu.sm_active")
-# Before this work, at 20,000 / 3,000 (issue 9): request 145 s, approval 121 s, sync 400-650 s.
-BEFORE = {"request": "145 s", "approval": "121 s", "sync": "400-650 s"}
 
 
 def show(size: str, hosts: int, leases: int, seeded_s: float, paths: dict[str, FarmPath]) -> None:
@@ -130,10 +130,9 @@ def growth(results: dict[str, dict[str, FarmPath]]) -> None:
             continue
         factor = b.wall_s / a.wall_s if a.wall_s else float("nan")
         cpu = sum(c.cpu_s for c in b.calls) / max(1e-9, sum(c.cpu_s for c in a.calls))
-        before = f"; before: {BEFORE[key]}" if key in BEFORE else ""
         print(
             f"  {label}: {a.wall_s:.2f} s → {b.wall_s:.2f} s = {factor:.1f} x wall, {cpu:.1f} x CPU "
-            f"(reads {a.total('reads')} → {b.total('reads')}){before}"
+            f"(reads {a.total('reads')} → {b.total('reads')})"
         )
     calls = [c for path in large.values() for c in path.calls]
     worst = max(calls, key=lambda c: c.timeout_share)
@@ -192,7 +191,7 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
 
 def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, float]], moto_url: str) -> object:
-    """Moto's EC2 with EC2_INSTANCES GPU instances and a stubbed Azure with AZURE_VMS, named after the cloud hosts."""
+    """EC2 with EC2_INSTANCES recorded GPU instances and a stubbed Azure with AZURE_VMS, named after the cloud hosts."""
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.config import Settings
     from gpufarm.core.inventory import agent_source
@@ -210,7 +209,7 @@ def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, floa
     ):
         registered = [h for h in plan.hosts if h.startswith(prefix)][: half - NO_AGENT["ec2"] // 2]
         spare = [f"{prefix}spare-{i:03d}" for i in range(half - len(registered))]
-        clouds.aws.launch(region, itype, [*registered, *spare], tag)
+        clouds.aws.record(region, itype, [*registered, *spare], tag)
     azure = clouds.azure_farm(AZURE_SUBSCRIPTION)
     shared = [h for h in plan.hosts if h.startswith("shared-slices-a100-")][: AZURE_VMS - NO_AGENT["azure"]]
     names = [*shared, *(f"azure-spare-{i:03d}" for i in range(AZURE_VMS - len(shared)))]
@@ -221,7 +220,7 @@ def simulated_clouds(plan: scalefarm.Layout, log: list[tuple[SourceReading, floa
     primed = clouds.aws.prime(aws[0].read)
     print(
         f"  moto answered the farm's EC2 reads once, before measuring: {primed:.1f} s "
-        f"({clouds.aws.moto_calls} EC2 calls since the reset, {clouds.aws.moto_s:.1f} s in moto, launches included)"
+        f"({clouds.aws.moto_calls} EC2 calls since the reset, {clouds.aws.moto_s:.1f} s in moto)"
     )
     clouds.aws.calls = 0
 

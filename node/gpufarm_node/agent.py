@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 from gpufarm_node.attribution import Attributor, Workload
 from gpufarm_node.collect import AgentStats, CollectOptions, Row, Series, SeriesBuilder
@@ -41,6 +42,13 @@ class CycleReport:
     flushed: bool | None
 
 
+class LeaseMarks(Protocol):
+    """What marks the host's scheduler with its lease (gpufarm_node.enforce.kube.NodeMarker): told each cycle, no
+    I/O in the call."""
+
+    def want(self, ir: str | None) -> None: ...
+
+
 class Agent:
     """Runs cycles for one node; `cycle()` is synchronous so simulations and tests drive it step by step."""
 
@@ -58,6 +66,7 @@ class Agent:
         clock: Callable[[], float] = time.time,
         flush_interval: float = 0.0,
         host_tags: HostTagWatch | None = None,
+        lease_marks: LeaseMarks | None = None,
         squatter_source: Callable[[], Iterable[Squatter]] | None = None,
     ) -> None:
         self.source = source
@@ -68,6 +77,7 @@ class Agent:
         self.cluster = cluster
         self.registrar = registrar
         self.host_tags = host_tags
+        self.lease_marks = lease_marks
         # Squatters another part of the agent finds (pods of another lease, by pod-resources), merged each cycle.
         self.squatter_source = squatter_source
         self.builder = SeriesBuilder(
@@ -104,6 +114,9 @@ class Agent:
             host_tags.poll()
         if host_tags is not None and host_tags.known:
             host_ir, assigned = host_tags.host_ir, host_tags.assignments
+            if self.lease_marks is not None:
+                # Only from a good read: an unread host must not lose its marks.
+                self.lease_marks.want(host_ir)
         else:
             host_ir = self.registrar.host_ir() if self.registrar is not None else None
         self._dropped.update(self.sender.take_dropped())

@@ -28,6 +28,7 @@ log = logging.getLogger("gpufarm_node")
 EXIT_USAGE = 2
 EXIT_NO_NVML = 3
 _HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
 _TAG_VALUE = re.compile(r"^[A-Za-z][A-Za-z0-9_.:/-]{0,99}$")
 
 
@@ -58,6 +59,13 @@ def _hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     if not _HOSTNAME.match(name):
         raise click.BadParameter(f"{name[:60]!r} is not a host name")
     return name
+
+
+def _node_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A Node name (a DNS subdomain), or None for the host name."""
+    if value is not None and not _NODE_NAME.match(value):
+        raise click.BadParameter(f"{value[:60]!r} is not a Kubernetes Node name")
+    return value
 
 
 @click.group(
@@ -171,6 +179,21 @@ def _hostname(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     is_flag=True,
     help="Do not read this host's tags every cycle (device assignments then come from processes and pods only).",
 )
+@click.option(
+    "--enforce",
+    type=click.Choice(["none", "kubernetes"]),
+    default="none",
+    show_default=True,
+    envvar="GPUFARM_ENFORCE",
+    help="kubernetes: label and taint this host's own Node while a dedicated lease holds it (the pool's "
+    "`enforce: kubernetes`; in-cluster credentials, the `k8s` extra).",
+)
+@click.option(
+    "--node-name",
+    callback=_node_name,
+    envvar="GPUFARM_NODE_NAME",
+    help="This host's Kubernetes Node (default: the host name).",
+)
 @click.option("--pcie", is_flag=True, help="Read PCIe throughput (each read blocks ~20 ms in the driver).")
 @click.option(
     "--buffer-points",
@@ -246,9 +269,14 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
         except NvmlUnavailable as exc:
             click.echo(f"gpufarm-node: NVML unavailable: {exc}", err=True)
             sys.exit(EXIT_NO_NVML)
+        marker = None
         try:
+            if opts["enforce"] == "kubernetes":
+                marker = _lease_marks(opts, agent)
             yield agent
         finally:
+            if marker is not None:
+                marker.close()
             agent.close()
     finally:
         if workdir is not None:
@@ -359,6 +387,33 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
     if client is not None and target.app_key and not opts["no_tag_reads"]:
         host_tags = HostTagWatch.from_client(client, opts["hostname"])
     return sender, registrar, host_tags
+
+
+def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
+    """The Kubernetes step (gpufarm_node.enforce.kube), started in its own thread and handed to the agent."""
+    if agent.host_tags is None:
+        raise click.UsageError("--enforce kubernetes reads the host's lease from its tags: it needs DD_APP_KEY")
+    try:
+        from gpufarm_node.enforce.kube import KubernetesNodeApi, NodeMarker
+    except ImportError as exc:  # pragma: no cover - the module itself imports nothing optional
+        raise click.UsageError(f"--enforce kubernetes: {exc}") from None
+    from gpufarm_node.datadog import target_from_env
+    from gpufarm_node.enforce.datadog_io import DatadogIO
+
+    try:
+        api = KubernetesNodeApi()
+    except ImportError:
+        raise click.UsageError(
+            "--enforce kubernetes needs the kubernetes client: pip install 'gpufarm-node[k8s]'"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - the client's ConfigException: not in a pod with a service account
+        raise click.UsageError(f"--enforce kubernetes: no in-cluster configuration ({str(exc)[:200]})") from None
+    node = opts["node_name"] or opts["hostname"]
+    marker = NodeMarker(api, node, DatadogIO(target_from_env()), cluster_tag=opts["cluster"])
+    marker.start()
+    agent.lease_marks = marker
+    log.info("Kubernetes enforcement on: Node %s is labelled and tainted while a dedicated lease holds it", node)
+    return marker
 
 
 def _commands() -> None:

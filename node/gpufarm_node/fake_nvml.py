@@ -1,7 +1,8 @@
 """A topology-driven stand-in for the `pynvml` functions the agent calls.
 
 `FakeNvml` exposes those functions under their pynvml names with pynvml's exact signatures (a test compares
-`inspect.signature` for every function `gpufarm_node.nvml` uses), returns pynvml's own ctypes structs where they
+`inspect.signature` for every `nvml*` function of the fake; besides the agent's calls it answers those of
+Datadog's `nvml` check, which benchmarks/node.py runs on it), returns pynvml's own ctypes structs where they
 hold no device handle, and raises the real `pynvml.NVMLError_*` classes: pynvml imports without a driver, only
 its calls fail (docs/nvml.md §7). It is the one module outside `gpufarm_node.nvml` that imports pynvml, because it *is*
 pynvml's double.
@@ -33,6 +34,8 @@ __all__ = ["FakeHandle", "FakeHost", "FakeNvml"]
 # NVML keeps a bounded sample buffer; asking for samples after a long gap returns only the newest ones.
 SAMPLE_BUFFER = 120
 _NOT_MIG = 0xFFFFFFFF
+# The video engines' sampling period NVML reports with their utilization (µs).
+_CODEC_PERIOD_US = 167_000
 _GPM_FACTORS = {
     pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL: 1.0,
     pynvml.NVML_GPM_METRIC_SM_UTIL: 0.92,
@@ -287,6 +290,21 @@ class FakeNvml:
         gpu = self._physical("nvmlDeviceGetPcieThroughput", device)
         util = self._load(gpu, self.now())
         return round(util * (1200 if counter == pynvml.NVML_PCIE_UTIL_RX_BYTES else 300))
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: FakeHandle) -> list[int]:
+        gpu = self._physical("nvmlDeviceGetEncoderUtilization", handle)
+        del gpu  # the topology's workloads are compute only: the video engines idle, over NVML's sampling period
+        return [0, _CODEC_PERIOD_US]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: FakeHandle) -> list[int]:
+        gpu = self._physical("nvmlDeviceGetDecoderUtilization", handle)
+        del gpu
+        return [0, _CODEC_PERIOD_US]
+
+    def nvmlDeviceGetFanSpeed(self, handle: FakeHandle) -> int:
+        self._physical("nvmlDeviceGetFanSpeed", handle)
+        # The topologies' boards are SXM modules, cooled by the chassis: NVML has no fan to read on them.
+        raise pynvml.NVMLError_NotSupported()
 
     # -- processes ------------------------------------------------------------------------------------------------
 

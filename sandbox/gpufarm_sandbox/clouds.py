@@ -12,7 +12,9 @@
   instances (its serializer, and each instance's tags looked up among all tags: 5-20 s a page on a loaded machine,
   where EC2 answers in about one), so with `cache_reads` each EC2 Describe request is answered by moto once and
   then from its recorded answer, byte for byte, until any other EC2 action changes moto's state: `prime` a seeded
-  farm's reads once and the reads measured cost gpufarm's own work (botocore sending and parsing EC2's XML) alone;
+  farm's reads once and the reads measured cost gpufarm's own work (botocore sending and parsing EC2's XML) alone.
+  A large farm's instances are better recorded than launched (`record`, gpufarm_sandbox.ec2_pages): a region's
+  DescribeInstances pages are then answered in EC2's XML from that list, and moto never holds them;
 - Azure: an AzureFarm (gpufarm_sandbox.azurestub) per subscription.
 
 `clouds_for(base_url)` holds one LocalClouds per local environment, which the local seams hand the runtime as its
@@ -33,6 +35,7 @@ from typing import Any
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.ports import InventorySource
 from gpufarm_sandbox.azurestub import Answer, AzureFarm, StubCredential, StubTransport
+from gpufarm_sandbox.ec2_pages import RecordedInstance, describe_instances, instances
 
 ACCOUNT_KEY = "AKIAGPUFARMLOCAL0001"  # moto keys its accounts by access key; nothing here reaches AWS
 SECRET_KEY = "gpufarm-local-not-a-secret"  # noqa: S105 - moto's stand-in credential
@@ -99,6 +102,8 @@ class SimulatedAws:
     max_retries: int = 1
     # Answer a repeated EC2 Describe request from moto's recorded answer while no other EC2 action ran since.
     cache_reads: bool = False
+    # region -> instances whose DescribeInstances pages are answered from this list, not moto (see `record`).
+    recorded: dict[str, list[RecordedInstance]] = field(default_factory=dict)
     calls: int = 0
     # EC2 calls moto answered (not from the recorded answers), and the seconds they took.
     moto_calls: int = 0
@@ -171,6 +176,16 @@ class SimulatedAws:
                 self.faults = faults
         return ids
 
+    def record(self, region: str, instance_type: str, names: Iterable[str], tags: Mapping[str, str]) -> list[str]:
+        """Running instances (one per name, its Name tag) with these tags, answered from a recorded list
+        (gpufarm_sandbox.ec2_pages) instead of launched in moto: seconds for thousands. The region's DescribeInstances
+        then answers these only; returns their instance ids."""
+        with self._lock:
+            first = sum(len(found) for found in self.recorded.values())
+            added = instances(region, instance_type, list(names), tags, first=first)
+            self.recorded.setdefault(region, []).extend(added)
+        return [i.instance_id for i in added]
+
     def _answer(self, region: str, request: Any, **kwargs: Any) -> Any:
         self._pending.request = None  # a try that never got an answer (a connection error) records nothing
         with self._lock:
@@ -185,6 +200,9 @@ class SimulatedAws:
             return self._quota(request)
         raw = request.body or b""
         body = raw.encode() if isinstance(raw, str) else bytes(raw)
+        listed = self.recorded.get(region)
+        if listed is not None and body.startswith(b"Action=DescribeInstances&"):
+            return _response(request.url, 200, "text/xml;charset=UTF-8", describe_instances(listed, body))
         if b"Action=DescribeCapacityReservations" in body:
             return self._reservations(region, request)
         key = (region, str(request.url), body)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from datadog_api_client import Configuration
-from datadog_api_client.model_utils import data_to_dict, validate_and_convert_types
+from datadog_api_client.model_utils import OpenApiModel, data_to_dict, validate_and_convert_types
 from datadog_api_client.v2.model.metric_payload import MetricPayload
 from helpers import http
 from recorded import interactions
@@ -88,6 +88,22 @@ def test_the_wire_body_is_the_typed_paths_json_with_the_clients_auth_and_gzip(
     wire = json.loads(gzip.decompress(body))
     assert wire == {"series": [dd._series_json(s) for s in series]} == _typed(wire)
     assert wire["series"][1]["resources"] == [{"name": "gpu-node-01", "type": "host"}]
+
+
+def test_no_model_of_the_client_is_built_on_the_way(gateway: DatadogGateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[str] = []
+    real_new = OpenApiModel.__new__
+
+    def counting(cls: type, *args: Any, **kwargs: Any) -> Any:
+        built.append(cls.__name__)
+        return real_new(cls, *args, **kwargs)
+
+    monkeypatch.setattr(OpenApiModel, "__new__", counting)
+    now = int(time.time())
+    gateway.submit(
+        [MetricSeries("gpufarm.quota.used", (MetricPoint(now, float(k)),), (f"team:t{k}",)) for k in range(50)]
+    )
+    assert built == []
 
 
 def test_the_clients_retries_still_carry_a_submission_and_then_give_up(

@@ -23,6 +23,7 @@ from gpufarm.core.kernel.serial import IncidentCommand, Op
 from gpufarm.core.kernel.units import encode_devices
 from gpufarm.core.leases import home
 from gpufarm.handlers import idle_alert, incident_webhook, runtime, slack_worker
+from gpufarm_sandbox.emulator.slack_blockkit import block_text
 
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 OPS = "U0000000OPS"
@@ -119,20 +120,7 @@ def allocate(parts: Parts, ir: int) -> None:
 
 
 def texts(view: dict[str, Any]) -> str:
-    out: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str):
-            out.append(node)
-
-    walk(view)
-    return "\n".join(out)
+    return block_text([view])
 
 
 def buttons(view: dict[str, Any]) -> list[tuple[str, str]]:

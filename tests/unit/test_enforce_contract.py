@@ -109,3 +109,40 @@ def test_the_enforcers_cluster_tag_is_checked(tmp_path: Path) -> None:
     args = ["enforce", "slurm", "--farm", str(farm), "--once", "--cluster", "hpc a;x"]
     result = CliRunner().invoke(node_main, args, env={"DD_API_KEY": "k", "DD_APP_KEY": "a"})
     assert result.exit_code == 2 and "--cluster" in result.output
+
+
+def test_the_kubernetes_label_and_taint_are_the_runtimes_and_the_pod_labels() -> None:
+    from gpufarm_node.attribution import IR_LABEL
+    from gpufarm_node.enforce import kube_plan
+
+    assert kube_plan.LABEL == runtime_enforce.NODE_LABEL == IR_LABEL == "gpufarm.io/ir"
+    assert kube_plan.TAINT == runtime_enforce.NODE_TAINT == "gpufarm.io/lease"
+    assert "kubernetes" in node_config.ENFORCERS and set(node_config.ENFORCERS) == {
+        e.value for e in runtime_enforce.Enforcer
+    }
+
+
+def test_a_kubernetes_pool_is_read_alike_and_needs_no_slurm_account() -> None:
+    farm = parse_farm(EXAMPLE)
+    kube = {n for n, e in farm.environments.items() if e.enforce is runtime_enforce.Enforcer.KUBERNETES}
+    assert kube == {"cloud-aws", "shared-slices"}
+    assert "onprem-hpc" not in kube and node_config.slurm_names(yaml.safe_load(EXAMPLE)).pools == {"onprem-hpc"}
+    text = _edited("    enforce: slurm\n", "    enforce: kubernetes\n").replace("      speech: speech\n", "")
+    assert parse_farm(text).environments["onprem-hpc"].enforce is runtime_enforce.Enforcer.KUBERNETES
+    assert node_config.slurm_names(yaml.safe_load(text)).pools == frozenset()
+
+
+def test_the_kubernetes_hint_gives_the_toleration_and_selector_or_on_a_shared_pool_the_label() -> None:
+    dedicated = runtime_enforce.submit_hint(runtime_enforce.Enforcer.KUBERNETES, 123)
+    assert dedicated is not None
+    snippet = yaml.safe_load(dedicated.split("```")[1])
+    assert snippet["spec"]["nodeSelector"] == {"gpufarm.io/ir": "ir-123"}
+    assert snippet["spec"]["tolerations"] == [
+        {"key": "gpufarm.io/lease", "operator": "Equal", "value": "ir-123", "effect": "NoSchedule"}
+    ]
+    assert snippet["metadata"]["labels"] == {"gpufarm.io/ir": "ir-123"}
+    shared = runtime_enforce.submit_hint(runtime_enforce.Enforcer.KUBERNETES, 123, shared=True)
+    assert shared is not None and yaml.safe_load(shared.split("```")[1]) == {
+        "metadata": {"labels": {"gpufarm.io/ir": "ir-123"}}
+    }
+    assert "toleration" not in shared

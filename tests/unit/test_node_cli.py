@@ -112,3 +112,18 @@ def test_the_agent_imports_nothing_heavy() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]"
+
+
+def test_kubernetes_enforcement_needs_the_host_tags_and_an_in_cluster_config(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["--fake", str(FIXTURES / "tiny.yaml"), "--once", "--enforce", "kubernetes"]
+    without_tags = runner.invoke(main, [*base, "--dry-run"])
+    assert without_tags.exit_code == EXIT_USAGE and "DD_APP_KEY" in without_tags.output
+    for name in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    env = {"DD_API_KEY": "k", "DD_APP_KEY": "a", "GPUFARM_DATADOG_HOST": "http://127.0.0.1:9"}
+    outside = runner.invoke(main, [*base, "--no-register"], env=env)
+    assert outside.exit_code == EXIT_USAGE and "no in-cluster configuration" in outside.output, outside.output
+    bad_node = runner.invoke(main, [*base, "--dry-run", "--node-name", "Node_1"])
+    assert bad_node.exit_code == EXIT_USAGE and "not a Kubernetes Node name" in bad_node.output

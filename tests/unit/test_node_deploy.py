@@ -107,11 +107,18 @@ def test_daemonset_env_names_are_ones_the_agent_reads() -> None:
     assert {e["name"] for e in agent["env"]} - _cli_envvars() == set()
 
 
-def test_the_sidecar_may_only_read_pods() -> None:
-    (role,) = [d for d in _docs() if d["kind"] == "ClusterRole"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]
-    (binding,) = [d for d in _docs() if d["kind"] == "ClusterRoleBinding"]
-    assert binding["subjects"][0]["name"] == "gpufarm-node" and binding["roleRef"]["name"] == role["metadata"]["name"]
+def test_the_service_account_may_read_pods_and_get_and_patch_nodes_and_nothing_else() -> None:
+    roles = {d["metadata"]["name"]: d["rules"] for d in _docs() if d["kind"] == "ClusterRole"}
+    assert roles == {
+        "gpufarm-node-pods": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
+        "gpufarm-node-enforce": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+    }
+    bindings = [d for d in _docs() if d["kind"] == "ClusterRoleBinding"]
+    assert sorted(b["roleRef"]["name"] for b in bindings) == sorted(roles)
+    assert all(
+        b["subjects"] == [{"kind": "ServiceAccount", "name": "gpufarm-node", "namespace": "gpufarm"}] for b in bindings
+    )
+    assert not [d for d in _docs() if d["kind"] in ("Role", "RoleBinding")]
 
 
 def test_systemd_unit_runs_non_root_and_opens_only_the_nvidia_devices() -> None:
@@ -151,7 +158,7 @@ def test_daemonset_containers_are_locked_down() -> None:
     assert host_paths == {"/proc", "/var/lib/kubelet/pod-resources"}
 
 
-def test_daemonset_agent_is_root_only_for_the_kubelet_socket_and_holds_no_api_token() -> None:
+def test_daemonset_agent_is_root_only_for_the_kubelet_socket_and_holds_a_token_only_to_enforce() -> None:
     pod = _daemonset_pod()
     containers = {c["name"]: c for c in pod["containers"]}
     agent, sidecar = containers["agent"], containers["pods"]
@@ -165,12 +172,18 @@ def test_daemonset_agent_is_root_only_for_the_kubelet_socket_and_holds_no_api_to
         assert security["runAsNonRoot"] is True
     assert sidecar["securityContext"]["runAsNonRoot"] is True and sidecar["securityContext"]["runAsUser"] != 0
     assert "add" not in sidecar["securityContext"]["capabilities"]
-    # The API token reaches the sidecar (kubectl) only.
+    # The API token reaches the sidecar (kubectl), and the agent only for its Kubernetes enforcement.
     assert pod["automountServiceAccountToken"] is False
     token = next(v["name"] for v in pod["volumes"] if "projected" in v)
-    assert [c["name"] for c in pod["containers"] if token in {m["name"] for m in c["volumeMounts"]}] == ["pods"]
-    (mount,) = [m for m in sidecar["volumeMounts"] if m["name"] == token]
-    assert mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount" and mount["readOnly"] is True
+    holders = {c["name"] for c in pod["containers"] if token in {m["name"] for m in c["volumeMounts"]}}
+    enforcing = {e["name"]: e.get("value") for e in agent["env"]}.get("GPUFARM_ENFORCE") == "kubernetes"
+    assert holders == ({"pods", "agent"} if enforcing else {"pods"})
+    for container in (containers[name] for name in holders):
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == token]
+        assert mount["mountPath"] == "/var/run/secrets/kubernetes.io/serviceaccount" and mount["readOnly"] is True
+    if enforcing:
+        env = {e["name"]: e for e in agent["env"]}
+        assert env["GPUFARM_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
 NODE = ROOT / "node"

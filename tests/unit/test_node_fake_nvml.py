@@ -36,6 +36,32 @@ def test_every_function_the_source_uses_exists_in_pynvml_and_the_fake_with_the_s
         ], name
 
 
+def test_every_nvml_function_of_the_fake_has_pynvml_s_signature() -> None:
+    # Beyond the agent's calls: benchmarks/node.py runs Datadog's nvml check on the fake too.
+    names = [n for n in vars(FakeNvml) if n.startswith("nvml")]
+    assert {"nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization", "nvmlDeviceGetFanSpeed"} <= set(names)
+    for name in names:
+        real = inspect.signature(getattr(pynvml, name))
+        params = list(inspect.signature(getattr(FakeNvml, name)).parameters.values())[1:]
+        assert [(p.name, p.kind, p.default) for p in params] == [
+            (p.name, p.kind, p.default) for p in real.parameters.values()
+        ], name
+
+
+def test_video_engines_idle_and_the_sxm_boards_have_no_fan() -> None:
+    fake, _ = _fake(
+        {"gpus": [{"model": "H100", "count": 1}, {"model": "H100", "mig": {"profile": "1g.10gb", "count": 2}}]}
+    )
+    whole = fake.nvmlDeviceGetHandleByIndex(0)
+    assert fake.nvmlDeviceGetEncoderUtilization(whole) == [0, 167_000]
+    assert fake.nvmlDeviceGetDecoderUtilization(whole) == [0, 167_000]
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        fake.nvmlDeviceGetFanSpeed(whole)
+    mig = fake.nvmlDeviceGetMigDeviceHandleByIndex(fake.nvmlDeviceGetHandleByIndex(1), 0)
+    with pytest.raises(pynvml.NVMLError_NotSupported):  # parent GPU only
+        fake.nvmlDeviceGetDecoderUtilization(mig)
+
+
 def test_used_functions_lists_every_pynvml_call_in_the_source() -> None:
     nodes = [node for path in Path(nvml.__file__).parent.glob("*.py") for node in ast.walk(ast.parse(path.read_text()))]
     names = {node.value for node in nodes if isinstance(node, ast.Constant) and isinstance(node.value, str)}

@@ -158,3 +158,12 @@ def test_registration_replaces_units_that_are_gone_and_keeps_the_allocators_tags
     assert append == [] and old not in replace and new in replace
     assert all(t in replace for t in allocator)
     assert merge_registration([*base, new], tags.registration_tags("A100", 1, "e", "c", [new])) == ([], [])
+
+
+def test_the_runtime_normalises_each_distinct_tag_once_and_answers_the_same() -> None:
+    hosts.normalize_tag.cache_clear()
+    first = hosts.normalize_tag("Environment:Cloud AWS")
+    again = hosts.normalize_tag("Environment:Cloud AWS")
+    assert first == again == tags.normalize_tag("Environment:Cloud AWS") == "environment:cloud_aws"
+    info = hosts.normalize_tag.cache_info()
+    assert (info.misses, info.hits, info.maxsize) == (1, 1, hosts.NORMALIZED_TAGS_KEPT)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ENFORCERS = ("none", "slurm")
+ENFORCERS = ("none", "slurm", "kubernetes")
 SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,20}$")
 TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 # A POSIX user name as Slurm resolves it (getpwnam), and a Slurm account (stored lower-case).

@@ -1,4 +1,5 @@
-"""Demo stage "enforcement": a lease on the HPC pool (`enforce: slurm`) held by a real Slurm reservation.
+"""Demo stage "enforcement": a lease on cloud-aws (`enforce: kubernetes`) labels and taints its host's Node
+(enforce_kube), and a lease on the HPC pool (`enforce: slurm`) is held by a real Slurm reservation.
 
 With Debian's slurm-wlm and munge installed (and run as root), it starts a single-controller Slurm on loopback
 whose nodes are the HPC pool's hosts (gpufarm_sandbox.slurmlocal), and runs the enforcer the node distribution
@@ -23,6 +24,7 @@ from gpufarm_node.enforce.run import SlurmEnforcer
 from gpufarm_node.enforce.scontrol import Scontrol
 from gpufarm_node.enforce.slurm_plan import reservation_name
 from gpufarm_sandbox import slurmlocal
+from gpufarm_sandbox.demo import enforce_kube
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
 from gpufarm_sandbox.example_farm import ALICE, HOSTS
 
@@ -35,17 +37,22 @@ NODES = tuple(name for name, _model, _gpus, pool, _cluster in HOSTS if pool == P
 
 
 def run(ctx: DemoContext) -> None:
-    """Allocate, enforce, submit, reclaim; or say that Slurm is not installed."""
+    """The Kubernetes half; then allocate, enforce, submit, reclaim on Slurm, or say that Slurm is not installed."""
     if ctx.local is None:
         ctx.check(False, "the enforcement stage needs the local function host (gpufarm demo starts it)")
-        return
-    reason = slurmlocal.missing()
-    if reason:
-        ctx.info(f"Slurm enforcement skipped: {reason}. The other stages run as before.")
         return
     from gpufarm.config import Settings
 
     settings = Settings()
+    kube_farm = LocalFarm(ctx.base_url, ctx.local.host, settings)
+    try:
+        enforce_kube.play(ctx, kube_farm, settings)
+    finally:
+        kube_farm.close()
+    reason = slurmlocal.missing()
+    if reason:
+        ctx.info(f"Slurm enforcement skipped: {reason}. The other stages run as before.")
+        return
     farm = LocalFarm(ctx.base_url, ctx.local.host, settings)
     try:
         with slurmlocal.local_slurm(NODES) as slurm:

@@ -22,6 +22,7 @@ from gpufarm_sandbox.emulator.events import EventsModule
 from gpufarm_sandbox.emulator.faults import FaultSpec
 from gpufarm_sandbox.emulator.hosts import HostsModule
 from gpufarm_sandbox.emulator.incidents import IncidentsModule
+from gpufarm_sandbox.emulator.kube_nodes import KubeNodesModule
 from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
 from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.monitors import MonitorsModule
@@ -106,6 +107,8 @@ class Sandbox:
         self.slack = SlackModule(ctx)
         # The incident and metrics pages gpufarm's links open locally (HTML for people, not Datadog's API).
         self.pages = PagesModule(ctx, self.incidents, self.metrics, self.monitors.evaluator, self.slack.state)
+        # The Kubernetes API's Node endpoints the node agent's Kubernetes step uses (not Datadog's or Slack's).
+        self.kube_nodes = KubeNodesModule(ctx)
         self.modules: list[Module] = [
             self.webhooks,
             self.hosts,
@@ -119,6 +122,7 @@ class Sandbox:
             self.dashboard_pages,
             self.slack,
             self.pages,
+            self.kube_nodes,
         ]
         self._extra: list[Route] = []
         self._build_map()

@@ -37,7 +37,6 @@ from gpufarm.adapters.aws import _checked_function, _checked_sqs_id, _payload_by
 from gpufarm.config import Settings
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 from gpufarm.handlers import runtime
-from gpufarm_sandbox.clouds import clouds_for
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.localhost.function_host import FunctionHost
@@ -216,7 +215,10 @@ def local_seams(settings: Settings, env: Mapping[str, str]) -> dict[str, Any]:
     queue_url = env.get(QUEUE_URL_ENV, "").strip()
     if queue_url:
         parts["queue"] = HostQueue(queue_url)
-    # The farm file's AWS and Azure inventory sources read simulated clouds (moto, a stubbed Azure) locally.
+    # The farm file's AWS and Azure inventory sources read simulated clouds (moto, a stubbed Azure) locally; imported
+    # here, so that loading the seams (every `gpufarm report` in a development install) does not import moto.
+    from gpufarm_sandbox.clouds import clouds_for
+
     parts["inventory_sources"] = clouds_for(base).sources
     if not settings.farm_config and not settings.farm_config_parameter:
         example = find_example_farm()

@@ -438,12 +438,16 @@ def prepare_for_snapshot(services: Sequence[str]) -> None:
 
     from gpufarm.adapters import aws
     from gpufarm.adapters import slack as _slack  # noqa: F401 - loaded into the snapshot, used on the first request
+    from gpufarm.core.config.yaml_load import bounded_loader
     from gpufarm.core.kernel import model
     from gpufarm.handlers import slack_events
 
     settings = Settings()
     for service in services:
         aws.aws_client(service, settings)
+    # The farm's YAML loader: PyYAML's import (its resolver's patterns compiled) was most of a restored first
+    # request's CPU. The loader holds no farm value; the farm itself is still read after the restore.
+    bounded_loader()
     # The validators a cold request would otherwise build on first use (defer_build).
     for module in (model, slack_events):
         for value in vars(module).values():

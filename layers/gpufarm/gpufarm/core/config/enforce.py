@@ -24,6 +24,10 @@ from gpufarm.core.kernel.model import SLACK_USER_PATTERN, Name
 
 # Slurm reservations gpufarm owns are named with this prefix and the lease's number (gpufarm_node.enforce.slurm_plan).
 RESERVATION_PREFIX = "gpufarm-ir-"
+# What the node agent puts on its Node while a dedicated lease holds it (gpufarm_node.enforce.kube_plan), and the
+# pod label that names a pod's lease (gpufarm_node.attribution.IR_LABEL).
+NODE_LABEL = "gpufarm.io/ir"
+NODE_TAINT = "gpufarm.io/lease"
 # A POSIX user name as slurmctld resolves it, and a Slurm account (stored lower-case).
 CLUSTER_USER_PATTERN = r"^[a-z_][a-z0-9_.-]{0,31}$"
 SLURM_ACCOUNT_PATTERN = r"^[a-z0-9_][a-z0-9_.-]{0,63}$"
@@ -36,6 +40,9 @@ class Enforcer(StrEnum):
     NONE = "none"
     # A Slurm reservation gpufarm-ir-<n> per lease, held by `gpufarm-node enforce slurm` next to slurmctld.
     SLURM = "slurm"
+    # The node agent labels and taints its own Kubernetes Node while a dedicated lease holds it (gpufarm_node.enforce
+    # .kube); on a shared pool a pod's `gpufarm.io/ir` label is checked against the device it received.
+    KUBERNETES = "kubernetes"
 
 
 class _Strict(BaseModel):
@@ -79,8 +86,11 @@ def reservation_name(ir: int) -> str:
     return f"{RESERVATION_PREFIX}{ir}"
 
 
-def submit_hint(enforcer: Enforcer, ir: int) -> str | None:
-    """How the holder of IR-`ir` submits into what enforces it, or None when nothing does."""
+def submit_hint(enforcer: Enforcer, ir: int, *, shared: bool = False) -> str | None:
+    """How the holder of IR-`ir` submits into what enforces it, or None when nothing does (`shared`: the pool hands
+    out devices, not hosts)."""
+    if enforcer is Enforcer.KUBERNETES:
+        return kubernetes_hint(ir, shared=shared)
     if enforcer is Enforcer.SLURM:
         name = reservation_name(ir)
         return (
@@ -88,3 +98,21 @@ def submit_hint(enforcer: Enforcer, ir: int) -> str | None:
             "its hosts take no other jobs."
         )
     return None
+
+
+def kubernetes_hint(ir: int, *, shared: bool = False) -> str:
+    """The pod spec lines a lease's pods need: on a dedicated pool the toleration of the lease's taint and the node
+    selector of its label; on a shared pool the label alone (a pod on another lease's device is a squatter)."""
+    value = f"ir-{ir}"
+    if shared:
+        return (
+            f"Label its pods so their devices count as the lease's (a pod on another lease's device is a squatter):\n"
+            f"```metadata:\n  labels:\n    {NODE_LABEL}: {value}```"
+        )
+    return (
+        "Its nodes are tainted for this lease alone; its pods need:\n"
+        f"```metadata:\n  labels:\n    {NODE_LABEL}: {value}\n"
+        f"spec:\n  nodeSelector:\n    {NODE_LABEL}: {value}\n"
+        f"  tolerations:\n  - key: {NODE_TAINT}\n    operator: Equal\n    value: {value}\n"
+        "    effect: NoSchedule```"
+    )

@@ -165,9 +165,12 @@ class LeaseContext:
         return self.links.for_environment(self.farm, alloc.environment)
 
     def submit_hint(self, alloc: Allocation) -> str | None:
-        """How the lease's holder submits into what enforces its pool (a Slurm reservation), or None."""
+        """How the lease's holder submits into what enforces its pool (a Slurm reservation, a Kubernetes taint), or
+        None."""
         env = self.farm.environments.get(alloc.environment or "")
-        return enforce.submit_hint(env.enforce, alloc.ir) if env is not None else None
+        if env is None:
+            return None
+        return enforce.submit_hint(env.enforce, alloc.ir, shared=env.kind is PoolKind.SHARED)
 
     # -- reads -------------------------------------------------------------------------------------------------
 

@@ -43,8 +43,8 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
                 "table",
                 "Entitled and allocated per team, environment and model",
                 [
-                    Series("entitled", "sum:gpufarm.quota.entitled", "entitled GPUs"),
-                    Series("allocated", "sum:gpufarm.quota.allocated", "allocated GPUs"),
+                    Series("entitled", "sum:gpufarm.quota.entitled", "entitled GPUs and slices"),
+                    Series("allocated", "sum:gpufarm.quota.allocated", "allocated GPUs and slices"),
                 ],
                 where=q,
                 by=by,
@@ -52,9 +52,9 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
             ),
             Chart(
                 "table",
-                "Held GPUs per team, project, environment and model: used, idle, unmeasured (the sync's ledger)",
+                "Held GPUs and slices per team, project, environment and model: used, idle, unmeasured (sync's ledger)",
                 [
-                    Series("held", "sum:gpufarm.ledger.gpus.allocated", "allocated GPUs"),
+                    Series("held", "sum:gpufarm.ledger.gpus.allocated", "allocated GPUs and slices"),
                     Series("used", "sum:gpufarm.ledger.gpus.used", "used (busy)"),
                     Series("idle", "sum:gpufarm.ledger.gpus.idle", "idle"),
                     Series("unmeasured", "sum:gpufarm.ledger.gpus.unmeasured", "unmeasured (no metrics)"),
@@ -84,16 +84,16 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
                 "table",
                 "Inventory per environment and model",
                 [
-                    Series("total", "sum:gpufarm.inventory.gpus.total", "total GPUs"),
-                    Series("free", "sum:gpufarm.inventory.gpus.free", "free GPUs"),
+                    Series("total", "sum:gpufarm.inventory.gpus.total", "total GPUs and slices"),
+                    Series("free", "sum:gpufarm.inventory.gpus.free", "free GPUs and slices"),
                 ],
                 where=scope(ENV, MODEL),
                 by=" by {environment,gpu_model}",
             ),
             Chart(
                 "toplist",
-                "Unattributed usage: busy GPUs no lease claims, per host and team (the sync's ledger)",
-                [Series("a", "sum:gpufarm.ledger.gpus.unattributed", "busy GPUs")],
+                "Unattributed usage: busy GPUs and MIG slices no lease claims, per host and team (the sync's ledger)",
+                [Series("a", "sum:gpufarm.ledger.gpus.unattributed", "busy GPUs and slices")],
                 where=scope(ENV),
                 by=" by {host,team}",
             ),

@@ -29,7 +29,7 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
             "table",
             "Capacity per environment and model",
             [
-                Series("total", "sum:gpufarm.inventory.gpus.total", "total GPUs"),
+                Series("total", "sum:gpufarm.inventory.gpus.total", "total GPUs and slices"),
                 Series("free", "sum:gpufarm.inventory.gpus.free"),
                 Series("allocated", "sum:gpufarm.quota.allocated", "allocated"),
             ],
@@ -96,9 +96,21 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
             group(
                 f"{name} ({env.kind.value}: {models})",
                 [
-                    Chart("query_value", "Total GPUs", [Series("a", "sum:gpufarm.inventory.gpus.total")], where=e),
-                    Chart("query_value", "Allocated GPUs", [Series("a", "sum:gpufarm.quota.allocated")], where=e),
-                    Chart("query_value", "Free GPUs", [Series("a", "sum:gpufarm.inventory.gpus.free")], where=e),
+                    Chart(
+                        "query_value",
+                        "Total GPUs and slices",
+                        [Series("a", "sum:gpufarm.inventory.gpus.total")],
+                        where=e,
+                    ),
+                    Chart(
+                        "query_value",
+                        "Allocated GPUs and slices",
+                        [Series("a", "sum:gpufarm.quota.allocated")],
+                        where=e,
+                    ),
+                    Chart(
+                        "query_value", "Free GPUs and slices", [Series("a", "sum:gpufarm.inventory.gpus.free")], where=e
+                    ),
                     Chart(
                         "query_value",
                         "Busy devices",
@@ -109,7 +121,7 @@ def farm_overview(farm: FarmConfig) -> dict[str, Any]:
                     Chart("query_value", "Longest wait", [Series("a", "max:gpufarm.requests.oldest_wait")], where=e),
                     Chart(
                         "timeseries",
-                        "Free vs total GPUs",
+                        "Free vs total GPUs and MIG slices (a slice counts one)",
                         [
                             Series("total", "sum:gpufarm.inventory.gpus.total", "total"),
                             Series("free", "sum:gpufarm.inventory.gpus.free", "free"),
@@ -171,7 +183,7 @@ def _lifecycle(where: str, by: str) -> list[Widget | Chart]:
             "Reclaims by reason per environment and model over the time frame",
             [
                 Series("reclaims", "sum:gpufarm.leases.reclaims", "reclaims", aggregator="sum"),
-                Series("gpus", "sum:gpufarm.leases.reclaimed_gpus", "GPUs freed", aggregator="sum"),
+                Series("gpus", "sum:gpufarm.leases.reclaimed_gpus", "GPUs and slices freed", aggregator="sum"),
             ],
             where=where,
             by=" by {reclaim_reason,environment,gpu_model}.as_count()",

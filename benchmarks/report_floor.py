@@ -1,0 +1,73 @@
+"""The floor `benchmarks/report.py` measures `gpufarm report` against: a plain reader of the same requests.
+
+It replays the requests the report makes (the incident type lookup, then each search's pages of 100 with the same
+query text), parses each answer with `json.loads` and groups the leases with dicts: per team the leases, their
+held, busy, idle and unmeasured GPU-hours (the accrued fields as they stand) and the idle warnings and keeps their
+history holds. Nothing else: no client library, no models, no validation, no farm file. It is what reading and
+summing the same data costs in Python, the least a report can cost.
+
+Run by benchmarks/report.py in its own process: `python benchmarks/report_floor.py URL TYPE QUERY [QUERY ...]`
+(TYPE: the incident type's name), with
+DD_API_KEY and DD_APP_KEY set; each QUERY is a search text holding `{type}` where the type's id goes. Prints one
+JSON document: the requests made, the leases read and the groups.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.parse
+
+import urllib3
+
+PAGE = 100
+
+
+def main() -> None:
+    """Read, group, print."""
+    url, type_name, queries = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3:]
+    headers = {"DD-API-KEY": os.environ["DD_API_KEY"], "DD-APPLICATION-KEY": os.environ["DD_APP_KEY"]}
+    http = urllib3.PoolManager()
+    requests = 0
+
+    def get(path: str) -> dict:
+        nonlocal requests
+        requests += 1
+        answer = http.request("GET", url + path, headers=headers)
+        if answer.status != 200:
+            raise SystemExit(f"{path}: {answer.status}")
+        return json.loads(answer.data)
+
+    types = get("/api/v2/incidents/config/types")["data"]
+    type_id = next(t["id"] for t in types if t["attributes"]["name"] == type_name)
+    seen: set[str] = set()
+    groups: dict[str, dict[str, float]] = {}
+    for template in queries:
+        text = urllib.parse.quote(template.replace("{type}", type_id))
+        offset = 0
+        while True:
+            attributes = get(f"/api/v2/incidents/search?query={text}&page[size]={PAGE}&page[offset]={offset}")
+            page = attributes["data"]["attributes"]["incidents"]
+            for item in page:
+                incident = item["data"]
+                if incident["id"] in seen:
+                    continue
+                seen.add(incident["id"])
+                values = {k: v.get("value") for k, v in (incident["attributes"].get("fields") or {}).items()}
+                row = groups.setdefault(str(values.get("team")), {})
+                row["leases"] = row.get("leases", 0) + 1
+                for name in ("held", "busy", "idle", "unmeasured"):
+                    row[name] = row.get(name, 0.0) + float(values.get(f"gpu_hours_{name}") or 0)
+                for line in values.get("gpufarm_history") or []:
+                    for step in ("warned", "kept"):
+                        if f" {step}: " in line:
+                            row[step] = row.get(step, 0) + 1
+            offset += len(page)
+            if len(page) < PAGE:
+                break
+    print(json.dumps({"requests": requests, "leases": len(seen), "groups": groups}))
+
+
+if __name__ == "__main__":
+    main()
