@@ -25,6 +25,7 @@ from operator import attrgetter
 from pathlib import Path
 
 from gpufarm_node.attribution import Workload
+from gpufarm_node.enforce.pod_leases import PodMismatch
 from gpufarm_node.model import ProcessSample
 from gpufarm_node.series_tags import NO_IR, pod_tags
 from gpufarm_node.tags import normalize_tag
@@ -84,6 +85,11 @@ def find(
             continue
         found.append(Squatter(device_key, lease, claimed, proc.pid, _pod_of(workload)))
     return found
+
+
+def from_pod_mismatch(mismatch: PodMismatch) -> Squatter:
+    """A pod on a device of another lease, as gpufarm_node.enforce.pod_leases finds it, as a squatter record."""
+    return Squatter(mismatch.device, mismatch.device_ir, mismatch.pod_ir, pod=PodRef(mismatch.namespace, mismatch.pod))
 
 
 def _pod_of(workload: Workload | None) -> PodRef | None:
@@ -202,8 +208,9 @@ class SquatterPlans:
 
         `processes` are those of a busy device (None: not busy, so none of them squats); `reported` holds what
         another source found on this device (a pod of another lease through pod-resources, whether or not the
-        device is busy), merged in unless a process of the same pod was found already. `processes_token`: an object
-        that stands for exactly these processes while it lives (gpufarm_node.collect's container plan), a cheaper key.
+        device is busy), merged in unless a process of the same pod (namespace and name) was found already.
+        `processes_token`: an object that stands for exactly these processes while it lives (gpufarm_node.collect's
+        container plan), a cheaper key.
         """
         found, rows = (
             self.plan(device_key, lease, device_tags, processes, workloads, processes_token=processes_token)
@@ -212,8 +219,8 @@ class SquatterPlans:
         )
         if not reported:
             return found, rows or [(SQUATTERS_METRIC, 0.0, device_tags)]
-        pods = {s.pod.uid for s in found if s.pod is not None and s.pod.uid}
-        extra = [s for s in reported if s.pod is None or not s.pod.uid or s.pod.uid not in pods]
+        pods = {(s.pod.namespace, s.pod.name) for s in found if s.pod is not None and s.pod.name}
+        extra = [s for s in reported if s.pod is None or (s.pod.namespace, s.pod.name) not in pods]
         merged = [*found, *extra]
         count: Row = (SQUATTERS_METRIC, float(len(merged)), device_tags)
         return merged, [count, *squatter_rows(self.common, merged, self._user_of)]

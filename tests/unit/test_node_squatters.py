@@ -242,3 +242,23 @@ def test_a_cached_device_follows_new_processes_and_unknown_ones_by_pid() -> None
     # Processes gone from /proc (no workload) are told apart by pid.
     assert cycle(2, None) == [Squatter(UUID0.lower(), "ir-7", None, 2)]
     assert cycle(3, None) == [Squatter(UUID0.lower(), "ir-7", None, 3)]
+
+
+def test_a_pod_mismatch_is_a_squatter_record_merged_once_with_the_pod_s_own_processes() -> None:
+    from gpufarm_node.enforce.pod_leases import PodMismatch
+    from gpufarm_node.squatters import from_pod_mismatch
+
+    mismatch = PodMismatch(MIG0.lower(), "team-b", "intruder", "ir-6", "ir-5")
+    assert from_pod_mismatch(mismatch) == Squatter(MIG0.lower(), "ir-5", "ir-6", pod=PodRef("team-b", "intruder"))
+    gpu = _mig_gpu((MIG0, [2]), (MIG1, []))
+    workloads = {2: Workload("c" * 64, POD_UID, "intruder", "team-b", "main", "ir-6")}
+    builder = SeriesBuilder(COMMON)
+    series = builder.build(
+        NodeSnapshot(1.0, [gpu]),
+        workloads,
+        {},
+        None,
+        assigned={MIG0.lower(): "ir-5"},
+        reported=[from_pod_mismatch(mismatch)],
+    )
+    assert _count(series, MIG0) == 1.0 and [s.pid for s in builder.squatters] == [2]
