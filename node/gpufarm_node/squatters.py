@@ -6,9 +6,11 @@ The rules, decided every cycle from what the agent already reads:
   make its lease: a device no lease holds has none, whoever runs on it.
 - Only a *busy* device (the idle taxonomy's `busy`, gpufarm_node.collect) can be squatted: a process that holds a
   few bytes and computes nothing hurts nobody.
-- On a busy device, each process whose own IR (`GPUFARM_IR` in its environment, else its pod's `gpufarm.io/ir`
-  label, gpufarm_node.attribution) is not the device's lease is a squatter: it claims no lease, or another one. On
-  a device no lease holds, every process on it is one.
+- On a busy device a lease holds, a process whose own IR (`GPUFARM_IR` in its environment, else its pod's
+  `gpufarm.io/ir` label, gpufarm_node.attribution) names another lease is a squatter. One that names none is the
+  holder's own job that did not set its IR (attribution charges it to the device's lease, as the ledger does), not
+  a squatter: flagging every such job would bury the real ones. On a busy device no lease holds, every process is
+  a squatter, whatever it claims.
 
 What comes out is a list of `Squatter` records; a pod found on a device of another lease by other means (the
 pod-resources API on shared pools) is the same record with its `pod` set and no pid. `squatter_rows` turns them
@@ -81,7 +83,7 @@ def find(
     for proc in processes:
         workload = get(proc.pid)
         claimed = workload.ir if workload is not None else None
-        if lease is not None and claimed == lease:
+        if lease is not None and claimed in (lease, None):
             continue
         found.append(Squatter(device_key, lease, claimed, proc.pid, _pod_of(workload)))
     return found

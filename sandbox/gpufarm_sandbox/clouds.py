@@ -198,13 +198,10 @@ class SimulatedAws:
             return _fault(request, fault, quotas="ServiceQuotas" in target)
         if "ServiceQuotas" in target:
             return self._quota(request)
-        raw = request.body or b""
-        body = raw.encode() if isinstance(raw, str) else bytes(raw)
-        listed = self.recorded.get(region)
-        if listed is not None and body.startswith(b"Action=DescribeInstances&"):
-            return _response(request.url, 200, "text/xml;charset=UTF-8", describe_instances(listed, body))
-        if b"Action=DescribeCapacityReservations" in body:
-            return self._reservations(region, request)
+        body = _body(request)
+        here = self._answered_here(region, request, body)
+        if here is not None:
+            return here
         key = (region, str(request.url), body)
         with self._lock:
             if not body.startswith(b"Action=Describe"):
@@ -216,6 +213,15 @@ class SimulatedAws:
         if self.endpoint_url is not None:
             return None  # sent to the moto server
         return self._moto(kwargs.get("event_name", "before-send"), request)
+
+    def _answered_here(self, region: str, request: Any, body: bytes) -> Any:
+        """What the sandbox answers itself, not moto: a recorded instance list, capacity reservations; else None."""
+        listed = self.recorded.get(region)
+        if listed is not None and body.startswith(b"Action=DescribeInstances&"):
+            return _response(request.url, 200, "text/xml;charset=UTF-8", describe_instances(listed, body))
+        if b"Action=DescribeCapacityReservations" in body:
+            return self._reservations(region, request)
+        return None
 
     def _record(self, response_dict: Mapping[str, Any], **kwargs: Any) -> None:
         # before-parse: moto's answer to this thread's request (none when a recorded answer was given).
@@ -332,3 +338,8 @@ def clouds_for(base_url: str) -> LocalClouds:
         if clouds is None:
             clouds = _clouds[base_url] = LocalClouds()
         return clouds
+
+
+def _body(request: Any) -> bytes:
+    raw = request.body or b""
+    return raw.encode() if isinstance(raw, str) else bytes(raw)

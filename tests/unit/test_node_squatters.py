@@ -61,18 +61,18 @@ def _squatter_series(series: list[Series]) -> list[Series]:
     return [s for s in series if s.metric == "gpufarm.process.squatter"]
 
 
-def test_dedicated_host_a_process_of_no_lease_or_another_is_a_squatter_the_lease_s_own_is_not() -> None:
+def test_dedicated_host_a_process_of_another_lease_is_a_squatter_the_holder_s_own_and_unclaimed_ones_are_not() -> None:
+    # Process 2 claims no lease: the holder's own job that did not set GPUFARM_IR, charged to the device's lease.
     workloads = {1: Workload(ir="ir-7"), 2: Workload(), 3: Workload(ir="ir-9")}
     builder, series = _run(
-        [_gpu(UUID0, 90.0, 1), _gpu(UUID1, 90.0, 2, 3, index=1)], workloads, host_ir="ir-7", users={2: "mallory"}
+        [_gpu(UUID0, 90.0, 1), _gpu(UUID1, 90.0, 2, 3, index=1)], workloads, host_ir="ir-7", users={3: "mallory"}
     )
     assert _count(series, UUID0) == 0.0
-    assert _count(series, UUID1) == 2.0
+    assert _count(series, UUID1) == 1.0
     key = UUID1.lower()
-    assert builder.squatters == [Squatter(key, "ir-7", None, 2), Squatter(key, "ir-7", "ir-9", 3)]
+    assert builder.squatters == [Squatter(key, "ir-7", "ir-9", 3)]
     tags = {s.tags for s in _squatter_series(series)}
-    assert (*COMMON, f"gpu_uuid:{key}", "gpu_ir:ir-7", "claimed_ir:none", "pid:2", "user:mallory") in tags
-    assert (*COMMON, f"gpu_uuid:{key}", "gpu_ir:ir-7", "claimed_ir:ir-9", "pid:3") in tags
+    assert tags == {(*COMMON, f"gpu_uuid:{key}", "gpu_ir:ir-7", "claimed_ir:ir-9", "pid:3", "user:mallory")}
     # The device count carries the hurt lease, for the monitor's group.
     (device,) = [s for s in series if s.metric == "gpufarm.gpu.squatters" and f"gpu_uuid:{key}" in s.tags]
     assert "gpu_ir:ir-7" in device.tags and "ir:ir-7" in device.tags
@@ -231,17 +231,17 @@ def test_a_failing_squatter_source_never_fails_the_cycle(tmp_path: Path) -> None
 def test_a_cached_device_follows_new_processes_and_unknown_ones_by_pid() -> None:
     builder = SeriesBuilder(COMMON)
 
-    def cycle(pid: int, workload: Workload | None) -> list[Squatter]:
-        builder.build(NodeSnapshot(1.0, [_gpu(UUID0, 90.0, pid)]), {pid: workload}, {}, "ir-7")
+    def cycle(pid: int, workload: Workload | None, host_ir: str | None = "ir-7") -> list[Squatter]:
+        builder.build(NodeSnapshot(1.0, [_gpu(UUID0, 90.0, pid)]), {pid: workload}, {}, host_ir)
         return list(builder.squatters)
 
     own = Workload(ir="ir-7")
     assert cycle(1, own) == [] and cycle(1, own) == []
-    # The same pid, now another process (a new workload object) claiming nothing: found at once.
-    assert cycle(1, Workload()) == [Squatter(UUID0.lower(), "ir-7", None, 1)]
-    # Processes gone from /proc (no workload) are told apart by pid.
-    assert cycle(2, None) == [Squatter(UUID0.lower(), "ir-7", None, 2)]
-    assert cycle(3, None) == [Squatter(UUID0.lower(), "ir-7", None, 3)]
+    # The same pid, now another process (a new workload object) claiming another lease: found at once.
+    assert cycle(1, Workload(ir="ir-9")) == [Squatter(UUID0.lower(), "ir-7", "ir-9", 1)]
+    # On a host no lease holds, processes gone from /proc (no workload) are told apart by pid.
+    assert cycle(2, None, None) == [Squatter(UUID0.lower(), None, None, 2)]
+    assert cycle(3, None, None) == [Squatter(UUID0.lower(), None, None, 3)]
 
 
 def test_a_pod_mismatch_is_a_squatter_record_merged_once_with_the_pod_s_own_processes() -> None:

@@ -67,8 +67,8 @@ def test_a_squatter_started_between_cycles_is_reported_by_the_next_one_with_its_
     now = [START]
     processes = [
         {"pid": 4001, "gpu": 0, "env": {"GPUFARM_IR": "IR-5"}, "workload": "busy"},
-        # Claims no lease, on GPU 1 of the host IR-5 holds, from 20 s in (between the second and third cycles).
-        {"pid": 4002, "gpu": 1, "workload": "busy", "start": 20.0},
+        # Claims another lease, on GPU 1 of the host IR-5 holds, from 20 s in (between the second and third cycles).
+        {"pid": 4002, "gpu": 1, "env": {"GPUFARM_IR": "IR-9"}, "workload": "busy", "start": 20.0},
     ]
     node = _node(tmp_path, processes, ["gpufarm:managed", "ir:ir-5"], now)
     node.agent.start()
@@ -83,9 +83,9 @@ def test_a_squatter_started_between_cycles_is_reported_by_the_next_one_with_its_
         node.agent.close()
     assert seen[0] == [] and seen[1] == []
     (found,) = seen[2]
-    assert (found.pid, found.device_ir, found.claimed_ir) == (4002, "ir-5", None)
+    assert (found.pid, found.device_ir, found.claimed_ir) == (4002, "ir-5", "ir-9")
     (row,) = _squatter_series(series)
-    assert "pid:4002" in row.tags and "gpu_ir:ir-5" in row.tags and "claimed_ir:none" in row.tags
+    assert "pid:4002" in row.tags and "gpu_ir:ir-5" in row.tags and "claimed_ir:ir-9" in row.tags
     # The fake's /proc entries are this test's process's, so the squatter runs as its user.
     assert f"user:{_own_user()}" in row.tags
     counts = {t for s in series if s.metric == "gpufarm.gpu.squatters" and s.value == 1.0 for t in s.tags}
@@ -96,7 +96,8 @@ def test_a_hostile_environment_claims_nothing_and_reaches_no_tag(tmp_path: Path)
     now = [START]
     hostile = "IR-5\n<!channel> *bold* `x` <https://evil.example|click>"
     processes = [{"pid": 4101, "gpu": 0, "env": {"GPUFARM_IR": hostile}, "workload": "busy"}]
-    node = _node(tmp_path, processes, ["gpufarm:managed", "ir:ir-5"], now)
+    # A host no lease holds: every busy process on it is a squatter, whatever its environment says.
+    node = _node(tmp_path, processes, ["gpufarm:managed"], now)
     node.agent.start()
     try:
         node.agent.cycle()

@@ -81,8 +81,8 @@ def test_the_sandbox_alerts_the_squatted_device_of_the_lease_and_recovers_after_
         "gpus": [{"model": "H100", "count": 2}],
         "processes": [
             {"pid": 5001, "gpu": 0, "env": {"GPUFARM_IR": "IR-5"}, "workload": "busy"},
-            # Claims no lease on GPU 1 of IR-5's host from minute 7.5 (between two cycles) to minute 12.
-            {"pid": 5002, "gpu": 1, "workload": "busy", "start": 450.0, "end": 720.0},
+            # Claims another lease on GPU 1 of IR-5's host from minute 7.5 (between two cycles) to minute 12.
+            {"pid": 5002, "gpu": 1, "env": {"GPUFARM_IR": "IR-9"}, "workload": "busy", "start": 450.0, "end": 720.0},
         ],
     }
     node = fake_node(
