@@ -6,18 +6,16 @@ screenshot and its time to render are kept under .artifacts/dashboards/ (the CI'
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from browser_chromium import installed_chromium
 
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.setup.dashboards_widgets import walk
-from gpufarm_sandbox.browser import chromium, find_chromium
+from gpufarm_sandbox.browser import chromium
 from gpufarm_sandbox.dashboard_preview import build_preview
 from gpufarm_sandbox.emulator.app import Sandbox
 from gpufarm_sandbox.emulator.server import ServerThread
@@ -27,22 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "dashboards"
 RENDER_LIMIT_MS = 30_000
-
-
-def _chromium() -> str:
-    """Debian's chromium; installed with apt-get when missing and possible (CI runs as root), else a skip."""
-    found = find_chromium()
-    if found:
-        return found
-    apt = shutil.which("apt-get")
-    if apt is None or os.geteuid() != 0:
-        pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get)")
-    install = [apt, "install", "-y", "--no-install-recommends", "chromium"]
-    done = subprocess.run(install, capture_output=True, text=True, timeout=900, check=False)
-    found = find_chromium()
-    if done.returncode != 0 or not found:
-        pytest.skip(f"chromium is not installed and apt-get could not install it: {done.stderr.strip()[-300:]}")
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +38,7 @@ def preview() -> Iterator[tuple[str, dict[str, str], Sandbox]]:
 
 
 def test_the_node_dashboard_draws_in_headless_chromium(preview: tuple[str, dict[str, str], Sandbox]) -> None:
-    binary = _chromium()
+    binary = installed_chromium()
     url, dashboards, sandbox = preview
     stored: dict[str, Any] = next(d for d in sandbox.dashboards.live() if d["id"] == dashboards["node"])
     with chromium(binary) as browser:
@@ -92,7 +74,7 @@ def test_the_html_report_draws_in_headless_chromium(tmp_path: Path) -> None:
     from gpufarm.reporting.read import Leases
     from gpufarm.reporting.render_html import CHART_TITLES, render_html
 
-    binary = _chromium()
+    binary = installed_chromium()
     now = datetime(2026, 12, 10, 12, tzinfo=UTC)
     farm = parse_farm((ROOT / "config" / "farm.example.yaml").read_text())
     leases = []

@@ -8,15 +8,13 @@ ingress as Slack would send it; the page raised no console error. Its screenshot
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from browser_chromium import installed_chromium
 
 from gpufarm.core.kernel.lifecycle import ReclaimReason
-from gpufarm_sandbox.browser import chromium, find_chromium
+from gpufarm_sandbox.browser import chromium
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm
 from gpufarm_sandbox.example_farm import BOB, DANA
 from gpufarm_sandbox.slackwalk import walk
@@ -27,24 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "slack"
 
 
-def _chromium() -> str:
-    """Debian's chromium; installed with apt-get when missing and possible (CI runs as root), else a skip."""
-    found = find_chromium()
-    if found:
-        return found
-    apt = shutil.which("apt-get")
-    if apt is None or os.geteuid() != 0:
-        pytest.skip("chromium is not installed and cannot be installed here (needs root and apt-get)")
-    install = [apt, "install", "-y", "--no-install-recommends", "chromium"]
-    done = subprocess.run(install, capture_output=True, text=True, timeout=900, check=False)
-    found = find_chromium()
-    if done.returncode != 0 or not found:
-        pytest.skip(f"chromium is not installed and apt-get could not install it: {done.stderr.strip()[-300:]}")
-    return found
-
-
 def test_a_lease_is_walked_through_on_the_slack_page(farm: LocalFarm) -> None:
-    binary = _chromium()
+    binary = installed_chromium()
     with chromium(binary, width=1280, height=860) as browser:
         done = walk(browser.page, farm)
         errors = browser.console_errors

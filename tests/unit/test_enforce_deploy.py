@@ -4,10 +4,10 @@ passes only variables the command reads, holds no key, and is hardened like the 
 from __future__ import annotations
 
 import shlex
-from collections import defaultdict
 from pathlib import Path
 
 import click
+from systemd_unit import read_unit
 
 from gpufarm_node.cli import main
 from gpufarm_node.enforce.cli import slurm
@@ -17,19 +17,7 @@ UNIT = ROOT / "deploy" / "systemd" / "gpufarm-enforce-slurm.service"
 
 
 def _unit() -> dict[str, dict[str, list[str]]]:
-    sections: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    current = None
-    for raw in UNIT.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = line[1:-1]
-            continue
-        key, sep, value = line.partition("=")
-        assert current is not None and sep, f"malformed unit line: {raw!r}"
-        sections[current][key].append(value)
-    return sections
+    return read_unit(UNIT)
 
 
 def test_the_unit_runs_the_enforcer_with_options_it_takes() -> None:

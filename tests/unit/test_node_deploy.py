@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import shlex
 import tomllib
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import click
 import yaml
+from systemd_unit import read_unit
 
 from gpufarm_node import __version__
 from gpufarm_node.cli import main
@@ -21,19 +21,7 @@ DAEMONSET = ROOT / "deploy" / "kubernetes" / "gpufarm-node-daemonset.yaml"
 
 
 def _unit() -> dict[str, dict[str, list[str]]]:
-    sections: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    current = None
-    for raw in UNIT.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = line[1:-1]
-            continue
-        key, sep, value = line.partition("=")
-        assert current is not None and sep, f"malformed unit line: {raw!r}"
-        sections[current][key].append(value)
-    return sections
+    return read_unit(UNIT)
 
 
 def _cli_envvars() -> set[str]:
