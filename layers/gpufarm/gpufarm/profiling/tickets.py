@@ -132,9 +132,9 @@ def _parse(payload: str) -> Ticket:
 
 
 def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 10**11:
+    if not _whole(value, 1, 10**11 - 1):
         raise ValueError("not an epoch")
-    return value
+    return int(value)
 
 
 def _check(ticket: Ticket) -> None:
