@@ -31,6 +31,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.web.client import WebClient
 
+from gpufarm.adapters import time_budget
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
@@ -86,9 +87,13 @@ class BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        # Give up at once when Slack asks for a wait beyond our budget (an ingress cannot sleep 30 s).
-        return bool(super()._can_retry(state=state, request=request, response=response, error=error)) and (
-            response is None or _retry_after(response) <= self.max_wait
+        # Give up at once when Slack asks for a wait beyond our bound (an ingress cannot sleep 30 s) or beyond what
+        # is left of the invocation (gpufarm.adapters.time_budget).
+        wait = _retry_after(response) if response is not None else 1.0
+        return (
+            bool(super()._can_retry(state=state, request=request, response=response, error=error))
+            and (response is None or wait <= self.max_wait)
+            and time_budget.allows(min(wait, self.max_wait))
         )
 
     def prepare_for_next_attempt(
@@ -117,7 +122,10 @@ class GatewayErrorRetryHandler(ServerErrorRetryHandler):
         response: HttpResponse | None = None,
         error: Exception | None = None,
     ) -> bool:
-        return response is not None and response.status_code in (500, 502, 503, 504)
+        if response is None or response.status_code not in (500, 502, 503, 504):
+            return False
+        # The backoff slack_sdk would sleep before the next attempt, if the invocation has that long left.
+        return time_budget.allows(self.interval_calculator.calculate_sleep_duration(state.current_attempt))
 
 
 def _retry_after(response: HttpResponse) -> float:
