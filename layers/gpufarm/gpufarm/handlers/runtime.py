@@ -438,9 +438,10 @@ def prepare_for_snapshot(services: Sequence[str]) -> None:
 
     from gpufarm.adapters import aws
     from gpufarm.adapters import slack as _slack  # noqa: F401 - loaded into the snapshot, used on the first request
+    from gpufarm.core.chat import modal as _modal  # noqa: F401 - the request form, loaded on its first opening
     from gpufarm.core.config.yaml_load import bounded_loader
+    from gpufarm.core.governance import policy as _policy  # noqa: F401 - the farm's models and the request's
     from gpufarm.core.kernel import model
-    from gpufarm.handlers import slack_events
 
     settings = Settings()
     for service in services:
@@ -448,11 +449,10 @@ def prepare_for_snapshot(services: Sequence[str]) -> None:
     # The farm's YAML loader: PyYAML's import (its resolver's patterns compiled) was most of a restored first
     # request's CPU. The loader holds no farm value; the farm itself is still read after the restore.
     bounded_loader()
-    # The validators a cold request would otherwise build on first use (defer_build).
-    for module in (model, slack_events):
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__:
-                value.model_rebuild(force=True)
+    # The validators a first request would otherwise build on first use (defer_build).
+    for value in vars(model).values():
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == model.__name__:
+            value.model_rebuild(force=True)
 
 
 def after_restore() -> None:
