@@ -28,7 +28,8 @@ from gpufarm.core.kernel.errors import Conflict, NotAllowed, NotFound, UpstreamE
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.datadog_dashboards import ProjectDashboardEditor
-    from gpufarm.adapters.slack import SignatureCheck, SlackChat
+    from gpufarm.adapters.slack import SlackChat
+    from gpufarm.adapters.slack_signature import SignatureCheck
     from gpufarm.core.chat.links import DashboardLookup
     from gpufarm.core.config.farm import FarmConfig
     from gpufarm.core.kernel.ports import (
@@ -122,7 +123,7 @@ class Runtime:
         """Slack request verification with the signing secret, on this runtime's clock."""
 
         def build() -> SignatureCheck:
-            from gpufarm.adapters.slack import SignatureCheck
+            from gpufarm.adapters.slack_signature import SignatureCheck
 
             secret = self.settings.require("slack_signing_secret")
             clock = self.clock()
