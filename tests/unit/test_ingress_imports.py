@@ -170,7 +170,7 @@ with mock_aws(config={"lambda": {"use_docker": False}}):
         snapstart.run_before_snapshot()
         prepared = sorted(key[0] for key in aws._clients)
         assert runtime._current is None and not aws._cache, "the snapshot must hold no secret"
-        assert "gpufarm.core.governance.policy" in sys.modules, "the farm's and the request's models are built into the snapshot"
+        assert "gpufarm.core.governance.policy" in sys.modules, "the farm and request models are in the snapshot"
         assert "yaml" in sys.modules, "the farm's YAML loader is built into the snapshot"
         snapstart.run_after_restore()
     calls = []

@@ -102,7 +102,9 @@ def write() -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(trimmed(service), indent=1, sort_keys=True) + "\n", encoding="utf-8")
     # Compact: botocore parses it on every cold start.
-    ENDPOINTS.write_text(json.dumps(trimmed_endpoints(), separators=(",", ":"), sort_keys=True) + "\n", encoding="utf-8")
+    ENDPOINTS.write_text(
+        json.dumps(trimmed_endpoints(), separators=(",", ":"), sort_keys=True) + "\n", encoding="utf-8"
+    )
 
 
 if __name__ == "__main__":

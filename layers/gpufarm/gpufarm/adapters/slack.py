@@ -32,7 +32,7 @@ from slack_sdk.web.client import WebClient
 
 # The signature check lives beside this module, on the standard library alone (the ingress checks signatures
 # without importing slack_sdk); re-exported for those who take it from here.
-from gpufarm.adapters.slack_signature import SignatureCheck as SignatureCheck
+from gpufarm.adapters.slack_signature import SignatureCheck as SignatureCheck  # noqa: PLC0414
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:

@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
 USER_ID = r"^[UW][A-Z0-9]{2,20}$"
 CHANNEL_ID = r"^[CDG][A-Z0-9]{2,20}$"
 HTTP_URL = r"^https?://[^\s]{1,2000}$"

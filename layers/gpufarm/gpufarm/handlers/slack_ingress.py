@@ -387,7 +387,9 @@ def _event(body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
 _MODAL_UNAVAILABLE = "gpufarm is unavailable; try again"
 
 
-def _hand_off(runtime: rt.Runtime, payload: dict[str, Any], handed: dict[str, Any], unavailable: dict[str, Any]) -> dict[str, Any]:
+def _hand_off(
+    runtime: rt.Runtime, payload: dict[str, Any], handed: dict[str, Any], unavailable: dict[str, Any]
+) -> dict[str, Any]:
     """Give the job to the worker and answer `handed`, or `unavailable` when the hand-off failed.
 
     Every path that acts hands off here, so a failed invoke is logged once and changes nothing; each caller

@@ -178,9 +178,7 @@ class BlockActions:
             actions=tuple(BlockAction.read(action) for action in actions),
             response_url=_optional(payload, "response_url", max_length=2008, shape=HTTP_URL),
             channel_id=(
-                None
-                if channel is None
-                else _text(_object(channel, "channel"), "id", max_length=21, shape=CHANNEL_ID)
+                None if channel is None else _text(_object(channel, "channel"), "id", max_length=21, shape=CHANNEL_ID)
             ),
             container=Container.read(payload.get("container")),
             trigger_id=_optional(payload, "trigger_id", max_length=200),
@@ -282,9 +280,7 @@ class EventCallback:
         _kind(payload, "event_callback")
         if "event" not in payload:
             raise Malformed("event", "is missing")
-        return cls(
-            event=_object(payload["event"], "event"), event_id=_optional(payload, "event_id", max_length=100)
-        )
+        return cls(event=_object(payload["event"], "event"), event_id=_optional(payload, "event_id", max_length=100))
 
 
 def url_verification_challenge(payload: Mapping[str, Any]) -> str:

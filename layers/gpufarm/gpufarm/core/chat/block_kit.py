@@ -7,16 +7,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # The action ids live in actions.py (the ingress reads them without this module); re-exported for the builders.
-from gpufarm.core.chat.actions import (
-    ACTION_APPROVE as ACTION_APPROVE,
-    ACTION_EXEMPT as ACTION_EXEMPT,
-    ACTION_EXTEND as ACTION_EXTEND,
-    ACTION_KEEP as ACTION_KEEP,
-    ACTION_RECLAIM as ACTION_RECLAIM,
-    ACTION_REJECT as ACTION_REJECT,
-    ACTION_RELEASE as ACTION_RELEASE,
-    ACTIONS as ACTIONS,
-)
+from gpufarm.core.chat.actions import ACTION_APPROVE as ACTION_APPROVE  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_EXEMPT as ACTION_EXEMPT  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_EXTEND as ACTION_EXTEND  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_KEEP as ACTION_KEEP  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_RECLAIM as ACTION_RECLAIM  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_REJECT as ACTION_REJECT  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_RELEASE as ACTION_RELEASE  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTIONS as ACTIONS  # noqa: PLC0414
 from gpufarm.core.chat.links import Links
 from gpufarm.core.kernel.model import Allocation
 

@@ -23,7 +23,7 @@ from gpufarm.core.chat.block_kit import (
 )
 from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
-from gpufarm.core.chat.replies import HELP as HELP
+from gpufarm.core.chat.replies import HELP as HELP  # noqa: PLC0414
 from gpufarm.core.chat.replies import error_text, help_text, working_text
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.hosts import GpuUnit
@@ -31,8 +31,6 @@ from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.units import cuda_visible_devices, kubernetes_resources, lease_devices, nvml_uuid
 
 POD_LABEL = "gpufarm.io/ir"
-
-
 
 
 # -- building blocks --------------------------------------------------------------------------------
