@@ -170,6 +170,8 @@ with mock_aws(config={"lambda": {"use_docker": False}}):
         snapstart.run_before_snapshot()
         prepared = sorted(key[0] for key in aws._clients)
         assert runtime._current is None and not aws._cache, "the snapshot must hold no secret"
+        assert runtime._last_farm is not None, "the parsed farm is in the snapshot"
+        kept_farm = runtime._last_farm[1]
         assert "gpufarm.core.governance.policy" in sys.modules, "the farm and request models are in the snapshot"
         assert "yaml" in sys.modules, "the farm's YAML loader is built into the snapshot"
         snapstart.run_after_restore()
@@ -191,6 +193,7 @@ with mock_aws(config={"lambda": {"use_docker": False}}):
         "body": json.loads(answer["body"]),
         "calls": calls,
         "prepared": prepared if snapshot else None,
+        "farm_parsed_again": (runtime._last_farm[1] is not kept_farm) if snapshot else None,
         "modules": sorted(
             m for m in set(sys.modules) - before
             if m.split(".")[0] in ("datadog_api_client", "pydantic_settings")
@@ -241,5 +244,7 @@ def test_in_lambda_one_ssm_call_reads_secret_and_farm_and_botocore_hands_off() -
 def test_snapstart_prepares_clients_without_secrets_and_reads_them_after_restore() -> None:
     result = _lambda_run("--snapstart")
     assert result["prepared"] == ["lambda", "ssm"]
+    # The farm read again after the restore (with the secrets, one call) is unchanged: the snapshot's parse serves.
+    assert result["farm_parsed_again"] is False
     assert result["status"] == 200
     assert result["calls"] == ["GetParameters", "Invoke"]
