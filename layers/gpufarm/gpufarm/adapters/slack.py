@@ -31,6 +31,7 @@ from slack_sdk.http_retry.state import RetryState
 from slack_sdk.web.client import WebClient
 
 from gpufarm.adapters import time_budget
+
 # The signature check lives beside this module, on the standard library alone (the ingress checks signatures
 # without importing slack_sdk); re-exported for those who take it from here.
 from gpufarm.adapters.slack_signature import SignatureCheck as SignatureCheck  # noqa: PLC0414
