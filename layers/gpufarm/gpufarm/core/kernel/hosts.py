@@ -14,7 +14,7 @@ MANAGED_TAG = "gpufarm:managed"
 # never one that is idle, so the idle webhook leaves them out.
 SQUATTER_MONITOR_TAG = "gpufarm_monitor_kind:squatter"
 # A stop gpufarm publishes on a host for its node agent (stop-after, gpufarm.core.squatters):
-# `gpufarm_stop:<uuid>@<unix seconds>` = stop the squatters on that device that started by then; at most
+# `gpufarm_stop:<uuid>/<unix seconds>` = stop the squatters on that device that started by then; at most
 # MAX_STOP_TAGS per host, removed when the episode ends. An operator exempts a host from stops with
 # EXEMPT_SQUATTERS_TAG.
 STOP_KEY = "gpufarm_stop"
@@ -167,7 +167,7 @@ def assign_tag(ir_value: str, unit_id: str) -> str:
 
 def stop_tag(device: str, since_epoch: int) -> str:
     """The host tag asking its agent to stop the squatters of `device` that started by `since_epoch`."""
-    return f"{STOP_KEY}:{device.lower()}@{since_epoch}"
+    return f"{STOP_KEY}:{device.lower()}/{since_epoch}"
 
 
 def parse_assign(value: str) -> tuple[str, str] | None:

@@ -9,7 +9,7 @@ incident to keep state in: the operators alone are told, once per monitor notifi
 the alert's id, transition and time, so Datadog's retries of one notification collapse in the queue).
 
 Stop-after: the monitor re-notifies while the group stays in alert (gpufarm.setup.squatter_monitor), and the
-re-notification past the grace publishes `gpufarm_stop:<uuid>@<since>` on the host, unless the host carries
+re-notification past the grace publishes `gpufarm_stop:<uuid>/<since>` on the host, unless the host carries
 `gpufarm_exempt:squatters`. The host's node agent stops only processes that squat that device now and started by
 `since` (gpufarm_node.squatter_stops). The recovery removes the tag.
 """
@@ -183,7 +183,7 @@ def _lift_stop(ctx: LeaseContext, host: str, episode: Episode) -> None:
     tags = ctx.user_tags(host)
     if tags is None:
         return
-    prefix = f"{STOP_KEY}:{episode.device}@"
+    prefix = f"{STOP_KEY}:{episode.device}/"
     kept = [t for t in tags if not t.startswith(prefix)]
     if kept != tags:
         ctx.put_tags(host, kept)
