@@ -36,7 +36,7 @@ def test_the_policy_reads_a_bare_action_or_a_mapping_and_refuses_a_bad_grace() -
     policy = SquatterPolicy.model_validate({"policy": "stop-after", "grace": "2h"})
     assert policy.stops and policy.grace_minutes == 120
     for bad in ({"policy": "kill"}, {"grace": "0m"}, {"grace": "25h"}, {"grace": "10s"}, {"grace": "-5m"}, "evict"):
-        with pytest.raises(ValueError, match="policy|grace"):
+        with pytest.raises(ValueError, match=r"policy|grace"):
             SquatterPolicy.model_validate(bad)
     with pytest.raises(ValueError, match="Extra inputs"):
         SquatterPolicy.model_validate({"policy": "report", "graze": "10m"})
