@@ -36,7 +36,7 @@ def run(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, *, host: str, s
     """Squat IR-`ir`'s slice `slot` on `host` with a real child process, and follow it to its stop."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
-        uuid = nodes.squat(host, slot, child.pid, CLAIMS)
+        uuid = nodes.squat(host, slot, child.pid, CLAIMS).lower()
         if _told_once(ctx, farm, nodes, ir=ir, uuid=uuid, pid=child.pid) and _replay_posts_nothing(ctx, farm, uuid):
             _stopped(ctx, farm, nodes, host=host, ir=ir, uuid=uuid, child=child)
     finally:

@@ -18,6 +18,7 @@ METRIC = "gpufarm.process.squatter"
 WINDOW_MINUTES = 10
 MAX_SEEN = 16  # the agent names at most 16 squatters per device and cycle (gpufarm_node.squatters.MAX_PER_DEVICE)
 _VALUE = re.compile(r"^[^\s,]{1,200}$")  # shown inert (gpufarm.core.chat.escape), whatever it holds
+NO_VALUE = "N/A"
 _PID = re.compile(r"^[0-9]{1,10}$")
 
 
@@ -39,7 +40,8 @@ def seen_on(query: MetricsQuery | None, host: str, device: str, now: datetime) -
     for result in results[:MAX_SEEN]:
         if result.value is None or result.value <= 0:
             continue
-        tags = {k: v for k, _, v in (t.partition(":") for t in result.group_tags) if _VALUE.match(v)}
+        # A series without one of the group's keys reads `key:N/A` (a process has no pod, a pod no pid).
+        tags = {k: v for k, _, v in (t.partition(":") for t in result.group_tags) if v != NO_VALUE and _VALUE.match(v)}
         namespace, name = tags.get("kube_namespace"), tags.get("pod_name")
         pid = tags.get("pid")
         seen.append(
