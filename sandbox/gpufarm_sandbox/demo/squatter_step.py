@@ -145,4 +145,4 @@ def _steps(farm: LocalFarm, ir: int) -> list[str]:
 
 
 def _text(message: dict[str, Any]) -> str:
-    return message["text"] + json.dumps(message.get("blocks", []))
+    return str(message["text"]) + json.dumps(message.get("blocks", []))
