@@ -107,7 +107,7 @@ def _open(
     open_now: dict[str, Episode],
 ) -> Outcome:
     seen = who.seen_on(ctx.usage, scope.host, scope.device, episode.since)
-    stop_at = None if exempt else episodes.stop_due(episode, policy, episode.since)
+    stop_at = None if exempt else episodes.stop_due(episode, policy)
     count = int(scope.value) if scope.value is not None else None
     facts = notices.SquatterFacts(scope.host, scope.device, episode.since, seen, count, stop_at, exempt)
     links = ctx.links_for(alloc)

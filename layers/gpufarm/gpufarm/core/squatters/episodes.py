@@ -83,7 +83,7 @@ def encode(episodes: Mapping[str, Episode]) -> list[str]:
     ]
 
 
-def stop_due(episode: Episode, policy: SquatterPolicy, now: datetime) -> datetime | None:
+def stop_due(episode: Episode, policy: SquatterPolicy) -> datetime | None:
     """When the episode's squatter is to be stopped under the policy; None when it never is (report)."""
     if not policy.stops:
         return None
@@ -99,10 +99,9 @@ def decide_alert(
     """
     episode = episodes.get(part)
     if episode is None:
-        if len(episodes) >= MAX_EPISODES:
-            return Step.NOTHING, Episode(part, now)
-        return Step.OPEN, Episode(part, now)
-    due = stop_due(episode, policy, now)
+        # Past MAX_EPISODES open on one lease, a further device is not kept (nor told): the field stays bounded.
+        return (Step.NOTHING if len(episodes) >= MAX_EPISODES else Step.OPEN), Episode(part, now)
+    due = stop_due(episode, policy)
     if exempt or episode.stop_at is not None or due is None or now < due:
         return Step.NOTHING, episode
     return Step.STOP, Episode(episode.part, episode.since, now)
