@@ -34,6 +34,9 @@ EXEMPT_TAG = "gpufarm_exempt:squatters"
 MAX_STOPS = 16
 _STOP_RE = re.compile(r"^(?P<device>(?:gpu|mig)-[0-9a-f-]{8,80})/(?P<since>[0-9]{9,11})$")
 _STAT_STARTTIME = 19  # field 22 of /proc/<pid>/stat, counted after the comm's closing parenthesis
+# The Kubernetes side's hook for a pod squatter (gpufarm_node.enforce): given the pod (namespace and name) and the
+# device, evict it (the Eviction API, as `kubectl drain` does). The stopper calls it once per pod; none is wired yet.
+EvictHook = Callable[[PodRef, str], None]
 # Signalled processes remembered (pid, start); past this many the memory starts over.
 _MAX_DONE = 4096
 
@@ -99,11 +102,10 @@ class SquatterStopper:
         starts: ProcessStarts,
         *,
         kill: Callable[[int, int], None] = os.kill,
-        evict: Callable[[PodRef, str], None] | None = None,
+        evict: EvictHook | None = None,
     ) -> None:
         self.starts = starts
         self._kill = kill
-        # The Kubernetes side's hook: evict the pod squatting the device (namespace and name known).
         self._evict = evict
         self._done: set[tuple[int, int]] = set()
         self._evicted: set[tuple[str | None, str | None]] = set()

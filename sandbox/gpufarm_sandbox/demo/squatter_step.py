@@ -67,7 +67,7 @@ def _told_once(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, *, ir: i
         ctx.check(
             bool(ops) and f"pid {pid}" in _text(ops[0]) and f"IR-{ir}" in _text(ops[0]),
             "the post names the host, the device, the process, its user and the hurt lease",
-            _text(ops[0])[:110] if ops else "no post",
+            str(ops[0]["text"])[:110] if ops else "no post",
         )
         ctx.check(
             bool(dms) and "stopped (SIGTERM) at" in _text(dms[0]),
