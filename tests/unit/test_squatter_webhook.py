@@ -144,6 +144,10 @@ def test_with_a_queue_one_notification_is_one_command_in_its_pool_s_group(parts:
             "queued": "squatter",
         }
     assert [g for g, _ in parts.queue.sent] == ["hpc", "unassigned"]
+    # Its re-notifications and recovery tell no one: there is no episode to end.
+    for transition in ("Renotify", "Recovered"):
+        assert "no lease holds" in _answer(_notification(transition, scope=unheld, date="1700009999000"))[1]["ignored"]
+    assert len(parts.queue.sent) == 2
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,9 @@ gpufarm.setup.squatter_monitor). Triggered / Re-Triggered / Renotify become a sq
 squatter-clear command, in the hurt lease's pool group (gpufarm.core.commands.executor: one writer per incident);
 the episode's rules are gpufarm.core.squatters'. A group naming no lease is one command in the unassigned group,
 keyed by the notification (alert id, transition, date): Datadog's retries of it share the queue's dedup id and
-collapse, and no state store is invented for a device nobody holds. A scope without a well-formed host and device,
-or naming two leases, changes nothing and is answered 200 (Datadog must not retry what can never apply).
+collapse, and no state store is invented for a device nobody holds; its re-notifications and recovery tell no
+one. A scope without a well-formed host and device, or naming two leases, changes nothing and is answered 200
+(Datadog must not retry what can never apply).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 
 ALERT_TRANSITIONS = frozenset({"triggered", "re-triggered", "renotify"})
 CLEAR_TRANSITIONS = frozenset({"recovered"})
+# What starts an alert (a device no lease holds is told of these only).
+FIRST_TRANSITIONS = frozenset({"triggered", "re-triggered"})
 NO_LEASE = "none"
 _HOST_RE = re.compile(HOST_NAME)
 _DEVICE_RE = re.compile(DEVICE_UUID)
@@ -70,6 +73,10 @@ def act(runtime: rt.Runtime, alert: SquatterAlert, stale: str | None) -> dict[st
     if alert.transition not in ALERT_TRANSITIONS | CLEAR_TRANSITIONS:
         return http.respond(200, {"ignored": f"transition {alert.transition[:40]}"})
     svc = runtime.service()
+    if ir is None and alert.transition not in FIRST_TRANSITIONS:
+        # Without a lease there is no episode to remember: the operators hear of a group when it starts alerting,
+        # not again at every re-notification (which stop-after pools elsewhere turn on for the whole monitor).
+        return http.respond(200, {"ignored": f"{alert.transition[:40]} of a device no lease holds: told at its alert"})
     if stale:
         log.info("squatter alert for %s %s ignored: %s", host, device, stale)
         return http.respond(200, {"ignored": stale})
