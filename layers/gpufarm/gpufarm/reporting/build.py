@@ -18,6 +18,7 @@ from gpufarm.core.config.accounting import Budget
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.lifecycle import HOLDING
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.reporting import squatting
 from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
@@ -77,6 +78,8 @@ def _add(row: Row, other: Row) -> None:
     row.idle_warnings += other.idle_warnings
     row.keeps += other.keeps
     row.exemptions += other.exemptions
+    row.squatter_episodes += other.squatter_episodes
+    row.squatter_stops += other.squatter_stops
     row.reclaims.update(other.reclaims)
     row.waits += other.waits
 
@@ -97,6 +100,8 @@ def _lease_row(alloc: Allocation, query: ReportQuery, now: datetime) -> tuple[Ro
         idle_warnings=events.counts["warned"],
         keeps=events.counts["kept"],
         exemptions=events.counts["exempted"],
+        squatter_episodes=squatting.episodes(events.counts),
+        squatter_stops=squatting.stops(events.counts),
     )
     if events.ended is not None:
         row.reclaims[events.ended] += 1

@@ -20,7 +20,8 @@ from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.reporting.query import Period
 
-COUNTED = (Step.WARNED.value, Step.KEPT.value, Step.EXEMPTED.value)
+# The squatter steps (gpufarm.reporting.squatting) are counted too.
+COUNTED = (Step.WARNED.value, Step.KEPT.value, Step.EXEMPTED.value, Step.SQUATTED.value, Step.SQUATTER_STOPPED.value)
 # The steps that end a lease: the time of the last one is when it ended.
 ENDINGS = frozenset(
     {Step.RELEASED.value, Step.RECLAIMED.value, Step.CANCELLED.value, Step.WITHDRAWN.value, Step.REJECTED.value}

@@ -108,6 +108,9 @@ GPU_HOURS_UNTIL = "gpu_hours_until"
 GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
 # The months of gpu_hours_by_month as plain values, so a search asks for them without a wildcard inside a list value.
 GPU_HOURS_MONTHS = "gpu_hours_months"
+# The lease's open squatting episodes, `<host>/<uuid>=<since>[;stop=<time>]` each (gpufarm.core.squatters.episodes):
+# who was told once, since when, and when the squatter's stop was published.
+SQUATTERS = "gpufarm_squatters"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -200,6 +203,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "GPU-hours months",
         FieldKind.TEXTARRAY,
         "YYYY-MM of each month the lease accrued GPU-hours in (the months of GPU-hours by month)",
+    ),
+    FieldSpec(
+        SQUATTERS,
+        "Squatted devices",
+        FieldKind.TEXTARRAY,
+        "host/device=since[;stop=time] of each device of the lease squatted now, told once (and its stop)",
     ),
 )
 

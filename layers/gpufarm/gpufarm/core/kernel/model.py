@@ -161,6 +161,8 @@ class Allocation(BaseModel):
     hours_unmeasured: float = 0.0
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
+    # Open squatting episodes on the lease's devices, as stored (decoded by gpufarm.core.squatters.episodes).
+    squatters: tuple[str, ...] = ()
     modified: datetime | None = None
 
     @property
@@ -224,6 +226,7 @@ class Allocation(BaseModel):
             hours_unmeasured=_hours(v.get(f.GPU_HOURS_UNMEASURED)),
             hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
+            squatters=tuple(_list(v.get(f.SQUATTERS))),
             modified=record.modified,
         )
 
