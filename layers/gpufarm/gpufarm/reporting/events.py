@@ -16,8 +16,8 @@ from datetime import datetime
 
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.history import Step
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import State
-from gpufarm.core.kernel.model import Allocation
 from gpufarm.reporting.query import Period
 
 COUNTED = (Step.WARNED.value, Step.KEPT.value, Step.EXEMPTED.value)
@@ -55,7 +55,7 @@ def _folded(details: str) -> Counter[str]:
     return out
 
 
-def lease_events(alloc: Allocation, period: Period) -> LeaseEvents:
+def lease_events(alloc: LeaseFacts, period: Period) -> LeaseEvents:
     """Count the lease's warnings, keeps and exemptions, and find its end and waiting time, inside the period."""
     entries = [e for e in (history.parse(line) for line in alloc.history) if e is not None]
     requested, allocated, ended_at = _milestones(entries)
@@ -94,7 +94,7 @@ def _counted(entries: list[history.Entry], period: Period) -> Counter[str]:
     return counts
 
 
-def _ended(alloc: Allocation, ended_at: datetime | None, period: Period) -> str | None:
+def _ended(alloc: LeaseFacts, ended_at: datetime | None, period: Period) -> str | None:
     """The lease's reclaim reason (its phase without one) when it ended inside the period."""
     if alloc.state is not State.RESOLVED:
         return None
