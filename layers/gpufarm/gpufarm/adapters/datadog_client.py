@@ -37,13 +37,15 @@ from gpufarm.adapters.datadog_http import (
     RateLimitGate,
     datadog_message,
     parse_json,
+    require_api_key,
     reset_seconds,
+    retry_policy,
     short,
     status_outcome,
     transport_outcome,
 )
 from gpufarm.config import Settings
-from gpufarm.core.kernel.errors import GpufarmError, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import GpufarmError, UpstreamError
 
 __all__ = [
     "RATE_LIMIT_RETRIES",
@@ -57,6 +59,7 @@ __all__ = [
     "RateLimited",
     "datadog_message",
     "parse_json",
+    "require_api_key",
     "reset_seconds",
     "short",
 ]
@@ -80,15 +83,6 @@ UNSTABLE_OPERATIONS = (
     "create_incident_notification_rule",
     "update_incident_notification_rule",
 )
-
-
-def require_api_key(settings: Settings) -> None:
-    """Refuse to build a client without an API key (every Datadog call needs one): ConfigurationMissing naming the
-    secret (or the function not given it) in a deployment, ValidationFailed naming the variable elsewhere."""
-    if settings.secrets_name:
-        settings.require("datadog_api_key")
-    if settings.datadog_api_key is None:
-        raise ValidationFailed("datadog_api_key", "set GPUFARM_DATADOG_API_KEY (or DD_API_KEY) to reach Datadog")
 
 
 def quiet_unstable_warnings() -> None:
@@ -140,17 +134,8 @@ def api_client(
     )
     cfg.preload_content = not raw
     cfg.check_input_type = check_input
-    statuses = retry and settings.max_retries > 0
-    cfg.retry_policy = DatadogRetry(
-        # Without `retry`: urllib3's own default (3 connection retries, none for a POST once it was sent).
-        total=settings.max_retries if statuses else 3,
-        backoff_factor=2 if statuses else 0,
-        allowed_methods=None if statuses else urllib3.util.Retry.DEFAULT_ALLOWED_METHODS,
-        status_forcelist=None,
-        retry_statuses=statuses,
-        rate_limit_wait_s=rate_limit_wait_s,
-        rate_limit_retries=rate_limit_retries,
-        raise_on_status=False,
+    cfg.retry_policy = retry_policy(
+        settings, retry=retry, rate_limit_wait_s=rate_limit_wait_s, rate_limit_retries=rate_limit_retries
     )
     assert settings.datadog_api_key is not None
     cfg.api_key["apiKeyAuth"] = settings.datadog_api_key.get_secret_value()

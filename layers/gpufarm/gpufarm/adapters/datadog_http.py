@@ -26,6 +26,7 @@ from typing import Any
 import urllib3
 
 from gpufarm.adapters import time_budget
+from gpufarm.config import Settings
 from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotFound, UpstreamError, ValidationFailed
 
 # The statuses a retrying call sends again (datadog-api-client's `rest.RETRY_AFTER_STATUS_CODES`, which a contract
@@ -43,6 +44,39 @@ RATE_LIMIT_WAIT_S = 10.0
 RATE_LIMIT_RETRIES = 4
 # Up to this share is added to each wait, so the containers that drew a 429 together do not return together.
 _RATE_LIMIT_JITTER = 0.1
+
+
+def require_api_key(settings: Settings) -> None:
+    """Refuse to build a client without an API key (every Datadog call needs one): ConfigurationMissing naming the
+    secret (or the function not given it) in a deployment, ValidationFailed naming the variable elsewhere."""
+    if settings.secrets_name:
+        settings.require("datadog_api_key")
+    if settings.datadog_api_key is None:
+        raise ValidationFailed("datadog_api_key", "set GPUFARM_DATADOG_API_KEY (or DD_API_KEY) to reach Datadog")
+
+
+def retry_policy(
+    settings: Settings,
+    *,
+    retry: bool,
+    rate_limit_wait_s: float = RATE_LIMIT_WAIT_S,
+    rate_limit_retries: int = RATE_LIMIT_RETRIES,
+) -> DatadogRetry:
+    """The retry policy of every Datadog call (urllib3's `retries`): with `retry`, 5xx, 408 and transport failures
+    are retried `settings.max_retries` times with exponential backoff, on every method; without it, as for creates,
+    urllib3's own default (3 connection retries, none for a POST once it was sent). Either way a 429 is waited out
+    within the rate-limit bounds."""
+    statuses = retry and settings.max_retries > 0
+    return DatadogRetry(
+        total=settings.max_retries if statuses else 3,
+        backoff_factor=2 if statuses else 0,
+        allowed_methods=None if statuses else urllib3.util.Retry.DEFAULT_ALLOWED_METHODS,
+        status_forcelist=None,
+        retry_statuses=statuses,
+        rate_limit_wait_s=rate_limit_wait_s,
+        rate_limit_retries=rate_limit_retries,
+        raise_on_status=False,
+    )
 
 
 # -- rate limits ---------------------------------------------------------------------------------------------

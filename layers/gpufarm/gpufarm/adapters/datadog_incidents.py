@@ -23,6 +23,7 @@ from gpufarm.adapters.incident_search import (
     BROKEN,
     HTTP_BAD_REQUEST,
     NO_SUCH_VALUE,
+    SEARCH_PAGE,
     Attempt,
     Facet,
     FacetMemory,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 # How many of the newest incidents a search-form probe looks through for the incident it must (or must not) find.
 PROBE_SCAN = 500
 # How many incident ids a gateway remembers as gpufarm's own, so an update right after a read costs no re-check.

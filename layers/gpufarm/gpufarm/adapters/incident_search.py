@@ -36,6 +36,7 @@ NO_SUCH_VALUE = "gpufarm-doctor-no-such-value"
 NO_SUCH_MONTH = "1900-01"
 
 HTTP_BAD_REQUEST = 400
+SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 
 CONFIRMED = "confirmed"
 FELL_BACK = "fell back"
