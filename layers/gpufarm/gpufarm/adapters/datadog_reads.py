@@ -189,8 +189,7 @@ class DatadogLeaseReads:
             return None
         state = attributes.get("state")
         state = state if isinstance(state, str) else None
-        raw = attributes.get("fields")
-        values = f.decode_fields(raw if isinstance(raw, dict) else None)
+        values = f.FieldView(attributes.get("fields"))
         if not query.admits(state, values):
             return NOT_ASKED
         modified = attributes.get("modified")
