@@ -25,6 +25,8 @@ COUNTED = (Step.WARNED.value, Step.KEPT.value, Step.EXEMPTED.value)
 ENDINGS = frozenset(
     {Step.RELEASED.value, Step.RECLAIMED.value, Step.CANCELLED.value, Step.WITHDRAWN.value, Step.REJECTED.value}
 )
+# The step names the loops below compare with, read once (an enum member's value is a property lookup each time).
+_REQUESTED, _ALLOCATED, _SUMMARY = Step.REQUESTED.value, Step.ALLOCATED.value, Step.SUMMARY.value
 _SUMMARY_RE = re.compile(r"^[0-9]{1,6} earlier entries to \S+: (.*)$")
 _COUNT_RE = re.compile(r"^([a-z-]{2,30}) ([0-9]{1,6})$")
 
@@ -72,9 +74,9 @@ def _milestones(entries: list[history.Entry]) -> tuple[datetime | None, datetime
     allocated: datetime | None = None
     ended_at: datetime | None = None
     for entry in entries:
-        if entry.step == Step.REQUESTED.value and requested is None:
+        if entry.step == _REQUESTED and requested is None:
             requested = entry.at
-        elif entry.step == Step.ALLOCATED.value and allocated is None:
+        elif entry.step == _ALLOCATED and allocated is None:
             allocated = entry.at
         elif entry.step in ENDINGS:
             ended_at = entry.at
@@ -89,7 +91,7 @@ def _counted(entries: list[history.Entry], period: Period) -> Counter[str]:
             continue
         if entry.step in COUNTED:
             counts[entry.step] += 1
-        elif entry.step == Step.SUMMARY.value:
+        elif entry.step == _SUMMARY:
             counts.update({k: v for k, v in _folded(entry.details).items() if k in COUNTED})
     return counts
 

@@ -5,6 +5,7 @@ lifecycle needs and a report of thousands of leases does not. `LeaseFacts` keeps
 (who, where, what it holds, its accrued GPU-hours, its phase and end) in a slotted dataclass, each value decoded by
 the same functions as the model (gpufarm.core.kernel.field_values), so a hand-edited or malformed field reads the
 same either way. The history is kept as its stored lines and parsed only where a report counts its events.
+A report that needs another field of the incident adds it here, in `decode` and in `of`, with the decoder of its kind.
 """
 
 from __future__ import annotations
