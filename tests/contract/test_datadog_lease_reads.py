@@ -122,11 +122,13 @@ def test_a_5xx_is_retried_and_a_429_waited_out(seeded: DatadogGateway, settings:
     reads = _reads(settings)
     assert len(list(reads.lease_facts(QUERIES["any"]))) == 7
     assert http(f"{sandbox_url}/_sandbox/faults")[1]["injected"] == 1
-    # Three pages a second under a budget of two: the reads wait for the window instead of failing.
+    # Seven pages of one under a budget of two a second need four windows: the reads wait for them, never fail.
     http(f"{sandbox_url}/_sandbox/ratelimits", "POST", {"groups": {"incidents": {"limit": 2, "period": 1}}})
+    paced = DatadogLeaseReads(settings, search_page_size=1)
     started = time.monotonic()
-    assert len(list(reads.lease_facts(QUERIES["any"]))) == 7
-    assert time.monotonic() - started >= 0.5 and reads.rate_limits.waited_s > 0
+    assert len(list(paced.lease_facts(QUERIES["any"]))) == 7
+    assert time.monotonic() - started >= 1.0 and paced.rate_limits.waited_s > 0
+    paced.close()
     reads.close()
 
 
