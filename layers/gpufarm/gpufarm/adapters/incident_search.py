@@ -184,8 +184,9 @@ def search_pages(
     """Every page of a search, sent the narrowest way Datadog has not refused (a 400 on a facet is remembered and
     the next attempt sent without it), each page's items passed through `keep`, at most `limit` kept."""
     for attempt in facets.attempts(query):
+        sent = text(attempt)
         try:
-            first = fetch(text(attempt), 0)
+            first = fetch(sent, 0)
         except Failed as failed:
             if failed.outcome.status == HTTP_BAD_REQUEST and (attempt.with_fields or attempt.with_type):
                 refused = Facet.FIELDS if attempt.with_fields else Facet.TYPE
@@ -196,7 +197,7 @@ def search_pages(
             query,
             first,
             partial(keep, attempt),
-            sent=text(attempt),
+            sent=sent,
             fetch=fetch,
             page_size=page_size,
             limit=limit,
