@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         Event,
         IncidentStore,
         InventorySource,
+        LeaseReads,
         MonitorStates,
         WorkQueue,
     )
@@ -284,6 +285,21 @@ class Runtime:
         """Incidents (Datadog), for handlers that read one before queueing work."""
         store: IncidentStore = self._port("incidents")
         return store
+
+    def lease_reads(self) -> IncidentStore | LeaseReads:
+        """Leases as reports read them: the incidents override when a test or seam set one, else Datadog over plain
+        HTTP (gpufarm.adapters.datadog_reads: neither the client library nor a model per incident)."""
+        if "incidents" in self._parts:
+            store: IncidentStore = self._parts["incidents"]
+            return store
+
+        def build() -> LeaseReads:
+            from gpufarm.adapters.datadog_reads import DatadogLeaseReads
+
+            return DatadogLeaseReads(self.settings)
+
+        reads: LeaseReads = self._get("lease_reads", build)
+        return reads
 
     def monitor_states(self) -> MonitorStates:
         """What Datadog's monitors say of a group now (the idle webhook's check against stale alerts)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
@@ -228,16 +228,44 @@ def encode_fields(values: Mapping[str, object]) -> dict[str, dict[str, Any]]:
 
 def decode_fields(raw: Mapping[str, Any] | None) -> dict[str, FieldValue]:
     """Decode Datadog's field objects into plain values, keeping only strings and lists of strings."""
-    decoded: dict[str, FieldValue] = {}
-    for name, obj in (raw or {}).items():
-        value = obj.get("value") if isinstance(obj, Mapping) else obj
-        if value is None:
-            decoded[name] = None
-        elif isinstance(value, list):
-            decoded[name] = [str(v) for v in value]
-        else:
-            decoded[name] = str(value)
-    return decoded
+    return {name: decode_value(obj) for name, obj in (raw or {}).items()}
+
+
+def decode_value(obj: Any) -> FieldValue:
+    """One field object (`{type, value}`, or a bare value) as a plain value: a string, a list of strings, or None."""
+    value = obj.get("value") if isinstance(obj, Mapping) else obj
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return str(value)
+
+
+class FieldView(Mapping[str, FieldValue]):
+    """Datadog's field objects read one field at a time, each decoded as decode_fields decodes it when asked for:
+    a reader that needs a few of an incident's thirty fields decodes those few."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        self._raw: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+
+    def __getitem__(self, name: str) -> FieldValue:
+        return decode_value(self._raw[name])
+
+    def get(self, name: str, default: FieldValue = None) -> FieldValue:  # type: ignore[override]
+        """The field decoded, `default` when the incident has no such field."""
+        obj = self._raw.get(name, _ABSENT)
+        return default if obj is _ABSENT else decode_value(obj)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+_ABSENT = object()
 
 
 def _spec(name: str) -> FieldSpec:

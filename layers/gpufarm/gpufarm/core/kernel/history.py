@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from gpufarm.core.kernel.model import isoformat, parse_time
+from gpufarm.core.kernel.field_values import isoformat, parse_time
 
 MAX_ENTRY_CHARS = 300
 MAX_ENTRIES = 64
