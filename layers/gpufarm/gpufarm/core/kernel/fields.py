@@ -108,6 +108,16 @@ GPU_HOURS_UNTIL = "gpu_hours_until"
 GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
 # The months of gpu_hours_by_month as plain values, so a search asks for them without a wildcard inside a list value.
 GPU_HOURS_MONTHS = "gpu_hours_months"
+# Lending (gpufarm.core.leases.lending, gpufarm.core.leases.preemption): the GPUs a lease borrowed beyond its team's
+# quota, and once the lending team needs them back, when it is reclaimed and for whom.
+BORROWED = "gpufarm_borrowed"
+PREEMPT_AT = "gpufarm_preempt_at"
+PREEMPT_FOR = "gpufarm_preempt_for"
+# What an incident of gpufarm's type is: a lease (the field empty) or a quota override (gpufarm.core.accounting
+# .overrides), whose change of GPUs and end are its own fields.
+KIND = "gpufarm_kind"
+QUOTA_DELTA = "gpufarm_quota_delta"
+QUOTA_UNTIL = "gpufarm_quota_until"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -201,6 +211,14 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTARRAY,
         "YYYY-MM of each month the lease accrued GPU-hours in (the months of GPU-hours by month)",
     ),
+    FieldSpec(BORROWED, "GPUs borrowed", FieldKind.TEXTBOX, "GPUs of the lease beyond its team's quota, borrowed idle"),
+    FieldSpec(
+        PREEMPT_AT, "Preempted at", FieldKind.TEXTBOX, "ISO 8601 UTC time a borrowing lease is reclaimed on notice"
+    ),
+    FieldSpec(PREEMPT_FOR, "Preempted for", FieldKind.TEXTBOX, "The request of the lending team that needs the GPUs"),
+    FieldSpec(KIND, "gpufarm kind", FieldKind.TEXTBOX, "Empty for a lease; quota-override for a quota change"),
+    FieldSpec(QUOTA_DELTA, "Quota change", FieldKind.TEXTBOX, "Signed GPUs a quota override adds to the team's quota"),
+    FieldSpec(QUOTA_UNTIL, "Quota change until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a quota override"),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

@@ -69,6 +69,8 @@ class Step(StrEnum):
     WITHDRAWN = "withdrawn"  # a waiting request past its waiting limit
     PROFILED = "profiled"  # a profiler run uploaded to the lease, with its page link (gpufarm.core.leases.profile_runs)
     PROBED = "probed"  # a `gpufarm doctor` probe reached the incident webhook (gpufarm.core.leases.probe)
+    PREEMPTING = "preempting"  # a borrowing lease told it is taken back, by when and for whom (leases.preemption)
+    BORROWING = "borrowing"  # a lending team's request waits for borrowers, and why (gpufarm.core.leases.preemption)
     SUMMARY = "summary"
 
 

@@ -161,6 +161,14 @@ class Allocation(BaseModel):
     hours_unmeasured: float = 0.0
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
+    # Lending (gpufarm.core.leases.lending, .preemption): GPUs borrowed beyond quota, the notice's deadline and whom.
+    borrowed: int = 0
+    preempt_at: datetime | None = None
+    preempt_for: str | None = None
+    # A quota override's kind, change and end (gpufarm.core.accounting.overrides); a lease has no kind.
+    kind: str | None = None
+    quota_delta: int | None = None
+    quota_until: datetime | None = None
     modified: datetime | None = None
 
     @property
@@ -224,6 +232,12 @@ class Allocation(BaseModel):
             hours_unmeasured=_hours(v.get(f.GPU_HOURS_UNMEASURED)),
             hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
+            borrowed=max(0, _int(v.get(f.BORROWED)) or 0),
+            preempt_at=parse_time(_text(v.get(f.PREEMPT_AT))),
+            preempt_for=_text(v.get(f.PREEMPT_FOR)),
+            kind=_text(v.get(f.KIND)),
+            quota_delta=_int(v.get(f.QUOTA_DELTA)),
+            quota_until=parse_time(_text(v.get(f.QUOTA_UNTIL))),
             modified=record.modified,
         )
 

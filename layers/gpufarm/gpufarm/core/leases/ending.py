@@ -37,6 +37,7 @@ REASON_TEXT = {
     ReclaimReason.RESOLVED_IN_DATADOG: "its incident was resolved in Datadog",
     ReclaimReason.CANCELLED: "the request was cancelled",
     ReclaimReason.WITHDRAWN: "it waited past its limit for hosts and was withdrawn",
+    ReclaimReason.PREEMPTED: "it borrowed idle GPUs and was taken back on notice for the team that lent them",
 }
 
 

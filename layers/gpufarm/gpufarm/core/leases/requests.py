@@ -36,6 +36,7 @@ from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.ir import format_ir
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, GpuRequest, IncidentRecord
+from gpufarm.core.leases import lending
 from gpufarm.core.leases.operators import ask_operators, update_operator_message
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ def decide(ctx: LeaseContext, weighed: Grant, *, project: str | None, days: int)
     ask = weighed.ask
     capacity = ctx.reads().capacity(ask.environment, ask.gpu_model, ask.gpu_count, units=ctx.shared(ask.environment))
     decision = decide_grant(ask, ctx.farm, team_used=weighed.team_used, pool_capacity=capacity)
+    # Beyond quota only: approved on the idle quota other teams lend, where the pool lets the team borrow.
+    decision = lending.borrow(ctx, ask, weighed.team_used, decision)
     return budgets.gate(ctx, decision, team=ask.team, project=project, gpus=ask.charged, days=days)
 
 
@@ -145,7 +148,8 @@ def decide_request(ctx: LeaseContext, ir: int) -> Message:
         return messages.policy_refused(alloc, decision.reason, links)
     if decision.verdict is Verdict.APPROVE:
         approved = ctx.step(history.POLICY, Step.APPROVED, decision.reason)
-        alloc = ctx.write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER}, step=approved)
+        borrowed = {f.BORROWED: str(decision.borrowed)} if decision.borrowed else {}
+        alloc = ctx.write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER, **borrowed}, step=approved)
         ctx.post_operators(
             cards.decided_card(alloc, f"Approved by policy: {inert(decision.reason)}", ctx.links_for(alloc))
         )
