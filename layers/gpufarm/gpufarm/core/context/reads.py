@@ -99,7 +99,12 @@ def _covers(wide: Scope, narrow: Scope) -> bool:
 
 def _live_in(alloc: Allocation, scope: Scope) -> bool:
     """True for a live lease in the scope; a doctor's probe is never a lease, whatever state a check put it in."""
-    return alloc.state is not State.RESOLVED and not alloc.is_probe and _in_scope(alloc, scope)
+    return (
+        alloc.state is not State.RESOLVED
+        and not alloc.is_probe
+        and not alloc.is_quota_override
+        and _in_scope(alloc, scope)
+    )
 
 
 @dataclass
@@ -115,6 +120,7 @@ class Reads:
     _listed: dict[str, dict[str, HostInfo]] = field(default_factory=dict)
     _inventory: dict[str, GpuHost | None] = field(default_factory=dict)
     _sizes: dict[tuple[str, str], Sizes] = field(default_factory=dict)
+    _overrides: dict[str | None, list[Allocation]] = field(default_factory=dict)
 
     # -- incidents --------------------------------------------------------------------------------------------
 
@@ -141,6 +147,19 @@ class Reads:
             self._live[scope] = known
         return sorted(known.values(), key=lambda a: a.ir)
 
+    def overrides(self, environment: str | None = None) -> list[Allocation]:
+        """Live quota overrides (gpufarm.core.accounting.overrides) of a pool, or all, in IR order: one search each."""
+        known = self._overrides.get(environment)
+        if known is None:
+            records = self.incidents.search(live_query(environment))
+            found = {a.ir: a for a in (Allocation.from_record(r) for r in records)}
+            found |= {ir: a for ir, a in self._written.items() if environment is None or a.environment == environment}
+            known = [
+                a for a in found.values() if a.is_quota_override and a.state is not State.RESOLVED
+            ]
+            self._overrides[environment] = known
+        return sorted(known, key=lambda a: a.ir)
+
     def requested_by(self, user: str) -> list[Allocation]:
         """A user's live allocations, in IR order: one search narrowed by the requester field, whatever the farm holds.
 
@@ -155,7 +174,11 @@ class Reads:
             found = [self._written.get(a.ir, a) for a in found]
             self._by_ir |= {a.ir: a for a in found if a.ir not in self._written}
             found += [a for a in self._written.values() if a.ir not in {b.ir for b in found}]
-        mine = [a for a in found if a.requester == user and a.state is not State.RESOLVED and not a.is_probe]
+        mine = [
+            a
+            for a in found
+            if a.requester == user and a.state is not State.RESOLVED and not a.is_probe and not a.is_quota_override
+        ]
         return sorted(mine, key=lambda a: a.ir)
 
     def get(self, ir: int) -> Allocation:
@@ -181,8 +204,10 @@ class Reads:
     def _note(self, record: IncidentRecord) -> Allocation:
         alloc = Allocation.from_record(record)
         self._by_ir[alloc.ir] = alloc
+        if alloc.is_quota_override:
+            self._overrides.clear()  # read again, with this write (kept in _written) winning over the search
         for scope, known in self._live.items():
-            if alloc.state is not State.RESOLVED and _in_scope(alloc, scope):
+            if alloc.state is not State.RESOLVED and not alloc.is_quota_override and _in_scope(alloc, scope):
                 known[alloc.ir] = alloc
             else:
                 known.pop(alloc.ir, None)

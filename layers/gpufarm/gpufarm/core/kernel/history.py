@@ -71,6 +71,7 @@ class Step(StrEnum):
     PROBED = "probed"  # a `gpufarm doctor` probe reached the incident webhook (gpufarm.core.leases.probe)
     PREEMPTING = "preempting"  # a borrowing lease told it is taken back, by when and for whom (leases.preemption)
     BORROWING = "borrowing"  # a lending team's request waits for borrowers, and why (gpufarm.core.leases.preemption)
+    EXPIRED = "expired"  # a quota override at its end (gpufarm.core.accounting.overrides)
     SUMMARY = "summary"
 
 

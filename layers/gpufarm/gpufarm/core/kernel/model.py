@@ -55,6 +55,8 @@ def validate_name(field: str, value: str) -> str:
 
 # The request id prefix of `gpufarm doctor`'s probe incidents (gpufarm.core.leases.probe).
 PROBE_PREFIX = "doctor-"
+# The kind field of a quota override's incident (gpufarm.core.accounting.overrides): never a lease.
+QUOTA_OVERRIDE = "quota-override"
 
 
 class GpuRequest(BaseModel):
@@ -175,6 +177,11 @@ class Allocation(BaseModel):
     def is_probe(self) -> bool:
         """True for `gpufarm doctor`'s scratch incident (gpufarm.core.leases.probe): never a lease."""
         return (self.request_id or "").startswith(PROBE_PREFIX)
+
+    @property
+    def is_quota_override(self) -> bool:
+        """True for a quota change's incident (gpufarm.core.accounting.overrides): never a lease."""
+        return self.kind == QUOTA_OVERRIDE
 
     @property
     def ir_label(self) -> str:

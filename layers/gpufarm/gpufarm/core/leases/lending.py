@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gpufarm.core.accounting import overrides
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.charging import waste_verdict
 from gpufarm.core.governance.policy import GRANTED_PHASES, Ask, Decision, Verdict, team_usage
@@ -54,9 +55,10 @@ def lendable(ctx: LeaseContext, team: str, environment: str, gpu_model: str, *, 
     """The idle quota of the pool's other teams, what borrowers hold of it, and the GPUs held by nobody now."""
     model = gpu_model.upper()
     live = [a for a in ctx.live(environment) if a.ir != exclude]
+    farm = overrides.effective_farm(ctx, environment)
     unused = 0
-    for name in ctx.farm.teams:
-        quota = ctx.farm.quota(name, environment, model)
+    for name in farm.teams:
+        quota = farm.quota(name, environment, model)
         if name != team and quota is not None:
             unused += max(0, quota.gpus - team_usage(live, name, environment, model, charge=ctx.held))
     granted = granted_in(live, environment, model)

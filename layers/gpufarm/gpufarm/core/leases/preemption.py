@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from gpufarm.core.accounting import overrides
 from gpufarm.core.chat.amounts import gpu_amount
 from gpufarm.core.chat.block_kit import Message, linked, section
 from gpufarm.core.chat.escape import inert
@@ -63,7 +64,8 @@ def protected_until(alloc: Allocation, ctx: LeaseContext) -> datetime | None:
 
 def lender(ctx: LeaseContext, alloc: Allocation) -> bool:
     """A granted request of a team within its quota (not itself borrowing): it may claim borrowed GPUs back."""
-    quota = ctx.farm.quota(alloc.team or "", alloc.environment or "", alloc.gpu_model or "")
+    farm = overrides.effective_farm(ctx, alloc.environment)
+    quota = farm.quota(alloc.team or "", alloc.environment or "", alloc.gpu_model or "")
     if quota is None or alloc.borrowed:
         return False
     team, env = alloc.team or "", alloc.environment or ""

@@ -4,6 +4,7 @@ pool group, so an expiry never overwrites a Keep or an extension that ran in bet
 
 from __future__ import annotations
 
+from gpufarm.core.accounting import overrides
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.idle.partial import every_part_due, grace_over
@@ -21,6 +22,8 @@ from gpufarm.core.leases.ending import resolve
 def expire(ctx: LeaseContext, ir: int) -> Outcome:
     """The sync's verdict, re-checked on the incident as it is now: resolve when expired or idle past grace."""
     alloc = ctx.get(ir)
+    if alloc.is_quota_override:
+        return overrides.expire(ctx, alloc)  # a quota change at its end (gpufarm.core.accounting.overrides)
     reason = due(ctx, alloc)
     if reason is None:
         return Outcome(ir, f"nothing to do ({alloc.phase.value})")
