@@ -120,7 +120,8 @@ class Reads:
     _listed: dict[str, dict[str, HostInfo]] = field(default_factory=dict)
     _inventory: dict[str, GpuHost | None] = field(default_factory=dict)
     _sizes: dict[tuple[str, str], Sizes] = field(default_factory=dict)
-    _overrides: dict[str | None, list[Allocation]] = field(default_factory=dict)
+    # Quota overrides each pool's (or the farm's) live search found, as this invocation's writes left them.
+    _overrides: dict[str | None, dict[int, Allocation]] = field(default_factory=dict)
 
     # -- incidents --------------------------------------------------------------------------------------------
 
@@ -143,22 +144,33 @@ class Reads:
                 # What this invocation wrote wins over the search, whose index may not show the write yet.
                 found |= self._written
                 known = {ir: a for ir, a in found.items() if _live_in(a, scope)}
+                self._keep_overrides(scope, found)
                 self._by_ir |= {ir: a for ir, a in known.items() if ir not in self._written}
             self._live[scope] = known
         return sorted(known.values(), key=lambda a: a.ir)
 
+    def _keep_overrides(self, scope: Scope, found: dict[int, Allocation]) -> None:
+        """The quota overrides an unnarrowed search of a pool (or of the farm) found, kept for `overrides`."""
+        environment, team, phases = scope
+        if team is None and phases is None:
+            self._overrides[environment] = {
+                ir: a
+                for ir, a in found.items()
+                if a.is_quota_override and (environment is None or a.environment == environment)
+            }
+
     def overrides(self, environment: str | None = None) -> list[Allocation]:
-        """Live quota overrides (gpufarm.core.accounting.overrides) of a pool, or all, in IR order: one search each."""
-        known = self._overrides.get(environment)
-        if known is None:
-            records = self.incidents.search(live_query(environment))
-            found = {a.ir: a for a in (Allocation.from_record(r) for r in records)}
-            found |= {ir: a for ir, a in self._written.items() if environment is None or a.environment == environment}
-            known = [
-                a for a in found.values() if a.is_quota_override and a.state is not State.RESOLVED
-            ]
-            self._overrides[environment] = known
-        return sorted(known, key=lambda a: a.ir)
+        """Live quota overrides (gpufarm.core.accounting.overrides) of a pool, or all, in IR order.
+
+        Seen by the pool's (or the farm's) live search, which `live` makes once and keeps: no search of their own.
+        """
+        seen = self._overrides.get(environment)
+        if seen is None and environment is not None and None in self._overrides:
+            seen = {ir: a for ir, a in self._overrides[None].items() if a.environment == environment}
+        if seen is None:
+            self.live(environment)
+            seen = self._overrides.get(environment, {})
+        return sorted((a for a in seen.values() if a.state is not State.RESOLVED), key=lambda a: a.ir)
 
     def requested_by(self, user: str) -> list[Allocation]:
         """A user's live allocations, in IR order: one search narrowed by the requester field, whatever the farm holds.
@@ -204,8 +216,9 @@ class Reads:
     def _note(self, record: IncidentRecord) -> Allocation:
         alloc = Allocation.from_record(record)
         self._by_ir[alloc.ir] = alloc
-        if alloc.is_quota_override:
-            self._overrides.clear()  # read again, with this write (kept in _written) winning over the search
+        for pool, seen in self._overrides.items():
+            if alloc.is_quota_override and (pool is None or pool == alloc.environment):
+                seen[alloc.ir] = alloc
         for scope, known in self._live.items():
             if alloc.state is not State.RESOLVED and not alloc.is_quota_override and _in_scope(alloc, scope):
                 known[alloc.ir] = alloc

@@ -76,23 +76,13 @@ def claim(ctx: LeaseContext, waiting: Allocation) -> Claim:
     """The waiting lender's claim on borrowed GPUs: borrowers told and recorded, or the reason it waits for them."""
     if waiting.phase is not Phase.WAITING or not lender(ctx, waiting):
         return Claim((), None)
-    env, model = waiting.environment or "", (waiting.gpu_model or "").upper()
-    borrowers = [
-        a for a in granted_in(ctx.live(env), env, model) if a.phase in HOLDING and a.borrowed and a.team != waiting.team
-    ]
+    borrowers = _borrowers(ctx, waiting)
     if not borrowers:
         return Claim((), None)
-    holding = sum(ctx.held(a) for a in granted_in(ctx.live(env), env, model) if a.phase in HOLDING)
-    free = max(0, pool_gpus(ctx, env, model) - holding)
     mine = [a for a in borrowers if a.preempt_for == waiting.ir_label]
-    need = ctx.held(waiting) - free - sum(ctx.held(a) for a in mine)
+    need = ctx.held(waiting) - _free(ctx, waiting) - sum(ctx.held(a) for a in mine)
     noticed: list[int] = []
-    rules = ctx.farm.lending
-    candidates = sorted(
-        (a for a in borrowers if a.preempt_at is None and protected_until(a, ctx) is None),
-        key=lambda a: (rules.rank(a.team), -(a.allocated_at or ctx.now()).timestamp(), -a.ir),
-    )
-    for victim in candidates:
+    for victim in _preemptible(ctx, borrowers):
         if need <= 0:
             break
         notice(ctx, victim, waiting)
@@ -100,6 +90,30 @@ def claim(ctx: LeaseContext, waiting: Allocation) -> Claim:
         mine.append(ctx.get(victim.ir))
         need -= ctx.held(victim)
     return Claim(tuple(noticed), _waits(ctx, waiting, mine, borrowers, need))
+
+
+def _borrowers(ctx: LeaseContext, waiting: Allocation) -> list[Allocation]:
+    """Leases of other teams holding GPUs of the waiting request's pool and model beyond their quota."""
+    env, model = waiting.environment or "", (waiting.gpu_model or "").upper()
+    return [
+        a for a in granted_in(ctx.live(env), env, model) if a.phase in HOLDING and a.borrowed and a.team != waiting.team
+    ]
+
+
+def _free(ctx: LeaseContext, waiting: Allocation) -> int:
+    """GPUs of the pool's model no lease holds now."""
+    env, model = waiting.environment or "", (waiting.gpu_model or "").upper()
+    holding = sum(ctx.held(a) for a in granted_in(ctx.live(env), env, model) if a.phase in HOLDING)
+    return max(0, pool_gpus(ctx, env, model) - holding)
+
+
+def _preemptible(ctx: LeaseContext, borrowers: list[Allocation]) -> list[Allocation]:
+    """Borrowers not yet under notice and past protection: the lowest class first, then the youngest lease."""
+    rules = ctx.farm.lending
+    return sorted(
+        (a for a in borrowers if a.preempt_at is None and protected_until(a, ctx) is None),
+        key=lambda a: (rules.rank(a.team), -(a.allocated_at or ctx.now()).timestamp(), -a.ir),
+    )
 
 
 def _waits(
