@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 from gpufarm.core.accounting import overrides
 from gpufarm.core.chat.amounts import gpu_amount
 from gpufarm.core.chat.block_kit import Message, linked, section
+from gpufarm.core.chat.delivery import deliver_warning
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.policy import team_usage
-from gpufarm.core.idle.delivery import deliver_warning
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.errors import NotFound, ValidationFailed
