@@ -1,0 +1,155 @@
+"""Demo stage "lending": a borrowed lease preempted with notice after its protection window.
+
+Played through Slack against config/farm.example.yaml, whose HPC pool (32 H100) lends to the speech team's priority
+class (no H100 quota of its own there), with 30 minutes' notice after a 1-hour protection window. bob (vision) holds
+16 H100 an operator granted; carol (speech) asks for 8 and borrows what nlp leaves unused; her second 8 find nothing
+left to lend and dana grants them: the pool is full. 20 minutes on, alice (nlp) asks for her team's 8: it waits and
+is told when the earliest borrower becomes preemptible. Once carol's lease is past its first hour the sync gives
+carol notice (the reason, the deadline, who needs the GPUs); 30 minutes on the borrowed lease is reclaimed
+(reason preempted) and alice's request allocated. carol's lease's history is printed as `/gpu status` shows it.
+Everything taken is given back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
+from gpufarm_sandbox.example_farm import ALICE, BOB, CAROL, DANA, OPERATORS_CHANNEL, Person
+
+if TYPE_CHECKING:
+    from gpufarm_sandbox.demo.context import DemoContext
+
+MINUTE_S = 60
+
+
+def run(ctx: DemoContext) -> None:
+    """Borrow, fill the pool, claim it back, preempt on notice, print the borrower's history."""
+    if ctx.local is None:
+        ctx.check(False, "the lending stage needs the local function host (gpufarm demo starts it)")
+        return
+    from gpufarm.config import Settings
+
+    farm = LocalFarm(ctx.base_url, ctx.local.host, Settings())
+    held: list[tuple[Person, int]] = []
+    try:
+        _play(ctx, farm, held)
+    finally:
+        for person, ir in held:
+            if farm.allocation(ir).phase in (Phase.ALLOCATED, Phase.IDLE_WARNED, Phase.WAITING, Phase.APPROVED):
+                farm.slash(person, f"release IR-{ir} now")
+        farm.settle()
+        farm.close()
+
+
+def _play(ctx: DemoContext, farm: LocalFarm, held: list[tuple[Person, int]]) -> None:
+    granted = _granted(ctx, farm, BOB, "request 16 H100 project=vit-lend team=vision env=onprem-hpc days=7")
+    if granted is None:
+        return
+    held.append((BOB, granted))
+    borrower = _borrowed(ctx, farm)
+    if borrower is None:
+        return
+    held.append((CAROL, borrower))
+    second = _granted(ctx, farm, CAROL, "request 8 H100 project=asr-big team=speech env=onprem-hpc days=7")
+    if second is None:
+        return
+    held.append((CAROL, second))
+    lender = _lender_waits(ctx, farm, borrower)
+    if lender is None:
+        return
+    held.append((ALICE, lender))
+    if _noticed(ctx, farm, borrower, lender):
+        _preempted(ctx, farm, borrower, lender)
+        _history(ctx, farm, borrower)
+
+
+def _advance(farm: LocalFarm, seconds: int) -> None:
+    farm.post("/_sandbox/clock", {"advance": seconds})
+    farm.settle()
+
+
+def _granted(ctx: DemoContext, farm: LocalFarm, person: Person, text: str) -> int | None:
+    """A request beyond its team's quota with nothing to borrow: dana approves it and it is allocated."""
+    with ctx.step(f"{person.name}: /gpu {text} (beyond quota: {DANA.name} approves)"):
+        ir = farm.request_ir(person, text)
+        if ir is None or farm.allocation(ir).phase is not Phase.REQUESTED:
+            ctx.check(False, "the request waits for an operator", f"IR-{ir}")
+            return None
+        farm.slash(DANA, f"approve IR-{ir}")
+        farm.settle()
+        farm.wait_for(lambda: farm.allocation(ir).phase is Phase.ALLOCATED)
+        lease = farm.allocation(ir)
+        ctx.check(
+            lease.phase is Phase.ALLOCATED and not lease.borrowed, "allocated, not borrowing", ", ".join(lease.hosts)
+        )
+    return ir if lease.phase is Phase.ALLOCATED else None
+
+
+def _borrowed(ctx: DemoContext, farm: LocalFarm) -> int | None:
+    with ctx.step(f"{CAROL.name} (speech, no H100 quota here) asks for 8: she borrows what nlp leaves unused"):
+        ir = farm.request_ir(CAROL, "request 8 H100 project=asr-lend team=speech env=onprem-hpc days=7")
+        if ir is None or not farm.wait_for(lambda: farm.allocation(ir).phase is Phase.ALLOCATED):
+            ctx.check(False, "the borrowing request is allocated", f"IR-{ir}")
+            return None
+        lease = farm.allocation(ir)
+        ctx.check(lease.borrowed == 8 and lease.approved_by == "policy", "approved by policy, 8 GPUs borrowed")
+        answer = shown(farm.answer(CAROL, "borrows 8 idle H100"))
+        ctx.check(f"IR-{ir}" in answer, "she is told she borrows", answer[:140])
+    return ir
+
+
+def _lender_waits(ctx: DemoContext, farm: LocalFarm, borrower: int) -> int | None:
+    with ctx.step(f"20 minutes on, {ALICE.name} (nlp) asks for her team's 8: the pool is full, she waits"):
+        _advance(farm, 20 * MINUTE_S)
+        ir = farm.request_ir(ALICE, "request 8 H100 project=llm-back team=nlp env=onprem-hpc days=3")
+        if ir is None or not farm.wait_for(lambda: farm.allocation(ir).phase is Phase.WAITING):
+            ctx.check(False, "the lender's request waits", f"IR-{ir}")
+            return None
+        ctx.check(farm.allocation(borrower).preempt_at is None, f"IR-{borrower} is protected (its first hour)")
+        told = shown(farm.answer(ALICE, "becomes preemptible"))
+        ctx.check(f"IR-{borrower}, becomes preemptible at" in told, "she is told when", told[:140])
+    return ir
+
+
+def _noticed(ctx: DemoContext, farm: LocalFarm, borrower: int, lender: int) -> bool:
+    with ctx.step(f"Past IR-{borrower}'s first hour, the sync gives {CAROL.name} notice"):
+        _advance(farm, 45 * MINUTE_S)
+        farm.wait_for(lambda: farm.allocation(borrower).preempt_at is not None, timeout=20)
+        lease = farm.allocation(borrower)
+        ctx.check(lease.preempt_for == f"IR-{lender}", "the notice is recorded, for the lender's request")
+        notice = shown(farm.answer(CAROL, "is taken back"))
+        ctx.check(
+            "team nlp needs them back" in notice and f"IR-{lender}" in notice and "30 min notice" in notice,
+            "she is told the reason, the deadline and who needs the GPUs",
+            notice[:160],
+        )
+        ops = farm.messages(channel=OPERATORS_CHANNEL, contains=f"IR-{borrower} borrowed")
+        ctx.check(bool(ops), "the operators are told")
+        return lease.preempt_at is not None
+
+
+def _preempted(ctx: DemoContext, farm: LocalFarm, borrower: int, lender: int) -> None:
+    with ctx.step(f"30 minutes on, IR-{borrower} is reclaimed (preempted) and IR-{lender} allocated"):
+        _advance(farm, 31 * MINUTE_S)
+        farm.wait_for(lambda: farm.allocation(lender).phase is Phase.ALLOCATED, timeout=20)
+        lease = farm.allocation(borrower)
+        ctx.check(
+            lease.phase is Phase.RECLAIMED and lease.reclaim_reason is ReclaimReason.PREEMPTED,
+            "the borrower is reclaimed, reason preempted",
+        )
+        back = farm.allocation(lender)
+        ctx.check(back.phase is Phase.ALLOCATED, f"{ALICE.name}'s request is allocated", ", ".join(back.hosts))
+
+
+def _history(ctx: DemoContext, farm: LocalFarm, ir: int) -> None:
+    with ctx.step(f"/gpu status IR-{ir}: the preempted lease's history"):
+        farm.slash(CAROL, f"status IR-{ir}")
+        farm.settle()
+        text = (farm.answer(CAROL, "History (") or {}).get("text", "")
+        ctx.check("[preemption-notice]" in text and "[preempted]" in text, "the notice and the end, with their reasons")
+        ctx.shared["lending_history"] = text
+        for line in text.splitlines():
+            ctx.info(line)
+        ctx.check(ir_in(text) == ir, "the status names the lease")
