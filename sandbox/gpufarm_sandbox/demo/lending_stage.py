@@ -72,6 +72,7 @@ def _advance(farm: LocalFarm, seconds: int) -> None:
 
 def _granted(ctx: DemoContext, farm: LocalFarm, person: Person, text: str) -> int | None:
     """A request beyond its team's quota with nothing to borrow: dana approves it and it is allocated."""
+    allocated: int | None = None
     with ctx.step(f"{person.name}: /gpu {text} (beyond quota: {DANA.name} approves)"):
         ir = farm.request_ir(person, text)
         if ir is None or farm.allocation(ir).phase is not Phase.REQUESTED:
