@@ -85,7 +85,8 @@ def _granted(ctx: DemoContext, farm: LocalFarm, person: Person, text: str) -> in
         ctx.check(
             lease.phase is Phase.ALLOCATED and not lease.borrowed, "allocated, not borrowing", ", ".join(lease.hosts)
         )
-    return ir if lease.phase is Phase.ALLOCATED else None
+        allocated = ir if lease.phase is Phase.ALLOCATED else None
+    return allocated
 
 
 def _borrowed(ctx: DemoContext, farm: LocalFarm) -> int | None:
