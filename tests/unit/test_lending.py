@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
 from gpufarm.core.config.farm import FarmConfigError, parse_farm
 from gpufarm.core.config.lending import Borrow
@@ -88,7 +88,8 @@ def make_world(lending: str) -> World:
     for i in range(2):
         hosts.seed(f"hpc-{i}", "H100", 8, "hpc")
     chat = FlakyChat()
-    svc = GpuFarm(incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=parse_farm(farm_yaml(lending)))
+    farm = parse_farm(farm_yaml(lending))
+    svc = GpuFarm(incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=farm, metrics=FakeMetrics())
     return World(svc, chat, clock, incidents)
 
 
@@ -150,6 +151,11 @@ def test_a_request_beyond_quota_borrows_idle_quota_and_is_marked() -> None:
     assert (alloc.borrowed, alloc.approved_by) == (8, "policy")
     approved = next(line for line in alloc.history if " approved: " in line)
     assert "borrows 8 idle H100 in hpc beyond its quota of 0" in approved and approved.endswith("[borrowed]")
+    metrics = world.svc.context.metrics
+    assert isinstance(metrics, FakeMetrics)
+    world.svc.publish_gauges()
+    assert metrics.value("gpufarm.quota.borrowed_gpus", "team:vision", "environment:hpc", "gpu_model:h100") == 8
+    assert metrics.value("gpufarm.quota.borrowed_gpus", "team:nlp", "environment:hpc", "gpu_model:h100") == 0
 
 
 def test_no_borrowing_beyond_what_teams_leave_unused() -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
 from gpufarm.core.accounting import overrides, quota_requests
 from gpufarm.core.chat.command_text import Verb, parse_command
@@ -31,6 +31,7 @@ class World:
     chat: FakeChat
     clock: FakeClock
     incidents: FakeIncidents
+    metrics: FakeMetrics
 
     def ask_change(self, text: str) -> int:
         cmd = parse_command(text)
@@ -55,8 +56,10 @@ def world() -> World:
     for i in range(2):
         hosts.seed(f"hpc-{i}", "H100", 8, "hpc")
     chat = FakeChat(operators=frozenset({OPS}))
-    svc = GpuFarm(incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=parse_farm(FARM_YAML))
-    return World(svc, chat, clock, incidents)
+    metrics = FakeMetrics()
+    farm = parse_farm(FARM_YAML)
+    svc = GpuFarm(incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=farm, metrics=metrics)
+    return World(svc, chat, clock, incidents, metrics)
 
 
 def later(world: World, days: int) -> str:
@@ -163,3 +166,19 @@ def test_an_undecided_change_is_withdrawn_at_its_end(world: World) -> None:
     assert withdrawn.phase is Phase.REJECTED
     assert "withdrawn: no operator decided before its end" in withdrawn.history[-1]
     assert world.chat.to(USER)[-1].text.endswith("undecided; it is withdrawn.")
+
+
+def test_the_gauges_carry_the_change_while_it_is_in_effect(world: World) -> None:
+    tags = ("team:vision", "environment:hpc", "gpu_model:h100")
+    ir = world.ask_change(f"quota request team=vision +8 H100 env=hpc until {later(world, 2)} reason=deadline")
+    world.svc.publish_gauges()
+    assert world.metrics.value("gpufarm.quota.override_gpus", *tags) == 0  # asked, not approved: nothing changes
+    world.svc.approve(ir, OPS)
+    world.svc.publish_gauges()
+    assert world.metrics.value("gpufarm.quota.override_gpus", *tags) == 8
+    assert world.metrics.value("gpufarm.quota.entitled", *tags) == 8
+    world.clock.advance(days=3)
+    world.svc.sweep()
+    world.svc.publish_gauges()
+    assert world.metrics.value("gpufarm.quota.override_gpus", *tags) == 0
+    assert world.metrics.value("gpufarm.quota.entitled", *tags) == 0
