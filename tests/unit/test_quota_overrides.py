@@ -182,3 +182,15 @@ def test_the_gauges_carry_the_change_while_it_is_in_effect(world: World) -> None
     world.svc.publish_gauges()
     assert world.metrics.value("gpufarm.quota.override_gpus", *tags) == 0
     assert world.metrics.value("gpufarm.quota.entitled", *tags) == 0
+
+
+def test_the_digest_lists_the_changes_in_effect(world: World) -> None:
+    from gpufarm.core.digest import run
+
+    ir = world.ask_change(f"quota request team=vision +8 H100 env=hpc until {later(world, 2)} reason=deadline")
+    world.svc.approve(ir, OPS)
+    result = run.run(world.svc.context, force=True)
+    posted = str(world.chat.to(OPS_CHANNEL)[-1].blocks)
+    assert result.posted and result.sections["Quota changes and lending"] == 1
+    assert "Quota changes and lending" in posted and f"IR-{ir}: vision +8 H100 in hpc until" in posted
+    assert f"approved by <@{OPS}>" in posted
