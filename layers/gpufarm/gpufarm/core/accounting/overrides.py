@@ -69,9 +69,9 @@ def in_effect(overrides: Iterable[Allocation], now: datetime) -> list[Override]:
     return [o for o in found if o is not None and o.until > now]
 
 
-def live(ctx: LeaseContext, environment: str | None = None) -> list[Override]:
-    """The overrides in effect in a pool (or everywhere), as this invocation reads them."""
-    return in_effect(ctx.reads().overrides(environment), ctx.now())
+def live(ctx: LeaseContext, environment: str | None = None, team: str | None = None) -> list[Override]:
+    """The overrides in effect for a team in a pool, a pool, or everywhere, as this invocation reads them."""
+    return in_effect(ctx.reads().overrides(environment, team), ctx.now())
 
 
 def apply(farm: FarmConfig, overrides: Sequence[Override]) -> FarmConfig:
@@ -92,9 +92,10 @@ def apply(farm: FarmConfig, overrides: Sequence[Override]) -> FarmConfig:
     return farm.model_copy(update={"teams": teams})
 
 
-def effective_farm(ctx: LeaseContext, environment: str | None = None) -> FarmConfig:
-    """The farm as a quota decision in `environment` reads it: the file's quotas plus the overrides in effect."""
-    return apply(ctx.farm, live(ctx, environment))
+def effective_farm(ctx: LeaseContext, environment: str | None = None, team: str | None = None) -> FarmConfig:
+    """The farm as a quota decision in `environment` (for `team`) reads it: the file's quotas plus the overrides in
+    effect there (only `team`'s when given: read from the same search as the team's leases)."""
+    return apply(ctx.farm, live(ctx, environment, team))
 
 
 def due(alloc: Allocation, now: datetime) -> bool:

@@ -92,7 +92,7 @@ def ask(ctx: LeaseContext, requester: str, values: Mapping[str, str], *, request
     change = build(values, ctx.farm, ctx.now())
     if requester not in ctx.operators():
         ctx.membership().check(requester, change.team, f"ask for a quota change for team {change.team}")
-    before, after = resulting(overrides.effective_farm(ctx, change.environment), change)
+    before, after = resulting(overrides.effective_farm(ctx, change.environment, change.team), change)
     if after < 0:
         raise ValidationFailed(
             "delta",
@@ -183,7 +183,7 @@ def approve(ctx: LeaseContext, alloc: Allocation, actor: str) -> Message:
     if alloc.quota_until is None or alloc.quota_until <= ctx.now():
         raise Conflict(f"{alloc.ir_label} cannot be approved: its end has passed")
     change = _of(alloc)
-    before, after = resulting(overrides.effective_farm(ctx, change.environment), change)
+    before, after = resulting(overrides.effective_farm(ctx, change.environment, change.team), change)
     if after < 0:
         raise Conflict(f"{alloc.ir_label} cannot be approved: it would take the quota from {before} to {after}")
     reason = Reason(
@@ -197,7 +197,7 @@ def approve(ctx: LeaseContext, alloc: Allocation, actor: str) -> Message:
     _update_card(ctx, updated, outcome)
     told = f"{alloc.ir_label}: your quota change is approved by {mention(actor)}: {inert(reason.sentence)}."
     ctx.tell(updated.requester, Message(told, [section(told)]))
-    return Message(f"{alloc.ir_label} approved: {reason.sentence}.")
+    return Message(inert(f"{alloc.ir_label} approved: {reason.sentence}."))
 
 
 def reject(ctx: LeaseContext, alloc: Allocation, actor: str, reason: str | None) -> Message:

@@ -121,7 +121,7 @@ class Reads:
     _inventory: dict[str, GpuHost | None] = field(default_factory=dict)
     _sizes: dict[tuple[str, str], Sizes] = field(default_factory=dict)
     # Quota overrides each pool's (or the farm's) live search found, as this invocation's writes left them.
-    _overrides: dict[str | None, dict[int, Allocation]] = field(default_factory=dict)
+    _overrides: dict[tuple[str | None, str | None], dict[int, Allocation]] = field(default_factory=dict)
 
     # -- incidents --------------------------------------------------------------------------------------------
 
@@ -150,26 +150,28 @@ class Reads:
         return sorted(known.values(), key=lambda a: a.ir)
 
     def _keep_overrides(self, scope: Scope, found: dict[int, Allocation]) -> None:
-        """The quota overrides an unnarrowed search of a pool (or of the farm) found, kept for `overrides`."""
+        """The quota overrides a search of a pool, a team in a pool, or the farm found, kept for `overrides`."""
         environment, team, phases = scope
-        if team is None and phases is None:
-            self._overrides[environment] = {
-                ir: a
-                for ir, a in found.items()
-                if a.is_quota_override and (environment is None or a.environment == environment)
+        if phases is None:
+            self._overrides[(environment, team)] = {
+                ir: a for ir, a in found.items() if a.is_quota_override and _in_scope(a, scope)
             }
 
-    def overrides(self, environment: str | None = None) -> list[Allocation]:
-        """Live quota overrides (gpufarm.core.accounting.overrides) of a pool, or all, in IR order.
+    def overrides(self, environment: str | None = None, team: str | None = None) -> list[Allocation]:
+        """Live quota overrides (gpufarm.core.accounting.overrides) of a team in a pool, a pool, or all, in IR order.
 
-        Seen by the pool's (or the farm's) live search, which `live` makes once and keeps: no search of their own.
+        Seen by the live search of that scope (or a wider one), which `live` makes once and keeps: no search of
+        their own.
         """
-        seen = self._overrides.get(environment)
-        if seen is None and environment is not None and None in self._overrides:
-            seen = {ir: a for ir, a in self._overrides[None].items() if a.environment == environment}
+        wanted: Scope = (environment, team, None)
+        seen = self._overrides.get((environment, team))
         if seen is None:
-            self.live(environment)
-            seen = self._overrides.get(environment, {})
+            wider = next((k for k in self._overrides if _covers((*k, None), wanted)), None)
+            if wider is not None:
+                seen = {ir: a for ir, a in self._overrides[wider].items() if _in_scope(a, wanted)}
+        if seen is None:
+            self.live(environment, team)
+            seen = self._overrides.get((environment, team), {})
         return sorted((a for a in seen.values() if a.state is not State.RESOLVED), key=lambda a: a.ir)
 
     def requested_by(self, user: str) -> list[Allocation]:
@@ -216,8 +218,8 @@ class Reads:
     def _note(self, record: IncidentRecord) -> Allocation:
         alloc = Allocation.from_record(record)
         self._by_ir[alloc.ir] = alloc
-        for pool, seen in self._overrides.items():
-            if alloc.is_quota_override and (pool is None or pool == alloc.environment):
+        for (pool, team), seen in self._overrides.items():
+            if alloc.is_quota_override and _in_scope(alloc, (pool, team, None)):
                 seen[alloc.ir] = alloc
         for scope, known in self._live.items():
             if alloc.state is not State.RESOLVED and not alloc.is_quota_override and _in_scope(alloc, scope):

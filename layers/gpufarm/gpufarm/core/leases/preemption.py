@@ -64,7 +64,7 @@ def protected_until(alloc: Allocation, ctx: LeaseContext) -> datetime | None:
 
 def lender(ctx: LeaseContext, alloc: Allocation) -> bool:
     """A granted request of a team within its quota (not itself borrowing): it may claim borrowed GPUs back."""
-    farm = overrides.effective_farm(ctx, alloc.environment)
+    farm = overrides.effective_farm(ctx, alloc.environment, alloc.team)
     quota = farm.quota(alloc.team or "", alloc.environment or "", alloc.gpu_model or "")
     if quota is None or alloc.borrowed:
         return False
@@ -152,7 +152,7 @@ def notice(ctx: LeaseContext, victim: Allocation, waiting: Allocation) -> Alloca
     step = ctx.step(history.GPUFARM, Step.PREEMPTING, "" if delivered else "notice undelivered", reason.line())
     values: dict[str, object] = {f.PREEMPT_AT: isoformat(deadline), f.PREEMPT_FOR: waiting.ir_label}
     updated = ctx.write(victim, victim.phase, values, step=step)
-    ctx.post_operators(Message(reason.sentence, [section(inert(reason.sentence))]))
+    ctx.post_operators(Message(inert(reason.sentence), [section(inert(reason.sentence))]))
     return updated
 
 
@@ -214,5 +214,5 @@ def record_wait(ctx: LeaseContext, waiting: Allocation, reason: Reason) -> None:
     if any(line in entry for entry in waiting.history[-3:]):
         return
     updated = ctx.write(waiting, waiting.phase, {}, step=ctx.step(history.GPUFARM, Step.BORROWING, line))
-    told = Message(reason.sentence, [section(inert(reason.sentence))])
+    told = Message(inert(reason.sentence), [section(inert(reason.sentence))])
     ctx.tell(updated.requester, linked(updated, told, ctx.links_for(updated)))

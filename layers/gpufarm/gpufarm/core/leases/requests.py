@@ -66,7 +66,7 @@ def decide(ctx: LeaseContext, weighed: Grant, *, project: str | None, days: int)
     ask = weighed.ask
     capacity = ctx.reads().capacity(ask.environment, ask.gpu_model, ask.gpu_count, units=ctx.shared(ask.environment))
     # The quotas as the farm file sets them plus the quota changes in effect (gpufarm.core.accounting.overrides).
-    farm = overrides.effective_farm(ctx, ask.environment)
+    farm = overrides.effective_farm(ctx, ask.environment, ask.team)
     decision = decide_grant(ask, farm, team_used=weighed.team_used, pool_capacity=capacity)
     # Beyond quota only: approved on the idle quota other teams lend, where the pool lets the team borrow.
     decision = lending.borrow(ctx, ask, weighed.team_used, decision)
@@ -171,7 +171,7 @@ def approve(ctx: LeaseContext, ir: int, actor: str) -> Message:
     expect_phase(alloc, Phase.REQUESTED, "approved")
     # Serialized with every other grant of the pool (docs/design.md, rule 7): the hard limit holds for operators.
     weighed = grant(ctx, alloc.team or "", alloc.environment or "", alloc.gpu_model or "", alloc.gpu_count, exclude=ir)
-    farm = overrides.effective_farm(ctx, alloc.environment)
+    farm = overrides.effective_farm(ctx, alloc.environment, alloc.team)
     over = over_hard_limit(weighed.ask, farm, team_used=weighed.team_used)
     if over:
         raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
