@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpufarm.core.kernel import history
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
 from gpufarm_sandbox.example_farm import ALICE, BOB, CAROL, DANA, OPERATORS_CHANNEL, Person
@@ -143,6 +144,15 @@ def _preempted(ctx: DemoContext, farm: LocalFarm, borrower: int, lender: int) ->
         )
         back = farm.allocation(lender)
         ctx.check(back.phase is Phase.ALLOCATED, f"{ALICE.name}'s request is allocated", ", ".join(back.hosts))
+        # On the sandbox clock, for benchmarks/lending.py: when each step happened.
+        steps = {e.step: e.at for e in (history.parse(line) for line in lease.history) if e is not None}
+        ctx.shared["lending_times"] = {
+            "borrower_allocated": lease.allocated_at,
+            "notice": steps.get("preempting"),
+            "reclaimed": steps.get("reclaimed"),
+            "lender_asked": next((e.at for e in map(history.parse, back.history) if e is not None), None),
+            "lender_allocated": back.allocated_at,
+        }
 
 
 def _history(ctx: DemoContext, farm: LocalFarm, ir: int) -> None:

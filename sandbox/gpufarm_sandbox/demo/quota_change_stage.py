@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from gpufarm.core.kernel import history
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in, shown
 from gpufarm_sandbox.example_farm import ALICE, DANA, OPERATORS_CHANNEL
@@ -32,7 +33,7 @@ def run(ctx: DemoContext) -> None:
 
     farm = LocalFarm(ctx.base_url, ctx.local.host, Settings())
     try:
-        until = (datetime.fromtimestamp(ctx.sandbox.clock.now(), UTC) + timedelta(days=2)).strftime("%Y-%m-%d")
+        until = (datetime.fromtimestamp(ctx.sandbox.clock.now(), UTC) + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M")
         _refused(ctx, farm, until)
         change = _approved(ctx, farm, until)
         if change is not None:
@@ -111,5 +112,11 @@ def _ended(ctx: DemoContext, farm: LocalFarm, ir: int) -> None:
         text = (farm.answer(DANA, "History (") or {}).get("text", "")
         ctx.check("[quota-changed]" in text and "[quota-expired]" in text, "its history: approved by whom, ended")
         ctx.shared["quota_change_history"] = text
+        entries = [e for e in (history.parse(line) for line in farm.allocation(ir).history) if e is not None]
+        # On the sandbox clock, for benchmarks/lending.py: asked, approved, ended, and the end it was given.
+        ctx.shared["quota_change_times"] = {
+            **{e.step: e.at for e in entries},
+            "until": farm.allocation(ir).quota_until,
+        }
         for entry in text.splitlines():
             ctx.info(entry)
