@@ -11,6 +11,8 @@ take for a reason that may pass fails the step, nothing recorded: the preemption
 warning is (gpufarm.core.idle.delivery). At the deadline the sync and the sweep end the lease through the ending
 path (reason preempted: gpufarm.core.sync.expiry), its hosts are freed, and the waiting request is allocated.
 With nothing preemptible the request waits with a reason saying when the earliest borrower becomes preemptible.
+A pool whose policy is `borrow: never` claims nothing (its waiting requests cost no extra read): a pool that stops
+lending lets the leases that borrowed run to their end.
 Everything here runs in the pool's queue group (docs/design.md, rule 7).
 """
 
@@ -25,6 +27,7 @@ from gpufarm.core.chat.amounts import gpu_amount
 from gpufarm.core.chat.block_kit import Message, linked, section
 from gpufarm.core.chat.delivery import deliver_warning
 from gpufarm.core.chat.escape import inert
+from gpufarm.core.config.lending import Borrow
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel import fields as f
@@ -74,10 +77,10 @@ def lender(ctx: LeaseContext, alloc: Allocation) -> bool:
 
 def claim(ctx: LeaseContext, waiting: Allocation) -> Claim:
     """The waiting lender's claim on borrowed GPUs: borrowers told and recorded, or the reason it waits for them."""
-    if waiting.phase is not Phase.WAITING or not lender(ctx, waiting):
-        return Claim((), None)
+    if waiting.phase is not Phase.WAITING or ctx.farm.lending.policy(waiting.environment).borrow is Borrow.NEVER:
+        return Claim((), None)  # a pool that does not lend has no borrower to claim from, and costs no read
     borrowers = _borrowers(ctx, waiting)
-    if not borrowers:
+    if not borrowers or not lender(ctx, waiting):
         return Claim((), None)
     mine = [a for a in borrowers if a.preempt_for == waiting.ir_label]
     need = ctx.held(waiting) - _free(ctx, waiting) - sum(ctx.held(a) for a in mine)
