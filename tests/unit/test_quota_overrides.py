@@ -207,3 +207,18 @@ def test_the_report_counts_the_change_in_the_entitlement_never_as_a_lease(world:
     assert (rows["vision"].entitled, rows["vision"].leases) == (8, 0)
     assert any(n.startswith(f"quota change in effect: IR-{ir}: vision +8 H100 in hpc") for n in report.notes)
     assert any(n.endswith(f"approved by {OPS}") for n in report.notes)
+
+
+def test_the_worker_asks_once_per_slack_command(world: World) -> None:
+    from gpufarm.core.chat.command_text import Command
+    from gpufarm.handlers.slack_events import Job
+    from gpufarm.handlers.slack_worker import dispatch
+
+    parsed = parse_command(f"quota request team=vision +8 H100 env=hpc until {later(world, 3)} reason=deadline")
+    cmd = Command(parsed.verb, args=parsed.args, request_id="slack-quota-00000001")
+    job = Job(kind="command", user=USER, command=cmd.to_payload())
+    first, again = dispatch(world.svc, job), dispatch(world.svc, job)  # Slack's retry of the same command
+    assert first is not None and again is not None and "is with the GPU operators" in first.text
+    assert len(world.incidents.records) == 1 and len(world.chat.to(OPS_CHANNEL)) == 1
+    with pytest.raises(ValidationFailed):
+        dispatch(world.svc, Job(kind="command", user=USER, command=Command(parsed.verb, args=parsed.args).to_payload()))
