@@ -1,13 +1,13 @@
 """Demo stage "lending": a borrowed lease preempted with notice after its protection window.
 
-Played through Slack against config/farm.example.yaml, whose HPC pool (32 H100) lends to the speech team's priority
-class (no H100 quota of its own there), with 30 minutes' notice after a 1-hour protection window. bob (vision) holds
-16 H100 an operator granted; carol (speech) asks for 8 and borrows what nlp leaves unused; her second 8 find nothing
-left to lend and dana grants them: the pool is full. 20 minutes on, alice (nlp) asks for her team's 8: it waits and
-is told when the earliest borrower becomes preemptible. Once carol's lease is past its first hour the sync gives
-carol notice (the reason, the deadline, who needs the GPUs); 30 minutes on the borrowed lease is reclaimed
-(reason preempted) and alice's request allocated. carol's lease's history is printed as `/gpu status` shows it.
-Everything taken is given back.
+Played through Slack against config/farm.example.yaml, whose HPC pool lends to the speech team's priority class (no
+H100 quota of its own there), with 30 minutes' notice after a 1-hour protection window. carol (speech) asks for 8
+H100 and borrows what nlp leaves unused; vision (bob, to its hard limit) and speech (carol) take the rest of the pool
+8 at a time, dana granting what goes beyond quota: the pool is full, whatever earlier stages left on it. 20 minutes
+on, alice (nlp) asks for her team's 8: it waits and is told when the earliest borrower becomes preemptible. Once
+carol's borrowed lease is past its first hour the sync gives carol notice (the reason, the deadline, who needs the
+GPUs); 30 minutes on the borrowed lease is reclaimed (reason preempted) and alice's request allocated. carol's lease's
+history is printed as `/gpu status` shows it. Everything the stage took is given back.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
 
 MINUTE_S = 60
+POOL = "onprem-hpc"
+# vision's hard limit on the HPC pool (config/farm.example.yaml), and at most this many requests to fill the pool.
+VISION_HARD_LIMIT = 16
+MAX_FILL = 10
 
 
 def run(ctx: DemoContext) -> None:
@@ -45,18 +49,15 @@ def run(ctx: DemoContext) -> None:
 
 
 def _play(ctx: DemoContext, farm: LocalFarm, held: list[tuple[Person, int]]) -> None:
-    granted = _granted(ctx, farm, BOB, "request 16 H100 project=vit-lend team=vision env=onprem-hpc days=7")
-    if granted is None:
+    if _used(farm, "nlp"):
+        ctx.check(False, "nlp holds nothing on the HPC pool (it lends its quota)", f"{_used(farm, 'nlp')} H100 held")
         return
-    held.append((BOB, granted))
     borrower = _borrowed(ctx, farm)
     if borrower is None:
         return
     held.append((CAROL, borrower))
-    second = _granted(ctx, farm, CAROL, "request 8 H100 project=asr-big team=speech env=onprem-hpc days=7")
-    if second is None:
+    if not _fill(ctx, farm, held):
         return
-    held.append((CAROL, second))
     lender = _lender_waits(ctx, farm, borrower)
     if lender is None:
         return
@@ -66,28 +67,60 @@ def _play(ctx: DemoContext, farm: LocalFarm, held: list[tuple[Person, int]]) -> 
         _history(ctx, farm, borrower)
 
 
+def _used(farm: LocalFarm, team: str | None = None) -> int:
+    """H100 GPUs granted on the HPC pool (to `team`), as the incidents say."""
+    return sum(
+        a.gpu_count
+        for a in farm.incidents()
+        if a.state.value != "resolved"
+        and a.environment == POOL
+        and a.phase in (Phase.APPROVED, Phase.WAITING, Phase.ALLOCATED, Phase.IDLE_WARNED)
+        and (team is None or a.team == team)
+    )
+
+
+def _size(farm: LocalFarm) -> int:
+    """The HPC pool's H100 GPUs, from its registered hosts' tags."""
+    total = 0
+    for host in farm.gateway.list_hosts(f"gpufarm:managed environment:{POOL}"):
+        counts = [t.split(":", 1)[1] for t in host.tags if t.startswith("gpu_count:")]
+        total += int(counts[0]) if counts and counts[0].isdigit() else 0
+    return total
+
+
+def _fill(ctx: DemoContext, farm: LocalFarm, held: list[tuple[Person, int]]) -> bool:
+    """The rest of the pool taken 8 at a time by vision (to its hard limit) then speech, granted by policy or dana."""
+    with ctx.step(f"The rest of the HPC pool is taken by vision and speech ({DANA.name} grants what is beyond quota)"):
+        for n in range(MAX_FILL):
+            free = _size(farm) - _used(farm)
+            if free <= 0:
+                break
+            person, team = (BOB, "vision") if _used(farm, "vision") + 8 <= VISION_HARD_LIMIT else (CAROL, "speech")
+            ir = _granted(farm, person, f"request 8 H100 project=fill-{n} team={team} env={POOL} days=7")
+            if ir is None:
+                ctx.check(False, f"{person.name}'s 8 H100 are allocated")
+                return False
+            held.append((person, ir))
+        full = _size(farm) - _used(farm) == 0
+        ctx.check(full, "the pool is full", f"{_used(farm)} of {_size(farm)} H100 granted")
+        return full
+
+
 def _advance(farm: LocalFarm, seconds: int) -> None:
     farm.post("/_sandbox/clock", {"advance": seconds})
     farm.settle()
 
 
-def _granted(ctx: DemoContext, farm: LocalFarm, person: Person, text: str) -> int | None:
-    """A request beyond its team's quota with nothing to borrow: dana approves it and it is allocated."""
-    allocated: int | None = None
-    with ctx.step(f"{person.name}: /gpu {text} (beyond quota: {DANA.name} approves)"):
-        ir = farm.request_ir(person, text)
-        if ir is None or farm.allocation(ir).phase is not Phase.REQUESTED:
-            ctx.check(False, "the request waits for an operator", f"IR-{ir}")
-            return None
+def _granted(farm: LocalFarm, person: Person, text: str) -> int | None:
+    """A request allocated: by policy, or approved by dana when it goes beyond its team's quota."""
+    ir = farm.request_ir(person, text)
+    if ir is None:
+        return None
+    if farm.allocation(ir).phase is Phase.REQUESTED:
         farm.slash(DANA, f"approve IR-{ir}")
         farm.settle()
-        farm.wait_for(lambda: farm.allocation(ir).phase is Phase.ALLOCATED)
-        lease = farm.allocation(ir)
-        ctx.check(
-            lease.phase is Phase.ALLOCATED and not lease.borrowed, "allocated, not borrowing", ", ".join(lease.hosts)
-        )
-        allocated = ir if lease.phase is Phase.ALLOCATED else None
-    return allocated
+    farm.wait_for(lambda: farm.allocation(ir).phase is Phase.ALLOCATED)
+    return ir if farm.allocation(ir).phase is Phase.ALLOCATED else None
 
 
 def _borrowed(ctx: DemoContext, farm: LocalFarm) -> int | None:
