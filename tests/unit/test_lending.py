@@ -81,14 +81,15 @@ class World:
         return [m.text for m in self.chat.sent if m.kind == "dm" and m.target == user]
 
 
-def make_world(lending: str) -> World:
+def make_world(lending: str, *, hosts_count: int = 2, nlp_quota: int = 8) -> World:
     clock = FakeClock()
     incidents = FakeIncidents(clock)
     hosts = FakeHosts()
-    for i in range(2):
+    for i in range(hosts_count):
         hosts.seed(f"hpc-{i}", "H100", 8, "hpc")
     chat = FlakyChat()
-    farm = parse_farm(farm_yaml(lending))
+    text = farm_yaml(lending).replace("hpc: {H100: {gpus: 8, hard_limit: 16}}", f"hpc: {{H100: {{gpus: {nlp_quota}}}}}")
+    farm = parse_farm(text)
     svc = GpuFarm(incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=farm, metrics=FakeMetrics())
     return World(svc, chat, clock, incidents)
 
@@ -259,3 +260,27 @@ def test_a_notice_for_a_request_that_no_longer_waits_is_withdrawn() -> None:
     kept = world.alloc(borrower)
     assert (kept.phase, kept.preempt_at) == (Phase.ALLOCATED, None)
     assert "notice withdrawn" in kept.history[-1]
+
+
+def test_a_notice_that_can_never_be_delivered_is_recorded_undelivered() -> None:
+    world = make_world(WHEN_IDLE)
+    borrower = borrowed_and_full(world)
+    world.clock.advance(hours=2)
+    world.chat.failure = Refusal(404)  # the holder's account is gone: no retry can deliver it
+    world.ask("nlp", NLP)
+    victim = world.alloc(borrower)
+    assert victim.preempt_at == world.clock.now() + timedelta(minutes=30)
+    assert "notice undelivered" in victim.history[-1]
+
+
+def test_the_lowest_priority_class_is_preempted_first() -> None:
+    classes = "lending:\n  classes: {low: {teams: [vision], rank: 0}, high: {teams: [speech], rank: 9}}\n"
+    rules = classes + "  environments: {hpc: {borrow: priority, classes: [low, high]}}\n"
+    world = make_world(rules, hosts_count=3, nlp_quota=16)  # 24 H100; nlp lends 16
+    world.ask("speech", SPEECH)  # its own 8
+    speech = world.ask("speech", SPEECH)  # 8 borrowed
+    vision = world.ask("vision", VISION)  # 8 borrowed: the pool is full
+    assert (world.alloc(speech).borrowed, world.alloc(vision).borrowed) == (8, 8)
+    world.clock.advance(hours=2)
+    lender = world.ask("nlp", NLP)
+    assert world.alloc(vision).preempt_for == f"IR-{lender}" and world.alloc(speech).preempt_at is None

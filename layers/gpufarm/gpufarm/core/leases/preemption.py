@@ -132,8 +132,8 @@ def _waits(
                 f"{waiting.ir_label} waits for {need} GPUs borrowed by other teams; the earliest borrower, "
                 f"{first.ir_label}, becomes preemptible at {isoformat(when)}",
             )
-    if mine:
-        deadline = min(a.preempt_at for a in mine if a.preempt_at is not None)
+    deadline = min((a.preempt_at for a in mine if a.preempt_at is not None), default=None)
+    if deadline is not None:
         names = ", ".join(a.ir_label for a in mine)
         return Reason(
             ReasonCode.QUEUED_PREEMPTION,
