@@ -222,3 +222,14 @@ def test_the_worker_asks_once_per_slack_command(world: World) -> None:
     assert len(world.incidents.records) == 1 and len(world.chat.to(OPS_CHANNEL)) == 1
     with pytest.raises(ValidationFailed):
         dispatch(world.svc, Job(kind="command", user=USER, command=Command(parsed.verb, args=parsed.args).to_payload()))
+
+
+def test_a_change_is_never_released_or_extended_as_a_lease(world: World) -> None:
+    ir = world.ask_change(f"quota request team=vision +8 H100 env=hpc until {later(world, 2)} reason=deadline")
+    world.svc.approve(ir, OPS)
+    for act in (lambda: world.svc.release(ir, USER), lambda: world.svc.force_reclaim(ir, OPS, "x")):
+        with pytest.raises(Conflict, match="is a quota change, not a lease"):
+            act()
+    with pytest.raises(Conflict, match="is a quota change"):
+        world.svc.extend(ir, OPS, 3)
+    assert world.svc.allocation(ir).phase is Phase.ALLOCATED
