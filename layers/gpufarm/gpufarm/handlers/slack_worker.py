@@ -115,6 +115,10 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return svc.status(ir, job.user)
     if cmd.verb is Verb.LIST:
         return svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team)
+    if cmd.verb is Verb.QUOTA and cmd.args is not None:
+        from gpufarm.core.accounting import quota_requests  # imported when a quota change is asked
+
+        return quota_requests.ask(svc.context, job.user, cmd.args, request_id=cmd.request_id or "")
     if cmd.verb is Verb.QUOTA:
         return svc.quota(cmd.team)
     if cmd.verb is Verb.REPORT:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpufarm.core.chat.quota_text import parse_quota_request
 from gpufarm.core.kernel import bounded
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.ir import parse_ir
@@ -155,6 +156,9 @@ def _parse_without_ir(verb: Verb, rest: list[str]) -> Command:
         return Command(Verb.REQUEST, args=parse_request_args(rest) if rest else None)
     if verb is Verb.LIST:
         return _parse_list(rest)
+    if verb is Verb.QUOTA and rest and rest[0].lower() == "request":
+        # A quota change asked in chat (gpufarm.core.accounting.quota_requests judges it against the farm).
+        return Command(Verb.QUOTA, args=parse_quota_request(rest[1:]))
     # Quota and report. Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by the
     # farm's teams).
     _at_most(rest, 1, "/gpu quota [team]" if verb is Verb.QUOTA else "/gpu report [team | project]")

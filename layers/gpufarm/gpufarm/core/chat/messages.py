@@ -67,6 +67,8 @@ def error_message(text: str) -> Message:
 
 def approved_reply(alloc: Allocation, links: Links | None = None) -> Message:
     """To the operator who approved (and to a redelivery of that approval)."""
+    if alloc.is_quota_override:
+        return linked(alloc, Message(f"{alloc.ir_label} approved; the quota change is in effect."), links)
     return linked(alloc, Message(f"{alloc.ir_label} approved; allocating hosts now."), links)
 
 

@@ -19,11 +19,13 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from gpufarm.core.accounting.budgets import Burn
+from gpufarm.core.accounting.overrides import Override
 from gpufarm.core.chat.block_kit import MAX_SECTION_TEXT, Message, context, section
 from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.digest import quota_changes
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
@@ -71,6 +73,8 @@ class DigestFacts:
     burns: Sequence[Burn] | None = ()
     # Busy GPUs no lease claims, the peak since the last digest per (host, team, pool); None: not measured.
     unattributed: Mapping[tuple[str, str, str], float] | None = field(default_factory=dict)
+    # Quota changes in effect (gpufarm.core.accounting.overrides), for their own section.
+    changes: Sequence[Override] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,7 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
         Section("Squatters on leased devices", squatter_lines(squatting.tally(facts.leases, facts.since, facts.until))),
         Section("Drift the sync repaired", drifted, total=drift_total),
         Section("Quota and budget pressure", pressure_lines(facts, settings)),
+        Section(quota_changes.TITLE, quota_changes.lines(facts.changes, live, facts.now)),
     ]
     news = [p for p in parts if p.count and p.news]
     if not news:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gpufarm.core.accounting import budgets
+from gpufarm.core.accounting import budgets, overrides
 from gpufarm.core.config.digest import DIGEST_TICK_MINUTES, DigestSettings
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
@@ -112,9 +112,11 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
     """The digest's facts from this invocation's one view of the farm (see the module docstring)."""
     now = ctx.now()
     live = ctx.live()
+    # The quotas as decisions read them: the farm file's plus the changes in effect.
+    changes = overrides.live(ctx)
     quotas = [
         QuotaUse(name, env, model, team_usage(live, name, env, model, charge=ctx.held), q.gpus, q.hard_limit)
-        for name, spec in sorted(ctx.farm.teams.items())
+        for name, spec in sorted(overrides.apply(ctx.farm, changes).teams.items())
         for env, models in sorted(spec.quotas.items())
         for model, q in sorted(models.items())
     ]
@@ -134,6 +136,7 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
         quotas=quotas,
         burns=burned,
         unattributed=unattributed(ctx.usage, since, now),
+        changes=changes,
     )
 
 

@@ -47,6 +47,8 @@ class Decision:
     team_used: int
     entitled: int
     hard_limit: int | None
+    # GPUs of an approval beyond the team's quota, borrowed from the pool's idle capacity (gpufarm.core.leases.lending).
+    borrowed: int = 0
 
 
 class Action(StrEnum):

@@ -111,6 +111,17 @@ GPU_HOURS_MONTHS = "gpu_hours_months"
 # The lease's open squatting episodes, `<host>/<uuid>=<since>[;stop=<time>]` each (gpufarm.core.squatters.episodes):
 # who was told once, since when, and when the squatter's stop was published.
 SQUATTERS = "gpufarm_squatters"
+# Lending (gpufarm.core.leases.lending, gpufarm.core.leases.preemption): the GPUs a lease borrowed beyond its team's
+# quota, and once the lending team needs them back, when it is reclaimed and for whom.
+BORROWED = "gpufarm_borrowed"
+PREEMPT_AT = "gpufarm_preempt_at"
+PREEMPT_FOR = "gpufarm_preempt_for"
+# What an incident of gpufarm's type is: a lease (the field empty) or a quota override (gpufarm.core.accounting
+# .overrides), whose change of GPUs and end are its own fields.
+KIND = "gpufarm_kind"
+QUOTA_OVERRIDE = "quota-override"  # the kind of a quota change's incident
+QUOTA_DELTA = "gpufarm_quota_delta"
+QUOTA_UNTIL = "gpufarm_quota_until"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -210,6 +221,14 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTARRAY,
         "host/device=since[;stop=time] of each device of the lease squatted now, told once (and its stop)",
     ),
+    FieldSpec(BORROWED, "GPUs borrowed", FieldKind.TEXTBOX, "GPUs of the lease beyond its team's quota, borrowed idle"),
+    FieldSpec(
+        PREEMPT_AT, "Preempted at", FieldKind.TEXTBOX, "ISO 8601 UTC time a borrowing lease is reclaimed on notice"
+    ),
+    FieldSpec(PREEMPT_FOR, "Preempted for", FieldKind.TEXTBOX, "The request of the lending team that needs the GPUs"),
+    FieldSpec(KIND, "gpufarm kind", FieldKind.TEXTBOX, "Empty for a lease; quota-override for a quota change"),
+    FieldSpec(QUOTA_DELTA, "Quota change", FieldKind.TEXTBOX, "Signed GPUs a quota override adds to the team's quota"),
+    FieldSpec(QUOTA_UNTIL, "Quota change until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a quota override"),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

@@ -47,6 +47,17 @@ class LeaseFacts:
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
     modified: datetime | None = None
+    # What a quota change's incident holds (gpufarm.core.accounting.override_terms): the report counts it apart.
+    gpu_model: str | None = None
+    approved_by: str | None = None
+    kind: str | None = None
+    quota_delta: int | None = None
+    quota_until: datetime | None = None
+
+    @property
+    def is_quota_override(self) -> bool:
+        """True for a quota change's incident: never a lease."""
+        return self.kind == f.QUOTA_OVERRIDE
 
     @property
     def ir_label(self) -> str:
@@ -80,6 +91,11 @@ class LeaseFacts:
             hours_until=fv.parse_time(fv.text(get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(fv.items(get(f.GPU_HOURS_BY_MONTH))),
             modified=modified,
+            gpu_model=fv.text(get(f.GPU_MODEL)),
+            approved_by=fv.text(get(f.APPROVED_BY)),
+            kind=fv.text(get(f.KIND)),
+            quota_delta=fv.whole(get(f.QUOTA_DELTA)),
+            quota_until=fv.parse_time(fv.text(get(f.QUOTA_UNTIL))),
         )
 
     @classmethod
@@ -105,4 +121,9 @@ class LeaseFacts:
             hours_until=alloc.hours_until,
             hours_by_month=alloc.hours_by_month,
             modified=alloc.modified,
+            gpu_model=alloc.gpu_model,
+            approved_by=alloc.approved_by,
+            kind=alloc.kind,
+            quota_delta=alloc.quota_delta,
+            quota_until=alloc.quota_until,
         )

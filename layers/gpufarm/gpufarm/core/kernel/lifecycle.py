@@ -39,6 +39,8 @@ class ReclaimReason(StrEnum):
     CANCELLED = "cancelled"
     # Approved but no hosts came within the lease policy's waiting limit (gpufarm.core.leases.terms).
     WITHDRAWN = "withdrawn"
+    # A borrowing lease taken back on notice for the lending team (gpufarm.core.leases.preemption).
+    PREEMPTED = "preempted"
 
 
 PHASE_STATE: dict[Phase, State] = {

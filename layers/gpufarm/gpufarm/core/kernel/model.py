@@ -62,6 +62,8 @@ def validate_name(field: str, value: str) -> str:
 
 # The request id prefix of `gpufarm doctor`'s probe incidents (gpufarm.core.leases.probe).
 PROBE_PREFIX = "doctor-"
+# The kind field of a quota override's incident (gpufarm.core.accounting.overrides): never a lease.
+QUOTA_OVERRIDE = f.QUOTA_OVERRIDE
 
 
 class GpuRequest(BaseModel):
@@ -170,12 +172,25 @@ class Allocation(BaseModel):
     hours_by_month: tuple[str, ...] = ()
     # Open squatting episodes on the lease's devices, as stored (decoded by gpufarm.core.squatters.episodes).
     squatters: tuple[str, ...] = ()
+    # Lending (gpufarm.core.leases.lending, .preemption): GPUs borrowed beyond quota, the notice's deadline and whom.
+    borrowed: int = 0
+    preempt_at: datetime | None = None
+    preempt_for: str | None = None
+    # A quota override's kind, change and end (gpufarm.core.accounting.overrides); a lease has no kind.
+    kind: str | None = None
+    quota_delta: int | None = None
+    quota_until: datetime | None = None
     modified: datetime | None = None
 
     @property
     def is_probe(self) -> bool:
         """True for `gpufarm doctor`'s scratch incident (gpufarm.core.leases.probe): never a lease."""
         return (self.request_id or "").startswith(PROBE_PREFIX)
+
+    @property
+    def is_quota_override(self) -> bool:
+        """True for a quota change's incident (gpufarm.core.accounting.overrides): never a lease."""
+        return self.kind == QUOTA_OVERRIDE
 
     @property
     def ir_label(self) -> str:
@@ -234,5 +249,11 @@ class Allocation(BaseModel):
             hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
             squatters=tuple(_list(v.get(f.SQUATTERS))),
+            borrowed=max(0, _int(v.get(f.BORROWED)) or 0),
+            preempt_at=parse_time(_text(v.get(f.PREEMPT_AT))),
+            preempt_for=_text(v.get(f.PREEMPT_FOR)),
+            kind=_text(v.get(f.KIND)),
+            quota_delta=_int(v.get(f.QUOTA_DELTA)),
+            quota_until=parse_time(_text(v.get(f.QUOTA_UNTIL))),
             modified=record.modified,
         )

@@ -17,6 +17,17 @@ class ReasonCode(StrEnum):
 
     # Waiting for hosts in the pool's queue (gpufarm.core.leases.allocation).
     QUEUED_CAPACITY = "queued-capacity"
+    # Approved beyond quota on the pool's idle capacity, lent by teams below their quota (gpufarm.core.leases.lending).
+    BORROWED = "borrowed"
+    # A borrowing lease told it is taken back on notice, then taken back (gpufarm.core.leases.preemption).
+    PREEMPTION_NOTICE = "preemption-notice"
+    PREEMPTED = "preempted"
+    # A lending team's request waits for borrowers under notice, or protected until a time (leases.preemption).
+    QUEUED_PREEMPTION = "queued-preemption"
+    QUEUED_PROTECTED = "queued-protected"
+    # A quota change asked in chat, in effect, then ended at its end (gpufarm.core.accounting.overrides).
+    QUOTA_CHANGED = "quota-changed"
+    QUOTA_EXPIRED = "quota-expired"
 
 
 @dataclass(frozen=True, slots=True)

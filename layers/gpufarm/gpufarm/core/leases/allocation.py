@@ -27,7 +27,7 @@ from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, encode_host_gpus, isoformat
 from gpufarm.core.kernel.tags import allocation_tags, assign_tags, is_assign_of
 from gpufarm.core.kernel.units import Devices, assign_units, encode_devices, holdings
-from gpufarm.core.leases import notices, terms
+from gpufarm.core.leases import notices, preemption, terms
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,7 @@ def allocate_waiting(ctx: LeaseContext, environment: str) -> list[Outcome]:
 def go_waiting(ctx: LeaseContext, alloc: Allocation) -> Outcome:
     """The lease waits for hosts: its place in the pool's queue for its model, told to the requester once."""
     if alloc.phase is Phase.WAITING:
+        _claim(ctx, alloc)
         return Outcome(alloc.ir, "waiting (still)")
     # Its place among the pool's requests waiting for the model, first come first served (gpufarm.core.leases.terms).
     spot = terms.position(alloc, ctx.live(alloc.environment, phases=terms.WAITING))
@@ -114,7 +115,15 @@ def go_waiting(ctx: LeaseContext, alloc: Allocation) -> Outcome:
     )
     deadline = terms.waiting_deadline(updated, ctx.farm)
     ctx.tell(updated.requester, notices.waiting(updated, spot, deadline, ctx.links_for(updated)))
+    _claim(ctx, updated)
     return Outcome(alloc.ir, "waiting")
+
+
+def _claim(ctx: LeaseContext, alloc: Allocation) -> None:
+    """A waiting request of a lending team takes back what borrowers hold (gpufarm.core.leases.preemption)."""
+    claimed = preemption.claim(ctx, alloc)
+    if claimed.reason is not None:
+        preemption.record_wait(ctx, ctx.get(alloc.ir), claimed.reason)
 
 
 def _choose_units(

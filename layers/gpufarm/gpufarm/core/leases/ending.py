@@ -37,6 +37,7 @@ REASON_TEXT = {
     ReclaimReason.RESOLVED_IN_DATADOG: "its incident was resolved in Datadog",
     ReclaimReason.CANCELLED: "the request was cancelled",
     ReclaimReason.WITHDRAWN: "it waited past its limit for hosts and was withdrawn",
+    ReclaimReason.PREEMPTED: "it borrowed idle GPUs and was taken back on notice for the team that lent them",
 }
 
 
@@ -64,6 +65,9 @@ def resolve(
     ctx: LeaseContext, alloc: Allocation, reason: ReclaimReason, *, by: str | None, note: str | None = None
 ) -> Message:
     """Write the lease's end (phase reclaiming, the reason, its final GPU-hours); the webhook then reclaims."""
+    if alloc.is_quota_override:
+        # A quota change holds no GPUs: it ends at its end, or an operator rejects it (core.accounting.quota_requests).
+        raise Conflict(f"{alloc.ir_label} is a quota change, not a lease; it ends on its own at its end")
     if alloc.state is State.RESOLVED or alloc.phase in (Phase.RECLAIMING, Phase.RECLAIMED, Phase.REJECTED):
         raise Conflict(f"{alloc.ir_label} has already ended ({alloc.phase.value})")
     # The lease's final GPU-hours land with its end (gpufarm.core.accounting.gpu_hours).

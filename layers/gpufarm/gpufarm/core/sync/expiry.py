@@ -4,6 +4,7 @@ pool group, so an expiry never overwrites a Keep or an extension that ran in bet
 
 from __future__ import annotations
 
+from gpufarm.core.accounting import overrides
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.idle.partial import every_part_due, grace_over
@@ -13,7 +14,7 @@ from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.serial import IncidentCommand, Op, pool_group
-from gpufarm.core.leases import notices, terms
+from gpufarm.core.leases import notices, preemption, terms
 from gpufarm.core.leases.ending import resolve
 
 
@@ -21,9 +22,18 @@ from gpufarm.core.leases.ending import resolve
 def expire(ctx: LeaseContext, ir: int) -> Outcome:
     """The sync's verdict, re-checked on the incident as it is now: resolve when expired or idle past grace."""
     alloc = ctx.get(ir)
+    if alloc.is_quota_override:
+        return overrides.expire(ctx, alloc)  # a quota change at its end (gpufarm.core.accounting.overrides)
     reason = due(ctx, alloc)
     if reason is None:
         return Outcome(ir, f"nothing to do ({alloc.phase.value})")
+    if reason is ReclaimReason.PREEMPTED:
+        # The request the notice was for may have been cancelled or placed meanwhile: then the borrower stays.
+        if not preemption.still_needed(ctx, alloc):
+            preemption.withdraw(ctx, alloc)
+            return Outcome(ir, "preemption withdrawn")
+        resolve(ctx, alloc, reason, by=None, note=preemption.end_note(alloc))
+        return Outcome(ir, f"resolved ({reason.value})")
     resolve(ctx, alloc, reason, by=None)
     return Outcome(ir, f"resolved ({reason.value})")
 
@@ -38,6 +48,8 @@ def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
         return ReclaimReason.EXPIRED
     if terms.waiting_over(alloc, ctx.farm, now):
         return ReclaimReason.WITHDRAWN
+    if preemption.due(alloc, now):
+        return ReclaimReason.PREEMPTED
     if alloc.phase is Phase.IDLE_WARNED and grace_over(ctx.farm, alloc, now):
         # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
         policy = ctx.farm.idle.policy(alloc.environment, alloc.team)
@@ -67,5 +79,7 @@ def send(ctx: LeaseContext, alloc: Allocation, op: Op, origin: str, *, reason: R
         ctx.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
     elif op is Op.REMIND:
         remind(ctx, alloc.ir)
+    elif reason is ReclaimReason.PREEMPTED:
+        expire(ctx, alloc.ir)
     elif reason is not None:
         resolve(ctx, alloc, reason, by=None)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpufarm.core.accounting import overrides
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
@@ -58,6 +59,8 @@ def sweep(ctx: LeaseContext) -> SweepReport:
         elif alloc.phase is Phase.APPROVED:
             _step(ctx, alloc)
             report.to_allocate.append(alloc.ir)
+    # Quota changes at their end (gpufarm.core.accounting.overrides), ended in their pool's group.
+    report.to_end += overrides.send_due(ctx, f"sweep-{bucket}")
     for record in ctx.incidents.search(ENDED_QUERY):
         alloc = Allocation.from_record(record)
         if not alloc.is_probe:
