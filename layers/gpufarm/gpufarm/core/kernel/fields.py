@@ -90,6 +90,13 @@ DEVICES = "gpufarm_devices"
 # (gpufarm.core.idle.partial), so one idle host of a busy lease is judged, cleared and returned on its own.
 IDLE_PARTS = "gpufarm_idle_parts"
 IDLE_RETURNED = "gpufarm_idle_returned"
+# The code of the latest reason the lease waits, was refused or ended (gpufarm.core.kernel.reason_trail); its sentence
+# is the history line that carries the same `[code]`.
+REASON = "gpufarm_reason"
+# The lease's own idle window and grace, chosen at request time within the pool's bounds
+# (gpufarm.core.idle.lease_window).
+IDLE_WINDOW_MINUTES = "idle_window_minutes"
+IDLE_GRACE_MINUTES = "idle_grace_minutes"
 # The lease's audit trail: one line per step, appended in the same PATCH as the change (gpufarm.core.kernel.history).
 HISTORY = "gpufarm_history"
 # Bounded keeps and operator exemptions (gpufarm.core.idle.keeps).
@@ -174,6 +181,16 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "GPU lease history",
         FieldKind.TEXTARRAY,
         "Every step of the lease, one line each: time, actor, step, details (append-only)",
+    ),
+    FieldSpec(REASON, "Reason", FieldKind.TEXTBOX, "Code of the latest reason it waits, was refused or ended"),
+    FieldSpec(
+        IDLE_WINDOW_MINUTES, "Idle window (min)", FieldKind.TEXTBOX, "Minutes idle before a warning, chosen at request"
+    ),
+    FieldSpec(
+        IDLE_GRACE_MINUTES,
+        "Idle grace (min)",
+        FieldKind.TEXTBOX,
+        "Minutes from an idle warning to reclaim, chosen at request",
     ),
     FieldSpec(KEEP_COUNT, "Keeps used", FieldKind.TEXTBOX, "How many times Keep answered an idle warning"),
     FieldSpec(KEPT_UNTIL, "Kept until", FieldKind.TEXTBOX, "ISO 8601 UTC time the last Keep holds idle reclaim off"),

@@ -150,6 +150,11 @@ class Allocation(BaseModel):
     slack_channel: str | None = None
     slack_message: str | None = None
     history: tuple[str, ...] = ()
+    # The code of the latest reason (gpufarm.core.kernel.reason_trail), as stored.
+    reason: str | None = None
+    # The lease's own idle window and grace in minutes, when chosen at request time (gpufarm.core.idle.lease_window).
+    idle_window_minutes: int | None = None
+    idle_grace_minutes: int | None = None
     keep_count: int = 0
     kept_until: datetime | None = None
     exempt_until: datetime | None = None
@@ -214,6 +219,9 @@ class Allocation(BaseModel):
             slack_channel=_text(v.get(f.SLACK_CHANNEL)),
             slack_message=_text(v.get(f.SLACK_MESSAGE)),
             history=tuple(_list(v.get(f.HISTORY))),
+            reason=_text(v.get(f.REASON)),
+            idle_window_minutes=_int(v.get(f.IDLE_WINDOW_MINUTES)),
+            idle_grace_minutes=_int(v.get(f.IDLE_GRACE_MINUTES)),
             keep_count=_int(v.get(f.KEEP_COUNT)) or 0,
             kept_until=parse_time(_text(v.get(f.KEPT_UNTIL))),
             exempt_until=parse_time(_text(v.get(f.EXEMPT_UNTIL))),

@@ -13,7 +13,7 @@ from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.serial import IncidentCommand, Op, pool_group
-from gpufarm.core.leases import notices, terms
+from gpufarm.core.leases import notices, terms, unapprovable
 from gpufarm.core.leases.ending import resolve
 
 
@@ -24,12 +24,14 @@ def expire(ctx: LeaseContext, ir: int) -> Outcome:
     reason = due(ctx, alloc)
     if reason is None:
         return Outcome(ir, f"nothing to do ({alloc.phase.value})")
-    resolve(ctx, alloc, reason, by=None)
+    note = unapprovable.over_limit(ctx, alloc) if reason is ReclaimReason.UNAPPROVABLE else None
+    resolve(ctx, alloc, reason, by=None, note=note)
     return Outcome(ir, f"resolved ({reason.value})")
 
 
 def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
-    """Why the lease ends now, or None: expired, withdrawn (waited past its limit), or idle past its grace."""
+    """Why the lease ends now, or None: expired, withdrawn (waited past its limit, or unapprovable past the pool's
+    policy time: gpufarm.core.leases.unapprovable), or idle past its grace."""
     if alloc.state is State.RESOLVED:
         return None
     # A lease's days run from its allocation; a request still waiting for hosts has its own limit instead.
@@ -38,6 +40,8 @@ def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
         return ReclaimReason.EXPIRED
     if terms.waiting_over(alloc, ctx.farm, now):
         return ReclaimReason.WITHDRAWN
+    if unapprovable.due(ctx, alloc, now):
+        return ReclaimReason.UNAPPROVABLE
     if alloc.phase is Phase.IDLE_WARNED and grace_over(ctx.farm, alloc, now):
         # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
         policy = ctx.farm.idle.policy(alloc.environment, alloc.team)
