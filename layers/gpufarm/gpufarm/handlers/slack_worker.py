@@ -110,6 +110,11 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     telemetry.correlate(ir=cmd.ir)
     if cmd.verb is Verb.STATUS:
         return svc.status(ir, job.user)
+    if cmd.verb is Verb.WHY:
+        # Each command's own logic is imported when it runs.
+        from gpufarm.core.leases import why
+
+        return why.why(svc.context, ir, job.user)
     if cmd.verb is Verb.LIST:
         return svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team)
     if cmd.verb is Verb.QUOTA:

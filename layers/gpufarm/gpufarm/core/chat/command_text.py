@@ -38,6 +38,8 @@ class Verb(StrEnum):
     EXEMPT = "exempt"
     REPORT = "report"
     PROFILE_TOKEN = "profile-token"  # noqa: S105 - the verb's name, not a secret
+    # `/gpu why IR-n`: the lease's current state explained with the numbers (gpufarm.core.leases.why).
+    WHY = "why"
 
 
 class ListScope(StrEnum):

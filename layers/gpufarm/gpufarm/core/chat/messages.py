@@ -23,7 +23,7 @@ from gpufarm.core.chat.block_kit import (
 )
 from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.hosts import GpuUnit
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.units import cuda_visible_devices, kubernetes_resources, lease_devices, nvml_uuid
@@ -35,6 +35,7 @@ HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
   `/gpu request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="fine-tune"`
 • `/gpu list [mine | team [name] | all]` — allocations
 • `/gpu status IR-123` — one allocation, its hosts, expiry and history
+• `/gpu why IR-123` — why it waits, was refused or ended, with its place in the queue and the earliest start
 • `/gpu release IR-123 [now]` — give the GPUs back (a Release button confirms it unless `now`)
 • `/gpu extend IR-123 [days]` — keep them longer
 • `/gpu quota [team]` — quotas and what is in use
@@ -242,6 +243,9 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         lines.append(f"Approved by {who}")
     if alloc.reclaim_reason:
         lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
+    why = reason_trail.latest(alloc)
+    if why is not None:
+        lines.append(f"Why: {inert(why.line())} (`/gpu why {alloc.ir_label}` explains it now)")
     if alloc.keep_count:
         held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
         lines.append(f"Keeps used: {alloc.keep_count}{held}")

@@ -117,12 +117,11 @@ def go_waiting(ctx: LeaseContext, alloc: Allocation, order: Order, *, behind: bo
     live = ctx.live(alloc.environment, phases=terms.WAITING)
     spot = terms.position(alloc, live, order)
     reason = order.waiting_reason(alloc, order.ranked(terms.queue_of(alloc, live)), room=behind)
-    queued = f"position {spot.place} of {spot.of} for {spot.gpu_model}"
     updated = ctx.write(
         alloc,
         Phase.WAITING,
         {f.WAITING_SINCE: isoformat(ctx.now()), **reason_trail.fields(reason)},
-        step=ctx.step(history.GPUFARM, Step.WAITING, queued, reason_trail.detail(reason)),
+        step=ctx.step(history.GPUFARM, Step.WAITING, reason_trail.detail(reason)),
     )
     deadline = terms.waiting_deadline(updated, ctx.farm)
     ctx.tell(updated.requester, notices.waiting(updated, spot, deadline, ctx.links_for(updated)))

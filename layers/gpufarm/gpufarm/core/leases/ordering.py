@@ -95,15 +95,15 @@ class Order:
         return "; ".join(parts)
 
     def waiting_reason(self, alloc: Allocation, ranked: Sequence[Allocation], *, room: bool) -> Reason:
-        """The reason a request waits: no room in the pool, or (fair share) other teams served first."""
-        code = (
-            ReasonCode.QUEUED_FAIR_SHARE
-            if room and self.policy is QueuePolicy.FAIR_SHARE
-            else ReasonCode.QUEUED_CAPACITY
-        )
+        """The reason a request waits: no room in the pool, or (`room`, fair share) other teams served first."""
+        fair = room and self.policy is QueuePolicy.FAIR_SHARE
+        code = ReasonCode.QUEUED_FAIR_SHARE if fair else ReasonCode.QUEUED_CAPACITY
         place = next((i for i, a in enumerate(ranked, 1) if a.ir == alloc.ir), len(ranked))
-        lead = "the pool has room but" if code is ReasonCode.QUEUED_FAIR_SHARE else "the pool is full;"
-        return Reason(code, f"{lead} {_ordinal(place)} of {len(ranked)} in the queue: {self.why(alloc, ranked)}")
+        model = (alloc.gpu_model or "").upper() or "its model"
+        state = "others are served first" if room else "no room in the pool"
+        return Reason(
+            code, f"{_ordinal(place)} of {len(ranked)} waiting for {model}; {state}; {self.why(alloc, ranked)}"
+        )
 
 
 FIFO = Order()
