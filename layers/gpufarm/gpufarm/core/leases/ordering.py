@@ -88,8 +88,8 @@ class Order:
                 ahead.append(other.team or "")
         parts = [f"{mine.text()} {window}"]
         for team in ahead[:MAX_NAMED_AHEAD]:
-            other = self.standing(team)
-            parts.append(f"{team} (ahead) used {other.used_hours:.0f} of {other.share_hours:.0f}")
+            theirs = self.standing(team)
+            parts.append(f"{team} (ahead) used {theirs.used_hours:.0f} of {theirs.share_hours:.0f}")
         if len(ahead) > MAX_NAMED_AHEAD:
             parts.append(f"{len(ahead) - MAX_NAMED_AHEAD} more teams ahead")
         return "; ".join(parts)
