@@ -24,9 +24,13 @@ def expire(ctx: LeaseContext, ir: int) -> Outcome:
     reason = due(ctx, alloc)
     if reason is None:
         return Outcome(ir, f"nothing to do ({alloc.phase.value})")
-    note = unapprovable.over_limit(ctx, alloc) if reason is ReclaimReason.UNAPPROVABLE else None
-    resolve(ctx, alloc, reason, by=None, note=note)
+    resolve(ctx, alloc, reason, by=None, note=_note(ctx, alloc, reason))
     return Outcome(ir, f"resolved ({reason.value})")
+
+
+def _note(ctx: LeaseContext, alloc: Allocation, reason: ReclaimReason) -> str | None:
+    """The numbers an end by time carries beyond its reason: the hard limit an unapprovable request would pass."""
+    return unapprovable.over_limit(ctx, alloc) if reason is ReclaimReason.UNAPPROVABLE else None
 
 
 def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
@@ -72,4 +76,4 @@ def send(ctx: LeaseContext, alloc: Allocation, op: Op, origin: str, *, reason: R
     elif op is Op.REMIND:
         remind(ctx, alloc.ir)
     elif reason is not None:
-        resolve(ctx, alloc, reason, by=None)
+        resolve(ctx, alloc, reason, by=None, note=_note(ctx, alloc, reason))
