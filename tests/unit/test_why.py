@@ -19,6 +19,8 @@ from gpufarm.core.kernel.reasons import Reason, ReasonCode
 from gpufarm.core.leases import why
 from gpufarm.core.leases.earliest import Hold, Release, earliest_start
 from gpufarm.core.service import GpuFarm
+from gpufarm.reporting.make import make_report
+from gpufarm.reporting.render_table import render_table
 
 pytestmark = pytest.mark.unit
 
@@ -160,3 +162,20 @@ def test_a_request_an_operator_could_still_approve_keeps_waiting(svc: tuple[GpuF
     clock.advance(hours=48)
     assert farm.sweep().to_end == []
     assert farm.allocation(second).phase is Phase.REQUESTED
+
+
+def test_reports_count_every_reason_given_in_the_period_ends_without_gpu_hours_included(
+    svc: tuple[GpuFarm, FakeIncidents, FakeClock],
+) -> None:
+    farm, incidents, clock = svc
+    first = ask_hpc(farm, incidents, USER, 8, 7)  # allocated: no reason
+    second = ask_hpc(farm, incidents, USER, 8, 7)  # beyond quota: asked of the operators
+    farm.reject(second, OPS, "no room this week")
+    clock.advance(days=8)
+    farm.sweep()  # the first expired: an end with its GPU-hours
+    clock.advance(minutes=1)  # a period ends before its `now`
+    report = make_report(incidents, farm.context.farm, clock.now(), since="30d")
+    assert report.reasons == {"awaiting-operator": 1, "rejected-operator": 1, "ended-expired": 1}
+    assert "reasons: awaiting-operator 1, ended-expired 1, rejected-operator 1" in render_table(report)
+    assert farm.allocation(second).hours_held == 0  # found by the month of its end, not by GPU-hours
+    assert farm.allocation(first).reason == "ended-expired"

@@ -18,6 +18,7 @@ from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.model import Allocation, IncidentRecord
 from gpufarm.core.kernel.ports import IncidentStore
 from gpufarm.core.kernel.search import IncidentQuery
+from gpufarm.reporting import reasons
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +46,12 @@ def ended_query(months: Sequence[str], team: str | None = None) -> IncidentQuery
 def read_leases(
     incidents: IncidentStore, months: Sequence[str], *, team: str | None = None, limit: int = MAX_LEASES
 ) -> Leases:
-    """The live leases and those ended after accruing in `months`, deduplicated by IR, at most `limit`."""
+    """The live leases, those ended after accruing in `months` and those that ended with a reason in them
+    (gpufarm.reporting.reasons), deduplicated by IR, at most `limit`."""
     found: dict[int, Allocation] = {}
     cut = False
     queries = [live_query(team=team)]
-    queries += [ended_query(months, team)] if months else []
+    queries += [ended_query(months, team), reasons.ended_query(months, team)] if months else []
     for query in queries:
         cut = _collect(incidents.search(query), found, limit) or cut
         if cut:

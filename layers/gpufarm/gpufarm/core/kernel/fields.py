@@ -93,6 +93,9 @@ IDLE_RETURNED = "gpufarm_idle_returned"
 # The code of the latest reason the lease waits, was refused or ended (gpufarm.core.kernel.reason_trail); its sentence
 # is the history line that carries the same `[code]`.
 REASON = "gpufarm_reason"
+# The month (YYYY-MM, UTC) a lease ended in with its reason, so the reports find ends that held no GPU-hours
+# (refused, rejected, withdrawn, cancelled) by month, as they find the others by gpu_hours_months.
+REASON_MONTH = "gpufarm_reason_month"
 # The lease's own idle window and grace, chosen at request time within the pool's bounds
 # (gpufarm.core.idle.lease_window).
 IDLE_WINDOW_MINUTES = "idle_window_minutes"
@@ -183,6 +186,7 @@ SCHEMA: tuple[FieldSpec, ...] = (
         "Every step of the lease, one line each: time, actor, step, details (append-only)",
     ),
     FieldSpec(REASON, "Reason", FieldKind.TEXTBOX, "Code of the latest reason it waits, was refused or ended"),
+    FieldSpec(REASON_MONTH, "Reason month", FieldKind.TEXTBOX, "YYYY-MM (UTC) of the end its reason was given in"),
     FieldSpec(
         IDLE_WINDOW_MINUTES, "Idle window (min)", FieldKind.TEXTBOX, "Minutes idle before a warning, chosen at request"
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel import history
@@ -21,9 +22,14 @@ MAX_DETAIL_CHARS = 220
 _CODE_RE = re.compile(r"\[([a-z][a-z0-9-]{1,40})\]$")
 
 
-def fields(reason: Reason) -> dict[str, object]:
-    """The incident fields that record `reason` as the latest."""
-    return {f.REASON: reason.code.value}
+def fields(reason: Reason, ended: datetime | None = None) -> dict[str, object]:
+    """The incident fields that record `reason` as the latest; `ended`: the lease ends with it then (its month is
+    recorded for the reports' search)."""
+    out: dict[str, object] = {f.REASON: reason.code.value}
+    if ended is not None:
+        moment = ended.astimezone(UTC)
+        out[f.REASON_MONTH] = f"{moment.year:04d}-{moment.month:02d}"
+    return out
 
 
 def detail(reason: Reason, limit: int = MAX_DETAIL_CHARS) -> str:

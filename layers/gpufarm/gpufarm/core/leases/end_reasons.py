@@ -24,11 +24,6 @@ CODE: dict[ReclaimReason, ReasonCode] = {
 }
 
 
-def end_code(why: ReclaimReason) -> str:
-    """The reason code of an end, as the incident field stores it."""
-    return CODE[why].value
-
-
 def end_reason(
     farm: FarmConfig,
     alloc: Allocation,

@@ -25,7 +25,7 @@ from gpufarm.core.kernel.ir import ir_tag_value
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State, check_transition
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.leases import metrics, notices
-from gpufarm.core.leases.end_reasons import end_code, end_reason
+from gpufarm.core.leases.end_reasons import end_reason
 from gpufarm.core.leases.operators import update_operator_message
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,11 @@ def resolve(
     # The lease's final GPU-hours land with its end (gpufarm.core.accounting.gpu_hours), and its reason
     # (gpufarm.core.kernel.reason_trail).
     why = end_reason(ctx.farm, alloc, reason, ctx.now(), by=by, note=note)
-    ended = {f.RECLAIM_REASON: reason.value, **gpu_hours.final_fields(alloc, ctx.now()), **reason_trail.fields(why)}
+    ended = {
+        f.RECLAIM_REASON: reason.value,
+        **gpu_hours.final_fields(alloc, ctx.now()),
+        **reason_trail.fields(why, ctx.now()),
+    }
     step = _ended_step(ctx, reason, by, note, reason_trail.detail(why))
     ctx.write(alloc, Phase.RECLAIMING, ended, step=step)
     if alloc.phase is Phase.REQUESTED and alloc.slack_message:
@@ -96,17 +100,20 @@ def reclaim(ctx: LeaseContext, alloc: Allocation) -> Outcome:
         ctx.untag_host(host, alloc)
     reason = alloc.reclaim_reason or ReclaimReason.RESOLVED_IN_DATADOG
     check_transition(Phase.RECLAIMING, Phase.RECLAIMED)
+    recorded: dict[str, object] = {}  # the end's reason, when resolve did not record it
     if alloc.phase is Phase.RECLAIMING:
         freed = ctx.step(history.GPUFARM, Step.FREED, f"hosts: {', '.join(hosts) or 'none'}")
     else:  # resolved in Datadog's UI: nobody went through gpufarm, so this is where the reclaim is recorded
-        why = reason_trail.detail(end_reason(ctx.farm, alloc, reason, ctx.now()))
-        freed = ctx.step(history.DATADOG, Step.RECLAIMED, f"reason: {reason.value}", f"hosts: {', '.join(hosts)}", why)
+        why = end_reason(ctx.farm, alloc, reason, ctx.now())
+        recorded = reason_trail.fields(why, ctx.now())
+        details = (f"reason: {reason.value}", f"hosts: {', '.join(hosts)}", reason_trail.detail(why))
+        freed = ctx.step(history.DATADOG, Step.RECLAIMED, *details)
     # The devices field is emptied only for a lease that recorded units (a dedicated lease's PATCH unchanged).
     no_devices: dict[str, object] = {f.DEVICES: []} if alloc.devices else {}
     updated = ctx.write(
         alloc,
         Phase.RECLAIMED,
-        {f.HOSTS: [], f.HOST_GPUS: [], **no_devices, f.RECLAIM_REASON: reason.value, f.REASON: end_code(reason)},
+        {f.HOSTS: [], f.HOST_GPUS: [], **no_devices, f.RECLAIM_REASON: reason.value, **recorded},
         check=False,
         step=freed,
     )

@@ -142,7 +142,7 @@ def decide_request(ctx: LeaseContext, ir: int) -> Message:
     if decision.verdict is Verdict.REFUSE:
         refused = Reason(ReasonCode.REFUSED_POLICY, decision.reason)
         step = ctx.step(history.POLICY, Step.REFUSED, reason_trail.detail(refused))
-        ctx.write(alloc, Phase.REJECTED, reason_trail.fields(refused), step=step)
+        ctx.write(alloc, Phase.REJECTED, reason_trail.fields(refused, ctx.now()), step=step)
         ctx.write_fields(alloc, {}, title=f"{alloc.title} (refused: {decision.reason})"[:250])
         log.info("%s refused by policy: %s", alloc.ir_label, decision.reason)
         return messages.policy_refused(alloc, decision.reason, links)
@@ -183,7 +183,7 @@ def reject(ctx: LeaseContext, ir: int, actor: str, reason: str | None = None) ->
     expect_phase(alloc, Phase.REQUESTED, "rejected")
     why = Reason(ReasonCode.REJECTED_OPERATOR, f"reason: {reason}" if reason else "no reason given")
     rejected = ctx.step(actor, Step.REJECTED, reason_trail.detail(why))
-    updated = ctx.write(alloc, Phase.REJECTED, reason_trail.fields(why), step=rejected)
+    updated = ctx.write(alloc, Phase.REJECTED, reason_trail.fields(why, ctx.now()), step=rejected)
     update_operator_message(ctx, updated, f"Rejected by {mention(actor)}" + (f": {inert(reason)}" if reason else ""))
     ctx.tell(updated.requester, messages.rejected_notice(updated, actor, reason, ctx.links_for(updated)))
     return messages.rejected_reply(updated, ctx.links_for(updated))
