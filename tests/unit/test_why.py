@@ -101,7 +101,7 @@ def test_why_explains_a_wait_with_its_place_what_is_ahead_and_the_earliest_start
     assert f"IR-{waiting} (8x H100 in hpc)" in text
     assert "Waiting for hosts: 1st of 1 waiting for H100: first come, first served." in text
     assert "Nothing is ahead of it" in text
-    assert "Pool: 8 H100 up, 8 held by 1 leases, 0 free; it and those ahead need 8." in text
+    assert "Pool: 8 H100, 8 held by 1 leases, 0 free; it and those ahead need 8." in text
     assert ends is not None and f"Earliest start: no earlier than {ends:%Y-%m-%dT%H:%M:%SZ}" in text
     assert "Withdrawn at " in text
     assert "[queued-capacity]" in text

@@ -70,6 +70,9 @@ REQUEST_KEYS: dict[str, str] = {
     "duration_days": "duration_days",
     "purpose": "purpose",
     "for": "purpose",
+    # The lease's own idle window and grace (gpufarm.core.idle.lease_window).
+    "idle": "idle_window",
+    "grace": "idle_grace",
 }
 
 # Slack may turn straight quotes into typographic ones; shlex only understands the straight kind.
@@ -196,7 +199,8 @@ def parse_request_args(words: list[str]) -> dict[str, str]:
         name = REQUEST_KEYS.get(key.strip().lower())
         if name is None:
             raise ValidationFailed(
-                "text", f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose"
+                "text",
+                f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose, idle, grace",
             )
         _put(args, name, value.strip())
     if len(bare) > 2:

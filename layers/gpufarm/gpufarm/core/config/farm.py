@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpufarm.core.config.accounting import MAX_BUDGETS, Budget, LedgerSettings, budget_problems
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
+from gpufarm.core.config.idle_choice import IdleChoiceSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
 from gpufarm.core.config.scheduling import SchedulingSettings
@@ -428,6 +429,8 @@ class FarmConfig(_Strict):
     enforcement: EnforcementSettings = EnforcementSettings()
     # How each pool orders its queue and withdraws unapprovable requests (gpufarm.core.config.scheduling).
     scheduling: SchedulingSettings = SchedulingSettings()
+    # Bounds on the idle window and grace a request may choose (gpufarm.core.config.idle_choice).
+    idle_choice: IdleChoiceSettings = IdleChoiceSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
@@ -435,7 +438,7 @@ class FarmConfig(_Strict):
         problems = self.inventory.problems({n: e.gpu_models for n, e in self.environments.items()}, agent_pools)
         problems += budget_problems(self.budgets, self.teams)
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
-        problems += self.scheduling.problems(self.environments)
+        problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():

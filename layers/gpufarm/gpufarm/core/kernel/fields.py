@@ -100,6 +100,8 @@ REASON_MONTH = "gpufarm_reason_month"
 # (gpufarm.core.idle.lease_window).
 IDLE_WINDOW_MINUTES = "idle_window_minutes"
 IDLE_GRACE_MINUTES = "idle_grace_minutes"
+# Since when a lease with its own idle window is idle, while a monitor's alert waits for that window to pass.
+IDLE_PENDING = "gpufarm_idle_pending"
 # The lease's audit trail: one line per step, appended in the same PATCH as the change (gpufarm.core.kernel.history).
 HISTORY = "gpufarm_history"
 # Bounded keeps and operator exemptions (gpufarm.core.idle.keeps).
@@ -196,6 +198,7 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTBOX,
         "Minutes from an idle warning to reclaim, chosen at request",
     ),
+    FieldSpec(IDLE_PENDING, "Idle since", FieldKind.TEXTBOX, "ISO 8601 UTC time idle since, while its own window runs"),
     FieldSpec(KEEP_COUNT, "Keeps used", FieldKind.TEXTBOX, "How many times Keep answered an idle warning"),
     FieldSpec(KEPT_UNTIL, "Kept until", FieldKind.TEXTBOX, "ISO 8601 UTC time the last Keep holds idle reclaim off"),
     FieldSpec(EXEMPT_UNTIL, "Exempt until", FieldKind.TEXTBOX, "ISO 8601 UTC end of an operator's idle exemption"),

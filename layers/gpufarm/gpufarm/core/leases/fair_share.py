@@ -19,7 +19,6 @@ from gpufarm.core.accounting import gpu_hours
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.config.scheduling import QueuePolicy
 from gpufarm.core.context.lease_context import LeaseContext
-from gpufarm.core.inventory.placement import pool_hosts
 from gpufarm.core.kernel.lifecycle import HOLDING, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import IncidentQuery
@@ -40,7 +39,8 @@ def pool_order(ctx: LeaseContext, environment: str, gpu_model: str) -> Order:
     model = gpu_model.upper()
     leases = [a for a in ctx.live(environment) if (a.gpu_model or "").upper() == model]
     leases += _ended(ctx, environment, model, start, now)
-    capacity = sum(h.gpu_count for h in pool_hosts(ctx.inventory(environment), environment, model))
+    # The pool's GPUs from its sizes, counted without listing it where the host API allows (core.context.reads).
+    capacity = sum(gpus * n for (_, gpus), n in ctx.reads().host_sizes(environment, model).items())
     standings = standings_of(
         ctx.farm, environment=environment, gpu_model=model, leases=leases, start=start, now=now, capacity=capacity
     )

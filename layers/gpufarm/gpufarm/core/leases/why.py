@@ -19,7 +19,6 @@ from gpufarm.core.chat.block_kit import Message, linked, section
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.governance import visibility
-from gpufarm.core.inventory.placement import pool_hosts
 from gpufarm.core.kernel import reason_trail
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
@@ -81,14 +80,14 @@ def waiting_lines(  # noqa: PLR0917 - the lease, its pool's order and reads, and
         lines.append(f"Ahead of it: {', '.join(named)}{more}.")
     else:
         lines.append("Nothing is ahead of it: it is next when the pool has room.")
-    hosts = [h for h in pool_hosts(ctx.inventory(env), env, model) if h.name not in ctx.down(env)]
-    total = sum(h.gpu_count for h in hosts)
+    # The pool's size counted, not listed (gpufarm.core.context.reads.host_sizes): a few reads whatever its size.
+    total = sum(gpus * n for (_, gpus), n in ctx.reads().host_sizes(env, model).items())
     holding = [a for a in live if a.phase in HOLDING and (a.gpu_model or "").upper() == model]
     held = sum(sum(a.host_gpus.values()) or a.gpu_count for a in holding)
     free = max(total - held, 0)
     need = alloc.gpu_count + sum(a.gpu_count for a in ahead)
     lines.append(
-        f"Pool: {total} {model} up, {held} held by {len(holding)} leases, {free} free; it and those ahead need {need}."
+        f"Pool: {total} {model}, {held} held by {len(holding)} leases, {free} free; it and those ahead need {need}."
     )
     days = alloc.duration_days or ctx.farm.defaults.duration_days
     releases = [Release(a.expires_at, sum(a.host_gpus.values()) or a.gpu_count) for a in holding if a.expires_at]

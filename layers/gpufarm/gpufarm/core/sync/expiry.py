@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
+from gpufarm.core.idle import lease_window
 from gpufarm.core.idle.partial import every_part_due, grace_over
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel import history
@@ -48,7 +49,7 @@ def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
         return ReclaimReason.UNAPPROVABLE
     if alloc.phase is Phase.IDLE_WARNED and grace_over(ctx.farm, alloc, now):
         # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
-        policy = ctx.farm.idle.policy(alloc.environment, alloc.team)
+        policy = lease_window.policy_for(ctx.farm, alloc)
         if not alloc.hosts or every_part_due(alloc, now, policy):
             return ReclaimReason.IDLE
     return None
