@@ -9,7 +9,7 @@
 A request that names neither keeps its pool's and team's idle policy (`idle:`). A chosen window is honoured by
 gpufarm's own timer over the pool's monitors (gpufarm.core.idle.lease_window): a monitor fires after its kind's
 window and gpufarm holds the warning back until the lease has been idle for its own, so a chosen window is at least
-the longest window of the pool's monitors (checked at request time, with the number in the refusal).
+the shortest window of the pool's monitors (checked at request time, with the number in the refusal).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The idle window and grace a request chooses (`idle=30m grace=2h`), validated within its pool's bounds.
 
 Each value is a duration (`45`, `45m`, `2h`, `1d`; minutes when bare), within the pool's bounds
-(gpufarm.core.config.idle_choice); a window is at least the longest window of the pool's enabled idle monitors for
+(gpufarm.core.config.idle_choice); a window is at least the shortest window of the pool's enabled idle monitors for
 the team (they fire after it: nothing can warn sooner). A value out of bounds is refused with the bounds, and
 nothing is created. gpufarm.core.idle.lease_window honours them once the lease holds GPUs.
 """
@@ -34,10 +34,12 @@ def choose(
     chosen_window = chosen_grace = None
     if window:
         chosen_window = _within(minutes(window, "idle"), bounds.window_minutes, "idle", environment)
-        longest = max((k.window_minutes for _, k in farm.idle.policy(environment, team).enabled()), default=0)
-        if chosen_window < longest:
+        # The pool's monitors fire after their kind's window: no warning can come sooner than the shortest.
+        shortest = min((k.window_minutes for _, k in farm.idle.policy(environment, team).enabled()), default=0)
+        if chosen_window < shortest:
             raise ValidationFailed(
-                "idle", f"{environment}'s idle monitors judge over {longest} min: choose idle={longest}m or more"
+                "idle",
+                f"{environment}'s idle monitors judge over {shortest} min at the least: choose idle={shortest}m or more",
             )
     if grace:
         chosen_grace = _within(minutes(grace, "grace"), bounds.grace_minutes, "grace", environment)
