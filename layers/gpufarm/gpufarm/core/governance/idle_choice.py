@@ -39,7 +39,8 @@ def choose(
         if chosen_window < shortest:
             raise ValidationFailed(
                 "idle",
-                f"{environment}'s idle monitors judge over {shortest} min at the least: choose idle={shortest}m or more",
+                f"{environment}'s idle monitors judge over {shortest} min at the least: "
+                f"choose idle={shortest}m or more",
             )
     if grace:
         chosen_grace = _within(minutes(grace, "grace"), bounds.grace_minutes, "grace", environment)
