@@ -33,7 +33,6 @@ from gpufarm_sandbox.process import free_port, start_sandbox
 from gpufarm_sandbox.scalefarm import FarmPath
 
 FAIR_SHARE = "scheduling:\n  environments:\n    onprem-hpc: {queue: fair-share}\n"
-GOAL_P95_S = 1.0
 
 
 def seed_waiting(api: scalefarm.Api, count: int) -> list[tuple[int, str]]:
@@ -125,7 +124,7 @@ def main() -> None:
         for path in results:
             show(path)
         worst = max(c.wall_s for p in results for c in p.calls[1:])
-        print(f"goal: warm answer <= {GOAL_P95_S:.1f} s; worst warm {worst * 1000:.0f} ms")
+        print(f"worst warm answer {worst * 1000:.0f} ms (the worker answers through Slack's response_url)")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
