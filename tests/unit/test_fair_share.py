@@ -67,8 +67,11 @@ def test_fair_share_serves_the_team_furthest_below_its_share_first_ties_by_age()
     assert order.why(queue[2], order.ranked(queue)) == "nlp used 140 of its 300 GPU-hour share this week"
     assert order.standing("audio").ratio == math.inf
     assert "has no quota share here" in order.why(queue[3], order.ranked(queue))
-    wait = order.waiting_reason(queue[0], order.ranked(queue), room=True)
+    # vision's IR-3 waits behind nlp's newer IR-4 and IR-5: fair share put them ahead.
+    wait = order.waiting_reason(queue[0], order.ranked(queue), behind=True)
     assert wait.code.value == "queued-fair-share" and wait.sentence.startswith("3rd of 4 waiting for H100; others")
+    # nlp's IR-4 waits behind nobody newer: the pool is full.
+    assert order.waiting_reason(queue[2], order.ranked(queue), behind=False).code.value == "queued-capacity"
 
 
 def test_window_hours_take_the_part_of_the_accrued_hours_inside_the_window() -> None:

@@ -116,7 +116,7 @@ def go_waiting(ctx: LeaseContext, alloc: Allocation, order: Order, *, behind: bo
     # Its place among the pool's requests waiting for the model, in the pool's order (gpufarm.core.leases.ordering).
     live = ctx.live(alloc.environment, phases=terms.WAITING)
     spot = terms.position(alloc, live, order)
-    reason = order.waiting_reason(alloc, order.ranked(terms.queue_of(alloc, live)), room=behind)
+    reason = order.waiting_reason(alloc, order.ranked(terms.queue_of(alloc, live)), behind=behind)
     updated = ctx.write(
         alloc,
         Phase.WAITING,

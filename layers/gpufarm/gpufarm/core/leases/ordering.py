@@ -94,13 +94,14 @@ class Order:
             parts.append(f"{len(ahead) - MAX_NAMED_AHEAD} more teams ahead")
         return "; ".join(parts)
 
-    def waiting_reason(self, alloc: Allocation, ranked: Sequence[Allocation], *, room: bool) -> Reason:
-        """The reason a request waits: no room in the pool, or (`room`, fair share) other teams served first."""
-        fair = room and self.policy is QueuePolicy.FAIR_SHARE
-        code = ReasonCode.QUEUED_FAIR_SHARE if fair else ReasonCode.QUEUED_CAPACITY
+    def waiting_reason(self, alloc: Allocation, ranked: Sequence[Allocation], *, behind: bool) -> Reason:
+        """The reason a request waits: no room in the pool, or (`behind`) requests its pool serves first; the code
+        says fair share where that order put a newer request ahead of it (FIFO would not have)."""
         place = next((i for i, a in enumerate(ranked, 1) if a.ir == alloc.ir), len(ranked))
+        reordered = self.policy is QueuePolicy.FAIR_SHARE and any(a.ir > alloc.ir for a in ranked[: place - 1])
+        code = ReasonCode.QUEUED_FAIR_SHARE if reordered else ReasonCode.QUEUED_CAPACITY
         model = (alloc.gpu_model or "").upper() or "its model"
-        state = "others are served first" if room else "no room in the pool"
+        state = "others are served first" if behind else "no room in the pool"
         return Reason(
             code, f"{_ordinal(place)} of {len(ranked)} waiting for {model}; {state}; {self.why(alloc, ranked)}"
         )
