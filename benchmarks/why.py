@@ -88,6 +88,7 @@ def show(path: FarmPath) -> None:
         f"{statistics.median(c.cpu_s for c in warm) * 1000:6.0f} ms, {warm[-1].reads} reads, "
         f"{warm[-1].writes} writes, peak RSS {max(c.rss_mb for c in path.calls):.0f} MB"
     )
+    print(f"{'':<34} requests of a warm answer: {dict(sorted(warm[-1].by_endpoint.items()))}")
 
 
 def main() -> None:

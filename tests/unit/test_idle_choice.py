@@ -125,3 +125,17 @@ def test_a_lease_without_its_own_window_is_warned_at_the_monitors(svc: tuple[Gpu
     ir = _lease(farm, "")
     clock.advance(hours=2)
     assert farm.idle_triggered(ir, MONITOR).action.startswith("warned")
+
+
+def test_the_monitors_do_not_grow_with_the_windows_leases_choose() -> None:
+    # docs/scheduling.md, "Idle settings per lease": the example farm's 6 monitors, whatever the leases choose
+    # (the monitors are made from the farm file alone; leases' windows are honoured by gpufarm's own timer).
+    from pathlib import Path
+
+    from gpufarm.setup.monitors import desired_monitors
+
+    text = (Path(__file__).resolve().parents[2] / "config" / "farm.example.yaml").read_text(encoding="utf-8")
+    farm = parse_farm(text)
+    assert len(desired_monitors(farm)) == 6
+    wide = parse_farm(text + "idle_choice:\n  window_minutes: {min: 60, max: 1440}\n")
+    assert len(desired_monitors(wide)) == 6
