@@ -179,3 +179,15 @@ def test_reports_count_every_reason_given_in_the_period_ends_without_gpu_hours_i
     assert "reasons: awaiting-operator 1, ended-expired 1, rejected-operator 1" in render_table(report)
     assert farm.allocation(second).hours_held == 0  # found by the month of its end, not by GPU-hours
     assert farm.allocation(first).reason == "ended-expired"
+
+
+def test_the_end_notice_says_the_reason_with_its_numbers(svc: tuple[GpuFarm, FakeIncidents, FakeClock]) -> None:
+    farm, incidents, clock = svc
+    ir = ask_hpc(farm, incidents, USER, 8, 2)
+    clock.advance(days=2, minutes=1)
+    farm.sweep()
+    told = [s.text for s in farm.context.chat.to(USER, "dm")]  # type: ignore[attr-defined]
+    assert any(
+        f"IR-{ir}" in t and "its time ran out: its 2 days on 8x H100 ran out at " in t and "[ended-expired]" in t
+        for t in told
+    ), told

@@ -123,7 +123,9 @@ def reclaim(ctx: LeaseContext, alloc: Allocation) -> Outcome:
         hours = ctx.farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
         message = notices.withdrawn(updated, hours, ctx.links_for(updated))
     else:
-        message = messages.reclaimed(updated, REASON_TEXT[reason], hosts, ctx.links_for(updated))
+        # The reason with its numbers, as the history and `/gpu status` give it (gpufarm.core.leases.end_reasons).
+        said = f"{REASON_TEXT[reason]}: {end_reason(ctx.farm, alloc, reason, ctx.now()).line()}"
+        message = messages.reclaimed(updated, said, hosts, ctx.links_for(updated))
     ctx.tell(updated.requester, message)
     ctx.post_operators(message)
     return Outcome(alloc.ir, "reclaimed", tuple(hosts))
