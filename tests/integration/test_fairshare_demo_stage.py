@@ -14,8 +14,9 @@ pytestmark = pytest.mark.integration
 
 FACTS = (
     "both wait: the pool is full",
-    "speech's newer request is 1st: it used none of its share",
-    "nlp's older request is 2nd: it used 48 GPU-hours this week",
+    "nlp used more of its share this week than speech",
+    "speech's newer request is 1st",
+    "nlp's older request is 2nd",
     "got the host",
     "still waits",
     "/gpu why gives its place and earliest start",

@@ -3,7 +3,7 @@ says why.
 
 Played through Slack against a copy of config/farm.example.yaml whose cloud pool orders its queue by fair share
 (`scheduling.environments.cloud-aws.queue: fair-share`, a 7-day usage window). The pool's one A100 host goes to
-alice (nlp); six hours pass on the accelerated sandbox clock, so nlp has used 48 GPU-hours of its share. alice asks
+alice (nlp); six hours pass on the accelerated sandbox clock, so nlp has used 48 GPU-hours more of its share. alice asks
 again (beyond nlp's quota, dana approves it) and waits; then carol (speech, nothing used) asks and waits too. In
 FIFO order alice's older request would be next; here `/gpu list all` shows carol's first, each position with the
 teams' GPU-hours against their shares, and when alice releases the host carol's newer request gets it. `/gpu why`
@@ -13,7 +13,9 @@ Everything taken is given back.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
 POOL = "cloud-aws"
 HOURS_USED = 6
 ASK = "request 8 A100 project={project} team={team} env=cloud-aws days=1"
+# `nlp used 48 of its 672 GPU-hour share`: a team's standing as a position says it (gpufarm.core.leases.ordering).
+USED_RE = re.compile(r"\b([a-z][a-z0-9-]*) used ([0-9]+) of its [0-9]+ GPU-hour share")
 
 
 @contextmanager
@@ -119,14 +123,18 @@ def _play(ctx: DemoContext, farm: LocalFarm, taken: list[int]) -> None:
         for line in listed.splitlines():
             if f"IR-{older}" in line or f"IR-{newer}" in line:
                 ctx.info("   " + line.strip())
+        used = {team: float(n) for team, n in USED_RE.findall(listed)}
+        # Earlier stages may have used the pool too: what counts is that nlp used more of its share than speech.
         ctx.check(
-            "1st of 2 waiting for A100: speech used 0 of its" in listed,
-            "speech's newer request is 1st: it used none of its share",
+            used.get("nlp", 0.0) >= 8 * HOURS_USED and used.get("nlp", 0.0) > used.get("speech", math.inf),
+            "nlp used more of its share this week than speech",
+            f"nlp {used.get('nlp')}, speech {used.get('speech')} GPU-hours",
         )
         ctx.check(
-            "2nd of 2 waiting for A100: nlp used 48 of its" in listed,
-            f"nlp's older request is 2nd: it used {8 * HOURS_USED} GPU-hours this week",
+            f"IR-{newer} waiting" in listed and "(1st of 2 waiting for A100: speech used" in listed,
+            "speech's newer request is 1st",
         )
+        ctx.check("(2nd of 2 waiting for A100: nlp used" in listed, "nlp's older request is 2nd")
     with ctx.step("nlp releases the host: the pool serves speech first"):
         farm.slash(ALICE, f"release IR-{first} now")
         farm.settle()
