@@ -28,7 +28,10 @@ def idle_triggered(ctx: LeaseContext, ir: int, scope: IdleScope | None = None) -
     alloc = ctx.get(ir)
     held = keeps.suppressed(alloc, ctx.now())
     if held is not None and alloc.state is not State.RESOLVED:
-        # A keep or an operator's exemption holds idle reclaim off until its end (gpufarm.core.idle.keeps).
+        # A keep or an operator's exemption holds idle reclaim off until its end (gpufarm.core.idle.keeps); a held-back
+        # alert is dropped with it, so the sweep does not send it again each minute.
+        if alloc.idle_pending is not None:
+            ctx.write_fields(alloc, {f.IDLE_PENDING: None})
         return Outcome(ir, f"nothing to do: {alloc.ir_label} is {held}")
     foreign = foreign_parts(alloc, scope)
     if foreign:
