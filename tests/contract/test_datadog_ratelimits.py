@@ -258,3 +258,32 @@ def test_the_gate_holds_a_spent_limit_for_its_reset_only() -> None:
     assert slept == [4.0]
     for garbled in ("soon", "-1", "nan", "1e400"):
         assert dc.reset_seconds({"X-RateLimit-Reset": garbled}) is None
+
+
+def test_no_retry_waits_past_the_invocations_time_budget() -> None:
+    import urllib3
+
+    from gpufarm.adapters import time_budget
+
+    slept: list[float] = []
+    policy = dc.DatadogRetry(
+        total=3, backoff_factor=2, rate_limit_wait_s=10, rate_limit_retries=4, sleeper=slept.append
+    )
+    limited = _Answer(429, reset="3", name="incidents", remaining="0")
+    failed = _Answer(503)
+    with time_budget.invocation(3.5):  # 2.8 s of work, 0.7 s kept for the answer
+        # A 3 s reset, within the bounds but past the budget: the call ends now, with the 429 it got.
+        with pytest.raises(urllib3.exceptions.MaxRetryError, match="time budget"):
+            policy.increment("GET", "/api/v2/incidents", response=limited)
+        # The first 5xx retry backs off 0 s: made; the next backs off 4 s: not.
+        first = policy.increment("GET", "/api/v2/incidents", response=failed)
+        with pytest.raises(urllib3.exceptions.MaxRetryError, match="time budget"):
+            first.increment("GET", "/api/v2/incidents", response=failed)
+        now = [0.0]
+        gate = dc.RateLimitGate(max_wait_s=10, sleeper=slept.append, clock=lambda: now[0])
+        gate.observe("http://dd/api/v1/hosts", {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "5"})
+        gate.hold("http://dd/api/v1/hosts")  # a 5 s hold would pass the budget: the call goes out instead
+    assert slept == []
+    # Outside an invocation the same 429 is waited out.
+    policy.increment("GET", "/api/v2/incidents", response=limited).sleep(limited)
+    assert 3.0 <= slept[-1] <= 3.3

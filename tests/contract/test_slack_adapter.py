@@ -160,6 +160,22 @@ def test_rate_limit_beyond_the_budget_raises(sandbox: Sandbox, sandbox_url: str)
     assert isinstance(info.value, UpstreamError)
 
 
+def test_a_retry_past_the_invocations_time_budget_is_not_waited_for(
+    chat: SlackChat, sandbox: Sandbox, sandbox_url: str
+) -> None:
+    from gpufarm.adapters import time_budget
+
+    faults(sandbox_url, rate=1.0, statuses=[429], paths=r"chat\.postMessage", seed=1, max_faults=1)
+    started = time.monotonic()
+    # 2 s left of the invocation: a Retry-After of 1 s and the retried call would not fit what the work may spend.
+    with time_budget.invocation(2.0), pytest.raises(SlackError) as info:
+        chat.post_message("C0000000001", "not now")
+    assert time.monotonic() - started < 1.0
+    assert (info.value.code, info.value.status) == ("ratelimited", 429)
+    chat.post_message("C0000000001", "later")  # outside the invocation the next call goes through
+    assert [m["text"] for m in messages(sandbox_url)] == ["later"]
+
+
 def test_server_errors_are_retried(chat: SlackChat, sandbox: Sandbox, sandbox_url: str) -> None:
     faults(sandbox_url, rate=1.0, statuses=[503], paths=r"users\.info", seed=1, max_faults=1)
     assert chat.user_name("U0000000001") == "fake.user"

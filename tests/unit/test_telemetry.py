@@ -98,11 +98,23 @@ def test_the_level_comes_from_the_functions_logging_config() -> None:
     assert [line["message"] for line in lines] == ["reclaim soon", "reclaim soon"]
 
 
-def test_outside_lambda_the_handler_is_returned_unchanged() -> None:
+def test_outside_lambda_the_handler_runs_as_written_within_its_time_budget() -> None:
+    from gpufarm.adapters import time_budget
     from gpufarm.handlers import telemetry
 
+    seen: list[bool] = []
+
     def handle(event: Any, context: Any) -> Any:
+        seen.append(time_budget.allows(1.0))
         return event
 
-    assert telemetry.instrument(handle) is handle
+    class Context:
+        def get_remaining_time_in_millis(self) -> int:
+            return 1500
+
+    wrapped = telemetry.instrument(handle)
+    assert wrapped({"a": 1}, None) == {"a": 1}  # no context: no budget
+    assert wrapped({"a": 2}, Context()) == {"a": 2}  # 1.5 s left, 0.3 s of it kept for the answer: no 1 s wait
+    assert seen == [True, False]
+    assert time_budget.allows(1.0)  # the budget ends with the invocation
     telemetry.correlate(ir=1, slack_user="U1")  # nothing is set up, nothing happens

@@ -34,6 +34,7 @@ from datadog_api_client import ApiClient, Configuration
 from datadog_api_client.exceptions import ApiException, OpenApiException
 from datadog_api_client.rest import RETRY_AFTER_STATUS_CODES, RESTClientObject
 
+from gpufarm.adapters import time_budget
 from gpufarm.config import Settings
 from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotFound, UpstreamError, ValidationFailed
 
@@ -172,6 +173,13 @@ class RateLimited(urllib3.exceptions.ResponseError):
     """A 429 gpufarm does not wait out (its reset is beyond the bound, or too many came in a row)."""
 
 
+class OutOfTime(urllib3.exceptions.ResponseError):
+    """A retry gpufarm does not make: its wait would run past the invocation's time budget."""
+
+    def __init__(self) -> None:
+        super().__init__("the wait before the next attempt would run past the invocation's time budget")
+
+
 class DatadogRetry(urllib3.util.Retry):
     """urllib3's retry policy with Datadog's rate limits: a 429 waits for `X-RateLimit-Reset`, within bounds.
 
@@ -210,10 +218,17 @@ class DatadogRetry(urllib3.util.Retry):
         return bool(self.total) and status_code in RETRY_AFTER_STATUS_CODES
 
     def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> DatadogRetry:
-        """The policy for the next attempt; a 429 spends a rate-limit retry, or ends the call when it cannot wait."""
+        """The policy for the next attempt; a 429 spends a rate-limit retry, or ends the call when it cannot wait.
+
+        Either kind of retry also ends the call when its wait would run past the invocation's time budget
+        (gpufarm.adapters.time_budget): the failure then reaches the handler while it can still answer.
+        """
         response = kwargs.get("response")
         if response is None or response.status != 429:
-            return super().increment(method, url, *args, **kwargs)
+            following = super().increment(method, url, *args, **kwargs)
+            if response is not None and not time_budget.allows(following.get_backoff_time()):
+                raise urllib3.exceptions.MaxRetryError(kwargs.get("_pool"), url or "", OutOfTime())  # type: ignore[arg-type]
+            return following
         wait = reset_seconds(response.headers)
         if self.rate_limit_retries <= 0 or wait is None or wait > self.rate_limit_wait_s:
             why = (
@@ -225,6 +240,8 @@ class DatadogRetry(urllib3.util.Retry):
             )
             # urllib3 then hands back the 429 itself (raise_on_status=False): the client raises it as an ApiException.
             raise urllib3.exceptions.MaxRetryError(kwargs.get("_pool"), url or "", RateLimited(why))  # type: ignore[arg-type]
+        if not time_budget.allows(wait):
+            raise urllib3.exceptions.MaxRetryError(kwargs.get("_pool"), url or "", OutOfTime())  # type: ignore[arg-type]
         history = (*self.history, urllib3.util.retry.RequestHistory(method, url, None, 429, None))
         return self.new(rate_limit_retries=self.rate_limit_retries - 1, history=history)
 
@@ -271,8 +288,9 @@ class RateLimitGate:
         if until is None:
             return
         delay = until - self._clock()
-        # A reset beyond the bound is not waited for here either: the call goes out, and its 429 fails it at once.
-        if 0 < delay <= self.max_wait_s:
+        # A reset beyond the bound (or past the invocation's time budget) is not waited for here either: the call
+        # goes out, and its 429 fails it at once.
+        if 0 < delay <= self.max_wait_s and time_budget.allows(delay):
             self._sleeper(delay)
             with self._lock:
                 self.waited_s += delay

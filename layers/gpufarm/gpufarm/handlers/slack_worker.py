@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpufarm.adapters import time_budget
 from gpufarm.core.chat import block_kit, messages
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.command_text import Command, Verb
@@ -73,7 +74,9 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     if message is None:
         # Queued: the queue consumer answers once the command has run.
         return {"ok": ok, "kind": job.kind, "queued": True}
-    reply(runtime, job, message)
+    # The answer may use the reserve the work left it (gpufarm.adapters.time_budget).
+    with time_budget.for_answer():
+        reply(runtime, job, message)
     return {"ok": ok, "kind": job.kind, "text": message.text[:200]}
 
 
@@ -221,7 +224,7 @@ def reply(runtime: rt.Runtime, job: Job, message: Message) -> None:
             else:
                 chat.tell_user(job.user, message.text, message.blocks or None)
         except GpufarmError as exc:
-            if attempt == REPLY_ROUNDS or not isinstance(exc, UpstreamError):
+            if attempt == REPLY_ROUNDS or not isinstance(exc, UpstreamError) or not time_budget.allows(REPLY_PAUSE_S):
                 # The incident (if any) already says what happened; a lost answer must not fail the job.
                 log.warning("could not answer %s: %s", job.user, exc)
                 return

@@ -9,9 +9,10 @@ stay on the runtime's root handler, which LoggingConfig makes JSON too. Handlers
 invocation (IR, Slack user, request id, incident id, pool) with `correlate`; those keys are dropped at the start of
 the next invocation.
 
-Outside Lambda (tests, the local function host, the operator CLI) nothing changes: logging stays as the process set
-it up, `instrument` returns the handler unchanged and `correlate` does nothing. Powertools is imported only in
-Lambda, at import of the entry point, so a SnapStart snapshot already holds it.
+Outside Lambda (tests, the local function host, the operator CLI) logging stays as the process set it up and
+`correlate` does nothing. Everywhere, `instrument` also opens the invocation's time budget from the context
+(gpufarm.adapters.time_budget), so retries give up before the function's Timeout on the local host as in Lambda.
+Powertools is imported only in Lambda, at import of the entry point, so a SnapStart snapshot already holds it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gpufarm.adapters import time_budget
 from gpufarm.config import running_in_lambda
 from gpufarm.core.kernel.ir import format_ir
 
@@ -58,17 +60,18 @@ def setup() -> Logger | None:
 
 
 def instrument(handle: Handler) -> Handler:
-    """The Lambda entry point for `handle`: the Lambda context on every line, correlation keys fresh per call."""
+    """The Lambda entry point for `handle`: its time budget, the context on every log line, fresh correlation keys."""
     logger = setup()
-    if logger is None:
-        return handle
-    with_context = logger.inject_lambda_context(handle)
+    logged = handle if logger is None else logger.inject_lambda_context(handle)
 
     @functools.wraps(handle)
     def handler(event: Any, context: Any) -> Any:
-        logger.remove_keys(list(CORRELATION_KEYS))
-        # Lambda always passes a context; a direct call without one (a smoke test) just runs the handler.
-        return handle(event, context) if context is None else with_context(event, context)
+        with time_budget.invocation(time_budget.remaining_s(context)):
+            if logger is None:
+                return handle(event, context)
+            logger.remove_keys(list(CORRELATION_KEYS))
+            # Lambda always passes a context; a direct call without one (a smoke test) just runs the handler.
+            return handle(event, context) if context is None else logged(event, context)
 
     return handler
 
