@@ -18,7 +18,7 @@ from gpufarm.core.config.accounting import Budget
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
-from gpufarm.reporting import quota_changes, squatting
+from gpufarm.reporting import quota_changes, reasons, squatting
 from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
@@ -205,4 +205,5 @@ def build_report(
         ],
         notes=notes,
         usage=list(usage),
+        reasons=reasons.counted(chosen, query.period),
     )

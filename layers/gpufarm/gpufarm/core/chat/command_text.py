@@ -39,6 +39,8 @@ class Verb(StrEnum):
     EXEMPT = "exempt"
     REPORT = "report"
     PROFILE_TOKEN = "profile-token"  # noqa: S105 - the verb's name, not a secret
+    # `/gpu why IR-n`: the lease's current state explained with the numbers (gpufarm.core.leases.why).
+    WHY = "why"
 
 
 class ListScope(StrEnum):
@@ -69,6 +71,9 @@ REQUEST_KEYS: dict[str, str] = {
     "duration_days": "duration_days",
     "purpose": "purpose",
     "for": "purpose",
+    # The lease's own idle window and grace (gpufarm.core.idle.lease_window).
+    "idle": "idle_window",
+    "grace": "idle_grace",
 }
 
 # Slack may turn straight quotes into typographic ones; shlex only understands the straight kind.
@@ -198,7 +203,8 @@ def parse_request_args(words: list[str]) -> dict[str, str]:
         name = REQUEST_KEYS.get(key.strip().lower())
         if name is None:
             raise ValidationFailed(
-                "text", f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose"
+                "text",
+                f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose, idle, grace",
             )
         _put(args, name, value.strip())
     if len(bare) > 2:

@@ -13,6 +13,7 @@ HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
   `/gpu request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="fine-tune"`
 • `/gpu list [mine | team [name] | all]` — allocations
 • `/gpu status IR-123` — one allocation, its hosts, expiry and history
+• `/gpu why IR-123` — why it waits, was refused or ended, with its place in the queue and the earliest start
 • `/gpu release IR-123 [now]` — give the GPUs back (a Release button confirms it unless `now`)
 • `/gpu extend IR-123 [days]` — keep them longer
 • `/gpu quota [team]` — quotas and what is in use

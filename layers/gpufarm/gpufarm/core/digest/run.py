@@ -14,6 +14,7 @@ the host list once, one metrics query for unattributed use, and the budgets' sea
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -24,6 +25,10 @@ from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel.errors import GpufarmError
+from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.leases import fair_share
+from gpufarm.core.leases.ordering import Order
 
 if TYPE_CHECKING:
     from gpufarm.core.kernel.ports import MetricsQuery
@@ -137,7 +142,14 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
         burns=burned,
         unattributed=unattributed(ctx.usage, since, now),
         changes=changes,
+        orders=_orders(ctx, live),
     )
+
+
+def _orders(ctx: LeaseContext, live: Sequence[Allocation]) -> dict[tuple[str, str], Order]:
+    """The order of each pool queue that has a request waiting (FIFO pools read nothing)."""
+    pools = {(a.environment or "", (a.gpu_model or "").upper()) for a in live if a.phase is Phase.WAITING}
+    return {pool: fair_share.pool_order(ctx, *pool) for pool in sorted(pools)}
 
 
 def run(ctx: LeaseContext, *, at: datetime | None = None, force: bool = False) -> DigestRun:

@@ -39,6 +39,7 @@ class LeaseFacts:
     host_gpus: Mapping[str, int] = field(default_factory=dict)
     allocated_at: datetime | None = None
     reclaim_reason: ReclaimReason | None = None
+    reason: str | None = None  # the latest reason code given (gpufarm.core.kernel.reason_trail)
     history: tuple[str, ...] = ()
     hours_held: float = 0.0
     hours_busy: float = 0.0
@@ -83,6 +84,7 @@ class LeaseFacts:
             host_gpus=fv.decode_host_gpus(fv.items(get(f.HOST_GPUS))),
             allocated_at=fv.parse_time(fv.text(get(f.ALLOCATED_AT))),
             reclaim_reason=fv.enum(ReclaimReason, fv.text(get(f.RECLAIM_REASON)), None),
+            reason=fv.text(get(f.REASON)),
             history=tuple(fv.items(get(f.HISTORY))),
             hours_held=fv.hours(get(f.GPU_HOURS_HELD)),
             hours_busy=fv.hours(get(f.GPU_HOURS_BUSY)),
@@ -113,6 +115,7 @@ class LeaseFacts:
             host_gpus=alloc.host_gpus,
             allocated_at=alloc.allocated_at,
             reclaim_reason=alloc.reclaim_reason,
+            reason=alloc.reason,
             history=alloc.history,
             hours_held=alloc.hours_held,
             hours_busy=alloc.hours_busy,

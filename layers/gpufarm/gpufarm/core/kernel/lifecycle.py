@@ -41,6 +41,9 @@ class ReclaimReason(StrEnum):
     WITHDRAWN = "withdrawn"
     # A borrowing lease taken back on notice for the lending team (gpufarm.core.leases.preemption).
     PREEMPTED = "preempted"
+    # Beyond quota, and no operator could approve it within the team's hard limit for the pool's policy time
+    # (gpufarm.core.leases.unapprovable).
+    UNAPPROVABLE = "unapprovable"
 
 
 PHASE_STATE: dict[Phase, State] = {

@@ -28,6 +28,24 @@ class ReasonCode(StrEnum):
     # A quota change asked in chat, in effect, then ended at its end (gpufarm.core.accounting.overrides).
     QUOTA_CHANGED = "quota-changed"
     QUOTA_EXPIRED = "quota-expired"
+    # Waiting because the pool's fair-share order serves other teams first (gpufarm.core.leases.ordering).
+    QUEUED_FAIR_SHARE = "queued-fair-share"
+    # Waiting for a GPU operator's decision: beyond the team's quota (gpufarm.core.leases.requests).
+    AWAITING_OPERATOR = "awaiting-operator"
+    # Refused by the policy (hard limit, capacity, budget) or rejected by an operator (gpufarm.core.leases.requests).
+    REFUSED_POLICY = "refused-policy"
+    REJECTED_OPERATOR = "rejected-operator"
+    # Withdrawn: no hosts within the waiting limit (gpufarm.core.sync.expiry), or no operator could approve it
+    # within the hard limit for the pool's policy time (gpufarm.core.leases.unapprovable).
+    WITHDRAWN_WAIT_LIMIT = "withdrawn-wait-limit"
+    WITHDRAWN_UNAPPROVABLE = "withdrawn-unapprovable"
+    # A lease's end (gpufarm.core.leases.ending), one code per gpufarm.core.kernel.lifecycle.ReclaimReason.
+    ENDED_RELEASED = "ended-released"
+    ENDED_CANCELLED = "ended-cancelled"
+    ENDED_EXPIRED = "ended-expired"
+    RECLAIMED_IDLE = "reclaimed-idle"
+    RECLAIMED_OPERATOR = "reclaimed-operator"
+    RECLAIMED_IN_DATADOG = "reclaimed-in-datadog"
 
 
 @dataclass(frozen=True, slots=True)

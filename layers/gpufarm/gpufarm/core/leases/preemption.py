@@ -202,15 +202,6 @@ def withdraw(ctx: LeaseContext, alloc: Allocation) -> Allocation:
     return updated
 
 
-def end_note(alloc: Allocation) -> str:
-    """The history note of a borrower's end: the reason, with its code."""
-    return Reason(
-        ReasonCode.PREEMPTED,
-        f"{alloc.ir_label} borrowed {alloc.borrowed} GPUs and was taken back for {alloc.preempt_for} at its notice's "
-        f"end ({isoformat(alloc.preempt_at) if alloc.preempt_at else 'unknown'})",
-    ).line()
-
-
 def record_wait(ctx: LeaseContext, waiting: Allocation, reason: Reason) -> None:
     """The lender's wait reason in its history, once per new sentence (the sync retries every few minutes)."""
     line = reason.line()

@@ -30,12 +30,13 @@ from gpufarm.core.governance.policy import (
     team_usage,
 )
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.errors import Conflict
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.ir import format_ir
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, GpuRequest, IncidentRecord
+from gpufarm.core.kernel.reasons import Reason, ReasonCode
 from gpufarm.core.leases import lending
 from gpufarm.core.leases.operators import ask_operators, update_operator_message
 
@@ -144,7 +145,9 @@ def decide_request(ctx: LeaseContext, ir: int) -> Message:
     days = alloc.duration_days or ctx.farm.defaults.duration_days
     decision = decide(ctx, weighed, project=alloc.project, days=days)
     if decision.verdict is Verdict.REFUSE:
-        ctx.write(alloc, Phase.REJECTED, {}, step=ctx.step(history.POLICY, Step.REFUSED, decision.reason))
+        refused = Reason(ReasonCode.REFUSED_POLICY, decision.reason)
+        step = ctx.step(history.POLICY, Step.REFUSED, reason_trail.detail(refused))
+        ctx.write(alloc, Phase.REJECTED, reason_trail.fields(refused, ctx.now()), step=step)
         ctx.write_fields(alloc, {}, title=f"{alloc.title} (refused: {decision.reason})"[:250])
         log.info("%s refused by policy: %s", alloc.ir_label, decision.reason)
         return messages.policy_refused(alloc, decision.reason, links)
@@ -189,8 +192,9 @@ def reject(ctx: LeaseContext, ir: int, actor: str, reason: str | None = None) ->
     if alloc.is_quota_override:
         return quota_requests.reject(ctx, alloc, actor, reason)
     expect_phase(alloc, Phase.REQUESTED, "rejected")
-    rejected = ctx.step(actor, Step.REJECTED, f"reason: {reason}" if reason else "no reason given")
-    updated = ctx.write(alloc, Phase.REJECTED, {}, step=rejected)
+    why = Reason(ReasonCode.REJECTED_OPERATOR, f"reason: {reason}" if reason else "no reason given")
+    rejected = ctx.step(actor, Step.REJECTED, reason_trail.detail(why))
+    updated = ctx.write(alloc, Phase.REJECTED, reason_trail.fields(why, ctx.now()), step=rejected)
     update_operator_message(ctx, updated, f"Rejected by {mention(actor)}" + (f": {inert(reason)}" if reason else ""))
     ctx.tell(updated.requester, messages.rejected_notice(updated, actor, reason, ctx.links_for(updated)))
     return messages.rejected_reply(updated, ctx.links_for(updated))
