@@ -194,10 +194,19 @@ def _direct_endpoint(service: str, settings: Settings) -> Any:
                     credentials=_credentials_now,
                     connect_timeout=config.connect_timeout,
                     read_timeout=config.read_timeout,
-                    max_attempts=settings.max_retries + 1,
+                    max_attempts=_client_attempts(config),
                 )
                 _direct[key] = endpoint
     return endpoint
+
+
+def _client_attempts(config: Any) -> int:
+    """How many attempts a client with `config` makes, as botocore counts them: `total_max_attempts`, else
+    `max_attempts` retries after the first attempt."""
+    retries = config.retries or {}
+    if "total_max_attempts" in retries:
+        return int(retries["total_max_attempts"])
+    return int(retries.get("max_attempts", 2)) + 1
 
 
 def _credentials_now() -> Any:
