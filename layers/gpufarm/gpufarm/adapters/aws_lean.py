@@ -65,7 +65,7 @@ SSM_TARGET_PREFIX = "AmazonSSM."
 INVOKE_PATH = "/2015-03-31/functions/{}/invocations"
 
 
-class Refused(Exception):  # noqa: N818 - what the service did, as botocore's ClientError says it
+class Refused(Exception):
     """The service answered with an error: its code (botocore's reading of it) and the HTTP status."""
 
     def __init__(self, code: str, status: int) -> None:
@@ -74,7 +74,7 @@ class Refused(Exception):  # noqa: N818 - what the service did, as botocore's Cl
         self.status = status
 
 
-class Unreachable(Exception):  # noqa: N818 - what happened to the call
+class Unreachable(Exception):
     """No answer: the connection, the time-out or the answer itself failed (its type's name, never its text)."""
 
     def __init__(self, reason: str) -> None:
@@ -178,7 +178,9 @@ class AwsEndpoint:
         scale = THROTTLING_SCALE_S if throttled else OTHER_SCALE_S
         self._sleep(self._jitter() * min(scale * 2 ** (attempt - 1), MAX_BACKOFF_S))
 
-    def _attempt(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, str | None, bytes]:
+    def _attempt(
+        self, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, str | None, bytes]:
         """Sign and send once: (status, the error code or None for a 2xx, the body)."""
         from botocore.auth import SigV4Auth
         from botocore.awsrequest import AWSRequest
@@ -252,4 +254,3 @@ def _tls_context() -> ssl.SSLContext:
     from botocore.httpsession import get_cert_path
 
     return ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or get_cert_path(True))
-
