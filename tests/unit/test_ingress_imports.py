@@ -175,7 +175,8 @@ import urllib.request
 urllib.request.urlopen(urllib.request.Request(url + "/moto-api/config", data=b'{"lambda": {"use_docker": false}}'))
 for key, value in (("slack_signing_secret", "signing-secret-value-0000"), ("slack_bot_token", "xoxb-0")):
     boto3.client("secretsmanager").create_secret(Name="gpufarm/prod/" + key, SecretString=value)
-boto3.client("ssm").put_parameter(Name="/gpufarm/farm", Value=open("config/farm.example.yaml").read(), Type="SecureString")
+farm = open("config/farm.example.yaml").read()
+boto3.client("ssm").put_parameter(Name="/gpufarm/farm", Value=farm, Type="SecureString")
 role = boto3.client("iam").create_role(RoleName="r", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
 import io, zipfile
 code = io.BytesIO()
