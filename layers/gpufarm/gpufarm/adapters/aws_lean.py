@@ -3,15 +3,17 @@
 Why by hand: after a SnapStart restore the ingress makes two AWS calls (its secret keys and the farm, then the
 hand-off) before Slack's answer. Through botocore clients each call went through the client's whole pipeline
 (event hooks, parameter validation, the serializer, the parser, the retry handler), which cost more than the
-signing and the socket: measured in one process against moto, a fresh connection each call, GetParameters 1.47 ms
-CPU through the client against 0.64 ms here, Invoke 1.20 ms against 0.57 ms (benchmarks/RESULTS.md, "Slack
-ingress"). Everything that is security or AWS knowledge stays botocore's: the endpoint is the one botocore resolved
-for a client built before the snapshot (its rules and the cut-down endpoints.json, AWS_ENDPOINT_URL honoured), the
-credentials are its provider chain's (refreshable ones refresh themselves as they do in a client), the request is
-botocore's AWSRequest signed with its SigV4Auth. What is written here is only the wire format of the two
-operations (SSM's JSON 1.1 protocol with `X-Amz-Target: AmazonSSM.GetParameters`; Lambda's REST
-`POST /2015-03-31/functions/{name}/invocations` with `X-Amz-Invocation-Type: Event`), the error code read from an
-answer as botocore's parsers read it, and the retries botocore's "standard" mode makes, with the client's limits.
+signing and the socket: measured in one process against moto, a fresh connection each call
+(benchmarks/aws_calls.py), GetParameters 1.46 ms CPU through the client against 0.68 ms here, Invoke 1.35 ms
+against 0.57 ms (benchmarks/RESULTS.md, "Slack ingress"). Everything that is security or AWS knowledge stays
+botocore's: the endpoint is the one botocore resolved for a client built before the snapshot (its rules and the
+cut-down endpoints.json, AWS_ENDPOINT_URL honoured), the credentials are its provider chain's (refreshable ones
+refresh themselves as they do in a client), the request is botocore's AWSRequest signed with its SigV4Auth. What
+is written here is only the wire format of the two operations (SSM's JSON 1.1 protocol with
+`X-Amz-Target: AmazonSSM.GetParameters`; Lambda's REST `POST /2015-03-31/functions/{name}/invocations` with
+`X-Amz-Invocation-Type: Event`), the error code read from an answer as botocore's parsers read it, and the retries
+botocore's "standard" mode makes, with the client's limits (its retry quota aside: a container makes a handful of
+these calls, never a storm).
 
 Errors: an answer refusing the call raises Refused(code, status) (the callers map codes as they map a
 ClientError's); no answer at all, after the retries, raises Unreachable naming the failure's type. Neither carries
