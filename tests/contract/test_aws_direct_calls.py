@@ -58,6 +58,9 @@ class Gate:
                     "auth": environ.get("HTTP_AUTHORIZATION", ""),
                     "type": environ.get("HTTP_X_AMZ_INVOCATION_TYPE"),
                     "body": body,
+                    "method": environ["REQUEST_METHOD"],
+                    "path": environ.get("RAW_URI") or path,
+                    "headers": _wire_headers(environ),
                 }
             )
             fault = self.faults.pop(0) if self.faults else None
@@ -74,6 +77,34 @@ class Gate:
             ],
         )
         return [data]
+
+
+def _wire_headers(environ: dict[str, Any]) -> dict[str, str]:
+    """The request's headers as they came over the wire, by lower-case name."""
+    headers = {k[5:].replace("_", "-").lower(): str(v) for k, v in environ.items() if k.startswith("HTTP_")}
+    for name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+        if environ.get(name):
+            headers[name.replace("_", "-").lower()] = str(environ[name])
+    return headers
+
+
+def signature_holds(seen: dict[str, Any], secret_key: str) -> bool:
+    """Whether the Authorization header moto received signs the request as it came over the wire (SigV4, computed
+    again with botocore's SigV4Auth from the received method, path, signed headers and body)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    auth = seen["auth"]
+    scope = auth.split("Credential=", 1)[1].split(",", 1)[0].split("/")
+    signed = auth.split("SignedHeaders=", 1)[1].split(",", 1)[0].split(";")
+    headers = {name: seen["headers"][name] for name in signed}
+    url = f"http://{seen['headers']['host']}{seen['path']}"
+    request = AWSRequest(method=seen["method"], url=url, data=seen["body"], headers=headers)
+    request.context["timestamp"] = headers["x-amz-date"]
+    signer = SigV4Auth(Credentials(scope[0], secret_key), scope[3], scope[2])
+    expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
+    return bool(expected == auth.split("Signature=", 1)[1].strip())
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +230,23 @@ def test_the_direct_invoke_is_an_event_with_the_payload(env: Gate) -> None:
     assert seen["type"] == "Event"
     assert json.loads(seen["body"]) == {"kind": "request", "n": 8}
     assert "Credential=AKIDFIRST/" in seen["auth"] and "SignedHeaders=" in seen["auth"]
+
+
+def test_the_signature_covers_the_request_as_sent(env: Gate) -> None:
+    settings = _settings("direct")
+    _secrets(settings)
+    _invoke(settings)
+    assert [seen["op"] for seen in env.seen] == [GET, INVOKE]
+    for seen in env.seen:
+        assert "host" in seen["auth"].split("SignedHeaders=", 1)[1]
+        assert signature_holds(seen, AWS_SECRET), seen["op"]
+    # The check itself: the botocore client's requests pass it, the same request under another key fails it.
+    assert not signature_holds(env.seen[0], "another-secret-key")
+    env.seen.clear()
+    settings = _settings("client")
+    _secrets(settings)
+    _invoke(settings)
+    assert [signature_holds(seen, AWS_SECRET) for seen in env.seen] == [True, True]
 
 
 def test_a_missing_parameter_is_a_configuration_error_naming_it(env: Gate) -> None:
