@@ -15,6 +15,10 @@ secret keys and the farm at most every 5 minutes (and after each SnapStart resto
 farm reaches a warm container within that time. A missing key is left out, and whoever needs it gets
 ConfigurationMissing naming its secret; a missing farm parameter raises it when the farm is read. Never a value.
 
+Once the Slack ingress is prepared for its SnapStart snapshot (use_direct_calls), its GetParameters and Event
+Invoke go without the clients' pipeline, through aws_lean on the clients' endpoints, credentials and limits: after
+a restore they are most of the first request's CPU (aws_lean.py says why and what it measured).
+
 The local function host (`gpufarm-sandbox`) injects its own invoker and queue through the runtime's seams.
 """
 
