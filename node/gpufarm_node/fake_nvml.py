@@ -44,6 +44,27 @@ _GPM_FACTORS = {
 }
 
 
+# The fields nvmlDeviceGetFieldValues answers: the function whose value (and injected faults) each field shares,
+# and its value type. Remapped rows: correctable, uncorrectable, pending, failure, in nvmlDeviceGetRemappedRows'
+# order (field ids 142-145).
+_FIELD_SOURCES: dict[int, tuple[str, int]] = {
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (
+        "nvmlDeviceGetTotalEnergyConsumption",
+        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+    ),
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("nvmlDeviceGetTotalEccErrors", pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG),
+    **{
+        field_id: ("nvmlDeviceGetRemappedRows", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)
+        for field_id in (
+            pynvml.NVML_FI_DEV_REMAPPED_COR,
+            pynvml.NVML_FI_DEV_REMAPPED_UNC,
+            pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+            pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+        )
+    },
+}
+
+
 @dataclass(frozen=True, slots=True)
 class FakeHandle:
     """A device handle: a physical GPU (`mig` None) or one of its MIG slices."""
@@ -240,13 +261,7 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
         gpu = self._physical("nvmlDeviceGetTotalEnergyConsumption", handle)
-        t = self.now()
-        with self._lock:
-            last_t, energy_mj = self._energy.get(gpu.index, (t, 3.6e9))
-            if t > last_t:
-                energy_mj += self._power_w(gpu, t) * (t - last_t) * 1000
-            self._energy[gpu.index] = (max(t, last_t), energy_mj)
-        return int(energy_mj)
+        return self._energy_mj(gpu)
 
     def nvmlDeviceGetTemperatureV(self, handle: FakeHandle, sensor: int, version: int = 16777228) -> int:
         gpu = self._physical("nvmlDeviceGetTemperatureV", handle)
@@ -285,6 +300,36 @@ class FakeNvml:
     def nvmlDeviceGetRemappedRows(self, device: FakeHandle) -> tuple[int, int, int, int]:
         gpu = self._physical("nvmlDeviceGetRemappedRows", device)
         return gpu.remapped_rows
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list[Any]) -> Any:
+        # One call, one answer per field (nvml.h): a field the device cannot give carries its own error code in
+        # `nvmlReturn` while the others answer; only a whole-device fault (uninitialised, a bad handle, a lost
+        # GPU) fails the call. A field's value is what its single-value function answers, and a fault injected
+        # on that function is the field's error.
+        gpu = self._physical("nvmlDeviceGetFieldValues", handle)
+        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
+        stamp = self._us(self.now())
+        for value, requested in zip(values, fieldIds, strict=True):
+            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+            value.fieldId, value.scopeId, value.timestamp, value.latencyUsec = field_id, scope, stamp, 0
+            source = _FIELD_SOURCES.get(field_id)
+            if source is None:
+                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                continue
+            function, value_type = source
+            try:
+                self._inject(function, gpu.index)
+                number = self._field(gpu, field_id)
+            except pynvml.NVMLError as exc:
+                value.nvmlReturn = exc.value
+                continue
+            value.nvmlReturn = pynvml.NVML_SUCCESS
+            value.valueType = value_type
+            if value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+                value.value.ullVal = number
+            else:
+                value.value.uiVal = number
+        return values
 
     def nvmlDeviceGetPcieThroughput(self, device: FakeHandle, counter: int) -> int:
         gpu = self._physical("nvmlDeviceGetPcieThroughput", device)
@@ -515,6 +560,23 @@ class FakeNvml:
         if gpu.mig is None:
             return self._gpu_util(gpu.index, t)
         return sum(self._slice_util(gpu.index, s, t) for s in range(len(gpu.mig))) / len(gpu.mig)
+
+    def _energy_mj(self, gpu: GpuSpec) -> int:
+        t = self.now()
+        with self._lock:
+            last_t, energy_mj = self._energy.get(gpu.index, (t, 3.6e9))
+            if t > last_t:
+                energy_mj += self._power_w(gpu, t) * (t - last_t) * 1000
+            self._energy[gpu.index] = (max(t, last_t), energy_mj)
+        return int(energy_mj)
+
+    def _field(self, gpu: GpuSpec, field_id: int) -> int:
+        """The value of one field _FIELD_SOURCES lists, as its single-value function answers it."""
+        if field_id == pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+            return self._energy_mj(gpu)
+        if field_id == pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
+            return gpu.ecc_uncorrected
+        return gpu.remapped_rows[field_id - pynvml.NVML_FI_DEV_REMAPPED_COR]
 
     def _power_w(self, gpu: GpuSpec, t: float) -> float:
         return gpu.idle_power_w + (gpu.power_limit_w * 0.9 - gpu.idle_power_w) * self._load(gpu, t) / 100
