@@ -53,15 +53,15 @@ _FIELD_SOURCES: dict[int, tuple[str, int]] = {
         pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
     ),
     pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("nvmlDeviceGetTotalEccErrors", pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG),
-    **{
-        field_id: ("nvmlDeviceGetRemappedRows", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)
-        for field_id in (
+    **dict.fromkeys(
+        (
             pynvml.NVML_FI_DEV_REMAPPED_COR,
             pynvml.NVML_FI_DEV_REMAPPED_UNC,
             pynvml.NVML_FI_DEV_REMAPPED_PENDING,
             pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
-        )
-    },
+        ),
+        ("nvmlDeviceGetRemappedRows", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT),
+    ),
 }
 
 

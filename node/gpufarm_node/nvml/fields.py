@@ -81,6 +81,10 @@ def process_means(samples: list[Any], since: int) -> tuple[int, dict[int, float]
         if not fresh:
             return since, {}
         stamps, pids, sms = (list(column) for column in zip(*fresh, strict=True))
+    if len(set(pids)) == len(pids):
+        # The usual answer, one sample per process (nvml.h: NVML aggregates each process's samples since the
+        # timestamp): each mean is its one value, as a float (0.0 + value, / 1), built in C.
+        return max(stamps), dict(zip(pids, map(float, sms), strict=True))
     # Sums in the samples' order (0.0 + the first is the first as a float), counts by C's Counter.
     sums: dict[int, float] = {}
     get = sums.get
