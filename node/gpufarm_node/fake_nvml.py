@@ -4,8 +4,8 @@
 `inspect.signature` for every `nvml*` function of the fake; besides the agent's calls it answers those of
 Datadog's `nvml` check, which benchmarks/node.py runs on it), returns pynvml's own ctypes structs where they
 hold no device handle, and raises the real `pynvml.NVMLError_*` classes: pynvml imports without a driver, only
-its calls fail (docs/nvml.md §7). It is the one module outside `gpufarm_node.nvml` that imports pynvml, because it *is*
-pynvml's double.
+its calls fail (docs/nvml.md §7). It and its field values (`gpufarm_node.fake_fields`) are the only modules outside
+`gpufarm_node.nvml` that import pynvml, because they *are* pynvml's double.
 
 Values follow the topology's workload profiles on the given clock, so a simulation on the sandbox's virtual
 clock sees consistent utilization samples, energy counters and process tables. `FakeHost`
@@ -21,10 +21,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import pynvml
 
+from gpufarm_node.fake_fields import field_values
 from gpufarm_node.fake_host import FakeHost
 from gpufarm_node.topology_spec import GpuSpec, ProcessSpec, Topology
 
@@ -41,27 +43,6 @@ _GPM_FACTORS = {
     pynvml.NVML_GPM_METRIC_SM_UTIL: 0.92,
     pynvml.NVML_GPM_METRIC_SM_OCCUPANCY: 0.55,
     pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: 0.6,
-}
-
-
-# The fields nvmlDeviceGetFieldValues answers: the function whose value (and injected faults) each field shares,
-# and its value type. Remapped rows: correctable, uncorrectable, pending, failure, in nvmlDeviceGetRemappedRows'
-# order (field ids 142-145).
-_FIELD_SOURCES: dict[int, tuple[str, int]] = {
-    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: (
-        "nvmlDeviceGetTotalEnergyConsumption",
-        pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
-    ),
-    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL: ("nvmlDeviceGetTotalEccErrors", pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG),
-    **dict.fromkeys(
-        (
-            pynvml.NVML_FI_DEV_REMAPPED_COR,
-            pynvml.NVML_FI_DEV_REMAPPED_UNC,
-            pynvml.NVML_FI_DEV_REMAPPED_PENDING,
-            pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
-        ),
-        ("nvmlDeviceGetRemappedRows", pynvml.NVML_VALUE_TYPE_UNSIGNED_INT),
-    ),
 }
 
 
@@ -302,34 +283,9 @@ class FakeNvml:
         return gpu.remapped_rows
 
     def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list[Any]) -> Any:
-        # One call, one answer per field (nvml.h): a field the device cannot give carries its own error code in
-        # `nvmlReturn` while the others answer; only a whole-device fault (uninitialised, a bad handle, a lost
-        # GPU) fails the call. A field's value is what its single-value function answers, and a fault injected
-        # on that function is the field's error.
+        # One answer per field, each as its own function answers it (gpufarm_node.fake_fields).
         gpu = self._physical("nvmlDeviceGetFieldValues", handle)
-        values = (pynvml.c_nvmlFieldValue_t * len(fieldIds))()
-        stamp = self._us(self.now())
-        for value, requested in zip(values, fieldIds, strict=True):
-            field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
-            value.fieldId, value.scopeId, value.timestamp, value.latencyUsec = field_id, scope, stamp, 0
-            source = _FIELD_SOURCES.get(field_id)
-            if source is None:
-                value.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
-                continue
-            function, value_type = source
-            try:
-                self._inject(function, gpu.index)
-                number = self._field(gpu, field_id)
-            except pynvml.NVMLError as exc:
-                value.nvmlReturn = exc.value
-                continue
-            value.nvmlReturn = pynvml.NVML_SUCCESS
-            value.valueType = value_type
-            if value_type == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
-                value.value.ullVal = number
-            else:
-                value.value.uiVal = number
-        return values
+        return field_values(fieldIds, partial(self._field, gpu), self._us(self.now()))
 
     def nvmlDeviceGetPcieThroughput(self, device: FakeHandle, counter: int) -> int:
         gpu = self._physical("nvmlDeviceGetPcieThroughput", device)
@@ -570,8 +526,9 @@ class FakeNvml:
             self._energy[gpu.index] = (max(t, last_t), energy_mj)
         return int(energy_mj)
 
-    def _field(self, gpu: GpuSpec, field_id: int) -> int:
-        """The value of one field _FIELD_SOURCES lists, as its single-value function answers it."""
+    def _field(self, gpu: GpuSpec, field_id: int, function: str) -> int:
+        """The value of one field fake_fields.FIELD_SOURCES lists, as its single-value `function` answers it."""
+        self._inject(function, gpu.index)
         if field_id == pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
             return self._energy_mj(gpu)
         if field_id == pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
