@@ -224,6 +224,24 @@ def test_the_worker_asks_once_per_slack_command(world: World) -> None:
         dispatch(world.svc, Job(kind="command", user=USER, command=Command(parsed.verb, args=parsed.args).to_payload()))
 
 
+def test_concurrent_deliveries_of_one_command_leave_one_change_and_one_card(world: World) -> None:
+    from gpufarm.core.chat.command_text import Command
+    from gpufarm.handlers.slack_events import Job
+    from gpufarm.handlers.slack_worker import dispatch
+
+    # Both worker invocations miss each other's incident in the request id check (they ran at the same time).
+    world.incidents.find_by_request_id = lambda request_id: None  # type: ignore[method-assign]
+    parsed = parse_command(f"quota request team=vision +8 H100 env=hpc until {later(world, 3)} reason=deadline")
+    cmd = Command(parsed.verb, args=parsed.args, request_id="slack-quota-00000002")
+    job = Job(kind="command", user=USER, command=cmd.to_payload())
+    first, second = dispatch(world.svc, job), dispatch(world.svc, job)
+    assert first is not None and second is not None and "IR-1" in first.text and "IR-1" in second.text
+    twin = world.svc.allocation(2)
+    assert (twin.state, twin.phase) == (State.RESOLVED, Phase.REJECTED) and "duplicate of IR-1" in twin.title
+    assert world.svc.allocation(1).phase is Phase.REQUESTED
+    assert len(world.chat.to(OPS_CHANNEL)) == 1
+
+
 def test_a_change_is_never_released_or_extended_as_a_lease(world: World) -> None:
     ir = world.ask_change(f"quota request team=vision +8 H100 env=hpc until {later(world, 2)} reason=deadline")
     world.svc.approve(ir, OPS)

@@ -21,6 +21,7 @@ from gpufarm.core.accounting import overrides
 from gpufarm.core.chat.block_kit import ACTION_APPROVE, ACTION_REJECT, Message, actions, button, context, section
 from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.context import twins
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.governance.policy import Action, authorize, team_usage
 from gpufarm.core.kernel import fields as f
@@ -121,8 +122,11 @@ def ask(ctx: LeaseContext, requester: str, values: Mapping[str, str], *, request
             },
             initial_note=f"Quota change asked from Slack by <@{requester}>",
         )
-        alloc = Allocation.from_record(record)
-        _post_card(ctx, alloc, change, before, after)
+        created = record
+        # Two deliveries of one command may each have created one: the oldest stands, and only its creator asks.
+        record = twins.settle(ctx, request_id, created, change.title())
+        if record.id == created.id:
+            _post_card(ctx, Allocation.from_record(record), change, before, after)
     alloc = Allocation.from_record(record)
     text = (
         f"{alloc.ir_label}: your quota change ({change.delta:+d} {change.gpu_model} in {change.environment} for team "

@@ -16,8 +16,8 @@ from gpufarm.core.accounting import budgets, overrides, quota_requests
 from gpufarm.core.chat import cards, messages
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.escape import inert, mention
+from gpufarm.core.context import twins
 from gpufarm.core.context.lease_context import LeaseContext, invocation
-from gpufarm.core.context.reads import live_query
 from gpufarm.core.governance.policy import (
     POLICY_APPROVER,
     Action,
@@ -33,9 +33,8 @@ from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.errors import Conflict
 from gpufarm.core.kernel.history import Step
-from gpufarm.core.kernel.ir import format_ir
 from gpufarm.core.kernel.lifecycle import Phase, State
-from gpufarm.core.kernel.model import Allocation, GpuRequest, IncidentRecord
+from gpufarm.core.kernel.model import Allocation, GpuRequest
 from gpufarm.core.kernel.reasons import Reason, ReasonCode
 from gpufarm.core.leases import lending
 from gpufarm.core.leases.operators import ask_operators, update_operator_message
@@ -114,14 +113,8 @@ def create_request(ctx: LeaseContext, request: GpuRequest) -> tuple[Allocation, 
             {**request.to_fields(Phase.REQUESTED, ctx.now()), f.HISTORY: [requested.line()]},
             initial_note=f"Requested from Slack by <@{request.requester}>",
         )
-        record = _first_for(ctx, request.request_id, created)
+        record = twins.settle(ctx, request.request_id, created, request.title())
         act = record.id == created.id
-        if not act:
-            ctx.incidents.update(
-                created.id,
-                {f.STATE: State.RESOLVED.value, f.PHASE: Phase.REJECTED.value},
-                title=f"{request.title()} (duplicate of {format_ir(record.public_id)})"[:250],
-            )
     alloc = Allocation.from_record(record)
     return alloc, act and undecided(alloc)
 
@@ -217,17 +210,6 @@ def undecided(alloc: Allocation) -> bool:
         and not alloc.approved_by
         and not alloc.slack_message
     )
-
-
-def _first_for(ctx: LeaseContext, request_id: str, created: IncidentRecord) -> IncidentRecord:
-    """The oldest live incident carrying this request_id (ours when the search does not show it yet)."""
-    # Twins of one request share its pool and team: the search is narrowed to them (gpufarm.core.context.reads).
-    mine = Allocation.from_record(created)
-    query = live_query(mine.environment, mine.team)
-    same = [r for r in ctx.incidents.search(query) if r.fields.get(f.REQUEST_ID) == request_id]
-    if all(r.id != created.id for r in same):
-        same.append(created)
-    return min(same, key=lambda r: r.public_id)
 
 
 def _asked(request: GpuRequest) -> str:
