@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -115,6 +116,10 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
         return _open_modal(runtime, cmd_form)
     if command.verb is Verb.REQUEST:
         return _inline_request(runtime, cmd_form, command)
+    if command.verb is Verb.RESERVE:
+        # The trigger_id names the booking, so Slack's retry of the same command books once.
+        booking = replace(command, request_id=request_id("cmd", cmd_form.trigger_id))
+        return _hand_off_command(runtime, _command_job(cmd_form, booking), "Reserving…")
     return _hand_off_command(runtime, _command_job(cmd_form, command), _working_text(command))
 
 

@@ -124,6 +124,12 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return svc.profile_token(ir, job.user, upload_token_key())
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
+    if cmd.verb is Verb.RESERVE:
+        return _reserve(svc, job, cmd)
+    if cmd.verb is Verb.CALENDAR:
+        from gpufarm.core.calendar.view import calendar_answer  # noqa: PLC0415 - imported when the command runs
+
+        return calendar_answer(svc.context, cmd.environment, cmd.gpu_model)
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
         # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it). The
         # button shows the lease, so only those who may see it get one.
@@ -147,6 +153,23 @@ def _request_for_my_team(svc: GpuFarm, job: Job, cmd: Command) -> Message | None
         team = svc.context.membership().team_for_request(job.user, None)
         request = build_request(
             {**(cmd.args or {}), "team": team},
+            svc.context.farm,
+            requester=job.user,
+            channel=job.channel,
+            request_id=cmd.request_id or "",
+        )
+        return executor.request(svc.context, request, response_url=job.response_url, origin=request.request_id)
+
+
+def _reserve(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
+    """A booking: the team named or the user's only one, the window validated, then decided in the pool's group."""
+    from gpufarm.core.calendar.asking import build_reservation  # noqa: PLC0415 - imported when the command runs
+
+    args = cmd.args or {}
+    with svc.context.reading():
+        team = svc.context.membership().team_for_request(job.user, args.get("team"))
+        request = build_reservation(
+            {**args, "team": team},
             svc.context.farm,
             requester=job.user,
             channel=job.channel,

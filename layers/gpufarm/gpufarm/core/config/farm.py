@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpufarm.core.config.accounting import MAX_BUDGETS, Budget, LedgerSettings, budget_problems
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
+from gpufarm.core.config.reservations import ReservationSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
 from gpufarm.core.config.yaml_load import MAX_NUMBER_CHARS, NumberTooLong, bounded_loader
@@ -425,6 +426,8 @@ class FarmConfig(_Strict):
     # The operators' daily digest: when it is posted and its pressure thresholds (gpufarm.core.config.digest).
     digest: DigestSettings = DigestSettings()
     enforcement: EnforcementSettings = EnforcementSettings()
+    # Bookings on the pools' calendars (gpufarm.core.config.reservations).
+    reservations: ReservationSettings = ReservationSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
@@ -432,6 +435,7 @@ class FarmConfig(_Strict):
         problems = self.inventory.problems({n: e.gpu_models for n, e in self.environments.items()}, agent_pools)
         problems += budget_problems(self.budgets, self.teams)
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
+        problems += self.reservations.problems(set(self.environments))
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():

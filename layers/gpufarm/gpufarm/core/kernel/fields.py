@@ -108,6 +108,9 @@ GPU_HOURS_UNTIL = "gpu_hours_until"
 GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
 # The months of gpu_hours_by_month as plain values, so a search asks for them without a wildcard inside a list value.
 GPU_HOURS_MONTHS = "gpu_hours_months"
+# A reservation's window on the pool's calendar (gpufarm.core.calendar): from when to when its GPUs are booked.
+RESERVED_FROM = "reserved_from"
+RESERVED_UNTIL = "reserved_until"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -201,6 +204,8 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTARRAY,
         "YYYY-MM of each month the lease accrued GPU-hours in (the months of GPU-hours by month)",
     ),
+    FieldSpec(RESERVED_FROM, "Reserved from", FieldKind.TEXTBOX, "ISO 8601 UTC start of a reservation's window"),
+    FieldSpec(RESERVED_UNTIL, "Reserved until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a reservation's window"),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

@@ -69,6 +69,7 @@ class Step(StrEnum):
     WITHDRAWN = "withdrawn"  # a waiting request past its waiting limit
     PROFILED = "profiled"  # a profiler run uploaded to the lease, with its page link (gpufarm.core.leases.profile_runs)
     PROBED = "probed"  # a `gpufarm doctor` probe reached the incident webhook (gpufarm.core.leases.probe)
+    RESERVED = "reserved"  # a booking admitted on the pool's calendar (gpufarm.core.calendar)
     SUMMARY = "summary"
 
 

@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.bounded import ascii_digits
@@ -72,10 +72,28 @@ class GpuRequest(BaseModel):
     requester: str = Field(pattern=SLACK_USER_PATTERN)
     channel: str | None = Field(default=None, pattern=r"^[CDG][A-Z0-9]{2,20}$")
     request_id: str = Field(min_length=8, max_length=80, pattern=r"^[A-Za-z0-9_.:\-]+$")
+    # A reservation's window on the pool's calendar (gpufarm.core.calendar); both or neither.
+    reserved_from: datetime | None = None
+    reserved_until: datetime | None = None
+
+    @model_validator(mode="after")
+    def _window_whole(self) -> GpuRequest:
+        if (self.reserved_from is None) != (self.reserved_until is None):
+            raise ValueError("a reservation names both its start and its end")
+        if self.reserved_from is not None and self.reserved_until is not None:
+            if self.reserved_from.tzinfo is None or self.reserved_until <= self.reserved_from:
+                raise ValueError("a reservation's window is a UTC start before its end")
+        return self
+
+    @property
+    def is_reservation(self) -> bool:
+        """True for a booking on the pool's calendar rather than a lease from now."""
+        return self.reserved_from is not None
 
     def title(self) -> str:
         """Incident title people see in Datadog."""
-        return f"GPU request: {self.team}/{self.project} {self.gpu_count}x{self.gpu_model} ({self.environment})"
+        kind = "GPU reservation" if self.is_reservation else "GPU request"
+        return f"{kind}: {self.team}/{self.project} {self.gpu_count}x{self.gpu_model} ({self.environment})"
 
     def to_fields(self, phase: Phase, now: datetime) -> dict[str, object]:
         """Field values of a freshly created incident."""
@@ -93,6 +111,17 @@ class GpuRequest(BaseModel):
             f.EXPIRES_AT: isoformat(now + timedelta(days=self.duration_days)),
             f.REQUEST_ID: self.request_id,
             f.SLACK_CHANNEL: self.channel,
+            **self._window_fields(),
+        }
+
+    def _window_fields(self) -> dict[str, object]:
+        if self.reserved_from is None or self.reserved_until is None:
+            return {}
+        # A reservation's lease ends with its window, whenever its hosts come.
+        return {
+            f.RESERVED_FROM: isoformat(self.reserved_from),
+            f.RESERVED_UNTIL: isoformat(self.reserved_until),
+            f.EXPIRES_AT: isoformat(self.reserved_until),
         }
 
 
@@ -161,6 +190,9 @@ class Allocation(BaseModel):
     hours_unmeasured: float = 0.0
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
+    # A reservation's window (gpufarm.core.calendar); None for a lease from now.
+    reserved_from: datetime | None = None
+    reserved_until: datetime | None = None
     modified: datetime | None = None
 
     @property
@@ -224,6 +256,8 @@ class Allocation(BaseModel):
             hours_unmeasured=_hours(v.get(f.GPU_HOURS_UNMEASURED)),
             hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
+            reserved_from=parse_time(_text(v.get(f.RESERVED_FROM))),
+            reserved_until=parse_time(_text(v.get(f.RESERVED_UNTIL))),
             modified=record.modified,
         )
 

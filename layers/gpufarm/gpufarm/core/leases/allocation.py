@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from gpufarm.core.calendar import reservations
 from gpufarm.core.chat import messages
 from gpufarm.core.config.farm import PoolKind
 from gpufarm.core.context.lease_context import LeaseContext, invocation
@@ -25,6 +26,7 @@ from gpufarm.core.kernel.hosts import IR_KEY, GpuHost, tag_values
 from gpufarm.core.kernel.ir import ir_tag_value
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, encode_host_gpus, isoformat
+from gpufarm.core.kernel.reasons import Reason
 from gpufarm.core.kernel.tags import allocation_tags, assign_tags, is_assign_of
 from gpufarm.core.kernel.units import Devices, assign_units, encode_devices, holdings
 from gpufarm.core.leases import notices, terms
@@ -39,17 +41,25 @@ MAX_REPLANS = 3
 def allocate(ctx: LeaseContext, alloc: Allocation) -> Outcome:
     """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""
     if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
-        return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
+        if not reservations.started(alloc, ctx.now()):
+            return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
     env = ctx.farm.environments.get(alloc.environment or "")
     if env is None or alloc.gpu_count < 1:
         # Config changed under a live request: nothing can ever be placed; say so rather than loop.
         log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, alloc.environment)
         return go_waiting(ctx, alloc)
     model = (alloc.gpu_model or "").upper()
+    if alloc.reserved_from is not None:
+        # A reservation at its start takes the capacity booked for it, ahead of the queue (gpufarm.core.calendar).
+        return _place(ctx, alloc, env.kind)
     older = [a for a in ctx.live(alloc.environment, phases={Phase.WAITING}) if a.gpu_model == model and a.ir < alloc.ir]
     if older:
         # First come, first served per model: a newer request does not overtake a waiting one.
         return go_waiting(ctx, alloc)
+    reserved = reservations.blocks(ctx, alloc)
+    if reserved is not None:
+        # The free GPUs are booked within the lease's term: it waits rather than take them.
+        return go_waiting(ctx, alloc, reserved)
     return _place(ctx, alloc, env.kind)
 
 
@@ -85,7 +95,9 @@ def _untag_strays(ctx: LeaseContext, alloc: Allocation, already: frozenset[str],
 @invocation
 def allocate_waiting(ctx: LeaseContext, environment: str) -> list[Outcome]:
     """After capacity frees: allocate approved/waiting incidents of a pool, oldest first per model."""
-    queue = sorted(ctx.live(environment, phases={Phase.APPROVED, Phase.WAITING}), key=lambda a: a.ir)
+    # A reservation that began waiting at its start (a host it counted on was down) goes before the queue.
+    waiting = ctx.live(environment, phases={Phase.APPROVED, Phase.WAITING})
+    queue = sorted(waiting, key=lambda a: (a.reserved_from is None, a.ir))
     outcomes: list[Outcome] = []
     blocked: set[str] = set()
     for alloc in queue:
@@ -99,13 +111,15 @@ def allocate_waiting(ctx: LeaseContext, environment: str) -> list[Outcome]:
     return outcomes
 
 
-def go_waiting(ctx: LeaseContext, alloc: Allocation) -> Outcome:
+def go_waiting(ctx: LeaseContext, alloc: Allocation, reason: Reason | None = None) -> Outcome:
     """The lease waits for hosts: its place in the pool's queue for its model, told to the requester once."""
     if alloc.phase is Phase.WAITING:
         return Outcome(alloc.ir, "waiting (still)")
     # Its place among the pool's requests waiting for the model, first come first served (gpufarm.core.leases.terms).
     spot = terms.position(alloc, ctx.live(alloc.environment, phases=terms.WAITING))
     queued = f"position {spot.place} of {spot.of} for {spot.gpu_model}"
+    if reason is not None:
+        queued = f"{queued}; {reason.line()}"
     updated = ctx.write(
         alloc,
         Phase.WAITING,
@@ -188,6 +202,8 @@ def _allocated(ctx: LeaseContext, alloc: Allocation, plan: dict[str, int], devic
     hosts = sorted(plan)
     # The lease's days start now, when its hosts are allocated, however long it waited (gpufarm.core.leases.terms).
     expires = terms.lease_end(ctx.now(), alloc.duration_days or ctx.farm.defaults.duration_days)
+    if alloc.reserved_until is not None:
+        expires = alloc.reserved_until  # a reservation's lease ends with its window
     where = ", ".join(f"{h} ({plan[h]} GPUs)" for h in hosts)
     updated = ctx.write(
         alloc,

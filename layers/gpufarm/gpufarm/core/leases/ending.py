@@ -37,6 +37,7 @@ REASON_TEXT = {
     ReclaimReason.RESOLVED_IN_DATADOG: "its incident was resolved in Datadog",
     ReclaimReason.CANCELLED: "the request was cancelled",
     ReclaimReason.WITHDRAWN: "it waited past its limit for hosts and was withdrawn",
+    ReclaimReason.NO_SHOW: "the reservation went unused through its no-show window",
 }
 
 
@@ -46,7 +47,7 @@ def release(ctx: LeaseContext, ir: int, actor: str) -> Message:
     alloc = ctx.get(ir)
     authorize(Action.RELEASE, actor, ctx.operators(), alloc)
     ctx.membership().check(actor, alloc.team, f"release {alloc.ir_label}")
-    reason = ReclaimReason.CANCELLED if alloc.phase is Phase.REQUESTED else ReclaimReason.RELEASED
+    reason = ReclaimReason.CANCELLED if alloc.phase in (Phase.REQUESTED, Phase.RESERVED) else ReclaimReason.RELEASED
     if actor != alloc.requester:
         reason = ReclaimReason.OPERATOR
     return resolve(ctx, alloc, reason, by=actor)

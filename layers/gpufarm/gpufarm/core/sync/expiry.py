@@ -4,6 +4,7 @@ pool group, so an expiry never overwrites a Keep or an extension that ran in bet
 
 from __future__ import annotations
 
+from gpufarm.core.calendar import reservations
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.idle.partial import every_part_due, grace_over
@@ -24,8 +25,13 @@ def expire(ctx: LeaseContext, ir: int) -> Outcome:
     reason = due(ctx, alloc)
     if reason is None:
         return Outcome(ir, f"nothing to do ({alloc.phase.value})")
-    resolve(ctx, alloc, reason, by=None)
+    resolve(ctx, alloc, reason, by=None, note=_note(ctx, alloc, reason))
     return Outcome(ir, f"resolved ({reason.value})")
+
+
+def _note(ctx: LeaseContext, alloc: Allocation, reason: ReclaimReason) -> str | None:
+    """The history's note of an end by time that has more to say than its reason code (a no-show's numbers)."""
+    return reservations.no_show_reason(alloc, ctx).line() if reason is ReclaimReason.NO_SHOW else None
 
 
 def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
@@ -38,6 +44,8 @@ def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
         return ReclaimReason.EXPIRED
     if terms.waiting_over(alloc, ctx.farm, now):
         return ReclaimReason.WITHDRAWN
+    if reservations.no_show_due(alloc, ctx, now):
+        return ReclaimReason.NO_SHOW
     if alloc.phase is Phase.IDLE_WARNED and grace_over(ctx.farm, alloc, now):
         # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
         policy = ctx.farm.idle.policy(alloc.environment, alloc.team)
@@ -68,4 +76,4 @@ def send(ctx: LeaseContext, alloc: Allocation, op: Op, origin: str, *, reason: R
     elif op is Op.REMIND:
         remind(ctx, alloc.ir)
     elif reason is not None:
-        resolve(ctx, alloc, reason, by=None)
+        resolve(ctx, alloc, reason, by=None, note=_note(ctx, alloc, reason))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpufarm.core.calendar import reservations
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
@@ -55,7 +56,7 @@ def sweep(ctx: LeaseContext) -> SweepReport:
         if reason is not None:
             expiry.send(ctx, alloc, Op.EXPIRE, f"sweep-{bucket}", reason=reason)
             report.to_end.append(alloc.ir)
-        elif alloc.phase is Phase.APPROVED:
+        elif alloc.phase is Phase.APPROVED or reservations.started(alloc, ctx.now()):
             _step(ctx, alloc)
             report.to_allocate.append(alloc.ir)
     for record in ctx.incidents.search(ENDED_QUERY):
