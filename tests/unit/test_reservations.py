@@ -114,11 +114,20 @@ def test_an_overlapping_booking_beyond_the_pool_is_refused_with_the_nearest_wind
 
 def test_the_decision_that_counts_refuses_what_was_booked_since_the_precheck(world: World) -> None:
     start = world.clock.now() + timedelta(days=2)
-    values = {"gpu_count": "10", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p",
-              "reserved_from": start.strftime("%Y-%m-%dT%H:%M"), "reserved_for": "1d"}
+    values = {
+        "gpu_count": "10",
+        "gpu_model": "H100",
+        "environment": "hpc",
+        "team": "nlp",
+        "project": "p",
+        "reserved_from": start.strftime("%Y-%m-%dT%H:%M"),
+        "reserved_for": "1d",
+    }
     farm = world.svc.context.farm
     first = build_reservation(values, farm, requester=USER, channel=None, request_id="r-race-0001")
-    second = build_reservation({**values, "team": "vision"}, farm, requester=USER, channel=None, request_id="r-race-0002")
+    second = build_reservation(
+        {**values, "team": "vision"}, farm, requester=USER, channel=None, request_id="r-race-0002"
+    )
     # Both passed their up-front checks; the pool's writer decides them one after the other.
     a, _ = world.svc.create_request(first)
     b, _ = world.svc.create_request(second)
@@ -177,8 +186,15 @@ def test_an_unused_reservation_is_released_as_a_no_show(world: World) -> None:
     alloc = world.svc.allocation(ir)
     # The ledger accrued its first 40 minutes: idle, never busy.
     until = world.clock.now() + timedelta(minutes=40)
-    world.incidents.update(alloc.incident_id, {f.GPU_HOURS_HELD: "5.333", f.GPU_HOURS_IDLE: "5.333",
-                                               f.GPU_HOURS_BUSY: "0", f.GPU_HOURS_UNTIL: isoformat(until)})
+    world.incidents.update(
+        alloc.incident_id,
+        {
+            f.GPU_HOURS_HELD: "5.333",
+            f.GPU_HOURS_IDLE: "5.333",
+            f.GPU_HOURS_BUSY: "0",
+            f.GPU_HOURS_UNTIL: isoformat(until),
+        },
+    )
     world.clock.advance(minutes=20)
     world.svc.sweep()
     assert world.svc.allocation(ir).phase is Phase.ALLOCATED  # within its no-show window

@@ -20,6 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufarm.adapters import time_budget
+from gpufarm.core.calendar.asking import build_reservation
+from gpufarm.core.calendar.view import calendar_answer
 from gpufarm.core.chat import block_kit, messages
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.command_text import Command, Verb
@@ -124,12 +126,12 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return svc.profile_token(ir, job.user, upload_token_key())
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
-    if cmd.verb is Verb.RESERVE:
-        return _reserve(svc, job, cmd)
-    if cmd.verb is Verb.CALENDAR:
-        from gpufarm.core.calendar.view import calendar_answer  # noqa: PLC0415 - imported when the command runs
-
-        return calendar_answer(svc.context, cmd.environment, cmd.gpu_model)
+    if cmd.verb in (Verb.RESERVE, Verb.CALENDAR):
+        return (
+            _reserve(svc, job, cmd)
+            if cmd.verb is Verb.RESERVE
+            else calendar_answer(svc.context, cmd.environment, cmd.gpu_model)
+        )
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
         # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it). The
         # button shows the lease, so only those who may see it get one.
@@ -163,8 +165,6 @@ def _request_for_my_team(svc: GpuFarm, job: Job, cmd: Command) -> Message | None
 
 def _reserve(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     """A booking: the team named or the user's only one, the window validated, then decided in the pool's group."""
-    from gpufarm.core.calendar.asking import build_reservation  # noqa: PLC0415 - imported when the command runs
-
     args = cmd.args or {}
     with svc.context.reading():
         team = svc.context.membership().team_for_request(job.user, args.get("team"))

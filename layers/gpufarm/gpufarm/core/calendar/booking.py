@@ -134,9 +134,9 @@ class Calendar:
                 return Shortfall(moment, pool_free, quota_left)
         return None
 
-    def nearest(self, asked: datetime, length: timedelta, need: int, earliest: datetime, latest_end: datetime) -> (
-        datetime | None
-    ):
+    def nearest(
+        self, asked: datetime, length: timedelta, need: int, earliest: datetime, latest_end: datetime
+    ) -> datetime | None:
         """The start nearest `asked` (ties: the earlier) of a window of `length` that fits `need`, starting no
         sooner than `earliest` and ending by `latest_end`; None when no such window exists."""
         if need > self._room_before:
@@ -146,11 +146,7 @@ class Calendar:
         for moment in self._times:
             candidates.add(moment)
             candidates.add(moment - length)
-        fitting = [
-            c
-            for c in candidates
-            if earliest <= c <= latest_start and self.room(c, c + length) >= need
-        ]
+        fitting = [c for c in candidates if earliest <= c <= latest_start and self.room(c, c + length) >= need]
         if not fitting:
             return None
         return min(fitting, key=lambda c: (abs(c - asked), c))

@@ -50,7 +50,9 @@ def holds(live: Iterable[Allocation], environment: str, gpu_model: str, now: dat
         team = alloc.team or ""
         if alloc.phase in HOLDING:
             out.append(Hold(now, alloc.expires_at or FOREVER, alloc.gpu_count, team))
-        elif alloc.reserved_from is not None and alloc.reserved_until is not None and alloc.phase is not Phase.REQUESTED:
+        elif (
+            alloc.reserved_from is not None and alloc.reserved_until is not None and alloc.phase is not Phase.REQUESTED
+        ):
             # Booked, or at its start waiting for a host: its window is spoken for.
             out.append(Hold(max(alloc.reserved_from, now), alloc.reserved_until, alloc.gpu_count, team, reserved=True))
     return out
@@ -117,7 +119,9 @@ def book(ctx: LeaseContext, alloc: Allocation) -> Message:
         f":calendar: *{alloc.ir_label}* reserved: {detail}. Its hosts are allocated at the start; unused for "
         f"{minutes} minutes after it, the reservation is released."
     )
-    return linked(updated, Message(text.replace("*", ""), [section(text), context("`/gpu calendar` shows the pool")]), links)
+    return linked(
+        updated, Message(text.replace("*", ""), [section(text), context("`/gpu calendar` shows the pool")]), links
+    )
 
 
 def started(alloc: Allocation, now: datetime) -> bool:

@@ -40,8 +40,9 @@ def days(found: list[Hold], capacity: int, start: datetime, count: int = DAYS) -
     for index in range(count):
         low = max(first + timedelta(days=index), start)
         high = first + timedelta(days=index + 1)
-        out.append(Day(low, capacity, _peak(leases, low, high), _peak(booked, low, high),
-                       capacity - _peak(total, low, high)))
+        out.append(
+            Day(low, capacity, _peak(leases, low, high), _peak(booked, low, high), capacity - _peak(total, low, high))
+        )
     return out
 
 
@@ -51,19 +52,21 @@ def _peak(steps: Steps, low: datetime, high: datetime) -> int:
 
 def render(environment: str, gpu_model: str, rows: list[Day]) -> str:
     """The table as Slack shows it in a code block."""
-    lines = [f"{environment} {gpu_model}: day (UTC)   capacity  leases  reserved  free"]
-    for row in rows:
-        lines.append(
-            f"{row.day:%a %Y-%m-%d}     {row.capacity:>8}  {row.held:>6}  {row.reserved:>8}  {max(row.free, 0):>4}"
-        )
-    return "\n".join(lines)
+    head = f"{environment} {gpu_model}: day (UTC)   capacity  leases  reserved  free"
+    lines = [
+        f"{row.day:%a %Y-%m-%d}     {row.capacity:>8}  {row.held:>6}  {row.reserved:>8}  {max(row.free, 0):>4}"
+        for row in rows
+    ]
+    return "\n".join([head, *lines])
 
 
 def calendar_answer(ctx: LeaseContext, environment: str | None, gpu_model: str | None) -> Message:
     """The calendar of a pool (every pool when none is named), each model or the one named."""
     farm = ctx.farm
     if environment is not None and environment not in farm.environments:
-        raise ValidationFailed("environment", f"there is no pool {environment}; pools: {', '.join(sorted(farm.environments))}")
+        raise ValidationFailed(
+            "environment", f"there is no pool {environment}; pools: {', '.join(sorted(farm.environments))}"
+        )
     pools = [environment] if environment else sorted(farm.environments)[:MAX_POOLS]
     model = gpu_model.upper() if gpu_model else None
     if model is not None and not any(model in farm.environments[p].gpu_models for p in pools):

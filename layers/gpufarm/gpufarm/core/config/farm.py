@@ -17,9 +17,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpufarm.core.config.accounting import MAX_BUDGETS, Budget, LedgerSettings, budget_problems
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
-from gpufarm.core.config.reservations import ReservationSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
+from gpufarm.core.config.reservations import ReservationSettings
 from gpufarm.core.config.yaml_load import MAX_NUMBER_CHARS, NumberTooLong, bounded_loader
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.core.kernel.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, SLACK_USER_PATTERN, Name

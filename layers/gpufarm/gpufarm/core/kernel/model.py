@@ -80,9 +80,9 @@ class GpuRequest(BaseModel):
     def _window_whole(self) -> GpuRequest:
         if (self.reserved_from is None) != (self.reserved_until is None):
             raise ValueError("a reservation names both its start and its end")
-        if self.reserved_from is not None and self.reserved_until is not None:
-            if self.reserved_from.tzinfo is None or self.reserved_until <= self.reserved_from:
-                raise ValueError("a reservation's window is a UTC start before its end")
+        start, end = self.reserved_from, self.reserved_until
+        if start is not None and end is not None and (start.tzinfo is None or end <= start):
+            raise ValueError("a reservation's window is a UTC start before its end")
         return self
 
     @property

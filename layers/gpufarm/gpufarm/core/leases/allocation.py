@@ -40,9 +40,9 @@ MAX_REPLANS = 3
 @invocation
 def allocate(ctx: LeaseContext, alloc: Allocation) -> Outcome:
     """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""
-    if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
-        if not reservations.started(alloc, ctx.now()):
-            return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
+    granted = alloc.phase in (Phase.APPROVED, Phase.WAITING) and alloc.state is not State.RESOLVED
+    if not granted and not reservations.started(alloc, ctx.now()):
+        return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
     env = ctx.farm.environments.get(alloc.environment or "")
     if env is None or alloc.gpu_count < 1:
         # Config changed under a live request: nothing can ever be placed; say so rather than loop.
