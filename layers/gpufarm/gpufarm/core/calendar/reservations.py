@@ -105,7 +105,7 @@ def book(ctx: LeaseContext, alloc: Allocation) -> Message:
         ctx.write(alloc, Phase.REJECTED, {}, step=ctx.step(history.POLICY, Step.REFUSED, refusal.line()))
         ctx.write_fields(alloc, {}, title=f"{alloc.title} (refused: {refusal.code.value})"[:250])
         log.info("%s booking refused: %s", alloc.ir_label, refusal.code.value)
-        text = f":no_entry: {alloc.ir_label} refused: {inert(refusal.sentence)}. Nothing was reserved."
+        text = f":no_entry: {alloc.ir_label} refused: {inert(refusal.line())}. Nothing was reserved."
         return linked(alloc, Message(text, [section(text)]), links)
     detail = f"{booking.what()} {window(booking.start, booking.end)} UTC"
     updated = ctx.write(
