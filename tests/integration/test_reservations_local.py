@@ -3,8 +3,10 @@ bookings racing for the team's last quota in one window end with exactly one res
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -50,11 +52,44 @@ def test_a_reservation_asked_in_slack_is_an_incident_in_phase_reserved(farm: Loc
     farm.slash(ALICE, "calendar onprem-hpc H100")
     farm.settle()
     [calendar] = _answers(farm, "onprem-hpc H100: day (UTC)")
-    rows = [line.split()[-4:] for line in calendar.splitlines() if line[:3] in {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}]
+    rows = [
+        line.split()[-4:]
+        for line in calendar.splitlines()
+        if line[:3] in {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"}
+    ]
     assert ["32", "0", "4", "28"] in rows  # a day of the window: 4 reserved, 28 of 32 free
     farm.slash(ALICE, f"reserve 4 H100 env=onprem-hpc project=book-late team=nlp from {_from(80)} for 30d")
     farm.settle()
     assert any("[reservation-too-long]" in t for t in _answers(farm, "Request refused"))
+
+
+def test_the_request_form_books_a_window_when_its_from_and_for_are_filled(farm: LocalFarm) -> None:
+    farm.slash(ALICE, "request")
+    view = [v for v in farm.views() if v["user"] == ALICE.id][-1]
+    assert [b["block_id"] for b in view["blocks"]][-2:] == ["reserved_from", "reserved_for"]
+
+    def text(value: str | None) -> dict[str, Any]:
+        return {"type": "plain_text_input", "value": value}
+
+    values = {
+        "gpu_model": {"gpu_model": {"type": "static_select", "selected_option": {"value": "H100"}}},
+        "gpu_count": {"gpu_count": {"type": "number_input", "value": "2"}},
+        "environment": {"environment": {"type": "static_select", "selected_option": {"value": "onprem-hpc"}}},
+        "team": {"team": {"type": "static_select", "selected_option": {"value": "nlp"}}},
+        "project": {"project": text("book-form")},
+        "duration_days": {"duration_days": {"type": "number_input", "value": "7"}},
+        "purpose": {"purpose": text(None)},
+        "reserved_from": {"reserved_from": text(_from(10))},
+        "reserved_for": {"reserved_for": text("3w")},
+    }
+    bad = farm.submit_view(ALICE, view["id"], values)
+    assert json.loads(bad["body"])["errors"].keys() == {"reserved_for"}
+    values["reserved_for"]["reserved_for"]["value"] = "36h"
+    assert farm.submit_view(ALICE, view["id"], values)["status"] == 200
+    farm.settle()
+    [booked] = [a for a in farm.incidents() if a.project == "book-form"]
+    assert booked.phase is Phase.RESERVED and booked.reserved_from is not None and booked.reserved_until is not None
+    assert booked.reserved_until - booked.reserved_from == timedelta(hours=36)
 
 
 def test_two_bookings_racing_for_the_last_quota_end_with_exactly_one_reserved(farm: LocalFarm) -> None:

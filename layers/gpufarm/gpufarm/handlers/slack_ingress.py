@@ -313,13 +313,7 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
         return http.error(400, "unknown view")
     values = modal.form_values(view.state.values)
     try:
-        request = build_request(
-            values,
-            runtime.farm(),
-            requester=payload.user.id,
-            channel=_metadata_channel(view.private_metadata),
-            request_id=request_id("view", view.id),
-        )
+        request = _form_request(values, runtime.farm(), payload.user.id, view.private_metadata, view.id)
     except ValidationFailed as exc:
         return _field_error(_FIELD_BLOCK.get(exc.field, "project"), exc.message)
     except rt.ConfigurationError:
@@ -329,6 +323,20 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
     telemetry.correlate(slack_user=payload.user.id, request_id=request.request_id)
     job = Job(kind="request", user=payload.user.id, channel=request.channel, request=request.model_dump(mode="json"))
     return _hand_off(runtime, job, http.respond(200), _field_error("project", _MODAL_UNAVAILABLE))
+
+
+def _form_request(
+    values: dict[str, str | None], farm: FarmConfig, user: str, metadata: str | None, view_id: str
+) -> GpuRequest:
+    """The form's request: a lease from now, or a booking when the window's fields are filled."""
+    channel, rid = _metadata_channel(metadata), request_id("view", view_id)
+    if not values.get("reserved_from") and not values.get("reserved_for"):
+        plain = {k: v for k, v in values.items() if k not in ("reserved_from", "reserved_for")}
+        return build_request(plain, farm, requester=user, channel=channel, request_id=rid)
+    from gpufarm.core.calendar.asking import build_reservation
+
+    window = {k: v for k, v in values.items() if k != "duration_days"}
+    return build_reservation(window, farm, requester=user, channel=channel, request_id=rid)
 
 
 # -- events -------------------------------------------------------------------------------------------------------

@@ -46,11 +46,14 @@ def split_window(words: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def parse_start(text: str) -> datetime:
-    """`2026-12-10T09:00` as a UTC time; ValidationFailed when it is no calendar date."""
+    """`2026-12-10T09:00`, `2026-12-10 09:00` or `2026-12-10` as a UTC time; ValidationFailed when it is no
+    calendar date (the request form's field takes what the command does)."""
+    words = text.strip().replace("T", " ", 1).split()
+    stamp = " ".join([*words, "00:00"] if len(words) == 1 else words)
     try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
+        return datetime.strptime(stamp, "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
     except ValueError:
-        raise ValidationFailed("reserved_from", f"'{text[:20]}' is not a date and time; {USAGE}") from None
+        raise ValidationFailed("reserved_from", f"'{text[:20]}' is not a date and time (UTC); {USAGE}") from None
 
 
 def parse_length(text: str) -> timedelta:
