@@ -3,11 +3,12 @@ capacity kept from new leases and extensions, allocated at the start by the swee
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-from fakes import FakeChat, FakeClock, FakeHosts, FakeIncidents
+from fakes import FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 
 from gpufarm.core.calendar.asking import build_reservation
 from gpufarm.core.calendar.view import calendar_answer
@@ -18,6 +19,7 @@ from gpufarm.core.kernel.errors import Conflict, ValidationFailed
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.service import GpuFarm
+from gpufarm.setup.dashboards_farm.ledger import quota_ledger
 
 USER = "U0000000001"
 FARM = """
@@ -46,6 +48,7 @@ class World:
     hosts: FakeHosts
     clock: FakeClock
     chat: FakeChat
+    metrics: FakeMetrics
     serial: int = 0
 
     def _id(self) -> str:
@@ -87,8 +90,11 @@ def world() -> World:
     for i in range(2):
         hosts.seed(f"hpc-{i}", "H100", 8, "hpc")
     chat = FakeChat(operators=frozenset({"U0000000OPS"}))
-    svc = GpuFarm(incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=parse_farm(FARM), queue=None)
-    return World(svc, incidents, hosts, clock, chat)
+    metrics = FakeMetrics()
+    svc = GpuFarm(
+        incidents=incidents, hosts=hosts, chat=chat, clock=clock, farm=parse_farm(FARM), queue=None, metrics=metrics
+    )
+    return World(svc, incidents, hosts, clock, chat, metrics)
 
 
 def test_a_booking_that_fits_is_reserved_with_its_window(world: World) -> None:
@@ -238,3 +244,26 @@ def test_the_calendar_shows_leases_and_reservations_per_day(world: World) -> Non
     assert lines[5].split()[-4:] == ["16", "0", "8", "8"]
     with pytest.raises(ValidationFailed):
         calendar_answer(world.svc.context, "nowhere", None)
+
+
+def test_the_reserved_column_counts_booked_hours_until_the_start_or_a_release(world: World) -> None:
+    world.reserve(8, 2, "2d")
+    first = world.newest()
+    world.reserve(4, 6, "1d", team="vision")
+    world.svc.publish_gauges()
+    tags = ("team:nlp", "project:llm-ko", "environment:hpc", "gpu_model:h100")
+    assert world.metrics.value("gpufarm.ledger.gpu_hours.reserved", *tags) == 8 * 48
+    assert world.metrics.value("gpufarm.calendar.gpus.reserved", "environment:hpc", "day:03") == 8
+    assert world.metrics.value("gpufarm.calendar.gpus.reserved", "environment:hpc", "day:06") == 4
+    assert world.metrics.value("gpufarm.calendar.gpus.reserved", "environment:hpc", "day:00") == 0
+    world.svc.release(first, USER)
+    world.metrics.series.clear()
+    world.svc.publish_gauges()
+    assert world.metrics.value("gpufarm.ledger.gpu_hours.reserved", *tags) is None
+    assert world.metrics.value("gpufarm.calendar.gpus.reserved", "environment:hpc", "day:03") == 0
+
+
+def test_the_quota_ledger_dashboard_shows_the_reserved_column_and_the_calendar() -> None:
+    body = json.dumps(quota_ledger(parse_farm(FARM)))
+    assert "sum:gpufarm.ledger.gpu_hours.reserved{$team,$environment,$gpu_model} by {team,project,environment" in body
+    assert "max:gpufarm.calendar.gpus.reserved{$environment,$gpu_model} by {environment,gpu_model,day}" in body
