@@ -19,6 +19,11 @@ from gpufarm.core.kernel.errors import Conflict, ValidationFailed
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.service import GpuFarm
+from gpufarm.reporting.build import build_report
+from gpufarm.reporting.query import GroupBy, ReportQuery, since_period
+from gpufarm.reporting.read import Leases
+from gpufarm.reporting.render_csv import render_csv
+from gpufarm.reporting.render_json import report_json
 from gpufarm.setup.dashboards_farm.ledger import quota_ledger
 
 USER = "U0000000001"
@@ -267,3 +272,24 @@ def test_the_quota_ledger_dashboard_shows_the_reserved_column_and_the_calendar()
     body = json.dumps(quota_ledger(parse_farm(FARM)))
     assert "sum:gpufarm.ledger.gpu_hours.reserved{$team,$environment,$gpu_model} by {team,project,environment" in body
     assert "max:gpufarm.calendar.gpus.reserved{$environment,$gpu_model} by {environment,gpu_model,day}" in body
+
+
+def test_reports_count_reserved_hours_until_the_window_ends_or_the_reservation_is_released(world: World) -> None:
+    world.reserve(8, 1, "2d")
+    honoured = world.newest()
+    world.reserve(4, 1, "1d", team="vision")
+    world.svc.release(world.newest(), USER)  # cancelled before its start: nothing reserved
+    world.clock.advance(days=1)
+    world.svc.sweep()
+    world.clock.advance(days=2)
+    world.svc.sync()
+    leases = Leases(tuple(world.svc.allocation(ir) for ir in range(1, world.newest() + 1)))
+    query = ReportQuery(since_period("7d", world.clock.now()), GroupBy.TEAM)
+    report = build_report(query, leases, world.svc.context.farm, world.clock.now())
+    rows = {row.key: row for row in report.rows}
+    assert rows["nlp"].reserved == pytest.approx(8 * 48) and rows["vision"].reserved == 0
+    assert report.total.reserved == pytest.approx(8 * 48)
+    assert world.svc.allocation(honoured).reclaim_reason is ReclaimReason.EXPIRED
+    header = render_csv(report).splitlines()[0]
+    assert "gpu_hours_reserved" in header.split(",")
+    assert report_json(report)["rows"][0]["gpu_hours"]["reserved"] == pytest.approx(384.0)

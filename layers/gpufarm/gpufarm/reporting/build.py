@@ -22,6 +22,7 @@ from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
 from gpufarm.reporting.read import MAX_LEASES, Leases
+from gpufarm.reporting.reserved import add_reserved
 from gpufarm.reporting.window import lease_hours
 
 NONE = "(none)"
@@ -79,6 +80,7 @@ def _add(row: Row, other: Row) -> None:
     row.exemptions += other.exemptions
     row.reclaims.update(other.reclaims)
     row.waits += other.waits
+    row.reserved += other.reserved
 
 
 def _lease_row(alloc: Allocation, query: ReportQuery, now: datetime) -> tuple[Row, LeaseLine] | None:
@@ -174,6 +176,7 @@ def build_report(
     """The report for `query` from the leases read (see the module docstring); rows by held GPU-hours, largest first."""
     chosen = [a for a in read.leases if selected(a, query)]
     rows, lines = _grouped(chosen, query, now)
+    add_reserved(rows, chosen, query.period, lambda a: group_key(a, query.by))
     if query.by is GroupBy.TEAM and query.project is None:
         # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
         for team in farm.teams if query.team is None else [query.team]:
