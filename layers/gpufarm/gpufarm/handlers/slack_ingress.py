@@ -326,7 +326,7 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
 
 
 def _form_request(
-    values: dict[str, str | None], farm: FarmConfig, user: str, metadata: str | None, view_id: str
+    values: dict[str, str | None], farm: FarmConfig, user: str, metadata: str, view_id: str
 ) -> GpuRequest:
     """The form's request: a lease from now, or a booking when the window's fields are filled."""
     channel, rid = _metadata_channel(metadata), request_id("view", view_id)
