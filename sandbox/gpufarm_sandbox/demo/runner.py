@@ -31,6 +31,11 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("profiler runs: a real trace on a lease, its page and metrics", "gpufarm_sandbox.demo.profile_stage"),
     ("the operators' daily digest: what needs an operator today", "gpufarm_sandbox.demo.digest_stage"),
     ("report: the month's GPU-hours as HTML and CSV", "gpufarm_sandbox.demo.report_stage"),
+    # Last: its clock jump to the window's start ends every lease the stages above left.
+    (
+        "reservations: booked, refused with the nearest window, honoured, a no-show",
+        "gpufarm_sandbox.demo.reservation_stage",
+    ),
 )
 
 

@@ -235,6 +235,9 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester {mention(alloc.requester)}",
         f"{_what(alloc)}, {_lease_span(alloc)}",
     ]
+    if alloc.reserved_from is not None and alloc.reserved_until is not None:
+        # A reservation (gpufarm.core.calendar): its window on the pool's calendar.
+        lines.append(f"Reserved window: {_when(alloc.reserved_from)} to {_when(alloc.reserved_until)}")
     if alloc.hosts:
         lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
         lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
