@@ -4,6 +4,8 @@ bookings racing for the team's last quota in one window end with exactly one res
 from __future__ import annotations
 
 import json
+import re
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -105,3 +107,23 @@ def test_two_bookings_racing_for_the_last_quota_end_with_exactly_one_reserved(fa
     answers = [t for t in _answers(farm, "8 H100") if "race-" in t or "reserved:" in t or "refused" in t]
     assert sum("reserved: 8 H100" in t for t in answers) == 1
     assert sum("[reservation-over-quota]" in t for t in answers) == 1
+
+
+def test_the_sandboxs_quota_ledger_page_shows_the_pools_calendar(farm: LocalFarm) -> None:
+    farm.slash(ALICE, f"reserve 2 H100 env=onprem-hpc project=book-page team=nlp from {_from(2)} for 1d")
+    farm.settle()
+    farm.host.invoke("QuotaSyncFunction", {"job": "quota_sync"})
+    farm.settle()
+    index = urllib.request.urlopen(farm.base_url + "/dashboards", timeout=30).read().decode()  # noqa: S310
+    found = re.search(r'href="/dashboards/([^"?]+)"[^>]*>gpufarm: quota ledger', index)
+    assert found, index[:500]
+    page = (
+        urllib.request.urlopen(  # noqa: S310
+            f"{farm.base_url}/dashboards/{found.group(1)}?environment=onprem-hpc", timeout=30
+        )
+        .read()
+        .decode()
+    )
+    assert "Calendar: GPUs reserved per pool and model, per day ahead" in page
+    assert "Reserved GPU-hours ahead per team, project, environment and model" in page
+    assert "book-page" in page  # the reserved column's row for the booking
