@@ -114,13 +114,11 @@ def test_the_sandboxs_quota_ledger_page_shows_the_pools_calendar(farm: LocalFarm
     farm.settle()
     farm.host.invoke("QuotaSyncFunction", {"job": "quota_sync"})
     farm.settle()
-    index = urllib.request.urlopen(farm.base_url + "/dashboards", timeout=30).read().decode()  # noqa: S310
+    index = urllib.request.urlopen(farm.base_url + "/dashboards", timeout=30).read().decode()
     found = re.search(r'href="/dashboards/([^"?]+)"[^>]*>gpufarm: quota ledger', index)
     assert found, index[:500]
     page = (
-        urllib.request.urlopen(  # noqa: S310
-            f"{farm.base_url}/dashboards/{found.group(1)}?environment=onprem-hpc", timeout=30
-        )
+        urllib.request.urlopen(f"{farm.base_url}/dashboards/{found.group(1)}?environment=onprem-hpc", timeout=30)
         .read()
         .decode()
     )
