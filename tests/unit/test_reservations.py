@@ -293,3 +293,10 @@ def test_reports_count_reserved_hours_until_the_window_ends_or_the_reservation_i
     header = render_csv(report).splitlines()[0]
     assert "gpu_hours_reserved" in header.split(",")
     assert report_json(report)["rows"][0]["gpu_hours"]["reserved"] == pytest.approx(384.0)
+
+
+def test_the_app_home_lists_a_booked_reservation_with_its_window(world: World) -> None:
+    world.reserve(8, 3, "2d")
+    home = world.svc.home(USER)
+    [waiting] = home.waiting
+    assert waiting.alloc.phase is Phase.RESERVED and waiting.reason.startswith("reserved 2026-03-05 09:00 to")
