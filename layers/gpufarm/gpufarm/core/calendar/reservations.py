@@ -154,9 +154,12 @@ def extension_refusal(ctx: LeaseContext, alloc: Allocation, new_end: datetime) -
 
 def _into_reserved(ctx: LeaseContext, alloc: Allocation, start: datetime, end: datetime, what: str) -> Reason | None:
     env, model = alloc.environment or "", (alloc.gpu_model or "").upper()
-    found = holds(ctx.live(env), env, model, ctx.now(), skip=alloc.ir)
-    if not any(h.reserved and h.start < end and h.end > start for h in found):
+    # The pool's reservations first, by their phase alone (one narrow search; a reservation that began waiting at its
+    # start is among the waiting requests allocation has read already): only when one overlaps is the pool read whole.
+    booked = [*ctx.live(env, phases={Phase.RESERVED}), *ctx.live(env, phases={Phase.WAITING})]
+    if not any(h.start < end and h.end > start for h in holds(booked, env, model, ctx.now(), skip=alloc.ir)):
         return None
+    found = holds(ctx.live(env), env, model, ctx.now(), skip=alloc.ir)
     # Only the pool binds here: the lease's quota was weighed when it was granted.
     cal = Calendar(found, Limits(limits(ctx, env, model, alloc.team or "").capacity, _ALL), alloc.team or "")
     short = cal.shortfall(start, end, alloc.gpu_count)
