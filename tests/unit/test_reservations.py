@@ -300,3 +300,28 @@ def test_the_app_home_lists_a_booked_reservation_with_its_window(world: World) -
     home = world.svc.home(USER)
     [waiting] = home.waiting
     assert waiting.alloc.phase is Phase.RESERVED and waiting.reason.startswith("reserved 2026-03-05 09:00 to")
+
+
+def test_a_reservation_whose_hosts_never_came_ends_with_its_window(world: World) -> None:
+    world.reserve(16, 1, "1d")
+    ir = world.newest()
+    world.hosts.tags.pop("hpc-1")  # a host it counted on is gone when the window starts
+    world.clock.advance(days=1, minutes=1)
+    world.svc.sweep()
+    assert world.svc.allocation(ir).phase is Phase.WAITING
+    world.clock.advance(days=1)
+    world.svc.sweep()
+    ended = world.svc.allocation(ir)
+    assert ended.state is State.RESOLVED and ended.reclaim_reason is ReclaimReason.EXPIRED
+
+
+def test_a_reservation_takes_its_length_from_for_not_days(world: World) -> None:
+    farm = world.svc.context.farm
+    values = {"gpu_count": "2", "gpu_model": "H100", "environment": "hpc", "team": "nlp", "project": "p"}
+    window = {"reserved_from": "2026-03-05T09:00", "reserved_for": "2d"}
+    with pytest.raises(ValidationFailed, match="its `for`, not days="):
+        build_reservation(
+            {**values, **window, "duration_days": "3"}, farm, requester=USER, channel=None, request_id="r-days-0001"
+        )
+    request = build_reservation({**values, **window}, farm, requester=USER, channel=None, request_id="r-days-0002")
+    assert request.duration_days == 2 and request.is_reservation

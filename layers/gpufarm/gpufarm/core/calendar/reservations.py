@@ -173,6 +173,16 @@ def _into_reserved(ctx: LeaseContext, alloc: Allocation, start: datetime, end: d
     )
 
 
+def window_over(alloc: Allocation, now: datetime) -> bool:
+    """True when a reservation that never got its hosts (booked, or waiting since its start) has seen its window end."""
+    return (
+        alloc.state is not State.RESOLVED
+        and alloc.phase in (Phase.RESERVED, Phase.APPROVED, Phase.WAITING)
+        and alloc.reserved_until is not None
+        and alloc.reserved_until <= now
+    )
+
+
 def no_show_due(alloc: Allocation, ctx: LeaseContext, now: datetime) -> bool:
     """True when a reservation's lease went unused through its no-show window (see the module's note)."""
     if alloc.reserved_from is None or alloc.phase not in HOLDING or alloc.state is State.RESOLVED:

@@ -40,7 +40,8 @@ def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
         return None
     # A lease's days run from its allocation; a request still waiting for hosts has its own limit instead.
     now = ctx.now()
-    if terms.expired(alloc, now):
+    if terms.expired(alloc, now) or reservations.window_over(alloc, now):
+        # A reservation's window is its term, whether or not it ever got its hosts (gpufarm.core.calendar).
         return ReclaimReason.EXPIRED
     if terms.waiting_over(alloc, ctx.farm, now):
         return ReclaimReason.WITHDRAWN
