@@ -115,12 +115,14 @@ def test_a_booking_that_fits_is_reserved_with_its_window(world: World) -> None:
 
 def test_an_overlapping_booking_beyond_the_pool_is_refused_with_the_nearest_window(world: World) -> None:
     world.reserve(12, 3, "2d")
-    before = len(world.incidents.records)
     answer = world.reserve(8, 4, "2d", team="vision")
-    assert "Request refused" in answer and "[reservation-no-capacity]" in answer
+    # Weighed once, in the pool's writer: the incident is closed with the reason.
+    assert "refused" in answer and "[reservation-no-capacity]" in answer and "Nothing was reserved" in answer
     assert "only 4 of the pool's 16 are free" in answer
     assert "nearest free window is from " + (world.clock.now() + timedelta(days=5)).strftime("%Y-%m-%d %H:%M") in answer
-    assert len(world.incidents.records) == before  # refused up front: nothing created
+    refused = world.svc.allocation(world.newest())
+    assert (refused.phase, refused.state) == (Phase.REJECTED, State.RESOLVED)
+    assert refused.history[-1].endswith("[reservation-no-capacity]")
 
 
 def test_the_decision_that_counts_refuses_what_was_booked_since_the_precheck(world: World) -> None:
@@ -156,6 +158,7 @@ def test_the_decision_that_counts_refuses_what_was_booked_since_the_precheck(wor
 def test_bad_windows_are_refused(world: World, start: float, length: str, code: str) -> None:
     answer = world.reserve(2, start, length)
     assert f"[{code}]" in answer and "nearest free window is from" in answer
+    assert "Request refused" in answer and world.incidents.records == {}  # up front: nothing created
 
 
 def test_a_new_lease_does_not_take_reserved_capacity(world: World) -> None:

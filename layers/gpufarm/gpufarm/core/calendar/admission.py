@@ -38,6 +38,16 @@ class Booking:
         return f"{self.gpus} {self.gpu_model} in {self.environment}"
 
 
+def well_formed(booking: Booking, policy: ReservationPolicy, now: datetime) -> bool:
+    """True when the window starts now or later, is no longer than the policy allows and ends within the horizon:
+    what can be said without reading the pool."""
+    return (
+        booking.start >= now - timedelta(minutes=1)
+        and booking.length <= timedelta(days=policy.max_days)
+        and booking.end <= now + timedelta(days=policy.horizon_days)
+    )
+
+
 def decide(booking: Booking, calendar: Calendar, policy: ReservationPolicy, now: datetime) -> Reason | None:
     """None when the booking fits; else the reason it does not, with the nearest window that would."""
     horizon_end = now + timedelta(days=policy.horizon_days)

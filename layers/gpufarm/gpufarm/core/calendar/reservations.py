@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from gpufarm.core.calendar.admission import Booking, decide, stamp, window
+from gpufarm.core.calendar.admission import Booking, decide, stamp, well_formed, window
 from gpufarm.core.calendar.booking import FOREVER, Calendar, Hold, Limits
 from gpufarm.core.chat.block_kit import Message, context, linked, section
 from gpufarm.core.chat.escape import inert
@@ -87,11 +87,17 @@ def booking_of(alloc: Allocation | GpuRequest) -> Booking | None:
 
 
 def precheck(ctx: LeaseContext, request: GpuRequest) -> Reason | None:
-    """The up-front check of a booking against the calendar as it is now: a refusal here creates no incident."""
+    """The up-front check of a booking: a window in the past, too long or beyond the horizon is refused here (the
+    pool read only then, for the nearest window that would fit) and creates no incident. Capacity and quota are
+    weighed once, by the decision that counts in the pool's writer (`book`): the pool's live incidents are the
+    booking's largest read, so it is made once."""
     booking = booking_of(request)
     if booking is None:
         return None
-    return decide(booking, calendar(ctx, booking), ctx.farm.reservations.policy(booking.environment), ctx.now())
+    policy, now = ctx.farm.reservations.policy(booking.environment), ctx.now()
+    if well_formed(booking, policy, now):
+        return None
+    return decide(booking, calendar(ctx, booking), policy, now)
 
 
 def book(ctx: LeaseContext, alloc: Allocation) -> Message:

@@ -96,7 +96,7 @@ def precheck(ctx: LeaseContext, request: GpuRequest) -> Decision:
         refusal = reservations.precheck(ctx, request)
         if refusal is not None:
             return Decision(Verdict.REFUSE, refusal.line(), 0, 0, None)
-        return Decision(Verdict.APPROVE, "the window fits the pool's calendar", 0, 0, None)
+        return Decision(Verdict.APPROVE, "the window is weighed against the pool's calendar when decided", 0, 0, None)
     weighed = grant(ctx, request.team, request.environment, request.gpu_model, request.gpu_count)
     return decide(ctx, weighed, project=request.project, days=request.duration_days)
 
