@@ -130,12 +130,18 @@ def through_sandbox(leases: int, reservations: int, rounds: int) -> None:
             runner.worker(path, "worker reserve", job)
             runner.drain(path)
             worker, consumer = path.calls[0], path.calls[1:]
+            endpoints: dict[str, int] = {}
+            for call in consumer:
+                for endpoint, count in call.by_endpoint.items():
+                    endpoints[endpoint] = endpoints.get(endpoint, 0) + count
             decided = _decided(api, f"bench-reserve-{n:04d}")
             met = "met" if path.wall_s <= GOAL_S else "MISSED"
             print(
                 f"| {n + 1} | {worker.wall_s:.2f} s | {sum(c.wall_s for c in consumer):.2f} s | {path.wall_s:.2f} s | "
                 f"{sum(c.cpu_s for c in path.calls):.2f} s | {path.total('reads')} | {decided} | {met} |"
             )
+            top = sorted(endpoints.items(), key=lambda kv: -kv[1])[:4]
+            print("|  | the consumer's calls: " + ", ".join(f"{e} {n}" for e, n in top) + " | | | | | | |")
     finally:
         proc.terminate()
         proc.wait(timeout=10)
