@@ -235,9 +235,7 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester {mention(alloc.requester)}",
         f"{_what(alloc)}, {_lease_span(alloc)}",
     ]
-    if alloc.reserved_from is not None and alloc.reserved_until is not None:
-        # A reservation (gpufarm.core.calendar): its window on the pool's calendar.
-        lines.append(f"Reserved window: {_when(alloc.reserved_from)} to {_when(alloc.reserved_until)}")
+    lines += _reserved_window(alloc)
     if alloc.hosts:
         lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
         lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
@@ -263,6 +261,13 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         blocks.append(_owner_buttons(alloc))
     full = "\n".join([text, *trail])
     return linked(alloc, Message(full.replace("*", ""), blocks), links)
+
+
+def _reserved_window(alloc: Allocation) -> list[str]:
+    """A reservation's window on the pool's calendar (gpufarm.core.calendar), or nothing for a lease from now."""
+    if alloc.reserved_from is None or alloc.reserved_until is None:
+        return []
+    return [f"Reserved window: {_when(alloc.reserved_from)} to {_when(alloc.reserved_until)}"]
 
 
 def _holding(alloc: Allocation, lines: list[str]) -> list[str]:
