@@ -19,8 +19,6 @@ class Phase(StrEnum):
     """Where an allocation is in its life."""
 
     REQUESTED = "requested"
-    # Booked for a window on the pool's calendar; allocated at its start (gpufarm.core.calendar).
-    RESERVED = "reserved"
     APPROVED = "approved"
     WAITING = "waiting"
     ALLOCATED = "allocated"
@@ -28,6 +26,8 @@ class Phase(StrEnum):
     RECLAIMING = "reclaiming"
     RECLAIMED = "reclaimed"
     REJECTED = "rejected"
+    # Booked for a window on the pool's calendar; allocated at its start (gpufarm.core.calendar).
+    RESERVED = "reserved"
 
 
 class ReclaimReason(StrEnum):
