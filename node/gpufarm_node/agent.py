@@ -21,6 +21,7 @@ from gpufarm_node.model import NodeSnapshot, SnapshotSource
 from gpufarm_node.registration import HostRegistrar, unit_tags
 from gpufarm_node.sender import Sender
 from gpufarm_node.series_tags import identity_tags
+from gpufarm_node.squatter_stops import SquatterStopper
 from gpufarm_node.squatters import Squatter, UserNames
 
 log = logging.getLogger("gpufarm_node.agent")
@@ -68,6 +69,7 @@ class Agent:
         host_tags: HostTagWatch | None = None,
         lease_marks: LeaseMarks | None = None,
         squatter_source: Callable[[], Iterable[Squatter]] | None = None,
+        squatter_stops: SquatterStopper | None = None,
     ) -> None:
         self.source = source
         self.attributor = attributor
@@ -80,6 +82,8 @@ class Agent:
         self.lease_marks = lease_marks
         # Squatters another part of the agent finds (pods of another lease, by pod-resources), merged each cycle.
         self.squatter_source = squatter_source
+        # Carries out the stops gpufarm publishes on the host's tags (gpufarm_node.squatter_stops).
+        self.squatter_stops = squatter_stops
         self.builder = SeriesBuilder(
             identity_tags(environment, cluster), options, user_of=UserNames(attributor.proc.root).of
         )
@@ -126,6 +130,8 @@ class Agent:
         reported = self._reported()
         series = self.builder.rows(snap, workloads, owners, host_ir, stats, assigned=assigned, reported=reported)
         self.last_rows = series
+        if self.squatter_stops is not None and host_tags is not None and host_tags.known:
+            self._stop_squatters(host_tags.tags)
         timestamp = int(self._clock() if now is None else now)
         self.sender.send(series, timestamp)
         flushed = None
@@ -143,6 +149,14 @@ class Agent:
         except Exception:
             log.exception("the squatter source failed; this cycle reports what the agent found itself")
             return []
+
+    def _stop_squatters(self, tags: tuple[str, ...]) -> None:
+        """The stops the host's tags name, on this cycle's squatters; a failure costs the stop, never the cycle."""
+        assert self.squatter_stops is not None
+        try:
+            self.squatter_stops.apply(tags, self.builder.squatters)
+        except Exception:
+            log.exception("squatter stops failed this cycle")
 
     def _attribute(self, snap: NodeSnapshot) -> dict[int, Workload | None]:
         attributor = self.attributor

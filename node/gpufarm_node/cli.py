@@ -306,6 +306,7 @@ def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any, host_tags: An
     from gpufarm_node.attribution import Attributor, PodMetadataFile, PodResourcesOwners, ProcFs
     from gpufarm_node.nvml.source import NvmlSource
     from gpufarm_node.podresources import kubelet_lister
+    from gpufarm_node.squatter_stops import ProcessStarts, SquatterStopper
 
     pods = PodMetadataFile(opts["pod_metadata"]) if opts["pod_metadata"] else None
     lister = kubelet_lister(opts["pod_resources_socket"])
@@ -316,6 +317,8 @@ def _nvml_agent(opts: dict[str, Any], sender: Any, registrar: Any, host_tags: An
         sender,
         registrar=registrar,
         host_tags=host_tags,
+        # The stops gpufarm publishes on the host's tags (stop-after pools); nothing without tags to read.
+        squatter_stops=SquatterStopper(ProcessStarts(opts["proc_root"])) if host_tags is not None else None,
         **_agent_options(opts),
     )
 

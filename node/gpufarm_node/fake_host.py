@@ -54,6 +54,8 @@ class FakeHost:
         self._lock = threading.Lock()
         self.last_pid = RESERVED_PIDS
         self.proc_root.mkdir(parents=True, exist_ok=True)
+        # The boot time a process's start ticks count from (gpufarm_node.squatter_stops reads it).
+        (self.proc_root / "stat").write_text(f"cpu  0 0 0 0 0 0 0 0 0 0\nbtime {int(BOOT_TIME)}\n")
         self._write_loadavg()
         self._write_pods()
         fake.host = self

@@ -11,12 +11,13 @@ from typing import Literal
 from gpufarm_node.agent import Agent
 from gpufarm_node.attribution import Attributor, DeviceOwners, PodMetadataFile, PodResourcesOwners, ProcFs
 from gpufarm_node.collect import CollectOptions
-from gpufarm_node.fake_host import FakeHost
+from gpufarm_node.fake_host import CLK_TCK, FakeHost
 from gpufarm_node.fake_nvml import FakeNvml
 from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.nvml.source import NvmlSource
 from gpufarm_node.registration import HostRegistrar
 from gpufarm_node.sender import Sender
+from gpufarm_node.squatter_stops import ProcessStarts, SquatterStopper
 from gpufarm_node.topology_spec import Topology
 
 
@@ -50,11 +51,13 @@ def fake_node(
     flush_interval: float = 0.0,
     event_queue_size: int = 1000,
     reinit_after: float = 60.0,
+    squatter_kill: Callable[[int, int], None] | None = None,
 ) -> FakeNode:
     """Build (not start) an agent on a fake host under `workdir`.
 
     Device owners default to the topology's pods through a kubelet-like pod-resources listing joined with the
-    generated pod list, so the Kubernetes attribution path runs as on a real node.
+    generated pod list, so the Kubernetes attribution path runs as on a real node. `squatter_kill`: the agent
+    carries out the stops of the host's tags (gpufarm_node.squatter_stops) through it, reading the fake /proc.
     """
     fake = FakeNvml(topology, clock=clock)
     host = FakeHost(fake, workdir)
@@ -83,5 +86,10 @@ def fake_node(
         clock=clock,
         flush_interval=flush_interval,
         host_tags=host_tags,
+        squatter_stops=(
+            SquatterStopper(ProcessStarts(str(host.proc_root), ticks=CLK_TCK), kill=squatter_kill)
+            if squatter_kill is not None
+            else None
+        ),
     )
     return FakeNode(fake, host, source, attributor, agent)

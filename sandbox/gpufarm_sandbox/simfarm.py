@@ -16,6 +16,7 @@ Time comes from `clock` (the sandbox's virtual clock), so fake samples and point
 from __future__ import annotations
 
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -100,6 +101,24 @@ POOLS = (
 )
 
 
+class SimulatedStops:
+    """How a simulated host's agent stops a squatter (gpufarm_node.squatter_stops): a real process the simulation
+    put on a device (`SimulatedFarm.squat`) gets the signal; any other pid is the fake's alone and only ends there,
+    so a stop never reaches a process of the machine the simulation runs on."""
+
+    def __init__(self) -> None:
+        self.fake: FakeNvml | None = None
+        self.real: set[int] = set()
+        self.signalled: list[int] = []
+
+    def __call__(self, pid: int, sig: int) -> None:
+        if pid in self.real:
+            os.kill(pid, sig)
+        self.signalled.append(pid)
+        if self.fake is not None:
+            self.fake.end_process(pid)
+
+
 @dataclass
 class SimulatedNode:
     """One simulated host: its fake GPUs and host files, and the real agent reading them."""
@@ -113,6 +132,7 @@ class SimulatedNode:
     # (gpu, mig slot) -> IR tag value
     assignments: dict[tuple[int, int | None], str] = field(default_factory=dict)
     profiles: dict[tuple[int, int | None], str] = field(default_factory=dict)
+    stops: SimulatedStops = field(default_factory=SimulatedStops)
     _next_pid: int = 10_000
 
     @property
@@ -249,6 +269,22 @@ class SimulatedFarm:
             for device in node.resolve(gpus):
                 node.profiles[device] = profile
                 node.restart(device)
+
+    def squat(self, hostname: str, device: int | str, pid: int, claims: str | None = None) -> str:
+        """Put a real process (`pid`, started by the caller) on a device as a busy job claiming `claims` (an IR, or
+        none); the agent finds it a squatter where that is not the device's lease, and a stop gpufarm publishes
+        for it reaches the real process. Returns the device's UUID."""
+        node = self.node(hostname)
+        with self._lock:
+            (gpu_index, slot) = node.resolve([device])[0]
+            fake = node.fake
+            memory, sm = workload_profiles("busy", device_memory_mib(fake.gpu_spec(gpu_index), slot))
+            env = {"GPUFARM_IR": claims} if claims else {}
+            fake.add_process(
+                ProcessSpec(pid=pid, gpu=gpu_index, mig=slot, memory_mib=memory, sm=sm, start=fake.now(), env=env)
+            )
+            node.stops.real.add(pid)
+        return node.device_uuid((gpu_index, slot))
 
     def step_all(self, now: float | None = None) -> list[CycleReport]:
         """One synchronous cycle on every node (each flushes to Datadog); `now` defaults to each node's clock."""
@@ -409,6 +445,7 @@ def _make_node(
         registrar = HostRegistrar(tags_api(client), spec.hostname, spec.environment, spec.cluster)
         # As on a real node: the host's tags read every cycle, so an allocator's gpu_assign tag is seen next cycle.
         host_tags = HostTagWatch.from_client(client, spec.hostname)
+    stops = SimulatedStops()
     built = fake_node(
         topology,
         root / spec.hostname,
@@ -421,8 +458,10 @@ def _make_node(
         owners=owners,
         registrar=registrar,
         host_tags=host_tags,
+        squatter_kill=stops,
     )
-    node = SimulatedNode(spec, built.fake, built.host, owners, built.agent, rng)
+    stops.fake = built.fake
+    node = SimulatedNode(spec, built.fake, built.host, owners, built.agent, rng, stops=stops)
     for device in node.devices():
         node.restart(device)
     built.agent.start()

@@ -23,6 +23,7 @@ from recorded import interactions, response_json
 from gpufarm.adapters import datadog as dd
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters import datadog_incidents as di
+from gpufarm.adapters import incident_search
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
@@ -218,8 +219,8 @@ def _typed_records(client: ApiClient, text: str) -> list[IncidentRecord]:
 
 def _raw_records(text: str) -> list[IncidentRecord]:
     """What the gateway decodes now, from the answer's JSON."""
-    attributes = di._search_attributes(json.loads(text))
-    return [di._record(di._item_data(item)) for item in attributes["incidents"]]
+    attributes = incident_search.search_attributes(json.loads(text))
+    return [di._record(incident_search.item_data(item)) for item in attributes["incidents"]]
 
 
 def _typed_hosts(client: ApiClient, text: str) -> list[HostInfo | None]:
@@ -288,6 +289,6 @@ def test_a_bulk_answer_of_the_wrong_shape_is_an_upstream_error() -> None:
 
     for body in (None, [], {"data": []}, {"data": {"attributes": {"incidents": {}}}}):
         with pytest.raises(UpstreamError, match="unexpected shape"):
-            di._search_attributes(body)
+            incident_search.search_attributes(body)
     with pytest.raises(UpstreamError, match="no id"):
-        di._item_data({"data": {"attributes": {}}})
+        incident_search.item_data({"data": {"attributes": {}}})

@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
+from gpufarm.adapters.datadog_reads import DatadogLeaseReads
 from gpufarm.adapters.incident_search import BROKEN, CONFIRMED, FELL_BACK, Facet
 from gpufarm.config import Settings
 from gpufarm.core.kernel import fields as f
@@ -125,6 +126,18 @@ def test_every_search_answers_the_same_whatever_datadog_does_with_facets(start: 
     quirky = start(quirks)  # type: ignore[operator]
     assert _answers(quirky.gateway) == expected
     assert plain.gateway.facets.lost() == {}
+
+
+@pytest.mark.parametrize("quirks", [FACETS_400, FACETS_IGNORED, NO_LIST_WILDCARD, "all"])
+def test_the_light_lease_reads_answer_the_same_whatever_datadog_does_with_facets(start: object, quirks: str) -> None:
+    expected = _answers(start("").gateway)  # type: ignore[operator]
+    start(quirks)  # type: ignore[operator]
+    reads = DatadogLeaseReads(Settings(max_retries=1, http_timeout=5))
+    try:
+        assert {name: sorted(x.ir for x in reads.lease_facts(q)) for name, q in QUERIES.items()} == expected
+    finally:
+        reads.close()
+    assert reads.facets.lost() or quirks == NO_LIST_WILDCARD
 
 
 def test_a_refused_facet_is_remembered_and_logged_once(start: object, caplog: pytest.LogCaptureFixture) -> None:

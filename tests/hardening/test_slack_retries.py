@@ -12,7 +12,7 @@ import pytest
 from attack import INGRESS_PATH, Target
 
 from gpufarm.core.kernel.lifecycle import State
-from gpufarm.handlers.slack_events import request_id
+from gpufarm.handlers.slack_inputs import request_id
 from gpufarm_sandbox.demo.lifecycle_stage import ir_in
 from gpufarm_sandbox.example_farm import ALICE, RESEARCH_CHANNEL
 

@@ -1,5 +1,6 @@
 """The slicing demo stage on the local host: two leases on one MIG host, attributed from gpu_assign tags alone;
-the idle one is warned and reclaimed through the monitors `datadog apply` makes, the busy one untouched."""
+the idle one is warned and reclaimed through the monitors `datadog apply` makes, the busy one untouched; a real
+process squatting the busy one's slice is told once and stopped by SIGTERM after the pool's stop-after grace."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def test_only_the_idle_slice_s_lease_is_warned_and_reclaimed(local: LocalEnv, fa
         "14 gpu_unit host tags",
         "the agent attributes each slice from the host's gpu_assign tags",
         "phase reclaimed, reason idle",
+        # A real process squatting the busy lease's slice: told once, a replay posts nothing, stopped after the grace.
+        "one post to the operators' channel and one DM to the lease's holder",
+        "the replay is answered and posts nothing",
+        "the real process ended on SIGTERM",
+        "episode closed, stop tag lifted",
     ):
         assert f"[ok ] {fact}" in output, output
     # No alert was posted by hand: every warning followed a sandbox monitor's notification.

@@ -43,7 +43,7 @@ print(json.dumps({
     "body": json.loads(answer["body"]),
     "handed_off": invoker.calls,
     "ms": (time.perf_counter() - started) * 1000,
-    "modules": sorted(m for m in sys.modules if m.startswith(("datadog_api_client", "boto3", "botocore"))),
+    "modules": sorted(m for m in sys.modules if m.startswith(("datadog_api_client", "boto3", "botocore", "slack_sdk"))),
 }))
 """
 
@@ -71,6 +71,82 @@ def test_ingress_handles_a_command_without_importing_datadog_or_boto3() -> None:
     assert result["modules"] == [], f"the ingress imported {result['modules'][:5]}"
 
 
+# What loading the entry point and answering a request that needs no farm must not import: the farm's and the
+# incident's pydantic models, the hand-off's model, the message builders, the request form, the policy and PyYAML.
+# A request imports what it needs when it runs (gpufarm.handlers.slack_ingress); these stay off every path but
+# the inline request and the form.
+HEAVY = (
+    "gpufarm.core.config.farm",
+    "gpufarm.core.kernel.model",
+    "gpufarm.core.kernel.history",
+    "gpufarm.core.governance.policy",
+    "gpufarm.core.chat.block_kit",
+    "gpufarm.core.chat.links",
+    "gpufarm.core.chat.messages",
+    "gpufarm.core.chat.modal",
+    "gpufarm.handlers.slack_events",
+    "yaml",
+    "slack_sdk",
+)
+
+LIGHT_SCRIPT = r"""
+import json, sys
+sys.path.insert(0, "functions/slack_ingress")
+import slack_ingress
+from gpufarm.handlers import runtime
+
+heavy = sys.argv[1].split(",")
+loaded = {"import": sorted(m for m in heavy if m in sys.modules)}
+
+class Clock:
+    def now(self):
+        from datetime import datetime, UTC
+        return datetime.fromtimestamp(1700000000, UTC)
+    def epoch(self):
+        return 1700000000.0
+
+class Invoker:
+    calls = []
+    def invoke(self, function, payload):
+        self.calls.append(payload["kind"])
+
+invoker = Invoker()
+runtime.override(clock=Clock(), invoker=invoker)
+statuses = []
+for name in sys.argv[2:]:
+    answer = slack_ingress.handler(json.load(open("events/" + name)), None)
+    statuses.append(answer["statusCode"])
+loaded["requests"] = sorted(m for m in heavy if m in sys.modules)
+print(json.dumps({"loaded": loaded, "statuses": statuses, "handed_off": invoker.calls}))
+"""
+
+
+def test_the_entry_point_and_requests_without_the_farm_import_no_model() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_", "AWS_"))}
+    env.update(
+        {
+            "GPUFARM_SLACK_SIGNING_SECRET": "fakesigningsecret000000000000000",
+            "GPUFARM_WORKER_FUNCTION": "SlackWorkerFunction",
+            "GPUFARM_FARM_CONFIG": "config/farm.example.yaml",
+        }
+    )
+    events = ("slack_command_release.json", "slack_block_actions_release.json", "slack_command_help.json")
+    done = subprocess.run(
+        [sys.executable, "-c", LIGHT_SCRIPT, ",".join(HEAVY), *events],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["statuses"] == [200, 200, 200]
+    assert result["handed_off"] == ["command", "action"]
+    assert result["loaded"] == {"import": [], "requests": []}
+
+
 # Lambda mode: the secret keys and the farm from SSM (one call), the hand-off through botocore, against moto in-process.
 LAMBDA_SCRIPT = r"""
 import hashlib, hmac, json, sys, time
@@ -94,8 +170,9 @@ with mock_aws(config={"lambda": {"use_docker": False}}):
         snapstart.run_before_snapshot()
         prepared = sorted(key[0] for key in aws._clients)
         assert runtime._current is None and not aws._cache, "the snapshot must hold no secret"
-        from gpufarm.handlers import slack_events
-        assert slack_events.BlockActions.__pydantic_complete__, "deferred validators are built into the snapshot"
+        assert runtime._last_farm is not None, "the parsed farm is in the snapshot"
+        kept_farm = runtime._last_farm[1]
+        assert "gpufarm.core.governance.policy" in sys.modules, "the farm and request models are in the snapshot"
         assert "yaml" in sys.modules, "the farm's YAML loader is built into the snapshot"
         snapstart.run_after_restore()
     calls = []
@@ -116,6 +193,7 @@ with mock_aws(config={"lambda": {"use_docker": False}}):
         "body": json.loads(answer["body"]),
         "calls": calls,
         "prepared": prepared if snapshot else None,
+        "farm_parsed_again": (runtime._last_farm[1] is not kept_farm) if snapshot else None,
         "modules": sorted(
             m for m in set(sys.modules) - before
             if m.split(".")[0] in ("datadog_api_client", "pydantic_settings")
@@ -166,5 +244,7 @@ def test_in_lambda_one_ssm_call_reads_secret_and_farm_and_botocore_hands_off() -
 def test_snapstart_prepares_clients_without_secrets_and_reads_them_after_restore() -> None:
     result = _lambda_run("--snapstart")
     assert result["prepared"] == ["lambda", "ssm"]
+    # The farm read again after the restore (with the secrets, one call) is unchanged: the snapshot's parse serves.
+    assert result["farm_parsed_again"] is False
     assert result["status"] == 200
     assert result["calls"] == ["GetParameters", "Invoke"]

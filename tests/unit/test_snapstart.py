@@ -6,6 +6,7 @@ import random
 import sys
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,35 @@ def test_after_restore_forgets_configuration_runtime_and_connections(monkeypatch
     assert runtime.current() is not built
     assert random.random() != drawn_before, "every restored container must not draw the same jitter"
     runtime.reset()
+
+
+FARM = (Path(__file__).resolve().parents[2] / "config" / "farm.example.yaml").read_text(encoding="utf-8")
+
+
+def test_a_farm_whose_text_is_unchanged_is_not_parsed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufarm.core.config.farm import FarmConfigError
+
+    monkeypatch.setattr(runtime, "_last_farm", None)
+    first = runtime.parsed_farm(FARM)
+    assert runtime.parsed_farm(FARM) is first, "the same text: the farm parsed before (in the snapshot) serves"
+    edited = FARM.replace("duration_days: 7", "duration_days: 6", 1)
+    assert edited != FARM
+    changed = runtime.parsed_farm(edited)
+    assert changed is not first and changed.defaults.duration_days == 6
+    with pytest.raises(FarmConfigError):
+        runtime.parsed_farm("gpu_models: [")
+    assert runtime.parsed_farm(edited) is changed, "an invalid text replaces nothing"
+
+
+def test_before_the_snapshot_an_unreadable_farm_is_left_to_the_first_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufarm.config import ConfigurationMissing
+
+    def unreadable(settings: Settings) -> str:
+        aws._cache["/gpufarm/farm"] = ("read", 0.0)
+        raise ConfigurationMissing("SSM parameter /gpufarm/farm does not exist or this function may not read it")
+
+    monkeypatch.setattr(runtime, "_last_farm", None)
+    monkeypatch.setattr(aws, "load_farm_text", unreadable)
+    runtime._parse_farm_before_snapshot(Settings())
+    assert runtime._last_farm is None
+    assert aws._cache == {}, "no parameter value stays in the snapshot"

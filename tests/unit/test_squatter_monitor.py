@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from fakes import FARM_YAML
 from werkzeug.test import Client
 
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.kernel.hosts import MANAGED_TAG
 from gpufarm.setup import monitors as mon
-from gpufarm.setup.squatter_monitor import farm_monitors, squatter_monitors
+from gpufarm.setup.squatter_monitor import RENOTIFY_MINUTES, farm_monitors, squatter_monitors
+from gpufarm.setup.webhooks import IDLE_HANDLE
 from gpufarm_node.fakenode import fake_node
 from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.sender import DatadogSender, series_json
@@ -118,3 +120,13 @@ def test_the_sandbox_alerts_the_squatted_device_of_the_lease_and_recovers_after_
     assert alerting == list(range(8, 15)), alerting
     assert all(status != "Alert" for _, groups in statuses for name, status in groups.items() if name != group)
     assert statuses[-1][1][group] == "OK"
+
+
+def test_the_squatter_monitor_calls_the_idle_webhook_and_re_notifies_only_where_a_pool_stops_squatters() -> None:
+    (report,) = squatter_monitors(parse_farm(FARM_YAML))
+    assert report.body["message"].count(IDLE_HANDLE) == 2  # its alert and its recovery
+    assert "renotify_interval" not in report.body["options"]
+    stopping = FARM_YAML.replace("gpu_models: [H100]}", "gpu_models: [H100], squatters: stop-after}", 1)
+    (stops,) = squatter_monitors(parse_farm(stopping))
+    assert stops.body["options"]["renotify_interval"] == RENOTIFY_MINUTES
+    assert stops.body["options"]["renotify_statuses"] == ["alert"]

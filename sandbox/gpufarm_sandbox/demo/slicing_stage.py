@@ -9,7 +9,8 @@ Bob the MIG UUID and the Kubernetes resource. Bob's serving job runs on one slic
 stays idle. On the sandbox clock the monitors `gpufarm datadog apply` made from the farm's idle policy (per device
 on a shared pool) alert for the idle slice only; the idle webhook warns Bob about that lease, nobody keeps it, and
 after the grace it is reclaimed: its slice's tag goes and the slice is handed to the next request, while the busy
-lease is never warned. No alert is posted by hand.
+lease is never warned. No alert is posted by hand. Then a real process squats the busy lease's slice: it is
+reported once and, the pool being under stop-after, stopped after its grace (gpufarm_sandbox.demo.squatter_step).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
+from gpufarm_sandbox.demo import squatter_step
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, actions, ir_in
 from gpufarm_sandbox.example_farm import ALICE, BOB, DANA, OPERATORS_CHANNEL, SLICED_HOST
 
@@ -60,6 +62,8 @@ def run(ctx: DemoContext) -> None:
         if not _only_the_idle_one_warned(ctx, farm, nodes, busy, idle):
             return
         leases += _reclaimed(ctx, farm, nodes, busy, idle)
+        slot = ctx.shared["slicing_devices"][busy]
+        squatter_step.run(ctx, farm, nodes, host=HOST[0], slot=slot, ir=busy)
     finally:
         _release(farm, leases)
         if nodes is not None:

@@ -32,7 +32,10 @@ from urllib.parse import urlsplit
 
 from gpufarm.config import SECRET_KEYS, ConfigurationMissing, Settings, running_in_lambda, secret_name
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
-from gpufarm.core.kernel.ports import AsyncInvoker, WorkQueue
+
+if TYPE_CHECKING:
+    # Types only: the ports module loads the incident models, which the Slack ingress's cold path never needs.
+    from gpufarm.core.kernel.ports import AsyncInvoker, WorkQueue
 
 log = logging.getLogger(__name__)
 

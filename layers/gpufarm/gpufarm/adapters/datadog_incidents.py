@@ -21,13 +21,19 @@ from typing import TYPE_CHECKING, Any
 from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.incident_search import (
     BROKEN,
+    HTTP_BAD_REQUEST,
     NO_SUCH_VALUE,
+    SEARCH_PAGE,
     Attempt,
     Facet,
     FacetMemory,
     SearchCheck,
     forms,
     ignored,
+    item_data,
+    search_attributes,
+    search_pages,
+    type_id_named,
     verdict,
 )
 from gpufarm.config import Settings
@@ -41,8 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
-HTTP_BAD_REQUEST = 400
 # How many of the newest incidents a search-form probe looks through for the incident it must (or must not) find.
 PROBE_SCAN = 500
 # How many incident ids a gateway remembers as gpufarm's own, so an update right after a read costs no re-check.
@@ -140,23 +144,11 @@ class DatadogIncidents:
         return self._type_id
 
     def _find_type_id(self) -> str:
-        name = self.incident_type_name
         with dc.errors("list incident types"):
             response = self._incidents.list_incident_types()
         found = [dc.plain_dict(t) for t in (dc.get(response, "data") or [])]
-        named = [t for t in found if (t.get("attributes") or {}).get("name") == name]
-        # UpstreamError, not NotFound: the setup is missing, not an incident, and callers retry upstream errors
-        # (a queued change is redelivered once `gpufarm datadog apply` has made the type).
-        if len(named) != 1:
-            why = "no incident type" if not named else f"{len(named)} incident types"
-            raise UpstreamError(f"Datadog has {why} named {name!r}: run `gpufarm datadog apply`")
-        if (named[0].get("attributes") or {}).get("is_default"):
-            raise UpstreamError(
-                f"incident type {name!r} is the organization's default type; gpufarm needs a type of its own "
-                "(run `gpufarm datadog apply`)"
-            )
-        type_id = str(named[0]["id"])
-        log.info("gpufarm incident type %r is %s", name, type_id)
+        type_id = type_id_named(found, self.incident_type_name)
+        log.info("gpufarm incident type %r is %s", self.incident_type_name, type_id)
         return type_id
 
     def _own(self, data: Any) -> IncidentRecord | None:
@@ -365,7 +357,7 @@ class DatadogIncidents:
                     return failed.outcome.message
                 raise failed.error() from None
             page = attributes.get("incidents") or []
-            if any(_item_data(item)["id"] == incident_id for item in page):
+            if any(item_data(item)["id"] == incident_id for item in page):
                 return True
             if len(page) < SEARCH_PAGE:
                 return False
@@ -375,24 +367,22 @@ class DatadogIncidents:
     def _search(
         self, query: IncidentQuery, *, newest_first: bool, limit: int | None, page_size: int
     ) -> Iterator[IncidentRecord]:
-        for attempt in self.facets.attempts(query):
-            kwargs: dict[str, Any] = {"query": self._text(query, attempt), "page_size": page_size}
-            if newest_first:
-                kwargs["sort"] = _newest_first()
-            try:
-                first = self._page(kwargs, 0)
-            except dc.Failed as failed:
-                if failed.outcome.status == HTTP_BAD_REQUEST and (attempt.with_fields or attempt.with_type):
-                    refused = Facet.FIELDS if attempt.with_fields else Facet.TYPE
-                    self.facets.lose(refused, f"refused ({failed.outcome.message})")
-                    continue
-                raise failed.error() from None
-            yield from self._pages(query, attempt, kwargs, first, limit)
-            return
+        sort = {"sort": _newest_first()} if newest_first else {}
+
+        def fetch(text: str, offset: int) -> dict[str, Any]:
+            return self._page({"query": text, "page_size": page_size, **sort}, offset)
+
+        def text(attempt: Attempt) -> str:
+            return self._text(query, attempt)
+
+        def keep(attempt: Attempt, page: list[Any]) -> list[IncidentRecord]:
+            return self._kept(query, attempt, page)
+
+        return search_pages(query, self.facets, text, fetch, keep, page_size=page_size, limit=limit)
 
     def _kept(self, query: IncidentQuery, attempt: Attempt, page: list[Any]) -> list[IncidentRecord]:
         """The page's incidents of gpufarm's type that the query matches; facets seen ignored are remembered."""
-        own = [self._own(_item_data(item)) for item in page]
+        own = [self._own(item_data(item)) for item in page]
         if attempt.with_type and any(record is None for record in own):
             self.facets.lose(Facet.TYPE, "ignored (other types' incidents came back)")
         mine = [record for record in own if record is not None]
@@ -408,38 +398,7 @@ class DatadogIncidents:
 
     def _page(self, kwargs: dict[str, Any], offset: int) -> dict[str, Any]:
         with dc.classified("search incidents"):
-            return _search_attributes(dc.read_json(self._incidents_raw.search_incidents(page_offset=offset, **kwargs)))
-
-    def _pages(
-        self,
-        query: IncidentQuery,
-        attempt: Attempt,
-        kwargs: dict[str, Any],
-        attributes: dict[str, Any],
-        limit: int | None,
-    ) -> Iterator[IncidentRecord]:
-        offset = 0
-        seen = 0
-        while True:
-            page = attributes.get("incidents") or []
-            if query.scan is not None and offset + len(page) > query.scan:
-                page = page[: max(0, query.scan - offset)]
-            for record in self._kept(query, attempt, page):
-                yield record
-                seen += 1
-                if limit is not None and seen >= limit:
-                    return
-            offset += len(page)
-            total = attributes.get("total")
-            # Stop on a short page, as the client's own pagination does, or once `total` is reached.
-            if len(page) < kwargs["page_size"] or (isinstance(total, int) and offset >= total):
-                return
-            if query.scan is not None and offset >= query.scan:
-                return
-            try:
-                attributes = self._page(kwargs, offset)
-            except dc.Failed as failed:
-                raise failed.error() from None
+            return search_attributes(dc.read_json(self._incidents_raw.search_incidents(page_offset=offset, **kwargs)))
 
 
 # -- conversions ----------------------------------------------------------------------------------------
@@ -447,23 +406,6 @@ class DatadogIncidents:
 
 def _newest_first() -> Any:
     return dc.build("datadog_api_client.v2.model.incident_search_sort_order", "IncidentSearchSortOrder", "-created")
-
-
-def _search_attributes(body: Any) -> dict[str, Any]:
-    """`data.attributes` of a search answer's JSON (incidents, total), checked for the shape gpufarm reads."""
-    data = body.get("data") if isinstance(body, dict) else None
-    attributes = data.get("attributes") if isinstance(data, dict) else None
-    if not isinstance(attributes, dict) or not isinstance(attributes.get("incidents", []), list):
-        raise UpstreamError("Datadog answered the incident search with an unexpected shape")
-    return attributes
-
-
-def _item_data(item: Any) -> dict[str, Any]:
-    """The incident data object of one search result (`{"data": {...}}`)."""
-    data = item.get("data") if isinstance(item, dict) else None
-    if not isinstance(data, dict) or "id" not in data:
-        raise UpstreamError("Datadog answered the incident search with an incident that has no id")
-    return data
 
 
 def _record(plain: Mapping[str, Any]) -> IncidentRecord:

@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
+from typing import Any, TypeVar
 
+from gpufarm.adapters.datadog_http import Failed
 from gpufarm.core.kernel import fields as f
+from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.search import IncidentQuery, accrued_months
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # A page shows facets ignored when at least this many of its incidents, and more than half, fail the query: one
 # or two may only be the search index lagging a change.
@@ -27,6 +34,9 @@ IGNORED_AT_LEAST = 2
 # Values no incident holds, for the probes that must find nothing.
 NO_SUCH_VALUE = "gpufarm-doctor-no-such-value"
 NO_SUCH_MONTH = "1900-01"
+
+HTTP_BAD_REQUEST = 400
+SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
 
 CONFIRMED = "confirmed"
 FELL_BACK = "fell back"
@@ -151,3 +161,113 @@ def verdict(form: Form, found: bool | str, missed: bool | str) -> SearchCheck:
     if missed:
         return SearchCheck(form.name, FELL_BACK, "ignored (answered as if absent); gpufarm filters locally")
     return SearchCheck(form.name, CONFIRMED, "filters as documented" if form.facet is None else "Datadog applies it")
+
+
+# -- paging, shared by the incident store and the light lease reads ------------------------------------------------
+
+# (query text, offset) -> a search answer's `data.attributes`; raises Failed.
+Fetch = Callable[[str, int], dict[str, Any]]
+# (the attempt that sent the page, the page's items) -> what the caller keeps of them.
+Keep = Callable[[Attempt, list[Any]], list[T]]
+
+
+def search_pages(
+    query: IncidentQuery,
+    facets: FacetMemory,
+    text: Callable[[Attempt], str],
+    fetch: Fetch,
+    keep: Keep[T],
+    *,
+    page_size: int,
+    limit: int | None = None,
+) -> Iterator[T]:
+    """Every page of a search, sent the narrowest way Datadog has not refused (a 400 on a facet is remembered and
+    the next attempt sent without it), each page's items passed through `keep`, at most `limit` kept."""
+    for attempt in facets.attempts(query):
+        sent = text(attempt)
+        try:
+            first = fetch(sent, 0)
+        except Failed as failed:
+            if failed.outcome.status == HTTP_BAD_REQUEST and (attempt.with_fields or attempt.with_type):
+                refused = Facet.FIELDS if attempt.with_fields else Facet.TYPE
+                facets.lose(refused, f"refused ({failed.outcome.message})")
+                continue
+            raise failed.error() from None
+        yield from _pages(
+            query,
+            first,
+            partial(keep, attempt),
+            sent=sent,
+            fetch=fetch,
+            page_size=page_size,
+            limit=limit,
+        )
+        return
+
+
+def _pages(
+    query: IncidentQuery,
+    attributes: dict[str, Any],
+    keep: Callable[[list[Any]], list[T]],
+    *,
+    sent: str,
+    fetch: Fetch,
+    page_size: int,
+    limit: int | None,
+) -> Iterator[T]:
+    offset = 0
+    seen = 0
+    while True:
+        page = attributes.get("incidents") or []
+        if query.scan is not None and offset + len(page) > query.scan:
+            page = page[: max(0, query.scan - offset)]
+        for kept in keep(page):
+            yield kept
+            seen += 1
+            if limit is not None and seen >= limit:
+                return
+        offset += len(page)
+        total = attributes.get("total")
+        # Stop on a short page, as the client's own pagination does, or once `total` is reached.
+        if len(page) < page_size or (isinstance(total, int) and offset >= total):
+            return
+        if query.scan is not None and offset >= query.scan:
+            return
+        try:
+            attributes = fetch(sent, offset)
+        except Failed as failed:
+            raise failed.error() from None
+
+
+def search_attributes(body: Any) -> dict[str, Any]:
+    """`data.attributes` of a search answer's JSON (incidents, total), checked for the shape gpufarm reads."""
+    data = body.get("data") if isinstance(body, dict) else None
+    attributes = data.get("attributes") if isinstance(data, dict) else None
+    if not isinstance(attributes, dict) or not isinstance(attributes.get("incidents", []), list):
+        raise UpstreamError("Datadog answered the incident search with an unexpected shape")
+    return attributes
+
+
+def item_data(item: Any) -> dict[str, Any]:
+    """The incident data object of one search result (`{"data": {...}}`)."""
+    data = item.get("data") if isinstance(item, dict) else None
+    if not isinstance(data, dict) or "id" not in data:
+        raise UpstreamError("Datadog answered the incident search with an incident that has no id")
+    return data
+
+
+def type_id_named(types: list[dict[str, Any]], name: str) -> str:
+    """The id of the one incident type called `name` among those Datadog lists (plain JSON), which must not be the
+    organization's default type; UpstreamError otherwise (the setup is missing: `gpufarm datadog apply`)."""
+    named = [t for t in types if isinstance(t, dict) and (t.get("attributes") or {}).get("name") == name]
+    # UpstreamError, not NotFound: the setup is missing, not an incident, and callers retry upstream errors
+    # (a queued change is redelivered once `gpufarm datadog apply` has made the type).
+    if len(named) != 1:
+        why = "no incident type" if not named else f"{len(named)} incident types"
+        raise UpstreamError(f"Datadog has {why} named {name!r}: run `gpufarm datadog apply`")
+    if (named[0].get("attributes") or {}).get("is_default"):
+        raise UpstreamError(
+            f"incident type {name!r} is the organization's default type; gpufarm needs a type of its own "
+            "(run `gpufarm datadog apply`)"
+        )
+    return str(named[0]["id"])

@@ -28,10 +28,13 @@ from slack_sdk.http_retry.handler import RetryHandler
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
-from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.web.client import WebClient
 
 from gpufarm.adapters import time_budget
+
+# The signature check lives beside this module, on the standard library alone (the ingress checks signatures
+# without importing slack_sdk); re-exported for those who take it from here.
+from gpufarm.adapters.slack_signature import SignatureCheck as SignatureCheck  # noqa: PLC0414
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
@@ -464,46 +467,3 @@ def _file_id(data: Any) -> str:
 
 def _blocks(blocks: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]] | None:
     return [dict(b) for b in blocks] if blocks else None
-
-
-class _CallableClock(Clock):
-    """slack_sdk's signature Clock (`now()`) over a plain callable."""
-
-    def __init__(self, now: Callable[[], float]) -> None:
-        self._now = now
-
-    def now(self) -> float:
-        """Epoch seconds."""
-        return self._now()
-
-
-class SignatureCheck:
-    """Verifies Slack's request signature (v0 HMAC-SHA256, 5-minute window) with an injectable clock."""
-
-    def __init__(self, signing_secret: str, *, clock: Callable[[], float] | None = None) -> None:
-        if not signing_secret or not signing_secret.strip():
-            raise ValueError("the Slack signing secret is empty")
-        self._verifier = SignatureVerifier(signing_secret, clock=_CallableClock(clock or time.time))
-
-    def verify(self, body: bytes | str, headers: Mapping[str, str]) -> bool:
-        """True when the headers carry a valid, fresh signature of exactly these body bytes."""
-        normalized = {str(k).lower(): str(v) for k, v in headers.items()}
-        timestamp = normalized.get("x-slack-request-timestamp", "")
-        signature = normalized.get("x-slack-signature", "")
-        # ASCII digits, at most 12 (epoch seconds until the year 33658): slack_sdk converts the timestamp with
-        # int() and subtracts it from a float, which raises for '²' (ValueError) or 400 digits (OverflowError).
-        if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 12) or not signature.startswith(
-            "v0="
-        ):
-            return False
-        try:
-            return bool(self._verifier.is_valid(body=body, timestamp=timestamp, signature=signature))
-        except (ValueError, OverflowError, UnicodeDecodeError):
-            return False
-
-    def sign(self, body: bytes | str, timestamp: int | str) -> dict[str, str]:
-        """The two headers Slack would send with this body at this time (for tests and the sandbox)."""
-        ts = str(timestamp)
-        signature = self._verifier.generate_signature(timestamp=ts, body=body)
-        assert signature is not None
-        return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": signature}

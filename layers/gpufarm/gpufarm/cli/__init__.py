@@ -53,7 +53,8 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """Import a lazy command when asked for it."""
-        target = plugin_commands().get(cmd_name)
+        # Own commands win, so naming one needs no scan of the installed distributions' entry points.
+        target = OWN_COMMANDS.get(cmd_name) or plugin_commands().get(cmd_name)
         if target is not None:
             module_name, attr = target.split(":")
             command = getattr(importlib.import_module(module_name), attr)

@@ -151,7 +151,7 @@ def build_text(
     # no key is configured.
     parse_query(farm, now, since=since, month=month, by=by, team=team)
     built = make_report(
-        runtime.incidents(),
+        runtime.lease_reads(),
         farm,
         now,
         since=since,

@@ -23,6 +23,9 @@ With the allocation queue wired (GPUFARM_ALLOCATION_QUEUE_URL) the alert becomes
 incident's pool group and is answered 202: the warning is decided there, after any release or Keep queued before
 it, never over it (docs/design.md, rule 7). Datadog's retries of one notification carry the same alert id,
 transition and date, so they share a dedup id and collapse.
+
+The squatter monitor (tagged gpufarm_monitor_kind:squatter) calls this same webhook: its notifications, validated
+and checked for staleness the same way, become squatter commands (gpufarm.handlers.squatter_alert).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from gpufarm.core.kernel.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.kernel.hosts import MANAGED_TAG, SQUATTER_MONITOR_TAG
 from gpufarm.core.kernel.ir import ir_tag_value, parse_ir
 from gpufarm.core.kernel.serial import DEVICE_UUID, HOST_NAME, MAX_SCOPE_ITEMS, IdleScope, IncidentCommand, Op
-from gpufarm.handlers import http, telemetry, webhook
+from gpufarm.handlers import http, squatter_alert, telemetry, webhook
 from gpufarm.handlers import runtime as rt
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,10 @@ class IdleAlert(BaseModel):
     tags: str = Field(default="", max_length=4000)
     message: str = Field(default="", max_length=4000)
 
+    def monitor_tags(self) -> list[str]:
+        """The monitor's own tags ($TAGS), lowercased, at most a bounded number."""
+        return [t.strip().lower() for t in self.tags.split(",") if t.strip()][:200]
+
     def scope_tags(self) -> list[str]:
         """The group's tags, lowercased (Datadog lowercases tags), at most a bounded number."""
         return [t.strip().lower() for t in self.alert_scope.split(",") if t.strip()][: 4 * MAX_SCOPE_ITEMS]
@@ -102,7 +109,7 @@ class IdleAlert(BaseModel):
     def idle_scope(self) -> IdleScope:
         """Hosts and devices of the group, the idle kind and window (monitor tags) and the value (message)."""
         hosts, devices = self._hosts_and_devices()
-        monitor_tags = [t.strip().lower() for t in self.tags.split(",") if t.strip()][:200]
+        monitor_tags = self.monitor_tags()
         kind = _tag_value(monitor_tags, KIND_TAG)
         return IdleScope(
             hosts=tuple(hosts[:MAX_SCOPE_ITEMS]),
@@ -149,6 +156,8 @@ def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def _act(runtime: rt.Runtime, alert: IdleAlert, _token_in: str) -> dict[str, Any]:
+    if SQUATTER_MONITOR_TAG in alert.monitor_tags():
+        return _squatter(runtime, alert)
     try:
         ir = alert.ir()
     except ScopeError as exc:
@@ -191,6 +200,19 @@ def _act(runtime: rt.Runtime, alert: IdleAlert, _token_in: str) -> dict[str, Any
         return http.respond(202, {"ir": f"IR-{ir}", "queued": command.op.value, **extra})
     log.info("%s", done)
     return http.respond(200, {"ir": f"IR-{ir}", "outcome": done})
+
+
+def _squatter(runtime: rt.Runtime, alert: IdleAlert) -> dict[str, Any]:
+    """The squatter monitor's notification: the same payload and staleness check, its own commands."""
+    transition = alert.alert_transition.strip().lower()
+    stale = _stale(runtime, alert, transition) if transition in IDLE_TRANSITIONS | BUSY_TRANSITIONS else None
+    found = squatter_alert.SquatterAlert(
+        transition=transition,
+        scope_tags=alert.scope_tags(),
+        origin=f"{alert.alert_id}|{transition}|{alert.date}",
+        value=_measured(alert.message),
+    )
+    return squatter_alert.act(runtime, found, stale)
 
 
 def _stale(runtime: rt.Runtime, alert: IdleAlert, transition: str) -> str | None:

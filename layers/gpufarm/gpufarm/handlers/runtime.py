@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 # Handlers catch rt.ConfigurationError (a missing setting, secret, secret key or parameter): an explicit re-export.
 from gpufarm.config import ConfigurationError as ConfigurationError  # noqa: PLC0414
 from gpufarm.config import Settings
-from gpufarm.core.kernel.errors import Conflict, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
     from gpufarm.adapters.datadog_dashboards import ProjectDashboardEditor
-    from gpufarm.adapters.slack import SignatureCheck, SlackChat
+    from gpufarm.adapters.slack import SlackChat
+    from gpufarm.adapters.slack_signature import SignatureCheck
     from gpufarm.core.chat.links import DashboardLookup
     from gpufarm.core.config.farm import FarmConfig
     from gpufarm.core.kernel.ports import (
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         Event,
         IncidentStore,
         InventorySource,
+        LeaseReads,
         MonitorStates,
         WorkQueue,
     )
@@ -122,7 +124,7 @@ class Runtime:
         """Slack request verification with the signing secret, on this runtime's clock."""
 
         def build() -> SignatureCheck:
-            from gpufarm.adapters.slack import SignatureCheck
+            from gpufarm.adapters.slack_signature import SignatureCheck
 
             secret = self.settings.require("slack_signing_secret")
             clock = self.clock()
@@ -212,12 +214,10 @@ class Runtime:
         if override is not None:
             farm: FarmConfig = override
             return farm
-        from gpufarm.core.config.farm import parse_farm
-
         text = self._farm_text()
         with self._lock:
             if self._farm is None or self._farm[0] != text:
-                self._farm = (text, parse_farm(text))
+                self._farm = (text, parsed_farm(text))
             return self._farm[1]
 
     def _farm_text(self) -> str:
@@ -286,6 +286,21 @@ class Runtime:
         store: IncidentStore = self._port("incidents")
         return store
 
+    def lease_reads(self) -> IncidentStore | LeaseReads:
+        """Leases as reports read them: the incidents override when a test or seam set one, else Datadog over plain
+        HTTP (gpufarm.adapters.datadog_reads: neither the client library nor a model per incident)."""
+        if "incidents" in self._parts:
+            store: IncidentStore = self._parts["incidents"]
+            return store
+
+        def build() -> LeaseReads:
+            from gpufarm.adapters.datadog_reads import DatadogLeaseReads
+
+            return DatadogLeaseReads(self.settings)
+
+        reads: LeaseReads = self._get("lease_reads", build)
+        return reads
+
     def monitor_states(self) -> MonitorStates:
         """What Datadog's monitors say of a group now (the idle webhook's check against stale alerts)."""
         states: MonitorStates = self._port("monitor_states")
@@ -352,6 +367,27 @@ def cloud_sources(farm: FarmConfig, http_timeout: float) -> tuple[InventorySourc
         timeouts = {"connection_timeout": 5.0, "read_timeout": http_timeout}
         sources.append(AzureInventorySource(settings.azure, farm.environments, client_options=timeouts))
     return tuple(sources)
+
+
+_farm_lock = threading.Lock()
+# The farm parsed last, with its text: a runtime built again (settings read again, a SnapStart restore, another
+# environment of the local host) whose farm text is unchanged takes it instead of parsing the YAML and validating
+# it again. A FarmConfig is frozen, so runtimes may share one.
+_last_farm: tuple[str, FarmConfig] | None = None
+
+
+def parsed_farm(text: str) -> FarmConfig:
+    """The farm configuration in `text`, parsed once per distinct text (FarmConfigError when it is invalid)."""
+    global _last_farm  # noqa: PLW0603 - one parsed farm per container is the point
+    with _farm_lock:
+        if _last_farm is not None and _last_farm[0] == text:
+            return _last_farm[1]
+    from gpufarm.core.config.farm import parse_farm
+
+    farm = parse_farm(text)
+    with _farm_lock:
+        _last_farm = (text, farm)
+    return farm
 
 
 class NotConfigured(ConfigurationError):
@@ -438,9 +474,10 @@ def prepare_for_snapshot(services: Sequence[str]) -> None:
 
     from gpufarm.adapters import aws
     from gpufarm.adapters import slack as _slack  # noqa: F401 - loaded into the snapshot, used on the first request
+    from gpufarm.core.chat import modal as _modal  # noqa: F401 - the request form, loaded on its first opening
     from gpufarm.core.config.yaml_load import bounded_loader
+    from gpufarm.core.governance import policy as _policy  # noqa: F401 - the farm's models and the request's
     from gpufarm.core.kernel import model
-    from gpufarm.handlers import slack_events
 
     settings = Settings()
     for service in services:
@@ -448,11 +485,26 @@ def prepare_for_snapshot(services: Sequence[str]) -> None:
     # The farm's YAML loader: PyYAML's import (its resolver's patterns compiled) was most of a restored first
     # request's CPU. The loader holds no farm value; the farm itself is still read after the restore.
     bounded_loader()
-    # The validators a cold request would otherwise build on first use (defer_build).
-    for module in (model, slack_events):
-        for value in vars(module).values():
-            if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == module.__name__:
-                value.model_rebuild(force=True)
+    _parse_farm_before_snapshot(settings)
+    # The validators a first request would otherwise build on first use (defer_build).
+    for value in vars(model).values():
+        if isinstance(value, type) and issubclass(value, BaseModel) and value.__module__ == model.__name__:
+            value.model_rebuild(force=True)
+
+
+def _parse_farm_before_snapshot(settings: Settings) -> None:
+    """The farm read and parsed into the snapshot (it is configuration, not a secret): after a restore the farm is
+    read again with the secret keys, in the same call, and parsed again only if its text changed. The value read
+    here is not kept in the parameter cache, which a restore empties anyway; a farm that cannot be read or parsed
+    now is left to the first request, which reads it and says what is wrong."""
+    from gpufarm.adapters import aws
+
+    try:
+        parsed_farm(aws.load_farm_text(settings))
+    except GpufarmError as exc:
+        log.info("the farm was not parsed before the snapshot: %s", type(exc).__name__)
+    finally:
+        aws.clear_config_cache()
 
 
 def after_restore() -> None:

@@ -5,6 +5,13 @@ handles them); every other request must carry a valid, fresh signature or gets 4
 `/gpu request` opens the modal here, because its trigger_id expires after 3 seconds. Everything that touches
 Datadog goes to the worker through the async invoker. This module never imports datadog_api_client
 (tests/unit/test_ingress_imports.py checks it in a fresh process).
+
+What a request needs is imported when it runs, not with this module: a click, a `/gpu release` or a forged
+request never loads the farm's models, the request model or the message builders; an inline `/gpu request`
+loads the farm and the policy (to answer a bad request at once), the form loads the modal. Slack's inputs are
+read by plain bounded readers (slack_inputs), not pydantic models. A command the ingress only hands off needs
+nothing here but its verb in command_text and a line in _working_text; one that must answer from the farm at
+once imports what it uses inside its own function, as _inline_request does.
 """
 
 from __future__ import annotations
@@ -12,33 +19,34 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from pydantic import ValidationError
-
-from gpufarm.core.chat import block_kit, messages, modal, reason_form
+from gpufarm.core.chat import reason_form, replies
+from gpufarm.core.chat.actions import ACTIONS
 from gpufarm.core.chat.command_text import Command, Verb, parse_command
 from gpufarm.core.chat.escape import inert
-from gpufarm.core.config.farm import FarmConfig
-from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import bounded
 from gpufarm.core.kernel.errors import GpufarmError, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.ir import parse_ir
-from gpufarm.core.kernel.model import GpuRequest
 from gpufarm.handlers import http, snapstart, telemetry
 from gpufarm.handlers import runtime as rt
-from gpufarm.handlers.slack_events import (
+from gpufarm.handlers.slack_inputs import (
     AppHomeOpened,
     BlockActions,
     EventCallback,
-    Job,
+    Malformed,
     SlashCommand,
-    UrlVerification,
     ViewClosed,
     ViewSubmission,
+    job,
     request_id,
+    url_verification_challenge,
 )
+
+if TYPE_CHECKING:
+    from gpufarm.core.config.farm import FarmConfig
+    from gpufarm.core.kernel.model import GpuRequest
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +54,8 @@ log = logging.getLogger(__name__)
 COLD_PATH_SERVICES = ("ssm", "lambda")
 
 SLASH_COMMAND = "/gpu"
-# Errors shown under a modal field must name an input block; anything else lands on the first one.
-_FIELD_BLOCK = {name: name for name in modal.FORM_BLOCKS} | {"request": "project", "text": "project"}
+# Errors shown under a modal field name an input block (modal.FORM_BLOCKS); these others land on the first one.
+_OTHER_FIELD_BLOCK = {"request": "project", "text": "project"}
 
 
 def handle(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
@@ -100,18 +108,18 @@ snapstart.register(before_snapshot=_before_snapshot, after_restore=rt.after_rest
 
 def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
     try:
-        cmd_form = SlashCommand.model_validate(form)
-    except ValidationError:
+        cmd_form = SlashCommand.read(form)
+    except Malformed:
         return http.error(400, "malformed slash command")
     if cmd_form.command != SLASH_COMMAND:
         return _ephemeral(f"gpufarm only answers {SLASH_COMMAND}, not {cmd_form.command[:20]}")
     try:
         command = parse_command(cmd_form.text)
     except ValidationFailed as exc:
-        return _ephemeral(messages.error_message(exc.message).text + "\nTry `/gpu help`.")
+        return _ephemeral(replies.error_text(exc.message) + "\nTry `/gpu help`.")
     telemetry.correlate(slack_user=cmd_form.user_id, ir=command.ir)
     if command.verb is Verb.HELP:
-        return _ephemeral(messages.help_message(command.unknown).text)
+        return _ephemeral(replies.help_text(command.unknown))
     if command.opens_modal:
         return _open_modal(runtime, cmd_form)
     if command.verb is Verb.REQUEST:
@@ -124,6 +132,8 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
 
 
 def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
+    from gpufarm.core.chat import modal
+
     try:
         view = modal.request_modal(runtime.farm(), channel=form.channel_id)
         runtime.ingress_chat().open_view(form.trigger_id, view)
@@ -136,7 +146,7 @@ def _open_modal(runtime: rt.Runtime, form: SlashCommand) -> dict[str, Any]:
             "`/gpu request 8 H100 project=... team=... env=...`"
         )
     except GpufarmError as exc:
-        return _ephemeral(messages.error_message(rt.describe(exc)).text)
+        return _ephemeral(replies.error_text(rt.describe(exc)))
     return http.respond(200)
 
 
@@ -149,17 +159,17 @@ def _inline_request(runtime: rt.Runtime, form: SlashCommand, command: Command) -
     except rt.ConfigurationError:
         raise
     except GpufarmError as exc:
-        return _ephemeral(messages.error_message(rt.describe(exc)).text)
+        return _ephemeral(replies.error_text(rt.describe(exc)))
     telemetry.correlate(request_id=request.request_id)
-    job = Job(
-        kind="request",
-        user=form.user_id,
+    handed = job(
+        "request",
+        form.user_id,
         channel=form.channel_id,
         response_url=form.response_url,
         request=request.model_dump(mode="json"),
     )
     what = f"{request.gpu_count}x {request.gpu_model} in {request.environment} for {request.team}/{request.project}"
-    return _hand_off_command(runtime, job, f"Requesting {what}…")
+    return _hand_off_command(runtime, handed, f"Requesting {what}…")
 
 
 def _checks_membership(runtime: rt.Runtime) -> bool:
@@ -182,12 +192,14 @@ def _teamless_request(runtime: rt.Runtime, form: SlashCommand, command: Command)
         raise
     except GpufarmError as exc:
         if not (isinstance(exc, ValidationFailed) and exc.field in ("team", "duration_days")):
-            return _ephemeral(messages.error_message(rt.describe(exc)).text)
+            return _ephemeral(replies.error_text(rt.describe(exc)))
     handed = Command(Verb.REQUEST, args=args, request_id=request_id("cmd", form.trigger_id))
     return _hand_off_command(runtime, _command_job(form, handed), "Requesting GPUs for your team…")
 
 
 def _slash_request(values: Mapping[str, str | None], farm: FarmConfig, form: SlashCommand) -> GpuRequest:
+    from gpufarm.core.governance.policy import build_request
+
     # The trigger_id names the request, so Slack's retry of the same command maps to the same request id.
     return build_request(
         values,
@@ -198,10 +210,10 @@ def _slash_request(values: Mapping[str, str | None], farm: FarmConfig, form: Sla
     )
 
 
-def _command_job(form: SlashCommand, command: Command) -> Job:
-    return Job(
-        kind="command",
-        user=form.user_id,
+def _command_job(form: SlashCommand, command: Command) -> dict[str, Any]:
+    return job(
+        "command",
+        form.user_id,
         channel=form.channel_id,
         response_url=form.response_url,
         command=command.to_payload(),
@@ -232,36 +244,36 @@ def _interaction(runtime: rt.Runtime, raw: str) -> dict[str, Any]:
     kind = payload.get("type")
     try:
         if kind == "block_actions":
-            return _block_actions(runtime, BlockActions.model_validate(payload))
+            return _block_actions(runtime, BlockActions.read(payload))
         if kind == "view_submission":
-            return _view_submission(runtime, ViewSubmission.model_validate(payload))
+            return _view_submission(runtime, ViewSubmission.read(payload))
         if kind == "view_closed":
-            closed = ViewClosed.model_validate(payload)
-            log.info("request form %s closed by %s", closed.view.id, closed.user.id)
+            closed = ViewClosed.read(payload)
+            log.info("request form %s closed by %s", closed.view.id, closed.user_id)
             return http.respond(200)
-    except ValidationError:
+    except Malformed:
         return http.error(400, f"malformed {kind} payload")
     return http.error(400, "unsupported interactivity payload type")
 
 
 def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]:
     action = payload.actions[0]
-    if action.action_id not in block_kit.ACTIONS:
+    if action.action_id not in ACTIONS:
         log.info("ignored click on %s", action.action_id[:60])
         return http.respond(200)
     try:
         ir = parse_ir(action.value or "")
     except ValidationFailed:
         return http.error(400, "the button carries no incident number")
-    telemetry.correlate(slack_user=payload.user.id, ir=ir)
+    telemetry.correlate(slack_user=payload.user_id, ir=ir)
     if action.action_id in reason_form.FORMS:
         # Reject, Reclaim and Exempt take a reason: the click opens the form, its submission acts.
         return _open_reason_form(runtime, payload, action.action_id, ir)
     container = payload.container
-    channel = payload.channel.id if payload.channel else (container.channel_id if container else None)
-    job = Job(
-        kind="action",
-        user=payload.user.id,
+    channel = payload.channel_id or (container.channel_id if container else None)
+    handed = job(
+        "action",
+        payload.user_id,
         channel=channel,
         response_url=payload.response_url,
         action=action.action_id,
@@ -269,7 +281,7 @@ def _block_actions(runtime: rt.Runtime, payload: BlockActions) -> dict[str, Any]
         message_ts=container.message_ts if container else None,
     )
     # Slack shows no body for a click, so a failed hand-off can only be its status.
-    return _hand_off(runtime, job, http.respond(200), http.error(503, "gpufarm is unavailable; nothing was changed"))
+    return _hand_off(runtime, handed, http.respond(200), http.error(503, "gpufarm is unavailable; nothing was changed"))
 
 
 def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str, ir: int) -> dict[str, Any]:
@@ -289,46 +301,51 @@ def _open_reason_form(runtime: rt.Runtime, payload: BlockActions, action_id: str
                     inert(f"I could not open the form in time; use `/gpu {verb} IR-{ir} <reason>`."),
                 )
             except GpufarmError:
-                log.warning("could not tell %s the reason form failed", payload.user.id)
+                log.warning("could not tell %s the reason form failed", payload.user_id)
     return http.respond(200)
 
 
 def _reason_submitted(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
     view = payload.view
     try:
-        form = reason_form.read(view.state.values, view.private_metadata)
+        form = reason_form.read(view.values, view.private_metadata)
     except ValidationFailed as exc:
         block = exc.field if exc.field in (reason_form.REASON_BLOCK, reason_form.DAYS_BLOCK) else "reason"
         return _field_error(block, exc.message)
-    telemetry.correlate(slack_user=payload.user.id, ir=form.ir)
-    job = Job(kind="action", user=payload.user.id, action=form.action, ir=form.ir, reason=form.reason, days=form.days)
-    return _hand_off(runtime, job, http.respond(200), _field_error("reason", _MODAL_UNAVAILABLE))
+    telemetry.correlate(slack_user=payload.user_id, ir=form.ir)
+    handed = job("action", payload.user_id, action=form.action, ir=form.ir, reason=form.reason, days=form.days)
+    return _hand_off(runtime, handed, http.respond(200), _field_error("reason", _MODAL_UNAVAILABLE))
 
 
 def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
+    from gpufarm.core.chat import modal
+
     view = payload.view
     if view.callback_id == reason_form.REASON_CALLBACK:
         return _reason_submitted(runtime, payload)
     if view.callback_id != modal.REQUEST_CALLBACK:
         return http.error(400, "unknown view")
-    values = modal.form_values(view.state.values)
+    values = modal.form_values(view.values)
     try:
-        request = _form_request(values, runtime.farm(), payload.user.id, view.private_metadata, view.id)
+        request = _form_request(values, runtime.farm(), payload.user_id, view.private_metadata, view.id)
     except ValidationFailed as exc:
-        return _field_error(_FIELD_BLOCK.get(exc.field, "project"), exc.message)
+        block = exc.field if exc.field in modal.FORM_BLOCKS else _OTHER_FIELD_BLOCK.get(exc.field, "project")
+        return _field_error(block, exc.message)
     except rt.ConfigurationError:
         raise
     except GpufarmError as exc:
         return _field_error("project", rt.describe(exc))
-    telemetry.correlate(slack_user=payload.user.id, request_id=request.request_id)
-    job = Job(kind="request", user=payload.user.id, channel=request.channel, request=request.model_dump(mode="json"))
-    return _hand_off(runtime, job, http.respond(200), _field_error("project", _MODAL_UNAVAILABLE))
+    telemetry.correlate(slack_user=payload.user_id, request_id=request.request_id)
+    handed = job("request", payload.user_id, channel=request.channel, request=request.model_dump(mode="json"))
+    return _hand_off(runtime, handed, http.respond(200), _field_error("project", _MODAL_UNAVAILABLE))
 
 
 def _form_request(
     values: dict[str, str | None], farm: FarmConfig, user: str, metadata: str, view_id: str
 ) -> GpuRequest:
     """The form's request: a lease from now, or a booking when the window's fields are filled."""
+    from gpufarm.core.governance.policy import build_request
+
     channel, rid = _metadata_channel(metadata), request_id("view", view_id)
     if not values.get("reserved_from") and not values.get("reserved_for"):
         plain = {k: v for k, v in values.items() if k not in ("reserved_from", "reserved_for")}
@@ -362,21 +379,20 @@ def _event(body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
     kind = payload.get("type")
     try:
         if kind == "url_verification":
-            return http.respond(200, {"challenge": UrlVerification.model_validate(payload).challenge})
+            return http.respond(200, {"challenge": url_verification_challenge(payload)})
         if kind != "event_callback":
             return http.error(400, "unsupported event delivery type")
-        callback = EventCallback.model_validate(payload)
+        callback = EventCallback.read(payload)
         if callback.event.get("type") != "app_home_opened":
             log.info("ignored a %s event", str(callback.event.get("type"))[:40])
             return http.respond(200)
-        opened = AppHomeOpened.model_validate(callback.event)
-    except ValidationError:
+        opened = AppHomeOpened.read(callback.event)
+    except Malformed:
         return http.error(400, f"malformed {str(kind)[:40]} event")
     if opened.tab != "home":
         return http.respond(200)  # the Messages tab: nothing to publish
     telemetry.correlate(slack_user=opened.user)
-    job = Job(kind="home", user=opened.user)
-    return _hand_off(runtime, job, http.respond(200), http.error(503, "gpufarm is unavailable"))
+    return _hand_off(runtime, job("home", opened.user), http.respond(200), http.error(503, "gpufarm is unavailable"))
 
 
 # -- helpers ----------------------------------------------------------------------------------------------------
@@ -385,24 +401,26 @@ def _event(body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
 _MODAL_UNAVAILABLE = "gpufarm is unavailable; try again"
 
 
-def _hand_off(runtime: rt.Runtime, job: Job, handed: dict[str, Any], unavailable: dict[str, Any]) -> dict[str, Any]:
+def _hand_off(
+    runtime: rt.Runtime, payload: dict[str, Any], handed: dict[str, Any], unavailable: dict[str, Any]
+) -> dict[str, Any]:
     """Give the job to the worker and answer `handed`, or `unavailable` when the hand-off failed.
 
     Every path that acts hands off here, so a failed invoke is logged once and changes nothing; each caller
     chooses the answer Slack shows where that request came from (an ephemeral line, a status, a field error).
     """
     try:
-        runtime.invoker().invoke(runtime.worker_function(), job.model_dump(mode="json", exclude_none=True))
+        runtime.invoker().invoke(runtime.worker_function(), payload)
     except UpstreamError as exc:
         log.error("hand-off to the worker failed: %s", exc)  # noqa: TRY400 - the adapter's message says it all
         return unavailable
     return handed
 
 
-def _hand_off_command(runtime: rt.Runtime, job: Job, working: str) -> dict[str, Any]:
+def _hand_off_command(runtime: rt.Runtime, payload: dict[str, Any], working: str) -> dict[str, Any]:
     # A slash command's answer is an ephemeral line: what is being done, or that nothing was.
-    unavailable = _ephemeral(messages.error_message("gpufarm is unavailable right now; nothing was changed").text)
-    return _hand_off(runtime, job, _ephemeral(messages.working(working).text), unavailable)
+    unavailable = _ephemeral(replies.error_text("gpufarm is unavailable right now; nothing was changed"))
+    return _hand_off(runtime, payload, _ephemeral(replies.working_text(working)), unavailable)
 
 
 def _field_error(block: str, message: str) -> dict[str, Any]:

@@ -5,8 +5,10 @@ published, snapshots the microVM, and starts later cold containers from that sna
 in that init phase (before the snapshot) and in every restored container before its first request:
 - before the snapshot: whatever the first request would otherwise pay that holds no secret and no connection:
   the AWS clients (botocore session, service models, endpoint rules), lazily imported modules, pydantic
-  validators. The secret and the farm parameter are NOT read: the snapshot must hold neither, and values read
-  then could be days old when a container is restored.
+  validators, and the farm (configuration, not a secret) read and parsed. No secret is read: the snapshot must
+  hold none. No parameter value stays cached either: values read then could be days old when a container is
+  restored, so the farm is read again after the restore, with the secrets in the same call, and parsed again
+  only when its text changed (gpufarm.handlers.runtime.parsed_farm).
 - after a restore: drop anything cached that may have gone stale (configuration values, the runtime built from
   them), close pooled connections (their sockets did not survive the snapshot), and reseed `random` (every
   container restored from one snapshot would otherwise draw the same retry jitter).

@@ -4,7 +4,7 @@ Held, busy, idle and unmeasured are the incidents' accrued GPU-hours inside the 
 **unmeasured** hours (no agent answer when they accrued, or held since the last accrual) are never counted as
 idle, and the leases holding them are listed. Warnings, keeps, exemptions, reclaims and waits come from each
 lease's history (gpufarm.reporting.events). Team rows add the team's entitlement and what it holds now; team and
-project rows their GPU-hour budgets' burn (gpufarm.core.accounting.budgets) in the budget's period holding the report's
+project rows their GPU-hour budgets' burn (gpufarm.core.accounting.burn) in the budget's period holding the report's
 end.
 """
 
@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from gpufarm.core.accounting import budgets, gpu_hours
+from gpufarm.core.accounting import accrued, burn
 from gpufarm.core.config.accounting import Budget
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
-from gpufarm.core.kernel.model import Allocation
+from gpufarm.reporting import squatting
 from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
@@ -38,11 +39,11 @@ def months_to_read(query: ReportQuery, farm: FarmConfig) -> tuple[str, ...]:
     at = budget_moment(query)
     months = set(query.period.months)
     for budget in farm.budgets:
-        months |= set(budgets.period_months(budget.period, at))
+        months |= set(burn.period_months(budget.period, at))
     return tuple(sorted(months))
 
 
-def group_key(alloc: Allocation, by: GroupBy) -> str:
+def group_key(alloc: LeaseFacts, by: GroupBy) -> str:
     """The row a lease belongs to."""
     if by is GroupBy.IR:
         return alloc.ir_label
@@ -50,7 +51,7 @@ def group_key(alloc: Allocation, by: GroupBy) -> str:
     return value or NONE
 
 
-def selected(alloc: Allocation, query: ReportQuery) -> bool:
+def selected(alloc: LeaseFacts, query: ReportQuery) -> bool:
     """True when the lease passes the report's team and project filters."""
     return (query.team is None or alloc.team == query.team) and (
         query.project is None or alloc.project == query.project
@@ -78,12 +79,14 @@ def _add(row: Row, other: Row) -> None:
     row.idle_warnings += other.idle_warnings
     row.keeps += other.keeps
     row.exemptions += other.exemptions
+    row.squatter_episodes += other.squatter_episodes
+    row.squatter_stops += other.squatter_stops
     row.reclaims.update(other.reclaims)
     row.waits += other.waits
     row.reserved += other.reserved
 
 
-def _lease_row(alloc: Allocation, query: ReportQuery, now: datetime) -> tuple[Row, LeaseLine] | None:
+def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Row, LeaseLine] | None:
     hours = lease_hours(alloc, query.period, now)
     events = lease_events(alloc, query.period)
     if hours.held <= 0 and events.ended is None and events.waited_hours is None and not events.counts:
@@ -99,6 +102,8 @@ def _lease_row(alloc: Allocation, query: ReportQuery, now: datetime) -> tuple[Ro
         idle_warnings=events.counts["warned"],
         keeps=events.counts["kept"],
         exemptions=events.counts["exempted"],
+        squatter_episodes=squatting.episodes(events.counts),
+        squatter_stops=squatting.stops(events.counts),
     )
     if events.ended is not None:
         row.reclaims[events.ended] += 1
@@ -117,25 +122,23 @@ def _lease_row(alloc: Allocation, query: ReportQuery, now: datetime) -> tuple[Ro
     return row, line
 
 
-def _team_extras(row: Row, farm: FarmConfig, live: Sequence[Allocation]) -> None:
+def _team_extras(row: Row, farm: FarmConfig, live: Sequence[LeaseFacts]) -> None:
     spec = farm.teams.get(row.key)
     if spec is None:
         return
     row.entitled = sum(q.gpus for models in spec.quotas.values() for q in models.values())
-    row.held_now = sum(
-        sum(gpu_hours.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in HOLDING
-    )
+    row.held_now = sum(sum(accrued.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in HOLDING)
 
 
-def _budget_uses(applicable: Iterable[Budget], leases: Sequence[Allocation], at: datetime) -> list[BudgetUse]:
+def _budget_uses(applicable: Iterable[Budget], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
     out = []
     for budget in applicable:
-        burn = budgets.burn(budget, leases, at)
-        out.append(BudgetUse(budget.label(), burn.period, burn.burned, budget.gpu_hours))
+        used = burn.burn(budget, leases, at)
+        out.append(BudgetUse(budget.label(), used.period, used.burned, budget.gpu_hours))
     return out
 
 
-def _grouped(chosen: Sequence[Allocation], query: ReportQuery, now: datetime) -> tuple[dict[str, Row], list[LeaseLine]]:
+def _grouped(chosen: Sequence[LeaseFacts], query: ReportQuery, now: datetime) -> tuple[dict[str, Row], list[LeaseLine]]:
     """The rows by group key and the lease lines of the leases with anything inside the period."""
     rows: dict[str, Row] = {}
     lines: list[LeaseLine] = []
@@ -150,7 +153,7 @@ def _grouped(chosen: Sequence[Allocation], query: ReportQuery, now: datetime) ->
 
 
 def _add_quotas_and_budgets(
-    rows: Iterable[Row], query: ReportQuery, farm: FarmConfig, chosen: Sequence[Allocation]
+    rows: Iterable[Row], query: ReportQuery, farm: FarmConfig, chosen: Sequence[LeaseFacts]
 ) -> None:
     """A team's quota and what it holds now, and the budgets of each team or project row."""
     live = [a for a in chosen if a.phase in HOLDING]

@@ -32,6 +32,8 @@ COLUMNS: tuple[tuple[str, Callable[[Row], str]], ...] = (
     ("idle_warnings", lambda r: str(r.idle_warnings)),
     ("keeps", lambda r: str(r.keeps)),
     ("exemptions", lambda r: str(r.exemptions)),
+    ("squatter_episodes", lambda r: str(r.squatter_episodes)),
+    ("squatters_stopped", lambda r: str(r.squatter_stops)),
     ("wait_avg_hours", lambda r: _hours(r.wait_avg)),
     ("wait_max_hours", lambda r: _hours(r.wait_max)),
 )

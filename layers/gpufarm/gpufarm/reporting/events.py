@@ -16,15 +16,18 @@ from datetime import datetime
 
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.history import Step
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import State
-from gpufarm.core.kernel.model import Allocation
 from gpufarm.reporting.query import Period
 
-COUNTED = (Step.WARNED.value, Step.KEPT.value, Step.EXEMPTED.value)
+# The squatter steps (gpufarm.reporting.squatting) are counted too.
+COUNTED = (Step.WARNED.value, Step.KEPT.value, Step.EXEMPTED.value, Step.SQUATTED.value, Step.SQUATTER_STOPPED.value)
 # The steps that end a lease: the time of the last one is when it ended.
 ENDINGS = frozenset(
     {Step.RELEASED.value, Step.RECLAIMED.value, Step.CANCELLED.value, Step.WITHDRAWN.value, Step.REJECTED.value}
 )
+# The step names the loops below compare with, read once (an enum member's value is a property lookup each time).
+_REQUESTED, _ALLOCATED, _SUMMARY = Step.REQUESTED.value, Step.ALLOCATED.value, Step.SUMMARY.value
 _SUMMARY_RE = re.compile(r"^[0-9]{1,6} earlier entries to \S+: (.*)$")
 _COUNT_RE = re.compile(r"^([a-z-]{2,30}) ([0-9]{1,6})$")
 
@@ -55,7 +58,7 @@ def _folded(details: str) -> Counter[str]:
     return out
 
 
-def lease_events(alloc: Allocation, period: Period) -> LeaseEvents:
+def lease_events(alloc: LeaseFacts, period: Period) -> LeaseEvents:
     """Count the lease's warnings, keeps and exemptions, and find its end and waiting time, inside the period."""
     entries = [e for e in (history.parse(line) for line in alloc.history) if e is not None]
     requested, allocated, ended_at = _milestones(entries)
@@ -72,9 +75,9 @@ def _milestones(entries: list[history.Entry]) -> tuple[datetime | None, datetime
     allocated: datetime | None = None
     ended_at: datetime | None = None
     for entry in entries:
-        if entry.step == Step.REQUESTED.value and requested is None:
+        if entry.step == _REQUESTED and requested is None:
             requested = entry.at
-        elif entry.step == Step.ALLOCATED.value and allocated is None:
+        elif entry.step == _ALLOCATED and allocated is None:
             allocated = entry.at
         elif entry.step in ENDINGS:
             ended_at = entry.at
@@ -89,12 +92,12 @@ def _counted(entries: list[history.Entry], period: Period) -> Counter[str]:
             continue
         if entry.step in COUNTED:
             counts[entry.step] += 1
-        elif entry.step == Step.SUMMARY.value:
+        elif entry.step == _SUMMARY:
             counts.update({k: v for k, v in _folded(entry.details).items() if k in COUNTED})
     return counts
 
 
-def _ended(alloc: Allocation, ended_at: datetime | None, period: Period) -> str | None:
+def _ended(alloc: LeaseFacts, ended_at: datetime | None, period: Period) -> str | None:
     """The lease's reclaim reason (its phase without one) when it ended inside the period."""
     if alloc.state is not State.RESOLVED:
         return None

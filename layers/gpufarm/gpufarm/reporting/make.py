@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from gpufarm.core.config.farm import FarmConfig
-from gpufarm.core.kernel.ports import IncidentStore, MetricsHistory
+from gpufarm.core.kernel.ports import IncidentStore, LeaseReads, MetricsHistory
 from gpufarm.reporting.build import build_report, months_to_read
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import GroupBy, budget_projects, known_project, parse_query
@@ -20,7 +20,7 @@ from gpufarm.reporting.usage import read_usage
 
 
 def make_report(
-    incidents: IncidentStore,
+    incidents: IncidentStore | LeaseReads,
     farm: FarmConfig,
     now: datetime,
     *,

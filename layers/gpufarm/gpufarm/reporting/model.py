@@ -42,6 +42,9 @@ class Row:
     idle_warnings: int = 0
     keeps: int = 0
     exemptions: int = 0
+    # Squatting on the group's leases' devices (gpufarm.reporting.squatting): episodes begun, squatters stopped.
+    squatter_episodes: int = 0
+    squatter_stops: int = 0
     reclaims: Counter[str] = field(default_factory=Counter)
     waits: list[float] = field(default_factory=list)
     # Team rows: the GPUs the farm file entitles the team to (the sum of its quotas) and the GPUs it holds now.

@@ -36,6 +36,7 @@ def row_json(row: Row) -> dict[str, Any]:
         "idle_warnings": row.idle_warnings,
         "keeps": row.keeps,
         "exemptions": row.exemptions,
+        "squatters": {"episodes": row.squatter_episodes, "stopped": row.squatter_stops},
         "reclaims": {json_text(k): v for k, v in reclaims_by_reason(row).items() if v},
         "wait_hours": {"avg": _round(row.wait_avg), "max": _round(row.wait_max), "allocations": len(row.waits)},
         "quota": None if row.entitled is None else {"entitled_gpus": row.entitled, "held_now_gpus": row.held_now},

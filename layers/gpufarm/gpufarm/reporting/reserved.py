@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, MutableMapping
 from datetime import datetime
 
 from gpufarm.core.kernel import history
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import Phase
-from gpufarm.core.kernel.model import Allocation
 from gpufarm.reporting.model import Row
 from gpufarm.reporting.query import Period
 
@@ -21,7 +21,7 @@ from gpufarm.reporting.query import Period
 _ENDS = frozenset({history.Step.RELEASED.value, history.Step.CANCELLED.value, history.Step.RECLAIMED.value})
 
 
-def ended_at(alloc: Allocation) -> datetime | None:
+def ended_at(alloc: LeaseFacts) -> datetime | None:
     """When the lease's end was recorded in its history (released, cancelled or reclaimed), if it was."""
     for line in alloc.history:
         entry = history.parse(line)
@@ -30,7 +30,7 @@ def ended_at(alloc: Allocation) -> datetime | None:
     return None
 
 
-def reserved_hours(alloc: Allocation, period: Period) -> float:
+def reserved_hours(alloc: LeaseFacts, period: Period) -> float:
     """GPU-hours of the reservation's window inside the period (0 for a lease from now or a refused booking)."""
     if alloc.reserved_from is None or alloc.reserved_until is None or alloc.phase in (Phase.REQUESTED, Phase.REJECTED):
         return 0.0
@@ -43,7 +43,7 @@ def reserved_hours(alloc: Allocation, period: Period) -> float:
 
 
 def add_reserved(
-    rows: MutableMapping[str, Row], leases: Iterable[Allocation], period: Period, key: Callable[[Allocation], str]
+    rows: MutableMapping[str, Row], leases: Iterable[LeaseFacts], period: Period, key: Callable[[LeaseFacts], str]
 ) -> None:
     """Each reservation's hours onto its group's row (a row made for a group with nothing else in the period)."""
     for alloc in leases:

@@ -45,6 +45,8 @@ def _row_line(row: Row) -> str:
     extras = []
     if row.idle_warnings or row.keeps or row.exemptions:
         extras.append(f"{row.idle_warnings} idle warning(s), {row.keeps} keep(s), {row.exemptions} exemption(s)")
+    if row.squatter_episodes or row.squatter_stops:
+        extras.append(f"{row.squatter_episodes} squatter episode(s), {row.squatter_stops} stopped")
     if row.reclaims:
         extras.append(f"reclaims: {inert(row.reclaims_text())}")
     if row.wait_avg is not None:

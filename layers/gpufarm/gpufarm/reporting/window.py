@@ -1,4 +1,4 @@
-"""A lease's GPU-hours inside a report's period, from what its incident accrued (gpufarm.core.accounting.gpu_hours).
+"""A lease's GPU-hours inside a report's period, from what its incident accrued (gpufarm.core.accounting.accrued).
 
 An incident records its held GPU-hours per calendar month (`gpu_hours_by_month`) and its busy, idle and unmeasured
 GPU-hours as totals. A period that covers whole months takes those months' held hours as they are; a period that
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gpufarm.core.accounting import gpu_hours
+from gpufarm.core.accounting import accrued
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
-from gpufarm.core.kernel.model import Allocation
 from gpufarm.reporting.query import Period
 
 
@@ -41,11 +41,11 @@ def _overlap(a: tuple[datetime, datetime], b: tuple[datetime, datetime]) -> floa
     return max(0.0, (end - start).total_seconds() / 3600)
 
 
-def accrued_in(alloc: Allocation, period: Period) -> float:
+def accrued_in(alloc: LeaseFacts, period: Period) -> float:
     """Held GPU-hours the incident accrued inside the period (see the module docstring)."""
     window = (period.start, period.end)
     total = 0.0
-    for month, hours in gpu_hours.by_month(alloc).items():
+    for month, hours in accrued.by_month(alloc).items():
         if hours <= 0:
             continue
         bounds = _month_bounds(month)
@@ -60,16 +60,16 @@ def accrued_in(alloc: Allocation, period: Period) -> float:
     return total
 
 
-def unaccrued_in(alloc: Allocation, period: Period, now: datetime) -> float:
+def unaccrued_in(alloc: LeaseFacts, period: Period, now: datetime) -> float:
     """GPU-hours a lease holding now has held inside the period since its last accrual (unmeasured)."""
-    start = gpu_hours.accrued_since(alloc)
+    start = accrued.accrued_since(alloc)
     if alloc.phase not in HOLDING or start is None or now <= start:
         return 0.0
-    gpus = sum(gpu_hours.held_by_host(alloc).values())
+    gpus = sum(accrued.held_by_host(alloc).values())
     return gpus * _overlap((start, now), (period.start, period.end))
 
 
-def lease_hours(alloc: Allocation, period: Period, now: datetime) -> WindowHours:
+def lease_hours(alloc: LeaseFacts, period: Period, now: datetime) -> WindowHours:
     """The lease's held, busy, idle and unmeasured GPU-hours inside the period."""
     accrued = accrued_in(alloc, period)
     stretch = unaccrued_in(alloc, period, now)

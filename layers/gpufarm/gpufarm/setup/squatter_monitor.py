@@ -10,21 +10,36 @@ The agent writes the count every cycle for every healthy device, 0 when clean, s
 evaluation that sees a squatter's point and recovers five minutes after the last one: each group's alert and
 recovery bound one squatting episode on one device, and `gpu_ir` names the lease it hurts (`none`: a device no
 lease holds). It is made, updated and pruned with the idle monitors (gpufarm.setup.monitors: the same managed and
-key tags), and validated by Datadog before apply writes it.
+key tags), and validated by Datadog before apply writes it. It notifies the idle webhook, which hands its
+alerts to gpufarm.handlers.squatter_alert; where a pool stops squatters (gpufarm.core.config.squatters) it
+re-notifies every RENOTIFY_MINUTES while a group stays in alert, so the grace is judged again.
 """
 
 from __future__ import annotations
 
 from gpufarm.core.config.farm import FarmConfig, MetricsSource
 from gpufarm.core.kernel.hosts import ENVIRONMENT_KEY, MANAGED_TAG, SQUATTER_MONITOR_TAG
-from gpufarm.setup.monitors import DEVICE_KEY, HOST_KEY, KEY_TAG_KEY, LEASE_KEY, NAME_PREFIX, IdleMonitor, window_text
+from gpufarm.setup.monitors import (
+    DEVICE_KEY,
+    HOST_KEY,
+    KEY_TAG_KEY,
+    LEASE_KEY,
+    MESSAGE_VALUE_MARK,
+    NAME_PREFIX,
+    IdleMonitor,
+    window_text,
+)
 from gpufarm.setup.monitors import desired_monitors as idle_monitors
+from gpufarm.setup.webhooks import IDLE_HANDLE
 
 METRIC = "gpufarm.gpu.squatters"
 KEY = "squatter"
 # Its groups name the lease a squatter hurts, not an idle one: the idle webhook leaves them out (handlers.idle_alert).
 KIND_TAG = SQUATTER_MONITOR_TAG
 WINDOW_MINUTES = 5
+# Where a pool stops squatters after a grace, the monitor re-notifies this often while a group stays in alert: the
+# re-notification past the grace is what decides the stop (gpufarm.core.squatters.alerts).
+RENOTIFY_MINUTES = 5
 
 
 def squatter_monitors(farm: FarmConfig) -> list[IdleMonitor]:
@@ -37,23 +52,27 @@ def squatter_monitors(farm: FarmConfig) -> list[IdleMonitor]:
     query = f"max({window_text(WINDOW_MINUTES)}):max:{METRIC}{{{MANAGED_TAG} AND {where}}} {by} >= 1"
     group = "{{host.name}} device {{gpu_uuid.name}}"
     message = (
-        f"{{{{#is_alert}}}}gpufarm: {{{{value}}}} process(es) not of lease {{{{{LEASE_KEY}.name}}}} run on {group} "
+        f"{{{{#is_alert}}}}gpufarm: {MESSAGE_VALUE_MARK}{{{{value}}}} process(es) not of lease "
+        f"{{{{{LEASE_KEY}.name}}}} run on {group} "
         "(none: a device no lease holds). The node agent's gpufarm.process.squatter series name each one: pid, "
-        f"user, claimed lease, pod.{{{{/is_alert}}}}{{{{#is_recovery}}}}gpufarm: {group} is clear of squatters."
-        "{{/is_recovery}}"
+        f"user, claimed lease, pod. {IDLE_HANDLE}{{{{/is_alert}}}}"
+        f"{{{{#is_recovery}}}}gpufarm: {group} is clear of squatters. {IDLE_HANDLE}{{{{/is_recovery}}}}"
     )
+    options: dict[str, object] = {
+        "thresholds": {"critical": 1.0},
+        "notify_no_data": False,
+        "require_full_window": False,
+        "include_tags": True,
+    }
+    if any(farm.environments[name].squatters.stops for name in envs):
+        options |= {"renotify_interval": RENOTIFY_MINUTES, "renotify_statuses": ["alert"]}
     body = {
         "name": f"{NAME_PREFIX}squatters ({', '.join(envs)})"[:200],
         "type": "query alert",
         "query": query,
         "message": message,
         "tags": sorted([MANAGED_TAG, f"{KEY_TAG_KEY}:{KEY}", KIND_TAG]),
-        "options": {
-            "thresholds": {"critical": 1.0},
-            "notify_no_data": False,
-            "require_full_window": False,
-            "include_tags": True,
-        },
+        "options": options,
     }
     return [IdleMonitor(KEY, None, body)]
 

@@ -11,16 +11,20 @@ operators with the numbers, whatever its quota says; a request the quota refuses
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Sequence
+from dataclasses import replace
 
-from gpufarm.core.accounting import gpu_hours
-from gpufarm.core.config.accounting import Budget, BudgetPeriod, budgets_for
+from gpufarm.core.accounting.burn import Burn as Burn  # noqa: PLC0414
+from gpufarm.core.accounting.burn import applies as applies  # noqa: PLC0414
+from gpufarm.core.accounting.burn import burn as burn  # noqa: PLC0414
+from gpufarm.core.accounting.burn import lease_burn as lease_burn  # noqa: PLC0414
+from gpufarm.core.accounting.burn import period_label as period_label  # noqa: PLC0414
+from gpufarm.core.accounting.burn import period_months as period_months  # noqa: PLC0414
+from gpufarm.core.config.accounting import Budget, budgets_for
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.policy import Decision, Verdict
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import HOLDING, State
+from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import IncidentQuery
 
@@ -28,70 +32,6 @@ log = logging.getLogger(__name__)
 
 # Ended leases one budget reads at most (a team ending more leases in a quarter is read up to this many).
 MAX_ENDED = 5_000
-
-
-def period_months(period: BudgetPeriod, now: datetime) -> tuple[str, ...]:
-    """The `YYYY-MM` months of the calendar period holding `now` (UTC)."""
-    moment = now.astimezone(UTC)
-    if period is BudgetPeriod.MONTH:
-        return (f"{moment.year:04d}-{moment.month:02d}",)
-    first = 3 * ((moment.month - 1) // 3) + 1
-    return tuple(f"{moment.year:04d}-{m:02d}" for m in range(first, first + 3))
-
-
-def period_label(period: BudgetPeriod, now: datetime) -> str:
-    """`2026-12` or `2026-Q4`."""
-    moment = now.astimezone(UTC)
-    if period is BudgetPeriod.MONTH:
-        return f"{moment.year:04d}-{moment.month:02d}"
-    return f"{moment.year:04d}-Q{(moment.month - 1) // 3 + 1}"
-
-
-def lease_burn(alloc: Allocation, months: Sequence[str], now: datetime) -> float:
-    """GPU-hours the lease held in these months: accrued, plus the un-accrued stretch of a holding lease."""
-    hours = sum(v for m, v in gpu_hours.by_month(alloc).items() if m in months)
-    start = gpu_hours.accrued_since(alloc)
-    if alloc.phase in HOLDING and start is not None and now > start:
-        held = sum(gpu_hours.held_by_host(alloc).values())
-        hours += sum(held * span for m, span in gpu_hours.month_spans(start, now) if m in months)
-    return hours
-
-
-def applies(budget: Budget, alloc: Allocation) -> bool:
-    """True when the lease counts against the budget."""
-    return alloc.team == budget.team and (budget.project is None or alloc.project == budget.project)
-
-
-@dataclass(frozen=True)
-class Burn:
-    """One budget in its current period."""
-
-    budget: Budget
-    period: str
-    burned: float
-
-    @property
-    def remaining(self) -> float:
-        """GPU-hours left in the period (never below 0)."""
-        return max(0.0, self.budget.gpu_hours - self.burned)
-
-    @property
-    def percent(self) -> float:
-        """Share of the budget burned."""
-        return 100.0 * self.burned / self.budget.gpu_hours
-
-
-def burn(budget: Budget, leases: Iterable[Allocation], now: datetime) -> Burn:
-    """The budget's burn from these leases (each counted once)."""
-    months = period_months(budget.period, now)
-    seen: set[int] = set()
-    total = 0.0
-    for alloc in leases:
-        if alloc.ir in seen or not applies(budget, alloc):
-            continue
-        seen.add(alloc.ir)
-        total += lease_burn(alloc, months, now)
-    return Burn(budget, period_label(budget.period, now), total)
 
 
 def ended_query(team: str, months: Sequence[str]) -> IncidentQuery:

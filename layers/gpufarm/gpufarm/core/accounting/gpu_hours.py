@@ -23,9 +23,13 @@ import logging
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from gpufarm.core.accounting import agent_usage
+from gpufarm.core.accounting.accrued import accrued_since as accrued_since  # noqa: PLC0414
+from gpufarm.core.accounting.accrued import by_month as by_month  # noqa: PLC0414
+from gpufarm.core.accounting.accrued import held_by_host as held_by_host  # noqa: PLC0414
+from gpufarm.core.accounting.accrued import month_spans as month_spans  # noqa: PLC0414
 from gpufarm.core.accounting.agent_usage import AgentPools
 from gpufarm.core.config.accounting import LedgerSettings
 from gpufarm.core.context.lease_context import LeaseContext, invocation
@@ -112,13 +116,6 @@ def _node_usage(query: MetricsQuery, start: datetime, now: datetime) -> Usage:
     if len(results) > MAX_GROUPS:
         log.warning("busy GPU answer cut at %d groups of %d", MAX_GROUPS, len(results))
     return Usage(True, busy, frozenset(hosts))
-
-
-def held_by_host(alloc: Allocation) -> dict[str, int]:
-    """GPUs (or units) the lease holds on each host: what its incident records (gpufarm.core.governance.charging)."""
-    if alloc.host_gpus:
-        return dict(alloc.host_gpus)
-    return {alloc.hosts[0]: alloc.gpu_count} if alloc.hosts else {}
 
 
 # -- the ledger now ------------------------------------------------------------------------------------------
@@ -211,27 +208,6 @@ class Hours:
         return cls(alloc.hours_held, alloc.hours_busy, alloc.hours_idle, alloc.hours_unmeasured, by_month(alloc))
 
 
-def by_month(alloc: Allocation) -> dict[str, float]:
-    """`YYYY-MM=hours` entries as a mapping (malformed entries skipped)."""
-    out: dict[str, float] = {}
-    for entry in alloc.hours_by_month:
-        month, sep, text = entry.partition("=")
-        if not sep or len(month) != 7 or month[4] != "-" or not (month[:4] + month[5:]).isdigit():
-            continue
-        try:
-            value = float(text)
-        except ValueError:
-            continue
-        if math.isfinite(value) and value >= 0:
-            out[month] = out.get(month, 0.0) + value
-    return out
-
-
-def accrued_since(alloc: Allocation) -> datetime | None:
-    """Where the next accrual starts: the last one's end, else the allocation."""
-    return alloc.hours_until or alloc.allocated_at
-
-
 def due(alloc: Allocation, now: datetime, settings: LedgerSettings) -> bool:
     """True when a holding lease has not accrued for `accrue_hours`."""
     start = accrued_since(alloc)
@@ -243,21 +219,6 @@ def due_leases(live: Iterable[Allocation], now: datetime, settings: LedgerSettin
     waiting = [a for a in live if due(a, now, settings)]
     waiting.sort(key=lambda a: (accrued_since(a) or now, a.ir))
     return waiting[: settings.max_accruals]
-
-
-def month_spans(start: datetime, end: datetime) -> list[tuple[str, float]]:
-    """(`YYYY-MM`, hours) of the interval in each calendar month (UTC)."""
-    spans: list[tuple[str, float]] = []
-    cursor = start.astimezone(UTC)
-    end = end.astimezone(UTC)
-    while cursor < end:
-        first_next = (cursor.replace(day=1, hour=0, minute=0, second=0, microsecond=0) + timedelta(days=32)).replace(
-            day=1
-        )
-        stop = min(end, first_next)
-        spans.append((f"{cursor.year:04d}-{cursor.month:02d}", (stop - cursor).total_seconds() / 3600))
-        cursor = stop
-    return spans
 
 
 def accrue(alloc: Allocation, until: datetime, busy_of: Mapping[str, float | None]) -> Hours | None:

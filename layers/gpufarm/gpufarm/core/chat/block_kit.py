@@ -6,18 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The action ids live in actions.py (the ingress reads them without this module); re-exported for the builders.
+from gpufarm.core.chat.actions import ACTION_APPROVE as ACTION_APPROVE  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_EXEMPT as ACTION_EXEMPT  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_EXTEND as ACTION_EXTEND  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_KEEP as ACTION_KEEP  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_RECLAIM as ACTION_RECLAIM  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_REJECT as ACTION_REJECT  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTION_RELEASE as ACTION_RELEASE  # noqa: PLC0414
+from gpufarm.core.chat.actions import ACTIONS as ACTIONS  # noqa: PLC0414
 from gpufarm.core.chat.links import Links
 from gpufarm.core.kernel.model import Allocation
 
-ACTION_APPROVE = "gpu_approve"
-ACTION_REJECT = "gpu_reject"
-ACTION_RELEASE = "gpu_release"
-ACTION_EXTEND = "gpu_extend"
-ACTION_KEEP = "gpu_keep"
-# Operators' buttons that open a reason form first (gpufarm.core.chat.reason_form), as Reject does.
-ACTION_RECLAIM = "gpu_reclaim"
-ACTION_EXEMPT = "gpu_exempt"
-ACTIONS = (ACTION_APPROVE, ACTION_REJECT, ACTION_RELEASE, ACTION_EXTEND, ACTION_KEEP, ACTION_RECLAIM, ACTION_EXEMPT)
 MAX_MESSAGE_BLOCKS = 50
 MAX_SECTION_TEXT = 3000
 

@@ -76,6 +76,10 @@ class Links:
         """The lease's incident page (Datadog's incident URLs use the public id, the number after IR-)."""
         return f"{self.base}/incidents/{ir}"
 
+    def host(self, host: str) -> str:
+        """The host in Datadog's infrastructure list."""
+        return f"{self.base}/infrastructure?{urlencode({'host': host})}"
+
     def dashboard(self, ir: int, team: str | None = None, project: str | None = None) -> str:
         """The lease's project dashboard, its template variables set to the lease (and its team and project).
 

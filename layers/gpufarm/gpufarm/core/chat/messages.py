@@ -23,27 +23,14 @@ from gpufarm.core.chat.block_kit import (
 )
 from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
+from gpufarm.core.chat.replies import HELP as HELP  # noqa: PLC0414
+from gpufarm.core.chat.replies import error_text, help_text, working_text
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.hosts import GpuUnit
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.units import cuda_visible_devices, kubernetes_resources, lease_devices, nvml_uuid
 
 POD_LABEL = "gpufarm.io/ir"
-
-HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
-• `/gpu request` opens a form; or inline:
-  `/gpu request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="fine-tune"`
-• `/gpu reserve 8 H100 env=onprem-hpc project=llm-ko from 2026-12-10 09:00 for 3d` — book a window (UTC)
-• `/gpu calendar [env] [model]` — the pool's next two weeks: leases, reservations, free GPUs
-• `/gpu list [mine | team [name] | all]` — allocations
-• `/gpu status IR-123` — one allocation, its hosts, expiry and history
-• `/gpu release IR-123 [now]` — give the GPUs back (a Release button confirms it unless `now`)
-• `/gpu extend IR-123 [days]` — keep them longer
-• `/gpu quota [team]` — quotas and what is in use
-• `/gpu report [team | project]` — the last 30 days' GPU-hours (held, busy, idle), the CSV by DM
-• `/gpu profile-token IR-123` — a token, shown to you alone, to upload profiler runs to your team's lease
-Operators: `/gpu approve IR-123`, `/gpu reject IR-123 <reason>`, `/gpu reclaim IR-123 <reason>`,
-`/gpu exempt IR-123 3d <reason>` (no idle reclaim until then)."""
 
 
 # -- building blocks --------------------------------------------------------------------------------
@@ -68,14 +55,14 @@ def _when(moment: datetime | None) -> str:
 def help_message(unknown: str | None = None) -> Message:
     """The help text; names the word that was not understood. Inert as a whole: its `<reason>` is a placeholder,
     not a link, and the word is what someone typed."""
-    text = inert((f"I don't know `/gpu {unknown}`.\n" if unknown else "") + HELP)
+    text = help_text(unknown)
     return Message(text, [section(text)])
 
 
 def error_message(text: str) -> Message:
     """A user error, said plainly; inert as a whole (errors quote what people typed and carry no markup)."""
-    text = inert(text)
-    return Message(f":warning: {text}", [section(f":warning: {text}")])
+    line = error_text(text)
+    return Message(line, [section(line)])
 
 
 def approved_reply(alloc: Allocation, links: Links | None = None) -> Message:
@@ -124,7 +111,7 @@ def policy_refused(alloc: Allocation, reason: str, links: Links | None = None) -
 
 def working(text: str) -> Message:
     """The immediate ack while the worker does the slow part."""
-    return Message(f":hourglass_flowing_sand: {text}")
+    return Message(working_text(text))
 
 
 def request_created(alloc: Allocation, *, approved: bool, reason: str, links: Links | None = None) -> Message:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufarm.core.chat.block_kit import ACTION_EXEMPT, ACTION_RECLAIM, ACTION_REJECT
+from gpufarm.core.chat.actions import ACTION_EXEMPT, ACTION_RECLAIM, ACTION_REJECT
 from gpufarm.core.kernel import bounded
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.ir import format_ir

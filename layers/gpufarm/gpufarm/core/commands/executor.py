@@ -25,11 +25,15 @@ from gpufarm.core.idle import alerts, keeps
 from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, GpuRequest
-from gpufarm.core.kernel.serial import IncidentCommand, Op, pool_group
+from gpufarm.core.kernel.serial import SQUATTER_OPS, IncidentCommand, Op, pool_group
 from gpufarm.core.leases import ending, extension, profile_runs, queries, requests
+from gpufarm.core.squatters import alerts as squatter_alerts
 from gpufarm.core.sync import expiry
 
 log = logging.getLogger(__name__)
+
+# Commands from a monitor or the sync: nobody to answer.
+_UNATTENDED = frozenset({Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND, Op.ACCRUE, *SQUATTER_OPS})
 
 
 def submit(ctx: LeaseContext, command: IncidentCommand, *, group: str | None = None) -> str | None:
@@ -89,6 +93,9 @@ def execute(ctx: LeaseContext, command: IncidentCommand, *, redelivered_on_failu
     an answer Slack did not take fails the command when the queue redelivers it (`redelivered_on_failure`): the
     redelivery only answers. Run at once (no queue), a lost answer is logged instead.
     """
+    if command.unheld_squatter and command.squatter is not None:
+        # No incident to record it in: the queue's dedup id (the alert's id, transition and time) made it one post.
+        return squatter_alerts.unheld_alert(ctx, command.squatter) if command.op is Op.SQUATTER else "nothing to do"
     run, ledger = ledgered(ctx, command)
     try:
         if command.op is not Op.CREATE and ledger.applied():
@@ -118,7 +125,7 @@ def _run(ctx: LeaseContext, cmd: IncidentCommand) -> tuple[Message | None, str]:
         message = requests.decide_request(ctx, alloc.ir)
         return message, message.text[:200]
     ir = cmd.incident
-    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND, Op.ACCRUE):
+    if cmd.op in _UNATTENDED:
         return None, _unattended(ctx, cmd)
     if not actor:
         raise ValidationFailed("actor", f"a {cmd.op.value} command names who acts")
@@ -159,13 +166,19 @@ def _unattended(ctx: LeaseContext, cmd: IncidentCommand) -> str:
         return alerts.idle_recovered(ctx, ir, cmd.idle).action
     if cmd.op is Op.REMIND:
         return expiry.remind(ctx, ir).action
+    if cmd.op in SQUATTER_OPS:
+        if cmd.squatter is None:
+            raise ValidationFailed("squatter", "a squatter command carries the monitor group that fired")
+        if cmd.op is Op.SQUATTER:
+            return squatter_alerts.squatter_alerted(ctx, ir, cmd.squatter).action
+        return squatter_alerts.squatter_cleared(ctx, ir, cmd.squatter).action
     return expiry.expire(ctx, ir).action
 
 
 def _replayed(ctx: LeaseContext, alloc: Allocation, cmd: IncidentCommand) -> tuple[Message | None, str]:
     """What a command that already applied did, said again from the incident it left (nothing written)."""
     links = ctx.links_for(alloc)
-    if cmd.op in (Op.IDLE, Op.BUSY, Op.EXPIRE, Op.REMIND, Op.ACCRUE):
+    if cmd.op in _UNATTENDED:
         return None, f"already applied ({alloc.phase.value})"
     if cmd.op is Op.DECIDE:
         if alloc.state is not State.RESOLVED:

@@ -20,6 +20,7 @@ from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
 from gpufarm.core.config.reservations import ReservationSettings
+from gpufarm.core.config.squatters import SquatterPolicy
 from gpufarm.core.config.yaml_load import MAX_NUMBER_CHARS, NumberTooLong, bounded_loader
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.core.kernel.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, SLACK_USER_PATTERN, Name
@@ -90,6 +91,8 @@ class EnvironmentSpec(_Strict):
     clusters: tuple[Name, ...] = ()
     # What enforces its leases (gpufarm.core.config.enforce): none, or a Slurm reservation per lease.
     enforce: Enforcer = Enforcer.NONE
+    # What gpufarm does about squatters on its devices (gpufarm.core.config.squatters): report, or stop after a grace.
+    squatters: SquatterPolicy = SquatterPolicy()
 
 
 class ModelQuota(_Strict):

@@ -44,7 +44,7 @@ from gpufarm.core.kernel.ir import format_ir, ir_tag_value
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, IncidentRecord
 from gpufarm.core.kernel.ports import HostInfo, HostPages, HostTags, IncidentStore
-from gpufarm.core.kernel.search import LIVE_STATES, IncidentQuery
+from gpufarm.core.kernel.search import live_query as live_query  # noqa: PLC0414
 
 USER_SOURCE = "user"
 # (environment, team, phases); None means "any".
@@ -56,18 +56,6 @@ Sizes = dict[tuple[str, int], int]
 # follow clusters), before the pool is listed whole.
 CENSUS_SAMPLE = 100
 CENSUS_PROBES = 3
-
-
-def live_query(
-    environment: str | None = None,
-    team: str | None = None,
-    phases: Iterable[Phase] | None = None,
-    *,
-    requester: str | None = None,
-) -> IncidentQuery:
-    """The live-incident search narrowed by the environment, team, phase and requester fields."""
-    wanted = [p.value for p in phases] if phases is not None else None
-    return IncidentQuery.where(LIVE_STATES, requester=requester, environment=environment, team=team, phase=wanted)
 
 
 def host_filter(environment: str | None = None, ir: int | None = None, *, gpu_model: str | None = None) -> str:

@@ -1,7 +1,8 @@
 """The operators' daily digest: what needs an operator's eye today, built from one read of the farm; pure.
 
 Its news: waiting requests with their age, idle warnings and keeps, exemptions and leases ending within the
-horizon, busy GPUs no lease claims, the drift the sync repaired since the last digest (the live leases'
+horizon, busy GPUs no lease claims, squatting on leased devices (episodes, stops, device-hours, top hosts:
+gpufarm.core.squatters.counts), the drift the sync repaired since the last digest (the live leases'
 `repaired` history entries: state lives in incident fields only, docs/design.md rule 1), and quota and budget
 pressure. Free capacity per pool is shown beside the news, never as news itself: **a digest with no news is not
 posted**. Every lease line links to its incident (gpufarm.core.chat.links). Each section shows at most MAX_LINES lines
@@ -28,6 +29,7 @@ from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.leases import terms
+from gpufarm.core.squatters import counts as squatting
 
 MAX_LINES = 15
 MAX_LINE_CHARS = 240
@@ -108,6 +110,7 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
         Section(f"Exemptions ending within {settings.horizon_hours} h", exemption_lines(live, horizon, links, clock)),
         Section(f"Leases ending within {settings.horizon_hours} h", ending_lines(live, horizon, links, clock)),
         Section("Unattributed use (busy GPUs no lease claims)", unattributed_lines(facts.unattributed)),
+        Section("Squatters on leased devices", squatter_lines(squatting.tally(facts.leases, facts.since, facts.until))),
         Section("Drift the sync repaired", drifted, total=drift_total),
         Section("Quota and budget pressure", pressure_lines(facts, settings)),
     ]
@@ -226,6 +229,15 @@ def unattributed_lines(unattributed: Mapping[tuple[str, str, str], float] | None
         pool = f"`{inert(env)}`" if env and env != "none" else "no pool"
         out.append(f"`{inert(host)}` ({owner}, {pool}): up to {_gpus(busy)} busy with no lease")
     return out
+
+
+def squatter_lines(day: squatting.SquatterTally) -> list[str]:
+    """Squatting episodes begun, stops, squatted device-hours and the hosts with the most (gpufarm.core.squatters)."""
+    if not day.episodes and not day.device_hours:
+        return []
+    top = ", ".join(f"{inert(host)} {hours:.1f} h" for host, hours in day.top_hosts(3))
+    lines = [f"{day.episodes} episode(s), {day.stops} stopped, {day.device_hours:.1f} device-hours squatted"]
+    return lines + ([f"most on {top}"] if top else [])
 
 
 def drift_lines(

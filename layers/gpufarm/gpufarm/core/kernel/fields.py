@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
@@ -108,6 +108,9 @@ GPU_HOURS_UNTIL = "gpu_hours_until"
 GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
 # The months of gpu_hours_by_month as plain values, so a search asks for them without a wildcard inside a list value.
 GPU_HOURS_MONTHS = "gpu_hours_months"
+# The lease's open squatting episodes, `<host>/<uuid>=<since>[;stop=<time>]` each (gpufarm.core.squatters.episodes):
+# who was told once, since when, and when the squatter's stop was published.
+SQUATTERS = "gpufarm_squatters"
 # A reservation's window on the pool's calendar (gpufarm.core.calendar): from when to when its GPUs are booked.
 RESERVED_FROM = "reserved_from"
 RESERVED_UNTIL = "reserved_until"
@@ -204,6 +207,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTARRAY,
         "YYYY-MM of each month the lease accrued GPU-hours in (the months of GPU-hours by month)",
     ),
+    FieldSpec(
+        SQUATTERS,
+        "Squatted devices",
+        FieldKind.TEXTARRAY,
+        "host/device=since[;stop=time] of each device of the lease squatted now, told once (and its stop)",
+    ),
     FieldSpec(RESERVED_FROM, "Reserved from", FieldKind.TEXTBOX, "ISO 8601 UTC start of a reservation's window"),
     FieldSpec(RESERVED_UNTIL, "Reserved until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a reservation's window"),
 )
@@ -224,16 +233,44 @@ def encode_fields(values: Mapping[str, object]) -> dict[str, dict[str, Any]]:
 
 def decode_fields(raw: Mapping[str, Any] | None) -> dict[str, FieldValue]:
     """Decode Datadog's field objects into plain values, keeping only strings and lists of strings."""
-    decoded: dict[str, FieldValue] = {}
-    for name, obj in (raw or {}).items():
-        value = obj.get("value") if isinstance(obj, Mapping) else obj
-        if value is None:
-            decoded[name] = None
-        elif isinstance(value, list):
-            decoded[name] = [str(v) for v in value]
-        else:
-            decoded[name] = str(value)
-    return decoded
+    return {name: decode_value(obj) for name, obj in (raw or {}).items()}
+
+
+def decode_value(obj: Any) -> FieldValue:
+    """One field object (`{type, value}`, or a bare value) as a plain value: a string, a list of strings, or None."""
+    value = obj.get("value") if isinstance(obj, Mapping) else obj
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    return str(value)
+
+
+class FieldView(Mapping[str, FieldValue]):
+    """Datadog's field objects read one field at a time, each decoded as decode_fields decodes it when asked for:
+    a reader that needs a few of an incident's thirty fields decodes those few."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: Mapping[str, Any] | None) -> None:
+        self._raw: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+
+    def __getitem__(self, name: str) -> FieldValue:
+        return decode_value(self._raw[name])
+
+    def get(self, name: str, default: FieldValue = None) -> FieldValue:  # type: ignore[override]
+        """The field decoded, `default` when the incident has no such field."""
+        obj = self._raw.get(name, _ABSENT)
+        return default if obj is _ABSENT else decode_value(obj)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+_ABSENT = object()
 
 
 def _spec(name: str) -> FieldSpec:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from gpufarm.core.kernel.model import isoformat, parse_time
+from gpufarm.core.kernel.field_values import isoformat, parse_time
 
 MAX_ENTRY_CHARS = 300
 MAX_ENTRIES = 64
@@ -68,6 +68,9 @@ class Step(StrEnum):
     REMINDED = "reminded"  # the one reminder before a lease's end (gpufarm.core.leases.terms)
     WITHDRAWN = "withdrawn"  # a waiting request past its waiting limit
     PROFILED = "profiled"  # a profiler run uploaded to the lease, with its page link (gpufarm.core.leases.profile_runs)
+    SQUATTED = "squatted"  # a squatting episode on a device of the lease began (gpufarm.core.squatters)
+    SQUATTER_STOPPED = "squatter-stopped"  # its squatter outlasted the grace: the stop was published on the host
+    SQUATTER_CLEARED = "squatter-cleared"  # the episode ended (the squatter monitor's group recovered)
     PROBED = "probed"  # a `gpufarm doctor` probe reached the incident webhook (gpufarm.core.leases.probe)
     RESERVED = "reserved"  # a booking admitted on the pool's calendar (gpufarm.core.calendar)
     SUMMARY = "summary"

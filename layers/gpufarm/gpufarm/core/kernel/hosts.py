@@ -13,6 +13,13 @@ MANAGED_TAG = "gpufarm:managed"
 # The monitor tag of gpufarm's squatter monitor (gpufarm.setup.squatter_monitor): its groups name a lease it hurts,
 # never one that is idle, so the idle webhook leaves them out.
 SQUATTER_MONITOR_TAG = "gpufarm_monitor_kind:squatter"
+# A stop gpufarm publishes on a host for its node agent (stop-after, gpufarm.core.squatters):
+# `gpufarm_stop:<uuid>/<unix seconds>` = stop the squatters on that device that started by then; at most
+# MAX_STOP_TAGS per host, removed when the episode ends. An operator exempts a host from stops with
+# EXEMPT_SQUATTERS_TAG.
+STOP_KEY = "gpufarm_stop"
+MAX_STOP_TAGS = 16
+EXEMPT_SQUATTERS_TAG = "gpufarm_exempt:squatters"
 GPU_MODEL_KEY = "gpu_model"
 GPU_COUNT_KEY = "gpu_count"
 ENVIRONMENT_KEY = "environment"
@@ -156,6 +163,11 @@ def parse_units(tags: Iterable[str]) -> tuple[GpuUnit, ...]:
 def assign_tag(ir_value: str, unit_id: str) -> str:
     """`gpu_assign:ir-123/mig-…` for the lease `ir-123` holding a unit."""
     return f"{GPU_ASSIGN_KEY}:{ir_value}/{unit_id}"
+
+
+def stop_tag(device: str, since_epoch: int) -> str:
+    """The host tag asking its agent to stop the squatters of `device` that started by `since_epoch`."""
+    return f"{STOP_KEY}:{device.lower()}/{since_epoch}"
 
 
 def parse_assign(value: str) -> tuple[str, str] | None:

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-import math
 import re
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from datetime import datetime, timedelta
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel.bounded import ascii_digits
 from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.kernel.field_values import decode_host_gpus as decode_host_gpus  # noqa: PLC0414
+from gpufarm.core.kernel.field_values import encode_host_gpus as encode_host_gpus  # noqa: PLC0414
+from gpufarm.core.kernel.field_values import enum as _enum
+from gpufarm.core.kernel.field_values import hours as _hours
+from gpufarm.core.kernel.field_values import isoformat as isoformat  # noqa: PLC0414
+from gpufarm.core.kernel.field_values import items as _list
+from gpufarm.core.kernel.field_values import parse_time as parse_time  # noqa: PLC0414
+from gpufarm.core.kernel.field_values import text as _text
+from gpufarm.core.kernel.field_values import whole as _int
 from gpufarm.core.kernel.ir import format_ir, ir_tag
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 
@@ -190,6 +197,8 @@ class Allocation(BaseModel):
     hours_unmeasured: float = 0.0
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
+    # Open squatting episodes on the lease's devices, as stored (decoded by gpufarm.core.squatters.episodes).
+    squatters: tuple[str, ...] = ()
     # A reservation's window (gpufarm.core.calendar); None for a lease from now.
     reserved_from: datetime | None = None
     reserved_until: datetime | None = None
@@ -256,76 +265,8 @@ class Allocation(BaseModel):
             hours_unmeasured=_hours(v.get(f.GPU_HOURS_UNMEASURED)),
             hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
+            squatters=tuple(_list(v.get(f.SQUATTERS))),
             reserved_from=parse_time(_text(v.get(f.RESERVED_FROM))),
             reserved_until=parse_time(_text(v.get(f.RESERVED_UNTIL))),
             modified=record.modified,
         )
-
-
-def encode_host_gpus(host_gpus: dict[str, int]) -> list[str]:
-    """`{"node-1": 2}` → `["node-1=2"]`, sorted for stable diffs."""
-    return [f"{host}={count}" for host, count in sorted(host_gpus.items())]
-
-
-def decode_host_gpus(items: list[str]) -> dict[str, int]:
-    """Inverse of encode_host_gpus; malformed entries are skipped."""
-    out: dict[str, int] = {}
-    for item in items:
-        host, sep, count = item.rpartition("=")
-        number = ascii_digits(count)
-        if sep and host and number is not None:
-            out[host] = number
-    return out
-
-
-def isoformat(moment: datetime) -> str:
-    """ISO 8601 in UTC with a Z, to the second."""
-    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    """Parse an ISO 8601 time written by isoformat (or Datadog); None when absent or malformed."""
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _text(value: f.FieldValue) -> str | None:
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value or None
-
-
-def _list(value: f.FieldValue) -> list[str]:
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]
-
-
-def _int(value: f.FieldValue) -> int | None:
-    text = _text(value)
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _hours(value: f.FieldValue) -> float:
-    """A GPU-hours textbox: a finite, non-negative number, else 0 (a hand-edited field never breaks a read)."""
-    text = _text(value)
-    try:
-        number = float(text) if text is not None and len(text) <= 32 else 0.0
-    except ValueError:
-        return 0.0
-    return number if math.isfinite(number) and number >= 0 else 0.0
-
-
-def _enum(kind: Any, value: str | None, default: Any) -> Any:
-    try:
-        return kind(value) if value is not None else default
-    except ValueError:
-        return default

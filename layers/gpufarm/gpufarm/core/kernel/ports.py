@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.search import IncidentQuery
 
@@ -85,6 +86,15 @@ class IncidentStore(Protocol):
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
         """The incident created for a Slack request, so a retried create never makes a second one."""
+
+
+@runtime_checkable
+class LeaseReads(Protocol):
+    """Leases as reports read them: the light record of each of gpufarm's incidents a query matches, decoded
+    without a model per incident (gpufarm.core.kernel.lease_facts)."""
+
+    def lease_facts(self, query: IncidentQuery) -> Iterator[LeaseFacts]:
+        """gpufarm's incidents the query matches, every page, as LeaseFacts; a malformed one is skipped."""
 
 
 class HostTags(Protocol):

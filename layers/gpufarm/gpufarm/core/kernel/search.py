@@ -12,10 +12,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel.lifecycle import State
-from gpufarm.core.kernel.model import IncidentRecord
+from gpufarm.core.kernel.lifecycle import Phase, State
+
+if TYPE_CHECKING:
+    from gpufarm.core.kernel.model import IncidentRecord
 
 LIVE_STATES = frozenset({State.ACTIVE, State.STABLE})
 ANY_STATE = frozenset(State)
@@ -57,12 +60,16 @@ class IncidentQuery:
 
     def matches(self, record: IncidentRecord) -> bool:
         """True when the record is one this query asks for."""
-        if record.state not in {s.value for s in self.states}:
+        return self.admits(record.state, record.fields)
+
+    def admits(self, state: str | None, values: Mapping[str, f.FieldValue]) -> bool:
+        """True when an incident in this state with these fields is one this query asks for."""
+        if state not in {s.value for s in self.states}:
             return False
         for name, accepted in self.fields:
-            if not set(_values(record.fields.get(name))) & set(accepted):
+            if not set(_values(values.get(name))) & set(accepted):
                 return False
-        return not self.months or bool(accrued_months(record.fields) & set(self.months))
+        return not self.months or bool(accrued_months(values) & set(self.months))
 
     def text(self, *, facets: bool = True) -> str:
         """The Datadog search query: the states, and (with `facets`) every field term, values quoted.
@@ -90,6 +97,18 @@ def _values(value: f.FieldValue) -> list[str]:
     if value is None:
         return []
     return [value] if isinstance(value, str) else list(value)
+
+
+def live_query(
+    environment: str | None = None,
+    team: str | None = None,
+    phases: Iterable[Phase] | None = None,
+    *,
+    requester: str | None = None,
+) -> IncidentQuery:
+    """The live-incident search narrowed by the environment, team, phase and requester fields."""
+    wanted = [p.value for p in phases] if phases is not None else None
+    return IncidentQuery.where(LIVE_STATES, requester=requester, environment=environment, team=team, phase=wanted)
 
 
 # gpufarm's live incidents, and all of them.

@@ -43,6 +43,8 @@ class Op(StrEnum):
     EXPIRE = "expire"  # the sync found the expiry (or the idle grace, or a waiting request's limit) passed
     REMIND = "remind"  # the sync found a lease within its reminder window before its end (gpufarm.core.leases.terms)
     ACCRUE = "accrue"  # the sync accrues a lease's GPU-hours up to its time (gpufarm.core.accounting.gpu_hours)
+    SQUATTER = "squatter"  # the squatter monitor fired for a device: tell once per episode, stop after the grace
+    SQUATTER_CLEAR = "squatter-clear"  # the squatter monitor's group recovered: the episode ends
     PROFILE = "profile"  # a profiler run, already stored, is recorded on the lease (gpufarm.core.leases.profile_runs)
 
 
@@ -76,6 +78,19 @@ class IdleScope(BaseModel):
             if part
         )
         return " ".join(p for p in (f"on {where}" if where else "", f"({how})" if how else "") if p)
+
+
+class SquatterScope(BaseModel):
+    """The squatter monitor's group: the host, the device, and how many squatters it counted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field(pattern=HOST_NAME)
+    device: str = Field(pattern=DEVICE_UUID)
+    value: float | None = Field(default=None, allow_inf_nan=False, ge=0, le=1024)
+
+
+SQUATTER_OPS = frozenset({Op.SQUATTER, Op.SQUATTER_CLEAR})
 
 
 # `host=busy devices` over the sync's window, `host=?` where nothing measured the host
@@ -126,12 +141,23 @@ class IncidentCommand(BaseModel):
     accrue: AccrueScope | None = None
     # Profile commands: the stored run to record.
     profile: ProfileScope | None = None
+    # Squatter commands: the monitor group that fired.
+    squatter: SquatterScope | None = None
 
     @model_validator(mode="after")
     def _target(self) -> IncidentCommand:
+        if self.op in SQUATTER_OPS and self.squatter is None:
+            raise ValueError("a squatter command carries the monitor group that fired")
+        if self.unheld_squatter and self.request is None:
+            return self  # a squatter on a device no lease holds: there is no incident to name
         if (self.op is Op.CREATE) != (self.request is not None) or (self.op is Op.CREATE) == (self.ir is not None):
             raise ValueError("a create command carries a request and no IR; every other command names an IR")
         return self
+
+    @property
+    def unheld_squatter(self) -> bool:
+        """A squatter command for a device no lease holds (it names no IR: the operators alone are told)."""
+        return self.op in SQUATTER_OPS and self.ir is None
 
     @property
     def incident(self) -> int:
@@ -142,6 +168,8 @@ class IncidentCommand(BaseModel):
 
     def group(self) -> str | None:
         """The message group a create command joins (its request's pool); None: read it from the incident."""
+        if self.unheld_squatter:
+            return UNASSIGNED_GROUP  # no incident is written: the group only orders and dedups its posts
         return pool_group(self.request.environment) if self.request is not None else None
 
     def dedup_id(self) -> str:

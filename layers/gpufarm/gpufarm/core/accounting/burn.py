@@ -1,0 +1,82 @@
+"""The arithmetic of GPU-hour budgets: a budget's calendar period, and what leases burned in it.
+
+Pure functions of the leases' recorded facts (gpufarm.core.accounting.accrued), shared by the budget gate
+(gpufarm.core.accounting.budgets, which reads the leases) and the reports, on an Allocation or the light record
+reports decode. A period's burn is the GPU-hours the team's (or project's) leases accrued in its months, plus, for a
+lease holding now, the hours since its last accrual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gpufarm.core.accounting import accrued
+from gpufarm.core.accounting.accrued import HeldLease
+from gpufarm.core.config.accounting import Budget, BudgetPeriod
+from gpufarm.core.kernel.lifecycle import HOLDING
+
+
+def period_months(period: BudgetPeriod, now: datetime) -> tuple[str, ...]:
+    """The `YYYY-MM` months of the calendar period holding `now` (UTC)."""
+    moment = now.astimezone(UTC)
+    if period is BudgetPeriod.MONTH:
+        return (f"{moment.year:04d}-{moment.month:02d}",)
+    first = 3 * ((moment.month - 1) // 3) + 1
+    return tuple(f"{moment.year:04d}-{m:02d}" for m in range(first, first + 3))
+
+
+def period_label(period: BudgetPeriod, now: datetime) -> str:
+    """`2026-12` or `2026-Q4`."""
+    moment = now.astimezone(UTC)
+    if period is BudgetPeriod.MONTH:
+        return f"{moment.year:04d}-{moment.month:02d}"
+    return f"{moment.year:04d}-Q{(moment.month - 1) // 3 + 1}"
+
+
+def lease_burn(alloc: HeldLease, months: Sequence[str], now: datetime) -> float:
+    """GPU-hours the lease held in these months: accrued, plus the un-accrued stretch of a holding lease."""
+    hours = sum(v for m, v in accrued.by_month(alloc).items() if m in months)
+    start = accrued.accrued_since(alloc)
+    if alloc.phase in HOLDING and start is not None and now > start:
+        held = sum(accrued.held_by_host(alloc).values())
+        hours += sum(held * span for m, span in accrued.month_spans(start, now) if m in months)
+    return hours
+
+
+def applies(budget: Budget, alloc: HeldLease) -> bool:
+    """True when the lease counts against the budget."""
+    return alloc.team == budget.team and (budget.project is None or alloc.project == budget.project)
+
+
+@dataclass(frozen=True)
+class Burn:
+    """One budget in its current period."""
+
+    budget: Budget
+    period: str
+    burned: float
+
+    @property
+    def remaining(self) -> float:
+        """GPU-hours left in the period (never below 0)."""
+        return max(0.0, self.budget.gpu_hours - self.burned)
+
+    @property
+    def percent(self) -> float:
+        """Share of the budget burned."""
+        return 100.0 * self.burned / self.budget.gpu_hours
+
+
+def burn(budget: Budget, leases: Iterable[HeldLease], now: datetime) -> Burn:
+    """The budget's burn from these leases (each counted once)."""
+    months = period_months(budget.period, now)
+    seen: set[int] = set()
+    total = 0.0
+    for alloc in leases:
+        if alloc.ir in seen or not applies(budget, alloc):
+            continue
+        seen.add(alloc.ir)
+        total += lease_burn(alloc, months, now)
+    return Burn(budget, period_label(budget.period, now), total)
