@@ -16,6 +16,7 @@ from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import Conflict, ValidationFailed
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.service import GpuFarm
@@ -286,7 +287,7 @@ def test_reports_count_reserved_hours_until_the_window_ends_or_the_reservation_i
     world.svc.sweep()
     world.clock.advance(days=2)
     world.svc.sync()
-    leases = Leases(tuple(world.svc.allocation(ir) for ir in range(1, world.newest() + 1)))
+    leases = Leases(tuple(LeaseFacts.of(world.svc.allocation(ir)) for ir in range(1, world.newest() + 1)))
     query = ReportQuery(since_period("7d", world.clock.now()), GroupBy.TEAM)
     report = build_report(query, leases, world.svc.context.farm, world.clock.now())
     rows = {row.key: row for row in report.rows}
