@@ -125,6 +125,7 @@ def test_reserve_and_calendar_commands_parse() -> None:
         "reserve 8 H100 from 2026-13-40 09:00 for 3d",
         "reserve 8 H100 from 2026-12-10 09:00 for 3w",
         "reserve 8 H100 from 2026-12-10 09:00 for",
+        "reserve 8 H100 from 9999-12-31 23:59 for 365d",
         "calendar a b c",
     ],
 )

@@ -17,6 +17,7 @@ USAGE = "use /gpu reserve 8 H100 env=onprem-hpc project=llm-ko from 2026-12-10 0
 FROM_KEY = "reserved_from"
 FOR_KEY = "reserved_for"
 MAX_HOURS = 365 * 24
+LAST_YEAR = 2999
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _TIME = re.compile(r"^\d{2}:\d{2}$")
 _LENGTH = re.compile(r"^(\d{1,4})([dh])$")
@@ -51,9 +52,13 @@ def parse_start(text: str) -> datetime:
     words = text.strip().replace("T", " ", 1).split()
     stamp = " ".join([*words, "00:00"] if len(words) == 1 else words)
     try:
-        return datetime.strptime(stamp, "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
+        start = datetime.strptime(stamp, "%Y-%m-%d %H:%M").replace(tzinfo=UTC)
     except ValueError:
         raise ValidationFailed("reserved_from", f"'{text[:20]}' is not a date and time (UTC); {USAGE}") from None
+    if start.year > LAST_YEAR:
+        # Far beyond any pool's horizon, and a window from there could run past the calendar's last day.
+        raise ValidationFailed("reserved_from", f"{start:%Y-%m-%d} is too far ahead; {USAGE}")
+    return start
 
 
 def parse_length(text: str) -> timedelta:
