@@ -124,6 +124,9 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
         return _open_modal(runtime, cmd_form)
     if command.verb is Verb.REQUEST:
         return _inline_request(runtime, cmd_form, command)
+    if command.verb is Verb.QUOTA and command.args is not None:
+        # A quota change: the trigger_id names it, so Slack's retry of the same command creates one override.
+        command = replace(command, request_id=request_id("quota", cmd_form.trigger_id))
     if command.verb is Verb.RESERVE:
         # The trigger_id names the booking, so Slack's retry of the same command books once.
         booking = replace(command, request_id=request_id("cmd", cmd_form.trigger_id))

@@ -23,9 +23,10 @@ from gpufarm.core.calendar.admission import Booking, decide, stamp, well_formed,
 from gpufarm.core.calendar.booking import FOREVER, Calendar, Hold, Limits
 from gpufarm.core.chat.block_kit import Message, context, linked, section
 from gpufarm.core.chat.escape import inert
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, GpuRequest, isoformat
@@ -108,7 +109,11 @@ def book(ctx: LeaseContext, alloc: Allocation) -> Message:
     refusal = decide(booking, calendar(ctx, booking, skip=alloc.ir), policy, ctx.now())
     links = ctx.links_for(alloc)
     if refusal is not None:
-        ctx.write(alloc, Phase.REJECTED, {}, step=ctx.step(history.POLICY, Step.REFUSED, refusal.line()))
+        # Recorded as every refusal is (gpufarm.core.kernel.reason_trail): the field and the history's `[code]`.
+        recorded = reason_trail.fields(refusal, ctx.now())
+        ctx.write(
+            alloc, Phase.REJECTED, recorded, step=ctx.step(history.POLICY, Step.REFUSED, reason_trail.detail(refusal))
+        )
         ctx.write_fields(alloc, {}, title=f"{alloc.title} (refused: {refusal.code.value})"[:250])
         log.info("%s booking refused: %s", alloc.ir_label, refusal.code.value)
         text = f":no_entry: {alloc.ir_label} refused: {inert(refusal.line())}. Nothing was reserved."
@@ -200,9 +205,9 @@ def no_show_due(alloc: Allocation, ctx: LeaseContext, now: datetime) -> bool:
     return alloc.hours_busy == 0 and alloc.hours_idle > 0
 
 
-def no_show_reason(alloc: Allocation, ctx: LeaseContext) -> Reason:
-    """The reason a no-show's end carries."""
-    minutes = ctx.farm.reservations.policy(alloc.environment).no_show_minutes
+def no_show_reason(alloc: Allocation, farm: FarmConfig) -> Reason:
+    """The reason a no-show's end carries (gpufarm.core.leases.end_reasons writes it with the end)."""
+    minutes = farm.reservations.policy(alloc.environment).no_show_minutes
     since = alloc.allocated_at or alloc.reserved_from
     at = f" from {stamp(since)} UTC" if since else ""
     return Reason(

@@ -25,7 +25,7 @@ from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.chat.replies import HELP as HELP  # noqa: PLC0414
 from gpufarm.core.chat.replies import error_text, help_text, working_text
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.hosts import GpuUnit
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.units import cuda_visible_devices, kubernetes_resources, lease_devices, nvml_uuid
@@ -67,6 +67,8 @@ def error_message(text: str) -> Message:
 
 def approved_reply(alloc: Allocation, links: Links | None = None) -> Message:
     """To the operator who approved (and to a redelivery of that approval)."""
+    if alloc.is_quota_override:
+        return linked(alloc, Message(f"{alloc.ir_label} approved; the quota change is in effect."), links)
     return linked(alloc, Message(f"{alloc.ir_label} approved; allocating hosts now."), links)
 
 
@@ -232,6 +234,9 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         lines.append(f"Approved by {who}")
     if alloc.reclaim_reason:
         lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
+    why = reason_trail.latest(alloc)
+    if why is not None:
+        lines.append(f"Why: {inert(why.line())} (`/gpu why {alloc.ir_label}` explains it now)")
     if alloc.keep_count:
         held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
         lines.append(f"Keeps used: {alloc.keep_count}{held}")

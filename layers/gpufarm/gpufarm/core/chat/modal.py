@@ -19,6 +19,8 @@ FORM_BLOCKS = (
     "team",
     "project",
     "duration_days",
+    "idle_window",
+    "idle_grace",
     "purpose",
     "reserved_from",
     "reserved_for",
@@ -54,6 +56,23 @@ def request_modal(farm: FarmConfig, *, channel: str | None, initial: Mapping[str
             _text_input("project", "Project", 63, init.get("project"), placeholder="llm-ko"),
             _number(
                 "duration_days", "Days", 1, max_days, init.get("duration_days") or str(farm.defaults.duration_days)
+            ),
+            # The lease's own idle window and grace, within the pool's bounds (gpufarm.core.governance.idle_choice).
+            _text_input(
+                "idle_window",
+                "Idle before warning (optional)",
+                8,
+                init.get("idle_window"),
+                optional=True,
+                placeholder="2h",
+            ),
+            _text_input(
+                "idle_grace",
+                "Grace after warning (optional)",
+                8,
+                init.get("idle_grace"),
+                optional=True,
+                placeholder="30m",
             ),
             _text_input("purpose", "Purpose", MAX_PURPOSE, init.get("purpose"), multiline=True, optional=True),
             {"type": "context", "block_id": "reserve_hint", "elements": [{"type": "mrkdwn", "text": RESERVE_HINT}]},

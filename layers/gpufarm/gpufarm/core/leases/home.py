@@ -28,7 +28,7 @@ from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.serial import IncidentCommand, Op
-from gpufarm.core.leases import queries, terms
+from gpufarm.core.leases import fair_share, queries, terms
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,13 @@ def _reasons(ctx: LeaseContext, waiting: list[Allocation], queue: list[Allocatio
     if queue is None:
         places = {ir: str(p) for ir, p in queries.positions(ctx, waiting).items()}
     else:
-        places = {a.ir: str(terms.position(a, queue)) for a in waiting if a.phase is Phase.WAITING}
+        pools = {(a.environment or "", (a.gpu_model or "").upper()) for a in waiting if a.phase is Phase.WAITING}
+        orders = {pool: fair_share.pool_order(ctx, *pool) for pool in sorted(pools)}
+        places = {
+            a.ir: str(terms.position(a, queue, orders[(a.environment or "", (a.gpu_model or "").upper())]))
+            for a in waiting
+            if a.phase is Phase.WAITING
+        }
     out = []
     for alloc in sorted(waiting, key=lambda a: a.ir):
         if alloc.phase is Phase.REQUESTED:

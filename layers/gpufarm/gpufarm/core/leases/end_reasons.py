@@ -1,0 +1,71 @@
+"""The `Reason` of a lease's end: its code (one per ReclaimReason) and a sentence with the numbers.
+
+gpufarm.core.leases.ending writes it with the end (field and history, gpufarm.core.kernel.reason_trail).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpufarm.core.calendar.reservations import no_show_reason
+from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.lifecycle import ReclaimReason
+from gpufarm.core.kernel.model import Allocation, isoformat
+from gpufarm.core.kernel.reasons import Reason, ReasonCode
+
+CODE: dict[ReclaimReason, ReasonCode] = {
+    ReclaimReason.RELEASED: ReasonCode.ENDED_RELEASED,
+    ReclaimReason.CANCELLED: ReasonCode.ENDED_CANCELLED,
+    ReclaimReason.EXPIRED: ReasonCode.ENDED_EXPIRED,
+    ReclaimReason.IDLE: ReasonCode.RECLAIMED_IDLE,
+    ReclaimReason.OPERATOR: ReasonCode.RECLAIMED_OPERATOR,
+    ReclaimReason.RESOLVED_IN_DATADOG: ReasonCode.RECLAIMED_IN_DATADOG,
+    ReclaimReason.WITHDRAWN: ReasonCode.WITHDRAWN_WAIT_LIMIT,
+    ReclaimReason.UNAPPROVABLE: ReasonCode.WITHDRAWN_UNAPPROVABLE,
+    ReclaimReason.PREEMPTED: ReasonCode.PREEMPTED,
+    ReclaimReason.NO_SHOW: ReasonCode.NO_SHOW,
+}
+
+
+def end_reason(
+    farm: FarmConfig,
+    alloc: Allocation,
+    why: ReclaimReason,
+    now: datetime,
+    *,
+    by: str | None = None,
+    note: str | None = None,
+) -> Reason:
+    """Why the lease ends, with the numbers its fields and the farm's policy give (`note`: the limit's own words)."""
+    code = CODE[why]
+    held = f"{alloc.gpu_count}x {alloc.gpu_model or 'GPU'}"
+    if why is ReclaimReason.EXPIRED:
+        days = alloc.duration_days or farm.defaults.duration_days
+        ends = isoformat(alloc.expires_at) if alloc.expires_at else isoformat(now)
+        return Reason(code, f"its {days} days on {held} ran out at {ends}")
+    if why is ReclaimReason.IDLE:
+        grace = alloc.idle_grace_minutes or farm.idle.grace_for(alloc.environment, alloc.team)
+        warned = isoformat(alloc.idle_warned_at) if alloc.idle_warned_at else "its warning"
+        return Reason(code, f"its {held} stayed idle from {warned} past the {grace} min grace")
+    if why is ReclaimReason.WITHDRAWN:
+        hours = farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
+        return Reason(code, f"no {held} freed in {alloc.environment} within the {hours} h waiting limit")
+    if why is ReclaimReason.UNAPPROVABLE:
+        hours = farm.scheduling.pool(alloc.environment).unapprovable_withdraw_hours
+        limit = f": {note}" if note else ""
+        return Reason(code, f"no operator could approve it within the team's hard limit for {hours} h{limit}")
+    if why is ReclaimReason.PREEMPTED:
+        at = isoformat(alloc.preempt_at) if alloc.preempt_at else isoformat(now)
+        return Reason(
+            code,
+            f"it borrowed {alloc.borrowed} GPUs and was taken back for {alloc.preempt_for} at its notice's end ({at})",
+        )
+    if why is ReclaimReason.NO_SHOW:
+        return no_show_reason(alloc, farm)  # its numbers: the GPUs, the window, the hours (gpufarm.core.calendar)
+    if why is ReclaimReason.OPERATOR:
+        return Reason(code, f"an operator{f' ({by})' if by else ''} took back {held}")
+    if why is ReclaimReason.RELEASED:
+        return Reason(code, f"the requester released {held}")
+    if why is ReclaimReason.CANCELLED:
+        return Reason(code, "the requester cancelled the request")
+    return Reason(code, "its incident was resolved in Datadog")
