@@ -229,20 +229,7 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
         lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
     lines += _holding(alloc, [submit] if submit else [])
-    if alloc.approved_by:
-        who = "policy" if alloc.approved_by == "policy" else mention(alloc.approved_by)
-        lines.append(f"Approved by {who}")
-    if alloc.reclaim_reason:
-        lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
-    why = reason_trail.latest(alloc)
-    if why is not None:
-        lines.append(f"Why: {inert(why.line())} (`/gpu why {alloc.ir_label}` explains it now)")
-    if alloc.keep_count:
-        held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
-        lines.append(f"Keeps used: {alloc.keep_count}{held}")
-    if alloc.exempt_until:
-        by = f" (granted by {mention(alloc.exempt_by)})" if alloc.exempt_by else ""
-        lines.append(f"Exempt from idle reclaim until {_when(alloc.exempt_until)}{by}")
+    lines += _decided(alloc) + _held_off(alloc)
     if alloc.purpose:
         lines.append(f">{inert(alloc.purpose)}")
     text = "\n".join(lines)
@@ -260,6 +247,32 @@ def _reserved_window(alloc: Allocation) -> list[str]:
     if alloc.reserved_from is None or alloc.reserved_until is None:
         return []
     return [f"Reserved window: {_when(alloc.reserved_from)} to {_when(alloc.reserved_until)}"]
+
+
+def _decided(alloc: Allocation) -> list[str]:
+    """Who approved it, why it ended, and the reason on record."""
+    lines = []
+    if alloc.approved_by:
+        who = "policy" if alloc.approved_by == "policy" else mention(alloc.approved_by)
+        lines.append(f"Approved by {who}")
+    if alloc.reclaim_reason:
+        lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
+    why = reason_trail.latest(alloc)
+    if why is not None:
+        lines.append(f"Why: {inert(why.line())} (`/gpu why {alloc.ir_label}` explains it now)")
+    return lines
+
+
+def _held_off(alloc: Allocation) -> list[str]:
+    """The keeps used and an operator's exemption from idle reclaim."""
+    lines = []
+    if alloc.keep_count:
+        held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
+        lines.append(f"Keeps used: {alloc.keep_count}{held}")
+    if alloc.exempt_until:
+        by = f" (granted by {mention(alloc.exempt_by)})" if alloc.exempt_by else ""
+        lines.append(f"Exempt from idle reclaim until {_when(alloc.exempt_until)}{by}")
+    return lines
 
 
 def _holding(alloc: Allocation, lines: list[str]) -> list[str]:

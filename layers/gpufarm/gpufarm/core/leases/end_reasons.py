@@ -39,29 +39,9 @@ def end_reason(
     """Why the lease ends, with the numbers its fields and the farm's policy give (`note`: the limit's own words)."""
     code = CODE[why]
     held = f"{alloc.gpu_count}x {alloc.gpu_model or 'GPU'}"
-    if why is ReclaimReason.EXPIRED:
-        days = alloc.duration_days or farm.defaults.duration_days
-        ends = isoformat(alloc.expires_at) if alloc.expires_at else isoformat(now)
-        return Reason(code, f"its {days} days on {held} ran out at {ends}")
-    if why is ReclaimReason.IDLE:
-        grace = alloc.idle_grace_minutes or farm.idle.grace_for(alloc.environment, alloc.team)
-        warned = isoformat(alloc.idle_warned_at) if alloc.idle_warned_at else "its warning"
-        return Reason(code, f"its {held} stayed idle from {warned} past the {grace} min grace")
-    if why is ReclaimReason.WITHDRAWN:
-        hours = farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
-        return Reason(code, f"no {held} freed in {alloc.environment} within the {hours} h waiting limit")
-    if why is ReclaimReason.UNAPPROVABLE:
-        hours = farm.scheduling.pool(alloc.environment).unapprovable_withdraw_hours
-        limit = f": {note}" if note else ""
-        return Reason(code, f"no operator could approve it within the team's hard limit for {hours} h{limit}")
-    if why is ReclaimReason.PREEMPTED:
-        at = isoformat(alloc.preempt_at) if alloc.preempt_at else isoformat(now)
-        return Reason(
-            code,
-            f"it borrowed {alloc.borrowed} GPUs and was taken back for {alloc.preempt_for} at its notice's end ({at})",
-        )
-    if why is ReclaimReason.NO_SHOW:
-        return no_show_reason(alloc, farm)  # its numbers: the GPUs, the window, the hours (gpufarm.core.calendar)
+    timed = _by_time(farm, alloc, why, now, held, note)
+    if timed is not None:
+        return Reason(code, timed)
     if why is ReclaimReason.OPERATOR:
         return Reason(code, f"an operator{f' ({by})' if by else ''} took back {held}")
     if why is ReclaimReason.RELEASED:
@@ -69,3 +49,33 @@ def end_reason(
     if why is ReclaimReason.CANCELLED:
         return Reason(code, "the requester cancelled the request")
     return Reason(code, "its incident was resolved in Datadog")
+
+
+def _by_time(  # noqa: PLR0917 - one sentence per end gpufarm decides by time
+    farm: FarmConfig, alloc: Allocation, why: ReclaimReason, now: datetime, held: str, note: str | None
+) -> str | None:
+    """The sentence of an end gpufarm decided by the clock (expiry, idle, waiting limits, preemption), else None."""
+    if why is ReclaimReason.EXPIRED:
+        days = alloc.duration_days or farm.defaults.duration_days
+        ends = isoformat(alloc.expires_at) if alloc.expires_at else isoformat(now)
+        return f"its {days} days on {held} ran out at {ends}"
+    if why is ReclaimReason.IDLE:
+        grace = alloc.idle_grace_minutes or farm.idle.grace_for(alloc.environment, alloc.team)
+        warned = isoformat(alloc.idle_warned_at) if alloc.idle_warned_at else "its warning"
+        return f"its {held} stayed idle from {warned} past the {grace} min grace"
+    if why is ReclaimReason.WITHDRAWN:
+        hours = farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
+        return f"no {held} freed in {alloc.environment} within the {hours} h waiting limit"
+    if why is ReclaimReason.UNAPPROVABLE:
+        hours = farm.scheduling.pool(alloc.environment).unapprovable_withdraw_hours
+        limit = f": {note}" if note else ""
+        return f"no operator could approve it within the team's hard limit for {hours} h{limit}"
+    if why is ReclaimReason.PREEMPTED:
+        at = isoformat(alloc.preempt_at) if alloc.preempt_at else isoformat(now)
+        return (
+            f"it borrowed {alloc.borrowed} GPUs and was taken back for {alloc.preempt_for} at its notice's end ({at})"
+        )
+    if why is ReclaimReason.NO_SHOW:
+        # Its numbers: the GPUs, the window, the hours (gpufarm.core.calendar).
+        return no_show_reason(alloc, farm).sentence
+    return None

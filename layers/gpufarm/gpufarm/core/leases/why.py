@@ -70,33 +70,41 @@ def waiting_lines(  # noqa: PLR0917 - the lease, its pool's order and reads, and
     shown: Sequence[Allocation],
 ) -> list[str]:
     """Its place and why, what is ahead, the pool's GPUs, the earliest start, the withdrawal time."""
-    env, model = alloc.environment or "", (alloc.gpu_model or "").upper()
     spot = terms.position(alloc, [a for a in live if a.phase is Phase.WAITING], order)
-    lines = [f"Waiting for hosts: {inert(spot)}."]
+    lines = [f"Waiting for hosts: {inert(spot)}.", _ahead_line(ahead, shown)]
+    lines += _pool_lines(ctx, alloc, live, ahead)
+    deadline = terms.waiting_deadline(alloc, ctx.farm)
+    if deadline is not None:
+        lines.append(f"Withdrawn at {isoformat(deadline)} if no hosts free by then.")
+    return lines
+
+
+def _ahead_line(ahead: Sequence[Allocation], shown: Sequence[Allocation]) -> str:
+    """What is ahead of it: the requests the asker may see by name, the others counted."""
     named = [f"{a.ir_label} ({a.gpu_count}x {inert(a.team)})" for a in shown[:MAX_AHEAD_NAMED]]
     others = len(ahead) - len(named)
-    if named or others:
-        more = f"{', ' if named else ''}{others} of other teams" if others else ""
-        lines.append(f"Ahead of it: {', '.join(named)}{more}.")
-    else:
-        lines.append("Nothing is ahead of it: it is next when the pool has room.")
+    if not (named or others):
+        return "Nothing is ahead of it: it is next when the pool has room."
+    more = f"{', ' if named else ''}{others} of other teams" if others else ""
+    return f"Ahead of it: {', '.join(named)}{more}."
+
+
+def _pool_lines(
+    ctx: LeaseContext, alloc: Allocation, live: Sequence[Allocation], ahead: Sequence[Allocation]
+) -> list[str]:
+    """The pool's GPUs (held, free, needed) and the earliest start the live leases' ends and future holds allow."""
+    env, model = alloc.environment or "", (alloc.gpu_model or "").upper()
     # The pool's size counted, not listed (gpufarm.core.context.reads.host_sizes): a few reads whatever its size.
     total = sum(gpus * n for (_, gpus), n in ctx.reads().host_sizes(env, model).items())
     holding = [a for a in live if a.phase in HOLDING and (a.gpu_model or "").upper() == model]
     held = sum(sum(a.host_gpus.values()) or a.gpu_count for a in holding)
     free = max(total - held, 0)
     need = alloc.gpu_count + sum(a.gpu_count for a in ahead)
-    lines.append(
-        f"Pool: {total} {model}, {held} held by {len(holding)} leases, {free} free; it and those ahead need {need}."
-    )
     days = alloc.duration_days or ctx.farm.defaults.duration_days
     releases = [Release(a.expires_at, sum(a.host_gpus.values()) or a.gpu_count) for a in holding if a.expires_at]
     start = earliest_start(ctx.now(), free, need, timedelta(days=days), releases, future_holds(ctx, env, model))
-    lines.append(_earliest_text(start, ctx.now(), days))
-    deadline = terms.waiting_deadline(alloc, ctx.farm)
-    if deadline is not None:
-        lines.append(f"Withdrawn at {isoformat(deadline)} if no hosts free by then.")
-    return lines
+    pool = f"Pool: {total} {model}, {held} held by {len(holding)} leases, {free} free; it and those ahead need {need}."
+    return [pool, _earliest_text(start, ctx.now(), days)]
 
 
 def _earliest_text(start: datetime | None, now: datetime, days: int) -> str:
