@@ -340,8 +340,12 @@ def build_events() -> dict[str, Any]:
         "slack_command_release.json": slack_event(command_body("release IR-1")),
         "slack_command_extend.json": slack_event(command_body("extend IR-1 7")),
         "slack_command_quota.json": slack_event(command_body("quota nlp")),
+        "slack_command_reserve.json": slack_event(
+            command_body("reserve 8 H100 env=onprem-hpc project=llm-ko from 2026-12-10 09:00 for 3d")
+        ),
+        "slack_command_calendar.json": slack_event(command_body("calendar onprem-hpc H100")),
         "slack_command_help.json": slack_event(command_body("help")),
-        "slack_command_unknown.json": slack_event(command_body("reserve 2")),
+        "slack_command_unknown.json": slack_event(command_body("rent 2")),
         "slack_command_forged_signature.json": slack_event(command_body("release IR-1"), signature="v0=" + "0" * 64),
         "slack_ssl_check.json": url_event(
             "ssl_check=1&token=fake-verification-token",

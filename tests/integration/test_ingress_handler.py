@@ -224,7 +224,7 @@ def test_help_and_unknown_subcommands_answer_help_ephemerally(ingress: Any) -> N
     status, body = call(load_event("slack_command_help.json"))
     assert status == 200 and body["response_type"] == "ephemeral" and "/gpu request" in body["text"]
     status, body = call(load_event("slack_command_unknown.json"))
-    assert body["response_type"] == "ephemeral" and "I don't know `/gpu reserve`" in body["text"]
+    assert body["response_type"] == "ephemeral" and "I don't know `/gpu rent`" in body["text"]
     assert invoker.calls == []
 
 
@@ -236,6 +236,22 @@ def test_help_and_unknown_subcommands_answer_help_ephemerally(ingress: Any) -> N
         ("slack_command_release.json", {"verb": "release", "ir": 1}),
         ("slack_command_extend.json", {"verb": "extend", "ir": 1, "days": 7}),
         ("slack_command_quota.json", {"verb": "quota", "team": "nlp"}),
+        ("slack_command_calendar.json", {"verb": "calendar", "environment": "onprem-hpc", "gpu_model": "H100"}),
+        (
+            "slack_command_reserve.json",
+            {
+                "verb": "reserve",
+                "args": {
+                    "gpu_count": "8",
+                    "gpu_model": "H100",
+                    "environment": "onprem-hpc",
+                    "project": "llm-ko",
+                    "reserved_from": "2026-12-10T09:00",
+                    "reserved_for": "3d",
+                },
+                "request_id": "slack-cmd-1f8f55e4ae2aea5e074ce6947af8af3f",  # from the trigger_id
+            },
+        ),
     ],
 )
 def test_other_commands_are_handed_to_the_worker(ingress: Any, name: str, command: dict[str, Any]) -> None:
@@ -262,6 +278,9 @@ def test_bare_request_opens_the_modal_inside_the_ingress(ingress: Any) -> None:
         "idle_window",
         "idle_grace",
         "purpose",
+        "reserve_hint",
+        "reserved_from",
+        "reserved_for",
     ]
     assert json.loads(view["private_metadata"]) == {"channel": "C0000000002"}
     assert invoker.calls == []

@@ -15,9 +15,9 @@ def test_empty_and_help_give_help() -> None:
 
 
 def test_unknown_subcommand_is_help_naming_the_word() -> None:
-    cmd = parse_command("reserve 2")
+    cmd = parse_command("rent 2")
     assert cmd.verb is Verb.HELP
-    assert cmd.unknown == "reserve"
+    assert cmd.unknown == "rent"
 
 
 def test_bare_request_opens_the_modal() -> None:

@@ -200,6 +200,8 @@ def test_one_invocation_reads_its_pool_once_across_its_steps(
         svc.status(ir, USER)
     assert incidents.searches == [
         live_query("hpc", phases={Phase.WAITING}),
+        # Whether the pool has reservations the lease's term would run into (gpufarm.core.calendar): none here.
+        live_query("hpc", phases={Phase.RESERVED}),
         live_query("hpc", phases={Phase.APPROVED, Phase.WAITING}),
     ]
     assert hosts.lists == [host_filter("hpc")]

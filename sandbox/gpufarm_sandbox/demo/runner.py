@@ -34,6 +34,11 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("report: the month's GPU-hours as HTML and CSV", "gpufarm_sandbox.demo.report_stage"),
     ("lending: a borrowed lease preempted on notice after its first hour", "gpufarm_sandbox.demo.lending_stage"),
     ("quota change: asked in chat, approved, applied at once, ended", "gpufarm_sandbox.demo.quota_change_stage"),
+    # Last: its clock jump to the window's start ends every lease the stages above left.
+    (
+        "reservations: booked, refused with the nearest window, honoured, a no-show",
+        "gpufarm_sandbox.demo.reservation_stage",
+    ),
 )
 
 

@@ -127,6 +127,10 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
     if command.verb is Verb.QUOTA and command.args is not None:
         # A quota change: the trigger_id names it, so Slack's retry of the same command creates one override.
         command = replace(command, request_id=request_id("quota", cmd_form.trigger_id))
+    if command.verb is Verb.RESERVE:
+        # The trigger_id names the booking, so Slack's retry of the same command books once.
+        booking = replace(command, request_id=request_id("cmd", cmd_form.trigger_id))
+        return _hand_off_command(runtime, _command_job(cmd_form, booking), "Reserving…")
     return _hand_off_command(runtime, _command_job(cmd_form, command), _working_text(command))
 
 
@@ -318,7 +322,6 @@ def _reason_submitted(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str,
 
 def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, Any]:
     from gpufarm.core.chat import modal
-    from gpufarm.core.governance.policy import build_request
 
     view = payload.view
     if view.callback_id == reason_form.REASON_CALLBACK:
@@ -327,13 +330,7 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
         return http.error(400, "unknown view")
     values = modal.form_values(view.values)
     try:
-        request = build_request(
-            values,
-            runtime.farm(),
-            requester=payload.user_id,
-            channel=_metadata_channel(view.private_metadata),
-            request_id=request_id("view", view.id),
-        )
+        request = _form_request(values, runtime.farm(), payload.user_id, view.private_metadata, view.id)
     except ValidationFailed as exc:
         block = exc.field if exc.field in modal.FORM_BLOCKS else _OTHER_FIELD_BLOCK.get(exc.field, "project")
         return _field_error(block, exc.message)
@@ -344,6 +341,22 @@ def _view_submission(runtime: rt.Runtime, payload: ViewSubmission) -> dict[str, 
     telemetry.correlate(slack_user=payload.user_id, request_id=request.request_id)
     handed = job("request", payload.user_id, channel=request.channel, request=request.model_dump(mode="json"))
     return _hand_off(runtime, handed, http.respond(200), _field_error("project", _MODAL_UNAVAILABLE))
+
+
+def _form_request(
+    values: dict[str, str | None], farm: FarmConfig, user: str, metadata: str, view_id: str
+) -> GpuRequest:
+    """The form's request: a lease from now, or a booking when the window's fields are filled."""
+    from gpufarm.core.governance.policy import build_request
+
+    channel, rid = _metadata_channel(metadata), request_id("view", view_id)
+    if not values.get("reserved_from") and not values.get("reserved_for"):
+        plain = {k: v for k, v in values.items() if k not in ("reserved_from", "reserved_for")}
+        return build_request(plain, farm, requester=user, channel=channel, request_id=rid)
+    from gpufarm.core.calendar.asking import build_reservation
+
+    window = {k: v for k, v in values.items() if k != "duration_days"}
+    return build_reservation(window, farm, requester=user, channel=channel, request_id=rid)
 
 
 # -- events -------------------------------------------------------------------------------------------------------

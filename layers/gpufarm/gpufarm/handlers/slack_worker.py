@@ -115,6 +115,8 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
         return answer(svc, job, cmd)
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
+    if cmd.verb is Verb.RESERVE:
+        return _reserve(svc, job, cmd)
     ir = cmd.ir or 0
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
         # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it). The
@@ -142,12 +144,19 @@ def _quota(svc: GpuFarm, job: Job, cmd: Command) -> Message:
     return quota_requests.ask(svc.context, job.user, cmd.args, request_id=cmd.request_id or "")
 
 
+def _calendar(svc: GpuFarm, job: Job, cmd: Command) -> Message:
+    from gpufarm.core.calendar.view import calendar_answer  # imported when the calendar is asked
+
+    return calendar_answer(svc.context, cmd.environment, cmd.gpu_model)
+
+
 # The commands answered from what the worker reads, without a command to the lease's pool.
 _ANSWERS: dict[Verb, Callable[[GpuFarm, Job, Command], Message]] = {
     Verb.STATUS: lambda svc, job, cmd: svc.status(cmd.ir or 0, job.user),
     Verb.WHY: _why,
     Verb.LIST: lambda svc, job, cmd: svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team),
     Verb.QUOTA: _quota,
+    Verb.CALENDAR: _calendar,
     Verb.REPORT: lambda svc, job, cmd: report_answer(svc.context, job.user, cmd.team),
     # Answered through the response_url, ephemeral: the token is the asker's alone (reply never posts it).
     Verb.PROFILE_TOKEN: lambda svc, job, cmd: svc.profile_token(cmd.ir or 0, job.user, upload_token_key()),
@@ -166,6 +175,23 @@ def _request_for_my_team(svc: GpuFarm, job: Job, cmd: Command) -> Message | None
         team = svc.context.membership().team_for_request(job.user, None)
         request = build_request(
             {**(cmd.args or {}), "team": team},
+            svc.context.farm,
+            requester=job.user,
+            channel=job.channel,
+            request_id=cmd.request_id or "",
+        )
+        return executor.request(svc.context, request, response_url=job.response_url, origin=request.request_id)
+
+
+def _reserve(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
+    """A booking: the team named or the user's only one, the window validated, then decided in the pool's group."""
+    from gpufarm.core.calendar.asking import build_reservation  # imported when a booking is asked
+
+    args = cmd.args or {}
+    with svc.context.reading():
+        team = svc.context.membership().team_for_request(job.user, args.get("team"))
+        request = build_reservation(
+            {**args, "team": team},
             svc.context.farm,
             requester=job.user,
             channel=job.channel,

@@ -23,6 +23,7 @@ from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
 from gpufarm.reporting.read import MAX_LEASES, Leases
+from gpufarm.reporting.reserved import add_reserved
 from gpufarm.reporting.window import lease_hours
 
 NONE = "(none)"
@@ -82,6 +83,7 @@ def _add(row: Row, other: Row) -> None:
     row.squatter_stops += other.squatter_stops
     row.reclaims.update(other.reclaims)
     row.waits += other.waits
+    row.reserved += other.reserved
 
 
 def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Row, LeaseLine] | None:
@@ -179,6 +181,7 @@ def build_report(
     chosen = [a for a in quota_changes.leases_only(read.leases) if selected(a, query)]
     farm = quota_changes.with_changes(farm, read.leases, now)
     rows, lines = _grouped(chosen, query, now)
+    add_reserved(rows, chosen, query.period, lambda a: group_key(a, query.by))
     if query.by is GroupBy.TEAM and query.project is None:
         # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
         for team in farm.teams if query.team is None else [query.team]:

@@ -26,6 +26,7 @@ COLUMNS: tuple[tuple[str, Callable[[Row], str]], ...] = (
     ("gpu_hours_busy", lambda r: _hours(r.busy)),
     ("gpu_hours_idle", lambda r: _hours(r.idle)),
     ("gpu_hours_unmeasured", lambda r: _hours(r.unmeasured)),
+    ("gpu_hours_reserved", lambda r: _hours(r.reserved)),
     ("unmeasured_leases", lambda r: str(r.unmeasured_leases)),
     ("utilisation_percent", lambda r: _percent(r.utilisation)),
     ("idle_warnings", lambda r: str(r.idle_warnings)),

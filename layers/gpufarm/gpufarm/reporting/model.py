@@ -51,6 +51,8 @@ class Row:
     entitled: int | None = None
     held_now: int | None = None
     budgets: list[BudgetUse] = field(default_factory=list)
+    # GPU-hours of reservations' windows in the period (gpufarm.reporting.reserved).
+    reserved: float = 0.0
 
     @property
     def utilisation(self) -> float | None:

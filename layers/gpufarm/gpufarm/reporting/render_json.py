@@ -29,6 +29,7 @@ def row_json(row: Row) -> dict[str, Any]:
             "busy": _round(row.busy),
             "idle": _round(row.idle),
             "unmeasured": _round(row.unmeasured),
+            "reserved": _round(row.reserved),
         },
         "unmeasured_leases": row.unmeasured_leases,
         "utilisation_percent": _round(row.utilisation),

@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpufarm.core.chat.quota_text import parse_quota_request
+from gpufarm.core.chat.reserve_text import split_window
 from gpufarm.core.kernel import bounded
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.ir import parse_ir
@@ -38,6 +39,8 @@ class Verb(StrEnum):
     RECLAIM = "reclaim"
     EXEMPT = "exempt"
     REPORT = "report"
+    RESERVE = "reserve"  # a booking on the pool's calendar (gpufarm.core.calendar)
+    CALENDAR = "calendar"  # the pool's next weeks (gpufarm.core.calendar.view)
     PROFILE_TOKEN = "profile-token"  # noqa: S105 - the verb's name, not a secret
     # `/gpu why IR-n`: the lease's current state explained with the numbers (gpufarm.core.leases.why).
     WHY = "why"
@@ -97,6 +100,9 @@ class Command:
     confirmed: bool | None = None
     # An inline request the worker completes (the team from the user's membership): its Slack request id.
     request_id: str | None = None
+    # `/gpu calendar [env] [model]`: the pool and model named.
+    environment: str | None = None
+    gpu_model: str | None = None
 
     @property
     def opens_modal(self) -> bool:
@@ -129,11 +135,13 @@ class Command:
             unknown=_opt_str(data.get("unknown")),
             confirmed=_opt_bool(data.get("confirmed")),
             request_id=_opt_str(data.get("request_id")),
+            environment=_opt_str(data.get("environment")),
+            gpu_model=_opt_str(data.get("gpu_model")),
         )
 
 
 # The verbs that name no allocation; every other verb takes an incident number first.
-_WITHOUT_IR = frozenset({Verb.HELP, Verb.REQUEST, Verb.LIST, Verb.QUOTA, Verb.REPORT})
+_WITHOUT_IR = frozenset({Verb.HELP, Verb.REQUEST, Verb.LIST, Verb.QUOTA, Verb.REPORT, Verb.RESERVE, Verb.CALENDAR})
 
 
 def parse_command(text: str) -> Command:
@@ -164,6 +172,16 @@ def _parse_without_ir(verb: Verb, rest: list[str]) -> Command:
     if verb is Verb.QUOTA and rest and rest[0].lower() == "request":
         # A quota change asked in chat (gpufarm.core.accounting.quota_requests judges it against the farm).
         return Command(Verb.QUOTA, args=parse_quota_request(rest[1:]))
+    if verb is Verb.RESERVE:
+        words, window = split_window(rest)
+        return Command(Verb.RESERVE, args={**parse_request_args(words), **window})
+    if verb is Verb.CALENDAR:
+        _at_most(rest, 2, "/gpu calendar [env] [model]")
+        return Command(
+            Verb.CALENDAR,
+            environment=rest[0].lower()[:63] if rest else None,
+            gpu_model=_printable(rest[1], 32) if len(rest) > 1 else None,
+        )
     # Quota and report. Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by the
     # farm's teams).
     _at_most(rest, 1, "/gpu quota [team]" if verb is Verb.QUOTA else "/gpu report [team | project]")

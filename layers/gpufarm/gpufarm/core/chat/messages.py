@@ -224,6 +224,7 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         f"Phase: `{alloc.phase.value}` (incident {alloc.state.value}); requester {mention(alloc.requester)}",
         f"{_what(alloc)}, {_lease_span(alloc)}",
     ]
+    lines += _reserved_window(alloc)
     if alloc.hosts:
         lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
         lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
@@ -239,6 +240,13 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         blocks.append(_owner_buttons(alloc))
     full = "\n".join([text, *trail])
     return linked(alloc, Message(full.replace("*", ""), blocks), links)
+
+
+def _reserved_window(alloc: Allocation) -> list[str]:
+    """A reservation's window on the pool's calendar (gpufarm.core.calendar), or nothing for a lease from now."""
+    if alloc.reserved_from is None or alloc.reserved_until is None:
+        return []
+    return [f"Reserved window: {_when(alloc.reserved_from)} to {_when(alloc.reserved_until)}"]
 
 
 def _decided(alloc: Allocation) -> list[str]:

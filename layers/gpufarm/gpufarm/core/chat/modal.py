@@ -22,7 +22,12 @@ FORM_BLOCKS = (
     "idle_window",
     "idle_grace",
     "purpose",
+    "reserved_from",
+    "reserved_for",
 )
+# A reservation instead of a lease from now: a start and a length, both left empty for a plain request
+# (gpufarm.core.calendar; the same words `/gpu reserve` takes).
+RESERVE_HINT = "Leave both empty to ask for GPUs now; fill both to book a window on the pool's calendar."
 
 
 def request_modal(farm: FarmConfig, *, channel: str | None, initial: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -70,6 +75,16 @@ def request_modal(farm: FarmConfig, *, channel: str | None, initial: Mapping[str
                 placeholder="30m",
             ),
             _text_input("purpose", "Purpose", MAX_PURPOSE, init.get("purpose"), multiline=True, optional=True),
+            {"type": "context", "block_id": "reserve_hint", "elements": [{"type": "mrkdwn", "text": RESERVE_HINT}]},
+            _text_input(
+                "reserved_from",
+                "Reserve from (UTC)",
+                16,
+                init.get("reserved_from"),
+                optional=True,
+                placeholder="2026-12-10 09:00",
+            ),
+            _text_input("reserved_for", "Reserve for", 5, init.get("reserved_for"), optional=True, placeholder="3d"),
         ],
     }
 

@@ -11,6 +11,8 @@ from gpufarm.core.chat.escape import inert
 HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
 • `/gpu request` opens a form; or inline:
   `/gpu request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="fine-tune"`
+• `/gpu reserve 8 H100 env=onprem-hpc project=llm-ko from 2026-12-10 09:00 for 3d` — book a window (UTC)
+• `/gpu calendar [env] [model]` — the pool's next two weeks: leases, reservations, free GPUs
 • `/gpu list [mine | team [name] | all]` — allocations
 • `/gpu status IR-123` — one allocation, its hosts, expiry and history
 • `/gpu why IR-123` — why it waits, was refused or ended, with its place in the queue and the earliest start

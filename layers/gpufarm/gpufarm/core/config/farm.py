@@ -21,6 +21,7 @@ from gpufarm.core.config.idle_choice import IdleChoiceSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
 from gpufarm.core.config.lending import LendingSettings
+from gpufarm.core.config.reservations import ReservationSettings
 from gpufarm.core.config.scheduling import SchedulingSettings
 from gpufarm.core.config.squatters import SquatterPolicy
 from gpufarm.core.config.yaml_load import MAX_NUMBER_CHARS, NumberTooLong, bounded_loader
@@ -437,6 +438,8 @@ class FarmConfig(_Strict):
     scheduling: SchedulingSettings = SchedulingSettings()
     # Bounds on the idle window and grace a request may choose (gpufarm.core.config.idle_choice).
     idle_choice: IdleChoiceSettings = IdleChoiceSettings()
+    # Bookings on the pools' calendars (gpufarm.core.config.reservations).
+    reservations: ReservationSettings = ReservationSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
@@ -446,6 +449,7 @@ class FarmConfig(_Strict):
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
         problems += self.lending.problems(self.environments, self.teams)
         problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)
+        problems += self.reservations.problems(set(self.environments))
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():

@@ -141,6 +141,19 @@ LEDGER_GAUGES = (
         "",
         "1 when the sync's busy-GPU query answered, 0 when every held GPU counts as unmeasured",
     ),
+    # The pools' calendars (gpufarm.core.calendar.gauges): the reserved column, and the days ahead per pool.
+    GaugeSpec(
+        "gpufarm.ledger.gpu_hours.reserved",
+        ("team", "project", "environment", "gpu_model"),
+        "hour",
+        "GPU-hours of reservations booked and not begun (GPUs x window); a reservation released stops counting",
+    ),
+    GaugeSpec(
+        "gpufarm.calendar.gpus.reserved",
+        ("environment", "gpu_model", "day"),
+        "gpu",
+        "the most GPUs reserved at any moment of a day ahead (day 00 is today, UTC), per pool and model",
+    ),
     GaugeSpec(
         "gpufarm.budget.gpu_hours",
         ("team", "project", "period"),

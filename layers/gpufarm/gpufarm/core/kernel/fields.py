@@ -134,6 +134,9 @@ KIND = "gpufarm_kind"
 QUOTA_OVERRIDE = "quota-override"  # the kind of a quota change's incident
 QUOTA_DELTA = "gpufarm_quota_delta"
 QUOTA_UNTIL = "gpufarm_quota_until"
+# A reservation's window on the pool's calendar (gpufarm.core.calendar): from when to when its GPUs are booked.
+RESERVED_FROM = "reserved_from"
+RESERVED_UNTIL = "reserved_until"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -253,6 +256,8 @@ SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(KIND, "gpufarm kind", FieldKind.TEXTBOX, "Empty for a lease; quota-override for a quota change"),
     FieldSpec(QUOTA_DELTA, "Quota change", FieldKind.TEXTBOX, "Signed GPUs a quota override adds to the team's quota"),
     FieldSpec(QUOTA_UNTIL, "Quota change until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a quota override"),
+    FieldSpec(RESERVED_FROM, "Reserved from", FieldKind.TEXTBOX, "ISO 8601 UTC start of a reservation's window"),
+    FieldSpec(RESERVED_UNTIL, "Reserved until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a reservation's window"),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

@@ -75,6 +75,7 @@ class Step(StrEnum):
     PREEMPTING = "preempting"  # a borrowing lease told it is taken back, by when and for whom (leases.preemption)
     BORROWING = "borrowing"  # a lending team's request waits for borrowers, and why (gpufarm.core.leases.preemption)
     EXPIRED = "expired"  # a quota override at its end (gpufarm.core.accounting.overrides)
+    RESERVED = "reserved"  # a booking admitted on the pool's calendar (gpufarm.core.calendar)
     SUMMARY = "summary"
 
 

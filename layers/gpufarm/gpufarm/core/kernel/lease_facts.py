@@ -47,6 +47,9 @@ class LeaseFacts:
     hours_unmeasured: float = 0.0
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
+    # A reservation's window (gpufarm.core.calendar), for the reports' reserved column (gpufarm.reporting.reserved).
+    reserved_from: datetime | None = None
+    reserved_until: datetime | None = None
     modified: datetime | None = None
     # What a quota change's incident holds (gpufarm.core.accounting.override_terms): the report counts it apart.
     gpu_model: str | None = None
@@ -92,6 +95,8 @@ class LeaseFacts:
             hours_unmeasured=fv.hours(get(f.GPU_HOURS_UNMEASURED)),
             hours_until=fv.parse_time(fv.text(get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(fv.items(get(f.GPU_HOURS_BY_MONTH))),
+            reserved_from=fv.parse_time(fv.text(get(f.RESERVED_FROM))),
+            reserved_until=fv.parse_time(fv.text(get(f.RESERVED_UNTIL))),
             modified=modified,
             gpu_model=fv.text(get(f.GPU_MODEL)),
             approved_by=fv.text(get(f.APPROVED_BY)),
@@ -123,6 +128,8 @@ class LeaseFacts:
             hours_unmeasured=alloc.hours_unmeasured,
             hours_until=alloc.hours_until,
             hours_by_month=alloc.hours_by_month,
+            reserved_from=alloc.reserved_from,
+            reserved_until=alloc.reserved_until,
             modified=alloc.modified,
             gpu_model=alloc.gpu_model,
             approved_by=alloc.approved_by,

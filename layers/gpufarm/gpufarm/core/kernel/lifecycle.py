@@ -26,6 +26,8 @@ class Phase(StrEnum):
     RECLAIMING = "reclaiming"
     RECLAIMED = "reclaimed"
     REJECTED = "rejected"
+    # Booked for a window on the pool's calendar; allocated at its start (gpufarm.core.calendar).
+    RESERVED = "reserved"
 
 
 class ReclaimReason(StrEnum):
@@ -44,10 +46,13 @@ class ReclaimReason(StrEnum):
     # Beyond quota, and no operator could approve it within the team's hard limit for the pool's policy time
     # (gpufarm.core.leases.unapprovable).
     UNAPPROVABLE = "unapprovable"
+    # A reservation whose GPUs the agents saw idle, never busy, through its no-show window (gpufarm.core.calendar).
+    NO_SHOW = "no-show"
 
 
 PHASE_STATE: dict[Phase, State] = {
     Phase.REQUESTED: State.ACTIVE,
+    Phase.RESERVED: State.ACTIVE,
     Phase.APPROVED: State.ACTIVE,
     Phase.WAITING: State.ACTIVE,
     Phase.ALLOCATED: State.STABLE,
@@ -64,7 +69,9 @@ HOLDING: frozenset[Phase] = frozenset({Phase.ALLOCATED, Phase.IDLE_WARNED})
 # resolving the incident in Datadog's UI may end an allocation at any stage.
 _LIVE_TO_RECLAIM = frozenset({Phase.RECLAIMING})
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.REQUESTED: frozenset({Phase.APPROVED, Phase.REJECTED}) | _LIVE_TO_RECLAIM,
+    Phase.REQUESTED: frozenset({Phase.APPROVED, Phase.RESERVED, Phase.REJECTED}) | _LIVE_TO_RECLAIM,
+    # A reservation at its start is allocated like a lease, or waits when a host it counted on is down.
+    Phase.RESERVED: frozenset({Phase.ALLOCATED, Phase.WAITING}) | _LIVE_TO_RECLAIM,
     Phase.APPROVED: frozenset({Phase.ALLOCATED, Phase.WAITING}) | _LIVE_TO_RECLAIM,
     Phase.WAITING: frozenset({Phase.ALLOCATED}) | _LIVE_TO_RECLAIM,
     Phase.ALLOCATED: frozenset({Phase.IDLE_WARNED}) | _LIVE_TO_RECLAIM,

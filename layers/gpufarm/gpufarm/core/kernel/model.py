@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import ValidationFailed
@@ -85,10 +85,28 @@ class GpuRequest(BaseModel):
     # (gpufarm.core.governance.idle_choice).
     idle_window_minutes: int | None = Field(default=None, ge=1, le=7 * 24 * 60)
     idle_grace_minutes: int | None = Field(default=None, ge=1, le=7 * 24 * 60)
+    # A reservation's window on the pool's calendar (gpufarm.core.calendar); both or neither.
+    reserved_from: datetime | None = None
+    reserved_until: datetime | None = None
+
+    @model_validator(mode="after")
+    def _window_whole(self) -> GpuRequest:
+        if (self.reserved_from is None) != (self.reserved_until is None):
+            raise ValueError("a reservation names both its start and its end")
+        start, end = self.reserved_from, self.reserved_until
+        if start is not None and end is not None and (start.tzinfo is None or end <= start):
+            raise ValueError("a reservation's window is a UTC start before its end")
+        return self
+
+    @property
+    def is_reservation(self) -> bool:
+        """True for a booking on the pool's calendar rather than a lease from now."""
+        return self.reserved_from is not None
 
     def title(self) -> str:
         """Incident title people see in Datadog."""
-        return f"GPU request: {self.team}/{self.project} {self.gpu_count}x{self.gpu_model} ({self.environment})"
+        kind = "GPU reservation" if self.is_reservation else "GPU request"
+        return f"{kind}: {self.team}/{self.project} {self.gpu_count}x{self.gpu_model} ({self.environment})"
 
     def to_fields(self, phase: Phase, now: datetime) -> dict[str, object]:
         """Field values of a freshly created incident."""
@@ -108,6 +126,17 @@ class GpuRequest(BaseModel):
             f.SLACK_CHANNEL: self.channel,
             **({f.IDLE_WINDOW_MINUTES: str(self.idle_window_minutes)} if self.idle_window_minutes else {}),
             **({f.IDLE_GRACE_MINUTES: str(self.idle_grace_minutes)} if self.idle_grace_minutes else {}),
+            **self._window_fields(),
+        }
+
+    def _window_fields(self) -> dict[str, object]:
+        if self.reserved_from is None or self.reserved_until is None:
+            return {}
+        # A reservation's lease ends with its window, whenever its hosts come.
+        return {
+            f.RESERVED_FROM: isoformat(self.reserved_from),
+            f.RESERVED_UNTIL: isoformat(self.reserved_until),
+            f.EXPIRES_AT: isoformat(self.reserved_until),
         }
 
 
@@ -192,6 +221,9 @@ class Allocation(BaseModel):
     kind: str | None = None
     quota_delta: int | None = None
     quota_until: datetime | None = None
+    # A reservation's window (gpufarm.core.calendar); None for a lease from now.
+    reserved_from: datetime | None = None
+    reserved_until: datetime | None = None
     modified: datetime | None = None
 
     @property
@@ -271,5 +303,7 @@ class Allocation(BaseModel):
             kind=_text(v.get(f.KIND)),
             quota_delta=_int(v.get(f.QUOTA_DELTA)),
             quota_until=parse_time(_text(v.get(f.QUOTA_UNTIL))),
+            reserved_from=parse_time(_text(v.get(f.RESERVED_FROM))),
+            reserved_until=parse_time(_text(v.get(f.RESERVED_UNTIL))),
             modified=record.modified,
         )

@@ -46,6 +46,16 @@ class ReasonCode(StrEnum):
     RECLAIMED_IDLE = "reclaimed-idle"
     RECLAIMED_OPERATOR = "reclaimed-operator"
     RECLAIMED_IN_DATADOG = "reclaimed-in-datadog"
+    # Reservations on the pool's calendar (gpufarm.core.calendar): a booking refused for capacity, quota, horizon,
+    # length or a past start; a lease held back or an extension refused because the capacity is reserved; a
+    # reservation released as a no-show.
+    RESERVATION_NO_CAPACITY = "reservation-no-capacity"
+    RESERVATION_OVER_QUOTA = "reservation-over-quota"
+    RESERVATION_BEYOND_HORIZON = "reservation-beyond-horizon"
+    RESERVATION_TOO_LONG = "reservation-too-long"
+    RESERVATION_IN_PAST = "reservation-in-past"
+    RESERVED_CAPACITY = "reserved-capacity"
+    NO_SHOW = "no-show"
 
 
 @dataclass(frozen=True, slots=True)

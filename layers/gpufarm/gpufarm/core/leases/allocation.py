@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from gpufarm.core.calendar import reservations
 from gpufarm.core.chat import messages
 from gpufarm.core.config.farm import PoolKind
 from gpufarm.core.context.lease_context import LeaseContext, invocation
@@ -26,6 +27,7 @@ from gpufarm.core.kernel.hosts import IR_KEY, GpuHost, tag_values
 from gpufarm.core.kernel.ir import ir_tag_value
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, encode_host_gpus, isoformat
+from gpufarm.core.kernel.reasons import Reason
 from gpufarm.core.kernel.tags import allocation_tags, assign_tags, is_assign_of
 from gpufarm.core.kernel.units import Devices, assign_units, encode_devices, holdings
 from gpufarm.core.leases import fair_share, notices, preemption, terms
@@ -40,8 +42,10 @@ MAX_REPLANS = 3
 @invocation
 def allocate(ctx: LeaseContext, alloc: Allocation, order: Order | None = None) -> Outcome:
     """Pick hosts, tag them, write them into the incident; waiting when the pool is full or its order serves
-    others first (`order`: the pool's, gpufarm.core.leases.ordering; read here when not given)."""
-    if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
+    others first (`order`: the pool's, gpufarm.core.leases.ordering; read here when not given). A reservation at its
+    start is allocated here too (gpufarm.core.calendar)."""
+    granted = alloc.phase in (Phase.APPROVED, Phase.WAITING) and alloc.state is not State.RESOLVED
+    if not granted and not reservations.started(alloc, ctx.now()):
         return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
     env = ctx.farm.environments.get(alloc.environment or "")
     if env is None or alloc.gpu_count < 1:
@@ -50,10 +54,17 @@ def allocate(ctx: LeaseContext, alloc: Allocation, order: Order | None = None) -
         return go_waiting(ctx, alloc, FIFO)
     if order is None:
         order = fair_share.pool_order(ctx, alloc.environment or "", alloc.gpu_model or "")
+    if alloc.reserved_from is not None:
+        # A reservation at its start takes the capacity booked for it, ahead of the queue (gpufarm.core.calendar).
+        return _place(ctx, alloc, env.kind, order)
     # The pool's order per model: a request does not overtake one its pool serves first (first come, first served
     # unless the pool orders by fair share).
     if order.ahead(alloc, terms.queue_of(alloc, ctx.live(alloc.environment, phases={Phase.WAITING}))):
         return go_waiting(ctx, alloc, order, behind=True)
+    reserved = reservations.blocks(ctx, alloc)
+    if reserved is not None:
+        # The free GPUs are booked within the lease's term: it waits rather than take them.
+        return go_waiting(ctx, alloc, order, reason=reserved)
     return _place(ctx, alloc, env.kind, order)
 
 
@@ -89,12 +100,13 @@ def _untag_strays(ctx: LeaseContext, alloc: Allocation, already: frozenset[str],
 @invocation
 def allocate_waiting(ctx: LeaseContext, environment: str) -> list[Outcome]:
     """After capacity frees: allocate approved/waiting incidents of a pool in its order per model (oldest first,
-    or by fair share); the first that waits holds back the rest of its model."""
+    or by fair share); the first that waits holds back the rest of its model. A reservation that began waiting at its
+    start (a host it counted on was down) goes before the queue (gpufarm.core.calendar)."""
     live = ctx.live(environment, phases={Phase.APPROVED, Phase.WAITING})
     orders: dict[str, Order] = {}
     for model in sorted({(a.gpu_model or "").upper() for a in live}):
         orders[model] = fair_share.pool_order(ctx, environment, model)
-    queue = sorted(live, key=lambda a: (orders[(a.gpu_model or "").upper()].key(a), a.ir))
+    queue = sorted(live, key=lambda a: (a.reserved_from is None, orders[(a.gpu_model or "").upper()].key(a), a.ir))
     outcomes: list[Outcome] = []
     blocked: set[str] = set()
     for alloc in queue:
@@ -108,16 +120,20 @@ def allocate_waiting(ctx: LeaseContext, environment: str) -> list[Outcome]:
     return outcomes
 
 
-def go_waiting(ctx: LeaseContext, alloc: Allocation, order: Order, *, behind: bool = False) -> Outcome:
+def go_waiting(
+    ctx: LeaseContext, alloc: Allocation, order: Order, *, behind: bool = False, reason: Reason | None = None
+) -> Outcome:
     """The lease waits for hosts: its place in the pool's queue for its model and the reason, told to the requester
-    once (`behind`: it waits because its pool serves others first, not for want of room)."""
+    once (`behind`: it waits because its pool serves others first, not for want of room; `reason`: a reason of its
+    own, e.g. capacity reserved within its term, gpufarm.core.calendar)."""
     if alloc.phase is Phase.WAITING:
         _claim(ctx, alloc)
         return Outcome(alloc.ir, "waiting (still)")
     # Its place among the pool's requests waiting for the model, in the pool's order (gpufarm.core.leases.ordering).
     live = ctx.live(alloc.environment, phases=terms.WAITING)
     spot = terms.position(alloc, live, order)
-    reason = order.waiting_reason(alloc, order.ranked(terms.queue_of(alloc, live)), behind=behind)
+    if reason is None:
+        reason = order.waiting_reason(alloc, order.ranked(terms.queue_of(alloc, live)), behind=behind)
     updated = ctx.write(
         alloc,
         Phase.WAITING,
@@ -208,6 +224,8 @@ def _allocated(ctx: LeaseContext, alloc: Allocation, plan: dict[str, int], devic
     hosts = sorted(plan)
     # The lease's days start now, when its hosts are allocated, however long it waited (gpufarm.core.leases.terms).
     expires = terms.lease_end(ctx.now(), alloc.duration_days or ctx.farm.defaults.duration_days)
+    if alloc.reserved_until is not None:
+        expires = alloc.reserved_until  # a reservation's lease ends with its window
     where = ", ".join(f"{h} ({plan[h]} GPUs)" for h in hosts)
     updated = ctx.write(
         alloc,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from gpufarm.core.calendar.reservations import no_show_reason
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.lifecycle import ReclaimReason
 from gpufarm.core.kernel.model import Allocation, isoformat
@@ -22,6 +23,7 @@ CODE: dict[ReclaimReason, ReasonCode] = {
     ReclaimReason.WITHDRAWN: ReasonCode.WITHDRAWN_WAIT_LIMIT,
     ReclaimReason.UNAPPROVABLE: ReasonCode.WITHDRAWN_UNAPPROVABLE,
     ReclaimReason.PREEMPTED: ReasonCode.PREEMPTED,
+    ReclaimReason.NO_SHOW: ReasonCode.NO_SHOW,
 }
 
 
@@ -73,4 +75,7 @@ def _by_time(  # noqa: PLR0917 - one sentence per end gpufarm decides by time
         return (
             f"it borrowed {alloc.borrowed} GPUs and was taken back for {alloc.preempt_for} at its notice's end ({at})"
         )
+    if why is ReclaimReason.NO_SHOW:
+        # Its numbers: the GPUs, the window, the hours (gpufarm.core.calendar).
+        return no_show_reason(alloc, farm).sentence
     return None

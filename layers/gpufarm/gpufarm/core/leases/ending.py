@@ -40,6 +40,7 @@ REASON_TEXT = {
     ReclaimReason.WITHDRAWN: "it waited past its limit for hosts and was withdrawn",
     ReclaimReason.PREEMPTED: "it borrowed idle GPUs and was taken back on notice for the team that lent them",
     ReclaimReason.UNAPPROVABLE: "no operator could approve it within the team's hard limit, and it was withdrawn",
+    ReclaimReason.NO_SHOW: "the reservation went unused through its no-show window",
 }
 
 
@@ -49,7 +50,7 @@ def release(ctx: LeaseContext, ir: int, actor: str) -> Message:
     alloc = ctx.get(ir)
     authorize(Action.RELEASE, actor, ctx.operators(), alloc)
     ctx.membership().check(actor, alloc.team, f"release {alloc.ir_label}")
-    reason = ReclaimReason.CANCELLED if alloc.phase is Phase.REQUESTED else ReclaimReason.RELEASED
+    reason = ReclaimReason.CANCELLED if alloc.phase in (Phase.REQUESTED, Phase.RESERVED) else ReclaimReason.RELEASED
     if actor != alloc.requester:
         reason = ReclaimReason.OPERATOR
     return resolve(ctx, alloc, reason, by=actor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from gpufarm.core.calendar import reservations
 from gpufarm.core.chat import messages
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.context.lease_context import LeaseContext
@@ -28,6 +29,9 @@ def extend(ctx: LeaseContext, ir: int, actor: str, days: int | None = None) -> M
     add = extension_days(alloc, ctx.farm, days)
     base = alloc.expires_at or ctx.now()
     expires = base + timedelta(days=add)
+    reserved = reservations.extension_refusal(ctx, alloc, expires)
+    if reserved is not None:
+        raise Conflict(f"{alloc.ir_label} cannot be extended: {reserved.line()}")
     was = isoformat(alloc.expires_at) if alloc.expires_at else "unset"
     updated = ctx.write(
         alloc,

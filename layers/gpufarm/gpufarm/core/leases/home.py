@@ -57,7 +57,8 @@ def home(ctx: LeaseContext, user: str, written: Mapping[int, Allocation] | None 
     spent, unread = _budgets(ctx, user, teams)
     notes = [*notes, *unread]
     watched = _merged(ctx.live(phases=WATCHED_PHASES), changed, lambda a: a.phase in WATCHED_PHASES) if operator else []
-    waiting_mine = [a for a in mine if a.phase in QUEUE_PHASES]
+    # The user's reservations booked and not begun are listed with their waits (gpufarm.core.calendar).
+    waiting_mine = [a for a in mine if a.phase in QUEUE_PHASES or a.phase is Phase.RESERVED]
     return HomeData(
         user=user,
         now=ctx.now(),
@@ -146,6 +147,8 @@ def _reasons(ctx: LeaseContext, waiting: list[Allocation], queue: list[Allocatio
             reason = "waiting for a GPU operator's decision" + (f" ({asked})" if asked else "")
         elif alloc.phase is Phase.WAITING:
             reason = "waiting for hosts: " + places.get(alloc.ir, "in its pool's queue")
+        elif alloc.phase is Phase.RESERVED and alloc.reserved_from and alloc.reserved_until:
+            reason = f"reserved {alloc.reserved_from:%Y-%m-%d %H:%M} to {alloc.reserved_until:%Y-%m-%d %H:%M} UTC"
         else:
             reason = "approved; its hosts are being allocated"
         out.append(Waiting(alloc, reason))

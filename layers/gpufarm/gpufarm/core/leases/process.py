@@ -4,6 +4,7 @@ here, so whichever comes first does the step and the other finds nothing to do."
 
 from __future__ import annotations
 
+from gpufarm.core.calendar import reservations
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.kernel.lifecycle import Phase, State
@@ -29,6 +30,6 @@ def process(ctx: LeaseContext, incident_id: str, arrival: str | None = None) -> 
         if outcomes[0].action == "reclaimed" and alloc.environment:
             outcomes += allocate_waiting(ctx, alloc.environment)
         return outcomes
-    if alloc.phase in (Phase.APPROVED, Phase.WAITING):
+    if alloc.phase in (Phase.APPROVED, Phase.WAITING) or reservations.started(alloc, ctx.now()):
         return [allocate(ctx, alloc)]
     return [Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")]

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 
 from gpufarm.core.accounting import budgets, overrides, quota_requests
+from gpufarm.core.calendar import reservations
 from gpufarm.core.chat import cards, messages
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.escape import inert, mention
@@ -93,7 +94,14 @@ def submit_request(ctx: LeaseContext, request: GpuRequest) -> Message:
 
 @invocation
 def precheck(ctx: LeaseContext, request: GpuRequest) -> Decision:
-    """The policy's verdict against what is granted now: a refusal here creates no incident."""
+    """The policy's verdict against what is granted now: a refusal here creates no incident.
+
+    A reservation is weighed against the pool's calendar over its window instead (gpufarm.core.calendar)."""
+    if request.is_reservation:
+        refusal = reservations.precheck(ctx, request)
+        if refusal is not None:
+            return Decision(Verdict.REFUSE, refusal.line(), 0, 0, None)
+        return Decision(Verdict.APPROVE, "the window is weighed against the pool's calendar when decided", 0, 0, None)
     weighed = grant(ctx, request.team, request.environment, request.gpu_model, request.gpu_count)
     return decide(ctx, weighed, project=request.project, days=request.duration_days)
 
@@ -134,6 +142,9 @@ def decide_request(ctx: LeaseContext, ir: int) -> Message:
             return messages.ended_reply(alloc, links)
         granted = alloc.phase is not Phase.REQUESTED
         return messages.request_created(alloc, approved=granted, reason="already decided", links=links)
+    if alloc.reserved_from is not None:
+        # A booking: weighed against the pool's calendar over its window, here in the pool's one writer.
+        return reservations.book(ctx, alloc)
     weighed = grant(ctx, alloc.team or "", alloc.environment or "", alloc.gpu_model or "", alloc.gpu_count, exclude=ir)
     days = alloc.duration_days or ctx.farm.defaults.duration_days
     decision = decide(ctx, weighed, project=alloc.project, days=days)

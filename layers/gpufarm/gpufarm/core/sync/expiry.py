@@ -5,6 +5,7 @@ pool group, so an expiry never overwrites a Keep or an extension that ran in bet
 from __future__ import annotations
 
 from gpufarm.core.accounting import overrides
+from gpufarm.core.calendar import reservations
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.idle import lease_window
@@ -37,7 +38,8 @@ def expire(ctx: LeaseContext, ir: int) -> Outcome:
 
 
 def _note(ctx: LeaseContext, alloc: Allocation, reason: ReclaimReason) -> str | None:
-    """The numbers an end by time carries beyond its reason: the hard limit an unapprovable request would pass."""
+    """The numbers an end by time carries beyond its reason: the hard limit an unapprovable request would pass (a
+    no-show's are its reason's own, gpufarm.core.leases.end_reasons)."""
     return unapprovable.over_limit(ctx, alloc) if reason is ReclaimReason.UNAPPROVABLE else None
 
 
@@ -48,7 +50,8 @@ def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
         return None
     # A lease's days run from its allocation; a request still waiting for hosts has its own limit instead.
     now = ctx.now()
-    if terms.expired(alloc, now):
+    if terms.expired(alloc, now) or reservations.window_over(alloc, now):
+        # A reservation's window is its term, whether or not it ever got its hosts (gpufarm.core.calendar).
         return ReclaimReason.EXPIRED
     if terms.waiting_over(alloc, ctx.farm, now):
         return ReclaimReason.WITHDRAWN
@@ -56,6 +59,8 @@ def due(ctx: LeaseContext, alloc: Allocation) -> ReclaimReason | None:
         return ReclaimReason.PREEMPTED
     if unapprovable.due(ctx, alloc, now):
         return ReclaimReason.UNAPPROVABLE
+    if reservations.no_show_due(alloc, ctx, now):
+        return ReclaimReason.NO_SHOW
     if alloc.phase is Phase.IDLE_WARNED and grace_over(ctx.farm, alloc, now):
         # A partly idle lease is not reclaimed whole: only once every host (or device) is idle past its grace.
         policy = lease_window.policy_for(ctx.farm, alloc)

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, overrides, series
 from gpufarm.core.accounting.override_series import override_series
+from gpufarm.core.calendar.gauges import calendar_series
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.inventory.ledger_gauges import ledger_series
 from gpufarm.core.inventory.sources import Ledger
@@ -62,6 +63,9 @@ def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_h
         usage = gpu_hours.measure(ctx.usage, ctx.now(), ctx.farm.ledger, agent_usage.for_farm(ctx.farm))
     measured = gpu_hours.accounts(live, usage, ctx.inventory())
     out += series.ledger_series(measured, budgets.burns(ctx, ctx.farm.budgets), ts)
+    # The reserved column and the pools' calendars (gpufarm.core.calendar.gauges), from the same live read.
+    pools = {name: env.gpu_models for name, env in ctx.farm.environments.items()}
+    out += calendar_series(live, pools, ctx.now())
     if out:
         ctx.metrics.submit(out)
     return len(out)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufarm.core.accounting import overrides
+from gpufarm.core.calendar import reservations
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.idle import lease_window
 from gpufarm.core.idle.alerts import idle_triggered
@@ -61,7 +62,7 @@ def sweep(ctx: LeaseContext) -> SweepReport:
         if reason is not None:
             expiry.send(ctx, alloc, Op.EXPIRE, f"sweep-{bucket}", reason=reason)
             report.to_end.append(alloc.ir)
-        elif alloc.phase is Phase.APPROVED:
+        elif alloc.phase is Phase.APPROVED or reservations.started(alloc, ctx.now()):
             _step(ctx, alloc)
             report.to_allocate.append(alloc.ir)
         elif lease_window.pending_due(alloc, ctx.now()):

@@ -1,5 +1,5 @@
 """The quota ledger dashboard: entitled / allocated / used / idle / unmeasured per team, project, environment and
-model; budget burn; inventory; unattributed usage per host and team.
+model; reserved GPU-hours and the pools' calendars; budget burn; inventory; unattributed usage per host and team.
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.setup.dashboards_farm.calendar import calendar_charts
 from gpufarm.setup.dashboards_farm.common import (
     ENV,
     LEASED,
@@ -62,6 +63,7 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
                 where=q,
                 by=" by {team,project,environment,gpu_model}",
             ),
+            *calendar_charts(),
             Chart(
                 "table",
                 "Used now: busy devices per team, environment and model (node agents)",
