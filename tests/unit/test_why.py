@@ -55,6 +55,25 @@ def test_future_holds_take_their_gpus_over_their_window() -> None:
     assert earliest_start(T0, 0, 8, 3 * DAY, releases, [Hold(T0 - 4 * DAY, T0 - DAY, 8)]) == T0 + DAY
 
 
+def test_the_pools_booked_reservations_are_its_future_holds() -> None:
+    from gpufarm.core.kernel.lifecycle import Phase, State
+    from gpufarm.core.kernel.model import Allocation
+    from gpufarm.core.leases.why import future_holds
+
+    def incident(ir: int, phase: Phase, **more: object) -> Allocation:
+        fields = {"environment": "hpc", "gpu_model": "H100", "gpu_count": 8, "team": "nlp", "phase": phase}
+        return Allocation.model_construct(ir=ir, state=State.ACTIVE, **{**fields, **more})
+
+    booked = incident(1, Phase.RESERVED, reserved_from=T0 + 2 * DAY, reserved_until=T0 + 4 * DAY)
+    leases = [
+        booked,
+        incident(2, Phase.ALLOCATED, expires_at=T0 + DAY),  # a lease: its end is a release, not a hold
+        incident(3, Phase.RESERVED, reserved_from=T0 + DAY, reserved_until=T0 + 2 * DAY, gpu_model="A100"),
+        incident(4, Phase.RESERVED, reserved_from=T0 + DAY, reserved_until=T0 + 2 * DAY, environment="cloud"),
+    ]
+    assert future_holds(leases, "hpc", "h100", T0) == [Hold(T0 + 2 * DAY, T0 + 4 * DAY, 8)]
+
+
 # ---- reasons on the incident ------------------------------------------------------------------------------------
 
 

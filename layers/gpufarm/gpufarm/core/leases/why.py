@@ -2,8 +2,8 @@
 
 - Waiting for hosts: its place in the pool's order and why (gpufarm.core.leases.ordering), what is ahead of it (the
   asker's own team's requests by IR, others counted), the pool's GPUs held and free, and the earliest start the live
-  leases' ends allow for its GPUs over its whole duration (gpufarm.core.leases.earliest; the pool's future holds,
-  such as reservations, join through `future_holds`), and when it is withdrawn if no hosts come.
+  leases' ends and the pool's booked reservations (`future_holds`) allow for its GPUs over its whole duration
+  (gpufarm.core.leases.earliest), and when it is withdrawn if no hosts come.
 - Waiting for an operator: why it needs one and, when no operator could approve it within the team's hard limit,
   when it is withdrawn (gpufarm.core.leases.unapprovable).
 - Holding hosts: until when, and an idle warning's end. Ended or refused: the reason it carries.
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from gpufarm.core.calendar import reservations
 from gpufarm.core.chat.block_kit import Message, linked, section
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.context.lease_context import LeaseContext, invocation
@@ -29,10 +30,11 @@ from gpufarm.core.leases.ordering import Order
 MAX_AHEAD_NAMED = 5
 
 
-def future_holds(ctx: LeaseContext, environment: str, gpu_model: str) -> list[Hold]:
-    """GPUs of the pool promised over future windows (none until a calendar books them)."""
-    del ctx, environment, gpu_model
-    return []
+def future_holds(live: Sequence[Allocation], environment: str, gpu_model: str, now: datetime) -> list[Hold]:
+    """GPUs of the pool the calendar has promised over future windows: its booked reservations of the model
+    (gpufarm.core.calendar.reservations), each from the later of its start and now to its end."""
+    booked = reservations.holds(live, environment, gpu_model, now)
+    return [Hold(h.start, h.end, h.gpus) for h in booked if h.reserved]
 
 
 @invocation
@@ -102,7 +104,9 @@ def _pool_lines(
     need = alloc.gpu_count + sum(a.gpu_count for a in ahead)
     days = alloc.duration_days or ctx.farm.defaults.duration_days
     releases = [Release(a.expires_at, sum(a.host_gpus.values()) or a.gpu_count) for a in holding if a.expires_at]
-    start = earliest_start(ctx.now(), free, need, timedelta(days=days), releases, future_holds(ctx, env, model))
+    start = earliest_start(
+        ctx.now(), free, need, timedelta(days=days), releases, future_holds(live, env, model, ctx.now())
+    )
     pool = f"Pool: {total} {model}, {held} held by {len(holding)} leases, {free} free; it and those ahead need {need}."
     return [pool, _earliest_text(start, ctx.now(), days)]
 
