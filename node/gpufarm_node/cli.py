@@ -393,12 +393,14 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
 
 
 def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
-    """The Kubernetes step (gpufarm_node.enforce.kube), started in its own thread and handed to the agent."""
+    """The Kubernetes step (gpufarm_node.enforce.kube), started in its own thread and handed to the agent: the Node's
+    marks, the pods on devices of another lease reported as squatters, and their eviction where gpufarm stops them."""
     if agent.host_tags is None:
         raise click.UsageError("--enforce kubernetes reads the host's lease from its tags: it needs DD_APP_KEY")
     try:
         from gpufarm_node.enforce.kube import KubernetesNodeApi, NodeMarker
-    except ImportError as exc:  # pragma: no cover - the module itself imports nothing optional
+        from gpufarm_node.enforce.kube_evict import PodEvictor
+    except ImportError as exc:  # pragma: no cover - the modules themselves import nothing optional
         raise click.UsageError(f"--enforce kubernetes: {exc}") from None
     from gpufarm_node.datadog import target_from_env
     from gpufarm_node.enforce.datadog_io import DatadogIO
@@ -412,11 +414,33 @@ def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - the client's ConfigException: not in a pod with a service account
         raise click.UsageError(f"--enforce kubernetes: no in-cluster configuration ({str(exc)[:200]})") from None
     node = opts["node_name"] or opts["hostname"]
-    marker = NodeMarker(api, node, DatadogIO(target_from_env()), cluster_tag=opts["cluster"])
+    reporter = DatadogIO(target_from_env())
+    evictor = PodEvictor(api, node, reporter, cluster_tag=opts["cluster"])
+    marker = NodeMarker(api, node, reporter, cluster_tag=opts["cluster"], evictions=evictor)
     marker.start()
     agent.lease_marks = marker
+    if agent.squatter_source is None:
+        agent.squatter_source = pod_squatters(agent)
+    if agent.squatter_stops is not None:
+        agent.squatter_stops.evict = evictor
     log.info("Kubernetes enforcement on: Node %s is labelled and tainted while a dedicated lease holds it", node)
     return marker
+
+
+def pod_squatters(agent: Any) -> Any:
+    """The agent's squatter source on a Kubernetes node: each pod on a device of another lease (kubelet's
+    pod-resources, gpufarm_node.enforce.pod_leases), from a good read of the host's tags only."""
+    from gpufarm_node.enforce.pod_leases import pod_mismatches
+    from gpufarm_node.squatters import Squatter, from_pod_mismatch
+
+    def source() -> list[Squatter]:
+        tags = agent.host_tags
+        if tags is None or not tags.known:
+            return []
+        found = pod_mismatches(agent.attributor.device_owners, tags.assignments, tags.host_ir)
+        return [from_pod_mismatch(m) for m in found]
+
+    return source
 
 
 def _commands() -> None:
