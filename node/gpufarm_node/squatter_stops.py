@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from gpufarm_node.enforce.pod_stops import PodStop
 from gpufarm_node.squatters import PodRef, Squatter
 
 log = logging.getLogger(__name__)
@@ -40,16 +41,6 @@ _STOP_RE = re.compile(r"^(?P<device>(?:gpu|mig)-[0-9a-f-]{8,80})/(?P<since>[0-9]
 _STAT_STARTTIME = 19  # field 22 of /proc/<pid>/stat, counted after the comm's closing parenthesis
 # Signalled processes (pid, start) and pods told of without a hook, remembered; past this many the memory starts over.
 _MAX_DONE = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class PodStop:
-    """A pod to evict: it squats `device` in the episode that began at `since` (unix seconds), as gpufarm decided."""
-
-    namespace: str
-    name: str
-    device: str
-    since: int
 
 
 class EvictHook(Protocol):
@@ -183,6 +174,8 @@ class SquatterStopper:
             self._told.clear()
         self._told.add(key)
         log.warning(
-            "squatting pod %s/%s on %s: no eviction hook (the Kubernetes step is off); left running", key[0], key[1],
+            "squatting pod %s/%s on %s: no eviction hook (the Kubernetes step is off); left running",
+            key[0],
+            key[1],
             order.device,
         )

@@ -21,6 +21,7 @@ from gpufarm_node.enforce.kube import KubeApiError, KubernetesNodeApi, NodeMarke
 from gpufarm_node.enforce.kube_plan import LABEL, TAINT
 from gpufarm_sandbox.emulator.kube_nodes import PREFIX, TOKEN
 
+
 @pytest.fixture
 def api(sandbox_url: str) -> client.CoreV1Api:
     configuration = client.Configuration(host=sandbox_url + PREFIX)

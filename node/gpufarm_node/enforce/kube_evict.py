@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gpufarm_node.enforce.kube import BACKOFF_FIRST_S, BACKOFF_MAX_S, Reporter
+from gpufarm_node.enforce.pod_stops import PodStop
 from gpufarm_node.enforce.run import APPLIED_METRIC, FAILED_METRIC, LAG_METRIC
-from gpufarm_node.squatter_stops import PodStop
 
 log = logging.getLogger("gpufarm_node.enforce.kube_evict")
 
