@@ -420,27 +420,14 @@ def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
     marker.start()
     agent.lease_marks = marker
     if agent.squatter_source is None:
-        agent.squatter_source = pod_squatters(agent)
+        from gpufarm_node.squatters import pod_squatters
+
+        attributor = agent.attributor
+        agent.squatter_source = pod_squatters(lambda: attributor.device_owners, agent.host_tags)
     if agent.squatter_stops is not None:
         agent.squatter_stops.evict = evictor
     log.info("Kubernetes enforcement on: Node %s is labelled and tainted while a dedicated lease holds it", node)
     return marker
-
-
-def pod_squatters(agent: Any) -> Any:
-    """The agent's squatter source on a Kubernetes node: each pod on a device of another lease (kubelet's
-    pod-resources, gpufarm_node.enforce.pod_leases), from a good read of the host's tags only."""
-    from gpufarm_node.enforce.pod_leases import pod_mismatches
-    from gpufarm_node.squatters import Squatter, from_pod_mismatch
-
-    def source() -> list[Squatter]:
-        tags = agent.host_tags
-        if tags is None or not tags.known:
-            return []
-        found = pod_mismatches(agent.attributor.device_owners, tags.assignments, tags.host_ir)
-        return [from_pod_mismatch(m) for m in found]
-
-    return source
 
 
 def _commands() -> None:
