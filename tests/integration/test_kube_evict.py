@@ -8,6 +8,7 @@ each way) while the agent's cycles go on flushing; an exempt host's pod is never
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import urllib.request
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
+from gpufarm_node.attribution import DeviceOwner
 from gpufarm_node.enforce.kube import KubernetesNodeApi, NodeMarker
 from gpufarm_node.enforce.kube_evict import PodEvictor
 from gpufarm_node.squatters import SQUATTER_METRIC, pod_squatters
@@ -78,8 +80,6 @@ def step(farm: SimulatedFarm, sandbox_url: str) -> Iterator[tuple[str, PodEvicto
     _request(f"{sandbox_url}{PREFIX}/api/v1/nodes", {"metadata": {"name": HOST}}, headers=KUBE)
     pod = {"metadata": {"name": POD, "labels": {"gpufarm.io/ir": "ir-99"}}}
     _request(f"{sandbox_url}{PREFIX}/api/v1/namespaces/{NS}/pods", pod, headers=KUBE)
-    from gpufarm_node.attribution import DeviceOwner
-
     node.owners.set(uuid, DeviceOwner(NS, POD, "main", None, "ir-99"))
     ops = Operators()
     api = KubernetesNodeApi(host=sandbox_url + PREFIX, token=TOKEN)
@@ -154,7 +154,7 @@ def test_a_disruption_budget_refusal_is_retried_and_reported_while_the_cycles_fl
     assert ops.evict_gauges[-1]["gpufarm.enforce.lag_seconds"] == 0.0 and evictor.lag_seconds == 0.0
     assert ops.events == ["gpufarm could not evict a squatting pod", "gpufarm evicted a squatting pod"]
     # The agent's cycles never waited on the API: each took what a cycle takes.
-    assert len(cycles) >= 2 and max(b - a for a, b in zip(cycles, cycles[1:], strict=False)) < 2.0
+    assert len(cycles) >= 2 and max(b - a for a, b in itertools.pairwise(cycles)) < 2.0
 
 
 def test_an_exempt_hosts_pod_is_never_evicted(
