@@ -4,9 +4,10 @@ Its news: waiting requests with their age, idle warnings and keeps, exemptions a
 horizon, busy GPUs no lease claims, squatting on leased devices (episodes, stops, device-hours, top hosts:
 gpufarm.core.squatters.counts; the live leases and those that ended in the window), the drift the sync repaired
 since the last digest (the live leases' `repaired` history entries: state lives in incident fields only,
-docs/design.md rule 1), and quota and budget pressure. Free capacity per pool is shown beside the news, never as news itself: **a digest with no news is not
-posted**. Every lease line links to its incident (gpufarm.core.chat.links). Each section shows at most MAX_LINES lines
-and says how many more there are, so the message stays inside Slack's limits whatever the farm's size.
+docs/design.md rule 1), and quota and budget pressure. Free capacity per pool is shown beside the news, never as
+news itself: **a digest with no news is not posted**. Every lease line links to its incident
+(gpufarm.core.chat.links). Each section shows at most MAX_LINES lines and says how many more there are, so the
+message stays inside Slack's limits whatever the farm's size.
 
 The reads live in gpufarm.core.digest.run; everything here is a function of `DigestFacts`.
 """
