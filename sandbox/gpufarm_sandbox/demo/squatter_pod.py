@@ -60,9 +60,12 @@ class SquattingPod:
             core = client.CoreV1Api(http)
             node = client.V1Node(metadata=client.V1ObjectMeta(name=self.host))
             pod = client.V1Pod(metadata=client.V1ObjectMeta(name=NAME, labels={"gpufarm.io/ir": CLAIMS}))
-            for create in (lambda: core.create_node(node), lambda: core.create_namespaced_pod(NAMESPACE, pod)):
+            for kind, body in (("node", node), ("pod", pod)):
                 try:
-                    create()
+                    if kind == "node":
+                        core.create_node(body)
+                    else:
+                        core.create_namespaced_pod(NAMESPACE, body)
                 except client.ApiException as exc:
                     if exc.status != 409:
                         raise
