@@ -129,7 +129,7 @@ def _stopped(
     child: subprocess.Popen[bytes],
     pod: squatter_pod.SquattingPod,
 ) -> None:
-    with ctx.step("Past its 10 min grace the squatter is stopped: the host's agent sends it SIGTERM"):
+    with ctx.step("Past its 10 min grace the squatters are stopped: the process gets SIGTERM, the pod is evicted"):
         minutes = 0
         while minutes < STOP_LIMIT_MIN and child.poll() is None:
             farm.minute(nodes)
