@@ -272,7 +272,7 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
         marker = None
         try:
             if opts["enforce"] == "kubernetes":
-                marker = _lease_marks(opts, agent)
+                marker = kubernetes_step(opts, agent)
             yield agent
         finally:
             if marker is not None:
@@ -392,7 +392,7 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
     return sender, registrar, host_tags
 
 
-def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
+def kubernetes_step(opts: dict[str, Any], agent: Any) -> Any:
     """The Kubernetes step (gpufarm_node.enforce.kube), started in its own thread and handed to the agent: the Node's
     marks, the pods on devices of another lease reported as squatters, and their eviction where gpufarm stops them."""
     if agent.host_tags is None:
