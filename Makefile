@@ -45,6 +45,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sandbox.py
 	$(BIN)/python benchmarks/node.py
 	$(BIN)/python benchmarks/ingress.py
+	$(BIN)/python benchmarks/aws_calls.py
 	$(BIN)/python benchmarks/hardening.py --scale 10
 	$(BIN)/python benchmarks/reliability.py
 	$(BIN)/python benchmarks/report.py

@@ -226,16 +226,19 @@ def run_report(env: dict[str, str], args: list[str]) -> dict[str, Any]:
 
 def floor_queries(farm_file: Path, days: int) -> list[str]:
     """The search texts `gpufarm report --since DAYSd` sends (the live leases; the ended ones of the months it
-    reads), each filtered on the type as the adapter does (`{type}` where the type's id goes)."""
+    reads, by their accrued months and by the month of their end's reason), each filtered on the type as the adapter
+    does (`{type}` where the type's id goes)."""
     from gpufarm.core.config.farm import parse_farm
     from gpufarm.core.context.reads import live_query
+    from gpufarm.reporting import reasons
     from gpufarm.reporting.build import months_to_read
     from gpufarm.reporting.query import parse_query
     from gpufarm.reporting.read import ended_query
 
     farm = parse_farm(farm_file.read_text())
     query = parse_query(farm, datetime.now(UTC), since=f"{days}d")
-    texts = [live_query().text(), ended_query(months_to_read(query, farm)).text()]
+    months = months_to_read(query, farm)
+    texts = [live_query().text(), ended_query(months).text(), reasons.ended_query(months).text()]
     return [f"incident_type:{{type}} AND ({text})" for text in texts]
 
 

@@ -405,19 +405,18 @@ class Attributor:
 
     def workloads(self, pids: Iterable[int]) -> dict[int, Workload | None]:
         """`workload` of each pid; a cached process the pid cursor did not pass costs a lookup, not a call."""
+        pids = pids if isinstance(pids, list) else list(pids)
+        self._seen.update(pids)
         found: dict[int, Workload | None] = {}
-        seen = self._seen
-        cached = self._joined.get
         generation = self.pods.generation if self.pods is not None else 0
         window, turn = self._window, self._turn
-        for pid in pids:
-            seen.add(pid)
-            joined = cached(pid)
+        # Pids in (low, high] may have been handed out again since the last cycle (the cursor may have wrapped
+        # round pid_max: then (low, pid_max) and [0, high]).
+        low, high = window if window is not None else (0, 0)
+        wrapped = low > high
+        for pid, joined in zip(pids, map(self._joined.get, pids), strict=True):
             if joined is not None and window is not None and (pid + turn) % VERIFY_EVERY:
-                low, high = window
-                # Pids in (low, high] may have been handed out again since the last cycle (the cursor may
-                # have wrapped round pid_max: then (low, pid_max) and [0, high]).
-                passed = low < pid <= high if low <= high else (pid > low or pid <= high)
+                passed = (pid > low or pid <= high) if wrapped else low < pid <= high
                 if not passed:
                     if joined[1] == generation:
                         found[pid] = joined[2]

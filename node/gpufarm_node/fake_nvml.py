@@ -4,8 +4,8 @@
 `inspect.signature` for every `nvml*` function of the fake; besides the agent's calls it answers those of
 Datadog's `nvml` check, which benchmarks/node.py runs on it), returns pynvml's own ctypes structs where they
 hold no device handle, and raises the real `pynvml.NVMLError_*` classes: pynvml imports without a driver, only
-its calls fail (docs/nvml.md §7). It is the one module outside `gpufarm_node.nvml` that imports pynvml, because it *is*
-pynvml's double.
+its calls fail (docs/nvml.md §7). It and its field values (`gpufarm_node.fake_fields`) are the only modules outside
+`gpufarm_node.nvml` that import pynvml, because they *are* pynvml's double.
 
 Values follow the topology's workload profiles on the given clock, so a simulation on the sandbox's virtual
 clock sees consistent utilization samples, energy counters and process tables. `FakeHost`
@@ -21,10 +21,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import pynvml
 
+from gpufarm_node.fake_fields import field_values
 from gpufarm_node.fake_host import FakeHost
 from gpufarm_node.topology_spec import GpuSpec, ProcessSpec, Topology
 
@@ -240,13 +242,7 @@ class FakeNvml:
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:
         gpu = self._physical("nvmlDeviceGetTotalEnergyConsumption", handle)
-        t = self.now()
-        with self._lock:
-            last_t, energy_mj = self._energy.get(gpu.index, (t, 3.6e9))
-            if t > last_t:
-                energy_mj += self._power_w(gpu, t) * (t - last_t) * 1000
-            self._energy[gpu.index] = (max(t, last_t), energy_mj)
-        return int(energy_mj)
+        return self._energy_mj(gpu)
 
     def nvmlDeviceGetTemperatureV(self, handle: FakeHandle, sensor: int, version: int = 16777228) -> int:
         gpu = self._physical("nvmlDeviceGetTemperatureV", handle)
@@ -285,6 +281,11 @@ class FakeNvml:
     def nvmlDeviceGetRemappedRows(self, device: FakeHandle) -> tuple[int, int, int, int]:
         gpu = self._physical("nvmlDeviceGetRemappedRows", device)
         return gpu.remapped_rows
+
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list[Any]) -> Any:
+        # One answer per field, each as its own function answers it (gpufarm_node.fake_fields).
+        gpu = self._physical("nvmlDeviceGetFieldValues", handle)
+        return field_values(fieldIds, partial(self._field, gpu), self._us(self.now()))
 
     def nvmlDeviceGetPcieThroughput(self, device: FakeHandle, counter: int) -> int:
         gpu = self._physical("nvmlDeviceGetPcieThroughput", device)
@@ -515,6 +516,24 @@ class FakeNvml:
         if gpu.mig is None:
             return self._gpu_util(gpu.index, t)
         return sum(self._slice_util(gpu.index, s, t) for s in range(len(gpu.mig))) / len(gpu.mig)
+
+    def _energy_mj(self, gpu: GpuSpec) -> int:
+        t = self.now()
+        with self._lock:
+            last_t, energy_mj = self._energy.get(gpu.index, (t, 3.6e9))
+            if t > last_t:
+                energy_mj += self._power_w(gpu, t) * (t - last_t) * 1000
+            self._energy[gpu.index] = (max(t, last_t), energy_mj)
+        return int(energy_mj)
+
+    def _field(self, gpu: GpuSpec, field_id: int, function: str) -> int:
+        """The value of one field fake_fields.FIELD_SOURCES lists, as its single-value `function` answers it."""
+        self._inject(function, gpu.index)
+        if field_id == pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+            return self._energy_mj(gpu)
+        if field_id == pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
+            return gpu.ecc_uncorrected
+        return gpu.remapped_rows[field_id - pynvml.NVML_FI_DEV_REMAPPED_COR]
 
     def _power_w(self, gpu: GpuSpec, t: float) -> float:
         return gpu.idle_power_w + (gpu.power_limit_w * 0.9 - gpu.idle_power_w) * self._load(gpu, t) / 100

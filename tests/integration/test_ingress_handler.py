@@ -259,6 +259,8 @@ def test_bare_request_opens_the_modal_inside_the_ingress(ingress: Any) -> None:
         "team",
         "project",
         "duration_days",
+        "idle_window",
+        "idle_grace",
         "purpose",
     ]
     assert json.loads(view["private_metadata"]) == {"channel": "C0000000002"}

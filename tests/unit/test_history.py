@@ -145,7 +145,12 @@ def test_a_lease_records_every_step_with_who_and_why(svc: GpuFarm) -> None:
     assert steps[2][2].startswith("hosts: hpc-0 (8 GPUs); until ")
     assert steps[3] == ("monitor", "warned", "kind idle; on hpc-0 (kind idle, 0, over 60 min)")
     assert steps[5][0] == USER and " -> " in steps[5][2] and steps[5][2].endswith("(+2 days)")
-    assert steps[6] == (OPS, "reclaimed", "reason: operator; note: job finished, holding for nothing")
+    assert steps[6] == (
+        OPS,
+        "reclaimed",
+        "reason: operator; note: job finished, holding for nothing; "
+        f"an operator ({OPS}) took back 8x H100 [reclaimed-operator]",
+    )
     assert steps[7] == ("gpufarm", "freed", "hosts: hpc-0")
 
 
@@ -158,12 +163,12 @@ def test_operators_decisions_and_the_queue_position_are_recorded(svc: GpuFarm) -
     svc.approve(beyond, OPS)
     svc.allocate(svc.allocation(beyond))
     assert [s[1] for s in _steps(svc, beyond)] == ["requested", "asked-operators", "approved", "allocated"]
-    assert _steps(svc, rejected)[-1] == (OPS, "rejected", "reason: the team is over budget")
+    assert _steps(svc, rejected)[-1] == (OPS, "rejected", "reason: the team is over budget [rejected-operator]")
     refused = _request(svc, 8)  # nlp holds 16, its hard limit: refused by policy, and the refusal recorded
     assert _steps(svc, refused)[-1] == (
         "policy",
         "refused",
-        "team nlp would hold 24 H100 in hpc, over its hard limit of 16 (it holds 16 now)",
+        "team nlp would hold 24 H100 in hpc, over its hard limit of 16 (it holds 16 now) [refused-policy]",
     )
 
 
@@ -173,8 +178,16 @@ def test_a_waiting_request_records_its_position(svc: GpuFarm) -> None:
     for ir in irs:
         svc.allocate(svc.allocation(ir))
     assert svc.allocation(irs[0]).phase is Phase.ALLOCATED
-    assert _steps(svc, irs[1])[-1] == ("gpufarm", "waiting", "position 1 of 1 for H100")
-    assert _steps(svc, irs[2])[-1] == ("gpufarm", "waiting", "position 2 of 2 for H100")
+    fifo = "first come, first served [queued-capacity]"
+    assert _steps(svc, irs[1])[-1] == ("gpufarm", "waiting", f"1st of 1 waiting for H100; no room in the pool; {fifo}")
+    assert _steps(svc, irs[2])[-1] == (
+        "gpufarm",
+        "waiting",
+        f"2nd of 2 waiting for H100; others are served first; {fifo}",
+    )
+    # The latest reason is the lease's field, and `/gpu status` shows its sentence.
+    assert svc.allocation(irs[2]).reason == "queued-capacity"
+    assert "Why: 2nd of 2 waiting for H100; others are served first" in svc.status(irs[2], USER).text
 
 
 def test_a_redelivered_command_appends_nothing(svc: GpuFarm) -> None:

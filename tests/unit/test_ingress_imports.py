@@ -147,59 +147,88 @@ def test_the_entry_point_and_requests_without_the_farm_import_no_model() -> None
     assert result["loaded"] == {"import": [], "requests": []}
 
 
-# Lambda mode: the secret keys and the farm from SSM (one call), the hand-off through botocore, against moto in-process.
+# Lambda mode: the secret keys and the farm from SSM (one call), the hand-off an Event invoke, against moto in server
+# mode on a loopback port (the ingress's direct calls after a SnapStart restore go over the socket, as in Lambda);
+# a WSGI layer in front of moto notes each operation.
 LAMBDA_SCRIPT = r"""
-import hashlib, hmac, json, sys, time
+import hashlib, hmac, json, os, sys, threading, time
 import boto3
-from moto import mock_aws
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+from werkzeug.serving import make_server
 
-with mock_aws(config={"lambda": {"use_docker": False}}):
-    for key, value in (("slack_signing_secret", "signing-secret-value-0000"), ("slack_bot_token", "xoxb-0")):
-        boto3.client("secretsmanager").create_secret(Name="gpufarm/prod/" + key, SecretString=value)
-    boto3.client("ssm").put_parameter(
-        Name="/gpufarm/farm", Value=open("config/farm.example.yaml").read(), Type="SecureString"
+calls = []
+moto = DomainDispatcherApplication(create_backend_app)
+
+def noted(environ, start_response):
+    path = environ.get("PATH_INFO", "")
+    if path.endswith("/invocations"):
+        calls.append("Invoke")
+    elif environ.get("HTTP_X_AMZ_TARGET"):
+        calls.append(environ["HTTP_X_AMZ_TARGET"].split(".")[-1])
+    return moto(environ, start_response)
+
+server = make_server("127.0.0.1", 0, noted, threaded=True, request_handler=MotoRequestHandler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+url = "http://127.0.0.1:%d" % server.server_port
+os.environ["AWS_ENDPOINT_URL"] = url
+import urllib.request
+urllib.request.urlopen(urllib.request.Request(url + "/moto-api/config", data=b'{"lambda": {"use_docker": false}}'))
+for key, value in (("slack_signing_secret", "signing-secret-value-0000"), ("slack_bot_token", "xoxb-0")):
+    boto3.client("secretsmanager").create_secret(Name="gpufarm/prod/" + key, SecretString=value)
+farm = open("config/farm.example.yaml").read()
+boto3.client("ssm").put_parameter(Name="/gpufarm/farm", Value=farm, Type="SecureString")
+role = boto3.client("iam").create_role(RoleName="r", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+import io, zipfile
+code = io.BytesIO()
+with zipfile.ZipFile(code, "w") as archive:
+    archive.writestr("x.py", "def handler(event, context):\n    return None\n")
+boto3.client("lambda").create_function(
+    FunctionName="gpufarm-slack-worker", Runtime="python3.12", Role=role, Handler="x.handler",
+    Code={"ZipFile": code.getvalue()},
+)
+before = set(sys.modules)
+sys.path.insert(0, "functions/slack_ingress")
+import slack_ingress
+from gpufarm.adapters import aws
+from gpufarm.handlers import runtime, snapstart
+
+snapshot = "--snapstart" in sys.argv
+if snapshot:
+    snapstart.run_before_snapshot()
+    prepared = sorted(key[0] for key in aws._clients)
+    assert runtime._current is None and not aws._cache, "the snapshot must hold no secret"
+    assert runtime._last_farm is not None, "the parsed farm is in the snapshot"
+    kept_farm = runtime._last_farm[1]
+    assert "gpufarm.core.governance.policy" in sys.modules, "the farm and request models are in the snapshot"
+    assert "yaml" in sys.modules, "the farm's YAML loader is built into the snapshot"
+    snapstart.run_after_restore()
+calls.clear()
+client_calls = []
+for service in ("ssm", "lambda"):
+    aws.aws_client(service, runtime.Settings()).meta.events.register(
+        "before-call.*.*", lambda model, **_: client_calls.append(model.name)
     )
-    before = set(sys.modules)
-    sys.path.insert(0, "functions/slack_ingress")
-    import slack_ingress
-    from gpufarm.adapters import aws
-    from gpufarm.handlers import runtime, snapstart
-
-    snapshot = "--snapstart" in sys.argv
-    if snapshot:
-        snapstart.run_before_snapshot()
-        prepared = sorted(key[0] for key in aws._clients)
-        assert runtime._current is None and not aws._cache, "the snapshot must hold no secret"
-        assert runtime._last_farm is not None, "the parsed farm is in the snapshot"
-        kept_farm = runtime._last_farm[1]
-        assert "gpufarm.core.governance.policy" in sys.modules, "the farm and request models are in the snapshot"
-        assert "yaml" in sys.modules, "the farm's YAML loader is built into the snapshot"
-        snapstart.run_after_restore()
-    calls = []
-    for service in ("ssm", "lambda"):
-        aws.aws_client(service, runtime.Settings()).meta.events.register(
-            "before-call.*.*", lambda model, **_: calls.append(model.name)
-        )
-    event = json.load(open("events/slack_command_request_inline.json"))
-    stamp = str(int(time.time()))
-    base = ("v0:" + stamp + ":" + event["body"]).encode()
-    event["headers"]["x-slack-request-timestamp"] = stamp
-    event["headers"]["x-slack-signature"] = "v0=" + hmac.new(
-        b"signing-secret-value-0000", base, hashlib.sha256
-    ).hexdigest()
-    answer = slack_ingress.handler(event, None)
-    print(json.dumps({
-        "status": answer["statusCode"],
-        "body": json.loads(answer["body"]),
-        "calls": calls,
-        "prepared": prepared if snapshot else None,
-        "farm_parsed_again": (runtime._last_farm[1] is not kept_farm) if snapshot else None,
-        "modules": sorted(
-            m for m in set(sys.modules) - before
-            if m.split(".")[0] in ("datadog_api_client", "pydantic_settings")
-            or m.startswith("aws_lambda_powertools.utilities.parameters")
-        ),
-    }))
+event = json.load(open("events/slack_command_request_inline.json"))
+stamp = str(int(time.time()))
+base = ("v0:" + stamp + ":" + event["body"]).encode()
+event["headers"]["x-slack-request-timestamp"] = stamp
+event["headers"]["x-slack-signature"] = "v0=" + hmac.new(
+    b"signing-secret-value-0000", base, hashlib.sha256
+).hexdigest()
+answer = slack_ingress.handler(event, None)
+print(json.dumps({
+    "status": answer["statusCode"],
+    "body": json.loads(answer["body"]),
+    "calls": calls,
+    "client_calls": client_calls,
+    "prepared": prepared if snapshot else None,
+    "farm_parsed_again": (runtime._last_farm[1] is not kept_farm) if snapshot else None,
+    "modules": sorted(
+        m for m in set(sys.modules) - before
+        if m.split(".")[0] in ("datadog_api_client", "pydantic_settings")
+        or m.startswith("aws_lambda_powertools.utilities.parameters")
+    ),
+}))
 """
 
 
@@ -236,6 +265,7 @@ def test_in_lambda_one_ssm_call_reads_secret_and_farm_and_botocore_hands_off() -
     result = _lambda_run()
     assert result["status"] == 200
     assert result["calls"] == ["GetParameters", "Invoke"]
+    assert result["client_calls"] == ["GetParameters", "Invoke"], "without SnapStart the botocore clients call"
     # pydantic-settings, Powertools' parameters and the Datadog client stay off the cold path (boto3 too: this
     # script imports it for moto; benchmarks/ingress.py and test_aws_adapters.py check the ingress does not).
     assert result["modules"] == []
@@ -248,3 +278,5 @@ def test_snapstart_prepares_clients_without_secrets_and_reads_them_after_restore
     assert result["farm_parsed_again"] is False
     assert result["status"] == 200
     assert result["calls"] == ["GetParameters", "Invoke"]
+    # After the restore both calls go direct (adapters/aws_lean.py), past the clients' pipeline.
+    assert result["client_calls"] == []

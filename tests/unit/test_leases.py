@@ -70,7 +70,10 @@ def test_a_waiting_lease_gets_its_full_duration_from_when_its_hosts_are_allocate
     assert "it is 1st of 1 waiting for H100" in world.dms()[-1]
     assert "Its 5 days start when its hosts are allocated" in world.dms()[-1]
     listed = world.svc.list_allocations("mine", USER).text
-    assert f"IR-{second} waiting 8x H100 hpc nlp/p" in listed and "(1st of 1 waiting for H100)" in listed
+    assert (
+        f"IR-{second} waiting 8x H100 hpc nlp/p" in listed
+        and "(1st of 1 waiting for H100: first come, first served)" in listed
+    )
     world.clock.advance(days=2)
     world.svc.release(first, USER)
     world.webhook()
@@ -95,7 +98,11 @@ def test_a_request_waiting_past_its_limit_is_withdrawn_with_its_own_message(worl
     told = world.dms()[-1]
     assert "waited 72 h without hpc freeing room for it and was withdrawn" in told
     assert "time ran out" not in told
-    assert any(" sync withdrawn: no hosts within the waiting limit" in line for line in gone.history)
+    assert any(
+        " sync withdrawn: no 8x H100 freed in hpc within the 72 h waiting limit [withdrawn-wait-limit]" in line
+        for line in gone.history
+    )
+    assert gone.reason == "withdrawn-wait-limit"
     assert any(" gpufarm waiting: " in line for line in gone.history)
     assert world.alloc(first).phase is Phase.ALLOCATED
 

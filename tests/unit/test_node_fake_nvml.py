@@ -264,3 +264,36 @@ def test_fake_host_writes_proc_entries_and_follows_pid_reuse(tmp_path: Path) -> 
     assert '"gpufarm.io/ir": "IR-7"' in host.pods_file.read_text()
     (entry,) = host.pod_resources()
     assert entry == ("ns", "p", "c", "nvidia.com/gpu", [fake.gpu_spec(0).uuid])
+
+
+def test_field_values_answer_each_field_as_its_own_function_and_carry_its_faults() -> None:
+    fake, now = _fake(
+        {
+            "gpus": [{"model": "H100", "count": 2, "ecc_uncorrected": 3, "remapped_rows": [5, 1, 1, 0]}],
+            "processes": [{"pid": 10, "gpu": 0, "sm": 100}],
+            "errors": [{"function": "nvmlDeviceGetRemappedRows", "gpu": 1, "error": "NotSupported"}],
+        }
+    )
+    fields = [
+        pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+        pynvml.NVML_FI_DEV_REMAPPED_COR,
+        pynvml.NVML_FI_DEV_REMAPPED_UNC,
+        pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+        pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+        pynvml.NVML_FI_DEV_MEMORY_TEMP,  # not one the fake knows: that field alone fails
+    ]
+    now[0] += 10
+    energy = fake.nvmlDeviceGetTotalEnergyConsumption(FakeHandle(0))
+    values = fake.nvmlDeviceGetFieldValues(FakeHandle(0), fields)
+    returns = [v.nvmlReturn for v in values]
+    assert returns == [pynvml.NVML_SUCCESS] * 6 + [pynvml.NVML_ERROR_NOT_SUPPORTED]
+    assert [v.fieldId for v in values] == fields
+    assert values[0].valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    assert values[0].value.ullVal == energy  # the same counter, read at the same instant
+    assert values[1].value.ullVal == 3
+    assert [v.value.uiVal for v in values[2:6]] == list(fake.nvmlDeviceGetRemappedRows(FakeHandle(0))) == [5, 1, 1, 0]
+    faulty = fake.nvmlDeviceGetFieldValues(FakeHandle(1), fields[:3])
+    assert [v.nvmlReturn for v in faulty] == [pynvml.NVML_SUCCESS] * 2 + [pynvml.NVML_ERROR_NOT_SUPPORTED]
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        fake.nvmlDeviceGetFieldValues(FakeHandle(5), fields)

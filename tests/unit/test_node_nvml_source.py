@@ -267,3 +267,66 @@ def test_process_means_average_only_the_samples_newer_than_the_last_read() -> No
     assert process_means([*stale, *fresh], 1000) == (1030, {7: 45.5, 8: 5.0})
     assert process_means(stale, 1000) == (1000, {})
     assert process_means([], 1000) == (1000, {})
+
+
+_COUNTERS = ("nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows")
+
+
+def test_energy_ecc_and_remapped_rows_come_from_one_field_values_call_per_gpu() -> None:
+    data = {"gpus": [{"model": "H100", "count": 2, "ecc_uncorrected": 2, "remapped_rows": [4, 1, 0, 1]}]}
+    source, fake, clock = _source(data)
+    _after(source, clock, 15)
+    snap = _after(source, clock, 15)
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 4
+    assert all(fake.calls.get(name, 0) == 0 for name in _COUNTERS)
+    # The same values the single calls give.
+    reference, _, ref_clock = _source(
+        {**data, "errors": [{"function": "nvmlDeviceGetFieldValues", "error": "FunctionNotFound"}]}
+    )
+    _after(reference, ref_clock, 15)
+    expected = _after(reference, ref_clock, 15)
+    for got, want in zip(snap.gpus, expected.gpus, strict=True):
+        assert (got.energy_j, got.ecc_uncorrected, got.remapped_rows) == (want.energy_j, 2, (4, 1, 0, 1))
+        assert got.energy_j == want.energy_j and got.energy_j is not None
+
+
+def test_a_driver_without_field_values_reads_each_counter_by_its_own_call() -> None:
+    source, fake, clock = _source(
+        {
+            "gpus": [{"model": "H100"}],
+            "errors": [{"function": "nvmlDeviceGetFieldValues", "error": "FunctionNotFound"}],
+        }
+    )
+    for _ in range(3):
+        snap = _after(source, clock, 15)
+    assert fake.calls["nvmlDeviceGetFieldValues"] == 1  # probed once, then off
+    assert [fake.calls[name] for name in _COUNTERS] == [3, 3, 3]
+    assert snap.gpus[0].energy_j is not None and snap.gpus[0].remapped_rows == (0, 0, 0, 0)
+    assert snap.errors == {}
+
+
+def test_a_field_that_does_not_answer_is_read_by_its_own_call_which_decides_as_before() -> None:
+    source, fake, clock = _source(
+        {
+            "gpus": [{"model": "H100", "count": 2}],
+            "errors": [
+                {"function": "nvmlDeviceGetRemappedRows", "gpu": 0, "error": "NotSupported"},
+                {"function": "nvmlDeviceGetTotalEccErrors", "gpu": 1, "error": "Unknown"},
+            ],
+        }
+    )
+    for _ in range(3):
+        snap = _after(source, clock, 15)
+    assert snap.gpus[0].remapped_rows is None and snap.gpus[1].remapped_rows == (0, 0, 0, 0)
+    assert fake.calls["nvmlDeviceGetRemappedRows"] == 1  # GPU 0's own call said NotSupported once: off
+    assert snap.gpus[1].ecc_uncorrected is None and snap.gpus[0].ecc_uncorrected == 0
+    assert snap.errors == {"nvmlDeviceGetTotalEccErrors": 1}  # counted each cycle, as the single call always was
+    assert fake.calls["nvmlDeviceGetTotalEccErrors"] == 3
+
+
+def test_process_means_of_one_sample_per_process_are_those_samples_as_floats() -> None:
+    sample = pynvml.c_nvmlProcessUtilizationSample_t
+    samples = [sample(pid=7, timeStamp=1010, smUtil=30), sample(pid=8, timeStamp=1020, smUtil=0)]
+    stamp, means = process_means(samples, 1000)
+    assert (stamp, means) == (1020, {7: 30.0, 8: 0.0})
+    assert all(type(v) is float for v in means.values())

@@ -274,12 +274,14 @@ def test_a_team_without_leases_still_has_its_row(incidents: FakeIncidents) -> No
     assert [(r.key, r.leases, r.entitled) for r in report.rows] == [("nlp", 0, 20), ("vision", 0, 0)]
 
 
-def test_reads_are_two_facet_narrowed_searches(incidents: FakeIncidents) -> None:
+def test_reads_are_three_facet_narrowed_searches(incidents: FakeIncidents) -> None:
     _farm_of_three(incidents)
     read_leases(incidents, ("2026-11", "2026-12"), team="nlp")
+    # Live leases, ended ones that accrued in the months, and ends without GPU-hours by the month of their reason.
     assert [q.text() for q in incidents.searches] == [
         'state:(active OR stable) AND team:("nlp")',
         'state:(resolved) AND team:("nlp") AND gpu_hours_months:("2026-11" OR "2026-12")',
+        'state:(resolved) AND gpufarm_reason_month:("2026-11" OR "2026-12") AND team:("nlp")',
     ]
     assert len(read_leases(incidents, ("2026-12",), limit=2).leases) == 2
     assert read_leases(incidents, ("2026-12",), limit=2).cut

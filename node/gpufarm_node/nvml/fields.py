@@ -81,6 +81,10 @@ def process_means(samples: list[Any], since: int) -> tuple[int, dict[int, float]
         if not fresh:
             return since, {}
         stamps, pids, sms = (list(column) for column in zip(*fresh, strict=True))
+    if len(set(pids)) == len(pids):
+        # The usual answer, one sample per process (nvml.h: NVML aggregates each process's samples since the
+        # timestamp): each mean is its one value, as a float (0.0 + value, / 1), built in C.
+        return max(stamps), dict(zip(pids, map(float, sms), strict=True))
     # Sums in the samples' order (0.0 + the first is the first as a float), counts by C's Counter.
     sums: dict[int, float] = {}
     get = sums.get
@@ -88,3 +92,33 @@ def process_means(samples: list[Any], since: int) -> tuple[int, dict[int, float]
         sums[pid] = get(pid, 0.0) + sm
     counts = Counter(pids)
     return max(stamps), {pid: total / counts[pid] for pid, total in sums.items()}
+
+
+# The per-GPU counters read with one nvmlDeviceGetFieldValues (as Datadog's Go check reads its fields): the energy
+# counter (mJ, nvmlDeviceGetTotalEnergyConsumption's), uncorrected volatile ECC errors (nvml.h: uncorrected ECC
+# errors are the double-bit ones, nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)'s) and the remapped rows
+# (nvmlDeviceGetRemappedRows' four values, in its order).
+COUNTER_FIELDS: Final = (
+    pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
+    pynvml.NVML_FI_DEV_REMAPPED_COR,
+    pynvml.NVML_FI_DEV_REMAPPED_UNC,
+    pynvml.NVML_FI_DEV_REMAPPED_PENDING,
+    pynvml.NVML_FI_DEV_REMAPPED_FAILURE,
+)
+_FIELD_VALUE: Final = pynvml.c_nvmlFieldValue_t
+_FIELD_RETURN: Final = _FIELD_VALUE.__dict__["nvmlReturn"].__get__
+_FIELD_TYPE: Final = _FIELD_VALUE.__dict__["valueType"].__get__
+_FIELD_UNION: Final = _FIELD_VALUE.__dict__["value"].__get__
+_FIELD_READERS: Final = {kind: _VALUE_READERS[name] for kind, name in VALUE_FIELDS.items()}
+
+
+def field_numbers(values: Any) -> list[int | None]:
+    """Each answered field's value as an integer, in order; None for a field that did not answer (its own error
+    code in `nvmlReturn`) or answered in a type that is not a number."""
+    out: list[int | None] = []
+    append = out.append
+    for value in values:
+        reader = _FIELD_READERS.get(_FIELD_TYPE(value)) if _FIELD_RETURN(value) == pynvml.NVML_SUCCESS else None
+        append(None if reader is None else int(reader(_FIELD_UNION(value))))
+    return out

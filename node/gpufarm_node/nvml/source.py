@@ -30,6 +30,7 @@ import pynvml
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
 from gpufarm_node.nvml.device import LOST, UNSUPPORTED, Device, GpmPair, GpuLost
 from gpufarm_node.nvml.fields import (
+    COUNTER_FIELDS,
     GPM_ENTRIES,
     GPM_RETURN,
     GPM_SET_SAMPLE1,
@@ -38,6 +39,7 @@ from gpufarm_node.nvml.fields import (
     MEMORY_V2,
     MEMORY_V2_READ,
     VALUE_FIELDS,
+    field_numbers,
     fresh_samples,
     process_means,
 )
@@ -59,6 +61,7 @@ USED_FUNCTIONS: Final = (
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetFieldValues",
     "nvmlDeviceGetTotalEnergyConsumption",
     "nvmlDeviceGetTemperatureV",
     "nvmlDeviceGetTemperature",
@@ -229,7 +232,7 @@ class NvmlSource:
         snap.power_w = None if power is _NA else power / 1000
         limit = self._query(dev, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
         snap.power_limit_w = None if limit is _NA else limit / 1000
-        energy = self._query(dev, "energy", "nvmlDeviceGetTotalEnergyConsumption", h)
+        energy, ecc, rows = self._counters(dev, h)
         snap.energy_j = None if energy is _NA else energy / 1000
         snap.temperature_c = self._temperature(dev)
         sm_clock = self._query(dev, "clock_sm", "nvmlDeviceGetClockInfo", h, pynvml.NVML_CLOCK_SM)
@@ -238,16 +241,7 @@ class NvmlSource:
         snap.clock_mem_mhz = None if mem_clock is _NA else float(mem_clock)
         reasons = self._query(dev, "clock_events", "nvmlDeviceGetCurrentClocksEventReasons", h)
         snap.clock_event_reasons = None if reasons is _NA else int(reasons)
-        ecc = self._query(
-            dev,
-            "ecc",
-            "nvmlDeviceGetTotalEccErrors",
-            h,
-            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-            pynvml.NVML_VOLATILE_ECC,
-        )
         snap.ecc_uncorrected = None if ecc is _NA else int(ecc)
-        rows = self._query(dev, "remapped_rows", "nvmlDeviceGetRemappedRows", h)
         snap.remapped_rows = None if rows is _NA else (int(rows[0]), int(rows[1]), int(rows[2]), int(rows[3]))
         if self._pcie:
             tx = self._query(dev, "pcie_tx", "nvmlDeviceGetPcieThroughput", h, pynvml.NVML_PCIE_UTIL_TX_BYTES)
@@ -256,6 +250,31 @@ class NvmlSource:
             snap.pcie_rx_kib_s = None if rx is _NA else float(rx)
 
     # -- signals -----------------------------------------------------------------------------------------
+
+    def _counters(self, dev: Device, h: Any) -> tuple[Any, Any, Any]:
+        """(energy in mJ, uncorrected ECC errors, remapped rows) or `_NA` each: one nvmlDeviceGetFieldValues for
+        the three where the driver offers it; a signal whose fields did not all answer is read by its own
+        function, whose answer decides as it always has (a NotSupported switches the signal off, another error is
+        counted), and so is every signal on a driver without the batched call."""
+        numbers = self._query(dev, "field_values", "nvmlDeviceGetFieldValues", h, COUNTER_FIELDS)
+        energy = ecc = rows = None
+        if numbers is not _NA:
+            energy, ecc, *remapped = field_numbers(numbers)
+            rows = None if None in remapped else remapped
+        if energy is None:
+            energy = self._query(dev, "energy", "nvmlDeviceGetTotalEnergyConsumption", h)
+        if ecc is None:
+            ecc = self._query(
+                dev,
+                "ecc",
+                "nvmlDeviceGetTotalEccErrors",
+                h,
+                pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                pynvml.NVML_VOLATILE_ECC,
+            )
+        if rows is None:
+            rows = self._query(dev, "remapped_rows", "nvmlDeviceGetRemappedRows", h)
+        return energy, ecc, rows
 
     def _utilization(self, dev: Device) -> float | None:
         got = self._query(

@@ -152,7 +152,7 @@ def _waiting(ctx: DemoContext, farm: LocalFarm) -> tuple[int, int, datetime] | N
         farm.slash(ALICE, "list")
         farm.settle()
         listed = shown(farm.answer(ALICE, "Your live allocations"))
-        ctx.check("(1st of 1 waiting for H100)" in listed, "/gpu list shows the position too")
+        ctx.check("(1st of 1 waiting for H100: first come, first served)" in listed, "/gpu list shows the position too")
         waited = (first, second, asked_at)
     # None when a step above raised (ctx.step records it and carries on).
     return waited

@@ -26,11 +26,14 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("idle reclaim and expiry: agent metrics through gpufarm's own monitors", "gpufarm_sandbox.demo.idle_stage"),
     ("GPU slicing: two leases on one MIG host, only the idle one reclaimed", "gpufarm_sandbox.demo.slicing_stage"),
     ("governance: a reject's reason, bounded keeps, an exemption", "gpufarm_sandbox.demo.governance_stage"),
+    ("fair share: the team below its share served first, every wait says why", "gpufarm_sandbox.demo.fairshare_stage"),
     ("enforcement: a lease held by a real Slurm reservation", "gpufarm_sandbox.demo.enforce_stage"),
     ("inventory: clouds, no agent, a source skipped, the ledger", "gpufarm_sandbox.demo.inventory_stage"),
     ("profiler runs: a real trace on a lease, its page and metrics", "gpufarm_sandbox.demo.profile_stage"),
     ("the operators' daily digest: what needs an operator today", "gpufarm_sandbox.demo.digest_stage"),
     ("report: the month's GPU-hours as HTML and CSV", "gpufarm_sandbox.demo.report_stage"),
+    ("lending: a borrowed lease preempted on notice after its first hour", "gpufarm_sandbox.demo.lending_stage"),
+    ("quota change: asked in chat, approved, applied at once, ended", "gpufarm_sandbox.demo.quota_change_stage"),
 )
 
 

@@ -15,6 +15,10 @@ secret keys and the farm at most every 5 minutes (and after each SnapStart resto
 farm reaches a warm container within that time. A missing key is left out, and whoever needs it gets
 ConfigurationMissing naming its secret; a missing farm parameter raises it when the farm is read. Never a value.
 
+Once the Slack ingress is prepared for its SnapStart snapshot (use_direct_calls), its GetParameters and Event
+Invoke go without the clients' pipeline, through aws_lean on the clients' endpoints, credentials and limits: after
+a restore they are most of the first request's CPU (aws_lean.py says why and what it measured).
+
 The local function host (`gpufarm-sandbox`) injects its own invoker and queue through the runtime's seams.
 """
 
@@ -129,10 +133,15 @@ def aws_client(service: str, settings: Settings) -> Any:
 
 
 def forget_connections() -> None:
-    """Close every client's pooled connections (after a SnapStart restore they point at sockets long gone)."""
+    """Close every client's pooled connections and the direct calls' connections (after a SnapStart restore they
+    point at sockets long gone), and take the direct calls' credentials from the environment again."""
+    global _direct_credentials  # noqa: PLW0603 - read again after a restore
     with _session_lock:
         for client in _clients.values():
             client._endpoint.http_session.close()  # botocore has no public way to drop its pool
+        for endpoint in _direct.values():
+            endpoint.close()
+        _direct_credentials = None
 
 
 def forget_clients() -> None:
@@ -140,12 +149,89 @@ def forget_clients() -> None:
     as it is then, endpoints and credentials alike (botocore's session keeps the credentials it first resolved; a
     development host starting a new local environment, whose endpoints and stand-in keys differ; a Lambda
     container never does)."""
-    global _session  # noqa: PLW0603 - the session is rebuilt with the clients
+    global _session, _direct_credentials, _direct_calls  # noqa: PLW0603 - rebuilt with the clients
     with _session_lock:
         for client in _clients.values():
             client._endpoint.http_session.close()
         _clients.clear()
+        for endpoint in _direct.values():
+            endpoint.close()
+        _direct.clear()
+        _direct_credentials = None
+        _direct_calls = False
         _session = None
+
+
+# -- direct calls (adapters/aws_lean.py): the Slack ingress's two calls after a SnapStart restore ------------------
+
+_direct: dict[tuple[str, float, int], Any] = {}
+_direct_credentials: Any = None
+_direct_calls = False
+
+
+def use_direct_calls(services: Sequence[str], settings: Settings) -> None:
+    """From now on make GetParameters and the Event Invoke without their botocore clients (aws_lean), on the
+    endpoint, timeouts and retry limits of the clients built here for `services` (the Slack ingress, before its
+    SnapStart snapshot; forget_clients turns it off)."""
+    global _direct_calls  # noqa: PLW0603 - one switch per container
+    for service in services:
+        _direct_endpoint(service, settings)
+    _direct_calls = True
+
+
+def _direct_endpoint(service: str, settings: Settings) -> Any:
+    """The aws_lean endpoint of `service`, made from the client botocore built for it (endpoint, region, limits)."""
+    key = (service, settings.http_timeout, settings.max_retries)
+    endpoint = _direct.get(key)
+    if endpoint is None:
+        from gpufarm.adapters.aws_lean import AwsEndpoint
+
+        client = aws_client(service, settings)
+        config = client.meta.config
+        with _session_lock:
+            endpoint = _direct.get(key)
+            if endpoint is None:
+                endpoint = AwsEndpoint(
+                    service,
+                    endpoint_url=client.meta.endpoint_url,
+                    region=client.meta.region_name,
+                    credentials=_credentials_now,
+                    connect_timeout=config.connect_timeout,
+                    read_timeout=config.read_timeout,
+                    max_attempts=_client_attempts(config),
+                )
+                _direct[key] = endpoint
+    return endpoint
+
+
+def _client_attempts(config: Any) -> int:
+    """How many attempts a client with `config` makes, as botocore counts them: `total_max_attempts`, else
+    `max_attempts` retries after the first attempt."""
+    retries = config.retries or {}
+    if "total_max_attempts" in retries:
+        return int(retries["total_max_attempts"])
+    return int(retries.get("max_attempts", 2)) + 1
+
+
+def _credentials_now() -> Any:
+    """The credentials the direct calls sign with: the environment's when it holds keys (read again after each
+    restore), else those of the session's provider chain, as its clients sign (with SnapStart, Lambda's container
+    credentials, which refresh themselves before they expire)."""
+    global _direct_credentials  # noqa: PLW0603 - read once per restore
+    credentials = _direct_credentials
+    if credentials is None:
+        from botocore.credentials import EnvProvider
+
+        credentials = EnvProvider().load() or (_session.get_credentials() if _session is not None else None)
+        if credentials is None:
+            raise ConfigurationMissing("no AWS credentials in the environment or the provider chain")
+        _direct_credentials = credentials
+    return credentials
+
+
+def direct_endpoint(service: str, settings: Settings) -> Any:
+    """The direct endpoint of `service` when use_direct_calls is on, else None (the botocore client serves)."""
+    return _direct_endpoint(service, settings) if _direct_calls else None
 
 
 class _LazyClient:
@@ -155,6 +241,8 @@ class _LazyClient:
         self._service = service
         self._settings = settings
         self._client = client
+        # A client given by a test is what that test means to call.
+        self.given = client is not None
 
     def get(self) -> Any:
         """The client."""
@@ -167,6 +255,7 @@ class LambdaInvoker:
     """Fire-and-forget Lambda invokes (InvocationType Event: Lambda queues it and answers 202)."""
 
     def __init__(self, settings: Settings, *, client: Any = None) -> None:
+        self._settings = settings
         self._lambda = _LazyClient("lambda", settings, client)
 
     def invoke(self, function: str, payload: Mapping[str, Any]) -> None:
@@ -175,6 +264,9 @@ class LambdaInvoker:
 
         name = _checked_function(function)
         data = _payload_bytes(payload, "invoke")
+        direct = None if self._lambda.given else direct_endpoint("lambda", self._settings)
+        if direct is not None:
+            return _invoke_directly(direct, name, data)
         try:
             response = self._lambda.get().invoke(FunctionName=name, InvocationType="Event", Payload=data)
         except ClientError as exc:
@@ -184,6 +276,19 @@ class LambdaInvoker:
         status = response.get("StatusCode")
         if status != 202:
             raise UpstreamError(f"Lambda invoke of {name} answered {status}, expected 202")
+
+
+def _invoke_directly(endpoint: Any, name: str, data: bytes) -> None:
+    from gpufarm.adapters.aws_lean import Refused, Unreachable
+
+    try:
+        status = endpoint.invoke_event(name, data)
+    except Refused as exc:
+        raise UpstreamError(f"Lambda invoke of {name} failed: {exc.code}") from None
+    except Unreachable as exc:
+        raise UpstreamError(f"Lambda invoke of {name} failed: {exc.reason}") from None
+    if status != 202:
+        raise UpstreamError(f"Lambda invoke of {name} answered {status}, expected 202")
 
 
 class SqsFifoQueue:
@@ -263,6 +368,9 @@ def _get_parameters(settings: Settings, names: list[str], optional: Sequence[str
 
     if len(names) > _MAX_NAMES:
         raise ValidationFailed("names", f"at most {_MAX_NAMES} parameters at once")
+    direct = direct_endpoint("ssm", settings)
+    if direct is not None:
+        return _get_parameters_directly(direct, settings, names, optional)
     ssm = aws_client("ssm", settings)
     try:
         response = ssm.get_parameters(Names=names, WithDecryption=True)
@@ -270,6 +378,20 @@ def _get_parameters(settings: Settings, names: list[str], optional: Sequence[str
         return _after_refusal(settings, names, optional, _client_error_code(exc))
     except BotoCoreError as exc:
         raise UpstreamError(f"reading {', '.join(_describe(n) for n in names)} failed: {type(exc).__name__}") from None
+    return _values_found(response, names, optional)
+
+
+def _get_parameters_directly(
+    endpoint: Any, settings: Settings, names: list[str], optional: Sequence[str]
+) -> dict[str, str]:
+    from gpufarm.adapters.aws_lean import Refused, Unreachable
+
+    try:
+        response = endpoint.call_json("GetParameters", {"Names": names, "WithDecryption": True})
+    except Refused as exc:
+        return _after_refusal(settings, names, optional, exc.code)
+    except Unreachable as exc:
+        raise UpstreamError(f"reading {', '.join(_describe(n) for n in names)} failed: {exc.reason}") from None
     return _values_found(response, names, optional)
 
 

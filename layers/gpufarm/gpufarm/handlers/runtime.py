@@ -469,7 +469,8 @@ def reset() -> None:
 
 
 def prepare_for_snapshot(services: Sequence[str]) -> None:
-    """SnapStart, before the snapshot: build the AWS clients and load what a first request loads; no secret read."""
+    """SnapStart, before the snapshot: build the AWS clients (and the direct calls on their endpoints) and load what
+    a first request loads; no secret read."""
     from pydantic import BaseModel
 
     from gpufarm.adapters import aws
@@ -482,6 +483,9 @@ def prepare_for_snapshot(services: Sequence[str]) -> None:
     settings = Settings()
     for service in services:
         aws.aws_client(service, settings)
+    # After the restore, GetParameters and the hand-off go without their clients' pipeline (adapters/aws_lean.py),
+    # on the endpoints, credentials and limits of the clients built here.
+    aws.use_direct_calls(services, settings)
     # The farm's YAML loader: PyYAML's import (its resolver's patterns compiled) was most of a restored first
     # request's CPU. The loader holds no farm value; the farm itself is still read after the restore.
     bounded_loader()

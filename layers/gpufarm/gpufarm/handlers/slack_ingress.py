@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -123,6 +124,9 @@ def _slash_command(runtime: rt.Runtime, form: dict[str, str]) -> dict[str, Any]:
         return _open_modal(runtime, cmd_form)
     if command.verb is Verb.REQUEST:
         return _inline_request(runtime, cmd_form, command)
+    if command.verb is Verb.QUOTA and command.args is not None:
+        # A quota change: the trigger_id names it, so Slack's retry of the same command creates one override.
+        command = replace(command, request_id=request_id("quota", cmd_form.trigger_id))
     return _hand_off_command(runtime, _command_job(cmd_form, command), _working_text(command))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -109,21 +109,13 @@ def dispatch(svc: GpuFarm, job: Job) -> Message | None:
 
 
 def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
-    ir = cmd.ir or 0
     telemetry.correlate(ir=cmd.ir)
-    if cmd.verb is Verb.STATUS:
-        return svc.status(ir, job.user)
-    if cmd.verb is Verb.LIST:
-        return svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team)
-    if cmd.verb is Verb.QUOTA:
-        return svc.quota(cmd.team)
-    if cmd.verb is Verb.REPORT:
-        return report_answer(svc.context, job.user, cmd.team)
-    if cmd.verb is Verb.PROFILE_TOKEN:
-        # Answered through the response_url, ephemeral: the token is the asker's alone (reply never posts it).
-        return svc.profile_token(ir, job.user, upload_token_key())
+    answer = _ANSWERS.get(cmd.verb)
+    if answer is not None:
+        return answer(svc, job, cmd)
     if cmd.verb is Verb.REQUEST:
         return _request_for_my_team(svc, job, cmd)
+    ir = cmd.ir or 0
     if cmd.verb is Verb.RELEASE and not cmd.confirmed:
         # Giving GPUs back cannot be undone: the answer is a Release button Slack confirms (`now` skips it). The
         # button shows the lease, so only those who may see it get one.
@@ -133,6 +125,33 @@ def _command(svc: GpuFarm, job: Job, cmd: Command) -> Message | None:
     if op is None:
         return messages.help_message()
     return _submit(svc, job, op, ir, days=cmd.days, reason=cmd.reason)
+
+
+def _why(svc: GpuFarm, job: Job, cmd: Command) -> Message:
+    # Each command's own logic is imported when it runs.
+    from gpufarm.core.leases import why
+
+    return why.why(svc.context, cmd.ir or 0, job.user)
+
+
+def _quota(svc: GpuFarm, job: Job, cmd: Command) -> Message:
+    if cmd.args is None:
+        return svc.quota(cmd.team)
+    from gpufarm.core.accounting import quota_requests  # imported when a quota change is asked
+
+    return quota_requests.ask(svc.context, job.user, cmd.args, request_id=cmd.request_id or "")
+
+
+# The commands answered from what the worker reads, without a command to the lease's pool.
+_ANSWERS: dict[Verb, Callable[[GpuFarm, Job, Command], Message]] = {
+    Verb.STATUS: lambda svc, job, cmd: svc.status(cmd.ir or 0, job.user),
+    Verb.WHY: _why,
+    Verb.LIST: lambda svc, job, cmd: svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team),
+    Verb.QUOTA: _quota,
+    Verb.REPORT: lambda svc, job, cmd: report_answer(svc.context, job.user, cmd.team),
+    # Answered through the response_url, ephemeral: the token is the asker's alone (reply never posts it).
+    Verb.PROFILE_TOKEN: lambda svc, job, cmd: svc.profile_token(cmd.ir or 0, job.user, upload_token_key()),
+}
 
 
 def upload_token_key() -> bytes:

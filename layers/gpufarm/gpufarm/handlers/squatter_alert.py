@@ -49,9 +49,13 @@ class SquatterAlert:
 
 def group_of(tags: Sequence[str]) -> tuple[str | None, str | None, int | None, bool]:
     """(host, device, lease IR or None, well-formed) of a squatter group's tags."""
-    hosts = {v for k, _, v in (t.partition(":") for t in tags) if k == "host" and _HOST_RE.match(v)}
-    devices = {v for k, _, v in (t.partition(":") for t in tags) if k == "gpu_uuid" and _DEVICE_RE.match(v)}
-    leases = {v for k, _, v in (t.partition(":") for t in tags) if k == "gpu_ir"}
+    values: dict[str, set[str]] = {"host": set(), "gpu_uuid": set(), "gpu_ir": set()}
+    for key, _, value in (t.partition(":") for t in tags):
+        if key in values:
+            values[key].add(value)
+    hosts = {v for v in values["host"] if _HOST_RE.match(v)}
+    devices = {v for v in values["gpu_uuid"] if _DEVICE_RE.match(v)}
+    leases = values["gpu_ir"]
     if len(hosts) != 1 or len(devices) != 1 or len(leases) != 1:
         return None, None, None, False
     lease = leases.pop()
@@ -70,16 +74,9 @@ def act(runtime: rt.Runtime, alert: SquatterAlert, stale: str | None) -> dict[st
         return http.respond(200, {"ignored": "the squatter alert's scope names no one host, device and lease"})
     if ir is not None:
         telemetry.correlate(ir=ir)
-    if alert.transition not in ALERT_TRANSITIONS | CLEAR_TRANSITIONS:
-        return http.respond(200, {"ignored": f"transition {alert.transition[:40]}"})
-    svc = runtime.service()
-    if ir is None and alert.transition not in FIRST_TRANSITIONS:
-        # Without a lease there is no episode to remember: the operators hear of a group when it starts alerting,
-        # not again at every re-notification (which stop-after pools elsewhere turn on for the whole monitor).
-        return http.respond(200, {"ignored": f"{alert.transition[:40]} of a device no lease holds: told at its alert"})
-    if stale:
-        log.info("squatter alert for %s %s ignored: %s", host, device, stale)
-        return http.respond(200, {"ignored": stale})
+    ignored = _ignored(alert, host, device, ir, stale)
+    if ignored is not None:
+        return http.respond(200, {"ignored": ignored})
     value = alert.value if alert.value is not None and 0 <= alert.value <= 1024 else None
     command = IncidentCommand(
         op=Op.SQUATTER if alert.transition in ALERT_TRANSITIONS else Op.SQUATTER_CLEAR,
@@ -87,18 +84,38 @@ def act(runtime: rt.Runtime, alert: SquatterAlert, stale: str | None) -> dict[st
         origin=alert.origin[:300],
         squatter=SquatterScope(host=host, device=device, value=value),
     )
-    lease = f"IR-{ir}" if ir is not None else "no lease"
+    return _submit(
+        runtime, command, {"lease": f"IR-{ir}" if ir is not None else "no lease", "host": host, "device": device}
+    )
+
+
+def _ignored(alert: SquatterAlert, host: str, device: str, ir: int | None, stale: str | None) -> str | None:
+    """Why this notification changes nothing, or None when it is to be acted on."""
+    if alert.transition not in ALERT_TRANSITIONS | CLEAR_TRANSITIONS:
+        return f"transition {alert.transition[:40]}"
+    if ir is None and alert.transition not in FIRST_TRANSITIONS:
+        # Without a lease there is no episode to remember: the operators hear of a group when it starts alerting,
+        # not again at every re-notification (which stop-after pools elsewhere turn on for the whole monitor).
+        return f"{alert.transition[:40]} of a device no lease holds: told at its alert"
+    if stale:
+        log.info("squatter alert for %s %s ignored: %s", host, device, stale)
+        return stale
+    return None
+
+
+def _submit(runtime: rt.Runtime, command: IncidentCommand, answer: dict[str, Any]) -> dict[str, Any]:
+    """Run or queue the command in the lease's pool group; the webhook's answer says which."""
+    lease = answer["lease"]
     try:
-        done = executor.submit(svc.context, command)
+        done = executor.submit(runtime.service().context, command)
     except NotFound:
-        log.warning("squatter alert for IR-%s ignored: no such gpufarm allocation", ir)
+        log.warning("squatter alert for %s ignored: no such gpufarm allocation", lease)
         return http.respond(200, {"ignored": f"{lease} is not a gpufarm allocation"})
     except UpstreamError as exc:
         log.error("squatter alert for %s failed: %s", lease, exc)  # noqa: TRY400
         return http.error(503, "upstream failure; retry")
     except GpufarmError as exc:
         return http.error(409, str(exc))
-    answer = {"lease": lease, "host": host, "device": device}
     if done is None:
         return http.respond(202, {**answer, "queued": command.op.value})
     log.info("%s", done)

@@ -18,7 +18,7 @@ from gpufarm.core.config.accounting import Budget
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
-from gpufarm.reporting import squatting
+from gpufarm.reporting import quota_changes, reasons, squatting
 from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
@@ -175,7 +175,9 @@ def build_report(
     usage_note: str | None = None,
 ) -> Report:
     """The report for `query` from the leases read (see the module docstring); rows by held GPU-hours, largest first."""
-    chosen = [a for a in read.leases if selected(a, query)]
+    # Quota changes are incidents too: never a lease row, their effect in the entitlement and the notes.
+    chosen = [a for a in quota_changes.leases_only(read.leases) if selected(a, query)]
+    farm = quota_changes.with_changes(farm, read.leases, now)
     rows, lines = _grouped(chosen, query, now)
     if query.by is GroupBy.TEAM and query.project is None:
         # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
@@ -191,6 +193,7 @@ def build_report(
         notes.append(f"more than {MAX_LEASES:,} leases: the report was cut there")
     if usage_note:
         notes.append(usage_note)
+    notes += quota_changes.notes(read.leases, now)
     return Report(
         query=query,
         generated=now,
@@ -202,4 +205,5 @@ def build_report(
         ],
         notes=notes,
         usage=list(usage),
+        reasons=reasons.counted(chosen, query.period),
     )

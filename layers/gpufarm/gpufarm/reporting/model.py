@@ -120,3 +120,5 @@ class Report:
     unmeasured: list[LeaseLine] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     usage: list[UsageSeries] = field(default_factory=list)
+    # Reasons given in the period, by code (gpufarm.reporting.reasons).
+    reasons: Counter[str] = field(default_factory=Counter)

@@ -22,6 +22,7 @@ from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.ports import IncidentStore, LeaseReads
 from gpufarm.core.kernel.search import IncidentQuery, live_query
+from gpufarm.reporting import reasons
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +59,12 @@ def facts(source: IncidentStore | LeaseReads, query: IncidentQuery) -> Iterator[
 def read_leases(
     incidents: IncidentStore | LeaseReads, months: Sequence[str], *, team: str | None = None, limit: int = MAX_LEASES
 ) -> Leases:
-    """The live leases and those ended after accruing in `months`, deduplicated by IR, at most `limit`."""
+    """The live leases, those ended after accruing in `months` and those that ended with a reason in them
+    (gpufarm.reporting.reasons), deduplicated by IR, at most `limit`."""
     found: dict[int, LeaseFacts] = {}
     cut = False
     queries = [live_query(team=team)]
-    queries += [ended_query(months, team)] if months else []
+    queries += [ended_query(months, team), reasons.ended_query(months, team)] if months else []
     # Thousands of leases, each a few containers and none in a cycle: the cycle collector would walk every object the
     # process holds again and again while they are made and free nothing, so it waits until the read is done.
     paused = gc.isenabled()

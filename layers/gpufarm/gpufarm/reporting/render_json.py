@@ -78,6 +78,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "unmeasured_leases": [_lease(x) for x in report.unmeasured],
         "top_idle_leases": [_lease(x) for x in report.top_idle],
         "notes": [json_text(n, NOTE_CHARS) for n in report.notes],
+        "reasons": {json_text(code): n for code, n in sorted(report.reasons.items())},
     }
 
 

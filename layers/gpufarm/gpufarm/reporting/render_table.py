@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpufarm.reporting import reasons
 from gpufarm.reporting.cells import NOTE_CHARS, table_cell
 from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row
@@ -24,6 +25,7 @@ def render_table(report: Report) -> str:
     out = [f"gpufarm report: {table_cell(report.query.describe())}", "", *_table(report), ""]
     extras = [_extras(row) for row in report.rows]
     out += ["per group:", *extras, ""] if extras else []
+    out += [f"reasons: {table_cell(reasons.reasons_text(report.reasons), NOTE_CHARS)}"] if report.reasons else []
     out += [f"note: {table_cell(n, NOTE_CHARS)}" for n in report.notes]
     if report.unmeasured:
         out += ["", "unmeasured GPU-hours (no agent answer, or since the last accrual):"]

@@ -20,6 +20,7 @@ from gpufarm.core.governance.membership import MembershipUnavailable
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.model import validate_name
+from gpufarm.reporting import reasons
 from gpufarm.reporting.cells import NOTE_CHARS
 from gpufarm.reporting.make import make_report
 from gpufarm.reporting.model import Report, Row
@@ -76,6 +77,8 @@ def summary(report: Report, attached: str) -> Message:
     if len(report.rows) > len(shown):
         rows += f"\n… and {len(report.rows) - len(shown)} more in the CSV"
     notes = [visible(n, NOTE_CHARS) for n in report.notes]
+    if report.reasons:
+        rows += f"\nreasons: {inert(reasons.reasons_text(report.reasons))}"
     blocks = [section(head), section(rows), context(inert(" · ".join([*notes, attached])))]
     return Message(f"GPU report: {described}: {total.held:,.1f} GPU-hours held", blocks)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpufarm.core.accounting import agent_usage, budgets, gpu_hours
+from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, overrides
 from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.accounting.gpu_hours import Accounts
 from gpufarm.core.chat import messages
@@ -71,9 +71,11 @@ def quota(ctx: LeaseContext, team: str | None = None) -> Message:
     if team is not None:
         ctx.farm.team(team)
     live = ctx.live()
+    # The file's quotas with the quota changes in effect (gpufarm.core.accounting.overrides), listed below them.
+    farm = overrides.effective_farm(ctx)
     rows = [
         QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(live, name, env, model, charge=ctx.held))
-        for name, spec in sorted(ctx.farm.teams.items())
+        for name, spec in sorted(farm.teams.items())
         if team is None or name == team
         for env, models in sorted(spec.quotas.items())
         for model, q in sorted(models.items())
@@ -81,4 +83,5 @@ def quota(ctx: LeaseContext, team: str | None = None) -> Message:
     usage = gpu_hours.measure(ctx.usage, ctx.now(), ctx.farm.ledger, agent_usage.for_farm(ctx.farm))
     acc = gpu_hours.accounts(live, usage, ctx.inventory())
     burned = budgets.burns(ctx, [b for b in ctx.farm.budgets if team is None or b.team == team])
-    return messages.quota_message(rows, ctx.inventory_summary(), quota_lines(acc, burned, team))
+    changes = overrides.quota_lines(ctx, team)
+    return messages.quota_message(rows, ctx.inventory_summary(), [*changes, *quota_lines(acc, burned, team)])

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpufarm.core.chat.quota_text import parse_quota_request
 from gpufarm.core.kernel import bounded
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.ir import parse_ir
@@ -38,6 +39,8 @@ class Verb(StrEnum):
     EXEMPT = "exempt"
     REPORT = "report"
     PROFILE_TOKEN = "profile-token"  # noqa: S105 - the verb's name, not a secret
+    # `/gpu why IR-n`: the lease's current state explained with the numbers (gpufarm.core.leases.why).
+    WHY = "why"
 
 
 class ListScope(StrEnum):
@@ -68,6 +71,9 @@ REQUEST_KEYS: dict[str, str] = {
     "duration_days": "duration_days",
     "purpose": "purpose",
     "for": "purpose",
+    # The lease's own idle window and grace (gpufarm.core.idle.lease_window).
+    "idle": "idle_window",
+    "grace": "idle_grace",
 }
 
 # Slack may turn straight quotes into typographic ones; shlex only understands the straight kind.
@@ -155,6 +161,9 @@ def _parse_without_ir(verb: Verb, rest: list[str]) -> Command:
         return Command(Verb.REQUEST, args=parse_request_args(rest) if rest else None)
     if verb is Verb.LIST:
         return _parse_list(rest)
+    if verb is Verb.QUOTA and rest and rest[0].lower() == "request":
+        # A quota change asked in chat (gpufarm.core.accounting.quota_requests judges it against the farm).
+        return Command(Verb.QUOTA, args=parse_quota_request(rest[1:]))
     # Quota and report. Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by the
     # farm's teams).
     _at_most(rest, 1, "/gpu quota [team]" if verb is Verb.QUOTA else "/gpu report [team | project]")
@@ -194,7 +203,8 @@ def parse_request_args(words: list[str]) -> dict[str, str]:
         name = REQUEST_KEYS.get(key.strip().lower())
         if name is None:
             raise ValidationFailed(
-                "text", f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose"
+                "text",
+                f"unknown option '{_printable(key)}'; use count, model, project, team, env, days, purpose, idle, grace",
             )
         _put(args, name, value.strip())
     if len(bare) > 2:

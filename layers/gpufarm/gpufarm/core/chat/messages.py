@@ -25,7 +25,7 @@ from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.chat.replies import HELP as HELP  # noqa: PLC0414
 from gpufarm.core.chat.replies import error_text, help_text, working_text
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.hosts import GpuUnit
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.units import cuda_visible_devices, kubernetes_resources, lease_devices, nvml_uuid
@@ -67,6 +67,8 @@ def error_message(text: str) -> Message:
 
 def approved_reply(alloc: Allocation, links: Links | None = None) -> Message:
     """To the operator who approved (and to a redelivery of that approval)."""
+    if alloc.is_quota_override:
+        return linked(alloc, Message(f"{alloc.ir_label} approved; the quota change is in effect."), links)
     return linked(alloc, Message(f"{alloc.ir_label} approved; allocating hosts now."), links)
 
 
@@ -226,17 +228,7 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         lines.append("Hosts: " + ", ".join(f"`{inert(h)}` ({alloc.host_gpus.get(h, 0)})" for h in alloc.hosts))
         lines += [f"`{inert(h)}`:{_units_of(alloc, h).removeprefix(':')}" for h in lease_devices(alloc)]
     lines += _holding(alloc, [submit] if submit else [])
-    if alloc.approved_by:
-        who = "policy" if alloc.approved_by == "policy" else mention(alloc.approved_by)
-        lines.append(f"Approved by {who}")
-    if alloc.reclaim_reason:
-        lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
-    if alloc.keep_count:
-        held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
-        lines.append(f"Keeps used: {alloc.keep_count}{held}")
-    if alloc.exempt_until:
-        by = f" (granted by {mention(alloc.exempt_by)})" if alloc.exempt_by else ""
-        lines.append(f"Exempt from idle reclaim until {_when(alloc.exempt_until)}{by}")
+    lines += _decided(alloc) + _held_off(alloc)
     if alloc.purpose:
         lines.append(f">{inert(alloc.purpose)}")
     text = "\n".join(lines)
@@ -247,6 +239,32 @@ def status_message(alloc: Allocation, links: Links | None = None, submit: str | 
         blocks.append(_owner_buttons(alloc))
     full = "\n".join([text, *trail])
     return linked(alloc, Message(full.replace("*", ""), blocks), links)
+
+
+def _decided(alloc: Allocation) -> list[str]:
+    """Who approved it, why it ended, and the reason on record."""
+    lines = []
+    if alloc.approved_by:
+        who = "policy" if alloc.approved_by == "policy" else mention(alloc.approved_by)
+        lines.append(f"Approved by {who}")
+    if alloc.reclaim_reason:
+        lines.append(f"Reclaim reason: {alloc.reclaim_reason.value}")
+    why = reason_trail.latest(alloc)
+    if why is not None:
+        lines.append(f"Why: {inert(why.line())} (`/gpu why {alloc.ir_label}` explains it now)")
+    return lines
+
+
+def _held_off(alloc: Allocation) -> list[str]:
+    """The keeps used and an operator's exemption from idle reclaim."""
+    lines = []
+    if alloc.keep_count:
+        held = f", idle reclaim held off until {_when(alloc.kept_until)}" if alloc.kept_until else ""
+        lines.append(f"Keeps used: {alloc.keep_count}{held}")
+    if alloc.exempt_until:
+        by = f" (granted by {mention(alloc.exempt_by)})" if alloc.exempt_by else ""
+        lines.append(f"Exempt from idle reclaim until {_when(alloc.exempt_until)}{by}")
+    return lines
 
 
 def _holding(alloc: Allocation, lines: list[str]) -> list[str]:

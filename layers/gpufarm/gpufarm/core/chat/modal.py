@@ -12,7 +12,17 @@ from gpufarm.core.kernel.model import MAX_GPU_COUNT, MAX_PURPOSE
 
 REQUEST_CALLBACK = "gpu_request"
 # Block ids of the modal's inputs; they match the request field names so a ValidationFailed(field) maps to a block.
-FORM_BLOCKS = ("gpu_model", "gpu_count", "environment", "team", "project", "duration_days", "purpose")
+FORM_BLOCKS = (
+    "gpu_model",
+    "gpu_count",
+    "environment",
+    "team",
+    "project",
+    "duration_days",
+    "idle_window",
+    "idle_grace",
+    "purpose",
+)
 
 
 def request_modal(farm: FarmConfig, *, channel: str | None, initial: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -41,6 +51,23 @@ def request_modal(farm: FarmConfig, *, channel: str | None, initial: Mapping[str
             _text_input("project", "Project", 63, init.get("project"), placeholder="llm-ko"),
             _number(
                 "duration_days", "Days", 1, max_days, init.get("duration_days") or str(farm.defaults.duration_days)
+            ),
+            # The lease's own idle window and grace, within the pool's bounds (gpufarm.core.governance.idle_choice).
+            _text_input(
+                "idle_window",
+                "Idle before warning (optional)",
+                8,
+                init.get("idle_window"),
+                optional=True,
+                placeholder="2h",
+            ),
+            _text_input(
+                "idle_grace",
+                "Grace after warning (optional)",
+                8,
+                init.get("idle_grace"),
+                optional=True,
+                placeholder="30m",
             ),
             _text_input("purpose", "Purpose", MAX_PURPOSE, init.get("purpose"), multiline=True, optional=True),
         ],

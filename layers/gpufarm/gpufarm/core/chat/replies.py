@@ -13,9 +13,12 @@ HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
   `/gpu request 8 H100 project=llm-ko team=nlp env=onprem-hpc days=14 purpose="fine-tune"`
 • `/gpu list [mine | team [name] | all]` — allocations
 • `/gpu status IR-123` — one allocation, its hosts, expiry and history
+• `/gpu why IR-123` — why it waits, was refused or ended, with its place in the queue and the earliest start
 • `/gpu release IR-123 [now]` — give the GPUs back (a Release button confirms it unless `now`)
 • `/gpu extend IR-123 [days]` — keep them longer
 • `/gpu quota [team]` — quotas and what is in use
+• `/gpu quota request team=nlp +16 H100 env=onprem-hpc until 2027-01-31 reason="..."` — ask the operators for a
+  temporary quota change
 • `/gpu report [team | project]` — the last 30 days' GPU-hours (held, busy, idle), the CSV by DM
 • `/gpu profile-token IR-123` — a token, shown to you alone, to upload profiler runs to your team's lease
 Operators: `/gpu approve IR-123`, `/gpu reject IR-123 <reason>`, `/gpu reclaim IR-123 <reason>`,

@@ -17,8 +17,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpufarm.core.config.accounting import MAX_BUDGETS, Budget, LedgerSettings, budget_problems
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
+from gpufarm.core.config.idle_choice import IdleChoiceSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
+from gpufarm.core.config.lending import LendingSettings
+from gpufarm.core.config.scheduling import SchedulingSettings
 from gpufarm.core.config.squatters import SquatterPolicy
 from gpufarm.core.config.yaml_load import MAX_NUMBER_CHARS, NumberTooLong, bounded_loader
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
@@ -428,6 +431,12 @@ class FarmConfig(_Strict):
     # The operators' daily digest: when it is posted and its pressure thresholds (gpufarm.core.config.digest).
     digest: DigestSettings = DigestSettings()
     enforcement: EnforcementSettings = EnforcementSettings()
+    # Borrowing idle quota and preemption on notice, per pool (gpufarm.core.config.lending).
+    lending: LendingSettings = LendingSettings()
+    # How each pool orders its queue and withdraws unapprovable requests (gpufarm.core.config.scheduling).
+    scheduling: SchedulingSettings = SchedulingSettings()
+    # Bounds on the idle window and grace a request may choose (gpufarm.core.config.idle_choice).
+    idle_choice: IdleChoiceSettings = IdleChoiceSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
@@ -435,6 +444,8 @@ class FarmConfig(_Strict):
         problems = self.inventory.problems({n: e.gpu_models for n, e in self.environments.items()}, agent_pools)
         problems += budget_problems(self.budgets, self.teams)
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
+        problems += self.lending.problems(self.environments, self.teams)
+        problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():

@@ -87,7 +87,12 @@ def _covers(wide: Scope, narrow: Scope) -> bool:
 
 def _live_in(alloc: Allocation, scope: Scope) -> bool:
     """True for a live lease in the scope; a doctor's probe is never a lease, whatever state a check put it in."""
-    return alloc.state is not State.RESOLVED and not alloc.is_probe and _in_scope(alloc, scope)
+    return (
+        alloc.state is not State.RESOLVED
+        and not alloc.is_probe
+        and not alloc.is_quota_override
+        and _in_scope(alloc, scope)
+    )
 
 
 @dataclass
@@ -103,6 +108,8 @@ class Reads:
     _listed: dict[str, dict[str, HostInfo]] = field(default_factory=dict)
     _inventory: dict[str, GpuHost | None] = field(default_factory=dict)
     _sizes: dict[tuple[str, str], Sizes] = field(default_factory=dict)
+    # Quota overrides each pool's (or the farm's) live search found, as this invocation's writes left them.
+    _overrides: dict[tuple[str | None, str | None], dict[int, Allocation]] = field(default_factory=dict)
 
     # -- incidents --------------------------------------------------------------------------------------------
 
@@ -125,9 +132,35 @@ class Reads:
                 # What this invocation wrote wins over the search, whose index may not show the write yet.
                 found |= self._written
                 known = {ir: a for ir, a in found.items() if _live_in(a, scope)}
+                self._keep_overrides(scope, found)
                 self._by_ir |= {ir: a for ir, a in known.items() if ir not in self._written}
             self._live[scope] = known
         return sorted(known.values(), key=lambda a: a.ir)
+
+    def _keep_overrides(self, scope: Scope, found: dict[int, Allocation]) -> None:
+        """The quota overrides a search of a pool, a team in a pool, or the farm found, kept for `overrides`."""
+        environment, team, phases = scope
+        if phases is None:
+            self._overrides[(environment, team)] = {
+                ir: a for ir, a in found.items() if a.is_quota_override and _in_scope(a, scope)
+            }
+
+    def overrides(self, environment: str | None = None, team: str | None = None) -> list[Allocation]:
+        """Live quota overrides (gpufarm.core.accounting.overrides) of a team in a pool, a pool, or all, in IR order.
+
+        Seen by the live search of that scope (or a wider one), which `live` makes once and keeps: no search of
+        their own.
+        """
+        wanted: Scope = (environment, team, None)
+        seen = self._overrides.get((environment, team))
+        if seen is None:
+            wider = next((k for k in self._overrides if _covers((*k, None), wanted)), None)
+            if wider is not None:
+                seen = {ir: a for ir, a in self._overrides[wider].items() if _in_scope(a, wanted)}
+        if seen is None:
+            self.live(environment, team)
+            seen = self._overrides.get((environment, team), {})
+        return sorted((a for a in seen.values() if a.state is not State.RESOLVED), key=lambda a: a.ir)
 
     def requested_by(self, user: str) -> list[Allocation]:
         """A user's live allocations, in IR order: one search narrowed by the requester field, whatever the farm holds.
@@ -143,7 +176,11 @@ class Reads:
             found = [self._written.get(a.ir, a) for a in found]
             self._by_ir |= {a.ir: a for a in found if a.ir not in self._written}
             found += [a for a in self._written.values() if a.ir not in {b.ir for b in found}]
-        mine = [a for a in found if a.requester == user and a.state is not State.RESOLVED and not a.is_probe]
+        mine = [
+            a
+            for a in found
+            if a.requester == user and a.state is not State.RESOLVED and not a.is_probe and not a.is_quota_override
+        ]
         return sorted(mine, key=lambda a: a.ir)
 
     def get(self, ir: int) -> Allocation:
@@ -169,8 +206,11 @@ class Reads:
     def _note(self, record: IncidentRecord) -> Allocation:
         alloc = Allocation.from_record(record)
         self._by_ir[alloc.ir] = alloc
+        for (pool, team), seen in self._overrides.items():
+            if alloc.is_quota_override and _in_scope(alloc, (pool, team, None)):
+                seen[alloc.ir] = alloc
         for scope, known in self._live.items():
-            if alloc.state is not State.RESOLVED and _in_scope(alloc, scope):
+            if alloc.state is not State.RESOLVED and not alloc.is_quota_override and _in_scope(alloc, scope):
                 known[alloc.ir] = alloc
             else:
                 known.pop(alloc.ir, None)

@@ -20,16 +20,19 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from gpufarm.core.accounting.budgets import Burn
+from gpufarm.core.accounting.overrides import Override
 from gpufarm.core.chat.block_kit import MAX_SECTION_TEXT, Message, context, section
 from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.digest import quota_changes
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.leases import terms
+from gpufarm.core.leases.ordering import FIFO, Order
 from gpufarm.core.squatters import counts as squatting
 
 MAX_LINES = 15
@@ -74,6 +77,10 @@ class DigestFacts:
     burns: Sequence[Burn] | None = ()
     # Busy GPUs no lease claims, the peak since the last digest per (host, team, pool); None: not measured.
     unattributed: Mapping[tuple[str, str, str], float] | None = field(default_factory=dict)
+    # Quota changes in effect (gpufarm.core.accounting.overrides), for their own section.
+    changes: Sequence[Override] = ()
+    # The order of each fair-share pool's queue per (pool, model) (gpufarm.core.leases.ordering); FIFO where absent.
+    orders: Mapping[tuple[str, str], Order] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,7 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
         Section("Squatters on leased devices", squatter_lines(squatter_tally(facts))),
         Section("Drift the sync repaired", drifted, total=drift_total),
         Section("Quota and budget pressure", pressure_lines(facts, settings)),
+        Section(quota_changes.TITLE, quota_changes.lines(facts.changes, live, facts.now)),
     ]
     news = [p for p in parts if p.count and p.news]
     if not news:
@@ -138,7 +146,7 @@ def waiting_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, 
     """Requests waiting for an operator or for hosts, the longest waiting first."""
     rows: list[tuple[datetime, str]] = []
     pending = [a for a in live if a.phase in ASKED_PHASES or a.phase in terms.WAITING]
-    places = queue_places(pending)
+    places = queue_places(pending, facts.orders)
     for alloc in pending:
         since = terms.waiting_since(alloc) or facts.now
         if alloc.phase in ASKED_PHASES:
@@ -151,17 +159,20 @@ def waiting_lines(live: Iterable[Allocation], facts: DigestFacts, links: Links, 
     return [line for _, line in sorted(rows, key=lambda row: row[0])]
 
 
-def queue_places(pending: Iterable[Allocation]) -> dict[int, terms.Position]:
-    """Each waiting request's place in its pool's queue for its model (as gpufarm.core.leases.terms.position counts it),
-    for all of them at once: first come, first served by IR."""
-    queues: dict[tuple[str | None, str], list[int]] = {}
+def queue_places(
+    pending: Iterable[Allocation], orders: Mapping[tuple[str, str], Order] | None = None
+) -> dict[int, terms.Position]:
+    """Each waiting request's place in its pool's queue for its model, for all of them at once, in the pool's order
+    (`orders`; first come, first served by IR where a pool has none), as gpufarm.core.leases.terms.position counts."""
+    queues: dict[tuple[str, str], list[Allocation]] = {}
     for alloc in pending:
         if alloc.phase is Phase.WAITING:
-            queues.setdefault((alloc.environment, (alloc.gpu_model or "").upper()), []).append(alloc.ir)
+            queues.setdefault((alloc.environment or "", (alloc.gpu_model or "").upper()), []).append(alloc)
     places: dict[int, terms.Position] = {}
-    for (_, model), irs in queues.items():
-        for place, ir in enumerate(sorted(irs), 1):
-            places[ir] = terms.Position(place, len(irs), model or "its model")
+    for pool, queue in queues.items():
+        ranked = (orders or {}).get(pool, FIFO).ranked(queue)
+        for place, alloc in enumerate(ranked, 1):
+            places[alloc.ir] = terms.Position(place, len(ranked), pool[1] or "its model")
     return places
 
 

@@ -17,19 +17,22 @@ history are kept.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from gpufarm.core.accounting import budgets
+from gpufarm.core.accounting import budgets, overrides
 from gpufarm.core.config.digest import DIGEST_TICK_MINUTES, DigestSettings
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import State
+from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import IncidentQuery
+from gpufarm.core.leases import fair_share
+from gpufarm.core.leases.ordering import Order
 from gpufarm.core.squatters.counts import squatted
 
 if TYPE_CHECKING:
@@ -149,9 +152,11 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
     """The digest's facts from this invocation's one view of the farm (see the module docstring)."""
     now = ctx.now()
     live = ctx.live()
+    # The quotas as decisions read them: the farm file's plus the changes in effect.
+    changes = overrides.live(ctx)
     quotas = [
         QuotaUse(name, env, model, team_usage(live, name, env, model, charge=ctx.held), q.gpus, q.hard_limit)
-        for name, spec in sorted(ctx.farm.teams.items())
+        for name, spec in sorted(overrides.apply(ctx.farm, changes).teams.items())
         for env, models in sorted(spec.quotas.items())
         for model, q in sorted(models.items())
     ]
@@ -172,7 +177,15 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
         quotas=quotas,
         burns=burned,
         unattributed=unattributed(ctx.usage, since, now),
+        changes=changes,
+        orders=_orders(ctx, live),
     )
+
+
+def _orders(ctx: LeaseContext, live: Sequence[Allocation]) -> dict[tuple[str, str], Order]:
+    """The order of each pool queue that has a request waiting (FIFO pools read nothing)."""
+    pools = {(a.environment or "", (a.gpu_model or "").upper()) for a in live if a.phase is Phase.WAITING}
+    return {pool: fair_share.pool_order(ctx, *pool) for pool in sorted(pools)}
 
 
 def run(ctx: LeaseContext, *, at: datetime | None = None, force: bool = False) -> DigestRun:

@@ -19,6 +19,7 @@ from enum import StrEnum
 from pydantic import ValidationError
 
 from gpufarm.core.config.farm import FarmConfig, WasteAction
+from gpufarm.core.governance import idle_choice
 from gpufarm.core.governance.charging import Charge, waste_verdict
 from gpufarm.core.kernel import bounded
 from gpufarm.core.kernel.errors import NotAllowed, ValidationFailed
@@ -47,6 +48,8 @@ class Decision:
     team_used: int
     entitled: int
     hard_limit: int | None
+    # GPUs of an approval beyond the team's quota, borrowed from the pool's idle capacity (gpufarm.core.leases.lending).
+    borrowed: int = 0
 
 
 class Action(StrEnum):
@@ -106,6 +109,7 @@ def build_request(
         raise ValidationFailed(
             "duration_days", f"team {team_name} may hold GPUs for at most {team.max_days} days, not {days}"
         )
+    window, grace = idle_choice.choose(farm, env_name.lower(), team_name, raw.get("idle_window"), raw.get("idle_grace"))
     try:
         return GpuRequest(
             team=team_name,
@@ -118,6 +122,8 @@ def build_request(
             requester=requester,
             channel=channel,
             request_id=request_id,
+            idle_window_minutes=window,
+            idle_grace_minutes=grace,
         )
     except ValidationError as exc:
         raise _first_error(exc) from None

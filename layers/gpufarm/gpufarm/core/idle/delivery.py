@@ -15,30 +15,7 @@ a reclaim without one.
 
 from __future__ import annotations
 
-import logging
+# The delivery rule is shared with preemption notices (gpufarm.core.leases.preemption), so it lives below both.
+from gpufarm.core.chat.delivery import deliver_warning, may_pass_later
 
-from gpufarm.core.chat.block_kit import Message
-from gpufarm.core.kernel.errors import UpstreamError
-from gpufarm.core.kernel.ports import Chat
-
-log = logging.getLogger(__name__)
-
-
-def deliver_warning(chat: Chat, user: str | None, message: Message) -> bool:
-    """DM the warning; True when delivered, False when it never can be. UpstreamError when it may pass later."""
-    if not user:
-        return False
-    try:
-        chat.tell_user(user, message.text, message.blocks)
-    except UpstreamError as exc:
-        if may_pass_later(exc):
-            raise
-        log.warning("idle warning for %s cannot be delivered (%s); recorded undelivered", user, exc)
-        return False
-    return True
-
-
-def may_pass_later(exc: UpstreamError) -> bool:
-    """Whether retrying can deliver: no HTTP answer, a rate limit or a server error (Slack's errors carry status)."""
-    status = getattr(exc, "status", None)
-    return not isinstance(status, int) or status == 429 or status >= 500
+__all__ = ["deliver_warning", "may_pass_later"]

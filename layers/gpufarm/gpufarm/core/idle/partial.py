@@ -37,6 +37,7 @@ from gpufarm.core.chat import idle_notices, messages
 from gpufarm.core.config.farm import FarmConfig, IdlePolicy, PartialIdle, PoolKind
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.context.outcome import Outcome
+from gpufarm.core.idle import lease_window
 from gpufarm.core.idle.delivery import deliver_warning
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel import history, units
@@ -266,7 +267,7 @@ def idle(ctx: LeaseContext, alloc: Allocation, scope: IdleScope | None) -> Outco
     """
     if not alloc.hosts:
         return None
-    policy = ctx.farm.idle.policy(alloc.environment, alloc.team)
+    policy = lease_window.policy_for(ctx.farm, alloc)  # the grace the lease chose, else its pool's and team's
     parts = named_parts(alloc, scope, _kind(ctx, alloc))
     if not parts:
         return Outcome(alloc.ir, "ignored: the alert names only parts the lease already gave back")
@@ -428,6 +429,6 @@ def _drop_assign_tags(ctx: LeaseContext, host: str, me: str, held: Sequence[GpuU
 
 
 def grace_over(farm: FarmConfig, alloc: Allocation, now: datetime) -> bool:
-    """True once the lease's idle warning is older than its pool's and team's grace period."""
+    """True once the lease's idle warning is older than its grace period (its own, else its pool's and team's)."""
     warned = alloc.idle_warned_at
-    return warned is not None and now - warned >= timedelta(minutes=farm.idle.grace_for(alloc.environment, alloc.team))
+    return warned is not None and now - warned >= timedelta(minutes=lease_window.policy_for(farm, alloc).grace_minutes)

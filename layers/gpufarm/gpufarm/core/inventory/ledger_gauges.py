@@ -159,6 +159,20 @@ LEDGER_GAUGES = (
         "hour",
         "GPU-hours left in the budget's current period",
     ),
+    # Quota changes in effect (gpufarm.core.accounting.overrides) and GPUs borrowed beyond quota
+    # (gpufarm.core.leases.lending); gpufarm.quota.entitled already includes the changes.
+    GaugeSpec(
+        "gpufarm.quota.override_gpus",
+        ("team", "environment", "gpu_model"),
+        "gpu",
+        "GPUs the quota changes in effect add to (or, negative, take from) the team's quota in the farm file",
+    ),
+    GaugeSpec(
+        "gpufarm.quota.borrowed_gpus",
+        ("team", "environment", "gpu_model"),
+        "gpu",
+        "GPUs the team's live leases hold beyond its quota, borrowed from other teams' unused quota",
+    ),
 )
 
 

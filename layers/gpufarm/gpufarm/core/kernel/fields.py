@@ -90,6 +90,18 @@ DEVICES = "gpufarm_devices"
 # (gpufarm.core.idle.partial), so one idle host of a busy lease is judged, cleared and returned on its own.
 IDLE_PARTS = "gpufarm_idle_parts"
 IDLE_RETURNED = "gpufarm_idle_returned"
+# The code of the latest reason the lease waits, was refused or ended (gpufarm.core.kernel.reason_trail); its sentence
+# is the history line that carries the same `[code]`.
+REASON = "gpufarm_reason"
+# The month (YYYY-MM, UTC) a lease ended in with its reason, so the reports find ends that held no GPU-hours
+# (refused, rejected, withdrawn, cancelled) by month, as they find the others by gpu_hours_months.
+REASON_MONTH = "gpufarm_reason_month"
+# The lease's own idle window and grace, chosen at request time within the pool's bounds
+# (gpufarm.core.idle.lease_window).
+IDLE_WINDOW_MINUTES = "idle_window_minutes"
+IDLE_GRACE_MINUTES = "idle_grace_minutes"
+# Since when a lease with its own idle window is idle, while a monitor's alert waits for that window to pass.
+IDLE_PENDING = "gpufarm_idle_pending"
 # The lease's audit trail: one line per step, appended in the same PATCH as the change (gpufarm.core.kernel.history).
 HISTORY = "gpufarm_history"
 # Bounded keeps and operator exemptions (gpufarm.core.idle.keeps).
@@ -111,6 +123,17 @@ GPU_HOURS_MONTHS = "gpu_hours_months"
 # The lease's open squatting episodes, `<host>/<uuid>=<since>[;stop=<time>]` each (gpufarm.core.squatters.episodes):
 # who was told once, since when, and when the squatter's stop was published.
 SQUATTERS = "gpufarm_squatters"
+# Lending (gpufarm.core.leases.lending, gpufarm.core.leases.preemption): the GPUs a lease borrowed beyond its team's
+# quota, and once the lending team needs them back, when it is reclaimed and for whom.
+BORROWED = "gpufarm_borrowed"
+PREEMPT_AT = "gpufarm_preempt_at"
+PREEMPT_FOR = "gpufarm_preempt_for"
+# What an incident of gpufarm's type is: a lease (the field empty) or a quota override (gpufarm.core.accounting
+# .overrides), whose change of GPUs and end are its own fields.
+KIND = "gpufarm_kind"
+QUOTA_OVERRIDE = "quota-override"  # the kind of a quota change's incident
+QUOTA_DELTA = "gpufarm_quota_delta"
+QUOTA_UNTIL = "gpufarm_quota_until"
 
 SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(
@@ -178,6 +201,18 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTARRAY,
         "Every step of the lease, one line each: time, actor, step, details (append-only)",
     ),
+    FieldSpec(REASON, "Reason", FieldKind.TEXTBOX, "Code of the latest reason it waits, was refused or ended"),
+    FieldSpec(REASON_MONTH, "Reason month", FieldKind.TEXTBOX, "YYYY-MM (UTC) of the end its reason was given in"),
+    FieldSpec(
+        IDLE_WINDOW_MINUTES, "Idle window (min)", FieldKind.TEXTBOX, "Minutes idle before a warning, chosen at request"
+    ),
+    FieldSpec(
+        IDLE_GRACE_MINUTES,
+        "Idle grace (min)",
+        FieldKind.TEXTBOX,
+        "Minutes from an idle warning to reclaim, chosen at request",
+    ),
+    FieldSpec(IDLE_PENDING, "Idle since", FieldKind.TEXTBOX, "ISO 8601 UTC time idle since, while its own window runs"),
     FieldSpec(KEEP_COUNT, "Keeps used", FieldKind.TEXTBOX, "How many times Keep answered an idle warning"),
     FieldSpec(KEPT_UNTIL, "Kept until", FieldKind.TEXTBOX, "ISO 8601 UTC time the last Keep holds idle reclaim off"),
     FieldSpec(EXEMPT_UNTIL, "Exempt until", FieldKind.TEXTBOX, "ISO 8601 UTC end of an operator's idle exemption"),
@@ -210,6 +245,14 @@ SCHEMA: tuple[FieldSpec, ...] = (
         FieldKind.TEXTARRAY,
         "host/device=since[;stop=time] of each device of the lease squatted now, told once (and its stop)",
     ),
+    FieldSpec(BORROWED, "GPUs borrowed", FieldKind.TEXTBOX, "GPUs of the lease beyond its team's quota, borrowed idle"),
+    FieldSpec(
+        PREEMPT_AT, "Preempted at", FieldKind.TEXTBOX, "ISO 8601 UTC time a borrowing lease is reclaimed on notice"
+    ),
+    FieldSpec(PREEMPT_FOR, "Preempted for", FieldKind.TEXTBOX, "The request of the lending team that needs the GPUs"),
+    FieldSpec(KIND, "gpufarm kind", FieldKind.TEXTBOX, "Empty for a lease; quota-override for a quota change"),
+    FieldSpec(QUOTA_DELTA, "Quota change", FieldKind.TEXTBOX, "Signed GPUs a quota override adds to the team's quota"),
+    FieldSpec(QUOTA_UNTIL, "Quota change until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a quota override"),
 )
 
 BY_NAME: dict[str, FieldSpec] = {spec.name: spec for spec in SCHEMA}

@@ -72,6 +72,9 @@ class Step(StrEnum):
     SQUATTER_STOPPED = "squatter-stopped"  # its squatter outlasted the grace: the stop was published on the host
     SQUATTER_CLEARED = "squatter-cleared"  # the episode ended (the squatter monitor's group recovered)
     PROBED = "probed"  # a `gpufarm doctor` probe reached the incident webhook (gpufarm.core.leases.probe)
+    PREEMPTING = "preempting"  # a borrowing lease told it is taken back, by when and for whom (leases.preemption)
+    BORROWING = "borrowing"  # a lending team's request waits for borrowers, and why (gpufarm.core.leases.preemption)
+    EXPIRED = "expired"  # a quota override at its end (gpufarm.core.accounting.overrides)
     SUMMARY = "summary"
 
 

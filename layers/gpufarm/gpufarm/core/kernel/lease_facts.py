@@ -39,6 +39,7 @@ class LeaseFacts:
     host_gpus: Mapping[str, int] = field(default_factory=dict)
     allocated_at: datetime | None = None
     reclaim_reason: ReclaimReason | None = None
+    reason: str | None = None  # the latest reason code given (gpufarm.core.kernel.reason_trail)
     history: tuple[str, ...] = ()
     hours_held: float = 0.0
     hours_busy: float = 0.0
@@ -47,6 +48,17 @@ class LeaseFacts:
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
     modified: datetime | None = None
+    # What a quota change's incident holds (gpufarm.core.accounting.override_terms): the report counts it apart.
+    gpu_model: str | None = None
+    approved_by: str | None = None
+    kind: str | None = None
+    quota_delta: int | None = None
+    quota_until: datetime | None = None
+
+    @property
+    def is_quota_override(self) -> bool:
+        """True for a quota change's incident: never a lease."""
+        return self.kind == f.QUOTA_OVERRIDE
 
     @property
     def ir_label(self) -> str:
@@ -72,6 +84,7 @@ class LeaseFacts:
             host_gpus=fv.decode_host_gpus(fv.items(get(f.HOST_GPUS))),
             allocated_at=fv.parse_time(fv.text(get(f.ALLOCATED_AT))),
             reclaim_reason=fv.enum(ReclaimReason, fv.text(get(f.RECLAIM_REASON)), None),
+            reason=fv.text(get(f.REASON)),
             history=tuple(fv.items(get(f.HISTORY))),
             hours_held=fv.hours(get(f.GPU_HOURS_HELD)),
             hours_busy=fv.hours(get(f.GPU_HOURS_BUSY)),
@@ -80,6 +93,11 @@ class LeaseFacts:
             hours_until=fv.parse_time(fv.text(get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(fv.items(get(f.GPU_HOURS_BY_MONTH))),
             modified=modified,
+            gpu_model=fv.text(get(f.GPU_MODEL)),
+            approved_by=fv.text(get(f.APPROVED_BY)),
+            kind=fv.text(get(f.KIND)),
+            quota_delta=fv.whole(get(f.QUOTA_DELTA)),
+            quota_until=fv.parse_time(fv.text(get(f.QUOTA_UNTIL))),
         )
 
     @classmethod
@@ -97,6 +115,7 @@ class LeaseFacts:
             host_gpus=alloc.host_gpus,
             allocated_at=alloc.allocated_at,
             reclaim_reason=alloc.reclaim_reason,
+            reason=alloc.reason,
             history=alloc.history,
             hours_held=alloc.hours_held,
             hours_busy=alloc.hours_busy,
@@ -105,4 +124,9 @@ class LeaseFacts:
             hours_until=alloc.hours_until,
             hours_by_month=alloc.hours_by_month,
             modified=alloc.modified,
+            gpu_model=alloc.gpu_model,
+            approved_by=alloc.approved_by,
+            kind=alloc.kind,
+            quota_delta=alloc.quota_delta,
+            quota_until=alloc.quota_until,
         )

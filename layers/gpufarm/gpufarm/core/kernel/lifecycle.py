@@ -39,6 +39,11 @@ class ReclaimReason(StrEnum):
     CANCELLED = "cancelled"
     # Approved but no hosts came within the lease policy's waiting limit (gpufarm.core.leases.terms).
     WITHDRAWN = "withdrawn"
+    # A borrowing lease taken back on notice for the lending team (gpufarm.core.leases.preemption).
+    PREEMPTED = "preempted"
+    # Beyond quota, and no operator could approve it within the team's hard limit for the pool's policy time
+    # (gpufarm.core.leases.unapprovable).
+    UNAPPROVABLE = "unapprovable"
 
 
 PHASE_STATE: dict[Phase, State] = {

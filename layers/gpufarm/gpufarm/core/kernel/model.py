@@ -62,6 +62,8 @@ def validate_name(field: str, value: str) -> str:
 
 # The request id prefix of `gpufarm doctor`'s probe incidents (gpufarm.core.leases.probe).
 PROBE_PREFIX = "doctor-"
+# The kind field of a quota override's incident (gpufarm.core.accounting.overrides): never a lease.
+QUOTA_OVERRIDE = f.QUOTA_OVERRIDE
 
 
 class GpuRequest(BaseModel):
@@ -79,6 +81,10 @@ class GpuRequest(BaseModel):
     requester: str = Field(pattern=SLACK_USER_PATTERN)
     channel: str | None = Field(default=None, pattern=r"^[CDG][A-Z0-9]{2,20}$")
     request_id: str = Field(min_length=8, max_length=80, pattern=r"^[A-Za-z0-9_.:\-]+$")
+    # The lease's own idle window and grace in minutes, chosen within the pool's bounds
+    # (gpufarm.core.governance.idle_choice).
+    idle_window_minutes: int | None = Field(default=None, ge=1, le=7 * 24 * 60)
+    idle_grace_minutes: int | None = Field(default=None, ge=1, le=7 * 24 * 60)
 
     def title(self) -> str:
         """Incident title people see in Datadog."""
@@ -100,6 +106,8 @@ class GpuRequest(BaseModel):
             f.EXPIRES_AT: isoformat(now + timedelta(days=self.duration_days)),
             f.REQUEST_ID: self.request_id,
             f.SLACK_CHANNEL: self.channel,
+            **({f.IDLE_WINDOW_MINUTES: str(self.idle_window_minutes)} if self.idle_window_minutes else {}),
+            **({f.IDLE_GRACE_MINUTES: str(self.idle_grace_minutes)} if self.idle_grace_minutes else {}),
         }
 
 
@@ -157,6 +165,12 @@ class Allocation(BaseModel):
     slack_channel: str | None = None
     slack_message: str | None = None
     history: tuple[str, ...] = ()
+    # The code of the latest reason (gpufarm.core.kernel.reason_trail), as stored.
+    reason: str | None = None
+    # The lease's own idle window and grace in minutes, when chosen at request time (gpufarm.core.idle.lease_window).
+    idle_window_minutes: int | None = None
+    idle_grace_minutes: int | None = None
+    idle_pending: datetime | None = None
     keep_count: int = 0
     kept_until: datetime | None = None
     exempt_until: datetime | None = None
@@ -170,12 +184,25 @@ class Allocation(BaseModel):
     hours_by_month: tuple[str, ...] = ()
     # Open squatting episodes on the lease's devices, as stored (decoded by gpufarm.core.squatters.episodes).
     squatters: tuple[str, ...] = ()
+    # Lending (gpufarm.core.leases.lending, .preemption): GPUs borrowed beyond quota, the notice's deadline and whom.
+    borrowed: int = 0
+    preempt_at: datetime | None = None
+    preempt_for: str | None = None
+    # A quota override's kind, change and end (gpufarm.core.accounting.overrides); a lease has no kind.
+    kind: str | None = None
+    quota_delta: int | None = None
+    quota_until: datetime | None = None
     modified: datetime | None = None
 
     @property
     def is_probe(self) -> bool:
         """True for `gpufarm doctor`'s scratch incident (gpufarm.core.leases.probe): never a lease."""
         return (self.request_id or "").startswith(PROBE_PREFIX)
+
+    @property
+    def is_quota_override(self) -> bool:
+        """True for a quota change's incident (gpufarm.core.accounting.overrides): never a lease."""
+        return self.kind == QUOTA_OVERRIDE
 
     @property
     def ir_label(self) -> str:
@@ -223,6 +250,10 @@ class Allocation(BaseModel):
             slack_channel=_text(v.get(f.SLACK_CHANNEL)),
             slack_message=_text(v.get(f.SLACK_MESSAGE)),
             history=tuple(_list(v.get(f.HISTORY))),
+            reason=_text(v.get(f.REASON)),
+            idle_window_minutes=_int(v.get(f.IDLE_WINDOW_MINUTES)),
+            idle_grace_minutes=_int(v.get(f.IDLE_GRACE_MINUTES)),
+            idle_pending=parse_time(_text(v.get(f.IDLE_PENDING))),
             keep_count=_int(v.get(f.KEEP_COUNT)) or 0,
             kept_until=parse_time(_text(v.get(f.KEPT_UNTIL))),
             exempt_until=parse_time(_text(v.get(f.EXEMPT_UNTIL))),
@@ -234,5 +265,11 @@ class Allocation(BaseModel):
             hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),
             squatters=tuple(_list(v.get(f.SQUATTERS))),
+            borrowed=max(0, _int(v.get(f.BORROWED)) or 0),
+            preempt_at=parse_time(_text(v.get(f.PREEMPT_AT))),
+            preempt_for=_text(v.get(f.PREEMPT_FOR)),
+            kind=_text(v.get(f.KIND)),
+            quota_delta=_int(v.get(f.QUOTA_DELTA)),
+            quota_until=parse_time(_text(v.get(f.QUOTA_UNTIL))),
             modified=record.modified,
         )

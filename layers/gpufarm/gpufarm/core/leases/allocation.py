@@ -2,7 +2,8 @@
 
 Hosts are chosen by model, pool, free capacity and the placement policy (gpufarm.core.inventory.placement), tagged
 with what gpufarm.core.kernel.tags says an allocation writes, then written into the incident; the requester is
-told. A pool with no room puts the lease in its queue (waiting), first come first served per model. Tags are
+told. A pool with no room puts the lease in its queue (waiting), in the pool's order per model
+(gpufarm.core.leases.ordering: first come first served, or fair share), with the reason it waits. Tags are
 re-read before they are written, and on a dedicated pool read again after, so even a lapse in the pool's
 serialization never puts a host in two dedicated leases (docs/design.md, rule 4).
 """
@@ -18,7 +19,7 @@ from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.inventory.placement import free_capacity, place, pool_hosts
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.hosts import IR_KEY, GpuHost, tag_values
@@ -27,7 +28,8 @@ from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, encode_host_gpus, isoformat
 from gpufarm.core.kernel.tags import allocation_tags, assign_tags, is_assign_of
 from gpufarm.core.kernel.units import Devices, assign_units, encode_devices, holdings
-from gpufarm.core.leases import notices, terms
+from gpufarm.core.leases import fair_share, notices, preemption, terms
+from gpufarm.core.leases.ordering import FIFO, Order
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +38,26 @@ MAX_REPLANS = 3
 
 
 @invocation
-def allocate(ctx: LeaseContext, alloc: Allocation) -> Outcome:
-    """Pick hosts, tag them, write them into the incident; waiting when the pool is full."""
+def allocate(ctx: LeaseContext, alloc: Allocation, order: Order | None = None) -> Outcome:
+    """Pick hosts, tag them, write them into the incident; waiting when the pool is full or its order serves
+    others first (`order`: the pool's, gpufarm.core.leases.ordering; read here when not given)."""
     if alloc.phase not in (Phase.APPROVED, Phase.WAITING) or alloc.state is State.RESOLVED:
         return Outcome(alloc.ir, f"nothing to do ({alloc.phase.value})")
     env = ctx.farm.environments.get(alloc.environment or "")
     if env is None or alloc.gpu_count < 1:
         # Config changed under a live request: nothing can ever be placed; say so rather than loop.
         log.warning("%s names pool %r that the farm configuration lacks", alloc.ir_label, alloc.environment)
-        return go_waiting(ctx, alloc)
-    model = (alloc.gpu_model or "").upper()
-    older = [a for a in ctx.live(alloc.environment, phases={Phase.WAITING}) if a.gpu_model == model and a.ir < alloc.ir]
-    if older:
-        # First come, first served per model: a newer request does not overtake a waiting one.
-        return go_waiting(ctx, alloc)
-    return _place(ctx, alloc, env.kind)
+        return go_waiting(ctx, alloc, FIFO)
+    if order is None:
+        order = fair_share.pool_order(ctx, alloc.environment or "", alloc.gpu_model or "")
+    # The pool's order per model: a request does not overtake one its pool serves first (first come, first served
+    # unless the pool orders by fair share).
+    if order.ahead(alloc, terms.queue_of(alloc, ctx.live(alloc.environment, phases={Phase.WAITING}))):
+        return go_waiting(ctx, alloc, order, behind=True)
+    return _place(ctx, alloc, env.kind, order)
 
 
-def _place(ctx: LeaseContext, alloc: Allocation, kind: PoolKind) -> Outcome:
+def _place(ctx: LeaseContext, alloc: Allocation, kind: PoolKind, order: Order) -> Outcome:
     """Plan, tag and record; a host found taken meanwhile is left out and the plan made again (MAX_REPLANS)."""
     env_name, model = alloc.environment or "", (alloc.gpu_model or "").upper()
     me = ir_tag_value(alloc.ir)
@@ -66,7 +70,7 @@ def _place(ctx: LeaseContext, alloc: Allocation, kind: PoolKind) -> Outcome:
         plan = place(kind, free, alloc.gpu_count, prefer=already)
         if not plan:
             _untag_strays(ctx, alloc, already, set())
-            return go_waiting(ctx, alloc)
+            return go_waiting(ctx, alloc, order)
         devices = _choose_units(ctx, alloc, kind, hosts, plan)
         taken = _tag_hosts(ctx, alloc, plan, dedicated=kind is PoolKind.DEDICATED, devices=devices)
         if not taken:
@@ -84,37 +88,53 @@ def _untag_strays(ctx: LeaseContext, alloc: Allocation, already: frozenset[str],
 
 @invocation
 def allocate_waiting(ctx: LeaseContext, environment: str) -> list[Outcome]:
-    """After capacity frees: allocate approved/waiting incidents of a pool, oldest first per model."""
-    queue = sorted(ctx.live(environment, phases={Phase.APPROVED, Phase.WAITING}), key=lambda a: a.ir)
+    """After capacity frees: allocate approved/waiting incidents of a pool in its order per model (oldest first,
+    or by fair share); the first that waits holds back the rest of its model."""
+    live = ctx.live(environment, phases={Phase.APPROVED, Phase.WAITING})
+    orders: dict[str, Order] = {}
+    for model in sorted({(a.gpu_model or "").upper() for a in live}):
+        orders[model] = fair_share.pool_order(ctx, environment, model)
+    queue = sorted(live, key=lambda a: (orders[(a.gpu_model or "").upper()].key(a), a.ir))
     outcomes: list[Outcome] = []
     blocked: set[str] = set()
     for alloc in queue:
         model = (alloc.gpu_model or "").upper()
         if model in blocked:
             continue
-        outcome = allocate(ctx, alloc)
+        outcome = allocate(ctx, alloc, orders[model])
         outcomes.append(outcome)
         if outcome.action.startswith("waiting"):
             blocked.add(model)
     return outcomes
 
 
-def go_waiting(ctx: LeaseContext, alloc: Allocation) -> Outcome:
-    """The lease waits for hosts: its place in the pool's queue for its model, told to the requester once."""
+def go_waiting(ctx: LeaseContext, alloc: Allocation, order: Order, *, behind: bool = False) -> Outcome:
+    """The lease waits for hosts: its place in the pool's queue for its model and the reason, told to the requester
+    once (`behind`: it waits because its pool serves others first, not for want of room)."""
     if alloc.phase is Phase.WAITING:
+        _claim(ctx, alloc)
         return Outcome(alloc.ir, "waiting (still)")
-    # Its place among the pool's requests waiting for the model, first come first served (gpufarm.core.leases.terms).
-    spot = terms.position(alloc, ctx.live(alloc.environment, phases=terms.WAITING))
-    queued = f"position {spot.place} of {spot.of} for {spot.gpu_model}"
+    # Its place among the pool's requests waiting for the model, in the pool's order (gpufarm.core.leases.ordering).
+    live = ctx.live(alloc.environment, phases=terms.WAITING)
+    spot = terms.position(alloc, live, order)
+    reason = order.waiting_reason(alloc, order.ranked(terms.queue_of(alloc, live)), behind=behind)
     updated = ctx.write(
         alloc,
         Phase.WAITING,
-        {f.WAITING_SINCE: isoformat(ctx.now())},
-        step=ctx.step(history.GPUFARM, Step.WAITING, queued),
+        {f.WAITING_SINCE: isoformat(ctx.now()), **reason_trail.fields(reason)},
+        step=ctx.step(history.GPUFARM, Step.WAITING, reason_trail.detail(reason)),
     )
     deadline = terms.waiting_deadline(updated, ctx.farm)
     ctx.tell(updated.requester, notices.waiting(updated, spot, deadline, ctx.links_for(updated)))
+    _claim(ctx, updated)
     return Outcome(alloc.ir, "waiting")
+
+
+def _claim(ctx: LeaseContext, alloc: Allocation) -> None:
+    """A waiting request of a lending team takes back what borrowers hold (gpufarm.core.leases.preemption)."""
+    claimed = preemption.claim(ctx, alloc)
+    if claimed.reason is not None:
+        preemption.record_wait(ctx, ctx.get(alloc.ir), claimed.reason)
 
 
 def _choose_units(

@@ -18,13 +18,14 @@ from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.context.outcome import Outcome
 from gpufarm.core.governance.policy import Action, authorize
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.errors import Conflict
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.ir import ir_tag_value
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State, check_transition
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.leases import metrics, notices
+from gpufarm.core.leases.end_reasons import end_reason
 from gpufarm.core.leases.operators import update_operator_message
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,8 @@ REASON_TEXT = {
     ReclaimReason.RESOLVED_IN_DATADOG: "its incident was resolved in Datadog",
     ReclaimReason.CANCELLED: "the request was cancelled",
     ReclaimReason.WITHDRAWN: "it waited past its limit for hosts and was withdrawn",
+    ReclaimReason.PREEMPTED: "it borrowed idle GPUs and was taken back on notice for the team that lent them",
+    ReclaimReason.UNAPPROVABLE: "no operator could approve it within the team's hard limit, and it was withdrawn",
 }
 
 
@@ -64,11 +67,21 @@ def resolve(
     ctx: LeaseContext, alloc: Allocation, reason: ReclaimReason, *, by: str | None, note: str | None = None
 ) -> Message:
     """Write the lease's end (phase reclaiming, the reason, its final GPU-hours); the webhook then reclaims."""
+    if alloc.is_quota_override:
+        # A quota change holds no GPUs: it ends at its end, or an operator rejects it (core.accounting.quota_requests).
+        raise Conflict(f"{alloc.ir_label} is a quota change, not a lease; it ends on its own at its end")
     if alloc.state is State.RESOLVED or alloc.phase in (Phase.RECLAIMING, Phase.RECLAIMED, Phase.REJECTED):
         raise Conflict(f"{alloc.ir_label} has already ended ({alloc.phase.value})")
-    # The lease's final GPU-hours land with its end (gpufarm.core.accounting.gpu_hours).
-    ended = {f.RECLAIM_REASON: reason.value, **gpu_hours.final_fields(alloc, ctx.now())}
-    ctx.write(alloc, Phase.RECLAIMING, ended, step=_ended_step(ctx, reason, by, note))
+    # The lease's final GPU-hours land with its end (gpufarm.core.accounting.gpu_hours), and its reason
+    # (gpufarm.core.kernel.reason_trail).
+    why = end_reason(ctx.farm, alloc, reason, ctx.now(), by=by, note=note)
+    ended = {
+        f.RECLAIM_REASON: reason.value,
+        **gpu_hours.final_fields(alloc, ctx.now()),
+        **reason_trail.fields(why, ctx.now()),
+    }
+    step = _ended_step(ctx, reason, by, note, reason_trail.detail(why))
+    ctx.write(alloc, Phase.RECLAIMING, ended, step=step)
     if alloc.phase is Phase.REQUESTED and alloc.slack_message:
         who = f" by {mention(by)}" if by else ""
         update_operator_message(ctx, alloc, f"Cancelled{who}" + (f": {inert(note)}" if note else ""))
@@ -91,16 +104,20 @@ def reclaim(ctx: LeaseContext, alloc: Allocation) -> Outcome:
         ctx.untag_host(host, alloc)
     reason = alloc.reclaim_reason or ReclaimReason.RESOLVED_IN_DATADOG
     check_transition(Phase.RECLAIMING, Phase.RECLAIMED)
+    recorded: dict[str, object] = {}  # the end's reason, when resolve did not record it
     if alloc.phase is Phase.RECLAIMING:
         freed = ctx.step(history.GPUFARM, Step.FREED, f"hosts: {', '.join(hosts) or 'none'}")
     else:  # resolved in Datadog's UI: nobody went through gpufarm, so this is where the reclaim is recorded
-        freed = ctx.step(history.DATADOG, Step.RECLAIMED, f"reason: {reason.value}", f"hosts: {', '.join(hosts)}")
+        why = end_reason(ctx.farm, alloc, reason, ctx.now())
+        recorded = reason_trail.fields(why, ctx.now())
+        details = (f"reason: {reason.value}", f"hosts: {', '.join(hosts)}", reason_trail.detail(why))
+        freed = ctx.step(history.DATADOG, Step.RECLAIMED, *details)
     # The devices field is emptied only for a lease that recorded units (a dedicated lease's PATCH unchanged).
     no_devices: dict[str, object] = {f.DEVICES: []} if alloc.devices else {}
     updated = ctx.write(
         alloc,
         Phase.RECLAIMED,
-        {f.HOSTS: [], f.HOST_GPUS: [], **no_devices, f.RECLAIM_REASON: reason.value},
+        {f.HOSTS: [], f.HOST_GPUS: [], **no_devices, f.RECLAIM_REASON: reason.value, **recorded},
         check=False,
         step=freed,
     )
@@ -110,7 +127,9 @@ def reclaim(ctx: LeaseContext, alloc: Allocation) -> Outcome:
         hours = ctx.farm.leases.policy(alloc.environment, alloc.team).waiting_max_hours
         message = notices.withdrawn(updated, hours, ctx.links_for(updated))
     else:
-        message = messages.reclaimed(updated, REASON_TEXT[reason], hosts, ctx.links_for(updated))
+        # The reason with its numbers, as the history and `/gpu status` give it (gpufarm.core.leases.end_reasons).
+        said = f"{REASON_TEXT[reason]}: {end_reason(ctx.farm, alloc, reason, ctx.now()).line()}"
+        message = messages.reclaimed(updated, said, hosts, ctx.links_for(updated))
     ctx.tell(updated.requester, message)
     ctx.post_operators(message)
     return Outcome(alloc.ir, "reclaimed", tuple(hosts))
@@ -126,13 +145,14 @@ def ended(alloc: Allocation) -> str:
     return f"{alloc.ir_label} has ended ({REASON_TEXT[reason]})"
 
 
-def _ended_step(ctx: LeaseContext, reason: ReclaimReason, by: str | None, note: str | None) -> history.Entry:
-    """The history entry of a lease ending: released, cancelled, or reclaimed with its reason and note."""
+def _ended_step(ctx: LeaseContext, reason: ReclaimReason, by: str | None, note: str | None, why: str) -> history.Entry:
+    """The history entry of a lease ending: released, cancelled, withdrawn or reclaimed, with its note, and last the
+    reason line (`why`, gpufarm.core.kernel.reason_trail)."""
     if reason is ReclaimReason.RELEASED:
-        return ctx.step(by, Step.RELEASED)
+        return ctx.step(by, Step.RELEASED, why)
     if reason is ReclaimReason.CANCELLED:
-        return ctx.step(by, Step.CANCELLED)
-    if reason is ReclaimReason.WITHDRAWN:
-        return ctx.step(history.SYNC, Step.WITHDRAWN, "no hosts within the waiting limit")
+        return ctx.step(by, Step.CANCELLED, why)
+    if reason in (ReclaimReason.WITHDRAWN, ReclaimReason.UNAPPROVABLE):
+        return ctx.step(history.SYNC, Step.WITHDRAWN, why)
     actor = by or (history.MONITOR if reason is ReclaimReason.IDLE else history.SYNC)
-    return ctx.step(actor, Step.RECLAIMED, f"reason: {reason.value}", f"note: {note}" if note else "")
+    return ctx.step(actor, Step.RECLAIMED, f"reason: {reason.value}", f"note: {note}" if note else "", why)

@@ -19,6 +19,8 @@ from gpufarm.core.leases.ending import ended
 def extend(ctx: LeaseContext, ir: int, actor: str, days: int | None = None) -> Message:
     """Push the expiry out, within the team's max_days."""
     alloc = ctx.get(ir)
+    if alloc.is_quota_override:
+        raise Conflict(f"{alloc.ir_label} is a quota change, not a lease; ask for another change to hold it longer")
     authorize(Action.EXTEND, actor, ctx.operators(), alloc)
     ctx.membership().check(actor, alloc.team, f"extend {alloc.ir_label}")
     if alloc.state is State.RESOLVED or alloc.phase not in GRANTED_PHASES | {Phase.REQUESTED}:

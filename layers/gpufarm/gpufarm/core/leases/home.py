@@ -28,7 +28,7 @@ from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.serial import IncidentCommand, Op
-from gpufarm.core.leases import queries, terms
+from gpufarm.core.leases import fair_share, queries, terms
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +138,7 @@ def _who(ctx: LeaseContext, user: str, mine: Iterable[Allocation]) -> tuple[bool
 def _reasons(ctx: LeaseContext, waiting: list[Allocation], queue: list[Allocation] | None) -> list[Waiting]:
     """Each waiting request with why it waits: its place in its pool's queue, or the operators' decision. `queue`:
     the live leases in the queue's phases when already read, else each pool's queue is read (queries.positions)."""
-    if queue is None:
-        places = {ir: str(p) for ir, p in queries.positions(ctx, waiting).items()}
-    else:
-        places = {a.ir: str(terms.position(a, queue)) for a in waiting if a.phase is Phase.WAITING}
+    places = _places(ctx, waiting, queue)
     out = []
     for alloc in sorted(waiting, key=lambda a: a.ir):
         if alloc.phase is Phase.REQUESTED:
@@ -153,6 +150,19 @@ def _reasons(ctx: LeaseContext, waiting: list[Allocation], queue: list[Allocatio
             reason = "approved; its hosts are being allocated"
         out.append(Waiting(alloc, reason))
     return out
+
+
+def _places(ctx: LeaseContext, waiting: list[Allocation], queue: list[Allocation] | None) -> dict[int, str]:
+    """Each waiting request's place in its pool's queue, in the pool's order."""
+    if queue is None:
+        return {ir: str(p) for ir, p in queries.positions(ctx, waiting).items()}
+
+    def pool(a: Allocation) -> tuple[str, str]:
+        return a.environment or "", (a.gpu_model or "").upper()
+
+    held = [a for a in waiting if a.phase is Phase.WAITING]
+    orders = {key: fair_share.pool_order(ctx, *key) for key in sorted({pool(a) for a in held})}
+    return {a.ir: str(terms.position(a, queue, orders[pool(a)])) for a in held}
 
 
 def _last_details(alloc: Allocation, step: Step) -> str:

@@ -38,7 +38,7 @@ def waiting(alloc: Allocation, position: Position, deadline: datetime | None, li
     limit = f" If no hosts free by {_when(deadline)} it is withdrawn." if deadline else ""
     text = (
         f":hourglass: *{alloc.ir_label}* is approved but `{inert(alloc.environment)}` has no room for "
-        f"{alloc.gpu_count}x {inert(alloc.gpu_model)} right now: it is {inert(position)} (first come, first served). "
+        f"{alloc.gpu_count}x {inert(alloc.gpu_model)} right now: it is {inert(position)}. "
         f"Its {_days(alloc.duration_days)} when its hosts are allocated.{limit}"
     )
     return linked(alloc, Message(text.replace("*", "").replace("`", ""), [section(text)]), links)

@@ -19,12 +19,13 @@ from gpufarm.core.chat.links import DEVICE_IR_KEY
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.errors import GpufarmError, UpstreamError
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.ir import ir_tag_value
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.ports import MetricsQuery
+from gpufarm.core.kernel.reasons import Reason, ReasonCode
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,10 @@ def ask_operators(ctx: LeaseContext, alloc: Allocation, reason: str) -> None:
     name = ctx.chat.user_name(alloc.requester) if alloc.requester else None
     message = cards.request_card(alloc, reason, name, gather(ctx, alloc))
     ts = ctx.chat.post_message(ctx.operators_channel, message.text, message.blocks)
-    asked = history.appended(alloc.history, ctx.step(history.POLICY, Step.ASKED, reason))
-    ctx.write_fields(alloc, {f.SLACK_MESSAGE: f"{ctx.operators_channel}/{ts}", f.HISTORY: asked})
+    why = Reason(ReasonCode.AWAITING_OPERATOR, reason)
+    asked = history.appended(alloc.history, ctx.step(history.POLICY, Step.ASKED, reason_trail.detail(why)))
+    where = {f.SLACK_MESSAGE: f"{ctx.operators_channel}/{ts}", f.HISTORY: asked, **reason_trail.fields(why)}
+    ctx.write_fields(alloc, where)
 
 
 def update_operator_message(ctx: LeaseContext, alloc: Allocation, outcome: str) -> None:

@@ -21,6 +21,9 @@ def process(ctx: LeaseContext, incident_id: str, arrival: str | None = None) -> 
     alloc = ctx.reads().get_by_id(incident_id)
     if alloc.is_probe:
         return [probe.note_webhook(ctx, alloc, arrival) if arrival else Outcome(alloc.ir, "nothing to do (probe)")]
+    if alloc.is_quota_override:
+        # A quota change holds no hosts: its phases say pending, in effect or ended (gpufarm.core.accounting.overrides).
+        return [Outcome(alloc.ir, "nothing to do (quota override)")]
     if alloc.state is State.RESOLVED:
         outcomes = [reclaim(ctx, alloc)]
         if outcomes[0].action == "reclaimed" and alloc.environment:

@@ -13,7 +13,7 @@ from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.governance import visibility
 from gpufarm.core.kernel.errors import NotAllowed, ValidationFailed
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.leases import terms
+from gpufarm.core.leases import fair_share, terms
 
 
 @invocation
@@ -68,10 +68,16 @@ def list_allocations(ctx: LeaseContext, scope: str, user: str, team: str | None 
 
 
 def positions(ctx: LeaseContext, shown: Iterable[Allocation]) -> dict[int, terms.Position]:
-    """Queue positions of the waiting allocations among `shown`, against everything waiting in their pools."""
+    """Queue positions of the waiting allocations among `shown`, against everything waiting in their pools, each in
+    its pool's order with why it stands there (gpufarm.core.leases.ordering)."""
     waiting = [a for a in shown if a.phase in terms.WAITING]
     out: dict[int, terms.Position] = {}
-    for env in sorted({a.environment or "" for a in waiting}):
+    for env, model in sorted({(a.environment or "", (a.gpu_model or "").upper()) for a in waiting}):
         queue = ctx.live(env, phases=terms.WAITING)
-        out |= {a.ir: terms.position(a, queue) for a in waiting if a.environment == env}
+        order = fair_share.pool_order(ctx, env, model)
+        out |= {
+            a.ir: terms.position(a, queue, order)
+            for a in waiting
+            if a.environment == env and (a.gpu_model or "").upper() == model
+        }
     return out

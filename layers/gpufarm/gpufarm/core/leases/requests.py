@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from gpufarm.core.accounting import budgets
+from gpufarm.core.accounting import budgets, overrides, quota_requests
 from gpufarm.core.chat import cards, messages
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.escape import inert, mention
@@ -30,12 +30,14 @@ from gpufarm.core.governance.policy import (
     team_usage,
 )
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel import history
+from gpufarm.core.kernel import history, reason_trail
 from gpufarm.core.kernel.errors import Conflict
 from gpufarm.core.kernel.history import Step
 from gpufarm.core.kernel.ir import format_ir
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, GpuRequest, IncidentRecord
+from gpufarm.core.kernel.reasons import Reason, ReasonCode
+from gpufarm.core.leases import lending
 from gpufarm.core.leases.operators import ask_operators, update_operator_message
 
 log = logging.getLogger(__name__)
@@ -64,7 +66,11 @@ def decide(ctx: LeaseContext, weighed: Grant, *, project: str | None, days: int)
     """The policy's verdict against the pool's capacity and the team's quota, then its GPU-hour budgets."""
     ask = weighed.ask
     capacity = ctx.reads().capacity(ask.environment, ask.gpu_model, ask.gpu_count, units=ctx.shared(ask.environment))
-    decision = decide_grant(ask, ctx.farm, team_used=weighed.team_used, pool_capacity=capacity)
+    # The quotas as the farm file sets them plus the quota changes in effect (gpufarm.core.accounting.overrides).
+    farm = overrides.effective_farm(ctx, ask.environment, ask.team)
+    decision = decide_grant(ask, farm, team_used=weighed.team_used, pool_capacity=capacity)
+    # Beyond quota only: approved on the idle quota other teams lend, where the pool lets the team borrow.
+    decision = lending.borrow(ctx, ask, weighed.team_used, decision)
     return budgets.gate(ctx, decision, team=ask.team, project=project, gpus=ask.charged, days=days)
 
 
@@ -139,13 +145,16 @@ def decide_request(ctx: LeaseContext, ir: int) -> Message:
     days = alloc.duration_days or ctx.farm.defaults.duration_days
     decision = decide(ctx, weighed, project=alloc.project, days=days)
     if decision.verdict is Verdict.REFUSE:
-        ctx.write(alloc, Phase.REJECTED, {}, step=ctx.step(history.POLICY, Step.REFUSED, decision.reason))
+        refused = Reason(ReasonCode.REFUSED_POLICY, decision.reason)
+        step = ctx.step(history.POLICY, Step.REFUSED, reason_trail.detail(refused))
+        ctx.write(alloc, Phase.REJECTED, reason_trail.fields(refused, ctx.now()), step=step)
         ctx.write_fields(alloc, {}, title=f"{alloc.title} (refused: {decision.reason})"[:250])
         log.info("%s refused by policy: %s", alloc.ir_label, decision.reason)
         return messages.policy_refused(alloc, decision.reason, links)
     if decision.verdict is Verdict.APPROVE:
         approved = ctx.step(history.POLICY, Step.APPROVED, decision.reason)
-        alloc = ctx.write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER}, step=approved)
+        borrowed = {f.BORROWED: str(decision.borrowed)} if decision.borrowed else {}
+        alloc = ctx.write(alloc, Phase.APPROVED, {f.APPROVED_BY: POLICY_APPROVER, **borrowed}, step=approved)
         ctx.post_operators(
             cards.decided_card(alloc, f"Approved by policy: {inert(decision.reason)}", ctx.links_for(alloc))
         )
@@ -160,10 +169,13 @@ def approve(ctx: LeaseContext, ir: int, actor: str) -> Message:
     """An operator approves a request beyond quota; the webhook then allocates."""
     authorize(Action.APPROVE, actor, ctx.operators())
     alloc = ctx.get(ir)
+    if alloc.is_quota_override:
+        return quota_requests.approve(ctx, alloc, actor)
     expect_phase(alloc, Phase.REQUESTED, "approved")
     # Serialized with every other grant of the pool (docs/design.md, rule 7): the hard limit holds for operators.
     weighed = grant(ctx, alloc.team or "", alloc.environment or "", alloc.gpu_model or "", alloc.gpu_count, exclude=ir)
-    over = over_hard_limit(weighed.ask, ctx.farm, team_used=weighed.team_used)
+    farm = overrides.effective_farm(ctx, alloc.environment, alloc.team)
+    over = over_hard_limit(weighed.ask, farm, team_used=weighed.team_used)
     if over:
         raise Conflict(f"{alloc.ir_label} cannot be approved: {over}; it stays requested")
     updated = ctx.write(alloc, Phase.APPROVED, {f.APPROVED_BY: actor}, step=ctx.step(actor, Step.APPROVED))
@@ -177,9 +189,12 @@ def reject(ctx: LeaseContext, ir: int, actor: str, reason: str | None = None) ->
     """An operator rejects a request; the incident is resolved with phase rejected."""
     authorize(Action.REJECT, actor, ctx.operators())
     alloc = ctx.get(ir)
+    if alloc.is_quota_override:
+        return quota_requests.reject(ctx, alloc, actor, reason)
     expect_phase(alloc, Phase.REQUESTED, "rejected")
-    rejected = ctx.step(actor, Step.REJECTED, f"reason: {reason}" if reason else "no reason given")
-    updated = ctx.write(alloc, Phase.REJECTED, {}, step=rejected)
+    why = Reason(ReasonCode.REJECTED_OPERATOR, f"reason: {reason}" if reason else "no reason given")
+    rejected = ctx.step(actor, Step.REJECTED, reason_trail.detail(why))
+    updated = ctx.write(alloc, Phase.REJECTED, reason_trail.fields(why, ctx.now()), step=rejected)
     update_operator_message(ctx, updated, f"Rejected by {mention(actor)}" + (f": {inert(reason)}" if reason else ""))
     ctx.tell(updated.requester, messages.rejected_notice(updated, actor, reason, ctx.links_for(updated)))
     return messages.rejected_reply(updated, ctx.links_for(updated))

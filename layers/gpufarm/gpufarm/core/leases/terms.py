@@ -3,8 +3,9 @@
 A lease's `duration_days` start when its hosts are allocated (`allocated_at`; the end is allocated_at + days), so a
 request that waited in the queue still gets every day it asked for. Waiting is bounded by its own limit (farm YAML
 `leases.waiting_max_hours`, from `waiting_since`): past it the request is withdrawn, with its own reason and
-message, instead of "expiring" before it ever held a host. Waiting requests are served first come, first served
-per pool and model (gpufarm.core.service allocate), which is the queue position shown to the requester. One
+message, instead of "expiring" before it ever held a host. Waiting requests are served in their pool's order per
+model (gpufarm.core.leases.ordering: first come, first served or fair share), which is the queue position shown to the
+requester. One
 reminder goes out `leases.reminder_hours` before the end, with Extend and Release; the field `expiry_reminded`
 records the end it was sent for, so it is sent once per end (an extension moves the end and earns a new one).
 The scheduled sync finds both (gpufarm.core.sync) and sends them as incident commands through the pool's
@@ -21,6 +22,7 @@ from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.leases.ordering import FIFO, Order
 
 # Phases that hold hosts: their end is the lease's expiry.
 # Phases that wait for hosts: granted, nothing held yet.
@@ -34,9 +36,12 @@ class Position:
     place: int
     of: int
     gpu_model: str
+    # Why it stands there, as the pool's ordering says (gpufarm.core.leases.ordering); empty where not known.
+    why: str = ""
 
     def __str__(self) -> str:
-        return f"{_ordinal(self.place)} of {self.of} waiting for {self.gpu_model}"
+        where = f"{_ordinal(self.place)} of {self.of} waiting for {self.gpu_model}"
+        return f"{where}: {self.why}" if self.why else where
 
 
 def lease_end(allocated_at: datetime, days: int) -> datetime:
@@ -82,20 +87,28 @@ def reminder_due(alloc: Allocation, farm: FarmConfig, now: datetime) -> bool:
     return alloc.expiry_reminded != alloc.expires_at
 
 
-def position(alloc: Allocation, live: Iterable[Allocation]) -> Position:
-    """The request's place among the waiting requests of its pool and model (FIFO by IR, as allocation serves them:
-    a request waits behind the older ones in phase waiting; one just approved has not joined the queue yet)."""
+def position(alloc: Allocation, live: Iterable[Allocation], order: Order = FIFO) -> Position:
+    """The request's place among the waiting requests of its pool and model, in the order the pool serves them
+    (gpufarm.core.leases.ordering: FIFO by IR unless the pool orders by fair share); one just approved has not
+    joined the queue yet, so it is counted as if it had."""
+    ranked = order.ranked(queue_of(alloc, live))
+    place = next(i for i, a in enumerate(ranked, 1) if a.ir == alloc.ir)
+    return Position(place, len(ranked), (alloc.gpu_model or "").upper() or "its model", order.why(alloc, ranked))
+
+
+def queue_of(alloc: Allocation, live: Iterable[Allocation]) -> list[Allocation]:
+    """The requests waiting in phase waiting for the pool and model of `alloc`, with `alloc` itself."""
     model = (alloc.gpu_model or "").upper()
     queue = {
-        a.ir
+        a.ir: a
         for a in live
         if a.phase is Phase.WAITING
         and a.state is not State.RESOLVED
         and a.environment == alloc.environment
         and (a.gpu_model or "").upper() == model
     }
-    queue.add(alloc.ir)
-    return Position(sorted(queue).index(alloc.ir) + 1, len(queue), model or "its model")
+    queue[alloc.ir] = alloc
+    return list(queue.values())
 
 
 def _ordinal(number: int) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, series
+from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, overrides, series
+from gpufarm.core.accounting.override_series import override_series
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.inventory.ledger_gauges import ledger_series
 from gpufarm.core.inventory.sources import Ledger
@@ -41,7 +42,9 @@ def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_h
             key = (a.team, a.environment, (a.gpu_model or "").upper())
             # What the lease holds: whole hosts on dedicated pools (gpufarm.core.governance.charging), not its ask.
             held[key] = held.get(key, 0) + (sum(a.host_gpus.values()) or a.gpu_count)
-    for team, spec in sorted(ctx.farm.teams.items()):
+    # The quotas as decisions read them: the farm file's plus the changes in effect (gpufarm.core.accounting.overrides).
+    changes = overrides.live(ctx)
+    for team, spec in sorted(overrides.apply(ctx.farm, changes).teams.items()):
         for env, models in sorted(spec.quotas.items()):
             for model, q in sorted(models.items()):
                 tags = metric_tags(team=team, environment=env, gpu_model=model)
@@ -52,6 +55,7 @@ def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_h
         gauge("gpufarm.inventory.gpus.total", total, tags)
         gauge("gpufarm.inventory.gpus.free", free, tags)
     out += ledger_series(ledger, ts)
+    out += override_series(ctx.farm, changes, live, ts)
     # Requests waiting and their age, leases warned as idle: from the same read of the live incidents.
     out += metrics.gauges(live, ctx.farm, ctx.now())
     if usage is None:

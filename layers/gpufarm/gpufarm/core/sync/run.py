@@ -86,7 +86,7 @@ def _end_due(ctx: LeaseContext, report: SyncReport, bucket: int) -> None:
                 report.reminded.append(alloc.ir)
             continue
         expiry.send(ctx, alloc, Op.EXPIRE, f"sync-{bucket}", reason=reason)
-        if reason is ReclaimReason.WITHDRAWN:
+        if reason in (ReclaimReason.WITHDRAWN, ReclaimReason.UNAPPROVABLE):
             report.withdrawn.append(alloc.ir)
         else:
             (report.expired if reason is ReclaimReason.EXPIRED else report.idle_reclaimed).append(alloc.ir)

@@ -3,7 +3,8 @@ writer, so each step completes within two minutes with no webhook at all (docs/d
 
 Webhooks are the fast path; the sweep is the guarantee. It reads:
 - the live leases (one `state:(active OR stable)` search, the documented facet): an approved request not yet
-  allocated gets its step queued, a lease due to end (expired, withdrawn, idle past its grace) an expiry command;
+  allocated gets its step queued, a lease due to end (expired, withdrawn, idle past its grace) an expiry command,
+  a lease idle past its own idle window (gpufarm.core.idle.lease_window) an idle command;
 - the ended leases whose hosts are not yet freed (resolved, phase not reclaimed or rejected: released, expired or
   resolved in Datadog's UI) among the newest ENDED_SCAN ended incidents: their step is queued.
 A step goes to the incident's pool group as the webhook's message does, with the same dedup id for the same change
@@ -16,11 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpufarm.core.accounting import overrides
 from gpufarm.core.context.lease_context import LeaseContext, invocation
+from gpufarm.core.idle import lease_window
+from gpufarm.core.idle.alerts import idle_triggered
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import IncidentQuery
-from gpufarm.core.kernel.serial import Op, incident_step
+from gpufarm.core.kernel.serial import IncidentCommand, Op, incident_step, pool_group
 from gpufarm.core.leases.process import process
 from gpufarm.core.sync import expiry
 
@@ -40,6 +44,8 @@ class SweepReport:
     to_allocate: list[int] = field(default_factory=list)
     to_free: list[int] = field(default_factory=list)
     to_end: list[int] = field(default_factory=list)
+    # Leases idle past their own idle window (gpufarm.core.idle.lease_window): their idle command queued.
+    to_warn: list[int] = field(default_factory=list)
     live: int = 0
 
 
@@ -58,12 +64,28 @@ def sweep(ctx: LeaseContext) -> SweepReport:
         elif alloc.phase is Phase.APPROVED:
             _step(ctx, alloc)
             report.to_allocate.append(alloc.ir)
+        elif lease_window.pending_due(alloc, ctx.now()):
+            # Idle for the lease's own window, longer than the monitor's (gpufarm.core.idle.lease_window).
+            _idle(ctx, alloc, f"sweep-{bucket}")
+            report.to_warn.append(alloc.ir)
+    # Quota changes at their end (gpufarm.core.accounting.overrides), ended in their pool's group.
+    report.to_end += overrides.send_due(ctx, f"sweep-{bucket}")
     for record in ctx.incidents.search(ENDED_QUERY):
         alloc = Allocation.from_record(record)
         if not alloc.is_probe:
             _step(ctx, alloc)
             report.to_free.append(alloc.ir)
     return report
+
+
+def _idle(ctx: LeaseContext, alloc: Allocation, origin: str) -> None:
+    """The idle command for a lease idle past its own window, in its pool group; at once without a queue."""
+    scope = lease_window.lease_scope(alloc)
+    if ctx.queue is None:
+        idle_triggered(ctx, alloc.ir, scope)
+        return
+    command = IncidentCommand(op=Op.IDLE, ir=alloc.ir, origin=origin, idle=scope)
+    ctx.queue.send(command.to_body(), group=pool_group(alloc.environment), dedup_id=command.dedup_id())
 
 
 def _step(ctx: LeaseContext, alloc: Allocation) -> None:
