@@ -82,7 +82,7 @@ def _told_once(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, *, ir: i
             f"and the pod {squatter_pod.NAMESPACE}/{squatter_pod.NAME} labelled for another lease on the same slice",
         )
         ctx.check(
-            bool(dms) and "stopped (SIGTERM) at" in _text(dms[0]),
+            bool(dms) and "stopped (SIGTERM to a process, eviction of a pod) at" in _text(dms[0]),
             "under stop-after the notice says when it will be stopped",
         )
         lease = farm.allocation(ir)
