@@ -281,7 +281,10 @@ class NodeMarker:
             evictions = self.evictions
             evict_in = evictions.due_in() if evictions is not None else None
             if evictions is not None and evict_in is not None and evict_in <= 0.0:
-                evictions.step()
+                try:
+                    evictions.step()
+                except Exception:  # never the thread's end: the Node's marks go on
+                    log.exception("%s: the evictions' step failed", self.node_name)
 
     def _next_wait(self) -> float | None:
         """Seconds until the Node's step or an eviction is due; None (until woken) when neither is pending."""
