@@ -272,7 +272,7 @@ def _agent(opts: dict[str, Any]) -> Iterator[Any]:
         marker = None
         try:
             if opts["enforce"] == "kubernetes":
-                marker = _lease_marks(opts, agent)
+                marker = kubernetes_step(opts, agent)
             yield agent
         finally:
             if marker is not None:
@@ -392,13 +392,15 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
     return sender, registrar, host_tags
 
 
-def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
-    """The Kubernetes step (gpufarm_node.enforce.kube), started in its own thread and handed to the agent."""
+def kubernetes_step(opts: dict[str, Any], agent: Any) -> Any:
+    """The Kubernetes step (gpufarm_node.enforce.kube), started in its own thread and handed to the agent: the Node's
+    marks, the pods on devices of another lease reported as squatters, and their eviction where gpufarm stops them."""
     if agent.host_tags is None:
         raise click.UsageError("--enforce kubernetes reads the host's lease from its tags: it needs DD_APP_KEY")
     try:
         from gpufarm_node.enforce.kube import KubernetesNodeApi, NodeMarker
-    except ImportError as exc:  # pragma: no cover - the module itself imports nothing optional
+        from gpufarm_node.enforce.kube_evict import PodEvictor
+    except ImportError as exc:  # pragma: no cover - the modules themselves import nothing optional
         raise click.UsageError(f"--enforce kubernetes: {exc}") from None
     from gpufarm_node.datadog import target_from_env
     from gpufarm_node.enforce.datadog_io import DatadogIO
@@ -412,9 +414,18 @@ def _lease_marks(opts: dict[str, Any], agent: Any) -> Any:
     except Exception as exc:  # noqa: BLE001 - the client's ConfigException: not in a pod with a service account
         raise click.UsageError(f"--enforce kubernetes: no in-cluster configuration ({str(exc)[:200]})") from None
     node = opts["node_name"] or opts["hostname"]
-    marker = NodeMarker(api, node, DatadogIO(target_from_env()), cluster_tag=opts["cluster"])
+    reporter = DatadogIO(target_from_env())
+    evictor = PodEvictor(api, node, reporter, cluster_tag=opts["cluster"])
+    marker = NodeMarker(api, node, reporter, cluster_tag=opts["cluster"], evictions=evictor)
     marker.start()
     agent.lease_marks = marker
+    if agent.squatter_source is None:
+        from gpufarm_node.squatters import pod_squatters
+
+        attributor = agent.attributor
+        agent.squatter_source = pod_squatters(lambda: attributor.device_owners, agent.host_tags)
+    if agent.squatter_stops is not None:
+        agent.squatter_stops.evict = evictor
     log.info("Kubernetes enforcement on: Node %s is labelled and tainted while a dedicated lease holds it", node)
     return marker
 

@@ -10,9 +10,12 @@ process only when all of these hold:
 - it started no later than the stop's time, the start of the episode gpufarm told about (a pid reused by a newer
   process is never hit), read from /proc as the attribution reads it.
 
-Each process (pid and start time) is signalled once. A pod squatter (found through pod-resources, no pid) is
-handed to the eviction hook (`evict`), which the Kubernetes side provides; without one it is logged and left.
-At most MAX_STOPS stop tags are read.
+Each process (pid and start time) is signalled once. Where the agent has an eviction hook (`evict`: the Kubernetes
+step, gpufarm_node.enforce.kube_evict), a squatter in a known pod (namespace and name) is not signalled: its pod is
+handed to the hook, as a `PodStop` naming the episode, and evicted through the Kubernetes API (a process of it under
+a pid is still held to the start-time rule). The hook is told every cycle the whole set of pods to stop, an empty
+one on an exempt host or once the episode's tag is gone, so it drops what no longer stands. Without a hook a pod
+found with no pid (pod-resources) is logged once per episode and left. At most MAX_STOPS stop tags are read.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import signal
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+from gpufarm_node.enforce.pod_stops import PodStop
 from gpufarm_node.squatters import PodRef, Squatter
 
 log = logging.getLogger(__name__)
@@ -34,11 +39,15 @@ EXEMPT_TAG = "gpufarm_exempt:squatters"
 MAX_STOPS = 16
 _STOP_RE = re.compile(r"^(?P<device>(?:gpu|mig)-[0-9a-f-]{8,80})/(?P<since>[0-9]{9,11})$")
 _STAT_STARTTIME = 19  # field 22 of /proc/<pid>/stat, counted after the comm's closing parenthesis
-# The Kubernetes side's hook for a pod squatter (gpufarm_node.enforce): given the pod (namespace and name) and the
-# device, evict it (the Eviction API, as `kubectl drain` does). The stopper calls it once per pod; none is wired yet.
-EvictHook = Callable[[PodRef, str], None]
-# Signalled processes remembered (pid, start); past this many the memory starts over.
+# Signalled processes (pid, start) and pods told of without a hook, remembered; past this many the memory starts over.
 _MAX_DONE = 4096
+
+
+class EvictHook(Protocol):
+    """The Kubernetes side (gpufarm_node.enforce.kube_evict.PodEvictor): told each cycle which pods gpufarm's stops
+    name now, without I/O; it evicts each once per episode in its own thread and forgets the ones no longer named."""
+
+    def want(self, stops: Sequence[PodStop]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -106,32 +115,40 @@ class SquatterStopper:
     ) -> None:
         self.starts = starts
         self._kill = kill
-        self._evict = evict
+        self.evict = evict
         self._done: set[tuple[int, int]] = set()
-        self._evicted: set[tuple[str | None, str | None]] = set()
+        self._told: set[tuple[str | None, str | None, int]] = set()
 
     def apply(self, host_tags: Sequence[str], squatters: Sequence[Squatter]) -> list[int]:
-        """Signal the squatters the host's stop tags name; the pids signalled this call."""
-        if not squatters or EXEMPT_TAG in host_tags:
-            return []
-        orders = {o.device: o for o in stop_orders(host_tags)}
-        if not orders:
-            return []
+        """Signal the squatters the host's stop tags name, hand their pods to the eviction hook; the pids signalled
+        this call."""
+        pods: list[PodStop] = []
         stopped: list[int] = []
-        for squatter in squatters:
+        orders = {o.device: o for o in stop_orders(host_tags)} if squatters and EXEMPT_TAG not in host_tags else {}
+        for squatter in squatters if orders else ():
             order = orders.get(squatter.device.lower())
             if order is None or (squatter.device_ir is not None and squatter.claimed_ir == squatter.device_ir):
                 continue
-            if squatter.pid is None:
-                self._evict_pod(squatter)
-                continue
-            if self._stop(squatter.pid, order):
+            pod = squatter.pod
+            if self.evict is not None and pod is not None and pod.namespace and pod.name:
+                if squatter.pid is None or self._started_by(squatter.pid, order) is not None:
+                    pods.append(PodStop(pod.namespace, pod.name, order.device, order.since))
+            elif squatter.pid is None:
+                self._unhooked(pod, order)
+            elif self._stop(squatter.pid, order):
                 stopped.append(squatter.pid)
+        if self.evict is not None:
+            self.evict.want(pods)
         return stopped
 
-    def _stop(self, pid: int, order: StopOrder) -> bool:
+    def _started_by(self, pid: int, order: StopOrder) -> tuple[int, float] | None:
+        """The process's start when it began no later than the episode; None when gone, unreadable or newer."""
         start = self.starts.of(pid)
-        if start is None or start[1] > order.since:
+        return None if start is None or start[1] > order.since else start
+
+    def _stop(self, pid: int, order: StopOrder) -> bool:
+        start = self._started_by(pid, order)
+        if start is None:
             return False  # gone, unreadable, or a newer process under a reused pid
         key = (pid, start[0])
         if key in self._done:
@@ -149,14 +166,16 @@ class SquatterStopper:
         log.warning("stopped squatter %d on %s (SIGTERM), as gpufarm decided", pid, order.device)
         return True
 
-    def _evict_pod(self, squatter: Squatter) -> None:
-        pod = squatter.pod
-        if pod is None or (pod.namespace, pod.name) in self._evicted:
+    def _unhooked(self, pod: PodRef | None, order: StopOrder) -> None:
+        key = (pod.namespace if pod else None, pod.name if pod else None, order.since)
+        if key in self._told:
             return
-        self._evicted.add((pod.namespace, pod.name))
-        if self._evict is None:
-            log.warning(
-                "squatting pod %s/%s on %s: no eviction hook; left running", pod.namespace, pod.name, squatter.device
-            )
-            return
-        self._evict(pod, squatter.device)
+        if len(self._told) >= _MAX_DONE:
+            self._told.clear()
+        self._told.add(key)
+        log.warning(
+            "squatting pod %s/%s on %s: no eviction hook (the Kubernetes step is off); left running",
+            key[0],
+            key[1],
+            order.device,
+        )

@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from pathlib import Path
+from typing import Protocol
 
-from gpufarm_node.attribution import Workload
-from gpufarm_node.enforce.pod_leases import PodMismatch
+from gpufarm_node.attribution import DeviceOwner, Workload
+from gpufarm_node.enforce.pod_leases import PodMismatch, pod_mismatches
 from gpufarm_node.model import ProcessSample
 from gpufarm_node.series_tags import NO_IR, pod_tags
 from gpufarm_node.tags import normalize_tag
@@ -92,6 +93,32 @@ def find(
 def from_pod_mismatch(mismatch: PodMismatch) -> Squatter:
     """A pod on a device of another lease, as gpufarm_node.enforce.pod_leases finds it, as a squatter record."""
     return Squatter(mismatch.device, mismatch.device_ir, mismatch.pod_ir, pod=PodRef(mismatch.namespace, mismatch.pod))
+
+
+class HostLeases(Protocol):
+    """The host's leases as the agent read them this cycle (gpufarm_node.hosttags.HostTagWatch)."""
+
+    @property
+    def known(self) -> bool: ...
+
+    @property
+    def assignments(self) -> Mapping[str, str]: ...
+
+    @property
+    def host_ir(self) -> str | None: ...
+
+
+def pod_squatters(owners: Callable[[], Mapping[str, DeviceOwner]], leases: HostLeases) -> Callable[[], list[Squatter]]:
+    """The agent's squatter source on a Kubernetes node (`--enforce kubernetes`): each pod on a device of another
+    lease (the device owners kubelet's pod-resources gave this cycle, gpufarm_node.enforce.pod_leases), from a good
+    read of the host's tags only."""
+
+    def source() -> list[Squatter]:
+        if not leases.known:
+            return []
+        return [from_pod_mismatch(m) for m in pod_mismatches(owners(), leases.assignments, leases.host_ir)]
+
+    return source
 
 
 def _pod_of(workload: Workload | None) -> PodRef | None:

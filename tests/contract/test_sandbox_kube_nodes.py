@@ -10,51 +10,16 @@ replaced, a stale resourceVersion is a 409, a token missing a 401, a content typ
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import pytest
 import urllib3
+from kube_schema import conforms
 from kubernetes import client
-from kubernetes.client import models
 
 from gpufarm_node.enforce.kube import KubeApiError, KubernetesNodeApi, NodeMarker
 from gpufarm_node.enforce.kube_plan import LABEL, TAINT
 from gpufarm_sandbox.emulator.kube_nodes import PREFIX, TOKEN
-
-_LIST = re.compile(r"^list\[(.+)\]$")
-_DICT = re.compile(r"^dict\(str, (.+)\)$")
-_PRIMITIVES: dict[str, tuple[type, ...]] = {
-    "str": (str,),
-    "int": (int,),
-    "bool": (bool,),
-    "float": (int, float),
-    "datetime": (str,),
-    "date": (str,),
-    "object": (object,),
-}
-
-
-def conforms(value: Any, kind: str, where: str = "") -> list[str]:
-    """Where `value` (API JSON) departs from the client's model type `kind` (e.g. "V1Node")."""
-    if value is None:
-        return []
-    if kind in _PRIMITIVES:
-        return [] if isinstance(value, _PRIMITIVES[kind]) else [f"{where}: {type(value).__name__} is not {kind}"]
-    if match := _LIST.match(kind):
-        if not isinstance(value, list):
-            return [f"{where}: not a list"]
-        return [p for i, v in enumerate(value) for p in conforms(v, match.group(1), f"{where}[{i}]")]
-    if match := _DICT.match(kind):
-        if not isinstance(value, dict):
-            return [f"{where}: not a map"]
-        return [p for k, v in value.items() for p in conforms(v, match.group(1), f"{where}.{k}")]
-    model = getattr(models, kind)
-    if not isinstance(value, dict):
-        return [f"{where}: not an object ({kind})"]
-    by_json = {json_name: model.openapi_types[attr] for attr, json_name in model.attribute_map.items()}
-    problems = [f"{where}.{k}: not a field of {kind}" for k in value if k not in by_json]
-    return problems + [p for k, v in value.items() if k in by_json for p in conforms(v, by_json[k], f"{where}.{k}")]
 
 
 @pytest.fixture

@@ -34,6 +34,9 @@ def test_only_the_idle_slice_s_lease_is_warned_and_reclaimed(local: LocalEnv, fa
         "one post to the operators' channel and one DM to the lease's holder",
         "the replay is answered and posts nothing",
         "the real process ended on SIGTERM",
+        # A pod labelled for another lease on the same slice: in the same post, evicted under the same stop.
+        "and the pod team-b/intruder-0 labelled for another lease on the same slice",
+        "the pod team-b/intruder-0 was evicted (Eviction API, 201), once",
         "episode closed, stop tag lifted",
     ):
         assert f"[ok ] {fact}" in output, output

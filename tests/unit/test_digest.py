@@ -464,3 +464,52 @@ def test_the_local_schedule_fills_in_the_scheduled_time_of_the_last_tick_due() -
     scheduled = Scheduler._latest_due(trigger, now)
     event = Scheduler._schedule_event(cast("Any", None), trigger, now, scheduled)
     assert event == {"job": "daily_digest", "scheduled_time": "2026-12-01T08:15:00Z"}
+
+
+def _end_with_squatting(svc: GpuFarm, ir: int, began: datetime, ended: datetime, month: str) -> None:
+    """IR-`ir` squatted from `began`, its squatter stopped, and the lease resolved at `ended` (accrued in `month`)."""
+    from gpufarm.core.kernel import fields as f
+    from gpufarm.core.kernel import history
+
+    part = "on hpc-1/gpu-00000000-0000-4000-8000-000000000001"
+    lines = [
+        history.entry(began, history.MONITOR, history.Step.SQUATTED, part, "pid 7").line(),
+        history.entry(began + timedelta(minutes=20), history.MONITOR, history.Step.SQUATTER_STOPPED, part).line(),
+    ]
+    incidents = svc.context.incidents
+    record = incidents.get_by_ir(ir)
+    svc.context.clock.current = ended  # type: ignore[attr-defined]
+    old = record.fields.get(f.HISTORY) or []
+    fields = {f.HISTORY: [*old, *lines], f.STATE: "resolved", f.GPU_HOURS_MONTHS: [month]}
+    incidents.update(record.id, fields)
+
+
+def test_squatting_on_a_lease_that_ended_since_the_last_digest_is_counted() -> None:
+    svc, chat = service()
+    ended_today = ask(svc, 8)
+    ended_before = ask(svc, 8)
+    _end_with_squatting(svc, ended_today, NOW - timedelta(hours=3), NOW - timedelta(hours=1), "2026-12")
+    _end_with_squatting(svc, ended_before, SINCE - timedelta(hours=5), SINCE - timedelta(hours=2), "2026-11")
+    searches = svc.context.incidents.searches  # type: ignore[attr-defined]
+    before = len(searches)
+    result = run.run(svc.context, at=NOW)
+    assert result.posted and result.sections["Squatters on leased devices"] >= 1
+    [post] = [s for s in chat.sent if s.kind == "post" and "GPU farm digest" in s.text]
+    shown = json.dumps(post.blocks)
+    # The lease that ended in the window counts (one episode, its stop); the one that ended before does not.
+    assert "1 episode(s), 1 stopped" in shown
+    # One search of the ended leases, narrowed to the window's months (the window crosses November's end).
+    ended = [q for q in searches[before:] if q.states == frozenset({State.RESOLVED}) and not q.fields]
+    assert [q.months for q in ended] == [("2026-11", "2026-12")]
+    # Only what ended since the window began is kept from that read.
+    assert [a.ir for a in run.ended_squatted(svc.context, SINCE, NOW)] == [ended_today]
+
+
+def test_the_ended_leases_read_for_the_digest_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    svc, _ = service()
+    for _ in range(3):
+        _end_with_squatting(svc, ask(svc, 8), NOW - timedelta(hours=3), NOW - timedelta(hours=1), "2026-12")
+    assert len(run.ended_squatted(svc.context, SINCE, NOW)) == 3
+    monkeypatch.setattr(run, "MAX_ENDED", 2)
+    assert len(run.ended_squatted(svc.context, SINCE, NOW)) == 2
+    assert run.window_months(SINCE, NOW) == ["2026-11", "2026-12"]

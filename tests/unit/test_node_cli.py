@@ -127,3 +127,50 @@ def test_kubernetes_enforcement_needs_the_host_tags_and_an_in_cluster_config(
     assert outside.exit_code == EXIT_USAGE and "no in-cluster configuration" in outside.output, outside.output
     bad_node = runner.invoke(main, [*base, "--dry-run", "--node-name", "Node_1"])
     assert bad_node.exit_code == EXIT_USAGE and "not a Kubernetes Node name" in bad_node.output
+
+
+def test_kubernetes_enforcement_wires_pod_squatters_and_their_eviction(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--enforce kubernetes`: the step's thread marks the Node and evicts what the stopper hands it; the pods on
+    devices of another lease are the agent's squatter source."""
+    import types
+
+    from gpufarm_node import cli
+    from gpufarm_node.attribution import DeviceOwner
+    from gpufarm_node.enforce import kube
+    from gpufarm_node.enforce.kube_evict import PodEvictor
+    from gpufarm_node.squatter_stops import ProcessStarts, SquatterStopper
+
+    class Api:
+        def get(self, name: str) -> dict[str, object]:
+            return {"metadata": {"name": name, "labels": {}}, "spec": {"taints": []}}
+
+        def patch(self, name: str, body: object) -> None:
+            return None
+
+        def evict(self, namespace: str, name: str) -> bool:
+            return True
+
+    monkeypatch.setattr(kube, "KubernetesNodeApi", Api)
+    tags = types.SimpleNamespace(known=True, assignments={"mig-1": "ir-5"}, host_ir=None)
+    owners = {"MIG-1": DeviceOwner("team-b", "intruder", "main", None, "ir-9")}
+    agent = types.SimpleNamespace(
+        host_tags=tags,
+        squatter_source=None,
+        squatter_stops=SquatterStopper(ProcessStarts("/nonexistent")),
+        attributor=types.SimpleNamespace(device_owners=owners),
+        lease_marks=None,
+    )
+    env = {"DD_API_KEY": "k", "GPUFARM_DATADOG_HOST": "http://127.0.0.1:9"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    marker = cli.kubernetes_step({"node_name": "gpu-1", "hostname": "gpu-1", "cluster": "k8s-shared"}, agent)
+    try:
+        assert agent.lease_marks is marker and isinstance(marker.evictions, PodEvictor)
+        assert agent.squatter_stops.evict is marker.evictions
+        [squatter] = agent.squatter_source()
+        assert (squatter.device, squatter.device_ir, squatter.claimed_ir) == ("mig-1", "ir-5", "ir-9")
+        assert squatter.pod is not None and (squatter.pod.namespace, squatter.pod.name) == ("team-b", "intruder")
+        tags.known = False  # no good read of the host's tags: nothing is a squatter by it
+        assert agent.squatter_source() == []
+    finally:
+        marker.close()

@@ -95,11 +95,15 @@ def test_daemonset_env_names_are_ones_the_agent_reads() -> None:
     assert {e["name"] for e in agent["env"]} - _cli_envvars() == set()
 
 
-def test_the_service_account_may_read_pods_and_get_and_patch_nodes_and_nothing_else() -> None:
+def test_the_service_account_may_read_pods_get_and_patch_nodes_evict_pods_and_nothing_else() -> None:
     roles = {d["metadata"]["name"]: d["rules"] for d in _docs() if d["kind"] == "ClusterRole"}
     assert roles == {
         "gpufarm-node-pods": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}],
-        "gpufarm-node-enforce": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}],
+        "gpufarm-node-enforce": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]},
+            # The Eviction API alone (squatting pods under stop-after): no delete, patch or read of pods.
+            {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+        ],
     }
     bindings = [d for d in _docs() if d["kind"] == "ClusterRoleBinding"]
     assert sorted(b["roleRef"]["name"] for b in bindings) == sorted(roles)

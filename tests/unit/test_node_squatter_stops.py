@@ -9,11 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
+from gpufarm_node.enforce.pod_stops import PodStop
 from gpufarm_node.fakenode import FakeNode, fake_node
 from gpufarm_node.hosttags import HostTagWatch
 from gpufarm_node.sender import DatadogSender
@@ -124,11 +125,14 @@ def test_only_what_squats_the_named_device_is_signalled_once(tmp_path: Path) -> 
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "stat").write_text(f"{pid} (x) S " + " ".join(["0"] * 18) + f" {ticks} 0 0\n")
     killed: list[tuple[int, int]] = []
-    evicted: list[tuple[PodRef, str]] = []
+    evicted: list[list[PodStop]] = []
+
+    class Hook:
+        def want(self, stops: Sequence[PodStop]) -> None:
+            evicted.append(list(stops))
+
     stopper = SquatterStopper(
-        ProcessStarts(str(tmp_path), ticks=100),
-        kill=lambda pid, sig: killed.append((pid, sig)),
-        evict=lambda pod, device: evicted.append((pod, device)),
+        ProcessStarts(str(tmp_path), ticks=100), kill=lambda pid, sig: killed.append((pid, sig)), evict=Hook()
     )
     dev = "gpu-00000000-0000-4000-8000-000000000001"
     other = "gpu-00000000-0000-4000-8000-000000000002"
@@ -142,6 +146,7 @@ def test_only_what_squats_the_named_device_is_signalled_once(tmp_path: Path) -> 
     tags = ["ir:ir-5", f"gpufarm_stop:{dev}/1600000100", "gpufarm_stop:not-a-device/1", "gpufarm_stop:gpu-1/x"]
     assert stopper.apply(tags, squatters) == [11]
     assert stopper.apply(tags, squatters) == []  # once per process
-    assert killed == [(11, signal.SIGTERM)] and evicted == [(pod, dev)]
+    # The pod goes to the hook every cycle its stop stands (the hook evicts it once per episode).
+    assert killed == [(11, signal.SIGTERM)] and evicted == [[PodStop("ml", "squatter-pod", dev, 1_600_000_100)]] * 2
     assert stop_orders(tags) == [StopOrder(dev, 1_600_000_100)]
     assert len(stop_orders([f"gpufarm_stop:{dev}/{1_600_000_000 + i}" for i in range(40)])) == 16

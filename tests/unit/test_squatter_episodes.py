@@ -140,7 +140,7 @@ def test_under_stop_after_the_stop_is_published_past_the_grace_and_lifted_when_t
     _alert(svc, "m1|triggered|1")
     since = clock.now()
     (dm,) = [s for s in chat.to(HOLDER, "dm") if "squatter" in s.text.lower() or "runs on" in s.text]
-    assert "stopped (SIGTERM) at" in str(dm.blocks)
+    assert "stopped (SIGTERM to a process, eviction of a pod) at" in str(dm.blocks)
     clock.advance(minutes=5)
     assert "nothing to do" in _alert(svc, "m1|renotify|2")
     assert not [t for t in hosts.user("hpc-1") if t.startswith("gpufarm_stop")]

@@ -10,7 +10,9 @@ retried with exponential backoff, and reported: `gpufarm.enforce.lag_seconds` (s
 the lease calls for, 0 when it does) and `gpufarm.enforce.failed_ops` with the tags `enforcer:kubernetes`,
 `kube_node:<node>`, `cluster:`, and an event once when a failing episode starts and once when it ends.
 
-The `kubernetes` client (the node distribution's `k8s` extra) is imported only when the step is on.
+The same thread evicts the squatting pods gpufarm's stops name (`evictions`, gpufarm_node.enforce.kube_evict),
+between the Node's steps. The `kubernetes` client (the node distribution's `k8s` extra) is imported only when the
+step is on.
 """
 
 from __future__ import annotations
@@ -56,13 +58,29 @@ class Reporter(Protocol):
     def event(self, title: str, text: str, tags: Sequence[str], *, alert: str = "warning") -> None: ...
 
 
+class Evictions(Protocol):
+    """The step's evictions of squatting pods (gpufarm_node.enforce.kube_evict.PodEvictor), run in its thread."""
+
+    def bind(self, wake: threading.Event) -> None: ...
+
+    def due_in(self) -> float | None: ...
+
+    def step(self) -> object: ...
+
+
 class KubeApiError(RuntimeError):
-    """A Kubernetes API call failed; the message says how, without credentials."""
+    """A Kubernetes API call failed; the message says how, without credentials. `status`: the HTTP status, None
+    when no answer came."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class KubernetesNodeApi:
-    """Nodes through the official client: in-cluster configuration (the pod's service account), or `host` and
-    `token` given (tests and the demo point it at the sandbox)."""
+    """Nodes (and the eviction of a pod, gpufarm_node.enforce.kube_evict) through the official client: in-cluster
+    configuration (the pod's service account), or `host` and `token` given (tests and the demo point it at the
+    sandbox)."""
 
     def __init__(
         self, *, host: str | None = None, token: str | None = None, timeout: tuple[float, float] = REQUEST_TIMEOUT
@@ -79,6 +97,7 @@ class KubernetesNodeApi:
         # One try per call: the marker's backoff is the retry.
         configuration.retries = False
         self._api = client.CoreV1Api(client.ApiClient(configuration))
+        self._models = client
         self._exception = client.exceptions.ApiException
         self._timeout = timeout
 
@@ -103,11 +122,29 @@ class KubernetesNodeApi:
             lambda: self._api.patch_node(name, dict(body), _request_timeout=self._timeout, _preload_content=False)
         )
 
+    def evict(self, namespace: str, name: str) -> bool:
+        """Evict a pod through the Eviction API (policy/v1, `POST .../pods/{name}/eviction`), which honours its
+        PodDisruptionBudgets and grace period as `kubectl drain` does. True: the eviction was accepted; False: no
+        such pod (gone already). A refusal (429 by a disruption budget, 403, 5xx) raises KubeApiError."""
+        body = self._models.V1Eviction(metadata=self._models.V1ObjectMeta(name=name, namespace=namespace))
+        try:
+            self._call(
+                lambda: self._api.create_namespaced_pod_eviction(
+                    name, namespace, body, _request_timeout=self._timeout, _preload_content=False
+                )
+            )
+        except KubeApiError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def _call(self, call: Callable[[], Any]) -> Any:
         try:
             return call()
         except self._exception as exc:
-            raise KubeApiError(_api_error(exc.status, exc.reason, exc.body)) from None
+            code = exc.status if isinstance(exc.status, int) else None
+            raise KubeApiError(_api_error(exc.status, exc.reason, exc.body), code) from None
         except (HTTPError, OSError, ValueError) as exc:
             raise KubeApiError(f"the API server is unreachable ({type(exc).__name__})") from None
 
@@ -149,8 +186,11 @@ class NodeMarker:
         backoff_first: float = BACKOFF_FIRST_S,
         backoff_max: float = BACKOFF_MAX_S,
         resync: float = RESYNC_S,
+        evictions: Evictions | None = None,
     ) -> None:
         self.api, self.node_name, self.reporter = api, node_name, reporter
+        # The squatting pods gpufarm's stops name, evicted in this thread between the Node's steps.
+        self.evictions = evictions
         self.tags = ("enforcer:kubernetes", f"kube_node:{node_name}", f"cluster:{cluster_tag}")
         self._clock = clock
         self._backoff_first, self._backoff_max, self._resync = backoff_first, backoff_max, resync
@@ -167,6 +207,8 @@ class NodeMarker:
         self._stop = threading.Event()
         self._told_bad = False
         self.steps = 0
+        if evictions is not None:
+            evictions.bind(self._wake)
 
     # -- the agent's side: no I/O ------------------------------------------------------------------------------
 
@@ -226,14 +268,33 @@ class NodeMarker:
         return max(0.0, self._next_at - self._clock())
 
     def run(self, stop: threading.Event) -> None:
-        """Step when due or woken by a new lease, until `stop` is set."""
+        """Step when due or woken by a new lease (or a pod to evict), until `stop` is set."""
         while not stop.is_set():
-            self._wake.wait(self.due_in())
+            self._wake.wait(self._next_wait())
             self._wake.clear()
             if stop.is_set():
                 return
-            if self.due_in() <= 0.0:
+            with self._lock:
+                known = self._known
+            if known and self.due_in() <= 0.0:
                 self.step()
+            evictions = self.evictions
+            evict_in = evictions.due_in() if evictions is not None else None
+            if evictions is not None and evict_in is not None and evict_in <= 0.0:
+                try:
+                    evictions.step()
+                except Exception:  # never the thread's end: the Node's marks go on
+                    log.exception("%s: the evictions' step failed", self.node_name)
+
+    def _next_wait(self) -> float | None:
+        """Seconds until the Node's step or an eviction is due; None (until woken) when neither is pending."""
+        with self._lock:
+            known = self._known
+        waits = [self.due_in()] if known else []
+        if self.evictions is not None:
+            evict_in = self.evictions.due_in()
+            waits += [evict_in] if evict_in is not None else []
+        return min(waits) if waits else None
 
     def start(self) -> threading.Event:
         """Run in a daemon thread; the event returned stops it."""

@@ -6,6 +6,9 @@ sandbox clock, and its webhook posts once to the operators' channel and once to 
 that very notification posts nothing more. The pool runs `squatters: {policy: stop-after, grace: 10m}`
 (config/farm.example.yaml): the monitor's re-notification past the grace publishes the stop on the host, the agent
 sends the child SIGTERM, the device is clean again, the monitor recovers and the episode ends (its stop lifted).
+Beside the process, a pod labelled for another lease holds the slice (the pool is `enforce: kubernetes`;
+gpufarm_sandbox.demo.squatter_pod): it is reported in the same episode and, under the same stop, evicted through
+the Kubernetes Eviction API by the agent's Kubernetes step.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel import history
+from gpufarm_sandbox.demo import squatter_pod
 from gpufarm_sandbox.example_farm import BOB, OPERATORS_CHANNEL
 
 if TYPE_CHECKING:
@@ -35,11 +39,15 @@ CLEAR_LIMIT_MIN = 15
 def run(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, *, host: str, slot: str, ir: int) -> None:
     """Squat IR-`ir`'s slice `slot` on `host` with a real child process, and follow it to its stop."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    pod: squatter_pod.SquattingPod | None = None
     try:
         uuid = nodes.squat(host, slot, child.pid, CLAIMS).lower()
+        pod = squatter_pod.SquattingPod(ctx, nodes, host=host, uuid=uuid)
         if _told_once(ctx, farm, nodes, ir=ir, uuid=uuid, pid=child.pid) and _replay_posts_nothing(ctx, farm, uuid):
-            _stopped(ctx, farm, nodes, host=host, ir=ir, uuid=uuid, child=child)
+            _stopped(ctx, farm, nodes, host=host, ir=ir, uuid=uuid, child=child, pod=pod)
     finally:
+        if pod is not None:
+            pod.close()
         if child.poll() is None:
             child.kill()
         child.wait(timeout=10)
@@ -70,7 +78,11 @@ def _told_once(ctx: DemoContext, farm: LocalFarm, nodes: SimulatedFarm, *, ir: i
             str(ops[0]["text"])[:110] if ops else "no post",
         )
         ctx.check(
-            bool(dms) and "stopped (SIGTERM) at" in _text(dms[0]),
+            bool(ops) and squatter_pod.NAME in _text(ops[0]),
+            f"and the pod {squatter_pod.NAMESPACE}/{squatter_pod.NAME} labelled for another lease on the same slice",
+        )
+        ctx.check(
+            bool(dms) and "stopped (SIGTERM to a process, eviction of a pod) at" in _text(dms[0]),
             "under stop-after the notice says when it will be stopped",
         )
         lease = farm.allocation(ir)
@@ -115,8 +127,9 @@ def _stopped(
     ir: int,
     uuid: str,
     child: subprocess.Popen[bytes],
+    pod: squatter_pod.SquattingPod,
 ) -> None:
-    with ctx.step("Past its 10 min grace the squatter is stopped: the host's agent sends it SIGTERM"):
+    with ctx.step("Past its 10 min grace the squatters are stopped: the process gets SIGTERM, the pod is evicted"):
         minutes = 0
         while minutes < STOP_LIMIT_MIN and child.poll() is None:
             farm.minute(nodes)
@@ -126,6 +139,14 @@ def _stopped(
         except subprocess.TimeoutExpired:
             code = None
         ctx.check(code == -signal.SIGTERM, "the real process ended on SIGTERM", f"{minutes} min after the notice")
+        evicted = farm.wait_for(pod.evicted, timeout=10)
+        ctx.check(
+            evicted and not pod.evictor.lag_seconds,
+            f"the pod {squatter_pod.NAMESPACE}/{squatter_pod.NAME} was evicted (Eviction API, 201), once",
+            f"{ctx.sandbox.kube_pods.evictions} eviction call(s)",
+        )
+        if evicted:
+            pod.gone()  # kubelet, once the pod terminated, no longer gives it the slice
         steps = _steps(farm, ir)
         ctx.check("squatter-stopped" in steps, f"IR-{ir}'s history records the stop", ", ".join(steps))
         told = farm.messages(channel=OPERATORS_CHANNEL, contains="stopping the squatter")

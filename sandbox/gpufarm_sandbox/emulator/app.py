@@ -23,6 +23,7 @@ from gpufarm_sandbox.emulator.faults import FaultSpec
 from gpufarm_sandbox.emulator.hosts import HostsModule
 from gpufarm_sandbox.emulator.incidents import IncidentsModule
 from gpufarm_sandbox.emulator.kube_nodes import KubeNodesModule
+from gpufarm_sandbox.emulator.kube_pods import KubePodsModule
 from gpufarm_sandbox.emulator.metric_metadata import MetricMetadataModule
 from gpufarm_sandbox.emulator.metrics import MetricsModule
 from gpufarm_sandbox.emulator.monitors import MonitorsModule
@@ -109,6 +110,8 @@ class Sandbox:
         self.pages = PagesModule(ctx, self.incidents, self.metrics, self.monitors.evaluator, self.slack.state)
         # The Kubernetes API's Node endpoints the node agent's Kubernetes step uses (not Datadog's or Slack's).
         self.kube_nodes = KubeNodesModule(ctx)
+        # Its pods, as far as the agent's evictions of squatting pods need them.
+        self.kube_pods = KubePodsModule(ctx)
         self.modules: list[Module] = [
             self.webhooks,
             self.hosts,
@@ -123,6 +126,7 @@ class Sandbox:
             self.slack,
             self.pages,
             self.kube_nodes,
+            self.kube_pods,
         ]
         self._extra: list[Route] = []
         self._build_map()

@@ -45,6 +45,7 @@ _REASONS = {
     409: "Conflict",
     415: "UnsupportedMediaType",
     422: "Invalid",
+    429: "TooManyRequests",
     500: "InternalError",
     503: "ServiceUnavailable",
 }

@@ -47,6 +47,10 @@ class SquatterFacts:
     exempt: bool = False  # the host is exempt from stops (gpufarm_exempt:squatters)
 
 
+# How the host's agent stops a squatter (gpufarm_node.squatter_stops; a pod through the Kubernetes step's eviction).
+HOW = "SIGTERM to a process, eviction of a pod"
+
+
 def _who(facts: SquatterFacts) -> str:
     named = [s.describe() for s in facts.seen[:MAX_NAMED]]
     total = max(len(facts.seen), facts.count or 0)
@@ -67,7 +71,7 @@ def _fate(facts: SquatterFacts) -> str:
         return "*Stop:* none: an operator exempted this host from squatter stops."
     if facts.stop_at is None:
         return "*Stop:* none: this pool only reports squatters."
-    return f"*Stop:* it will be stopped (SIGTERM) at {_when(facts.stop_at)} unless it ends before."
+    return f"*Stop:* it will be stopped ({HOW}) at {_when(facts.stop_at)} unless it ends before."
 
 
 def squatter_to_operators(alloc: Allocation | None, facts: SquatterFacts, links: Links | None = None) -> Message:
@@ -111,7 +115,7 @@ def squatter_stopped(
     """To the operators and the holder: the squatter outlasted the grace and its stop was published on the host."""
     lines = [
         f":octagonal_sign: The squatter on {_where(facts, links)} ({alloc.ir_label}) ran past its {grace_minutes} min "
-        f"grace: gpufarm asked the host's agent to stop it (SIGTERM) at {_when(facts.stop_at)}.",
+        f"grace: gpufarm asked the host's agent to stop it ({HOW}) at {_when(facts.stop_at)}.",
         f"*Who:* {_who(facts)}.",
     ]
     if links is not None:

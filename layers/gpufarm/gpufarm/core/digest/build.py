@@ -2,11 +2,12 @@
 
 Its news: waiting requests with their age, idle warnings and keeps, exemptions and leases ending within the
 horizon, busy GPUs no lease claims, squatting on leased devices (episodes, stops, device-hours, top hosts:
-gpufarm.core.squatters.counts), the drift the sync repaired since the last digest (the live leases'
-`repaired` history entries: state lives in incident fields only, docs/design.md rule 1), and quota and budget
-pressure. Free capacity per pool is shown beside the news, never as news itself: **a digest with no news is not
-posted**. Every lease line links to its incident (gpufarm.core.chat.links). Each section shows at most MAX_LINES lines
-and says how many more there are, so the message stays inside Slack's limits whatever the farm's size.
+gpufarm.core.squatters.counts; the live leases and those that ended in the window), the drift the sync repaired
+since the last digest (the live leases' `repaired` history entries: state lives in incident fields only,
+docs/design.md rule 1), and quota and budget pressure. Free capacity per pool is shown beside the news, never as
+news itself: **a digest with no news is not posted**. Every lease line links to its incident
+(gpufarm.core.chat.links). Each section shows at most MAX_LINES lines and says how many more there are, so the
+message stays inside Slack's limits whatever the farm's size.
 
 The reads live in gpufarm.core.digest.run; everything here is a function of `DigestFacts`.
 """
@@ -67,6 +68,8 @@ class DigestFacts:
     until: datetime
     leases: Sequence[Allocation]
     farm: FarmConfig
+    # Leases that ended in the window with squatting in their history (their episodes count with the live ones').
+    ended: Sequence[Allocation] = ()
     # Free and total GPUs per (pool, model).
     capacity: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
     quotas: Sequence[QuotaUse] = ()
@@ -117,7 +120,7 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
         Section(f"Exemptions ending within {settings.horizon_hours} h", exemption_lines(live, horizon, links, clock)),
         Section(f"Leases ending within {settings.horizon_hours} h", ending_lines(live, horizon, links, clock)),
         Section("Unattributed use (busy GPUs no lease claims)", unattributed_lines(facts.unattributed)),
-        Section("Squatters on leased devices", squatter_lines(squatting.tally(facts.leases, facts.since, facts.until))),
+        Section("Squatters on leased devices", squatter_lines(squatter_tally(facts))),
         Section("Drift the sync repaired", drifted, total=drift_total),
         Section("Quota and budget pressure", pressure_lines(facts, settings)),
         Section(quota_changes.TITLE, quota_changes.lines(facts.changes, live, facts.now)),
@@ -240,6 +243,13 @@ def unattributed_lines(unattributed: Mapping[tuple[str, str, str], float] | None
         pool = f"`{inert(env)}`" if env and env != "none" else "no pool"
         out.append(f"`{inert(host)}` ({owner}, {pool}): up to {_gpus(busy)} busy with no lease")
     return out
+
+
+def squatter_tally(facts: DigestFacts) -> squatting.SquatterTally:
+    """The window's squatting on the live leases and on those that ended in it, each lease once (an ended one's
+    record wins: it is the later read)."""
+    leases = {a.ir: a for a in facts.leases} | {a.ir: a for a in facts.ended}
+    return squatting.tally(leases.values(), facts.since, facts.until)
 
 
 def squatter_lines(day: squatting.SquatterTally) -> list[str]:

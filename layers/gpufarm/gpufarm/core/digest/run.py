@@ -8,7 +8,10 @@ does). The run's moment is the schedule's own time when the event carries it (Ev
 "Since the last digest" is the span between the previous digest time and this one, both computed from the
 settings: nothing is stored (docs/design.md, rule 1), a retried run reports the same window, and two digests
 never count one repair twice. The reads are one view of the invocation (LeaseContext.reading): the live incidents and
-the host list once, one metrics query for unattributed use, and the budgets' searches (gpufarm.core.accounting.budgets).
+the host list once, one metrics query for unattributed use, the budgets' searches (gpufarm.core.accounting.budgets),
+and, for the squatter section, one search of the leases that ended after accruing in the window's months (as the
+budgets read ended leases), at most MAX_ENDED, of which those resolved since the window began with squatting in their
+history are kept.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
+from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.leases import fair_share
 from gpufarm.core.leases.ordering import Order
+from gpufarm.core.squatters.counts import squatted
 
 if TYPE_CHECKING:
     from gpufarm.core.kernel.ports import MetricsQuery
@@ -40,6 +45,8 @@ UNATTRIBUTED_METRIC = "gpufarm.ledger.gpus.unattributed"
 # since the last digest, so a night of unattributed use is not missed by a morning reading.
 UNATTRIBUTED_QUERY = f"max:{UNATTRIBUTED_METRIC}{{*}} by {{host,team,environment}}"
 MAX_UNATTRIBUTED = 10_000
+# Ended leases the squatter section reads at most (a day's window: a farm ending more is read up to this many).
+MAX_ENDED = 5_000
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,34 @@ def unattributed(
     return out
 
 
+def window_months(since: datetime, until: datetime) -> list[str]:
+    """The `YYYY-MM` months (UTC) a window touches: a digest's day spans two at a month's turn."""
+    return sorted({f"{m.year:04d}-{m.month:02d}" for m in (since.astimezone(UTC), until.astimezone(UTC))})
+
+
+def ended_squatted(ctx: LeaseContext, since: datetime, until: datetime) -> list[Allocation]:
+    """Leases resolved since `since` whose history holds squatting: one search of the leases that ended after
+    accruing in the window's months, read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
+    query = IncidentQuery.where({State.RESOLVED}, months=window_months(since, until))
+    found: list[Allocation] = []
+    try:
+        for index, record in enumerate(ctx.incidents.search(query)):
+            if index >= MAX_ENDED:
+                log.warning(
+                    "digest: more than %d leases ended in the window; the rest's squatting not counted", MAX_ENDED
+                )
+                break
+            if record.resolved is not None and record.resolved < since:
+                continue
+            alloc = Allocation.from_record(record)
+            if squatted(alloc):
+                found.append(alloc)
+    except GpufarmError as exc:
+        log.warning("ended leases could not be read for the digest's squatters: %s", exc)
+        return []
+    return found
+
+
 def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
     """The digest's facts from this invocation's one view of the farm (see the module docstring)."""
     now = ctx.now()
@@ -137,6 +172,7 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
         until=until,
         leases=live,
         farm=ctx.farm,
+        ended=ended_squatted(ctx, since, until),
         capacity=ctx.inventory_summary(),
         quotas=quotas,
         burns=burned,

@@ -81,10 +81,15 @@ def lease_tally(alloc: Allocation, since: datetime, until: datetime) -> Squatter
     return tally
 
 
+def squatted(alloc: Allocation) -> bool:
+    """True when the lease has an open episode or one in its history (a cheap test before `lease_tally`)."""
+    return bool(alloc.squatters) or any(f" {_BEGAN}: " in line for line in alloc.history)
+
+
 def tally(leases: Iterable[Allocation], since: datetime, until: datetime) -> SquatterTally:
     """Every lease's squatting over [since, until), summed."""
     total = SquatterTally()
     for alloc in leases:
-        if alloc.squatters or any(f" {_BEGAN}: " in line for line in alloc.history):
+        if squatted(alloc):
             total.add(lease_tally(alloc, since, until))
     return total
