@@ -115,13 +115,13 @@ class AwsEndpoint:
         parts = urlsplit(endpoint_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{service} endpoint {endpoint_url[:80]!r} is not an http(s) URL")
-        self.service = service
+        self.signing_name = service
         self.region = region
         self._url = f"{parts.scheme}://{parts.netloc}"
         self._base_path = parts.path.rstrip("/")
         self._https = parts.scheme == "https"
         self._host = parts.hostname
-        self._port = parts.port
+        self._port_number = parts.port
         self._credentials = credentials
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
@@ -190,7 +190,7 @@ class AwsEndpoint:
         url = self._url + self._base_path + path
         request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
         # Frozen here: refreshable credentials refresh themselves first when they are about to expire.
-        SigV4Auth(self._credentials().get_frozen_credentials(), self.service, self.region).add_auth(request)
+        SigV4Auth(self._credentials().get_frozen_credentials(), self.signing_name, self.region).add_auth(request)
         prepared = request.prepare()
         with self._lock:
             try:
@@ -217,10 +217,12 @@ class AwsEndpoint:
                 if self._tls is None:
                     self._tls = _tls_context()
                 self._connection = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=self._connect_timeout, context=self._tls
+                    self._host, self._port_number, timeout=self._connect_timeout, context=self._tls
                 )
             else:
-                self._connection = http.client.HTTPConnection(self._host, self._port, timeout=self._connect_timeout)
+                self._connection = http.client.HTTPConnection(
+                    self._host, self._port_number, timeout=self._connect_timeout
+                )
             self._connection.connect()
             if self._connection.sock is not None:
                 self._connection.sock.settimeout(self._read_timeout)
