@@ -129,17 +129,26 @@ class SquatterStopper:
             order = orders.get(squatter.device.lower())
             if order is None or (squatter.device_ir is not None and squatter.claimed_ir == squatter.device_ir):
                 continue
-            pod = squatter.pod
-            if self.evict is not None and pod is not None and pod.namespace and pod.name:
-                if squatter.pid is None or self._started_by(squatter.pid, order) is not None:
-                    pods.append(PodStop(pod.namespace, pod.name, order.device, order.since))
+            pod = self._pod_to_evict(squatter, order)
+            if pod is not None:
+                pods.append(pod)
             elif squatter.pid is None:
-                self._unhooked(pod, order)
+                self._unhooked(squatter.pod, order)
             elif self._stop(squatter.pid, order):
                 stopped.append(squatter.pid)
         if self.evict is not None:
             self.evict.want(pods)
         return stopped
+
+    def _pod_to_evict(self, squatter: Squatter, order: StopOrder) -> PodStop | None:
+        """The squatter's pod when the eviction hook takes it (its process, if known, began by the episode's start);
+        None when it is no pod the hook can evict, and its process is signalled (or said) instead."""
+        pod = squatter.pod
+        if self.evict is None or pod is None or not (pod.namespace and pod.name):
+            return None
+        if squatter.pid is not None and self._started_by(squatter.pid, order) is None:
+            return None
+        return PodStop(pod.namespace, pod.name, order.device, order.since)
 
     def _started_by(self, pid: int, order: StopOrder) -> tuple[int, float] | None:
         """The process's start when it began no later than the episode; None when gone, unreadable or newer."""

@@ -118,15 +118,7 @@ class PodEvictor:
 
     def want(self, stops: Sequence[PodStop]) -> None:
         """The pods gpufarm's stops name this cycle; those not named any more are dropped. Never raises."""
-        named: dict[Key, PodStop] = {}
-        for stop in stops:
-            key = (stop.namespace, stop.name, stop.since)
-            if not valid(stop):
-                if key not in self._told_bad and len(self._told_bad) < _MAX_DONE:
-                    self._told_bad.add(key)
-                    log.warning("squatting pod %r/%r is not a name the API could hold; not evicted", *key[:2])
-                continue
-            named.setdefault(key, stop)
+        named = self._named(stops)
         new = False
         with self._lock:
             for key in [k for k in self._pending if k not in named]:
@@ -134,16 +126,34 @@ class PodEvictor:
                 # A refused eviction no longer wanted: the gauges say so on the next step.
                 new = new or self._failing
                 self._owe_report = self._owe_report or self._failing
-            for key, stop in named.items():
-                if key in self._done or key in self._pending:
-                    continue
-                if len(self._pending) >= MAX_PENDING:
-                    log.warning("%d pod evictions pending; %s/%s waits", MAX_PENDING, stop.namespace, stop.name)
-                    break
-                self._pending[key] = _Pending(stop)
-                new = True
+            new = self._add(named) or new
         if new and self._wake is not None:
             self._wake.set()
+
+    def _named(self, stops: Sequence[PodStop]) -> dict[Key, PodStop]:
+        """The stops whose pod the API could hold, by key; a name it could not is said once and left out."""
+        named: dict[Key, PodStop] = {}
+        for stop in stops:
+            key = (stop.namespace, stop.name, stop.since)
+            if valid(stop):
+                named.setdefault(key, stop)
+            elif key not in self._told_bad and len(self._told_bad) < _MAX_DONE:
+                self._told_bad.add(key)
+                log.warning("squatting pod %r/%r is not a name the API could hold; not evicted", *key[:2])
+        return named
+
+    def _add(self, named: dict[Key, PodStop]) -> bool:
+        """Pend the named pods not yet done or pending, within MAX_PENDING (the lock held); True when one was."""
+        new = False
+        for key, stop in named.items():
+            if key in self._done or key in self._pending:
+                continue
+            if len(self._pending) >= MAX_PENDING:
+                log.warning("%d pod evictions pending; %s/%s waits", MAX_PENDING, stop.namespace, stop.name)
+                break
+            self._pending[key] = _Pending(stop)
+            new = True
+        return new
 
     # -- the thread's side -------------------------------------------------------------------------------------
 
