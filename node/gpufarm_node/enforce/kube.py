@@ -21,13 +21,15 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from urllib3.exceptions import HTTPError
 
 from gpufarm_node.enforce.kube_plan import PlanError, check_ir, describe, node_patch
+from gpufarm_node.enforce.reporting import Reporter as Reporter  # noqa: PLC0414 - named here by its users
+from gpufarm_node.enforce.reporting import post_event, send_gauges
 from gpufarm_node.enforce.run import APPLIED_METRIC, FAILED_METRIC, LAG_METRIC
 
 log = logging.getLogger("gpufarm_node.enforce.kube")
@@ -48,14 +50,6 @@ class NodeApi(Protocol):
     def get(self, name: str) -> dict[str, Any]: ...
 
     def patch(self, name: str, body: Mapping[str, Any]) -> None: ...
-
-
-class Reporter(Protocol):
-    """Where operators hear of the step (gpufarm_node.enforce.datadog_io.DatadogIO)."""
-
-    def gauges(self, values: dict[str, float], tags: Sequence[str], now: float) -> None: ...
-
-    def event(self, title: str, text: str, tags: Sequence[str], *, alert: str = "warning") -> None: ...
 
 
 class Evictions(Protocol):
@@ -340,15 +334,7 @@ class NodeMarker:
             FAILED_METRIC: 1.0 if failing else 0.0,
             APPLIED_METRIC: 1.0 if result.patched is not None else 0.0,
         }
-        try:
-            self.reporter.gauges(values, self.tags, now)
-        except Exception as exc:  # noqa: BLE001 - best effort; the next step sends again
-            log.warning("could not send the enforcement gauges: %s", exc)
+        send_gauges(self.reporter, values, self.tags, now, "enforcement")
 
     def _event(self, title: str, text: str, *, alert: str) -> None:
-        if self.reporter is None:
-            return
-        try:
-            self.reporter.event(title, text, self.tags, alert=alert)
-        except Exception as exc:  # noqa: BLE001 - best effort
-            log.warning("could not post the enforcement event: %s", exc)
+        post_event(self.reporter, title, text, self.tags, alert, "enforcement")

@@ -31,8 +31,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpufarm_node.enforce.kube import BACKOFF_FIRST_S, BACKOFF_MAX_S, Reporter
+from gpufarm_node.enforce.kube import BACKOFF_FIRST_S, BACKOFF_MAX_S
 from gpufarm_node.enforce.pod_stops import PodStop
+from gpufarm_node.enforce.reporting import Reporter, post_event, send_gauges
 from gpufarm_node.enforce.run import APPLIED_METRIC, FAILED_METRIC, LAG_METRIC
 
 log = logging.getLogger("gpufarm_node.enforce.kube_evict")
@@ -242,15 +243,7 @@ class PodEvictor:
             FAILED_METRIC: float(tally.failed),
             APPLIED_METRIC: float(tally.applied),
         }
-        try:
-            self.reporter.gauges(values, self.tags, now)
-        except Exception as exc:  # noqa: BLE001 - best effort; the next step sends again
-            log.warning("could not send the eviction gauges: %s", exc)
+        send_gauges(self.reporter, values, self.tags, now, "eviction")
 
     def _event(self, title: str, text: str, *, alert: str) -> None:
-        if self.reporter is None:
-            return
-        try:
-            self.reporter.event(title, text, self.tags, alert=alert)
-        except Exception as exc:  # noqa: BLE001 - best effort
-            log.warning("could not post the eviction event: %s", exc)
+        post_event(self.reporter, title, text, self.tags, alert, "eviction")

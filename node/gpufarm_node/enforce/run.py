@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from gpufarm_node.enforce.config import SlurmNames
 from gpufarm_node.enforce.leases import Lease, Skipped, lease_of
+from gpufarm_node.enforce.reporting import Reporter as Reporter  # noqa: PLC0414 - named here by its users
+from gpufarm_node.enforce.reporting import post_event, send_gauges
 from gpufarm_node.enforce.slurm_plan import (
     Op,
     OpKind,
@@ -58,14 +60,6 @@ class Cluster(Protocol):
     def nodes(self) -> str: ...
 
     def apply(self, args: Sequence[str]) -> None: ...
-
-
-class Reporter(Protocol):
-    """Where operators hear of the enforcer (Datadog gauges and events)."""
-
-    def gauges(self, values: dict[str, float], tags: Sequence[str], now: float) -> None: ...
-
-    def event(self, title: str, text: str, tags: Sequence[str], *, alert: str = "warning") -> None: ...
 
 
 @dataclass
@@ -218,10 +212,7 @@ class SlurmEnforcer:
             RESERVATIONS_METRIC: float(report.reservations),
             APPLIED_METRIC: float(len(report.applied)),
         }
-        try:
-            self.reporter.gauges(values, self.tags, now)
-        except Exception as exc:  # noqa: BLE001 - reporting is best effort; the next run sends again
-            log.warning("could not send the enforcement gauges: %s", exc)
+        send_gauges(self.reporter, values, self.tags, now, "enforcement")
 
     def _episode_events(self, report: RunReport) -> None:
         """A reservation put back, each time; a lagging episode once when it starts and once when it ends."""
@@ -236,12 +227,7 @@ class SlurmEnforcer:
         self._failing = not report.converged
 
     def _event(self, title: str, text: str, *, alert: str) -> None:
-        if self.reporter is None:
-            return
-        try:
-            self.reporter.event(title, text, self.tags, alert=alert)
-        except Exception as exc:  # noqa: BLE001 - best effort
-            log.warning("could not post the enforcement event: %s", exc)
+        post_event(self.reporter, title, text, self.tags, alert, "enforcement")
 
     def run(self, stop: threading.Event, interval: float) -> None:
         """Run every `interval` seconds until `stop` is set."""

@@ -14,17 +14,12 @@ Everything taken is given back.
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-import yaml
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm_sandbox.demo.farm_copy import changed_farm
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
 from gpufarm_sandbox.example_farm import ALICE, CAROL, DANA, Person
 
@@ -38,24 +33,14 @@ ASK = "request 8 A100 project={project} team={team} env=cloud-aws days=1"
 USED_RE = re.compile(r"\b([a-z][a-z0-9-]*) used ([0-9]+) of its [0-9]+ GPU-hour share")
 
 
-@contextmanager
-def fair_share_farm() -> Iterator[None]:
+def fair_share_farm() -> AbstractContextManager[None]:
     """The local functions read a copy of their farm file whose cloud pool orders by fair share (the original is
     read again afterwards)."""
-    path = os.environ.get("GPUFARM_FARM_CONFIG")
-    if not path:
-        yield
-        return
-    farm = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    farm["scheduling"] = {"environments": {POOL: {"queue": "fair-share", "usage_window_days": 7}}}
-    with tempfile.TemporaryDirectory(prefix="gpufarm-demo-") as folder:
-        copy = Path(folder) / "farm.yaml"
-        copy.write_text(yaml.safe_dump(farm, sort_keys=False), encoding="utf-8")
-        os.environ["GPUFARM_FARM_CONFIG"] = str(copy)
-        try:
-            yield
-        finally:
-            os.environ["GPUFARM_FARM_CONFIG"] = path
+
+    def change(farm: dict[str, Any]) -> None:
+        farm["scheduling"] = {"environments": {POOL: {"queue": "fair-share", "usage_window_days": 7}}}
+
+    return changed_farm(change)
 
 
 def run(ctx: DemoContext) -> None:

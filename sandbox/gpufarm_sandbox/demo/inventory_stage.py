@@ -18,19 +18,14 @@ function does (QuotaSyncFunction on the local host).
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.azurestub import Vm
 from gpufarm_sandbox.clouds import clouds_for
+from gpufarm_sandbox.demo.farm_copy import changed_farm
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
 from gpufarm_sandbox.example_farm import BOB, HOSTS
 
@@ -236,26 +231,16 @@ def source_events(ctx: DemoContext, since: int) -> list[dict[str, Any]]:
     return found[::-1]
 
 
-@contextmanager
-def budgeted_farm() -> Iterator[None]:
+def budgeted_farm() -> AbstractContextManager[None]:
     """The local functions read a copy of their farm file: vision with a month's GPU-hour budget and ENTITLED H100
     in onprem-hpc (the original is read again afterwards)."""
-    path = os.environ.get("GPUFARM_FARM_CONFIG")
-    if not path:
-        yield
-        return
-    farm = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    farm["budgets"] = [*farm.get("budgets", []), {"team": "vision", "period": "month", "gpu_hours": BUDGET}]
-    quotas = farm["teams"]["vision"].setdefault("quotas", {}).setdefault("onprem-hpc", {})
-    quotas["H100"] = {"gpus": ENTITLED, "hard_limit": ENTITLED}
-    with tempfile.TemporaryDirectory(prefix="gpufarm-demo-") as folder:
-        copy = Path(folder) / "farm.yaml"
-        copy.write_text(yaml.safe_dump(farm, sort_keys=False), encoding="utf-8")
-        os.environ["GPUFARM_FARM_CONFIG"] = str(copy)
-        try:
-            yield
-        finally:
-            os.environ["GPUFARM_FARM_CONFIG"] = path
+
+    def change(farm: dict[str, Any]) -> None:
+        farm["budgets"] = [*farm.get("budgets", []), {"team": "vision", "period": "month", "gpu_hours": BUDGET}]
+        quotas = farm["teams"]["vision"].setdefault("quotas", {}).setdefault("onprem-hpc", {})
+        quotas["H100"] = {"gpus": ENTITLED, "hard_limit": ENTITLED}
+
+    return changed_farm(change)
 
 
 def _busy(ir: int, host: str, end: int) -> list[dict[str, Any]]:
