@@ -389,6 +389,7 @@ def mode_env(mode: str, url: str, slack_url: str) -> dict[str, str]:
                 # What template.yaml sets on the ingress besides.
                 "POWERTOOLS_SERVICE_NAME": "gpufarm",
                 "POWERTOOLS_LOG_LEVEL": "INFO",
+                "PYDANTIC_DISABLE_PLUGINS": "__all__",
             }
         )
     return env
