@@ -19,9 +19,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from gpufarm.core.kernel.lease_facts import LeaseFacts
-from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.ports import IncidentStore, LeaseReads
 from gpufarm.core.kernel.search import IncidentQuery, live_query
+from gpufarm.core.kernel.search import ended_query as ended_query  # noqa: PLC0414 - named here by its users
 from gpufarm.reporting import reasons
 
 log = logging.getLogger(__name__)
@@ -40,11 +40,6 @@ class Leases:
     def projects(self) -> set[str]:
         """Projects these leases name."""
         return {a.project for a in self.leases if a.project}
-
-
-def ended_query(months: Sequence[str], team: str | None = None) -> IncidentQuery:
-    """Resolved leases that accrued GPU-hours in any of these months (of one team, when given)."""
-    return IncidentQuery.where({State.RESOLVED}, team=team, months=months)
 
 
 def facts(source: IncidentStore | LeaseReads, query: IncidentQuery) -> Iterator[LeaseFacts]:

@@ -24,9 +24,8 @@ from gpufarm.core.config.accounting import Budget, budgets_for
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.governance.policy import Decision, Verdict
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import State
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.kernel.search import IncidentQuery
+from gpufarm.core.kernel.search import ended_query
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +33,10 @@ log = logging.getLogger(__name__)
 MAX_ENDED = 5_000
 
 
-def ended_query(team: str, months: Sequence[str]) -> IncidentQuery:
-    """Resolved leases of the team that accrued in these months."""
-    return IncidentQuery.where({State.RESOLVED}, team=team, months=months)
-
-
 def team_leases(ctx: LeaseContext, team: str, months: Sequence[str]) -> list[Allocation]:
     """The team's live leases and those that ended after accruing in these months (incidents only)."""
     found = list(ctx.reads().live(None, team))
-    for index, record in enumerate(ctx.incidents.search(ended_query(team, months))):
+    for index, record in enumerate(ctx.incidents.search(ended_query(months, team))):
         if index >= MAX_ENDED:
             log.warning("budget of %s: more than %d ended leases in the period, the rest not counted", team, MAX_ENDED)
             break

@@ -28,9 +28,9 @@ from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.kernel.search import IncidentQuery
+from gpufarm.core.kernel.search import ended_query
 from gpufarm.core.leases import fair_share
 from gpufarm.core.leases.ordering import Order
 from gpufarm.core.squatters.counts import squatted
@@ -128,7 +128,7 @@ def window_months(since: datetime, until: datetime) -> list[str]:
 def ended_squatted(ctx: LeaseContext, since: datetime, until: datetime) -> list[Allocation]:
     """Leases resolved since `since` whose history holds squatting: one search of the leases that ended after
     accruing in the window's months, read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
-    query = IncidentQuery.where({State.RESOLVED}, months=window_months(since, until))
+    query = ended_query(window_months(since, until))
     found: list[Allocation] = []
     try:
         for index, record in enumerate(ctx.incidents.search(query)):

@@ -111,6 +111,12 @@ def live_query(
     return IncidentQuery.where(LIVE_STATES, requester=requester, environment=environment, team=team, phase=wanted)
 
 
+def ended_query(months: Iterable[str], team: str | None = None, environment: str | None = None) -> IncidentQuery:
+    """The resolved leases that accrued GPU-hours in any of these months (`gpu_hours_months`), of one team or pool
+    when given: how budgets, reports, fair share and the digest find the leases that ended inside a period."""
+    return IncidentQuery.where({State.RESOLVED}, team=team, environment=environment, months=months)
+
+
 # gpufarm's live incidents, and all of them.
 LIVE_QUERY = IncidentQuery(LIVE_STATES)
 ANY_STATE_QUERY = IncidentQuery()

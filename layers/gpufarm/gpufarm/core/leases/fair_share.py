@@ -21,7 +21,7 @@ from gpufarm.core.config.scheduling import QueuePolicy
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.kernel.lifecycle import HOLDING, State
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.kernel.search import IncidentQuery
+from gpufarm.core.kernel.search import ended_query
 from gpufarm.core.leases.ordering import FIFO, Order, Standing
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def window_hours(alloc: Allocation, start: datetime, now: datetime) -> float:
 def _ended(ctx: LeaseContext, environment: str, model: str, start: datetime, now: datetime) -> list[Allocation]:
     """The pool's ended leases of the model that accrued in the months the window touches."""
     months = sorted({month for month, _ in gpu_hours.month_spans(start, now)})
-    query = IncidentQuery.where({State.RESOLVED}, months=months, environment=environment)
+    query = ended_query(months, environment=environment)
     out: list[Allocation] = []
     for index, record in enumerate(ctx.incidents.search(query)):
         if index >= MAX_ENDED:
