@@ -14,7 +14,7 @@ slices assigned to the leases their processes claim, in two cases:
   node spends in libnvidia-ml), through a sender that serialises and compresses the series as the real one does
   and drops the bytes. Each run measures detection off, then on (or on, then off: alternated per run), in the same
   process after the same warm-up; the figure is the median over the runs of each run's mean, and the added share.
-- Latency: a process claiming no lease starts on a device of a lease between two cycles; the number of agent cycles
+- Latency: a process claiming another lease starts on a device of a lease between two cycles; the number of agent cycles
   until a `gpufarm.process.squatter` series names its pid (1: the next cycle). Datadog then evaluates the monitor
   on its own schedule (every minute for metric monitors), which a local run cannot measure.
 Goals (issue 23): the squatter reported within one agent cycle (+ one monitor evaluation); detection adds <= 5 %
@@ -150,8 +150,11 @@ def latency() -> int:
 
     doc = _doc("clean")
     squatter_pid = 29_999
-    # On slice 0 of GPU 7 (assigned to ir-3000), claiming no lease, from 100 s after the start (between cycles).
-    doc["processes"].append({"pid": squatter_pid, "gpu": 7, "mig": 0, "workload": "busy", "start": 100.0})
+    # On slice 0 of GPU 7 (assigned to ir-3000), claiming another lease, from 100 s after the start (between cycles).
+    # A process claiming no lease there would be taken as the holder's own job (gpufarm_node.squatters).
+    doc["processes"].append(
+        {"pid": squatter_pid, "gpu": 7, "mig": 0, "workload": "busy", "start": 100.0, "env": {"GPUFARM_IR": "IR-999"}}
+    )
     now = [time.time()]
     clock = lambda: now[0]  # noqa: E731 - a one-line clock
     fake = FakeNvml(topology_from_dict(doc, seed="bench"), clock=clock)
