@@ -105,7 +105,7 @@ class Runtime:
             seams.update(provider(settings, environ))
         farm_config = seams.pop("farm_config", None)
         if farm_config and not settings.farm_config and not settings.farm_config_parameter:
-            self.settings = settings.model_copy(update={"farm_config": str(farm_config)})
+            self.settings = settings.replace(farm_config=str(farm_config))
         self._parts: dict[str, Any] = {**seams, **_overrides}
         self._farm: tuple[str, FarmConfig] | None = None
 
@@ -189,7 +189,7 @@ class Runtime:
 
         def build() -> Runtime:
             budget = {"http_timeout": WEBHOOK_HTTP_TIMEOUT_S, "max_retries": 0}
-            return Runtime(self.settings.model_copy(update=budget), self.environ)
+            return Runtime(self.settings.replace(**budget), self.environ)
 
         bounded: Runtime = self._get("for_webhook", build)
         return bounded
