@@ -15,14 +15,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpufarm.adapters.datadog_http import Failed
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.lifecycle import State
-from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.search import IncidentQuery, accrued_months
+
+if TYPE_CHECKING:
+    # An annotation only: the light reader (gpufarm.adapters.datadog_reads) loads no incident model.
+    from gpufarm.core.kernel.model import IncidentRecord
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from gpufarm.core.config.farm import FarmConfigError
+from gpufarm.core.config.farm_error import FarmConfigError
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import DEFAULT_SINCE, GroupBy
@@ -134,7 +134,7 @@ def build_text(
     farm_config: Path | None,
 ) -> str:
     """Make the report through the runtime's collaborators and render it."""
-    from gpufarm.core.config.farm import parse_farm
+    from gpufarm.adapters.farm_dump import farm_view
     from gpufarm.handlers import runtime as rt
     from gpufarm.reporting.make import make_report
     from gpufarm.reporting.query import parse_query
@@ -145,7 +145,9 @@ def build_text(
     for point in entry_points(group=SEAMS_GROUP):
         rt.install_seams(point.load())
     runtime = rt.current()
-    farm = parse_farm(farm_config.read_text()) if farm_config is not None else runtime.farm()
+    # The farm as reports read it: validated once per distinct text, then read from its kept dump
+    # (gpufarm.adapters.farm_dump), so an unchanged farm costs neither pydantic nor the farm's models.
+    farm = farm_view(farm_config.read_text()) if farm_config is not None else runtime.farm_view()
     now = runtime.clock().now()
     # The period, grouping and team are checked before Datadog's client is built: bad input is exit 2 even where
     # no key is configured.

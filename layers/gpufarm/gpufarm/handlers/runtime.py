@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gpufarm.adapters.slack_signature import SignatureCheck
     from gpufarm.core.chat.links import DashboardLookup
     from gpufarm.core.config.farm import FarmConfig
+    from gpufarm.core.config.farm_view import FarmView
     from gpufarm.core.kernel.ports import (
         AsyncInvoker,
         Clock,
@@ -219,6 +220,18 @@ class Runtime:
             if self._farm is None or self._farm[0] != text:
                 self._farm = (text, parsed_farm(text))
             return self._farm[1]
+
+    def farm_view(self) -> FarmView:
+        """The farm as reports read it (gpufarm.core.config.farm_view): from the farm set for this runtime, or the
+        configured farm's text through its kept validated dump (gpufarm.adapters.farm_dump)."""
+        override = self._parts.get("farm")
+        if override is not None:
+            from gpufarm.core.config.farm_view import FarmView
+
+            return FarmView.of(override)
+        from gpufarm.adapters.farm_dump import farm_view
+
+        return farm_view(self._farm_text())
 
     def _farm_text(self) -> str:
         from gpufarm.adapters.aws import load_farm_text

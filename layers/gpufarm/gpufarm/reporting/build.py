@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from gpufarm.core.accounting import accrued, burn
-from gpufarm.core.config.accounting import Budget
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.budget_terms import BudgetTerms
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
 from gpufarm.reporting import quota_changes, reasons, squatting
@@ -34,7 +34,7 @@ def budget_moment(query: ReportQuery) -> datetime:
     return query.period.end - timedelta(seconds=1)
 
 
-def months_to_read(query: ReportQuery, farm: FarmConfig) -> tuple[str, ...]:
+def months_to_read(query: ReportQuery, farm: FarmView) -> tuple[str, ...]:
     """The months whose ended leases the report needs: its own, and its budgets' periods."""
     at = budget_moment(query)
     months = set(query.period.months)
@@ -122,7 +122,7 @@ def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Ro
     return row, line
 
 
-def _team_extras(row: Row, farm: FarmConfig, live: Sequence[LeaseFacts]) -> None:
+def _team_extras(row: Row, farm: FarmView, live: Sequence[LeaseFacts]) -> None:
     spec = farm.teams.get(row.key)
     if spec is None:
         return
@@ -130,7 +130,7 @@ def _team_extras(row: Row, farm: FarmConfig, live: Sequence[LeaseFacts]) -> None
     row.held_now = sum(sum(accrued.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in HOLDING)
 
 
-def _budget_uses(applicable: Iterable[Budget], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
+def _budget_uses(applicable: Iterable[BudgetTerms], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
     out = []
     for budget in applicable:
         used = burn.burn(budget, leases, at)
@@ -153,7 +153,7 @@ def _grouped(chosen: Sequence[LeaseFacts], query: ReportQuery, now: datetime) ->
 
 
 def _add_quotas_and_budgets(
-    rows: Iterable[Row], query: ReportQuery, farm: FarmConfig, chosen: Sequence[LeaseFacts]
+    rows: Iterable[Row], query: ReportQuery, farm: FarmView, chosen: Sequence[LeaseFacts]
 ) -> None:
     """A team's quota and what it holds now, and the budgets of each team or project row."""
     live = [a for a in chosen if a.phase in HOLDING]
@@ -170,7 +170,7 @@ def _add_quotas_and_budgets(
 def build_report(
     query: ReportQuery,
     read: Leases,
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     *,
     usage: Sequence[UsageSeries] = (),

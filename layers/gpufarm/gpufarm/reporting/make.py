@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel.ports import IncidentStore, LeaseReads, MetricsHistory
 from gpufarm.reporting.build import build_report, months_to_read
 from gpufarm.reporting.model import Report
@@ -21,7 +21,7 @@ from gpufarm.reporting.usage import read_usage
 
 def make_report(
     incidents: IncidentStore | LeaseReads,
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     *,
     since: str | None = None,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from gpufarm.core.accounting import override_terms as overrides
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 
 MAX_NOTES = 10
@@ -19,9 +19,9 @@ def leases_only(read: Sequence[LeaseFacts]) -> list[LeaseFacts]:
     return [a for a in read if not a.is_quota_override]
 
 
-def with_changes(farm: FarmConfig, read: Sequence[LeaseFacts], now: datetime) -> FarmConfig:
+def with_changes(farm: FarmView, read: Sequence[LeaseFacts], now: datetime) -> FarmView:
     """The farm's quotas with the changes in effect at `now` (as decisions read them then)."""
-    return overrides.apply(farm, overrides.in_effect(read, now))
+    return farm.with_overrides(overrides.in_effect(read, now))
 
 
 def notes(read: Sequence[LeaseFacts], now: datetime) -> list[str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpufarm.core.chat.block_kit import Message, context, section
 from gpufarm.core.chat.escape import inert
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.governance.membership import MembershipUnavailable
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
@@ -111,7 +112,8 @@ def report_answer(ctx: LeaseContext, user: str, word: str | None) -> Message:
     with ctx.reading():
         team, project, operator = _scope(ctx, user, word)
         by = GroupBy.PROJECT if team is not None else GroupBy.TEAM
-        report = make_report(ctx.incidents, ctx.farm, ctx.now(), since=SINCE, by=by.value, team=team, project=project)
+        farm = FarmView.of(ctx.farm)
+        report = make_report(ctx.incidents, farm, ctx.now(), since=SINCE, by=by.value, team=team, project=project)
         if project is not None and not operator and ctx.farm.membership_checked:
             mine = set(ctx.membership().teams_of(user))
             others = sorted(r.key for r in report.rows if r.leases and r.key not in mine)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from gpufarm.core.accounting import accrued
 from gpufarm.core.accounting.accrued import HeldLease
-from gpufarm.core.config.accounting import Budget, BudgetPeriod
+from gpufarm.core.config.budget_terms import BudgetPeriod, BudgetTerms
 from gpufarm.core.kernel.lifecycle import HOLDING
 
 
@@ -45,7 +45,7 @@ def lease_burn(alloc: HeldLease, months: Sequence[str], now: datetime) -> float:
     return hours
 
 
-def applies(budget: Budget, alloc: HeldLease) -> bool:
+def applies(budget: BudgetTerms, alloc: HeldLease) -> bool:
     """True when the lease counts against the budget."""
     return alloc.team == budget.team and (budget.project is None or alloc.project == budget.project)
 
@@ -54,7 +54,7 @@ def applies(budget: Budget, alloc: HeldLease) -> bool:
 class Burn:
     """One budget in its current period."""
 
-    budget: Budget
+    budget: BudgetTerms
     period: str
     burned: float
 
@@ -69,7 +69,7 @@ class Burn:
         return 100.0 * self.burned / self.budget.gpu_hours
 
 
-def burn(budget: Budget, leases: Iterable[HeldLease], now: datetime) -> Burn:
+def burn(budget: BudgetTerms, leases: Iterable[HeldLease], now: datetime) -> Burn:
     """The budget's burn from these leases (each counted once)."""
     months = period_months(budget.period, now)
     seen: set[int] = set()

@@ -9,10 +9,11 @@ never decay, a period's burn is what the team's leases held in it (gpufarm.core.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpufarm.core.config.budget_terms import BudgetPeriod as BudgetPeriod  # noqa: PLC0414 - its home before
+from gpufarm.core.config.budget_terms import budget_label
 from gpufarm.core.kernel.model import Name
 
 MAX_BUDGETS = 500
@@ -34,13 +35,6 @@ class LedgerSettings(_Strict):
     max_accruals: int = Field(default=500, ge=1, le=10_000)
 
 
-class BudgetPeriod(StrEnum):
-    """The calendar period a budget covers (UTC)."""
-
-    MONTH = "month"
-    QUARTER = "quarter"
-
-
 class Budget(_Strict):
     """GPU-hours a team (or one of its projects) may hold in each calendar month or quarter."""
 
@@ -56,7 +50,7 @@ class Budget(_Strict):
 
     def label(self) -> str:
         """`nlp` or `nlp/llm-ko`."""
-        return f"{self.team}/{self.project}" if self.project else self.team
+        return budget_label(self.team, self.project)
 
 
 def budget_problems(budgets: Sequence[Budget], teams: Collection[str]) -> list[str]:

@@ -1,0 +1,37 @@
+"""What a GPU-hour budget says, without its model: the period it covers and the terms burn arithmetic reads.
+
+The farm file's `budgets:` are validated as gpufarm.core.config.accounting.Budget; the arithmetic
+(gpufarm.core.accounting.burn) and the reports read any record with these terms, so a report that reads the
+already-validated farm (gpufarm.core.config.farm_view) never loads the models.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Protocol
+
+
+class BudgetPeriod(StrEnum):
+    """The calendar period a budget covers (UTC)."""
+
+    MONTH = "month"
+    QUARTER = "quarter"
+
+
+class BudgetTerms(Protocol):
+    """A budget's terms: whose, which period, how many GPU-hours."""
+
+    @property
+    def team(self) -> str: ...
+    @property
+    def project(self) -> str | None: ...
+    @property
+    def period(self) -> BudgetPeriod: ...
+    @property
+    def gpu_hours(self) -> float: ...
+    def label(self) -> str: ...
+
+
+def budget_label(team: str, project: str | None) -> str:
+    """`nlp` or `nlp/llm-ko`."""
+    return f"{team}/{project}" if project else team
