@@ -19,6 +19,7 @@ from gpufarm.core.config.budget_terms import BudgetPeriod
 from gpufarm.core.config.farm import FarmConfig, FarmConfigError, parse_farm
 from gpufarm.core.config.farm_view import FarmDumpMismatch, FarmView, QuotaView
 from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.reporting.quota_changes import changed
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGETS = (
@@ -64,8 +65,8 @@ def test_quota_changes_apply_to_the_view_as_to_the_farm() -> None:
         Override(4, "not-a-team", env, model, 8, UNTIL, None),
     ]
     for upto in range(len(changes) + 1):
-        assert _quotas(FarmView.of(farm).with_overrides(changes[:upto])) == _quotas(apply(farm, changes[:upto]))
-    assert FarmView.of(farm).with_overrides(changes[:2]).teams[team].quotas[env]["NEW-MODEL"] == QuotaView(2, 2)
+        assert _quotas(changed(FarmView.of(farm), changes[:upto])) == _quotas(apply(farm, changes[:upto]))
+    assert changed(FarmView.of(farm), changes[:2]).teams[team].quotas[env]["NEW-MODEL"] == QuotaView(2, 2)
 
 
 @pytest.mark.parametrize(

@@ -16,14 +16,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gpufarm.core.config.budget_terms import BudgetPeriod, budget_label
 from gpufarm.core.kernel.errors import ValidationFailed
 
-if TYPE_CHECKING:
-    from gpufarm.core.accounting.override_terms import Override
-    from gpufarm.core.config.farm import FarmConfig
+
+class Validated(Protocol):
+    """A validated farm (gpufarm.core.config.farm.FarmConfig) as far as the view reads it: its dump."""
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
 
 
 class FarmDumpMismatch(ValueError):
@@ -84,7 +86,7 @@ class FarmView:
         self.budgets = budgets
 
     @classmethod
-    def of(cls, farm: FarmConfig) -> FarmView:
+    def of(cls, farm: Validated) -> FarmView:
         """The view of a validated FarmConfig."""
         return cls.from_dump(farm.model_dump(mode="json"))
 
@@ -107,24 +109,6 @@ class FarmView:
         if spec is None:
             raise unknown_team(name, list(self.teams))
         return spec
-
-    def with_overrides(self, overrides: Sequence[Override]) -> FarmView:
-        """The view with each quota change added to its team's quota (as override_terms.apply does to a farm)."""
-        if not overrides:
-            return self
-        from gpufarm.core.accounting.override_terms import changed_quota
-
-        teams = dict(self.teams)
-        for o in overrides:
-            team = teams.get(o.team)
-            if team is None:
-                continue
-            pools = {env: dict(models) for env, models in team.quotas.items()}
-            base = pools.get(o.environment, {}).get(o.gpu_model)
-            gpus, hard = changed_quota(o, (0, 0) if base is None else (base.gpus, base.hard_limit))
-            pools.setdefault(o.environment, {})[o.gpu_model] = QuotaView(gpus, hard)
-            teams[o.team] = TeamView(pools)
-        return FarmView(self.sections, MappingProxyType(teams), self.budgets)
 
 
 def _quotas(value: Any) -> dict[str, dict[str, QuotaView]]:
