@@ -281,9 +281,12 @@ def decode_fields(raw: Mapping[str, Any] | None) -> dict[str, FieldValue]:
 
 def decode_value(obj: Any) -> FieldValue:
     """One field object (`{type, value}`, or a bare value) as a plain value: a string, a list of strings, or None."""
-    value = obj.get("value") if isinstance(obj, Mapping) else obj
+    # A dict (what JSON gives) is told apart by its type first: the ABC check costs more, on every field read.
+    value = obj.get("value") if type(obj) is dict or isinstance(obj, Mapping) else obj
     if value is None:
         return None
+    if type(value) is str:
+        return value
     if isinstance(value, list):
         return [str(v) for v in value]
     return str(value)
