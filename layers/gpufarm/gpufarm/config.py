@@ -12,8 +12,8 @@ answers its caller without detail (HTTP 500 on the Function URLs). A value out o
 SettingInvalid naming the variable and the bound, never the value.
 
 Settings are read by the plain checks below, not a pydantic model: every gpufarm process reads them, and the
-model (its validators built at import, pydantic's machinery loaded by its first model) was 60-90 ms of CPU and
-7.6 MB at each cold start of the Slack ingress and of `gpufarm report` (docs/design.md, "Settings without
+model (its validators built at import, pydantic's machinery loaded by its first model) was 80 ms of CPU and
+15 MB more at each cold start of the Slack ingress and of `gpufarm report` (docs/design.md, "Settings without
 pydantic"; benchmarks/RESULTS.md). The fields, their variables and their bounds are one table (FIELDS).
 """
 

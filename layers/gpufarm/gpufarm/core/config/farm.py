@@ -18,7 +18,7 @@ from gpufarm.core.config.accounting import MAX_BUDGETS, Budget, LedgerSettings, 
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
 from gpufarm.core.config.farm_error import FarmConfigError as FarmConfigError  # noqa: PLC0414 - its home before
-from gpufarm.core.config.farm_view import unknown_team
+from gpufarm.core.config.farm_error import unknown_team
 from gpufarm.core.config.idle_choice import IdleChoiceSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings

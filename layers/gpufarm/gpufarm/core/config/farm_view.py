@@ -13,13 +13,13 @@ that reads it adds a typed accessor below, reading the section's validated value
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from gpufarm.core.config.budget_terms import BudgetPeriod, budget_label
-from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.config.farm_error import unknown_team
 
 
 class Validated(Protocol):
@@ -59,18 +59,6 @@ class BudgetView:
     def label(self) -> str:
         """`nlp` or `nlp/llm-ko`."""
         return budget_label(self.team, self.project)
-
-
-def unknown_team(name: str, known: Sequence[str]) -> ValidationFailed:
-    """The error a lookup of a team the farm does not define raises, naming the known teams."""
-    listed = ", ".join(sorted(known)) or "none configured"
-    return ValidationFailed("team", f"unknown team '{short(name)}'; teams: {listed}")
-
-
-def short(text: str) -> str:
-    """At most 40 printable characters of a name someone typed, for an error message."""
-    value = str(text)[:40]
-    return "".join(ch if ch.isprintable() else "?" for ch in value)
 
 
 class FarmView:
