@@ -196,7 +196,7 @@ def search_pages(
                 facets.lose(refused, f"refused ({failed.outcome.message})")
                 continue
             raise failed.error() from None
-        yield from _pages(
+        pages = _pages(
             query,
             first,
             partial(keep, attempt),
@@ -205,6 +205,8 @@ def search_pages(
             page_size=page_size,
             limit=limit,
         )
+        del first  # held by the pages alone, so it goes with them (see _pages)
+        yield from pages
         return
 
 
@@ -236,6 +238,9 @@ def _pages(
             return
         if query.scan is not None and offset >= query.scan:
             return
+        # The page read goes before the next is fetched: what `keep` took is all that stays, so a search holds one
+        # parsed page at a time, not two (3,000 leases' report: a page is some 100,000 objects).
+        del page, attributes
         try:
             attributes = fetch(sent, offset)
         except Failed as failed:
