@@ -21,6 +21,7 @@ from gpufarm.core.config.idle_choice import IdleChoiceSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
 from gpufarm.core.config.lending import LendingSettings
+from gpufarm.core.config.rates import RateSettings
 from gpufarm.core.config.reservations import ReservationSettings
 from gpufarm.core.config.scheduling import SchedulingSettings
 from gpufarm.core.config.squatters import SquatterPolicy
@@ -440,6 +441,8 @@ class FarmConfig(_Strict):
     idle_choice: IdleChoiceSettings = IdleChoiceSettings()
     # Bookings on the pools' calendars (gpufarm.core.config.reservations).
     reservations: ReservationSettings = ReservationSettings()
+    # What a GPU-hour costs per pool and model (gpufarm.core.config.rates, gpufarm.core.money.card).
+    rates: RateSettings = RateSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
@@ -450,6 +453,7 @@ class FarmConfig(_Strict):
         problems += self.lending.problems(self.environments, self.teams)
         problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)
         problems += self.reservations.problems(set(self.environments))
+        problems += self.rates.problems({n: e.gpu_models for n, e in self.environments.items()})
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():
