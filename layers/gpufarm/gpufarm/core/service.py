@@ -36,6 +36,7 @@ from gpufarm.core.kernel.ports import (
 )
 from gpufarm.core.kernel.serial import IdleScope, IncidentCommand
 from gpufarm.core.leases import allocation, ending, extension, home, process, queries, requests, upload_tokens
+from gpufarm.core.money.prices import PriceBook
 from gpufarm.core.sync import expiry, gauges, repair, run, sweep
 
 T = TypeVar("T")
@@ -60,6 +61,7 @@ class GpuFarm:
         usage: MetricsQuery | None = None,
         sources: Sequence[InventorySource] = (),
         events: EventSink | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
         self.context = LeaseContext(
             incidents=incidents,
@@ -75,6 +77,7 @@ class GpuFarm:
             usage=usage,
             sources=sources,
             events=events,
+            prices=prices,
         )
 
     # ==== Slack-facing use cases (slack_worker) ==========================================================

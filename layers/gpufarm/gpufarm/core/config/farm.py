@@ -447,13 +447,14 @@ class FarmConfig(_Strict):
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
         agent_pools = [n for n, e in self.environments.items() if e.metrics_source is MetricsSource.DATADOG_AGENT]
-        problems = self.inventory.problems({n: e.gpu_models for n, e in self.environments.items()}, agent_pools)
+        offered = {n: e.gpu_models for n, e in self.environments.items()}
+        problems = self.inventory.problems(offered, agent_pools)
         problems += budget_problems(self.budgets, self.teams)
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
         problems += self.lending.problems(self.environments, self.teams)
         problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)
         problems += self.reservations.problems(set(self.environments))
-        problems += self.rates.problems({n: e.gpu_models for n, e in self.environments.items()})
+        problems += self.rates.problems(offered)
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():

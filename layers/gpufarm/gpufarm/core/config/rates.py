@@ -137,16 +137,7 @@ class PoolRates(_Strict):
     def _cloud_problems(self, where: str, card_currency: str) -> list[str]:
         found: list[str] = []
         if self.cloud is Cloud.AWS:
-            if self.region is None:
-                found.append(f"{where}.region: an aws pool names the region its prices are read for")
-            if self.vm_sizes or self.location:
-                found.append(f"{where}: vm_sizes and location are for azure pools")
-            unpriced = set(self.instance_types) - set(self.per_gpu_hour)
-            if card_currency != "USD" and unpriced:
-                found.append(
-                    f"{where}: the AWS price list is in USD, not {card_currency}; give per_gpu_hour for "
-                    + ", ".join(sorted(unpriced))
-                )
+            found += self._aws_problems(where, card_currency)
         elif self.cloud is Cloud.AZURE:
             if self.location is None:
                 found.append(f"{where}.location: an azure pool names the location its prices are read for")
@@ -156,6 +147,20 @@ class PoolRates(_Strict):
             found.append(f"{where}: instance_types, vm_sizes, region and location need cloud: aws or azure")
         if self.purchase is not Purchase.ON_DEMAND and self.cloud is None:
             found.append(f"{where}.purchase: a discount applies to a cloud's list price; write the price itself")
+        return found
+
+    def _aws_problems(self, where: str, card_currency: str) -> list[str]:
+        found: list[str] = []
+        if self.region is None:
+            found.append(f"{where}.region: an aws pool names the region its prices are read for")
+        if self.vm_sizes or self.location:
+            found.append(f"{where}: vm_sizes and location are for azure pools")
+        unpriced = set(self.instance_types) - set(self.per_gpu_hour)
+        if card_currency != "USD" and unpriced:
+            found.append(
+                f"{where}: the AWS price list is in USD, not {card_currency}; give per_gpu_hour for "
+                + ", ".join(sorted(unpriced))
+            )
         return found
 
 
