@@ -112,3 +112,17 @@ def test_a_slice_costs_its_share_of_the_gpu() -> None:
 def test_a_wrong_rate_card_is_refused_at_load(rates: str, says: str) -> None:
     with pytest.raises(FarmConfigError, match=says):
         farm(rates + "\n")
+
+
+def test_a_lease_on_slices_pays_their_share_and_a_dedicated_lease_whole_gpus() -> None:
+    from gpufarm.core.money.lease_rate import lease_rate
+
+    card = RateCard(farm().rates)
+    whole = card.rate("hpc", "H100")
+    assert whole is not None
+    assert lease_rate(card, "hpc", "H100", ()) == whole
+    slices = ["h1=0.1/mig-aaaaaaaa-1111/1g.10gb", "h1=0.2/mig-bbbbbbbb-2222/3g.40gb", "junk"]
+    rate = lease_rate(card, "hpc", "H100", slices)
+    assert rate is not None
+    assert round(rate.per_gpu_hour, 9) == round(whole.per_gpu_hour * 4 / 14, 9)
+    assert lease_rate(card, "slices", "L4", ()) is None and lease_rate(card, None, "H100") is None
