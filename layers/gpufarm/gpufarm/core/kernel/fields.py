@@ -115,6 +115,8 @@ EXEMPT_BY = "exempt_by"
 GPU_HOURS_HELD = "gpu_hours_held"
 GPU_HOURS_BUSY = "gpu_hours_busy"
 GPU_HOURS_IDLE = "gpu_hours_idle"
+# Of the idle GPU-hours, those whose devices held memory with no work on them (the agent's idle_held state).
+GPU_HOURS_IDLE_HELD = "gpu_hours_idle_held"
 GPU_HOURS_UNMEASURED = "gpu_hours_unmeasured"
 GPU_HOURS_UNTIL = "gpu_hours_until"
 GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
@@ -223,6 +225,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(GPU_HOURS_HELD, "GPU-hours held", FieldKind.TEXTBOX, "GPU-hours the lease held, accrued by the sync"),
     FieldSpec(GPU_HOURS_BUSY, "GPU-hours busy", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw busy"),
     FieldSpec(GPU_HOURS_IDLE, "GPU-hours idle", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw idle"),
+    FieldSpec(
+        GPU_HOURS_IDLE_HELD,
+        "GPU-hours idle-held",
+        FieldKind.TEXTBOX,
+        "Of the idle GPU-hours, those with memory held and no work",
+    ),
     FieldSpec(
         GPU_HOURS_UNMEASURED,
         "GPU-hours unmeasured",
