@@ -27,6 +27,7 @@ from gpufarm.core.service import GpuFarm
 
 USER = "U0000000001"
 LEDGER_YAML = FARM_YAML.replace("hpc: {H100: {gpus: 8, hard_limit: 16}}", "hpc: {H100: {gpus: 32, hard_limit: 64}}")
+LEDGER_YAML += "rates:\n  currency: USD\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.50}}\n"
 
 
 @dataclass
@@ -158,7 +159,7 @@ def test_gpu_quota_shows_the_ledger(world: World) -> None:
     [host] = world.alloc(ir).hosts
     world.busy.rows = {(f"ir-{ir}", host): 2.0}
     text = world.svc.quota("nlp").blocks[0]["text"]["text"]
-    assert "`nlp/llm` H100 in `hpc`: 8 held: 2 used / 6 idle / 0 unmeasured" in text
+    assert "`nlp/llm` H100 in `hpc`: 8 held: 2 used / 6 idle / 0 unmeasured · 20.00 USD/h, idle 15.00 USD/h" in text
     world.busy.fail = True
     assert "could not be measured" in world.svc.quota().blocks[0]["text"]["text"]
 
