@@ -4,44 +4,25 @@ prices, and the budgets' burn."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, overrides
 from gpufarm.core.accounting.budgets import Burn
-from gpufarm.core.accounting.gpu_hours import NO_LEASE, Accounts, LedgerLine, LineKey, held_by_host
+from gpufarm.core.accounting.gpu_hours import Accounts, LedgerLine, LineKey
+from gpufarm.core.accounting.ledger_cost import hourly_cost
 from gpufarm.core.chat import messages
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.chat.messages import QuotaRow
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.governance.policy import team_usage
-from gpufarm.core.kernel.lifecycle import HOLDING
-from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.money.card import RateCard, round_cents
-from gpufarm.core.money.lease_rate import lease_rate
+from gpufarm.core.money.card import round_cents
 
 MAX_LINES = 40
 
 
 Hourly = Mapping[LineKey, Decimal | None]
-
-
-def hourly_cost(card: RateCard, live: Iterable[Allocation]) -> dict[LineKey, Decimal | None]:
-    """What each ledger line's held GPUs cost an hour (the leases' rates, MIG shares applied); None: unpriced."""
-    out: dict[LineKey, Decimal | None] = {}
-    for alloc in live:
-        if alloc.phase not in HOLDING:
-            continue
-        model = (alloc.gpu_model or "").upper()
-        key = (alloc.team or NO_LEASE, alloc.project or NO_LEASE, alloc.environment or NO_LEASE, model)
-        rate = lease_rate(card, alloc.environment, alloc.gpu_model, alloc.devices)
-        if rate is None or (key in out and out[key] is None):
-            out[key] = None  # the line's pool and model have no rate
-            continue
-        units = sum(held_by_host(alloc).values())
-        out[key] = (out.get(key) or Decimal(0)) + rate.per_gpu_hour * units
-    return out
 
 
 def quota_lines(
