@@ -9,9 +9,9 @@ does). The run's moment is the schedule's own time when the event carries it (Ev
 settings: nothing is stored (docs/design.md, rule 1), a retried run reports the same window, and two digests
 never count one repair twice. The reads are one view of the invocation (LeaseContext.reading): the live incidents and
 the host list once, one metrics query for unattributed use, the budgets' searches (gpufarm.core.accounting.budgets),
-and, for the squatter section, one search of the leases that ended after accruing in the window's months (as the
-budgets read ended leases), at most MAX_ENDED, of which those resolved since the window began with squatting in their
-history are kept.
+and, for the squatter section and the day's money, one search of the leases that ended after accruing in the
+window's months (as the budgets read ended leases), at most MAX_ENDED, of which those resolved since the window
+began are kept.
 """
 
 from __future__ import annotations
@@ -126,24 +126,28 @@ def window_months(since: datetime, until: datetime) -> list[str]:
 
 
 def ended_squatted(ctx: LeaseContext, since: datetime, until: datetime) -> list[Allocation]:
-    """Leases resolved since `since` whose history holds squatting: one search of the leases that ended after
-    accruing in the window's months, read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
+    """Leases resolved since `since` whose history holds squatting (of ended_in_window)."""
+    return [a for a in ended_in_window(ctx, since, until) if squatted(a)]
+
+
+def ended_in_window(ctx: LeaseContext, since: datetime, until: datetime) -> list[Allocation]:
+    """Leases resolved since `since`: one search of the leases that ended after accruing in the window's months,
+    read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
     query = ended_query(window_months(since, until))
     found: list[Allocation] = []
     try:
         for index, record in enumerate(ctx.incidents.search(query)):
             if index >= MAX_ENDED:
                 log.warning(
-                    "digest: more than %d leases ended in the window; the rest's squatting not counted", MAX_ENDED
+                    "digest: more than %d leases ended in the window; the rest's squatting and hours not counted",
+                    MAX_ENDED,
                 )
                 break
             if record.resolved is not None and record.resolved < since:
                 continue
-            alloc = Allocation.from_record(record)
-            if squatted(alloc):
-                found.append(alloc)
+            found.append(Allocation.from_record(record))
     except GpufarmError as exc:
-        log.warning("ended leases could not be read for the digest's squatters: %s", exc)
+        log.warning("ended leases could not be read for the digest (squatters, the day's money): %s", exc)
         return []
     return found
 
@@ -172,13 +176,14 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
         until=until,
         leases=live,
         farm=ctx.farm,
-        ended=ended_squatted(ctx, since, until),
+        ended=ended_in_window(ctx, since, until),
         capacity=ctx.inventory_summary(),
         quotas=quotas,
         burns=burned,
         unattributed=unattributed(ctx.usage, since, now),
         changes=changes,
         orders=_orders(ctx, live),
+        card=ctx.rate_card(),
     )
 
 
