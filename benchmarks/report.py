@@ -83,6 +83,7 @@ def rates_yaml() -> str:
 
 
 STEP_S = 900
+POOL_GPUS = 2500
 
 
 def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[str, object]:
@@ -169,7 +170,8 @@ def seed_leases(api: scalefarm.Api, n: int, days: int, now: datetime) -> None:
 
 
 def seed_metrics(sandbox: Sandbox, api: scalefarm.Api, days: int) -> int:
-    """`days` of ledger gauges per team, pool and model every STEP_S, sent an hour at a time; points sent."""
+    """`days` of ledger gauges per team, pool and model (and each pool's GPUs) every STEP_S, sent an hour at a time;
+    points sent."""
     rng = random.Random(7)
     # The intake takes points at most an hour old: start the sandbox's clock `days` back (a benchmark's seeding of
     # the past; nothing else moves it backwards) and move it forward as each hour is sent.
@@ -192,6 +194,12 @@ def seed_metrics(sandbox: Sandbox, api: scalefarm.Api, days: int) -> int:
                 {"metric": "gpufarm.ledger.gpus.used", "type": 3, "points": used, "tags": tags},
             ]
             sent += len(held) + len(used)
+        # The inventory gauge the report's unallocated capacity reads: each pool's GPUs, steady.
+        for env, model, _ in POOLS:
+            total = [{"timestamp": s, "value": POOL_GPUS} for s in range(start, start + 3600, STEP_S)]
+            tags = [f"environment:{env}", f"gpu_model:{model.lower()}"]
+            series.append({"metric": "gpufarm.inventory.gpus.total", "type": 3, "points": total, "tags": tags})
+            sent += len(total)
         status, answer = api.call("POST", "/api/v2/series", {"series": series})
         if status != 202 or (answer or {}).get("errors"):
             raise RuntimeError(f"metrics intake: {status} {str(answer)[:300]}")

@@ -332,3 +332,17 @@ def test_the_field_schema_carries_the_gpu_hours() -> None:
     names = {spec.name for spec in f.SCHEMA}
     assert {f.GPU_HOURS_HELD, f.GPU_HOURS_BUSY, f.GPU_HOURS_IDLE, f.GPU_HOURS_UNMEASURED} <= names
     assert f.BY_NAME[f.GPU_HOURS_BY_MONTH].kind is f.FieldKind.TEXTARRAY
+
+
+def test_a_ledger_line_with_no_rate_says_unpriced_never_zero(world: World) -> None:
+    from gpufarm.core.accounting.ledger_cost import hourly_cost
+    from gpufarm.core.money.card import RateCard
+
+    ir = world.ask(8)
+    alloc = world.alloc(ir)
+    key = ("nlp", "llm", "hpc", "H100")
+    assert hourly_cost(RateCard(world.svc.context.farm.rates), [alloc]) == {key: 20}
+    unpriced = RateCard(parse_farm(FARM_YAML).rates)
+    assert hourly_cost(unpriced, [alloc]) == {key: None}
+    text = world.svc.quota("nlp").blocks[0]["text"]["text"]
+    assert "20.00 USD/h" in text

@@ -165,8 +165,9 @@ def _grouped(
         part, line = found
         _add(rows.setdefault(part.key, Row(part.key)), part)
         lines.append(line)
-        pool = (alloc.environment or NONE, (alloc.gpu_model or NONE).upper())
-        pools[pool] = pools.get(pool, 0.0) + part.held
+        if alloc.environment and alloc.gpu_model:
+            pool = (alloc.environment, alloc.gpu_model.upper())
+            pools[pool] = pools.get(pool, 0.0) + part.held
     return rows, lines, pools
 
 

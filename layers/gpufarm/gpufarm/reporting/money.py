@@ -102,7 +102,8 @@ def pool_lines(
     gpus: Mapping[tuple[str, str], float] | None,
     hours: float,
 ) -> list[PoolLine]:
-    """Per pool and model: held GPU-hours, and with the inventory gauges read, capacity and the unallocated rest."""
+    """Per pool and model: held GPU-hours, and where the inventory gauge has the pool, capacity and the unallocated
+    rest."""
     out: list[PoolLine] = []
     keys = {(env, model.upper()) for env, models in offered.items() for model in models} | set(held)
     for env, model in sorted(keys):
@@ -111,7 +112,10 @@ def pool_lines(
         if gpus is None:
             out.append(PoolLine(env, model, used, priced=rate is not None))
             continue
-        mean = gpus.get((env, model), 0.0)
+        mean = gpus.get((env, model))
+        if mean is None:  # the gauge has no series of it: capacity unknown, never taken for none
+            out.append(PoolLine(env, model, used, priced=rate is not None))
+            continue
         capacity = mean * hours
         free = max(0.0, capacity - used)
         cost = None if rate is None else round_cents(rate.cost(free))
