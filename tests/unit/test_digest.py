@@ -544,5 +544,8 @@ def test_the_day_in_money_names_the_top_wasted_cost_beside_the_news_never_as_new
     first = text.index(f"IR-{wasteful.ir} nlp/llm: 160.00 USD wasted (80.0 idle and idle-held GPU-h)")
     assert first < text.index(f"IR-{careful.ir} vision/llm: 20.00 USD wasted")
     assert "Teams by wasted cost: `nlp` 160.00 USD (80.0 GPU-h), `vision` 20.00 USD (202.0 GPU-h)" in text
-    # Without a rate card the section is left out.
+    # Without a rate card the section is left out; with one that prices none of the leases, no amount is 0.
     assert "The day in money" not in text_of(digest_of([wasteful, lease(Phase.REQUESTED)]))
+    alone = text_of(digest_of([cloud, lease(Phase.REQUESTED)], card=card))
+    assert "192.0 GPU-h held (unpriced: no rate for any lease's pool and model): 0.0 busy, 192.0 idle" in alone
+    assert "0.00" not in alone and "USD wasted" not in alone and "Teams by wasted cost" not in alone

@@ -29,6 +29,7 @@ _NAMES = {"busy": "busy", "idle": "idle", "idle_held": "idle-held", "unmeasured"
 class _Tally:
     hours: dict[str, float] = field(default_factory=dict)
     cost: dict[str, Decimal] = field(default_factory=dict)
+    priced: int = 0
     unpriced: int = 0
 
     def wasted(self) -> Decimal:
@@ -60,6 +61,7 @@ def lines(leases: Iterable[Allocation], card: RateCard, since: datetime, until: 
             if not cost.priced:
                 tally.unpriced += 1
                 continue
+            tally.priced += 1
             for kind, amount in cost.by_kind.items():
                 tally.cost[kind] = tally.cost.get(kind, Decimal(0)) + round_cents(amount or Decimal(0))
         if cost.priced:
@@ -86,7 +88,12 @@ def lines(leases: Iterable[Allocation], card: RateCard, since: datetime, until: 
 
 
 def _day_line(day: _Tally, cur: str) -> str:
-    """`1,234.0 GPU-h held (3,085.00 USD): 800.0 busy (2,000.00), ...`, and the unpriced leases left out."""
+    """`1,234.0 GPU-h held (3,085.00 USD): 800.0 busy (2,000.00), ...`, and the unpriced leases left out; with no
+    lease priced, `unpriced` in place of every amount (never 0)."""
+    if not day.priced:
+        parts = [f"{day.hours.get(kind, 0.0):,.1f} {_NAMES[kind]}" for kind in KINDS]
+        held = f"{day.hours.get('held', 0.0):,.1f} GPU-h held (unpriced: no rate for any lease's pool and model): "
+        return held + ", ".join(parts)
     held_cost = sum(day.cost.values(), Decimal(0))
     parts = [
         f"{day.hours.get(kind, 0.0):,.1f} {_NAMES[kind]} ({day.cost.get(kind, Decimal(0)):,.2f})" for kind in KINDS
