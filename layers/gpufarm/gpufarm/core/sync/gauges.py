@@ -16,6 +16,8 @@ from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm.core.kernel.lifecycle import HOLDING
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.core.leases import metrics
+from gpufarm.core.outlook.capacity import outlook
+from gpufarm.core.outlook.gauges import outlook_series
 from gpufarm.core.sync.inventory_read import read_ledger
 
 
@@ -51,7 +53,8 @@ def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_h
                 tags = metric_tags(team=team, environment=env, gpu_model=model)
                 gauge("gpufarm.quota.entitled", q.gpus, tags)
                 gauge("gpufarm.quota.allocated", held.get((team, env, model), 0), tags)
-    for (env, model), (free, total) in sorted(ctx.inventory_summary().items()):
+    summary = ctx.inventory_summary()
+    for (env, model), (free, total) in sorted(summary.items()):
         tags = metric_tags(environment=env, gpu_model=model)
         gauge("gpufarm.inventory.gpus.total", total, tags)
         gauge("gpufarm.inventory.gpus.free", free, tags)
@@ -66,6 +69,8 @@ def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_h
     # The reserved column and the pools' calendars (gpufarm.core.calendar.gauges), from the same live read.
     pools = {name: env.gpu_models for name, env in ctx.farm.environments.items()}
     out += calendar_series(live, pools, ctx.now())
+    # Free capacity four weeks ahead (gpufarm.core.outlook): the inventory less leases to their ends and reservations.
+    out += outlook_series(outlook(live, {key: total for key, (_, total) in summary.items()}, ctx.now()), ts)
     if out:
         ctx.metrics.submit(out)
     return len(out)
