@@ -204,9 +204,15 @@ class GpuFarm:
         """The sync's verdict, re-checked on the incident as it is now: resolve when expired or idle past grace."""
         return expiry.expire(self.context, ir)
 
-    def accrue(self, ir: int, until: datetime, busy_of: Mapping[str, float | None]) -> Outcome:
-        """The sync's accrual of a lease's GPU-hours, re-checked on the incident as it is now."""
-        return gpu_hours.record_accrual(self.context, ir, until, busy_of)
+    def accrue(
+        self,
+        ir: int,
+        until: datetime,
+        busy_of: Mapping[str, float | None],
+        held_of: Mapping[str, float] | None = None,
+    ) -> Outcome:
+        """The sync's accrual of a lease's GPU-hours (idle-held devices per host in `held_of`), re-checked."""
+        return gpu_hours.record_accrual(self.context, ir, until, busy_of, held_of)
 
     def remind(self, ir: int) -> Outcome:
         """Once per end, before it: tell the holder when the lease ends, with Extend and Release."""

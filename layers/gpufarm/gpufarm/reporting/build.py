@@ -1,6 +1,6 @@
 """Build a report from leases (pure): per group GPU-hours held / busy / idle / unmeasured, counts and waits.
 
-Held, busy, idle and unmeasured are the incidents' accrued GPU-hours inside the period (gpufarm.reporting.window);
+Held, busy, idle and unmeasured are the incidents' accrued GPU-hours inside the period (gpufarm.core.money.lease_cost);
 **unmeasured** hours (no agent answer when they accrued, or held since the last accrual) are never counted as
 idle, and the leases holding them are listed. Warnings, keeps, exemptions, reclaims and waits come from each
 lease's history (gpufarm.reporting.events). Team rows add the team's entitlement and what it holds now; team and
@@ -13,18 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from gpufarm.core.accounting import accrued, burn
+from gpufarm.core.accounting import burn
 from gpufarm.core.config.accounting import Budget
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel import accrued
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
+from gpufarm.core.money.lease_cost import lease_hours
 from gpufarm.reporting import quota_changes, reasons, squatting
 from gpufarm.reporting.events import lease_events
 from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
 from gpufarm.reporting.read import MAX_LEASES, Leases
 from gpufarm.reporting.reserved import add_reserved
-from gpufarm.reporting.window import lease_hours
 
 NONE = "(none)"
 
@@ -87,7 +88,7 @@ def _add(row: Row, other: Row) -> None:
 
 
 def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Row, LeaseLine] | None:
-    hours = lease_hours(alloc, query.period, now)
+    hours = lease_hours(alloc, query.period.start, query.period.end, now)
     events = lease_events(alloc, query.period)
     if hours.held <= 0 and events.ended is None and events.waited_hours is None and not events.counts:
         return None
@@ -96,7 +97,7 @@ def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Ro
         leases=1 if hours.held > 0 else 0,
         held=hours.held,
         busy=hours.busy,
-        idle=hours.idle,
+        idle=hours.idle + hours.idle_held,
         unmeasured=hours.unmeasured,
         unmeasured_leases=1 if hours.unmeasured > 0 else 0,
         idle_warnings=events.counts["warned"],
@@ -116,7 +117,7 @@ def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Ro
         alloc.environment or NONE,
         hours.held,
         hours.busy,
-        hours.idle,
+        hours.idle + hours.idle_held,
         hours.unmeasured,
     )
     return row, line

@@ -1,6 +1,6 @@
 """The arithmetic of GPU-hour budgets: a budget's calendar period, and what leases burned in it.
 
-Pure functions of the leases' recorded facts (gpufarm.core.accounting.accrued), shared by the budget gate
+Pure functions of the leases' recorded facts (gpufarm.core.kernel.accrued), shared by the budget gate
 (gpufarm.core.accounting.budgets, which reads the leases) and the reports, on an Allocation or the light record
 reports decode. A period's burn is the GPU-hours the team's (or project's) leases accrued in its months, plus, for a
 lease holding now, the hours since its last accrual.
@@ -12,9 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gpufarm.core.accounting import accrued
-from gpufarm.core.accounting.accrued import HeldLease
 from gpufarm.core.config.accounting import Budget, BudgetPeriod
+from gpufarm.core.kernel import accrued
+from gpufarm.core.kernel.accrued import HeldLease
 from gpufarm.core.kernel.lifecycle import HOLDING
 
 
