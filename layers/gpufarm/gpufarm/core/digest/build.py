@@ -27,8 +27,11 @@ from gpufarm.core.chat.links import Links
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.digest import quota_changes
+from gpufarm.core.digest.outlook import TITLE as OUTLOOK_TITLE
+from gpufarm.core.digest.outlook import outlook_lines
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.display import visible
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.leases import terms
@@ -81,6 +84,8 @@ class DigestFacts:
     changes: Sequence[Override] = ()
     # The order of each fair-share pool's queue per (pool, model) (gpufarm.core.leases.ordering); FIFO where absent.
     orders: Mapping[tuple[str, str], Order] = field(default_factory=dict)
+    # Requests that ended with a reason in the window's months (refused, withdrawn), for the outlook's unmet demand.
+    unmet: Sequence[LeaseFacts] = ()
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,8 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
     if not news:
         return None
     capacity = Section("Free capacity (free / total GPUs)", capacity_lines(facts.capacity), news=False)
-    shown = [*news, *([capacity] if capacity.lines else [])]
+    ahead = outlook_lines(live, facts.unmet, facts.capacity, since=facts.since, until=facts.until, now=facts.now)
+    shown = [*news, *([capacity] if capacity.lines else []), Section(OUTLOOK_TITLE, ahead, news=False)]
     title = f"GPU farm digest, {clock.day(facts.until)}"[:HEADER_CHARS]
     blocks = [{"type": "header", "text": {"type": "plain_text", "text": title}}]
     blocks += [section(_text(p)) for p in shown]
