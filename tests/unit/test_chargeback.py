@@ -190,3 +190,10 @@ def test_a_cost_center_is_checked_at_load() -> None:
     bad = FARM.replace("cost_center: CC-4100", "cost_center: '=HYPERLINK(1)'")
     with pytest.raises(FarmConfigError, match="cost_center"):
         parse_farm(bad)
+
+
+def test_hand_edited_fields_are_inert_in_the_file(store: FakeIncidents) -> None:
+    record = store.by_ir(1)
+    store.records[record.id] = record.model_copy(update={"fields": {**record.fields, f.PROJECT: "=HYPERLINK(1)"}})
+    text = render_chargeback(make_chargeback(store, parse_farm(FARM), NOW, "2026-11"))
+    assert "'=HYPERLINK(1)" in text and ",=HYPERLINK" not in text

@@ -32,7 +32,7 @@ from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.ports import IncidentStore, LeaseReads
 from gpufarm.core.money.card import CloudPrice, PriceKey, RateCard, round_cents
-from gpufarm.core.money.lease_cost import lease_cost, lease_hours
+from gpufarm.core.money.lease_cost import HoursByKind, lease_cost, lease_hours
 from gpufarm.reporting import quota_changes
 from gpufarm.reporting.query import Period, month_period
 from gpufarm.reporting.read import MAX_LEASES, read_leases
@@ -72,9 +72,8 @@ class ChargeRow:
         """The row's money of one kind (or `total`), rounded to cents; None when nothing in it is priced."""
         return None if self.priced_leases == 0 else round_cents(self.money[kind])
 
-    def add(self, lease: LeaseFacts, card: RateCard, start: datetime, end: datetime, now: datetime) -> None:
-        """Count one lease's month."""
-        hours = lease_hours(lease, start, end, now)
+    def add(self, lease: LeaseFacts, hours: HoursByKind, card: RateCard) -> None:
+        """Count one lease's hours in the month and their cost."""
         self.leases += 1
         for kind in HOUR_KINDS:
             self.hours[kind] += float(getattr(hours, kind))
@@ -126,13 +125,14 @@ def build_chargeback(
     """The month's rows from the leases read (pure); a lease that held nothing in the month has no part in it."""
     rows: dict[tuple[str, str, str], ChargeRow] = {}
     for lease in quota_changes.leases_only(list(leases)):
-        if lease_hours(lease, period.start, period.end, now).held <= 0:
+        hours = lease_hours(lease, period.start, period.end, now)
+        if hours.held <= 0:
             continue
         key = (lease.team or NONE, lease.project or NONE, lease.environment or NONE)
         row = rows.get(key)
         if row is None:
             row = rows[key] = ChargeRow(*key, cost_center(farm, lease.team))
-        row.add(lease, card, period.start, period.end, now)
+        row.add(lease, hours, card)
     ordered = sorted(rows.values(), key=lambda r: (r.team, r.project, r.environment))
     return Chargeback(period.label, period, card.currency, now, ordered, cut)
 

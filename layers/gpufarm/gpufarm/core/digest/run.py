@@ -11,7 +11,8 @@ never count one repair twice. The reads are one view of the invocation (LeaseCon
 the host list once, one metrics query for unattributed use, the budgets' searches (gpufarm.core.accounting.budgets),
 and, for the squatter section, one search of the leases that ended after accruing in the window's months (as the
 budgets read ended leases), at most MAX_ENDED, of which those resolved since the window began with squatting in their
-history are kept.
+history are kept; for the outlook line, one search of the requests that ended with a reason in the window's months
+(refused, withdrawn), at most MAX_ENDED.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The sync's gauges: quota (entitled / allocated per team, pool, model), inventory (total / free per pool, model),
 the inventory ledger's (down, no agent, cloud quotas, source errors), waiting requests and idle warnings
-(gpufarm.core.leases.metrics), and the accounting ledger's (gpufarm.core.accounting.series), in one submit."""
+(gpufarm.core.leases.metrics), the accounting ledger's (gpufarm.core.accounting.series), the calendar's, and the
+outlook's free capacity per pool, model and week ahead (gpufarm.core.outlook.gauges), in one submit."""
 
 from __future__ import annotations
 
