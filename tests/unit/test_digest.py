@@ -24,6 +24,7 @@ from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.ports import ScalarResult
+from gpufarm.core.money.card import RateCard
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import daily_digest, runtime
 from gpufarm_sandbox.emulator.slack_blockkit import block_errors
@@ -548,3 +549,35 @@ def test_the_outlook_says_when_nothing_is_unmet_and_capacity_lasts() -> None:
     text = text_of(digest_of([warned]))
     assert "• No unmet demand since the last digest" in text
     assert "• Capacity does not run out in the next four weeks in any pool" in text
+
+
+# -- the day in money ----------------------------------------------------------------------------------------------
+
+
+def test_the_day_in_money_names_the_top_wasted_cost_beside_the_news_never_as_news() -> None:
+    card = RateCard(
+        parse_farm(
+            FARM_YAML + "rates:\n  currency: USD\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.00}}\n"
+        ).rates
+    )
+    held = {"hosts": ("hpc-1",), "host_gpus": {"hpc-1": 8}, "allocated_at": SINCE, "hours_until": NOW}
+    day = ("2026-11=192.000",)
+    # 192 GPU-h each over the day: the first wasted 60 idle + 20 idle-held, the second 10 idle; the third is unpriced.
+    wasteful = lease(
+        team="nlp", hours_held=192, hours_busy=112, hours_idle=80, hours_idle_held=20, hours_by_month=day, **held
+    )
+    careful = lease(team="vision", hours_held=192, hours_busy=182, hours_idle=10, hours_by_month=day, **held)
+    cloud = lease(team="vision", environment="cloud", hours_held=192, hours_idle=192, hours_by_month=day, **held)
+    # Money alone is no news: a farm with nothing else to say posts nothing.
+    assert build(facts([wasteful, careful, cloud], card=card), SETTINGS, LINKS) is None
+    text = text_of(digest_of([wasteful, careful, cloud, lease(Phase.REQUESTED)], card=card))
+    assert "*The day in money (idle + idle-held is wasted)*" in text
+    assert (
+        "576.0 GPU-h held (768.00 USD): 294.0 busy (588.00), 262.0 idle (140.00), 20.0 idle-held (40.00), "
+        "0.0 unmeasured (0.00); 1 lease(s) unpriced" in text
+    )
+    first = text.index(f"IR-{wasteful.ir} nlp/llm: 160.00 USD wasted (80.0 idle and idle-held GPU-h)")
+    assert first < text.index(f"IR-{careful.ir} vision/llm: 20.00 USD wasted")
+    assert "Teams by wasted cost: `nlp` 160.00 USD (80.0 GPU-h), `vision` 20.00 USD (202.0 GPU-h)" in text
+    # Without a rate card the section is left out.
+    assert "The day in money" not in text_of(digest_of([wasteful, lease(Phase.REQUESTED)]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, overrides, series
+from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, ledger_cost, overrides, series
 from gpufarm.core.accounting.override_series import override_series
 from gpufarm.core.calendar.gauges import calendar_series
 from gpufarm.core.context.lease_context import LeaseContext, invocation
@@ -67,6 +67,10 @@ def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_h
         usage = gpu_hours.measure(ctx.usage, ctx.now(), ctx.farm.ledger, agent_usage.for_farm(ctx.farm))
     measured = gpu_hours.accounts(live, usage, ctx.inventory())
     out += series.ledger_series(measured, budgets.burns(ctx, ctx.farm.budgets), ts)
+    # The ledger in money: per line and kind, and each pool's unallocated GPUs (gpufarm.core.accounting.ledger_cost).
+    card = ctx.rate_card()
+    totals = {key: total for key, (_, total) in summary.items()}
+    out += ledger_cost.cost_series(measured, ledger_cost.hourly_cost(card, live), card, totals, ts)
     # The reserved column and the pools' calendars (gpufarm.core.calendar.gauges), from the same live read.
     pools = {name: env.gpu_models for name, env in ctx.farm.environments.items()}
     out += calendar_series(live, pools, ctx.now())
