@@ -106,14 +106,16 @@ def wait_span(lease: LeaseFacts, now: datetime) -> tuple[datetime, datetime] | N
     if start is None:
         return None
     end = next((e.at for e in entries if e.at >= start and e.step in _STOPS), None)
-    if end is None:
-        if lease.allocated_at is not None and lease.allocated_at >= start:
-            end = lease.allocated_at
-        elif lease.state is State.RESOLVED:
-            end = lease.hours_until or lease.modified or start
-        else:
-            end = now
-    return (start, max(start, end))
+    return (start, max(start, end if end is not None else _wait_end(lease, start, now)))
+
+
+def _wait_end(lease: LeaseFacts, start: datetime, now: datetime) -> datetime:
+    """Where a wait no history step closes ended: at the allocation, the request's end, or still going."""
+    if lease.allocated_at is not None and lease.allocated_at >= start:
+        return lease.allocated_at
+    if lease.state is State.RESOLVED:
+        return lease.hours_until or lease.modified or start
+    return now
 
 
 def _codes_in(lease: LeaseFacts, low: datetime, high: datetime) -> list[ReasonCode]:
@@ -154,13 +156,17 @@ def unmet_demand(leases: Iterable[LeaseFacts], start: datetime, end: datetime, n
         why = [c for c in codes if c in WAITED]
         if waited <= 0 and not unmet and not why:
             continue
-        demand = out.setdefault(key, Demand(*key))
-        if waited > 0:
-            demand.waiting_gpu_hours += lease.gpu_count * waited
-            demand.waited += 1
-        demand.waited_why.update(c.value for c in why)
-        for code in unmet:
-            (demand.refused if code in REFUSED else demand.withdrawn)[code.value] += 1
-        # A request refused twice (asked again in one incident) asked its GPUs once.
-        demand.unmet_gpus += lease.gpu_count if unmet else 0
+        _count(out.setdefault(key, Demand(*key)), lease.gpu_count, waited, unmet, why)
     return sorted(out.values(), key=lambda d: (-d.weight[0], -d.weight[1], d.environment, d.gpu_model))
+
+
+def _count(demand: Demand, gpus: int, waited: float, unmet: list[ReasonCode], why: list[ReasonCode]) -> None:
+    """Add one request's wait, refusals and withdrawals to its pool's demand."""
+    if waited > 0:
+        demand.waiting_gpu_hours += gpus * waited
+        demand.waited += 1
+    demand.waited_why.update(c.value for c in why)
+    for code in unmet:
+        (demand.refused if code in REFUSED else demand.withdrawn)[code.value] += 1
+    # A request refused twice (asked again in one incident) asked its GPUs once.
+    demand.unmet_gpus += gpus if unmet else 0
