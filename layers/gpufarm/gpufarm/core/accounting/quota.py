@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, overrides
+from gpufarm.core.accounting.budget_text import figure
 from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.accounting.gpu_hours import Accounts
 from gpufarm.core.chat import messages
@@ -51,17 +52,13 @@ def _measure_notes(acc: Accounts, team: str | None) -> list[str]:
 
 
 def budget_lines(burned: Sequence[Burn], team: str | None) -> list[str]:
-    """The GPU-hour budgets' burn this period, with their heading; nothing when no budget is the team's."""
+    """The budgets' burn this period, with their heading; nothing when no budget is the team's."""
     mine = [b for b in burned if team is None or b.budget.team == team]
     if not mine:
         return []
     return [
-        "*GPU-hour budgets* (used / budget this period)",
-        *(
-            f"• `{inert(b.budget.label())}` {b.period}: {b.burned:,.0f} / {b.budget.gpu_hours:,.0f} "
-            f"({b.percent:.0f} %, {b.remaining:,.0f} left)"
-            for b in mine
-        ),
+        "*Budgets* (used / budget this period; `/gpu budget` forecasts them)",
+        *(f"• `{inert(b.budget.label())}` {b.period}: {figure(b)}" for b in mine),
     ]
 
 

@@ -142,6 +142,8 @@ class TeamSpec(_Strict):
     members: TeamMembers | None = None
     max_days: int = Field(default=30, ge=1, le=MAX_DURATION_DAYS)
     quotas: dict[Name, dict[ModelName, ModelQuota]] = Field(default_factory=dict)
+    # The team's Slack channel: its budget alerts go there (else by DM to the users `members` names).
+    channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,20}$")
 
 
 class IdleKind(StrEnum):
