@@ -166,4 +166,3 @@ def _tell_team(ctx: LeaseContext, team: str, message: Message) -> None:
         return
     for user in (spec.members.users if spec.members else ())[:MAX_DMS]:
         ctx.tell(user, message)
-
