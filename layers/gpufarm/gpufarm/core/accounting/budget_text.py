@@ -34,10 +34,10 @@ def money(amount: Decimal | None, currency: str) -> str:
 
 
 def figure(b: Burn) -> str:
-    """`768 / 2,000 GPU-hours (38 %, 1,232 left)`, `EUR 1,200.00 / EUR 2,000.00 (60 %, EUR 800.00 left)`, or an
+    """`768 / 2,000 (38 %, 1,232 left)` GPU-hours, `EUR 1,200.00 / EUR 2,000.00 (60 %, EUR 800.00 left)`, or an
     incomplete budget in money: what is priced, and which pools nothing prices."""
     if b.budget.amount is None:
-        return f"{b.burned:,.0f} / {b.budget.limit:,.0f} GPU-hours ({b.percent:.0f} %, {b.remaining:,.0f} left)"
+        return f"{b.burned:,.0f} / {b.budget.limit:,.0f} ({b.percent:.0f} %, {b.remaining:,.0f} left)"
     spent, limit = money(b.spent or Decimal(0), b.currency), money(b.budget.amount, b.currency)
     if b.incomplete:
         pools = ", ".join(inert(p) for p in b.unpriced) or "some leases"

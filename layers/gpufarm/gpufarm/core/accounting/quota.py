@@ -56,10 +56,13 @@ def budget_lines(burned: Sequence[Burn], team: str | None) -> list[str]:
     mine = [b for b in burned if team is None or b.budget.team == team]
     if not mine:
         return []
-    return [
-        "*Budgets* (used / budget this period; `/gpu budget` forecasts them)",
-        *(f"• `{inert(b.budget.label())}` {b.period}: {figure(b)}" for b in mine),
-    ]
+    hours = [b for b in mine if not b.budget.in_money]
+    money = [b for b in mine if b.budget.in_money]
+    lines = ["*GPU-hour budgets* (used / budget this period)"] if hours else []
+    lines += [f"• `{inert(b.budget.label())}` {b.period}: {figure(b)}" for b in hours]
+    lines += ["*Budgets in money* (spent / budget this period)"] if money else []
+    lines += [f"• `{inert(b.budget.label())}` {b.period}: {figure(b)}" for b in money]
+    return lines
 
 
 @invocation
