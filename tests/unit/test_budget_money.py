@@ -4,13 +4,14 @@ budget period's own incident; the forecast's date; `/gpu budget`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, ask_hpc
+from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue, ask_hpc
 
 from gpufarm.core.accounting import budget_alerts, forecast
 from gpufarm.core.accounting.burn import Burn, burn
@@ -26,6 +27,7 @@ from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import IncidentQuery
 from gpufarm.core.money.card import RateCard
 from gpufarm.core.service import GpuFarm
+from gpufarm.handlers import incident_webhook, runtime
 
 USER, OPS = "U0000000001", "U0000000OPS"
 TEAM_CHANNEL, OPS_CHANNEL = "C0000000NLP", "C0000000001"
@@ -328,3 +330,50 @@ def test_the_budget_answer_shows_burn_forecast_and_each_live_lease_to_its_end(wo
     with pytest.raises(ValidationFailed, match="unknown team"):
         world.svc.budget(USER, "nobody")
     assert "no budget" in world.svc.budget(USER, "vision").text
+
+
+# -- through the queue: the sync sends, the team's budget group tells ------------------------------------------------
+
+
+@pytest.fixture
+def queued(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[World, FakeQueue]]:
+    for name in ("GPUFARM_ALLOCATION_QUEUE_URL", "GPUFARM_LOCAL_INVOKE_URL", "GPUFARM_OPERATORS_USERGROUP"):
+        monkeypatch.delenv(name, raising=False)
+    world = _world(MONEY_YAML)
+    queue = FakeQueue()
+    runtime.reset()
+    runtime.override(
+        clock=world.clock,
+        incidents=world.incidents,
+        hosts=FakeHosts(),
+        metrics=world.metrics,
+        chat=world.chat,
+        farm=world.svc.context.farm,
+        queue=queue,
+    )
+    yield world, queue
+    runtime.reset()
+
+
+def test_the_sync_queues_the_alert_in_the_team_budget_group_and_its_consumer_tells_once(
+    queued: tuple[World, FakeQueue],
+) -> None:
+    world, queue = queued
+    ask_hpc(world.svc, world.incidents, USER, 8, 4)
+    world.clock.advance(days=3, hours=12)
+    svc = runtime.current().service()
+    svc.sync()
+    svc.sync()  # the same crossing again: the dedup id (budget, period, threshold) collapses it
+    budgets_sent = [(g, m) for g, m in queue.sent if "budget" in m]
+    assert budgets_sent == [
+        (
+            "budget-nlp",
+            {"budget": {"team": "nlp", "project": None, "period": "month"}, "reason": budgets_sent[0][1]["reason"]},
+        )
+    ]
+    body = json.dumps(budgets_sent[0][1])
+    assert incident_webhook.process_message(runtime.current(), body) == ["nlp 2026-12: told 80 %"]
+    assert incident_webhook.process_message(runtime.current(), body) == ["nlp 2026-12: nothing new to tell"]
+    assert len(world.posts(TEAM_CHANNEL)) == 1
+    bad = json.dumps({"budget": {"team": "nlp", "period": "week"}})
+    assert incident_webhook.process_message(runtime.current(), bad) == ["dropped: malformed"]
