@@ -94,13 +94,16 @@ class Budget(_Strict):
         return f"{self.team}/{self.project}" if self.project else self.team
 
 
-def budget_problems(budgets: Sequence[Budget], teams: Collection[str]) -> list[str]:
-    """What is wrong with the budgets: a team the farm does not define, two budgets for one period."""
+def budget_problems(budgets: Sequence[Budget], teams: Collection[str], *, priced: bool = True) -> list[str]:
+    """What is wrong with the budgets: a team the farm does not define, two budgets for one period, a budget in
+    money in a farm whose rate card prices no pool (`priced` False)."""
     problems: list[str] = []
     seen: set[tuple[str, str | None, BudgetPeriod]] = set()
     for index, budget in enumerate(budgets):
         if budget.team not in teams:
             problems.append(f"budgets[{index}].team: '{budget.team}' is not a team")
+        if budget.in_money and not priced:
+            problems.append(f"budgets[{index}].amount: a budget in money needs a rates: section that prices a pool")
         if budget.key in seen:
             problems.append(f"budgets[{index}]: {budget.label()} has two {budget.period.value} budgets")
         seen.add(budget.key)

@@ -451,7 +451,7 @@ class FarmConfig(_Strict):
         agent_pools = [n for n, e in self.environments.items() if e.metrics_source is MetricsSource.DATADOG_AGENT]
         offered = {n: e.gpu_models for n, e in self.environments.items()}
         problems = self.inventory.problems(offered, agent_pools)
-        problems += budget_problems(self.budgets, self.teams)
+        problems += budget_problems(self.budgets, self.teams, priced=bool(self.rates.environments))
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
         problems += self.lending.problems(self.environments, self.teams)
         problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)
