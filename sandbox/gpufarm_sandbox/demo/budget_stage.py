@@ -118,9 +118,9 @@ def _approved(ctx: DemoContext, farm: LocalFarm) -> int | None:
             return None
         card = [m for m in farm.messages(channel=OPERATORS_CHANNEL) if f"IR-{ir}" in shown(m)]
         ctx.check(
-            bool(card) and "budget for" in shown(card[0]),
+            bool(card) and bool(_budget_reason(shown(card[0]))),
             f"IR-{ir} goes to the operators with the budget's numbers",
-            next((p for p in shown(card[0]).split("; ") if "'s budget for" in p), "")[:200] if card else "",
+            _budget_reason(shown(card[0]))[:200] if card else "",
         )
         farm.slash(DANA, f"approve IR-{ir}")
         farm.settle()
@@ -128,6 +128,12 @@ def _approved(ctx: DemoContext, farm: LocalFarm) -> int | None:
         if not ctx.check(allocated, f"IR-{ir} is allocated"):
             return None
     return ir
+
+
+def _budget_reason(text: str) -> str:
+    """The budget's part of the operators' card: `nlp/budget-demo's budget for 2026-12 has ...`."""
+    start = text.find(f"nlp/{PROJECT}'s budget for")
+    return text[start : text.find(";", start)] if start >= 0 else ""
 
 
 def _alerts(farm: LocalFarm, channel: str, percent: int) -> list[dict[str, Any]]:
