@@ -27,6 +27,7 @@ from gpufarm.core.service import GpuFarm
 
 USER = "U0000000001"
 LEDGER_YAML = FARM_YAML.replace("hpc: {H100: {gpus: 8, hard_limit: 16}}", "hpc: {H100: {gpus: 32, hard_limit: 64}}")
+LEDGER_YAML += "rates:\n  currency: USD\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.50}}\n"
 
 
 @dataclass
@@ -133,10 +134,22 @@ def test_the_sync_publishes_the_ledger_gauges_with_their_declared_tags(world: Wo
     ir = world.ask(8)
     [host] = world.alloc(ir).hosts
     world.busy.rows = {(f"ir-{ir}", host): 5.0, ("none", "hpc-3"): 1.0}
+    world.busy.held = {(f"ir-{ir}", host): 2.0}
     world.svc.sync()
     tags = ("team:nlp", "project:llm", "environment:hpc", "gpu_model:h100")
     assert world.gauge("gpufarm.ledger.gpus.allocated", *tags) == 8
     assert world.gauge("gpufarm.ledger.gpus.used", *tags) == 5
+    assert world.gauge("gpufarm.ledger.gpus.idle_held", *tags) == 2
+    # In money at 2.50 USD a GPU-hour: 5 busy, 1 idle with no process, 2 idle-held; 24 of 32 H100 unallocated.
+    cost = {
+        kind: world.gauge("gpufarm.ledger.cost.per_hour", *tags, f"kind:{kind}", "currency:usd")
+        for kind in ("busy", "idle", "idle_held", "unmeasured")
+    }
+    assert cost == {"busy": 12.5, "idle": 2.5, "idle_held": 5.0, "unmeasured": 0.0}
+    unallocated = world.gauge("gpufarm.ledger.cost.unallocated_per_hour", "environment:hpc", "gpu_model:h100")
+    assert unallocated == 24 * 2.5
+    # A pool with no rate sends no cost, never 0.
+    assert world.gauge("gpufarm.ledger.cost.unallocated_per_hour", "environment:cloud") is None
     assert world.gauge("gpufarm.ledger.gpus.idle", *tags) == 3
     assert world.gauge("gpufarm.ledger.gpus.unmeasured", *tags) == 0
     assert world.gauge("gpufarm.inventory.gpus.allocated", "environment:hpc", "gpu_model:h100") == 8
@@ -158,7 +171,7 @@ def test_gpu_quota_shows_the_ledger(world: World) -> None:
     [host] = world.alloc(ir).hosts
     world.busy.rows = {(f"ir-{ir}", host): 2.0}
     text = world.svc.quota("nlp").blocks[0]["text"]["text"]
-    assert "`nlp/llm` H100 in `hpc`: 8 held: 2 used / 6 idle / 0 unmeasured" in text
+    assert "`nlp/llm` H100 in `hpc`: 8 held: 2 used / 6 idle / 0 unmeasured · 20.00 USD/h, idle 15.00 USD/h" in text
     world.busy.fail = True
     assert "could not be measured" in world.svc.quota().blocks[0]["text"]["text"]
 

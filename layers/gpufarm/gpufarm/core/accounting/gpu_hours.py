@@ -147,12 +147,14 @@ def _devices(results: Sequence[ScalarResult], what: str) -> dict[tuple[str, str]
 
 @dataclass
 class LedgerLine:
-    """GPUs of one team, project, environment and model: held, and of those busy, idle, unmeasured."""
+    """GPUs of one team, project, environment and model: held, and of those busy, idle, unmeasured (and of the
+    idle, those idle-held: memory held, no work)."""
 
     allocated: int = 0
     used: float = 0.0
     idle: float = 0.0
     unmeasured: int = 0
+    idle_held: float = 0.0
 
 
 LineKey = tuple[str, str, str, str]
@@ -185,13 +187,14 @@ def _add_lease(out: Accounts, alloc: Allocation, usage: Usage) -> None:
     key = (alloc.team or NO_LEASE, alloc.project or NO_LEASE, alloc.environment or NO_LEASE, model)
     line = out.lines.setdefault(key, LedgerLine())
     for host, gpus in held_by_host(alloc).items():
-        _add_host(line, gpus, usage.lease_busy(alloc.ir, host))
+        _add_host(line, gpus, usage.lease_busy(alloc.ir, host), usage.lease_idle_held(alloc.ir, host))
     pool = (alloc.environment or NO_LEASE, model)
     out.allocated[pool] = out.allocated.get(pool, 0) + sum(held_by_host(alloc).values())
 
 
-def _add_host(line: LedgerLine, gpus: int, busy: float | None) -> None:
-    """Add a host's held GPUs to a ledger line: busy ones (at most those held) as used, the rest idle.
+def _add_host(line: LedgerLine, gpus: int, busy: float | None, idle_held: float = 0.0) -> None:
+    """Add a host's held GPUs to a ledger line: busy ones (at most those held) as used, the rest idle, of those
+    the idle-held ones (at most the idle).
 
     A host nothing measured (busy None) counts its GPUs as unmeasured, never as idle.
     """
@@ -201,6 +204,7 @@ def _add_host(line: LedgerLine, gpus: int, busy: float | None) -> None:
     else:
         line.used += min(busy, gpus)
         line.idle += gpus - min(busy, gpus)
+        line.idle_held += min(max(idle_held, 0.0), gpus - min(busy, gpus))
 
 
 def _add_unattributed(out: Accounts, usage: Usage, hosts: Sequence[GpuHost]) -> None:

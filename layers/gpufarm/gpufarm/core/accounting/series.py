@@ -24,6 +24,7 @@ def ledger_series(acc: Accounts, burned: Iterable[Burn], timestamp: int) -> list
         gauge("gpufarm.ledger.gpus.allocated", line.allocated, **tags)
         gauge("gpufarm.ledger.gpus.used", line.used, **tags)
         gauge("gpufarm.ledger.gpus.idle", line.idle, **tags)
+        gauge("gpufarm.ledger.gpus.idle_held", line.idle_held, **tags)
         gauge("gpufarm.ledger.gpus.unmeasured", line.unmeasured, **tags)
     for (env, model), gpus in sorted(acc.allocated.items()):
         gauge("gpufarm.inventory.gpus.allocated", gpus, environment=env, gpu_model=model)

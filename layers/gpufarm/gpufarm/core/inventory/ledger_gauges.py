@@ -118,6 +118,25 @@ LEDGER_GAUGES = (
         "held GPUs the agents saw not busy",
     ),
     GaugeSpec(
+        "gpufarm.ledger.gpus.idle_held",
+        ("team", "project", "environment", "gpu_model"),
+        "gpu",
+        "of the idle GPUs, those holding memory with no work (gpufarm-node pools only)",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.cost.per_hour",
+        ("team", "project", "environment", "gpu_model", "kind", "currency"),
+        "currency",
+        "what the held GPUs cost an hour at the rate card, by kind (busy, idle, idle_held, unmeasured); "
+        "none for an unpriced pool or model, never 0",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.cost.unallocated_per_hour",
+        ("environment", "gpu_model", "currency"),
+        "currency",
+        "what a pool's GPUs no lease holds cost an hour at its whole-GPU rate; none when unpriced",
+    ),
+    GaugeSpec(
         "gpufarm.ledger.gpus.unmeasured",
         ("team", "project", "environment", "gpu_model"),
         "gpu",

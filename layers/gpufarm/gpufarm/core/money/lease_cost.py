@@ -16,12 +16,14 @@ model has no rate is unpriced: every amount None, never zero.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Protocol
 
 from gpufarm.core.kernel import accrued
-from gpufarm.core.kernel.lease_facts import LeaseFacts
+from gpufarm.core.kernel.accrued import HeldLease
 from gpufarm.core.kernel.lifecycle import HOLDING
 from gpufarm.core.money.card import Rate, RateCard
 from gpufarm.core.money.lease_rate import lease_rate
@@ -29,6 +31,27 @@ from gpufarm.core.money.lease_rate import lease_rate
 # The kinds a lease's held GPU-hours split into (a pool's unallocated capacity is the fifth, counted per pool).
 BUSY, IDLE, IDLE_HELD, UNMEASURED = "busy", "idle", "idle_held", "unmeasured"
 KINDS = (BUSY, IDLE, IDLE_HELD, UNMEASURED)
+
+
+class CostedLease(HeldLease, Protocol):
+    """What pricing a lease reads (gpufarm.core.kernel.lease_facts.LeaseFacts and Allocation both have it)."""
+
+    @property
+    def environment(self) -> str | None: ...
+    @property
+    def gpu_model(self) -> str | None: ...
+    @property
+    def devices(self) -> Sequence[str]: ...
+    @property
+    def hours_held(self) -> float: ...
+    @property
+    def hours_busy(self) -> float: ...
+    @property
+    def hours_idle(self) -> float: ...
+    @property
+    def hours_idle_held(self) -> float: ...
+    @property
+    def hours_unmeasured(self) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +98,7 @@ def _overlap(a: tuple[datetime, datetime], b: tuple[datetime, datetime]) -> floa
     return max(0.0, (end - start).total_seconds() / 3600)
 
 
-def accrued_in(lease: LeaseFacts, start: datetime, end: datetime) -> float:
+def accrued_in(lease: CostedLease, start: datetime, end: datetime) -> float:
     """Held GPU-hours the incident accrued inside [start, end) (see the module docstring)."""
     window = (start, end)
     total = 0.0
@@ -94,7 +117,7 @@ def accrued_in(lease: LeaseFacts, start: datetime, end: datetime) -> float:
     return total
 
 
-def unaccrued_in(lease: LeaseFacts, start: datetime, end: datetime, now: datetime) -> float:
+def unaccrued_in(lease: CostedLease, start: datetime, end: datetime, now: datetime) -> float:
     """GPU-hours a lease holding now has held inside [start, end) since its last accrual (unmeasured)."""
     since = accrued.accrued_since(lease)
     if lease.phase not in HOLDING or since is None or now <= since:
@@ -103,7 +126,7 @@ def unaccrued_in(lease: LeaseFacts, start: datetime, end: datetime, now: datetim
     return gpus * _overlap((since, now), (start, end))
 
 
-def lease_hours(lease: LeaseFacts, start: datetime, end: datetime, now: datetime) -> HoursByKind:
+def lease_hours(lease: CostedLease, start: datetime, end: datetime, now: datetime) -> HoursByKind:
     """The lease's GPU-hours inside [start, end) by kind (see the module docstring)."""
     held = accrued_in(lease, start, end)
     stretch = unaccrued_in(lease, start, end, now)
@@ -119,7 +142,7 @@ def lease_hours(lease: LeaseFacts, start: datetime, end: datetime, now: datetime
     )
 
 
-def lease_cost(card: RateCard, lease: LeaseFacts, hours: HoursByKind) -> Cost:
+def lease_cost(card: RateCard, lease: CostedLease, hours: HoursByKind) -> Cost:
     """What these hours of the lease cost at its rate; every amount None when its pool's model is unpriced."""
     rate = lease_rate(card, lease.environment, lease.gpu_model, lease.devices)
     if rate is None:
