@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
 
+from gpufarm.core.accounting.budget_text import money
 from gpufarm.core.accounting.burn import Burn as Burn  # noqa: PLC0414
 from gpufarm.core.accounting.burn import applies as applies  # noqa: PLC0414
 from gpufarm.core.accounting.burn import burn as burn  # noqa: PLC0414
@@ -32,7 +33,7 @@ from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.search import ended_query
-from gpufarm.core.money.card import RateCard, round_cents
+from gpufarm.core.money.card import RateCard
 from gpufarm.core.money.lease_rate import lease_rate
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,6 @@ def over_budget(expected: float, burned: Sequence[Burn], expected_cost: Decimal 
 
 
 def _over_money(b: Burn, expected_cost: Decimal | None) -> str | None:
-    currency = b.currency
     if b.incomplete:
         return (
             f"{b.budget.label()}'s budget for {b.period} is incomplete: no rate prices "
@@ -109,12 +109,12 @@ def _over_money(b: Burn, expected_cost: Decimal | None) -> str | None:
         )
     if expected_cost is None:
         return f"{b.budget.label()}'s budget for {b.period} is in money and no rate prices this request"
-    if expected_cost > Decimal(repr(b.remaining)):
+    left = Decimal(repr(b.remaining))
+    if expected_cost > left:
         return (
-            f"{b.budget.label()}'s budget for {b.period} has {currency} {round_cents(Decimal(repr(b.remaining))):,} "
-            f"of {currency} {round_cents(b.budget.amount or Decimal(0)):,} left "
-            f"({currency} {round_cents(b.spent or Decimal(0)):,} spent) and this request expects "
-            f"{currency} {round_cents(expected_cost):,}"
+            f"{b.budget.label()}'s budget for {b.period} has {money(left, b.currency)} of "
+            f"{money(b.budget.amount, b.currency)} left ({money(b.spent or Decimal(0), b.currency)} spent) and this "
+            f"request expects {money(expected_cost, b.currency)}"
         )
     return None
 
