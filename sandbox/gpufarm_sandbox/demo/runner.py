@@ -36,6 +36,7 @@ STAGES: tuple[tuple[str, str], ...] = (
         "chargeback: the month's file for finance, equal to the ledger to the cent; the capacity outlook",
         "gpufarm_sandbox.demo.chargeback_stage",
     ),
+    ("budget: a budget in money crosses 80 %, told once with its forecast", "gpufarm_sandbox.demo.budget_stage"),
     ("lending: a borrowed lease preempted on notice after its first hour", "gpufarm_sandbox.demo.lending_stage"),
     ("quota change: asked in chat, approved, applied at once, ended", "gpufarm_sandbox.demo.quota_change_stage"),
     # Last: its clock jump to the window's start ends every lease the stages above left.

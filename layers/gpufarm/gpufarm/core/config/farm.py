@@ -148,6 +148,8 @@ class TeamSpec(_Strict):
     quotas: dict[Name, dict[ModelName, ModelQuota]] = Field(default_factory=dict)
     # The cost center finance charges the team's GPU-hours to (the chargeback's column; gpufarm.reporting.chargeback).
     cost_center: str | None = Field(default=None, pattern=COST_CENTER_PATTERN)
+    # The team's Slack channel: its budget alerts go there (else by DM to the users `members` names).
+    channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,20}$")
 
 
 class IdleKind(StrEnum):
@@ -455,7 +457,7 @@ class FarmConfig(_Strict):
         agent_pools = [n for n, e in self.environments.items() if e.metrics_source is MetricsSource.DATADOG_AGENT]
         offered = {n: e.gpu_models for n, e in self.environments.items()}
         problems = self.inventory.problems(offered, agent_pools)
-        problems += budget_problems(self.budgets, self.teams)
+        problems += budget_problems(self.budgets, self.teams, priced=bool(self.rates.environments))
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
         problems += self.lending.problems(self.environments, self.teams)
         problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)

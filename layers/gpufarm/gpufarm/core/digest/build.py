@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from gpufarm.core.accounting.budget_text import figure
 from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.accounting.overrides import Override
 from gpufarm.core.chat.block_kit import MAX_SECTION_TEXT, Message, context, section
@@ -310,9 +311,12 @@ def pressure_lines(facts: DigestFacts, settings: DigestSettings) -> list[str]:
     for b in sorted(facts.burns, key=lambda b: (-b.percent, b.budget.label())):
         if b.percent < settings.budget_percent:
             continue
+        if b.budget.in_money:
+            out.append(f"`{inert(b.budget.label())}` budget for {b.period}: {figure(b)}")
+            continue
         out.append(
             f"`{inert(b.budget.label())}` budget for {b.period}: "
-            f"{b.burned:,.0f} of {b.budget.gpu_hours:,.0f} GPU-hours "
+            f"{b.burned:,.0f} of {b.budget.limit:,.0f} GPU-hours "
             f"({b.percent:.0f} %), {b.remaining:,.0f} left"
         )
     return out

@@ -23,11 +23,16 @@ from gpufarm.core.sync.inventory_read import read_ledger
 
 
 @invocation
-def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_hours.Usage | None = None) -> int:
+def publish_gauges(
+    ctx: LeaseContext,
+    ledger: Ledger | None = None,
+    usage: gpu_hours.Usage | None = None,
+    burned: list[budgets.Burn] | None = None,
+) -> int:
     """Every gauge of the farm, sent once; returns how many series were sent.
 
-    The inventory ledger (gpufarm.core.inventory.ledger_gauges.LEDGER_GAUGES) and the busy-GPU measurement are read here
-    when the caller did not read them already.
+    The inventory ledger (gpufarm.core.inventory.ledger_gauges.LEDGER_GAUGES), the busy-GPU measurement and the
+    budgets' burn are read here when the caller did not read them already.
     """
     if ctx.metrics is None:
         return 0
@@ -66,7 +71,9 @@ def publish_gauges(ctx: LeaseContext, ledger: Ledger | None = None, usage: gpu_h
     if usage is None:
         usage = gpu_hours.measure(ctx.usage, ctx.now(), ctx.farm.ledger, agent_usage.for_farm(ctx.farm))
     measured = gpu_hours.accounts(live, usage, ctx.inventory())
-    out += series.ledger_series(measured, budgets.burns(ctx, ctx.farm.budgets), ts)
+    if burned is None:
+        burned = budgets.burns(ctx, ctx.farm.budgets)
+    out += series.ledger_series(measured, burned, ts)
     # The ledger in money: per line and kind, and each pool's unallocated GPUs (gpufarm.core.accounting.ledger_cost).
     card = ctx.rate_card()
     totals = {key: total for key, (_, total) in summary.items()}
