@@ -44,7 +44,8 @@ def main() -> None:
     args = parser.parse_args()
     from gpufarm_node.datadog import DatadogTarget, api_client
     from gpufarm_node.fake_nvml import FakeNvml
-    from gpufarm_node.sender import DatadogSender, SeriesIntake
+    from gpufarm_node.sender import DatadogSender
+    from gpufarm_node.series_post import DirectSeriesIntake
     from gpufarm_node.topology import topology_from_dict
 
     spec = topology_from_dict(topology(), seed="bench")
@@ -55,7 +56,7 @@ def main() -> None:
         fake = FakeNvml(spec, clock=clock)
         nvml = TimedNvml(fake)
         client = api_client(DatadogTarget(receiver.url, "bench-api-key", "bench-app-key"), max_retries=0)
-        sender = DatadogSender(SeriesIntake(client, "zstd1"), "gpu-bench-01", clock=clock)
+        sender = DatadogSender(DirectSeriesIntake.from_client(client, "zstd1"), "gpu-bench-01", clock=clock)
         agent = bench_agent(nvml, fake, workdir, sender, clock, args.flush, tag_transport(receiver.url, "socket"))
         agent.start()
         for _ in range(4):

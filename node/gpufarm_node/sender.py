@@ -116,8 +116,14 @@ class SeriesIntake:
             auth["key"]: auth["value"],
         }
         connect, read = cfg.request_timeout if isinstance(cfg.request_timeout, tuple) else (None, None)
+        self.read_timeout: float | None = read
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._pool = client.rest_client.pool_manager
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The request's headers (with the API key: never logged)."""
+        return dict(self._headers)
 
     def post(self, compressed: bytes) -> None:
         """Send one payload; 2xx or IntakeError."""
