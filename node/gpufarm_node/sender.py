@@ -6,14 +6,14 @@ hour are dropped (`drop_reason:expired`), and a payload Datadog rejects as malfo
 (`drop_reason:rejected`) rather than retried forever.
 
 SeriesIntake goes through datadog-api-client's configuration, auth settings, connection pool and retry policy
-(`ClientRetry`, which honours X-RateLimit-Reset); the agent pushes on its own connection first and hands every
-push that fails there to it (gpufarm_node.series_post). The sender writes the JSON itself:
-`MetricsApi.submit_metrics` deep copies the body (`data_to_dict`) and re-encodes it on every push, about 8 ms of
-CPU per 700 series, more than the whole collection cycle. Here each series' fixed part is encoded once and cached, so a push costs its points,
-one compression and one request (benchmarks/node.py). The payload is exactly what the client would send: the
-same fields, compressed as `MetricContentEncoding.ZSTD1` (or `GZIP` without zstandard, gpufarm_node.compression),
-POST /api/v2/series. Batches stay under 5,000,000 JSON bytes and are split until the compressed body is under
-Datadog's 512,000-byte limit.
+(`ClientRetry`, which honours X-RateLimit-Reset); the agent pushes on its own connection first and hands every push
+that fails there to it (gpufarm_node.series_post). The sender writes the JSON itself: `MetricsApi.submit_metrics`
+deep copies the body (`data_to_dict`) and re-encodes it on every push, about 8 ms of CPU per 700 series, more than
+the whole collection cycle. Here each series' fixed part is encoded once and cached, so a push costs its points, one
+compression and one request (benchmarks/node.py). The payload is exactly what the client would send: the same
+fields, compressed as `MetricContentEncoding.ZSTD1` (or `GZIP` without zstandard, gpufarm_node.compression), POST
+/api/v2/series. Batches stay under 5,000,000 JSON bytes and are split until the compressed body is under Datadog's
+512,000-byte limit.
 """
 
 from __future__ import annotations
