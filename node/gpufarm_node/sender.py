@@ -28,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, runtime_checkable
 
 from gpufarm_node.catalog import COUNT, METRICS
 from gpufarm_node.collect import Row
@@ -93,6 +93,14 @@ class Intake(Protocol):
 
     def post(self, compressed: bytes) -> None:
         """Send; raises IntakeError."""
+
+
+@runtime_checkable
+class ClosingIntake(Intake, Protocol):
+    """An intake that holds a connection of its own (gpufarm_node.series_post), closed with the sender."""
+
+    def close(self) -> None:
+        """Close the connection."""
 
 
 class SeriesIntake:
@@ -269,9 +277,13 @@ class DatadogSender:
         return dropped
 
     def close(self) -> None:
-        """Try a last flush; what cannot be sent is lost with the process."""
-        if self._pending and not self.flush():
-            log.warning("%d points could not be sent before exit", self._points)
+        """Try a last flush; what cannot be sent is lost with the process. An intake's own connection is closed."""
+        try:
+            if self._pending and not self.flush():
+                log.warning("%d points could not be sent before exit", self._points)
+        finally:
+            if isinstance(self._intake, ClosingIntake):
+                self._intake.close()
 
     # -- internals ------------------------------------------------------------------------------------------
 

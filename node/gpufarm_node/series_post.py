@@ -75,6 +75,11 @@ class DirectSeriesIntake:
             return False
         return 200 <= status <= 299
 
+    @property
+    def connected(self) -> bool:
+        """Whether the direct connection is held."""
+        return self._connection.open
+
     def close(self) -> None:
         """Close the direct connection (the client's pool is the client's)."""
         self._connection.close()

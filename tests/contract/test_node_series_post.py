@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpufarm_node.datadog import DatadogTarget, api_client
-from gpufarm_node.sender import IntakeError
+from gpufarm_node.sender import DatadogSender, IntakeError
 from gpufarm_node.series_post import DirectSeriesIntake
 
 ACCEPTED = b'HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"errors":[]}'
@@ -94,6 +94,20 @@ def test_pushes_share_one_connection_and_carry_the_client_s_request() -> None:
     assert lines[0] == b"POST /api/v2/series HTTP/1.1"
     assert {b"DD-API-KEY: the-key", b"Content-Encoding: zstd1", b"Content-Length: 9"} <= set(lines)
     assert (intake.direct_posts, intake.client_posts) == (3, 0)
+
+
+def test_the_sender_closes_the_intake_s_connection_with_its_last_flush() -> None:
+    server = ScriptedIntake([(ACCEPTED, False)])
+    intake, client = _intake(server.url)
+    sender = DatadogSender(intake, "h", clock=lambda: 1_000_000.0)
+    try:
+        sender.send([("gpufarm.node.gpus", 8.0, ("environment:x",))], 1_000_000)
+        sender.close()
+    finally:
+        client.close()
+        server.close()
+    assert not intake.connected and sender.buffered == 0
+    assert [number for number, _, _ in server.requests] == [1]
 
 
 def test_a_connection_the_server_closed_while_idle_is_reopened_before_sending() -> None:
