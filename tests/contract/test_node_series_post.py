@@ -175,3 +175,43 @@ def test_nothing_answering_is_the_client_s_connection_error() -> None:
     finally:
         client.close()
     assert raised.value.status == 0 and raised.value.retry is True
+
+
+def test_a_429_holds_every_push_until_its_reset_and_is_not_sent_again_at_once() -> None:
+    limited = b"HTTP/1.1 429 Too Many Requests\r\nX-RateLimit-Reset: 7\r\nContent-Length: 4\r\n\r\nslow"
+    server = ScriptedIntake([(limited, False), (ACCEPTED, False)])
+    client = api_client(DatadogTarget(server.url, "the-key", None), max_retries=0)
+    now = [100.0]
+    intake = DirectSeriesIntake.from_client(client, clock=lambda: now[0])
+    try:
+        with pytest.raises(IntakeError) as raised:
+            intake.post(b"first")
+        assert (raised.value.status, raised.value.retry) == (429, True)
+        now[0] += 6.5
+        with pytest.raises(IntakeError) as held:
+            intake.post(b"first")  # still within the reset: nothing is sent
+        assert held.value.status == 429
+        assert [body for _, _, body in server.requests] == [b"first"]
+        now[0] += 1.0
+        intake.post(b"first")
+    finally:
+        intake.close()
+        client.close()
+        server.close()
+    assert [body for _, _, body in server.requests] == [b"first", b"first"]
+
+
+def test_a_payload_refused_for_its_content_is_dropped_not_sent_again() -> None:
+    too_big = b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 3\r\n\r\nbig"
+    server = ScriptedIntake([(too_big, False), (ACCEPTED, False)])
+    intake, client = _intake(server.url)
+    try:
+        with pytest.raises(IntakeError) as raised:
+            intake.post(b"huge")
+        assert (raised.value.status, raised.value.retry) == (413, False)
+        intake.post(b"next")
+    finally:
+        intake.close()
+        client.close()
+        server.close()
+    assert [body for _, _, body in server.requests] == [b"huge", b"next"]
