@@ -516,6 +516,41 @@ def test_the_ended_leases_read_for_the_digest_is_bounded(monkeypatch: pytest.Mon
     assert run.window_months(SINCE, NOW) == ["2026-11", "2026-12"]
 
 
+# -- the outlook beside the news (gpufarm.core.digest.outlook) -----------------------------------------------------
+
+
+def test_the_outlook_names_the_pool_with_the_most_unmet_demand_and_when_capacity_runs_out() -> None:
+    from gpufarm.core.kernel.lease_facts import LeaseFacts
+
+    queued = lease(
+        Phase.WAITING,
+        waiting_since=NOW - timedelta(hours=5),
+        history=(f"{isoformat(NOW - timedelta(hours=5))} gpufarm waiting: 1 of 1 [queued-capacity]",),
+    )
+    # Two leases of 8 until day 10 fill the 16 GPUs: this week has none free.
+    held = [lease(expires_at=NOW + timedelta(days=10)) for _ in range(2)]
+    refused = LeaseFacts(
+        ir=7,
+        state=State.RESOLVED,
+        phase=Phase.REJECTED,
+        environment="cloud",
+        gpu_model="A100",
+        gpu_count=2,
+        history=(f"{isoformat(NOW - timedelta(hours=1))} policy refused: over the hard limit [refused-policy]",),
+    )
+    text = text_of(digest_of([queued, *held], unmet=[refused]))
+    outlook = text.split("*Outlook*\n")[1]
+    assert outlook.startswith("• Most unmet demand: `hpc` H100, 40.0 GPU-hours waited by 1 request(s), 0 refused")
+    assert "• Capacity runs out first in `hpc` H100 the week of 2026-12-01 (0 free at its busiest moment)" in outlook
+
+
+def test_the_outlook_says_when_nothing_is_unmet_and_capacity_lasts() -> None:
+    warned = lease(Phase.IDLE_WARNED, idle_warned_at=NOW - timedelta(minutes=20))
+    text = text_of(digest_of([warned]))
+    assert "• No unmet demand since the last digest" in text
+    assert "• Capacity does not run out in the next four weeks in any pool" in text
+
+
 # -- the day in money ----------------------------------------------------------------------------------------------
 
 

@@ -145,6 +145,8 @@ def _team_extras(row: Row, farm: FarmConfig, live: Sequence[LeaseFacts]) -> None
 def _budget_uses(applicable: Iterable[Budget], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
     out = []
     for budget in applicable:
+        if budget.gpu_hours is None:
+            continue  # a budget in money: `/gpu budget` and the gauges show it (gpufarm.core.accounting.spend)
         used = burn.burn(budget, leases, at)
         out.append(BudgetUse(budget.label(), used.period, used.burned, budget.gpu_hours))
     return out

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, overrides
+from gpufarm.core.accounting.budget_text import figure
 from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.accounting.gpu_hours import Accounts, LedgerLine, LineKey
 from gpufarm.core.accounting.ledger_cost import hourly_cost
@@ -71,18 +72,17 @@ def _measure_notes(acc: Accounts, team: str | None) -> list[str]:
 
 
 def budget_lines(burned: Sequence[Burn], team: str | None) -> list[str]:
-    """The GPU-hour budgets' burn this period, with their heading; nothing when no budget is the team's."""
+    """The budgets' burn this period, with their heading; nothing when no budget is the team's."""
     mine = [b for b in burned if team is None or b.budget.team == team]
     if not mine:
         return []
-    return [
-        "*GPU-hour budgets* (used / budget this period)",
-        *(
-            f"• `{inert(b.budget.label())}` {b.period}: {b.burned:,.0f} / {b.budget.gpu_hours:,.0f} "
-            f"({b.percent:.0f} %, {b.remaining:,.0f} left)"
-            for b in mine
-        ),
-    ]
+    hours = [b for b in mine if not b.budget.in_money]
+    money = [b for b in mine if b.budget.in_money]
+    lines = ["*GPU-hour budgets* (used / budget this period)"] if hours else []
+    lines += [f"• `{inert(b.budget.label())}` {b.period}: {figure(b)}" for b in hours]
+    lines += ["*Budgets in money* (spent / budget this period)"] if money else []
+    lines += [f"• `{inert(b.budget.label())}` {b.period}: {figure(b)}" for b in money]
+    return lines
 
 
 @invocation

@@ -11,7 +11,8 @@ never count one repair twice. The reads are one view of the invocation (LeaseCon
 the host list once, one metrics query for unattributed use, the budgets' searches (gpufarm.core.accounting.budgets),
 and, for the squatter section and the day's money, one search of the leases that ended after accruing in the
 window's months (as the budgets read ended leases), at most MAX_ENDED, of which those resolved since the window
-began are kept.
+began are kept; for the outlook line, one search of the requests that ended with a reason in the window's months
+(refused, withdrawn), at most MAX_ENDED.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.lease_facts import LeaseFacts
+from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.kernel.search import ended_query
+from gpufarm.core.kernel.search import IncidentQuery, ended_query
 from gpufarm.core.leases import fair_share
 from gpufarm.core.leases.ordering import Order
 from gpufarm.core.squatters.counts import squatted
@@ -152,6 +154,24 @@ def ended_in_window(ctx: LeaseContext, since: datetime, until: datetime) -> list
     return found
 
 
+def ended_unmet(ctx: LeaseContext, since: datetime, until: datetime) -> list[LeaseFacts]:
+    """Requests that ended with a reason in the window's months (the outlook's refusals and withdrawals): one search,
+    read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
+    query = IncidentQuery.where({State.RESOLVED}, gpufarm_reason_month=window_months(since, until))
+    found: list[LeaseFacts] = []
+    try:
+        for index, record in enumerate(ctx.incidents.search(query)):
+            if index >= MAX_ENDED:
+                log.warning("digest: more than %d requests ended in the window; the rest not in the outlook", MAX_ENDED)
+                break
+            if record.resolved is None or record.resolved >= since:
+                found.append(LeaseFacts.decode(record.public_id, record.state, record.fields, record.modified))
+    except GpufarmError as exc:
+        log.warning("ended requests could not be read for the digest's outlook: %s", exc)
+        return []
+    return found
+
+
 def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
     """The digest's facts from this invocation's one view of the farm (see the module docstring)."""
     now = ctx.now()
@@ -183,6 +203,7 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
         unattributed=unattributed(ctx.usage, since, now),
         changes=changes,
         orders=_orders(ctx, live),
+        unmet=ended_unmet(ctx, since, until),
         card=ctx.rate_card(),
     )
 

@@ -1,6 +1,6 @@
 """The quota ledger dashboard: entitled / allocated / used / idle / idle-held / unmeasured per team, project,
-environment and model, and what they cost an hour by kind; each pool's unallocated GPUs' cost; reserved GPU-hours
-and the pools' calendars; budget burn; inventory; unattributed usage per host and team.
+environment and model, and what they cost an hour by kind; each pool's unallocated GPUs' cost; reserved GPU-hours,
+the pools' calendars and the four weeks' free capacity; budget burn; inventory; unattributed usage per host and team.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from gpufarm.setup.dashboards_farm.common import (
     env_values,
     model_values,
 )
+from gpufarm.setup.dashboards_farm.outlook import outlook_charts
 from gpufarm.setup.dashboards_widgets import Chart, Formula, Series, note, scope, template_variable
 
 
@@ -87,6 +88,7 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
                 by=" by {environment,gpu_model,currency}",
             ),
             *calendar_charts(),
+            *outlook_charts(),
             Chart(
                 "table",
                 "Used now: busy devices per team, environment and model (node agents)",
