@@ -3,7 +3,9 @@ object (gpufarm.core.money.price_codec) in an S3 object or a file, named by GPUF
 
 - `s3://<bucket>/<key>`: in Lambda, the deployment's profile bucket under `rates/` (template.yaml): the sync writes
   it (s3:PutObject), every function that prices reads it (s3:GetObject); botocore retries each call within the
-  deployment's bounds. An object not there yet is an empty cache.
+  deployment's bounds. An object not there yet is an empty cache: S3 answers NoSuchKey (404) only to a caller that
+  may list the bucket (s3:ListBucket; the sync's role may), and AccessDenied (403) to the others until the first
+  refresh wrote it.
 - a file path: `gpufarm local`, an operator's machine; written whole through a temporary file and a rename.
 
 Not lease state: losing it costs a refresh and leaves cloud pools unpriced until then, never a lease. Bounded:
