@@ -180,3 +180,23 @@ def test_a_store_that_fails_never_fails_the_sync(tmp_path: Path) -> None:
 def test_a_farm_priced_only_in_writing_reads_no_list(tmp_path: Path) -> None:
     world = World(tmp_path, "rates:\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.10}}\n")
     assert world.refresh().status == "no list prices" and world.lists.asked == []
+
+
+def test_a_clock_before_the_last_refresh_refreshes_again(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.refresh()
+    world.clock.advance(hours=-2)  # a sandbox reset, a clock set back
+    assert world.refresh().status == "refreshed" and len(world.lists.asked) == 2
+
+
+def test_the_simulated_price_lists_answer_through_the_real_adapters(tmp_path: Path) -> None:
+    from gpufarm_sandbox.pricelists import LIST_PRICES, SimulatedPriceLists
+
+    simulated = SimulatedPriceLists()
+    keys = [PriceKey(Cloud.AWS if "-" in r else Cloud.AZURE, r, s) for r, s in LIST_PRICES]
+    simulated.down = {keys[0]}
+    reading = simulated.lists().read(keys, "USD")
+    assert set(reading.prices) == set(keys[1:]) and reading.failures == {keys[0]: "ServiceUnavailableException 503"}
+    for key in keys[1:]:
+        usd, gpus = LIST_PRICES[key.region, key.sku]
+        assert (reading.prices[key].per_instance_hour, reading.prices[key].gpus) == (Decimal(usd), gpus)

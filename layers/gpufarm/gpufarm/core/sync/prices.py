@@ -68,7 +68,9 @@ def refresh_prices(ctx: LeaseContext) -> PriceRefresh:
         return report
     now = ctx.now()
     due_after = timedelta(hours=ctx.farm.rates.refresh_hours)
-    if state.refreshed_at is not None and now - state.refreshed_at < due_after and set(keys) <= set(state.entries):
+    # Due after refresh_hours, for a key the card added since, and when the clock stands before the last refresh.
+    since = now - state.refreshed_at if state.refreshed_at is not None else None
+    if since is not None and timedelta(0) <= since < due_after and set(keys) <= set(state.entries):
         report.status = "not due"
         return report
     reading = feed.lists.read(keys, ctx.farm.rates.currency)
