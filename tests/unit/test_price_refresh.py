@@ -200,3 +200,15 @@ def test_the_simulated_price_lists_answer_through_the_real_adapters(tmp_path: Pa
     for key in keys[1:]:
         usd, gpus = LIST_PRICES[key.region, key.sku]
         assert (reading.prices[key].per_instance_hour, reading.prices[key].gpus) == (Decimal(usd), gpus)
+
+
+def test_keys_are_read_never_read_first_then_oldest(tmp_path: Path) -> None:
+    world = World(tmp_path)
+    world.lists.down = {P4, NC}
+    world.refresh()  # P5 read; P4 and NC never
+    world.lists.down = {NC}
+    world.clock.advance(hours=24)
+    world.refresh()  # P4 read now, P5 again
+    world.clock.advance(hours=24)
+    world.refresh()
+    assert world.lists.asked[-1] == [NC, P5, P4]  # never read, then the oldest read

@@ -4,7 +4,8 @@ needs, the last known price kept (stale) where a list cannot be read, and each o
 The cache (a `PriceStore`: gpufarm.adapters.price_cache) holds, per key, the price last read and whether its outage
 was told. A refresh reads every key of `RateCard.price_keys()` through the clouds' lists (`PriceLists`, which bound
 their own time: gpufarm.adapters.price_lists); a key read is fresh; a key not read keeps its last known price marked
-`stale` (or stays unpriced when it was never read, never zero). The first refresh that finds a key unreadable tells
+`stale` (or stays unpriced when it was never read, never zero). Keys are read oldest first, so a refresh that runs
+out of its time budget is taken up by the next where it stopped. The first refresh that finds a key unreadable tells
 the operators (one Datadog event and one post to their channel for all the keys newly unreadable), and marks the
 entry told in the cache it saves, so the next refreshes, in later invocations, say nothing while the key stays
 unreadable; the refresh that reads it again says so once and clears the mark. Told before saved: a save that fails
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.escape import inert
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 EVENT_TAG = "gpufarm:prices"
 AGGREGATION_KEY = "gpufarm-price-lists"
+NEVER = datetime.min.replace(tzinfo=UTC)
 # Keys named in one event or post; the rest are counted.
 MAX_NAMED = 20
 
@@ -73,7 +75,7 @@ def refresh_prices(ctx: LeaseContext) -> PriceRefresh:
     if since is not None and timedelta(0) <= since < due_after and set(keys) <= set(state.entries):
         report.status = "not due"
         return report
-    reading = feed.lists.read(keys, ctx.farm.rates.currency)
+    reading = feed.lists.read(_oldest_first(keys, state), ctx.farm.rates.currency)
     entries: dict[PriceKey, PriceEntry] = {}
     newly: list[PriceKey] = []
     back: list[PriceKey] = []
@@ -103,6 +105,17 @@ def refresh_prices(ctx: LeaseContext) -> PriceRefresh:
         return report
     report.status = "refreshed"
     return report
+
+
+def _oldest_first(keys: Sequence[PriceKey], state: PriceState) -> list[PriceKey]:
+    """The keys never read first, then the longest unread: a refresh whose time budget ends before the last key
+    (a card larger than one refresh reads) starts the next one where it stopped."""
+
+    def read_at(key: PriceKey) -> datetime:
+        entry = state.entries.get(key)
+        return entry.price.read_at if entry is not None and entry.price is not None else NEVER
+
+    return sorted(keys, key=read_at)
 
 
 def _line(key: PriceKey, price: CloudPrice | None, why: str | None) -> str:
