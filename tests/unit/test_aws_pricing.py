@@ -151,3 +151,31 @@ def test_the_same_product_twice_is_one_price_and_an_azure_key_is_not_read(stubbe
     other = PriceKey(Cloud.AZURE, "eastus", "Standard_ND96isr_H100_v5")
     reading = AwsPriceList(client=client).read([P5, other], "USD")
     assert reading.prices[P5].gpus == 8 and reading.failures == {other: "not an aws price"}
+
+
+def test_a_failure_is_named_by_its_kind_never_by_the_answers_text(stubbed: tuple[Any, Stubber]) -> None:
+    client, stub = stubbed
+    stub.add_client_error("get_products", "<b>see https://evil.example</b>", http_status_code=400)
+    reading = AwsPriceList(client=client).read([P5], "USD")
+    assert reading.failures == {P5: "ClientError 400"}
+
+
+def test_the_list_is_in_usd_whatever_the_card_asks_and_a_card_in_another_currency_does_not_use_it(
+    stubbed: tuple[Any, Stubber],
+) -> None:
+    from fakes import FARM_YAML
+
+    from gpufarm.core.config.farm import parse_farm
+    from gpufarm.core.money.card import RateCard
+
+    client, stub = stubbed
+    stub.add_response("get_products", ANSWER, params())
+    price = AwsPriceList(client=client).read([P5], "EUR").prices[P5]
+    assert price.currency == "USD"  # the Price List API gives USD only; never relabelled
+    rates = (
+        "rates:\n  currency: EUR\n  environments:\n    cloud:\n      cloud: aws\n      region: us-east-1\n"
+        "      instance_types: {H100: p5.48xlarge}\n      per_gpu_hour: {H100: 9.10}\n"
+    )
+    card = RateCard(parse_farm(FARM_YAML + rates).rates, {P5: price})
+    rate = card.rate("cloud", "H100")
+    assert rate is not None and rate.per_gpu_hour == Decimal("9.10") and rate.currency == "EUR"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -39,6 +40,7 @@ CURRENCY = "USD"
 PAGE_SIZE = 100
 MAX_PAGES = 5
 MAX_ITEM_BYTES = 512 * 1024
+_CODE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9.]{0,63}$")
 _FIXED = (("operatingSystem", "Linux"), ("tenancy", "Shared"), ("preInstalledSw", "NA"), ("capacitystatus", "Used"))
 _RETRYABLE_CODES = frozenset(
     {
@@ -239,5 +241,7 @@ def retryable(exc: Exception) -> bool:
 def error_kind(exc: BaseException) -> str:
     """A failure by its kind (an AWS error code and status, or the exception's class), never its text."""
     code = _code(exc)
+    if not _CODE_RE.match(code):
+        code = ""  # an answer's code is the cloud's text: only a plain error code is repeated
     status = _status(exc)
     return f"{code or type(exc).__name__}{f' {status}' if status else ''}"
