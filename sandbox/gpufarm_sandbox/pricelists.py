@@ -8,8 +8,9 @@ each), so `gpufarm local`, the demo and benchmarks/prices.py price cloud pools w
 - Azure: the Retail Prices API through azure-core on the stubbed transport (gpufarm_sandbox.azurestub), Linux,
   Windows and Spot meters for each size, so the adapter's choice among them is exercised too.
 
-`down` makes the keys it holds answer 503 (the "said once" of an outage, locally); `latency_s` makes each answer
-take that long (the benchmark's stand-in for a round trip).
+`price_book(farm)` is a `PriceBook` of the farm's list prices read once through them (a tool that builds a
+`GpuFarm` itself: gpufarm_sandbox.dashboard_preview). `down` makes the keys it holds answer 503 (the "said once" of
+an outage, locally); `latency_s` makes each answer take that long (the benchmark's stand-in for a round trip).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Any
 from gpufarm.adapters.aws_pricing import AwsPriceList
 from gpufarm.adapters.azure_prices import AzurePriceList
 from gpufarm.adapters.price_lists import CloudPriceLists
+from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.config.rates import Cloud
-from gpufarm.core.money.card import PriceKey
+from gpufarm.core.money.card import CloudPrice, PriceKey, RateCard
 from gpufarm_sandbox.azurestub import StubTransport
 
 ACCESS_KEY = "AKIAGPUFARMLOCAL0001"
@@ -122,6 +124,26 @@ class SimulatedPriceLists:
             self.calls += 1
         if self.latency_s:
             time.sleep(self.latency_s)
+
+
+class SimulatedPriceBook:
+    """The PriceBook of a farm's list prices, read once through the simulated lists on first use."""
+
+    def __init__(self, farm: FarmConfig) -> None:
+        self.farm = farm
+        self._known: dict[PriceKey, CloudPrice] | None = None
+
+    def known(self) -> Mapping[PriceKey, CloudPrice]:
+        """The farm's list prices the simulated lists give."""
+        if self._known is None:
+            keys = list(RateCard(self.farm.rates).price_keys())
+            self._known = dict(SimulatedPriceLists().lists().read(keys, self.farm.rates.currency).prices)
+        return self._known
+
+
+def price_book(farm: FarmConfig) -> SimulatedPriceBook:
+    """A PriceBook for `farm` from the simulated lists."""
+    return SimulatedPriceBook(farm)
 
 
 def aws_product(region: str, sku: str, usd: str, gpus: int) -> dict[str, Any]:

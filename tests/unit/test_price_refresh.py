@@ -212,3 +212,12 @@ def test_keys_are_read_never_read_first_then_oldest(tmp_path: Path) -> None:
     world.clock.advance(hours=24)
     world.refresh()
     assert world.lists.asked[-1] == [NC, P5, P4]  # never read, then the oldest read
+
+
+def test_the_simulated_price_book_prices_the_example_farms_cloud_pool() -> None:
+    from gpufarm_sandbox.pricelists import price_book
+
+    example = parse_farm((Path(__file__).resolve().parents[2] / "config" / "farm.example.yaml").read_text())
+    book = price_book(example)
+    p5 = PriceKey(Cloud.AWS, "us-east-1", "p5.48xlarge")
+    assert book.known()[p5].per_instance_hour == Decimal("98.32") and book.known() is book.known()
