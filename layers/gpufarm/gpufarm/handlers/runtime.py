@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         AsyncInvoker,
         Clock,
         Event,
+        HostTags,
         IncidentStore,
         InventorySource,
         LeaseReads,
@@ -324,6 +325,11 @@ class Runtime:
         """Incidents (Datadog), for handlers that read one before queueing work."""
         store: IncidentStore = self._port("incidents")
         return store
+
+    def hosts(self) -> HostTags:
+        """Hosts and their tags (Datadog), for the reports that read the inventory (`gpufarm report --outlook`)."""
+        hosts: HostTags = self._port("hosts")
+        return hosts
 
     def lease_reads(self) -> IncidentStore | LeaseReads:
         """Leases as reports read them: the incidents override when a test or seam set one, else Datadog over plain

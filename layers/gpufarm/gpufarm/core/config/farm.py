@@ -133,6 +133,10 @@ class TeamMembers(_Strict):
         return self
 
 
+# A cost center as finance systems name them: letters, digits, and `-`, `_`, `.`, `/`, at most 40 characters.
+COST_CENTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,39}$"
+
+
 class TeamSpec(_Strict):
     """A team: who belongs to it, its quotas per pool and model, and the longest allocation it may hold."""
 
@@ -142,6 +146,10 @@ class TeamSpec(_Strict):
     members: TeamMembers | None = None
     max_days: int = Field(default=30, ge=1, le=MAX_DURATION_DAYS)
     quotas: dict[Name, dict[ModelName, ModelQuota]] = Field(default_factory=dict)
+    # The cost center finance charges the team's GPU-hours to (the chargeback's column; gpufarm.reporting.chargeback).
+    cost_center: str | None = Field(default=None, pattern=COST_CENTER_PATTERN)
+    # The team's Slack channel: its budget alerts go there (else by DM to the users `members` names).
+    channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,20}$")
 
 
 class IdleKind(StrEnum):
@@ -449,7 +457,7 @@ class FarmConfig(_Strict):
         agent_pools = [n for n, e in self.environments.items() if e.metrics_source is MetricsSource.DATADOG_AGENT]
         offered = {n: e.gpu_models for n, e in self.environments.items()}
         problems = self.inventory.problems(offered, agent_pools)
-        problems += budget_problems(self.budgets, self.teams)
+        problems += budget_problems(self.budgets, self.teams, priced=bool(self.rates.environments))
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
         problems += self.lending.problems(self.environments, self.teams)
         problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)

@@ -136,6 +136,11 @@ KIND = "gpufarm_kind"
 QUOTA_OVERRIDE = "quota-override"  # the kind of a quota change's incident
 QUOTA_DELTA = "gpufarm_quota_delta"
 QUOTA_UNTIL = "gpufarm_quota_until"
+# A budget period's incident (gpufarm.core.accounting.budget_alerts): the period it records (`2026-12`, `2026-Q4`)
+# and the alert thresholds already told in it, `<percent>=<time>` each, so each is told once per period.
+BUDGET_PERIOD = "budget-period"  # the kind of a budget period's incident
+BUDGET_PERIOD_LABEL = "gpufarm_budget_period"
+BUDGET_ALERTS = "gpufarm_budget_alerts"
 # A reservation's window on the pool's calendar (gpufarm.core.calendar): from when to when its GPUs are booked.
 RESERVED_FROM = "reserved_from"
 RESERVED_UNTIL = "reserved_until"
@@ -261,9 +266,23 @@ SCHEMA: tuple[FieldSpec, ...] = (
         PREEMPT_AT, "Preempted at", FieldKind.TEXTBOX, "ISO 8601 UTC time a borrowing lease is reclaimed on notice"
     ),
     FieldSpec(PREEMPT_FOR, "Preempted for", FieldKind.TEXTBOX, "The request of the lending team that needs the GPUs"),
-    FieldSpec(KIND, "gpufarm kind", FieldKind.TEXTBOX, "Empty for a lease; quota-override for a quota change"),
+    FieldSpec(
+        KIND,
+        "gpufarm kind",
+        FieldKind.TEXTBOX,
+        "Empty for a lease; quota-override for a quota change; budget-period for a budget's alerts",
+    ),
     FieldSpec(QUOTA_DELTA, "Quota change", FieldKind.TEXTBOX, "Signed GPUs a quota override adds to the team's quota"),
     FieldSpec(QUOTA_UNTIL, "Quota change until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a quota override"),
+    FieldSpec(
+        BUDGET_PERIOD_LABEL, "Budget period", FieldKind.TEXTBOX, "YYYY-MM or YYYY-Qn of a budget period's incident"
+    ),
+    FieldSpec(
+        BUDGET_ALERTS,
+        "Budget alerts told",
+        FieldKind.TEXTARRAY,
+        "percent=time of each budget threshold told in the period (told once)",
+    ),
     FieldSpec(RESERVED_FROM, "Reserved from", FieldKind.TEXTBOX, "ISO 8601 UTC start of a reservation's window"),
     FieldSpec(RESERVED_UNTIL, "Reserved until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a reservation's window"),
 )

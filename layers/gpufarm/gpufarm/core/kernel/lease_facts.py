@@ -60,6 +60,10 @@ class LeaseFacts:
     quota_until: datetime | None = None
     # The units held on a shared pool (`host=<unit>`), for pricing MIG slices (gpufarm.core.money.lease_rate).
     devices: tuple[str, ...] = ()
+    # The lease's expected end, and since when an approved request waits for hosts (cleared at allocation): the
+    # outlook's holds ahead and waits (gpufarm.core.outlook).
+    expires_at: datetime | None = None
+    waiting_since: datetime | None = None
 
     @property
     def is_quota_override(self) -> bool:
@@ -108,6 +112,8 @@ class LeaseFacts:
             kind=fv.text(get(f.KIND)),
             quota_delta=fv.whole(get(f.QUOTA_DELTA)),
             quota_until=fv.parse_time(fv.text(get(f.QUOTA_UNTIL))),
+            expires_at=fv.parse_time(fv.text(get(f.EXPIRES_AT))),
+            waiting_since=fv.parse_time(fv.text(get(f.WAITING_SINCE))),
         )
 
     @classmethod
@@ -143,4 +149,6 @@ class LeaseFacts:
             kind=alloc.kind,
             quota_delta=alloc.quota_delta,
             quota_until=alloc.quota_until,
+            expires_at=alloc.expires_at,
+            waiting_since=alloc.waiting_since,
         )

@@ -239,6 +239,11 @@ class Allocation(BaseModel):
         return self.kind == QUOTA_OVERRIDE
 
     @property
+    def is_budget_period(self) -> bool:
+        """True for a budget period's incident (gpufarm.core.accounting.budget_alerts): never a lease."""
+        return self.kind == f.BUDGET_PERIOD
+
+    @property
     def ir_label(self) -> str:
         """`IR-123`."""
         return format_ir(self.ir)

@@ -1,6 +1,6 @@
 """What one of a lease's GPU-hours costs: its pool's rate for its model, scaled by the MIG share of its units.
 
-A lease's GPU-hours count its units (gpufarm.core.accounting.accrued): a whole GPU or a MIG slice is one unit, so
+A lease's GPU-hours count its units (gpufarm.core.kernel.accrued): a whole GPU or a MIG slice is one unit, so
 an hour of a slice is priced at the slice's share of the GPU (gpufarm.core.money.card.mig_fraction). A lease on
 several kinds of unit gets the mean of their rates, as its hours are spread evenly over its units. A dedicated
 lease (no units recorded) holds whole GPUs.
