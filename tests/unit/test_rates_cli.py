@@ -118,3 +118,45 @@ def test_the_runtime_builds_the_cache_and_the_feed_from_gpufarm_price_cache(
         assert rt.current().prices() is None and rt.current().price_feed() is None
     finally:
         rt.reset()
+
+
+def test_gpufarm_report_prices_a_cloud_pool_from_the_cached_list(cache: PriceCache, tmp_path: Path) -> None:
+    from fakes import FakeClock, FakeIncidents
+
+    from gpufarm.cli.report import report
+    from gpufarm.core.kernel import fields as f
+    from gpufarm.core.kernel.model import isoformat
+
+    now = datetime(2026, 12, 10, 12, tzinfo=UTC)
+    store = FakeIncidents(FakeClock(now))
+    store.create(
+        "GPU request: nlp/llm",
+        {
+            f.STATE: "stable",
+            f.PHASE: "allocated",
+            f.TEAM: "nlp",
+            f.PROJECT: "llm",
+            f.ENVIRONMENT: "cloud",
+            f.GPU_MODEL: "H100",
+            f.GPU_COUNT: "8",
+            f.HOST_GPUS: ["node-1=8"],
+            f.HOSTS: ["node-1"],
+            f.ALLOCATED_AT: isoformat(datetime(2026, 12, 9, tzinfo=UTC)),
+            f.GPU_HOURS_UNTIL: isoformat(datetime(2026, 12, 10, tzinfo=UTC)),
+            f.GPU_HOURS_HELD: "192.000",
+            f.GPU_HOURS_BUSY: "192.000",
+            f.GPU_HOURS_BY_MONTH: ["2026-12=192.000"],
+        },
+    )
+    rt.override(clock=FakeClock(now), incidents=store)
+    done = CliRunner().invoke(report, ["--by", "project", "--format", "json"])
+    assert done.exit_code == 0, done.output
+    [row] = [r for r in json.loads(done.output)["rows"] if r["group"] == "llm"]
+    # 192 GPU-hours at the stale list price: 98.32 / 8 GPUs x 0.72 (savings plan) = 8.8488 an hour.
+    assert row["cost"]["busy"] == pytest.approx(
+        float(Decimal("192") * Decimal("98.32") / 8 * Decimal("0.72")), abs=0.01
+    )
+    rt.override(prices=None)
+    unpriced = CliRunner().invoke(report, ["--by", "project", "--format", "json"])
+    [row] = [r for r in json.loads(unpriced.output)["rows"] if r["group"] == "llm"]
+    assert row["cost"]["unpriced"] is True and row["cost"]["busy"] is None
