@@ -184,7 +184,7 @@ CALLS = {
     # Reads; incident changes queued as commands.
     "SlackWorkerFunction": EVERY | secret_grants("slack_worker") | {WORKER_DLQ, SEND, PRICE_READ},
     # URL: read the incident, queue it; SQS: allocate, reclaim.
-    "IncidentWebhookFunction": EVERY | secret_grants("incident_webhook") | {SEND},
+    "IncidentWebhookFunction": EVERY | secret_grants("incident_webhook") | {SEND, PRICE_READ},
     # Idle warning and reclaim, queued in the incident's pool group.
     "IdleAlertFunction": EVERY | secret_grants("idle_alert") | {SEND},
     # The sync; pool repairs go through the allocation queue.
