@@ -208,28 +208,35 @@ class AzurePriceList:
 
 def linux_price(items: Sequence[Mapping[str, Any]], key: PriceKey, currency: str) -> Decimal:
     """The Linux pay-as-you-go price per hour among a size's meters (see the module docstring)."""
-    kept: list[tuple[bool, Decimal]] = []
-    for item in items:
-        if item.get("armSkuName") != key.sku or str(item.get("armRegionName", "")).lower() != key.region:
-            continue
-        if item.get("type") != "Consumption" or item.get("unitOfMeasure") != "1 Hour":
-            continue
-        names = " ".join(str(item.get(k, "")) for k in ("productName", "skuName", "meterName"))
-        if "Windows" in names or "Spot" in names or "Low Priority" in names:
-            continue
-        if item.get("currencyCode") != currency:
-            raise Unreadable(f"prices in {str(item.get('currencyCode'))[:3]}, not {currency}")
-        try:
-            amount = price_value(item.get("retailPrice"))
-        except ValueError:
-            raise Unreadable("a price that is not a finite non-negative number") from None
-        kept.append((item.get("isPrimaryMeterRegion") is not False, amount))
+    kept = [
+        (item.get("isPrimaryMeterRegion") is not False, _amount(item, currency)) for item in items if _linux(item, key)
+    ]
     if not kept:
         raise Unreadable("no Linux consumption price")
     primary = {amount for is_primary, amount in kept if is_primary} or {amount for _, amount in kept}
     if len(primary) > 1:
         raise Unreadable("several Linux consumption prices")
     return primary.pop()
+
+
+def _linux(item: Mapping[str, Any], key: PriceKey) -> bool:
+    """Whether a meter is the size's Linux pay-as-you-go hour in the key's location."""
+    if item.get("armSkuName") != key.sku or str(item.get("armRegionName", "")).lower() != key.region:
+        return False
+    if item.get("type") != "Consumption" or item.get("unitOfMeasure") != "1 Hour":
+        return False
+    names = " ".join(str(item.get(k, "")) for k in ("productName", "skuName", "meterName"))
+    return not ("Windows" in names or "Spot" in names or "Low Priority" in names)
+
+
+def _amount(item: Mapping[str, Any], currency: str) -> Decimal:
+    """A meter's price, in the card's currency only."""
+    if item.get("currencyCode") != currency:
+        raise Unreadable(f"prices in {str(item.get('currencyCode'))[:3]}, not {currency}")
+    try:
+        return price_value(item.get("retailPrice"))
+    except ValueError:
+        raise Unreadable("a price that is not a finite non-negative number") from None
 
 
 def _same_api(link: Any) -> str:

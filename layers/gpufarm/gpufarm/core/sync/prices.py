@@ -69,30 +69,11 @@ def refresh_prices(ctx: LeaseContext) -> PriceRefresh:
         report.status = "cache unreadable"
         return report
     now = ctx.now()
-    due_after = timedelta(hours=ctx.farm.rates.refresh_hours)
-    # Due after refresh_hours, for a key the card added since, and when the clock stands before the last refresh.
-    since = now - state.refreshed_at if state.refreshed_at is not None else None
-    if since is not None and timedelta(0) <= since < due_after and set(keys) <= set(state.entries):
+    if not _due(state, keys, now, timedelta(hours=ctx.farm.rates.refresh_hours)):
         report.status = "not due"
         return report
     reading = feed.lists.read(_oldest_first(keys, state), ctx.farm.rates.currency)
-    entries: dict[PriceKey, PriceEntry] = {}
-    newly: list[PriceKey] = []
-    back: list[PriceKey] = []
-    for key in keys:
-        before = state.entries.get(key)
-        fresh = reading.prices.get(key)
-        if fresh is not None:
-            if before is not None and before.told:
-                back.append(key)
-            entries[key] = PriceEntry(replace(fresh, read_at=now, stale=False), told=False)
-            report.read += 1
-            continue
-        last = before.price if before is not None else None
-        if before is None or not before.told:
-            newly.append(key)
-        entries[key] = PriceEntry(replace(last, stale=True) if last is not None else None, told=True)
-        (report.stale if last is not None else report.unpriced).append(key.label())
+    entries, newly, back = _merge(keys, state, reading.prices, now, report)
     _tell_unreadable(ctx, newly, entries, reading.failures)
     _tell_recovered(ctx, back, entries)
     report.told = [k.label() for k in newly]
@@ -105,6 +86,40 @@ def refresh_prices(ctx: LeaseContext) -> PriceRefresh:
         return report
     report.status = "refreshed"
     return report
+
+
+def _due(state: PriceState, keys: Sequence[PriceKey], now: datetime, due_after: timedelta) -> bool:
+    """Due after refresh_hours, for a key the card added since, and when the clock stands before the last refresh."""
+    since = now - state.refreshed_at if state.refreshed_at is not None else None
+    return not (since is not None and timedelta(0) <= since < due_after and set(keys) <= set(state.entries))
+
+
+def _merge(
+    keys: Sequence[PriceKey],
+    state: PriceState,
+    fresh_prices: Mapping[PriceKey, CloudPrice],
+    now: datetime,
+    report: PriceRefresh,
+) -> tuple[dict[PriceKey, PriceEntry], list[PriceKey], list[PriceKey]]:
+    """The cache's new entries, the keys newly unreadable (to tell) and those readable again (to tell)."""
+    entries: dict[PriceKey, PriceEntry] = {}
+    newly: list[PriceKey] = []
+    back: list[PriceKey] = []
+    for key in keys:
+        before = state.entries.get(key)
+        fresh = fresh_prices.get(key)
+        if fresh is not None:
+            if before is not None and before.told:
+                back.append(key)
+            entries[key] = PriceEntry(replace(fresh, read_at=now, stale=False), told=False)
+            report.read += 1
+            continue
+        last = before.price if before is not None else None
+        if before is None or not before.told:
+            newly.append(key)
+        entries[key] = PriceEntry(replace(last, stale=True) if last is not None else None, told=True)
+        (report.stale if last is not None else report.unpriced).append(key.label())
+    return entries, newly, back
 
 
 def _oldest_first(keys: Sequence[PriceKey], state: PriceState) -> list[PriceKey]:
