@@ -58,7 +58,7 @@ def test_a_budget_gives_hours_or_money_exactly_once_and_its_alerts_are_checked()
         ("{team: nlp, amount: -5}", "greater than 0"),
         ("{team: nlp, amount: 1.005}", "decimal places"),
         ("{team: nlp, gpu_hours: 10, alerts: [80, 80]}", "twice"),
-        ("{team: nlp, gpu_hours: 10, alerts: [0]}", "from 1 to 1000"),
+        ("{team: nlp, gpu_hours: 10, alerts: [0]}", "greater than or equal to 1"),
         ("{team: nlp, amount: 100}", "needs a rates: section"),
     ):
         with pytest.raises(FarmConfigError, match=reason):

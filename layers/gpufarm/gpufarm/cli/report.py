@@ -3,6 +3,8 @@
 Built from the incidents (their accrued GPU-hours and history) of the deployment the settings name (Datadog, or
 the sandbox beside `gpufarm local`), with the farm configuration the runtime reads (GPUFARM_FARM_CONFIG or the
 SSM parameter; `--farm-config` names a file). The HTML adds charts from the ledger gauges and is self-contained.
+Money is at the rate card: the farm file's written prices and the clouds' list prices the sync cached
+(GPUFARM_PRICE_CACHE; without it the written prices alone).
 
 `--outlook` writes the demand and capacity outlook instead (gpufarm.reporting.outlook: unmet demand per pool and model
 over the period, free capacity four weeks ahead); `--format chargeback` the month's chargeback CSV for finance
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from datetime import datetime
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -26,6 +29,7 @@ import click
 
 from gpufarm.core.config.farm import FarmConfig, FarmConfigError
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
+from gpufarm.core.money.card import CloudPrice, PriceKey, RateCard
 from gpufarm.handlers import runtime as rt
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import DEFAULT_SINCE, GroupBy
@@ -196,8 +200,16 @@ def build_text(
         # Only the HTML's charts read metrics.
         metrics=runtime.gateway() if fmt == "html" else None,
         with_usage=fmt == "html",
+        card=RateCard(farm.rates, list_prices(runtime)),
     )
     return render(built, fmt)
+
+
+def list_prices(runtime: rt.Runtime) -> Mapping[PriceKey, CloudPrice] | None:
+    """The clouds' list prices the sync cached (GPUFARM_PRICE_CACHE), none without a cache: the farm file's written
+    prices alone then."""
+    book = runtime.prices()
+    return book.known() if book is not None else None
 
 
 def _special(
@@ -231,4 +243,4 @@ def _special(
 
     chosen = check_options(month, since, team, project)
     month_period(chosen, now)
-    return render_chargeback(make_chargeback(runtime.lease_reads(), farm, now, chosen))
+    return render_chargeback(make_chargeback(runtime.lease_reads(), farm, now, chosen, list_prices(runtime)))

@@ -37,7 +37,7 @@ from gpufarm.core.kernel.ports import (
 )
 from gpufarm.core.kernel.serial import IdleScope, IncidentCommand
 from gpufarm.core.leases import allocation, ending, extension, home, process, queries, requests, upload_tokens
-from gpufarm.core.money.prices import PriceBook
+from gpufarm.core.money.prices import PriceBook, PriceFeed
 from gpufarm.core.sync import expiry, gauges, repair, run, sweep
 
 T = TypeVar("T")
@@ -63,6 +63,7 @@ class GpuFarm:
         sources: Sequence[InventorySource] = (),
         events: EventSink | None = None,
         prices: PriceBook | None = None,
+        price_feed: PriceFeed | None = None,
     ) -> None:
         self.context = LeaseContext(
             incidents=incidents,
@@ -79,6 +80,7 @@ class GpuFarm:
             sources=sources,
             events=events,
             prices=prices,
+            price_feed=price_feed,
         )
 
     # ==== Slack-facing use cases (slack_worker) ==========================================================

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from decimal import Decimal
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -57,13 +58,11 @@ class Budget(_Strict):
     gpu_hours: float | None = Field(default=None, gt=0, le=MAX_BUDGET_HOURS, allow_inf_nan=False)
     amount: Decimal | None = Field(default=None, gt=0, le=MAX_BUDGET_AMOUNT, allow_inf_nan=False, decimal_places=2)
     # Percentages of the budget each told once per period to the team and the operators, ascending.
-    alerts: tuple[int, ...] = Field(default=DEFAULT_ALERTS, max_length=MAX_ALERTS)
+    alerts: tuple[Annotated[int, Field(ge=1, le=1000)], ...] = Field(default=DEFAULT_ALERTS, max_length=MAX_ALERTS)
 
     @field_validator("alerts")
     @classmethod
     def _alerts(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if any(not 1 <= v <= 1000 for v in value):
-            raise ValueError("each alert is a percentage from 1 to 1000")
         if len(set(value)) != len(value):
             raise ValueError("an alert percentage is given twice")
         return tuple(sorted(value))

@@ -54,7 +54,7 @@ from gpufarm.core.kernel.ports import (
 from gpufarm.core.kernel.tags import other_holders, untagged
 from gpufarm.core.kernel.units import holdings
 from gpufarm.core.money.card import RateCard
-from gpufarm.core.money.prices import PriceBook
+from gpufarm.core.money.prices import PriceBook, PriceFeed
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,7 @@ class LeaseContext:
         sources: Sequence[InventorySource] = (),
         events: EventSink | None = None,
         prices: PriceBook | None = None,
+        price_feed: PriceFeed | None = None,
     ) -> None:
         self.incidents = incidents
         self.hosts = hosts
@@ -98,6 +99,8 @@ class LeaseContext:
         self.events = events
         # The clouds' list prices last read (the rate card's cloud half); None: only the farm file's prices.
         self.prices = prices
+        # The clouds' price lists and the cache they are kept in: the sync's refresh (gpufarm.core.sync.prices).
+        self.price_feed = price_feed
         # The view of the invocation running on each thread (the local function host runs several at once).
         self._local = threading.local()
 

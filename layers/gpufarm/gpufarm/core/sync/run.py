@@ -1,5 +1,6 @@
 """The scheduled sync: expiries and reminders as commands, one drift repair per pool (or per shard of a large
-pool), the leases due their GPU-hours accrued, the budgets' thresholds crossed, and the gauges.
+pool), the leases due their GPU-hours accrued, the budgets' thresholds crossed, the gauges, and the clouds' list
+prices when due.
 
 Work per invocation is bounded by the farm's pools, not by the farm: the sync reads the live incidents and the host
 list once (one invocation's reads, gpufarm.core.context), queues each expiry as a command in its incident's pool
@@ -10,7 +11,7 @@ a queue (one writer, the unit tests) each runs at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpufarm.core.accounting import agent_usage, budget_alerts, budgets, gpu_hours
@@ -23,6 +24,7 @@ from gpufarm.core.leases import terms
 from gpufarm.core.sync import expiry
 from gpufarm.core.sync.gauges import publish_gauges
 from gpufarm.core.sync.inventory_read import inventory_sources, read_ledger
+from gpufarm.core.sync.prices import refresh_prices
 from gpufarm.core.sync.repair import reconcile_pool, shards_for
 
 SYNC_BUCKET_S = 300
@@ -50,6 +52,8 @@ class SyncReport:
     budget_alerts: list[str] = field(default_factory=list)
     # What the inventory sources found: nodes without an agent, down hosts, unknown nodes, sources skipped.
     inventory: dict[str, Any] = field(default_factory=dict)
+    # The clouds' list prices: refreshed when due, last (gpufarm.core.sync.prices); what the refresh did.
+    prices: dict[str, Any] = field(default_factory=dict)
 
 
 @invocation
@@ -78,6 +82,8 @@ def sync(ctx: LeaseContext) -> SyncReport:
     burned = budgets.burns(ctx, ctx.farm.budgets) if ctx.farm.budgets else []
     report.budget_alerts = budget_alerts.check(ctx, burned, f"sync-{bucket}")
     report.series = publish_gauges(ctx, ledger, usage, burned)
+    # Last: the sync's own work never waits on a price list, and the refresh never fails the sync.
+    report.prices = asdict(refresh_prices(ctx))
     return report
 
 
