@@ -156,7 +156,7 @@ def test_the_csv_has_a_documented_money_column_beside_each_hours_column(report: 
     assert total["cost_held"] == "720.00" and total["gpu_hours_idle_held"] == "20.0"
     from pathlib import Path
 
-    documented = (Path(__file__).resolve().parents[2] / "docs" / "operate.md").read_text()
+    documented = (Path(__file__).resolve().parents[2] / "docs/operate.md").read_text()
     assert all(f"`{name}`" in documented for name in ("cost_held", "cost_idle_held", "unpriced_leases", "currency"))
 
 

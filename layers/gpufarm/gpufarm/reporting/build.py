@@ -188,6 +188,13 @@ def _add_quotas_and_budgets(
             row.budgets = _budget_uses([b for b in farm.budgets if b.project == row.key], chosen, at)
 
 
+def _every_team_row(rows: dict[str, Row], query: ReportQuery, farm: FarmConfig) -> None:
+    """A team with quotas and no lease in the period still has a row: what it may hold is part of the answer."""
+    if query.by is GroupBy.TEAM and query.project is None:
+        for team in farm.teams if query.team is None else [query.team]:
+            rows.setdefault(team, Row(team))
+
+
 def build_report(
     query: ReportQuery,
     read: Leases,
@@ -210,25 +217,20 @@ def build_report(
     farm = quota_changes.with_changes(farm, read.leases, now)
     rows, lines, held_by_pool = _grouped(chosen, query, now, card)
     add_reserved(rows, chosen, query.period, lambda a: group_key(a, query.by))
-    if query.by is GroupBy.TEAM and query.project is None:
-        # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
-        for team in farm.teams if query.team is None else [query.team]:
-            rows.setdefault(team, Row(team))
+    _every_team_row(rows, query, farm)
     _add_quotas_and_budgets(rows.values(), query, farm, chosen)
     total = Row("total")
     for row in rows.values():
         _add(total, row)
     ordered = sorted(rows.values(), key=lambda r: (-r.held, r.key))
-    notes = [unmeasured_note(total)]
-    if read.cut:
-        notes.append(f"more than {MAX_LEASES:,} leases: the report was cut there")
-    if usage_note:
-        notes.append(usage_note)
-    said = money.money_note(total, card.currency)
-    notes += [said] if said else []
     pools, capacity_note = _pools(query, farm, card, held_by_pool, capacity)
-    notes += [capacity_note] if capacity_note else []
-    notes += quota_changes.notes(read.leases, now)
+    said = [
+        f"more than {MAX_LEASES:,} leases: the report was cut there" if read.cut else None,
+        usage_note,
+        money.money_note(total, card.currency),
+        capacity_note,
+    ]
+    notes = [unmeasured_note(total), *(n for n in said if n), *quota_changes.notes(read.leases, now)]
     return Report(
         query=query,
         generated=now,

@@ -16,7 +16,7 @@ from decimal import Decimal
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.money.card import RateCard, round_cents
-from gpufarm.core.money.lease_cost import KINDS, lease_cost, lease_hours
+from gpufarm.core.money.lease_cost import KINDS, Cost, HoursByKind, lease_cost, lease_hours
 
 TITLE = "The day in money (idle + idle-held is wasted)"
 TOP_LEASES = 5
@@ -38,6 +38,18 @@ class _Tally:
     def wasted_hours(self) -> float:
         return sum(self.hours.get(k, 0.0) for k in WASTED)
 
+    def add(self, hours: HoursByKind, cost: Cost) -> None:
+        """One lease's hours by kind, and its cost when it is priced (else counted as unpriced)."""
+        for kind in KINDS:
+            self.hours[kind] = self.hours.get(kind, 0.0) + hours.of(kind)
+        self.hours["held"] = self.hours.get("held", 0.0) + hours.held
+        if not cost.priced:
+            self.unpriced += 1
+            return
+        self.priced += 1
+        for kind, amount in cost.by_kind.items():
+            self.cost[kind] = self.cost.get(kind, Decimal(0)) + round_cents(amount or Decimal(0))
+
 
 def lines(leases: Iterable[Allocation], card: RateCard, since: datetime, until: datetime, now: datetime) -> list[str]:
     """The day's hours and cost by kind, then the top wasted cost per lease and per team; [] when nothing held."""
@@ -53,38 +65,37 @@ def lines(leases: Iterable[Allocation], card: RateCard, since: datetime, until: 
         if hours.held <= 0:
             continue
         cost = lease_cost(card, alloc, hours)
-        team = teams.setdefault(alloc.team or "(none)", _Tally())
-        for tally in (day, team):
-            for kind in KINDS:
-                tally.hours[kind] = tally.hours.get(kind, 0.0) + hours.of(kind)
-            tally.hours["held"] = tally.hours.get("held", 0.0) + hours.held
-            if not cost.priced:
-                tally.unpriced += 1
-                continue
-            tally.priced += 1
-            for kind, amount in cost.by_kind.items():
-                tally.cost[kind] = tally.cost.get(kind, Decimal(0)) + round_cents(amount or Decimal(0))
+        for tally in (day, teams.setdefault(alloc.team or "(none)", _Tally())):
+            tally.add(hours, cost)
         if cost.priced:
             wasted = sum((round_cents(cost.by_kind[k] or Decimal(0)) for k in WASTED), Decimal(0))
             per_lease.append((wasted, hours.idle + hours.idle_held, alloc))
     if not seen or not day.hours:
         return []
     cur = inert(card.currency)
-    out = [_day_line(day, cur)]
+    return [_day_line(day, cur), *_top_leases(per_lease, cur), *_top_teams(teams, cur)]
+
+
+def _top_leases(per_lease: list[tuple[Decimal, float, Allocation]], cur: str) -> list[str]:
+    """The leases whose idle and idle-held hours cost the most, at most TOP_LEASES."""
+    out = []
     for wasted, idle, alloc in sorted(per_lease, key=lambda x: (-x[0], x[2].ir))[:TOP_LEASES]:
         if wasted <= 0:
             break
         who = inert("/".join(p for p in (alloc.team, alloc.project) if p) or "unknown team")
         out.append(f"{alloc.ir_label} {who}: {wasted:,.2f} {cur} wasted ({idle:,.1f} idle and idle-held GPU-h)")
+    return out
+
+
+def _top_teams(teams: dict[str, _Tally], cur: str) -> list[str]:
+    """`Teams by wasted cost: ...`, or nothing when no team wasted any."""
     ranked = sorted(teams.items(), key=lambda t: (-t[1].wasted(), t[0]))
     top = [
         f"`{inert(name)}` {t.wasted():,.2f} {cur} ({t.wasted_hours():,.1f} GPU-h)"
         for name, t in ranked
         if t.wasted() > 0
     ]
-    if top:
-        out.append("Teams by wasted cost: " + ", ".join(top[:TOP_TEAMS]))
-    return out
+    return ["Teams by wasted cost: " + ", ".join(top[:TOP_TEAMS])] if top else []
 
 
 def _day_line(day: _Tally, cur: str) -> str:

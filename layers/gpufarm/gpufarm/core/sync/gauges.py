@@ -5,6 +5,7 @@ outlook's free capacity per pool, model and week ahead (gpufarm.core.outlook.gau
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from gpufarm.core.accounting import agent_usage, budgets, gpu_hours, ledger_cost, overrides, series
@@ -15,6 +16,7 @@ from gpufarm.core.inventory.ledger_gauges import ledger_series
 from gpufarm.core.inventory.sources import Ledger
 from gpufarm.core.kernel.hosts import normalize_tag
 from gpufarm.core.kernel.lifecycle import HOLDING
+from gpufarm.core.kernel.model import Allocation
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
 from gpufarm.core.leases import metrics
 from gpufarm.core.outlook.capacity import outlook
@@ -40,30 +42,14 @@ def publish_gauges(
         ledger = read_ledger(ctx)
     live = ctx.live()
     ts = int(ctx.now().timestamp())
-    out: list[MetricSeries] = []
-
-    def gauge(name: str, value: float, tags: list[str]) -> None:
-        out.append(MetricSeries(name, (MetricPoint(ts, float(value)),), tuple(tags), type=3))
-
-    held: dict[tuple[str | None, str | None, str], int] = {}
-    for a in live:
-        if a.phase in HOLDING:
-            key = (a.team, a.environment, (a.gpu_model or "").upper())
-            # What the lease holds: whole hosts on dedicated pools (gpufarm.core.governance.charging), not its ask.
-            held[key] = held.get(key, 0) + (sum(a.host_gpus.values()) or a.gpu_count)
     # The quotas as decisions read them: the farm file's plus the changes in effect (gpufarm.core.accounting.overrides).
     changes = overrides.live(ctx)
-    for team, spec in sorted(overrides.apply(ctx.farm, changes).teams.items()):
-        for env, models in sorted(spec.quotas.items()):
-            for model, q in sorted(models.items()):
-                tags = metric_tags(team=team, environment=env, gpu_model=model)
-                gauge("gpufarm.quota.entitled", q.gpus, tags)
-                gauge("gpufarm.quota.allocated", held.get((team, env, model), 0), tags)
+    out = _quota_series(ctx, live, changes, ts)
     summary = ctx.inventory_summary()
     for (env, model), (free, total) in sorted(summary.items()):
-        tags = metric_tags(environment=env, gpu_model=model)
-        gauge("gpufarm.inventory.gpus.total", total, tags)
-        gauge("gpufarm.inventory.gpus.free", free, tags)
+        tags = tuple(metric_tags(environment=env, gpu_model=model))
+        out.append(_gauge("gpufarm.inventory.gpus.total", total, tags, ts))
+        out.append(_gauge("gpufarm.inventory.gpus.free", free, tags, ts))
     out += ledger_series(ledger, ts)
     out += override_series(ctx.farm, changes, live, ts)
     # Requests waiting and their age, leases warned as idle: from the same read of the live incidents.
@@ -86,6 +72,30 @@ def publish_gauges(
     if out:
         ctx.metrics.submit(out)
     return len(out)
+
+
+def _gauge(name: str, value: float, tags: tuple[str, ...], ts: int) -> MetricSeries:
+    return MetricSeries(name, (MetricPoint(ts, float(value)),), tags, type=3)
+
+
+def _quota_series(
+    ctx: LeaseContext, live: Sequence[Allocation], changes: Sequence[overrides.Override], ts: int
+) -> list[MetricSeries]:
+    """Entitled and allocated GPUs per team, pool and model, the quota changes in effect applied."""
+    held: dict[tuple[str | None, str | None, str], int] = {}
+    for a in live:
+        if a.phase in HOLDING:
+            key = (a.team, a.environment, (a.gpu_model or "").upper())
+            # What the lease holds: whole hosts on dedicated pools (gpufarm.core.governance.charging), not its ask.
+            held[key] = held.get(key, 0) + (sum(a.host_gpus.values()) or a.gpu_count)
+    out: list[MetricSeries] = []
+    for team, spec in sorted(overrides.apply(ctx.farm, changes).teams.items()):
+        for env, models in sorted(spec.quotas.items()):
+            for model, q in sorted(models.items()):
+                tags = tuple(metric_tags(team=team, environment=env, gpu_model=model))
+                out.append(_gauge("gpufarm.quota.entitled", q.gpus, tags, ts))
+                out.append(_gauge("gpufarm.quota.allocated", held.get((team, env, model), 0), tags, ts))
+    return out
 
 
 def metric_tags(**values: Any) -> list[str]:
