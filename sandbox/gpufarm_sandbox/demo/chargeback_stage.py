@@ -110,6 +110,7 @@ def _chargeback(ctx: DemoContext, month: str, path: str) -> None:
 
 def _against_the_ledger(ctx: DemoContext, month: str, path: Path) -> None:
     """The chargeback and the month's report from one read and one moment: totals equal to the cent."""
+    from gpufarm.cli.report import list_prices
     from gpufarm.core.config.farm import parse_farm
     from gpufarm.core.money.card import RateCard, round_cents
     from gpufarm.core.money.lease_rate import lease_rate
@@ -127,7 +128,8 @@ def _against_the_ledger(ctx: DemoContext, month: str, path: Path) -> None:
     now = runtime.clock().now()
     query = parse_query(farm, now, month=month, by="ir")
     read = read_leases(runtime.lease_reads(), query.period.months)
-    card = RateCard(farm.rates)
+    # The same card as `gpufarm report`: the farm file's prices and the clouds' list prices the sync cached.
+    card = RateCard(farm.rates, list_prices(runtime))
     total = list(
         csv.DictReader(io.StringIO(render_chargeback(build_chargeback(read.leases, farm, card, query.period, now))))
     )[-1]
