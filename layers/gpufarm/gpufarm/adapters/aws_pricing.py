@@ -25,8 +25,8 @@ from decimal import Decimal
 from functools import partial
 from typing import Any
 
-from gpufarm.adapters import time_budget
 from gpufarm.adapters.bounded_retry import retried
+from gpufarm.adapters.price_reads import Unreadable, read_each
 from gpufarm.core.config.rates import Cloud
 from gpufarm.core.money.card import CloudPrice, PriceKey
 from gpufarm.core.money.price_codec import MAX_GPUS, price_value
@@ -57,10 +57,6 @@ _RETRYABLE_CODES = frozenset(
 )
 
 
-class Unreadable(Exception):
-    """A key whose answer gives no usable price (the message is the kind, safe to tell)."""
-
-
 def filters(key: PriceKey) -> list[dict[str, str]]:
     """The GetProducts filters that select one EC2 product."""
     pairs = (("instanceType", key.sku), ("regionCode", key.region), *_FIXED)
@@ -88,24 +84,7 @@ class AwsPriceList:
 
     def read(self, keys: Sequence[PriceKey], currency: str) -> PriceReading:
         """Each AWS key's list price (USD); a key not read is a failure with its kind."""
-        prices: dict[PriceKey, CloudPrice] = {}
-        failures: dict[PriceKey, str] = {}
-        for key in keys:
-            if key.cloud is not Cloud.AWS:
-                failures[key] = "not an aws price"
-                continue
-            if not time_budget.allows(0):
-                failures[key] = "out of time"
-                continue
-            try:
-                prices[key] = self._one(key)
-            except Unreadable as exc:
-                failures[key] = str(exc)
-            except Exception as exc:  # noqa: BLE001 - whatever botocore raised, this key is unreadable
-                failures[key] = error_kind(exc)
-            if key in failures:
-                log.warning("aws price %s unreadable: %s", key.label(), failures[key])
-        return PriceReading(prices, failures)
+        return read_each(keys, Cloud.AWS, self._one, error_kind)
 
     def _one(self, key: PriceKey) -> CloudPrice:
         found: set[tuple[Decimal, int]] = set()

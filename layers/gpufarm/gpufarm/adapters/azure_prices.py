@@ -30,8 +30,8 @@ from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpufarm.adapters import time_budget
 from gpufarm.adapters.bounded_retry import retried
+from gpufarm.adapters.price_reads import Unreadable, read_each
 from gpufarm.core.config.rates import Cloud
 from gpufarm.core.money.card import CloudPrice, PriceKey
 from gpufarm.core.money.price_codec import price_value
@@ -75,10 +75,6 @@ GPUS_PER_SIZE: Mapping[str, int] = {
 }
 
 
-class Unreadable(Exception):
-    """A key whose answer gives no usable price (the message is the kind, safe to tell)."""
-
-
 class RetryableStatus(Exception):
     """An answer worth another try (429, 5xx)."""
 
@@ -118,26 +114,7 @@ class AzurePriceList:
 
     def read(self, keys: Sequence[PriceKey], currency: str) -> PriceReading:
         """Each Azure key's list price in `currency`; a key not read is a failure with its kind."""
-        prices: dict[PriceKey, CloudPrice] = {}
-        failures: dict[PriceKey, str] = {}
-        for key in keys:
-            if key.cloud is not Cloud.AZURE:
-                failures[key] = "not an azure price"
-                continue
-            if not time_budget.allows(0):
-                failures[key] = "out of time"
-                continue
-            try:
-                prices[key] = self._one(key, currency)
-            except Unreadable as exc:
-                failures[key] = str(exc)
-            except RetryableStatus as exc:
-                failures[key] = str(exc)
-            except Exception as exc:  # noqa: BLE001 - whatever azure-core raised, this key is unreadable
-                failures[key] = type(exc).__name__
-            if key in failures:
-                log.warning("azure price %s unreadable: %s", key.label(), failures[key])
-        return PriceReading(prices, failures)
+        return read_each(keys, Cloud.AZURE, lambda key: self._one(key, currency), _kind)
 
     def _one(self, key: PriceKey, currency: str) -> CloudPrice:
         gpus = GPUS_PER_SIZE.get(key.sku)
@@ -253,3 +230,8 @@ def _retryable(exc: Exception) -> bool:
     from azure.core.exceptions import ServiceRequestError, ServiceResponseError
 
     return isinstance(exc, RetryableStatus | ServiceRequestError | ServiceResponseError)
+
+
+def _kind(exc: Exception) -> str:
+    """A failed read's kind: a retried status's `HTTP <n>`, else the exception's type (never its text)."""
+    return str(exc) if isinstance(exc, RetryableStatus) else type(exc).__name__
