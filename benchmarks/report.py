@@ -12,13 +12,16 @@ sandbox's clock starts 30 days back and is moved forward as they are sent, endin
 command runs in its own process (`python -m gpufarm report --since 30d`), measured from outside: wall time, and
 its own peak RSS (VmHWM at its exit) and CPU.
 
-Side by side with its floor: benchmarks/report_floor.py, a plain reader that makes the same requests (the type
-lookup and both searches' pages, same query texts) with urllib3, parses them with json.loads and sums per team with
-dicts. `--rounds` pairs of fresh processes, floor and report alternating (which goes first alternates), both
-checked to make the same requests; CPU, wall and peak RSS as median and spread, and the report's ratio to the floor
-per pair (goal: <= 1.3 x in CPU and peak RSS). The farm's validated dump (gpufarm.adapters.farm_dump) is kept in
-the run's own cache directory: one report before the pairs validates the farm (printed as
-`table_first_after_a_farm_change`), the compared ones read the dump, as every report does until the farm changes.
+The farm file prices every pool (a `rates:` section of written prices, RATES), so the report prices each lease's
+hours by kind (busy, idle, idle-held, unmeasured) beside them. Side by side with its floor:
+benchmarks/report_floor.py, a plain reader that makes the same requests (the type lookup and both searches' pages,
+same query texts) with urllib3, parses them with json.loads and sums per team with dicts, pricing each lease's
+hours at its pool's rate looked up in a dict (the equivalent of the report's pricing). `--rounds` pairs of fresh
+processes, floor and report alternating (which goes first alternates), both checked to make the same requests;
+CPU, wall and peak RSS as median and spread, and the report's ratio to the floor per pair (goal: <= 1.3 x in CPU
+and peak RSS). The farm's validated dump (gpufarm.adapters.farm_dump) is kept in the run's own cache directory: one
+report before the pairs validates the farm (printed as `table_first_after_a_farm_change`), the compared ones read
+the dump, as every report does until the farm changes.
 
 Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--rounds 5]
 [--screenshot docs/screenshots/report.png] (`make screenshots` makes the report's screenshot with a smaller
@@ -61,7 +64,28 @@ POOLS = (
     ("shared-slices", "L4", 1),
 )
 ENDINGS = ("released", "released", "expired", "idle", "operator")
+# Written prices per GPU-hour of every pool and model (the report and the floor price with the same).
+RATES = {
+    ("onprem-hpc", "H100"): "2.10",
+    ("cloud-aws", "H100"): "6.88",
+    ("cloud-aws", "A100"): "4.10",
+    ("shared-slices", "A100"): "4.10",
+    ("shared-slices", "L4"): "0.80",
+}
+
+
+def rates_yaml() -> str:
+    """The farm file's `rates:` section: RATES as on-prem written prices, in USD."""
+    pools: dict[str, list[str]] = {}
+    for (env, model), price in RATES.items():
+        pools.setdefault(env, []).append(f"{model}: {price}")
+    lines = ["rates:", "  currency: USD", "  environments:"]
+    lines += [f"    {env}: {{per_gpu_hour: {{{', '.join(prices)}}}}}" for env, prices in pools.items()]
+    return "\n".join(lines) + "\n"
+
+
 STEP_S = 900
+POOL_GPUS = 2500
 
 
 def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[str, object]:
@@ -83,6 +107,7 @@ def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[s
     unmeasured = held * rng.choice((0.0, 0.0, 0.02, 0.1))
     busy = (held - unmeasured) * rng.uniform(0.1, 0.95)
     idle = held - unmeasured - busy
+    idle_held = idle * rng.choice((0.0, 0.2, 0.5))
     months = [f"{m}={gpus * span:.3f}" for m, span in gpu_hours.month_spans(allocated, until)]
     history = [
         f"{isoformat(requested)} {user} requested: {gpus}x{model} in {env}",
@@ -110,6 +135,7 @@ def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[s
         f.GPU_HOURS_HELD: f"{held:.3f}",
         f.GPU_HOURS_BUSY: f"{busy:.3f}",
         f.GPU_HOURS_IDLE: f"{idle:.3f}",
+        f.GPU_HOURS_IDLE_HELD: f"{idle_held:.3f}",
         f.GPU_HOURS_UNMEASURED: f"{unmeasured:.3f}",
         f.GPU_HOURS_UNTIL: isoformat(until),
         f.GPU_HOURS_BY_MONTH: months,
@@ -146,7 +172,8 @@ def seed_leases(api: scalefarm.Api, n: int, days: int, now: datetime) -> None:
 
 
 def seed_metrics(sandbox: Sandbox, api: scalefarm.Api, days: int) -> int:
-    """`days` of ledger gauges per team, pool and model every STEP_S, sent an hour at a time; points sent."""
+    """`days` of ledger gauges per team, pool and model (and each pool's GPUs) every STEP_S, sent an hour at a time;
+    points sent."""
     rng = random.Random(7)
     # The intake takes points at most an hour old: start the sandbox's clock `days` back (a benchmark's seeding of
     # the past; nothing else moves it backwards) and move it forward as each hour is sent.
@@ -169,6 +196,12 @@ def seed_metrics(sandbox: Sandbox, api: scalefarm.Api, days: int) -> int:
                 {"metric": "gpufarm.ledger.gpus.used", "type": 3, "points": used, "tags": tags},
             ]
             sent += len(held) + len(used)
+        # The inventory gauge the report's unallocated capacity reads: each pool's GPUs, steady.
+        for env, model, _ in POOLS:
+            total = [{"timestamp": s, "value": POOL_GPUS} for s in range(start, start + 3600, STEP_S)]
+            tags = [f"environment:{env}", f"gpu_model:{model.lower()}"]
+            series.append({"metric": "gpufarm.inventory.gpus.total", "type": 3, "points": total, "tags": tags})
+            sent += len(total)
         status, answer = api.call("POST", "/api/v2/series", {"series": series})
         if status != 202 or (answer or {}).get("errors"):
             raise RuntimeError(f"metrics intake: {status} {str(answer)[:300]}")
@@ -301,7 +334,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="gpufarm-report-bench-"))
     farm_file = work / "farm.yaml"
-    farm_file.write_text(scalefarm.farm_yaml())
+    farm_file.write_text(scalefarm.farm_yaml() + rates_yaml())
     sandbox = Sandbox()
     with ServerThread(sandbox) as server:
         sandbox.base_url = server.url
@@ -319,6 +352,7 @@ def main() -> None:
         # change of the farm validates it (measured on its own), the ones compared with the floor read the dump.
         child_env["XDG_CACHE_HOME"] = str(work / "cache")
         first = run_report(child_env, ["--since", f"{args.days}d"])
+        child_env["REPORT_FLOOR_RATES"] = json.dumps({f"{e}/{m}": float(p) for (e, m), p in RATES.items()})
         floor_args = [str(FLOOR), server.url, Settings().incident_type, *floor_queries(farm_file, args.days)]
         compared = side_by_side(child_env, api, ["report", "--since", f"{args.days}d"], floor_args, args.rounds)
         # Each count is one request of its own: the requests between two counts are one fewer than they differ.

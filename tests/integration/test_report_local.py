@@ -8,6 +8,7 @@ import csv
 import io
 import json
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
 
@@ -29,12 +30,19 @@ def test_the_demo_ends_with_the_months_report(
     rows = {r["team"]: r for r in csv.DictReader(io.StringIO(csv_path.read_text()))}
     assert {"nlp", "vision", "speech", "total"} <= set(rows)
     nlp = rows["nlp"]
-    # One hour and a bit of 8 H100: held, most of it measured busy (6 of 8), the rest idle or unmeasured.
+    # One hour and a bit of 8 H100: held, most of it measured busy (6 of 8), 1 idle-held, the rest idle or unmeasured.
     assert float(nlp["gpu_hours_held"]) >= 8.0
-    assert float(nlp["gpu_hours_busy"]) > 0
+    assert float(nlp["gpu_hours_busy"]) > 0 and float(nlp["gpu_hours_idle_held"]) > 0
     held = float(nlp["gpu_hours_held"])
-    parts = sum(float(nlp[k]) for k in ("gpu_hours_busy", "gpu_hours_idle", "gpu_hours_unmeasured"))
+    kinds = ("busy", "idle", "idle_held", "unmeasured")
+    parts = sum(float(nlp[f"gpu_hours_{k}"]) for k in kinds)
     assert parts == pytest.approx(held, abs=0.3)
+    # Cost beside hours: priced, the kinds add up to the held cost; unpriced, no amount at all (never 0).
+    if nlp["cost_held"]:
+        assert sum(Decimal(nlp[f"cost_{k}"]) for k in kinds) == Decimal(nlp["cost_held"])
+    else:
+        assert nlp["unpriced_leases"] == "1" and not any(nlp[f"cost_{k}"] for k in kinds)
+    assert "the kinds (busy, idle, idle-held, unmeasured) add up to the held cost" in output
     assert nlp["reclaimed_released"] == "1" and nlp["leases"] == "1"
     page = html_path.read_text()
     assert page.count('class="chart"') == 3 and "<script src=" not in page

@@ -197,6 +197,9 @@ FIELDS: Mapping[str, Setting] = {
         # Signs the per-lease upload tokens `/gpu profile-token` gives (gpufarm.core.kernel.upload_token).
         Setting("upload_token_secret", SecretStr),
         Setting("profile_link_secret_previous", SecretStr),
+        # Where the clouds' list prices last read are cached: s3://<bucket>/<key> or a file
+        # (gpufarm.adapters.price_cache); unset: only the farm file's written prices.
+        Setting("price_cache", min_length=1, max_length=600),
         Setting(
             "profile_link_days",
             int,
@@ -257,6 +260,7 @@ class Settings:
     api_url: str | None
     upload_token_secret: SecretStr | None
     profile_link_secret_previous: SecretStr | None
+    price_cache: str | None
     profile_link_days: int
     secrets_name: str | None
     secret_keys: str | None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from types import MappingProxyType
 
 from gpufarm.core.accounting import override_terms as overrides
 from gpufarm.core.config.farm_view import FarmView, QuotaView, TeamView
@@ -38,8 +37,8 @@ def changed(farm: FarmView, changes: Sequence[overrides.Override]) -> FarmView:
         base = pools.get(o.environment, {}).get(o.gpu_model)
         gpus, hard = overrides.changed_quota(o, (0, 0) if base is None else (base.gpus, base.hard_limit))
         pools.setdefault(o.environment, {})[o.gpu_model] = QuotaView(gpus, hard)
-        teams[o.team] = TeamView(pools)
-    return FarmView(farm.sections, MappingProxyType(teams), farm.budgets)
+        teams[o.team] = TeamView(pools, team.cost_center, team.channel)
+    return farm.with_teams(teams)
 
 
 def notes(read: Sequence[LeaseFacts], now: datetime) -> list[str]:

@@ -1,4 +1,4 @@
-"""What a GPU-hour budget says, without its model: the period it covers and the terms burn arithmetic reads.
+"""What a budget says, without its model: the period it covers and the terms burn arithmetic reads.
 
 The farm file's `budgets:` are validated as gpufarm.core.config.accounting.Budget; the arithmetic
 (gpufarm.core.accounting.burn) and the reports read any record with these terms, so a report that reads the
@@ -7,6 +7,7 @@ already-validated farm (gpufarm.core.config.farm_view) never loads the models.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from enum import StrEnum
 from typing import Protocol
 
@@ -19,7 +20,7 @@ class BudgetPeriod(StrEnum):
 
 
 class BudgetTerms(Protocol):
-    """A budget's terms: whose, which period, how many GPU-hours."""
+    """A budget's terms: whose, which period, and its limit: GPU-hours or an amount of money (exactly one)."""
 
     @property
     def team(self) -> str: ...
@@ -28,7 +29,15 @@ class BudgetTerms(Protocol):
     @property
     def period(self) -> BudgetPeriod: ...
     @property
-    def gpu_hours(self) -> float: ...
+    def gpu_hours(self) -> float | None: ...
+    @property
+    def amount(self) -> Decimal | None: ...
+    @property
+    def alerts(self) -> tuple[int, ...]: ...
+    @property
+    def in_money(self) -> bool: ...
+    @property
+    def limit(self) -> float: ...
     def label(self) -> str: ...
 
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from gpufarm.core.config.budget_terms import BudgetPeriod, budget_label
 from gpufarm.core.config.farm_error import unknown_team
+from gpufarm.core.config.pool_kind import PoolKind
+from gpufarm.core.config.rate_view import RateView, amount, rate_view
 
 
 class Validated(Protocol):
@@ -42,19 +45,41 @@ class QuotaView:
 
 @dataclass(frozen=True, slots=True)
 class TeamView:
-    """A team's quotas per pool and model (gpufarm.core.config.farm.TeamSpec)."""
+    """A team's quotas per pool and model, its cost center and channel (gpufarm.core.config.farm.TeamSpec)."""
 
     quotas: Mapping[str, Mapping[str, QuotaView]]
+    cost_center: str | None = None
+    channel: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A pool: how it hands out GPUs and the models it offers (gpufarm.core.config.farm.EnvironmentSpec)."""
+
+    kind: PoolKind
+    gpu_models: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class BudgetView:
-    """One GPU-hour budget (gpufarm.core.config.accounting.Budget)."""
+    """One budget, in GPU-hours or in money (gpufarm.core.config.accounting.Budget)."""
 
     team: str
     project: str | None
     period: BudgetPeriod
-    gpu_hours: float
+    gpu_hours: float | None
+    amount: Decimal | None = None
+    alerts: tuple[int, ...] = ()
+
+    @property
+    def in_money(self) -> bool:
+        """True for a budget in money (`amount`)."""
+        return self.amount is not None
+
+    @property
+    def limit(self) -> float:
+        """The budget in its own unit (GPU-hours, or the currency's units) as a float for the arithmetic."""
+        return float(self.amount) if self.amount is not None else float(self.gpu_hours or 0.0)
 
     def label(self) -> str:
         """`nlp` or `nlp/llm-ko`."""
@@ -62,16 +87,27 @@ class BudgetView:
 
 
 class FarmView:
-    """The validated farm's teams, quotas and budgets (and every section, as dumped)."""
+    """The validated farm's pools, teams, quotas, budgets and rate card (and every section, as dumped)."""
 
-    __slots__ = ("budgets", "sections", "teams")
+    __slots__ = ("budgets", "environments", "rates", "sections", "teams")
 
     def __init__(
-        self, sections: Mapping[str, Any], teams: Mapping[str, TeamView], budgets: tuple[BudgetView, ...]
+        self,
+        sections: Mapping[str, Any],
+        teams: Mapping[str, TeamView],
+        budgets: tuple[BudgetView, ...],
+        environments: Mapping[str, PoolView],
+        rates: RateView,
     ) -> None:
         self.sections = sections
         self.teams = teams
         self.budgets = budgets
+        self.environments = environments
+        self.rates = rates
+
+    def with_teams(self, teams: Mapping[str, TeamView]) -> FarmView:
+        """The same farm with these teams (the report's quota changes applied: gpufarm.reporting.quota_changes)."""
+        return FarmView(self.sections, MappingProxyType(dict(teams)), self.budgets, self.environments, self.rates)
 
     @classmethod
     def of(cls, farm: Validated) -> FarmView:
@@ -83,13 +119,13 @@ class FarmView:
         """The view of a FarmConfig's JSON dump; FarmDumpMismatch when it is not that shape."""
         try:
             sections = _mapping(dump)
-            teams = {
-                _text(name): TeamView(_quotas(_mapping(spec)["quotas"])) for name, spec in _items(sections["teams"])
-            }
+            teams = {_text(name): _team(_mapping(spec)) for name, spec in _items(sections["teams"])}
             budgets = tuple(_budget(_mapping(item)) for item in _list(sections["budgets"]))
-        except (KeyError, TypeError, ValueError) as exc:
+            pools = {_text(name): _pool(_mapping(spec)) for name, spec in _items(sections["environments"])}
+            rates = rate_view(_mapping(sections["rates"]))
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise FarmDumpMismatch(f"not a farm dump: {type(exc).__name__}") from None
-        return cls(MappingProxyType(sections), MappingProxyType(teams), budgets)
+        return cls(MappingProxyType(sections), MappingProxyType(teams), budgets, MappingProxyType(pools), rates)
 
     def team(self, name: str) -> TeamView:
         """The team called `name`; ValidationFailed naming the known teams otherwise (as FarmConfig.team)."""
@@ -97,6 +133,14 @@ class FarmView:
         if spec is None:
             raise unknown_team(name, list(self.teams))
         return spec
+
+
+def _team(value: Mapping[str, Any]) -> TeamView:
+    return TeamView(_quotas(value["quotas"]), _optional_text(value["cost_center"]), _optional_text(value["channel"]))
+
+
+def _pool(value: Mapping[str, Any]) -> PoolView:
+    return PoolView(PoolKind(_text(value["kind"])), tuple(_text(m) for m in _list(value["gpu_models"])))
 
 
 def _quotas(value: Any) -> dict[str, dict[str, QuotaView]]:
@@ -112,13 +156,30 @@ def _quota(value: Mapping[str, Any]) -> QuotaView:
 
 
 def _budget(value: Mapping[str, Any]) -> BudgetView:
-    project = value["project"]
-    hours = value["gpu_hours"]
-    if isinstance(hours, bool) or not isinstance(hours, int | float) or not math.isfinite(hours) or hours <= 0:
-        raise ValueError("gpu_hours")
+    hours, money = value["gpu_hours"], value["amount"]
+    if (hours is None) == (money is None):
+        raise ValueError("gpu_hours or amount")
+    alerts = tuple(_whole(a) for a in _list(value["alerts"]))
     return BudgetView(
-        _text(value["team"]), None if project is None else _text(project), BudgetPeriod(value["period"]), float(hours)
+        _text(value["team"]),
+        _optional_text(value["project"]),
+        BudgetPeriod(value["period"]),
+        None if hours is None else _hours(hours),
+        None if money is None else _positive(amount(money)),
+        alerts,
     )
+
+
+def _hours(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError("gpu_hours")
+    return float(value)
+
+
+def _positive(value: Decimal) -> Decimal:
+    if value <= 0:
+        raise ValueError("amount")
+    return value
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:
@@ -141,6 +202,10 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError("a string")
     return value
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
 
 
 def _whole(value: Any) -> int:
