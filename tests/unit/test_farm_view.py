@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -18,16 +19,29 @@ from gpufarm.core.accounting.override_terms import Override, apply
 from gpufarm.core.config.budget_terms import BudgetPeriod
 from gpufarm.core.config.farm import FarmConfig, FarmConfigError, parse_farm
 from gpufarm.core.config.farm_view import FarmDumpMismatch, FarmView, QuotaView
+from gpufarm.core.config.pool_kind import PoolKind
+from gpufarm.core.config.rate_terms import Cloud
 from gpufarm.core.kernel.errors import ValidationFailed
+from gpufarm.core.money.card import CloudPrice, PriceKey, RateCard
 from gpufarm.reporting.quota_changes import changed
 
 ROOT = Path(__file__).resolve().parents[2]
 BUDGETS = (
     "budgets:\n  - {team: nlp, period: month, gpu_hours: 1000}\n"
     "  - {team: nlp, project: llm, period: quarter, gpu_hours: 50.5}\n"
+    "  - {team: vision, period: month, amount: 1234.50, alerts: [90, 25]}\n"
 )
-YAML = FARM_YAML.replace("defaults:", BUDGETS + "defaults:")
+RATES = (
+    "rates:\n  currency: USD\n  discounts: {savings-plan: 0.72}\n  mig_fractions: {1g.10gb: 0.125}\n"
+    "  environments:\n    hpc: {per_gpu_hour: {H100: 2.10}}\n"
+    "    cloud: {cloud: aws, region: us-east-1, instance_types: {H100: p5.48xlarge}, purchase: savings-plan,"
+    " per_gpu_hour: {A100: 3.20}}\n"
+)
+YAML = FARM_YAML.replace("defaults:", BUDGETS + RATES + "defaults:").replace(
+    "  vision:\n", "  vision:\n    cost_center: CC-1234\n    channel: C0000000042\n"
+)
 UNTIL = datetime(2027, 1, 1, tzinfo=UTC)
+NOW = datetime(2026, 12, 7, tzinfo=UTC)
 
 
 def _quotas(farm: FarmConfig | FarmView) -> dict[str, dict[str, dict[str, tuple[int, int | None]]]]:
@@ -45,6 +59,17 @@ def test_the_view_holds_what_the_validated_farm_holds() -> None:
         (b.team, b.project, b.period, b.gpu_hours, b.label()) for b in farm.budgets
     ]
     assert view.budgets[1].period is BudgetPeriod.QUARTER and view.budgets[1].label() == "nlp/llm"
+    money = [(b.gpu_hours, b.amount, b.in_money, b.limit, b.alerts) for b in view.budgets]
+    assert money == [(b.gpu_hours, b.amount, b.in_money, b.limit, b.alerts) for b in farm.budgets]
+    assert money[2] == (None, Decimal("1234.50"), True, 1234.5, (25, 90))
+    assert {t: (v.cost_center, v.channel) for t, v in view.teams.items()} == {
+        t: (v.cost_center, v.channel) for t, v in farm.teams.items()
+    }
+    assert view.teams["vision"].cost_center == "CC-1234"
+    assert {n: (p.kind, p.gpu_models) for n, p in view.environments.items()} == {
+        n: (p.kind, p.gpu_models) for n, p in farm.environments.items()
+    }
+    assert view.environments["slices"].kind is PoolKind.SHARED
     # Every section is carried, as validation left it: a section a report starts reading needs no new loading.
     assert view.sections == json.loads(farm.model_dump_json())
     with pytest.raises(ValidationFailed) as by_view:
@@ -52,6 +77,25 @@ def test_the_view_holds_what_the_validated_farm_holds() -> None:
     with pytest.raises(ValidationFailed) as by_farm:
         farm.team("ghost\x07")
     assert by_view.value.message == by_farm.value.message and "ghost?" in by_view.value.message
+
+
+def test_the_views_rate_card_prices_as_the_farms() -> None:
+    farm = parse_farm(YAML)
+    listed = {PriceKey(Cloud.AWS, "us-east-1", "p5.48xlarge"): CloudPrice(Decimal("98.32"), 8, "USD", NOW, stale=True)}
+    by_view, by_farm = RateCard(FarmView.of(farm).rates, listed), RateCard(farm.rates, listed)
+    assert by_view.currency == by_farm.currency == "USD"
+    for env, model, profile in [
+        ("hpc", "H100", None),
+        ("cloud", "H100", None),
+        ("cloud", "A100", "1g.10gb"),
+        ("cloud", "H100", "3g.40gb"),
+        ("slices", "L4", None),
+    ]:
+        assert by_view.slice_rate(env, model, profile) == by_farm.slice_rate(env, model, profile)
+    cloud = by_view.rate("cloud", "H100")
+    assert cloud is not None and cloud.per_gpu_hour == Decimal("98.32") / 8 * Decimal("0.72") and cloud.stale
+    assert by_view.rate("slices", "L4") is None
+    assert list(by_view.price_keys()) == list(by_farm.price_keys()) == list(listed)
 
 
 def test_quota_changes_apply_to_the_view_as_to_the_farm() -> None:
@@ -145,8 +189,15 @@ import sys
 from gpufarm.adapters.farm_dump import farm_view
 import gpufarm.cli, gpufarm.cli.report, gpufarm.handlers.runtime, gpufarm.reporting.make
 import gpufarm.adapters.datadog_reads, gpufarm.reporting.render_table, gpufarm.reporting.render_csv
+import gpufarm.reporting.render_json, gpufarm.reporting.render_html, gpufarm.adapters.price_cache
+import gpufarm.reporting.chargeback, gpufarm.reporting.render_chargeback
+import gpufarm.reporting.outlook, gpufarm.reporting.render_outlook
+from gpufarm.core.money.card import RateCard
 view = farm_view(open(sys.argv[1]).read())
-print(sorted(view.teams), sorted(m for m in ("pydantic", "yaml", "gpufarm.core.config.farm") if m in sys.modules))
+rate = RateCard(view.rates).rate("hpc", "H100")
+models = ("pydantic", "yaml", "gpufarm.core.config.farm", "gpufarm.core.config.rates")
+print(sorted(view.teams), rate and rate.per_gpu_hour, [b.in_money for b in view.budgets],
+      sorted(m for m in models if m in sys.modules))
 """
 
 
@@ -168,6 +219,7 @@ def test_a_report_of_an_unchanged_farm_loads_neither_pydantic_nor_the_models(tmp
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
-    teams = sorted(parse_farm(YAML).teams)
-    assert run() == f"{teams} ['gpufarm.core.config.farm', 'pydantic', 'yaml']"  # the first read validates
+    teams = f"{sorted(parse_farm(YAML).teams)} 2.1 [False, False, True]"
+    first = "['gpufarm.core.config.farm', 'gpufarm.core.config.rates', 'pydantic', 'yaml']"
+    assert run() == f"{teams} {first}"  # the first read validates
     assert run() == f"{teams} []"

@@ -13,9 +13,8 @@ from datetime import datetime
 
 from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.config.pool_kind import PoolKind
-from gpufarm.core.context.reads import host_filter
 from gpufarm.core.kernel.errors import ValidationFailed
-from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.hosts import GpuHost, host_filter
 from gpufarm.core.kernel.ports import HostTags, IncidentStore, LeaseReads
 from gpufarm.core.outlook.capacity import PoolOutlook, first_short, outlook, pool_capacity
 from gpufarm.core.outlook.demand import Demand, unmet_demand
