@@ -48,7 +48,7 @@ def records(leases: int, reservations: int, now: datetime) -> list[IncidentRecor
             gpu_count=8 if reserved or i % 2 else 16,
             environment=POOL,
             duration_days=14,
-            requester="U0000000001",
+            requester=f"U{i % TEAMS:010d}",  # each team's researcher (gpufarm_sandbox.scalefarm.user)
             request_id=f"bench-{i:06d}",
         )
         if reserved:
