@@ -87,8 +87,7 @@ def test_a_page_that_fails_fails_the_search_and_nothing_past_it_is_kept() -> Non
     pages = Pages(200, fail_at=120)
     kept: list[int] = []
     with pytest.raises(UpstreamError):
-        for item in _read_lazily(pages, 4):
-            kept.append(item)
+        kept.extend(_read_lazily(pages, 4))
     assert kept == list(range(120))
     # Reads planned past the failure stop with it: no more than the window was asked beyond the failed page.
     assert max(pages.asked) <= 120 + 4 * PAGE
