@@ -268,9 +268,13 @@ def test_search_answers_from_views_kept_per_change_are_the_views_rendered_whole(
     changed = after["data"]["attributes"]["incidents"][1]["data"]
     assert changed["id"] == mixed[0] and changed["attributes"]["fields"]["team"]["value"] == "vision"
     spans = changed["attributes"]["field_analytics"]["state"]["active"]
-    assert spans["duration"] == before["data"]["attributes"]["incidents"][1]["data"]["attributes"]["field_analytics"][
-        "state"
-    ]["active"]["duration"] + 3600
+    assert (
+        spans["duration"]
+        == before["data"]["attributes"]["incidents"][1]["data"]["attributes"]["field_analytics"]["state"]["active"][
+            "duration"
+        ]
+        + 3600
+    )
 
 
 def test_search_pages_end_short(api: IncidentsApi, mixed: list[str]) -> None:
