@@ -20,7 +20,7 @@ from gpufarm.core.kernel.errors import Conflict, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
 from gpufarm.core.kernel.model import Allocation, IncidentRecord, isoformat
-from gpufarm.core.kernel.search import IncidentQuery
+from gpufarm.core.kernel.search import IncidentQuery, live_query
 from gpufarm.core.service import GpuFarm
 from gpufarm.reporting.build import build_report
 from gpufarm.reporting.query import GroupBy, ReportQuery, since_period
@@ -151,6 +151,18 @@ def test_a_pool_read_that_fails_part_way_admits_nothing_and_the_redelivery_decid
     monkeypatch.setattr(world.incidents, "search", whole)
     assert "reserved: 8 H100 in hpc" in world.svc.decide_request(undecided.ir).text
     assert world.svc.allocation(undecided.ir).phase is Phase.RESERVED
+
+
+def test_a_booking_and_the_home_after_it_read_the_pool_once(world: World) -> None:
+    world.lease(8, 3, team="vision")
+    world.incidents.searches.clear()
+    # The queue consumer's unit of work: the create, its twin check and the decision, then the requester's Home.
+    answer = world.svc.refreshing_homes(lambda: world.reserve(8, 3, "2d"))
+    assert "reserved: 8 H100 in hpc" in answer
+    # The twin check reads the pool afresh and the decision weighs it; the Home's quota rows come from that read
+    # (the teams' quotas are all in hpc), its list of the user's leases through the requester facet.
+    assert world.incidents.searches == [live_query("hpc"), live_query(requester=USER)]
+    assert "reserved" in json.dumps(world.chat.homes[USER])
 
 
 def test_the_decision_that_counts_refuses_what_was_booked_since_the_precheck(world: World) -> None:

@@ -26,7 +26,7 @@ length of one invocation is safe because every writer of a pool runs in the pool
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpufarm.core.kernel.errors import NotFound
 from gpufarm.core.kernel.hosts import (
@@ -111,6 +111,11 @@ class Reads:
     _sizes: dict[tuple[str, str], Sizes] = field(default_factory=dict)
     # Quota overrides each pool's (or the farm's) live search found, as this invocation's writes left them.
     _overrides: dict[tuple[str | None, str | None], dict[int, Allocation]] = field(default_factory=dict)
+
+    def through(self, incidents: IncidentStore) -> Reads:
+        """This view reading through another store (one command's record: gpufarm.core.commands.record), what it
+        has read shared both ways."""
+        return replace(self, incidents=incidents)
 
     # -- incidents --------------------------------------------------------------------------------------------
 
