@@ -264,7 +264,8 @@ def child(url: str, cycles: int, flush_interval: float, encoding: str, reader: s
     from gpufarm_node.agent import settle_process
     from gpufarm_node.datadog import DatadogTarget, api_client
     from gpufarm_node.fake_nvml import FakeNvml
-    from gpufarm_node.sender import DatadogSender, SeriesIntake
+    from gpufarm_node.sender import DatadogSender
+    from gpufarm_node.series_post import DirectSeriesIntake
     from gpufarm_node.topology import topology_from_dict
 
     now = [time.time()]
@@ -273,7 +274,7 @@ def child(url: str, cycles: int, flush_interval: float, encoding: str, reader: s
     timed = TimedNvml(fake)
     with tempfile.TemporaryDirectory() as workdir:
         client = api_client(DatadogTarget(url, "bench-api-key", "bench-app-key"), max_retries=0)
-        sender = DatadogSender(SeriesIntake(client, encoding), "gpu-bench-01", clock=clock)
+        sender = DatadogSender(DirectSeriesIntake.from_client(client, encoding), "gpu-bench-01", clock=clock)
         tags = TimedTransport(tag_transport(url, reader))
         agent = bench_agent(timed, fake, workdir, sender, clock, flush_interval, tags)
         agent.start()

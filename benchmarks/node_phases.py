@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/node_phases.py [--cycles 80] [--flush 60]
 
 One process, the agent as benchmarks/node.py builds it (the fake NVML behind the same timing wrapper, its own tag
-reader, the real datadog-api-client to a local receiver), 4 warm-up cycles, then each phase of `Agent.cycle` timed
+reader, its push on its own connection with the real datadog-api-client behind it, to a local receiver), 4 warm-up
+cycles and the collector settled as node.py's child settles it, then each phase of `Agent.cycle` timed
 in thread CPU: the NVML snapshot (the time inside the fake's calls and the wrapper's calibrated share
 subtracted, as node.py does), the attribution of processes to pods and IRs, the host tag read, building the
 cycle's series, queueing them and the push (the JSON body, its compression, the POST), which runs once per flush
@@ -42,9 +43,11 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=80)
     parser.add_argument("--flush", type=float, default=60.0, help="the push interval in seconds (default 60)")
     args = parser.parse_args()
+    from gpufarm_node.agent import settle_process
     from gpufarm_node.datadog import DatadogTarget, api_client
     from gpufarm_node.fake_nvml import FakeNvml
-    from gpufarm_node.sender import DatadogSender, SeriesIntake
+    from gpufarm_node.sender import DatadogSender
+    from gpufarm_node.series_post import DirectSeriesIntake
     from gpufarm_node.topology import topology_from_dict
 
     spec = topology_from_dict(topology(), seed="bench")
@@ -55,12 +58,13 @@ def main() -> None:
         fake = FakeNvml(spec, clock=clock)
         nvml = TimedNvml(fake)
         client = api_client(DatadogTarget(receiver.url, "bench-api-key", "bench-app-key"), max_retries=0)
-        sender = DatadogSender(SeriesIntake(client, "zstd1"), "gpu-bench-01", clock=clock)
+        sender = DatadogSender(DirectSeriesIntake.from_client(client, "zstd1"), "gpu-bench-01", clock=clock)
         agent = bench_agent(nvml, fake, workdir, sender, clock, args.flush, tag_transport(receiver.url, "socket"))
         agent.start()
         for _ in range(4):
             now[0] += CYCLE_S
             agent.cycle()
+        settle_process()  # as the command line and benchmarks/node.py's child do after start-up
         phases = (
             (agent.source, "snapshot", "NVML snapshot (own, NVML excluded)", nvml),
             (agent, "_attribute", "attribution (pids to pods and IRs)", None),

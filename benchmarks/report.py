@@ -12,11 +12,14 @@ sandbox's clock starts 30 days back and is moved forward as they are sent, endin
 command runs in its own process (`python -m gpufarm report --since 30d`), measured from outside: wall time, and
 its own peak RSS (VmHWM at its exit) and CPU.
 
-Side by side with its floor: benchmarks/report_floor.py, a plain reader that makes the same requests (the type
-lookup and both searches' pages, same query texts) with urllib3, parses them with json.loads and sums per team with
-dicts. `--rounds` pairs of fresh processes, floor and report alternating (which goes first alternates), both
-checked to make the same requests; CPU, wall and peak RSS as median and spread, and the report's ratio to the floor
-per pair (goal: <= 1.3 x in CPU and peak RSS).
+The farm file prices every pool (a `rates:` section of written prices, RATES), so the report prices each lease's
+hours by kind (busy, idle, idle-held, unmeasured) beside them. Side by side with its floor:
+benchmarks/report_floor.py, a plain reader that makes the same requests (the type lookup and both searches' pages,
+same query texts) with urllib3, parses them with json.loads and sums per team with dicts, pricing each lease's
+hours at its pool's rate looked up in a dict (the equivalent of the report's pricing). `--rounds` pairs of fresh
+processes, floor and report alternating (which goes first alternates), both checked to make the same requests;
+CPU, wall and peak RSS as median and spread, and the report's ratio to the floor per pair (goal: <= 1.3 x in CPU
+and peak RSS).
 
 Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--rounds 5]
 [--screenshot docs/screenshots/report.png] (`make screenshots` makes the report's screenshot with a smaller
@@ -59,6 +62,26 @@ POOLS = (
     ("shared-slices", "L4", 1),
 )
 ENDINGS = ("released", "released", "expired", "idle", "operator")
+# Written prices per GPU-hour of every pool and model (the report and the floor price with the same).
+RATES = {
+    ("onprem-hpc", "H100"): "2.10",
+    ("cloud-aws", "H100"): "6.88",
+    ("cloud-aws", "A100"): "4.10",
+    ("shared-slices", "A100"): "4.10",
+    ("shared-slices", "L4"): "0.80",
+}
+
+
+def rates_yaml() -> str:
+    """The farm file's `rates:` section: RATES as on-prem written prices, in USD."""
+    pools: dict[str, list[str]] = {}
+    for (env, model), price in RATES.items():
+        pools.setdefault(env, []).append(f"{model}: {price}")
+    lines = ["rates:", "  currency: USD", "  environments:"]
+    lines += [f"    {env}: {{per_gpu_hour: {{{', '.join(prices)}}}}}" for env, prices in pools.items()]
+    return "\n".join(lines) + "\n"
+
+
 STEP_S = 900
 
 
@@ -81,6 +104,7 @@ def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[s
     unmeasured = held * rng.choice((0.0, 0.0, 0.02, 0.1))
     busy = (held - unmeasured) * rng.uniform(0.1, 0.95)
     idle = held - unmeasured - busy
+    idle_held = idle * rng.choice((0.0, 0.2, 0.5))
     months = [f"{m}={gpus * span:.3f}" for m, span in gpu_hours.month_spans(allocated, until)]
     history = [
         f"{isoformat(requested)} {user} requested: {gpus}x{model} in {env}",
@@ -108,6 +132,7 @@ def lease_fields(k: int, now: datetime, rng: random.Random, days: int) -> dict[s
         f.GPU_HOURS_HELD: f"{held:.3f}",
         f.GPU_HOURS_BUSY: f"{busy:.3f}",
         f.GPU_HOURS_IDLE: f"{idle:.3f}",
+        f.GPU_HOURS_IDLE_HELD: f"{idle_held:.3f}",
         f.GPU_HOURS_UNMEASURED: f"{unmeasured:.3f}",
         f.GPU_HOURS_UNTIL: isoformat(until),
         f.GPU_HOURS_BY_MONTH: months,
@@ -298,7 +323,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="gpufarm-report-bench-"))
     farm_file = work / "farm.yaml"
-    farm_file.write_text(scalefarm.farm_yaml())
+    farm_file.write_text(scalefarm.farm_yaml() + rates_yaml())
     sandbox = Sandbox()
     with ServerThread(sandbox) as server:
         sandbox.base_url = server.url
@@ -312,6 +337,7 @@ def main() -> None:
         seed_leases(api, args.leases, args.days, datetime.now(UTC))
         seeded_s = time.perf_counter() - started
         child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_"))}, **env}
+        child_env["REPORT_FLOOR_RATES"] = json.dumps({f"{e}/{m}": float(p) for (e, m), p in RATES.items()})
         floor_args = [str(FLOOR), server.url, Settings().incident_type, *floor_queries(farm_file, args.days)]
         compared = side_by_side(child_env, api, ["report", "--since", f"{args.days}d"], floor_args, args.rounds)
         # Each count is one request of its own: the requests between two counts are one fewer than they differ.

@@ -2,9 +2,10 @@
 
 It replays the requests the report makes (the incident type lookup, then each search's pages of 100 with the same
 query text), parses each answer with `json.loads` and groups the leases with dicts: per team the leases, their
-held, busy, idle and unmeasured GPU-hours (the accrued fields as they stand) and the idle warnings and keeps their
-history holds. Nothing else: no client library, no models, no validation, no farm file. It is what reading and
-summing the same data costs in Python, the least a report can cost.
+held, busy, idle, idle-held and unmeasured GPU-hours (the accrued fields as they stand), what each costs at the
+lease's pool rate (a dict lookup per lease, REPORT_FLOOR_RATES: `{"pool/MODEL": price}` as JSON) and the idle
+warnings and keeps their history holds. Nothing else: no client library, no models, no validation, no farm file.
+It is what reading, pricing and summing the same data costs in Python, the least a report can cost.
 
 Run by benchmarks/report.py in its own process: `python benchmarks/report_floor.py URL TYPE QUERY [QUERY ...]`
 (TYPE: the incident type's name), with
@@ -39,6 +40,7 @@ def main() -> None:
             raise SystemExit(f"{path}: {answer.status}")
         return json.loads(answer.data)
 
+    rates: dict[str, float] = json.loads(os.environ.get("REPORT_FLOOR_RATES") or "{}")
     types = get("/api/v2/incidents/config/types")["data"]
     type_id = next(t["id"] for t in types if t["attributes"]["name"] == type_name)
     seen: set[str] = set()
@@ -57,8 +59,12 @@ def main() -> None:
                 values = {k: v.get("value") for k, v in (incident["attributes"].get("fields") or {}).items()}
                 row = groups.setdefault(str(values.get("team")), {})
                 row["leases"] = row.get("leases", 0) + 1
-                for name in ("held", "busy", "idle", "unmeasured"):
-                    row[name] = row.get(name, 0.0) + float(values.get(f"gpu_hours_{name}") or 0)
+                rate = rates.get(f"{values.get('environment')}/{str(values.get('gpu_model') or '').upper()}")
+                for name in ("held", "busy", "idle", "idle_held", "unmeasured"):
+                    hours = float(values.get(f"gpu_hours_{name}") or 0)
+                    row[name] = row.get(name, 0.0) + hours
+                    if rate is not None:
+                        row[f"cost_{name}"] = row.get(f"cost_{name}", 0.0) + round(rate * hours, 2)
                 for line in values.get("gpufarm_history") or []:
                     for step in ("warned", "kept"):
                         if f" {step}: " in line:

@@ -25,6 +25,7 @@ loadavg every start time is read every cycle.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -387,6 +389,11 @@ class Attributor:
         self._cursor: int | None = None
         self._window: tuple[int, int] | None = None
         self._turn = 0
+        # The last workloads() call of this cycle and of the cycle before: while a node's processes stay the
+        # same, a cycle starts from the last one's answers (_Steady).
+        self._last: _Steady | None = None
+        self._previous: _Steady | None = None
+        self._evicted = False
 
     def begin_cycle(self) -> None:
         """Refresh the pod list and the device owners; read the pid cursor."""
@@ -398,6 +405,7 @@ class Attributor:
         previous, self._cursor = self._cursor, cursor
         self._window = None if cursor is None or previous is None else (previous, cursor)
         self._turn = (self._turn + 1) % VERIFY_EVERY
+        self._previous, self._last = self._last, None
 
     def workload(self, pid: int) -> Workload | None:
         """The process's workload; None when the process is gone from /proc."""
@@ -406,9 +414,32 @@ class Attributor:
     def workloads(self, pids: Iterable[int]) -> dict[int, Workload | None]:
         """`workload` of each pid; a cached process the pid cursor did not pass costs a lookup, not a call."""
         pids = pids if isinstance(pids, list) else list(pids)
-        self._seen.update(pids)
-        found: dict[int, Workload | None] = {}
         generation = self.pods.generation if self.pods is not None else 0
+        steady = self._previous
+        self._previous = None
+        if steady is not None and not self._seen and steady.holds(pids, generation, self._window):
+            self._seen = set(steady.seen)
+            last = self._steady(steady, generation)
+        else:
+            self._seen.update(pids)
+            last = _Steady(pids, generation, self._each(pids, generation))
+        self._last = None if self._evicted else last
+        self._evicted = False
+        return last.found
+
+    def _steady(self, steady: _Steady, generation: int) -> _Steady:
+        """The last cycle's answers for the same pids, the pid cursor unmoved and the pod list unchanged: only the
+        pids on their rotation turn, and those that were gone, are read again; what _each would answer."""
+        found = dict(steady.found)
+        checked = self._checked
+        joined = self._joined.get
+        again = list(dict.fromkeys(chain(steady.turn(self._turn), steady.gone)))
+        for pid in again:
+            found[pid] = checked(pid, joined(pid), generation)
+        return steady.next(found, [pid for pid in again if found[pid] is None])
+
+    def _each(self, pids: list[int], generation: int) -> dict[int, Workload | None]:
+        found: dict[int, Workload | None] = {}
         window, turn = self._window, self._turn
         # Pids in (low, high] may have been handed out again since the last cycle (the cursor may have wrapped
         # round pid_max: then (low, pid_max) and [0, high]).
@@ -448,6 +479,7 @@ class Attributor:
         workload = self._join(cgroup, ir)
         if len(self._joined) >= self._cache_size:
             self._joined.pop(next(iter(self._joined)))
+            self._evicted = True  # an answer of this call may have left the cache: no steady start next cycle
         self._joined[pid] = (start, generation, workload)
         return workload
 
@@ -469,15 +501,53 @@ class Attributor:
 
     def end_cycle(self) -> None:
         """Forget processes not seen this cycle."""
+        seen = self._seen
         for cache in (self._cache, self._joined):
-            for pid in [p for p in cache if p not in self._seen]:
-                del cache[pid]
+            if len(cache) > len(seen) or not seen.issuperset(cache):
+                for pid in cache.keys() - seen:
+                    del cache[pid]
         self._bad_ir &= self._seen
 
     @property
     def cached(self) -> int:
         """Processes currently cached (for tests and the benchmark)."""
         return len(self._cache)
+
+
+class _Steady:
+    """One workloads() call's pids and answers, with what a cycle that starts from them needs: the pids by their
+    turn in the start-time rotation and those that were gone."""
+
+    __slots__ = ("found", "generation", "gone", "pids", "seen", "turns")
+
+    def __init__(self, pids: list[int], generation: int, found: dict[int, Workload | None]) -> None:
+        self.pids = pids
+        self.generation = generation
+        self.found = found
+        self.seen = frozenset(pids)
+        self.gone = [pid for pid, workload in found.items() if workload is None]
+        # Made by the first cycle that starts from these pids, then handed on.
+        self.turns: dict[int, list[int]] | None = None
+
+    def next(self, found: dict[int, Workload | None], gone: list[int]) -> _Steady:
+        """The same pids with this cycle's answers (`gone`: those that are None)."""
+        later = copy.copy(self)
+        later.found, later.gone = found, gone
+        return later
+
+    def holds(self, pids: list[int], generation: int, window: tuple[int, int] | None) -> bool:
+        """Whether a cycle may start from these answers: the same pids in the same order, the same pod list, and
+        a pid cursor read at both cycles that did not move (so no pid was handed out again)."""
+        return window is not None and window[0] == window[1] and generation == self.generation and pids == self.pids
+
+    def turn(self, turn: int) -> list[int]:
+        """The pids whose start time the rotation reads at `turn` (those with (pid + turn) % VERIFY_EVERY == 0)."""
+        turns = self.turns
+        if turns is None:
+            turns = self.turns = {}
+            for pid in self.seen:
+                turns.setdefault(pid % VERIFY_EVERY, []).append(pid)
+        return turns.get(-turn % VERIFY_EVERY, [])
 
 
 def _read_once(path: str, size: int) -> bytes | None:

@@ -359,7 +359,8 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
     from gpufarm_node.datadog import api_client, tags_api, target_from_env
     from gpufarm_node.hosttags import HostTagWatch
     from gpufarm_node.registration import HostRegistrar
-    from gpufarm_node.sender import DatadogSender, DogStatsdSender, JsonLinesSender, SeriesIntake
+    from gpufarm_node.sender import DatadogSender, DogStatsdSender, JsonLinesSender
+    from gpufarm_node.series_post import DirectSeriesIntake
 
     interval = round(opts["interval"])
     if opts["dry_run"]:
@@ -371,7 +372,10 @@ def _outputs(opts: dict[str, Any]) -> tuple[Any, Any, Any]:
         sender: Any = DogStatsdSender(endpoint.host, endpoint.port)
     else:
         sender = DatadogSender(
-            SeriesIntake(client), opts["hostname"], interval=interval, max_points=opts["buffer_points"]
+            DirectSeriesIntake.from_client(client),
+            opts["hostname"],
+            interval=interval,
+            max_points=opts["buffer_points"],
         )
     registrar = None
     if opts["no_register"]:

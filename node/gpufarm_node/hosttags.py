@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
-import ssl
 import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
+from gpufarm_node.http1 import Http1Connection, request_head, small_int
 from gpufarm_node.tags import assignments, host_lease
 
 log = logging.getLogger("gpufarm_node.hosttags")
@@ -33,7 +32,6 @@ log = logging.getLogger("gpufarm_node.hosttags")
 SOURCE = "user"
 # Bounds on what Datadog sends back: a host's user tags are a few dozen short strings.
 MAX_BODY_BYTES = 256 << 10
-MAX_HEAD_BYTES = 64 << 10
 MAX_TAGS = 4096
 MAX_TAG_CHARS = 200
 # At or below this share of the window's budget left (and always at the last request), reads wait for the window.
@@ -64,32 +62,17 @@ class RateLimit:
     def from_headers(cls, headers: Mapping[str, str]) -> RateLimit:
         """Read the four headers; anything that is not a small whole number counts as absent."""
         return cls(
-            *(_small_int(headers.get(f"x-ratelimit-{name}")) for name in ("limit", "remaining", "reset", "period"))
+            *(small_int(headers.get(f"x-ratelimit-{name}")) for name in ("limit", "remaining", "reset", "period"))
         )
 
 
-def _small_int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    text = text.strip()
-    if not 0 < len(text) <= 9 or not text.isascii() or not text.isdigit():
-        return None
-    return int(text)
-
-
-class AnswerError(OSError):
-    """The server's answer is not the HTTP/1.1 this reader takes (or is over its bounds): the connection is dropped."""
-
-
 class HttpTagsTransport:
-    """GET /api/v1/tags/hosts/<host>?source=user on one kept-alive connection (TLS through `ssl` for https).
+    """GET /api/v1/tags/hosts/<host>?source=user on one kept-alive connection (gpufarm_node.http1).
 
-    The request's bytes are made once; the answer is read by a small HTTP/1.1 reader: status line, headers,
-    then a `Content-Length` body, a chunked one, or one that ends with the connection, each bounded. The read
-    runs every cycle, and the same read through urllib3 (whose header parsing goes through http.client and the
-    `email` package) adds more than a tenth to the agent's CPU per cycle: benchmarks/node.py measures both side
-    by side (docs/nvml.md §10). Anything it does not take (a 1xx answer, a malformed line, an answer over the
-    bounds) drops the connection and counts as a failed read; the next read opens a new connection.
+    The request's bytes are made once; the answer is read by gpufarm_node.http1's small bounded HTTP/1.1 reader. The
+    read runs every cycle, and the same read through urllib3 adds more than a tenth to the agent's CPU per cycle:
+    benchmarks/node.py measures both side by side (docs/nvml.md §10). An answer the reader does not take drops the
+    connection and counts as a failed read; the next read opens a new connection.
     """
 
     def __init__(
@@ -102,28 +85,10 @@ class HttpTagsTransport:
         verify: bool = True,
         ca_file: str | None = None,
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) base URL: {base_url[:80]!r}")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = parts.port or (443 if self._https else 80)
-        self._timeout = timeout
-        self._context: ssl.SSLContext | None = None
-        if self._https:
-            self._context = ssl.create_default_context(cafile=ca_file)
-            if not verify:
-                self._context.check_hostname = False
-                self._context.verify_mode = ssl.CERT_NONE
-        self.path = f"{parts.path.rstrip('/')}/api/v1/tags/hosts/{quote(hostname, safe='')}?source={SOURCE}"
-        lines = [f"GET {self.path} HTTP/1.1", f"Host: {parts.netloc}", "Accept: application/json"]
-        for name, value in headers.items():
-            if any(ch in f"{name}{value}" for ch in "\r\n\0"):
-                raise ValueError(f"header {name!r} holds a line break")
-            lines.append(f"{name}: {value}")
-        self._request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        self._sock: socket.socket | None = None
-        self._buffer = b""
+        self._connection = Http1Connection(base_url, timeout=timeout, verify=verify, ca_file=ca_file)
+        self.path = f"{self._connection.base_path}/api/v1/tags/hosts/{quote(hostname, safe='')}?source={SOURCE}"
+        head = request_head("GET", self.path, self._connection.netloc, {"Accept": "application/json", **headers})
+        self._request = head.encode("latin-1")
 
     @classmethod
     def from_client(cls, client: Any, hostname: str, *, timeout: float = 3.0) -> HttpTagsTransport:
@@ -136,116 +101,24 @@ class HttpTagsTransport:
                 headers[auth[name]["key"]] = auth[name]["value"]
         return cls(cfg.host, hostname, headers, timeout=timeout, verify=bool(cfg.verify_ssl), ca_file=cfg.ssl_ca_cert)
 
+    @property
+    def connected(self) -> bool:
+        """Whether a kept-alive connection is held."""
+        return self._connection.open
+
     def get(self) -> tuple[int, bytes, Mapping[str, str]]:
         """One read; a kept-alive connection the server closed meanwhile is reopened once (a GET is safe)."""
-        reused = self._sock is not None
+        reused = self._connection.open
         try:
-            return self._exchange()
+            return self._connection.exchange(self._request, MAX_BODY_BYTES)
         except OSError:
-            self.close()
             if not reused:
                 raise
-        return self._exchange()
-
-    def _exchange(self) -> tuple[int, bytes, Mapping[str, str]]:
-        if self._sock is None:
-            sock = socket.create_connection((self._host, self._port), timeout=self._timeout)
-            if self._context is not None:
-                sock = self._context.wrap_socket(sock, server_hostname=self._host)
-            self._sock, self._buffer = sock, b""
-        try:
-            self._sock.sendall(self._request)
-            status, headers = _head(self._until(b"\r\n\r\n", MAX_HEAD_BYTES))
-            body = self._body(headers)
-        except OSError:
-            self.close()
-            raise
-        if headers.get("connection", "").lower() == "close":
-            self.close()
-        return status, body, headers
-
-    def _body(self, headers: Mapping[str, str]) -> bytes:
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                line = self._until(b"\r\n", 64).partition(b";")[0].strip()
-                if not line or len(line) > 8 or any(ch not in b"0123456789abcdefABCDEF" for ch in line):
-                    raise AnswerError("malformed chunk size")
-                length = int(line, 16)
-                if not length:
-                    while self._until(b"\r\n", MAX_HEAD_BYTES):  # trailers, up to the empty line
-                        pass
-                    return b"".join(chunks)
-                size += length
-                if size > MAX_BODY_BYTES:
-                    raise AnswerError(f"host tags answer over {MAX_BODY_BYTES} bytes")
-                chunks.append(self._exactly(length))
-                if self._exactly(2) != b"\r\n":
-                    raise AnswerError("malformed chunk")
-        length_text = headers.get("content-length")
-        if length_text is None:
-            # The body ends with the connection.
-            while self._receive(MAX_BODY_BYTES):
-                pass
-            body, self._buffer = self._buffer, b""
-            self.close()
-            return body
-        declared = _small_int(length_text)
-        if declared is None or declared > MAX_BODY_BYTES:
-            raise AnswerError(f"Content-Length {length_text[:20]!r} refused")
-        return self._exactly(declared)
-
-    def _receive(self, limit: int) -> bool:
-        """More bytes into the buffer; False at the end of the stream. Raises past `limit` bytes buffered."""
-        if len(self._buffer) > limit:
-            raise AnswerError(f"host tags answer over {limit} bytes")
-        assert self._sock is not None
-        chunk = self._sock.recv(65536)
-        self._buffer += chunk
-        return bool(chunk)
-
-    def _until(self, delimiter: bytes, limit: int) -> bytes:
-        """The buffered bytes up to `delimiter` (consumed with it, returned without)."""
-        while delimiter not in self._buffer:
-            if not self._receive(limit):
-                raise AnswerError("the connection closed mid-answer")
-        found, _, self._buffer = self._buffer.partition(delimiter)
-        return found
-
-    def _exactly(self, size: int) -> bytes:
-        while len(self._buffer) < size:
-            if not self._receive(size):
-                raise AnswerError("the connection closed mid-answer")
-        found, self._buffer = self._buffer[:size], self._buffer[size:]
-        return found
+        return self._connection.exchange(self._request, MAX_BODY_BYTES)
 
     def close(self) -> None:
         """Close the connection (the next read opens a new one)."""
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            finally:
-                self._sock, self._buffer = None, b""
-
-
-def _head(head: bytes) -> tuple[int, dict[str, str]]:
-    """Status and headers (lower-case names) of an answer's head."""
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
-    status_text = rest[:3]
-    if not version.startswith("HTTP/1.") or len(status_text) != 3 or not status_text.isdigit():
-        raise AnswerError(f"not an HTTP/1.x status line: {lines[0][:40]!r}")
-    status = int(status_text)
-    if status < 200:
-        raise AnswerError(f"interim answer {status}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise AnswerError(f"malformed header line {line[:40]!r}")
-        headers[name.lower()] = value.strip()
-    return status, headers
+        self._connection.close()
 
 
 class HostTagWatch:

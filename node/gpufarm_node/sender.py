@@ -5,14 +5,15 @@ The Datadog sender keeps a bounded buffer of cycles: an outage fills it, the old
 hour are dropped (`drop_reason:expired`), and a payload Datadog rejects as malformed is dropped
 (`drop_reason:rejected`) rather than retried forever.
 
-It goes through datadog-api-client's configuration, auth settings, connection pool and retry policy
-(`ClientRetry`, which honours X-RateLimit-Reset), but writes the JSON itself: `MetricsApi.submit_metrics` deep
-copies the body (`data_to_dict`) and re-encodes it on every push, about 8 ms of CPU per 700 series, more than
-the whole collection cycle. Here each series' fixed part is encoded once and cached, so a push costs its points,
-one compression and one request (benchmarks/node.py). The payload is exactly what the client would send: the
-same fields, compressed as `MetricContentEncoding.ZSTD1` (or `GZIP` without zstandard, gpufarm_node.compression),
-POST /api/v2/series. Batches stay under 5,000,000 JSON bytes and are split until the compressed body is under
-Datadog's 512,000-byte limit.
+SeriesIntake goes through datadog-api-client's configuration, auth settings, connection pool and retry policy
+(`ClientRetry`, which honours X-RateLimit-Reset); the agent pushes on its own connection first and hands every push
+that fails there to it (gpufarm_node.series_post). The sender writes the JSON itself: `MetricsApi.submit_metrics`
+deep copies the body (`data_to_dict`) and re-encodes it on every push, about 8 ms of CPU per 700 series, more than
+the whole collection cycle. Here each series' fixed part is encoded once and cached, so a push costs its points, one
+compression and one request (benchmarks/node.py). The payload is exactly what the client would send: the same
+fields, compressed as `MetricContentEncoding.ZSTD1` (or `GZIP` without zstandard, gpufarm_node.compression), POST
+/api/v2/series. Batches stay under 5,000,000 JSON bytes and are split until the compressed body is under Datadog's
+512,000-byte limit.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from itertools import chain, repeat
 from operator import itemgetter
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, runtime_checkable
 
 from gpufarm_node.catalog import COUNT, METRICS
 from gpufarm_node.collect import Row
@@ -94,6 +95,14 @@ class Intake(Protocol):
         """Send; raises IntakeError."""
 
 
+@runtime_checkable
+class ClosingIntake(Intake, Protocol):
+    """An intake that holds a connection of its own (gpufarm_node.series_post), closed with the sender."""
+
+    def close(self) -> None:
+        """Close the connection."""
+
+
 class SeriesIntake:
     """POST /api/v2/series through a datadog-api-client ApiClient's pool, retries, timeouts and API key."""
 
@@ -116,8 +125,14 @@ class SeriesIntake:
             auth["key"]: auth["value"],
         }
         connect, read = cfg.request_timeout if isinstance(cfg.request_timeout, tuple) else (None, None)
+        self.read_timeout: float | None = read
         self._timeout = urllib3.Timeout(connect=connect, read=read)
         self._pool = client.rest_client.pool_manager
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The request's headers (with the API key: never logged)."""
+        return dict(self._headers)
 
     def post(self, compressed: bytes) -> None:
         """Send one payload; 2xx or IntakeError."""
@@ -262,9 +277,13 @@ class DatadogSender:
         return dropped
 
     def close(self) -> None:
-        """Try a last flush; what cannot be sent is lost with the process."""
-        if self._pending and not self.flush():
-            log.warning("%d points could not be sent before exit", self._points)
+        """Try a last flush; what cannot be sent is lost with the process. An intake's own connection is closed."""
+        try:
+            if self._pending and not self.flush():
+                log.warning("%d points could not be sent before exit", self._points)
+        finally:
+            if isinstance(self._intake, ClosingIntake):
+                self._intake.close()
 
     # -- internals ------------------------------------------------------------------------------------------
 

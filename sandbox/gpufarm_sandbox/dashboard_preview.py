@@ -88,6 +88,7 @@ def build_preview(
     from gpufarm.core.sync.gauges import publish_gauges
     from gpufarm.setup.dashboards import KIND, dashboard_key
     from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY
+    from gpufarm_sandbox.pricelists import price_book
     from gpufarm_sandbox.simfarm import start_simulated_farm
 
     settings = settings_for(url)
@@ -118,6 +119,7 @@ def build_preview(
             clock=_SandboxClock(sandbox),
             farm=farm,
             metrics=gateway,
+            prices=price_book(farm),
         )
         _waiting_request(gateway, farm, svc.context.clock.now())
         for cycle in range(cycles):

@@ -20,7 +20,8 @@ from recorded import interactions, key_paths
 from gpufarm_node.datadog import DatadogTarget, api_client, tags_api
 from gpufarm_node.fakenode import fake_node
 from gpufarm_node.registration import HostRegistrar
-from gpufarm_node.sender import DatadogSender, IntakeError, SeriesIntake
+from gpufarm_node.sender import DatadogSender, Intake, IntakeError, SeriesIntake
+from gpufarm_node.series_post import DirectSeriesIntake
 from gpufarm_node.topology import load_topology
 from gpufarm_sandbox.emulator.app import DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY, Sandbox
 from gpufarm_sandbox.emulator.faults import FaultSpec
@@ -53,6 +54,19 @@ def recorder(sandbox: Sandbox) -> Iterator[tuple[Recorder, str]]:
         yield wrapped, server.url
 
 
+@pytest.fixture(params=["client", "direct"])
+def make_intake(request: pytest.FixtureRequest) -> Any:
+    """Each test of the push runs on the client's path (SeriesIntake) and on the agent's own connection, which hands
+    every failure to the client's path (DirectSeriesIntake)."""
+
+    def make(client: Any, encoding: str | None = None) -> Intake:
+        if request.param == "direct":
+            return DirectSeriesIntake.from_client(client, encoding)
+        return SeriesIntake(client, encoding)
+
+    return make
+
+
 def _client(url: str, *, retries: int = 0) -> Any:
     return api_client(DatadogTarget(url, DEFAULT_DD_API_KEY, DEFAULT_DD_APP_KEY), max_retries=retries)
 
@@ -73,12 +87,12 @@ def _node(tmp_path: Path, sender: DatadogSender, clock: Any, **kwargs: Any) -> A
 
 
 def test_series_go_zstd1_in_the_recorded_v2_shape_and_read_back_by_ir(
-    sandbox: Sandbox, recorder: tuple[Recorder, str], tmp_path: Path
+    sandbox: Sandbox, recorder: tuple[Recorder, str], tmp_path: Path, make_intake: Any
 ) -> None:
     rec, url = recorder
     client = _client(url)
     node = _node(
-        tmp_path, DatadogSender(SeriesIntake(client), "gpu-contract-01", clock=sandbox.clock.now), sandbox.clock.now
+        tmp_path, DatadogSender(make_intake(client), "gpu-contract-01", clock=sandbox.clock.now), sandbox.clock.now
     )
     for _ in range(3):
         report = node.agent.cycle()
@@ -107,9 +121,9 @@ def test_series_go_zstd1_in_the_recorded_v2_shape_and_read_back_by_ir(
 
 
 def test_an_outage_is_buffered_and_delivered_once_the_api_is_back(
-    sandbox: Sandbox, sandbox_url: str, tmp_path: Path
+    sandbox: Sandbox, sandbox_url: str, tmp_path: Path, make_intake: Any
 ) -> None:
-    sender = DatadogSender(SeriesIntake(_client(sandbox_url)), "gpu-contract-01", clock=sandbox.clock.now)
+    sender = DatadogSender(make_intake(_client(sandbox_url)), "gpu-contract-01", clock=sandbox.clock.now)
     node = _node(tmp_path, sender, sandbox.clock.now)
     sandbox.faults.configure(FaultSpec(rate=1.0, statuses=[503], paths="^/api/v2/series"))
     for _ in range(2):
@@ -153,12 +167,12 @@ def test_series_intake_uses_the_client_s_host_auth_header_timeouts_and_encoding(
     client.close()
 
 
-def test_a_rejected_payload_is_dropped_and_counted(sandbox: Sandbox, sandbox_url: str) -> None:
-    intake = SeriesIntake(_client(sandbox_url), "gzip")
+def test_a_rejected_payload_is_dropped_and_counted(sandbox: Sandbox, sandbox_url: str, make_intake: Any) -> None:
+    intake = make_intake(_client(sandbox_url), "gzip")
     with pytest.raises(IntakeError) as raised:
         intake.post(gzip.compress(b'{"series": "not a list"}'))
     assert raised.value.status == 400 and raised.value.retry is False and "series" in raised.value.reason
-    bad_key = SeriesIntake(api_client(DatadogTarget(sandbox_url, "wrong-key", None), max_retries=0), "gzip")
+    bad_key = make_intake(api_client(DatadogTarget(sandbox_url, "wrong-key", None), max_retries=0), "gzip")
     with pytest.raises(IntakeError) as raised:
         bad_key.post(gzip.compress(b'{"series": []}'))
     assert raised.value.status == 403 and raised.value.retry is True

@@ -142,7 +142,7 @@ def test_answers_outside_the_reader_s_bounds_fail_the_read_and_drop_the_connecti
     try:
         with pytest.raises(OSError):
             transport.get()
-        assert transport._sock is None
+        assert not transport.connected
     finally:
         transport.close()
         server.close()

@@ -1,5 +1,5 @@
-"""The ledger end to end on the local host: a lease's host reports busy GPUs to the sandbox, the scheduled sync
-measures them with its one query, accrues the lease's GPU-hours into its incident through the pool's queue, and
+"""The ledger end to end on the local host: a lease's host reports busy and idle-held GPUs to the sandbox, the
+scheduled sync measures them, accrues the lease's GPU-hours into its incident through the pool's queue, and
 /gpu quota shows held, used and idle GPUs and the team's GPU-hour budget."""
 
 from __future__ import annotations
@@ -36,16 +36,17 @@ def ledger_farm(local: LocalEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         yield farm
 
 
-def _busy(ir: int, host: str, busy: float, times: range) -> list[dict[str, Any]]:
-    """gpufarm.ir.gpus_busy as gpufarm-node sends it, one point a minute."""
+def _busy(ir: int, host: str, busy: float, times: range, idle_held: float = 0.0) -> list[dict[str, Any]]:
+    """gpufarm.ir.gpus_busy and gpus_idle_held as gpufarm-node sends them, one point a minute."""
     return [
         {
-            "metric": "gpufarm.ir.gpus_busy",
+            "metric": metric,
             "type": 3,
-            "points": [{"timestamp": t, "value": busy} for t in times],
+            "points": [{"timestamp": t, "value": value} for t in times],
             "tags": [f"gpu_ir:ir-{ir}", f"ir:ir-{ir}", "environment:onprem-hpc", "cluster:hpc-a"],
             "resources": [{"name": host, "type": "host"}],
         }
+        for metric, value in (("gpufarm.ir.gpus_busy", busy), ("gpufarm.ir.gpus_idle_held", idle_held))
     ]
 
 
@@ -61,13 +62,17 @@ def test_busy_gpus_accrue_into_the_incident_and_quota_shows_the_ledger(ledger_fa
     # 20 minutes of 6 of the 8 GPUs busy, sent ten minutes ahead at a time as the intake allows.
     for _ in range(2):
         now = int(float(farm.get("/_sandbox/clock")["now"]))
-        agentcheck.push(farm.base_url, farm.host.env["DD_API_KEY"], _busy(ir, host, 6.0, range(now, now + 600, 60)))
+        agentcheck.push(
+            farm.base_url, farm.host.env["DD_API_KEY"], _busy(ir, host, 6.0, range(now, now + 600, 60), 1.0)
+        )
         farm.post("/_sandbox/clock", {"advance": 600})
     assert farm.wait_for(lambda: farm.allocation(ir).hours_held > 0, timeout=90)
     accrued = farm.allocation(ir)
     assert accrued.hours_held >= 2.0 and accrued.hours_unmeasured == 0
     assert accrued.hours_busy == pytest.approx(accrued.hours_held * 6 / 8, rel=0.01)
     assert accrued.hours_idle == pytest.approx(accrued.hours_held * 2 / 8, rel=0.01)
+    # Of the 2 idle GPUs, 1 held memory with no work: idle-held, a part of the idle hours.
+    assert accrued.hours_idle_held == pytest.approx(accrued.hours_held * 1 / 8, rel=0.01)
     assert accrued.hours_by_month and accrued.hours_until is not None
 
     farm.slash(ALICE, "quota nlp")

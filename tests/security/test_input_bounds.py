@@ -80,29 +80,32 @@ def test_a_huge_integer_is_refused_before_int_reads_it() -> None:
     assert parse_farm(FARM + "profiles: {retention_days: 400}\n").profiles.retention_days == 400
 
 
-def _numeric_fields(model: type[BaseModel], path: str, seen: set[type]) -> Iterator[tuple[str, Any]]:
-    """(path, FieldInfo) of every int or float field reachable from `model`, through containers and optionals."""
+def _numeric_fields(model: type[BaseModel], path: str, seen: set[type]) -> Iterator[tuple[str, list[Any]]]:
+    """(path, constraints) of every int or float field reachable from `model`, through containers and optionals:
+    the field's own constraints and those an element type carries (`tuple[Annotated[int, Field(ge=1)], ...]`)."""
     if model in seen:
         return
     seen.add(model)
     for name, info in model.model_fields.items():
-        for kind in _leaf_types(info.annotation):
+        for kind, inner in _leaf_types(info.annotation, []):
             if isinstance(kind, type) and issubclass(kind, BaseModel):
                 yield from _numeric_fields(kind, f"{path}.{name}", seen)
             elif kind in (int, float):
-                yield f"{path}.{name}", info
+                yield f"{path}.{name}", [*info.metadata, *inner]
 
 
-def _leaf_types(annotation: Any) -> Iterator[Any]:
+def _leaf_types(annotation: Any, carried: list[Any]) -> Iterator[tuple[Any, list[Any]]]:
     if typing.get_origin(annotation) is typing.Annotated:
-        yield from _leaf_types(typing.get_args(annotation)[0])
+        base, *extra = typing.get_args(annotation)
+        constraints = [m for item in extra for m in getattr(item, "metadata", [item])]
+        yield from _leaf_types(base, [*carried, *constraints])
         return
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType, dict, tuple, list) and args:
         for arg in args:
-            yield from _leaf_types(arg)
+            yield from _leaf_types(arg, carried)
         return
-    yield annotation
+    yield annotation, carried
 
 
 # An idle kind's window is one of Datadog's monitor windows (a validator checks membership, not a range).
@@ -113,10 +116,10 @@ def test_every_numeric_farm_key_has_a_range() -> None:
     unbounded = []
     fields = list(_numeric_fields(FarmConfig, "farm", set()))
     assert len(fields) > 30  # the walk reaches every section
-    for path, info in fields:
+    for path, constraints in fields:
         if path.rsplit(".", 1)[-1] in CHECKED_BY_MEMBERSHIP:
             continue
-        bounds = {type(m).__name__ for m in info.metadata}
+        bounds = {type(m).__name__ for m in constraints}
         if not ({"Ge", "Gt"} & bounds and {"Le", "Lt"} & bounds):
             unbounded.append(path)
     assert unbounded == []

@@ -32,6 +32,9 @@ REFERENCE_ARN = re.compile(
 PAGES = "ProfilePagesFunction"
 LINK_KEYS = {"profile_link_secret", "profile_link_secret_previous"}
 # What stores a run in the profile bucket (gpufarm.adapters.profile_store).
+REFRESHES_PRICES = ("gpufarm.core.sync.prices", "refresh_prices")
+PRICE_CACHE_WRITE = ("s3:PutObject", "${ProfileBucket.Arn}/rates/*")
+PRICE_CACHE_LIST = ("s3:ListBucket", "${ProfileBucket.Arn}")
 STORES_RUNS = ("gpufarm.adapters.profile_store", "S3ProfileStore.put_run")
 # The code that signs researchers' PUT URLs for incoming/ (the upload function): its role is what the URLs may do.
 TAKES_UPLOADS = ("gpufarm.adapters.profile_store", "S3ProfileStore.presign_put")
@@ -156,6 +159,11 @@ def test_no_function_writes_profiles_unless_its_code_stores_runs(template: dict[
             if action.startswith("s3:") and action != "s3:GetObject"
         }
         _, reached = function_reach(_function_dir(props))
+        # The cached list prices under rates/ (and the bucket's listing, so a cache not yet written reads as
+        # missing): only for the code that refreshes them, never a run's place.
+        prices = {w for w in writes if w in (PRICE_CACHE_WRITE, PRICE_CACHE_LIST)}
+        assert not prices or REFRESHES_PRICES in reached, f"{logical_id} may write the price cache but never does"
+        writes -= prices
         if STORES_RUNS not in reached:
             assert writes == set(), f"{logical_id} may write the profile bucket but its code stores no run"
         else:

@@ -27,6 +27,7 @@ from gpufarm.core.service import GpuFarm
 
 USER = "U0000000001"
 LEDGER_YAML = FARM_YAML.replace("hpc: {H100: {gpus: 8, hard_limit: 16}}", "hpc: {H100: {gpus: 32, hard_limit: 64}}")
+LEDGER_YAML += "rates:\n  currency: USD\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.50}}\n"
 
 
 @dataclass
@@ -36,12 +37,17 @@ class FakeBusy:
     rows: dict[tuple[str, str], float | None] = field(default_factory=dict)
     fail: bool = False
     queries: list[tuple[str, datetime, datetime]] = field(default_factory=list)
+    # The idle-held query's rows (gpufarm.ir.gpus_idle_held), and whether that query alone fails.
+    held: dict[tuple[str, str], float | None] = field(default_factory=dict)
+    held_fails: bool = False
 
     def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> list[ScalarResult]:
         self.queries.append((query, start, end))
-        if self.fail:
+        is_held = query == gpu_hours.IDLE_HELD_QUERY
+        if self.fail or (is_held and self.held_fails):
             raise UpstreamError("query metrics failed: 503")
-        return [ScalarResult((f"gpu_ir:{ir}", f"host:{host}"), v) for (ir, host), v in self.rows.items()]
+        rows = self.held if is_held else self.rows
+        return [ScalarResult((f"gpu_ir:{ir}", f"host:{host}"), v) for (ir, host), v in rows.items()]
 
 
 @dataclass
@@ -88,9 +94,10 @@ def test_one_query_groups_busy_devices_by_ir_and_host_and_drops_garbage() -> Non
         | {("ir-4", "e"): -1.0, ("ir-5", "f"): 5000.0}
     )
     usage = gpu_hours.measure(query, now, LedgerSettings(window_minutes=30))
-    [(text, start, end)] = query.queries
+    [(text, start, end), (held_text, *held_window)] = query.queries
     assert text == "avg:gpufarm.ir.gpus_busy{*} by {gpu_ir,host}"
-    assert (start, end) == (now - timedelta(minutes=30), now)
+    assert held_text == "avg:gpufarm.ir.gpus_idle_held{*} by {gpu_ir,host}"
+    assert (start, end) == (now - timedelta(minutes=30), now) == tuple(held_window)
     assert usage.measured and dict(usage.busy) == {("ir-1", "a"): 3.0, ("none", "b"): 2.0}
     assert usage.lease_busy(1, "a") == 3.0
     assert usage.lease_busy(1, "b") == 0.0  # the host reported, this lease's devices were not busy
@@ -127,10 +134,22 @@ def test_the_sync_publishes_the_ledger_gauges_with_their_declared_tags(world: Wo
     ir = world.ask(8)
     [host] = world.alloc(ir).hosts
     world.busy.rows = {(f"ir-{ir}", host): 5.0, ("none", "hpc-3"): 1.0}
+    world.busy.held = {(f"ir-{ir}", host): 2.0}
     world.svc.sync()
     tags = ("team:nlp", "project:llm", "environment:hpc", "gpu_model:h100")
     assert world.gauge("gpufarm.ledger.gpus.allocated", *tags) == 8
     assert world.gauge("gpufarm.ledger.gpus.used", *tags) == 5
+    assert world.gauge("gpufarm.ledger.gpus.idle_held", *tags) == 2
+    # In money at 2.50 USD a GPU-hour: 5 busy, 1 idle with no process, 2 idle-held; 24 of 32 H100 unallocated.
+    cost = {
+        kind: world.gauge("gpufarm.ledger.cost.per_hour", *tags, f"kind:{kind}", "currency:usd")
+        for kind in ("busy", "idle", "idle_held", "unmeasured")
+    }
+    assert cost == {"busy": 12.5, "idle": 2.5, "idle_held": 5.0, "unmeasured": 0.0}
+    unallocated = world.gauge("gpufarm.ledger.cost.unallocated_per_hour", "environment:hpc", "gpu_model:h100")
+    assert unallocated == 24 * 2.5
+    # A pool with no rate sends no cost, never 0.
+    assert world.gauge("gpufarm.ledger.cost.unallocated_per_hour", "environment:cloud") is None
     assert world.gauge("gpufarm.ledger.gpus.idle", *tags) == 3
     assert world.gauge("gpufarm.ledger.gpus.unmeasured", *tags) == 0
     assert world.gauge("gpufarm.inventory.gpus.allocated", "environment:hpc", "gpu_model:h100") == 8
@@ -152,7 +171,7 @@ def test_gpu_quota_shows_the_ledger(world: World) -> None:
     [host] = world.alloc(ir).hosts
     world.busy.rows = {(f"ir-{ir}", host): 2.0}
     text = world.svc.quota("nlp").blocks[0]["text"]["text"]
-    assert "`nlp/llm` H100 in `hpc`: 8 held: 2 used / 6 idle / 0 unmeasured" in text
+    assert "`nlp/llm` H100 in `hpc`: 8 held: 2 used / 6 idle / 0 unmeasured · 20.00 USD/h, idle 15.00 USD/h" in text
     world.busy.fail = True
     assert "could not be measured" in world.svc.quota().blocks[0]["text"]["text"]
 
@@ -176,7 +195,9 @@ def test_accrual_arithmetic_splits_busy_idle_unmeasured_and_months() -> None:
     assert hours is not None
     assert (hours.held, hours.busy, hours.idle, hours.unmeasured) == (24.0, 12.0, 4.0, 8.0)
     assert dict(hours.by_month) == {"2026-11": 12.0, "2026-12": 12.0}
-    assert hours.held == hours.busy + hours.idle + hours.unmeasured
+    assert hours.held == hours.busy + hours.idle + hours.unmeasured and hours.idle_held == 0
+    split = gpu_hours.accrue(alloc, start + timedelta(hours=2), {"a": 6.0, "b": None}, {"a": 1.5, "b": 4.0})
+    assert split is not None and (split.idle, split.idle_held) == (4.0, 3.0)  # b unmeasured: nothing idle there
     # Busy is capped at what the host holds; accruing to where it already is adds nothing.
     capped = gpu_hours.accrue(alloc, start + timedelta(hours=1), {"a": 99.0, "b": 0.0})
     assert capped is not None and (capped.busy, capped.idle) == (8.0, 4.0)
@@ -208,6 +229,47 @@ def test_the_sync_accrues_a_lease_once_per_accrue_hours_and_a_no_change_sync_wri
     assert world.svc.sync().accrued == [ir]
     alloc = world.alloc(ir)
     assert (alloc.hours_held, alloc.hours_idle, alloc.hours_unmeasured) == (16.0, 6.0, 8.0)
+
+
+def test_the_sync_accrues_idle_held_hours_among_the_idle_and_a_failed_read_leaves_them_unsplit(world: World) -> None:
+    ir = world.ask(8)
+    [host] = world.alloc(ir).hosts
+    world.busy.rows = {(f"ir-{ir}", host): 2.0}
+    # 3 of the 6 idle devices hold memory with no work; a reading of more than the idle ones is capped there.
+    world.busy.held = {(f"ir-{ir}", host): 3.0, (f"ir-{ir}", "elsewhere"): 8.0}
+    world.clock.advance(hours=1)
+    assert world.svc.sync().accrued == [ir]
+    alloc = world.alloc(ir)
+    assert (alloc.hours_busy, alloc.hours_idle, alloc.hours_idle_held) == (2.0, 6.0, 3.0)
+    assert world.incidents.by_ir(ir).fields[f.GPU_HOURS_IDLE_HELD] == "3.000"
+    world.busy.held = {(f"ir-{ir}", host): 99.0}
+    world.clock.advance(hours=1)
+    world.svc.sync()
+    assert world.alloc(ir).hours_idle_held == 9.0  # at most the 6 idle devices
+    world.busy.held_fails = True
+    world.clock.advance(hours=1)
+    world.svc.sync()
+    alloc = world.alloc(ir)
+    assert (alloc.hours_busy, alloc.hours_idle, alloc.hours_idle_held) == (6.0, 18.0, 9.0)
+
+
+def test_an_accrue_command_carries_idle_held_and_one_queued_without_it_splits_nothing(world: World) -> None:
+    ir = world.ask(8)
+    [host] = world.alloc(ir).hosts
+    world.busy.rows = {(f"ir-{ir}", host): 4.0}
+    world.busy.held = {(f"ir-{ir}", host): 1.0}
+    world.clock.advance(hours=2)
+    queue = FakeQueue()
+    world.svc.context.queue = queue
+    world.svc.sync()
+    [body] = [b for _, b in queue.sent if "command" in b]
+    command = IncidentCommand.model_validate(body["command"])
+    assert command.accrue is not None and command.accrue.idle_held == (f"{host}=1.000",)
+    older = command.model_copy(update={"accrue": command.accrue.model_copy(update={"idle_held": ()})})
+    assert gpu_hours.scope_idle_held(older.accrue) == {}  # type: ignore[arg-type]
+    world.svc.context.queue = None
+    executor.execute(world.svc.context, command)
+    assert (world.alloc(ir).hours_idle, world.alloc(ir).hours_idle_held) == (8.0, 2.0)
 
 
 def test_accrual_is_staggered_and_bounded_per_sync(world: World) -> None:

@@ -15,7 +15,7 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, Fake
 from gpufarm.adapters.datadog import scalar_results
 from gpufarm.core.accounting import agent_usage, gpu_hours
 from gpufarm.core.accounting.agent_usage import BUSY_PERCENT, AgentPools, decode
-from gpufarm.core.accounting.gpu_hours import UNMEASURED, USAGE_QUERY
+from gpufarm.core.accounting.gpu_hours import IDLE_HELD_QUERY, UNMEASURED, USAGE_QUERY
 from gpufarm.core.config.accounting import LedgerSettings
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.inventory import agent_source
@@ -50,6 +50,8 @@ class Answers:
 
     def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> list[ScalarResult]:
         self.asked.append((query, start, end, aggregator))
+        if query == IDLE_HELD_QUERY:  # the node agent's idle-held devices: none in these tables
+            return []
         which = "node" if query == USAGE_QUERY else "agent"
         if which in self.failing:
             raise UpstreamError("query metrics failed: 503")
@@ -163,17 +165,20 @@ def test_measure_makes_one_more_query_and_merges_it_with_the_node_agents() -> No
     usage = gpu_hours.measure(answers, NOW, LedgerSettings(window_minutes=30), POOLS)
     assert [(q, s, e) for q, s, e, _ in answers.asked] == [
         (USAGE_QUERY, NOW - timedelta(minutes=30), NOW),
+        (IDLE_HELD_QUERY, NOW - timedelta(minutes=30), NOW),
         (AGENT_QUERY, NOW - timedelta(minutes=30), NOW),
     ]
-    assert answers.asked[1][3] == "avg"
+    assert answers.asked[2][3] == "avg"
     assert usage.measured and usage.hosts == {"n1", "a1", "a2"}
     assert usage.lease_busy(1, "n1") == 3.0 and usage.lease_busy(2, "a1") == 1.0
     assert usage.lease_busy(2, "a9") is None  # an agent host that sent nothing: unmeasured
     assert usage.unattributed() == {"a2": 1.0}
-    # Without agent pools, the node agent's query alone.
+    # The Agent's check cannot tell idle-held devices: an agent pool's lease has none.
+    assert usage.lease_idle_held(2, "a1") == 0
+    # Without agent pools, the node agent's queries alone.
     answers.asked.clear()
     assert gpu_hours.measure(answers, NOW, LedgerSettings()).hosts == {"n1"}
-    assert len(answers.asked) == 1
+    assert len(answers.asked) == 2
 
 
 def test_a_host_the_node_agent_measured_keeps_that_measurement() -> None:

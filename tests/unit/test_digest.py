@@ -24,6 +24,7 @@ from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.ports import ScalarResult
+from gpufarm.core.money.card import RateCard
 from gpufarm.core.service import GpuFarm
 from gpufarm.handlers import daily_digest, runtime
 from gpufarm_sandbox.emulator.slack_blockkit import block_errors
@@ -513,3 +514,70 @@ def test_the_ended_leases_read_for_the_digest_is_bounded(monkeypatch: pytest.Mon
     monkeypatch.setattr(run, "MAX_ENDED", 2)
     assert len(run.ended_squatted(svc.context, SINCE, NOW)) == 2
     assert run.window_months(SINCE, NOW) == ["2026-11", "2026-12"]
+
+
+# -- the outlook beside the news (gpufarm.core.digest.outlook) -----------------------------------------------------
+
+
+def test_the_outlook_names_the_pool_with_the_most_unmet_demand_and_when_capacity_runs_out() -> None:
+    from gpufarm.core.kernel.lease_facts import LeaseFacts
+
+    queued = lease(
+        Phase.WAITING,
+        waiting_since=NOW - timedelta(hours=5),
+        history=(f"{isoformat(NOW - timedelta(hours=5))} gpufarm waiting: 1 of 1 [queued-capacity]",),
+    )
+    # Two leases of 8 until day 10 fill the 16 GPUs: this week has none free.
+    held = [lease(expires_at=NOW + timedelta(days=10)) for _ in range(2)]
+    refused = LeaseFacts(
+        ir=7,
+        state=State.RESOLVED,
+        phase=Phase.REJECTED,
+        environment="cloud",
+        gpu_model="A100",
+        gpu_count=2,
+        history=(f"{isoformat(NOW - timedelta(hours=1))} policy refused: over the hard limit [refused-policy]",),
+    )
+    text = text_of(digest_of([queued, *held], unmet=[refused]))
+    outlook = text.split("*Outlook*\n")[1]
+    assert outlook.startswith("• Most unmet demand: `hpc` H100, 40.0 GPU-hours waited by 1 request(s), 0 refused")
+    assert "• Capacity runs out first in `hpc` H100 the week of 2026-12-01 (0 free at its busiest moment)" in outlook
+
+
+def test_the_outlook_says_when_nothing_is_unmet_and_capacity_lasts() -> None:
+    warned = lease(Phase.IDLE_WARNED, idle_warned_at=NOW - timedelta(minutes=20))
+    text = text_of(digest_of([warned]))
+    assert "• No unmet demand since the last digest" in text
+    assert "• Capacity does not run out in the next four weeks in any pool" in text
+
+
+# -- the day in money ----------------------------------------------------------------------------------------------
+
+
+def test_the_day_in_money_names_the_top_wasted_cost_beside_the_news_never_as_news() -> None:
+    card = RateCard(
+        parse_farm(
+            FARM_YAML + "rates:\n  currency: USD\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.00}}\n"
+        ).rates
+    )
+    held = {"hosts": ("hpc-1",), "host_gpus": {"hpc-1": 8}, "allocated_at": SINCE, "hours_until": NOW}
+    day = ("2026-11=192.000",)
+    # 192 GPU-h each over the day: the first wasted 60 idle + 20 idle-held, the second 10 idle; the third is unpriced.
+    wasteful = lease(
+        team="nlp", hours_held=192, hours_busy=112, hours_idle=80, hours_idle_held=20, hours_by_month=day, **held
+    )
+    careful = lease(team="vision", hours_held=192, hours_busy=182, hours_idle=10, hours_by_month=day, **held)
+    cloud = lease(team="vision", environment="cloud", hours_held=192, hours_idle=192, hours_by_month=day, **held)
+    # Money alone is no news: a farm with nothing else to say posts nothing.
+    assert build(facts([wasteful, careful, cloud], card=card), SETTINGS, LINKS) is None
+    text = text_of(digest_of([wasteful, careful, cloud, lease(Phase.REQUESTED)], card=card))
+    assert "*The day in money (idle + idle-held is wasted)*" in text
+    assert (
+        "576.0 GPU-h held (768.00 USD): 294.0 busy (588.00), 262.0 idle (140.00), 20.0 idle-held (40.00), "
+        "0.0 unmeasured (0.00); 1 lease(s) unpriced" in text
+    )
+    first = text.index(f"IR-{wasteful.ir} nlp/llm: 160.00 USD wasted (80.0 idle and idle-held GPU-h)")
+    assert first < text.index(f"IR-{careful.ir} vision/llm: 20.00 USD wasted")
+    assert "Teams by wasted cost: `nlp` 160.00 USD (80.0 GPU-h), `vision` 20.00 USD (202.0 GPU-h)" in text
+    # Without a rate card the section is left out.
+    assert "The day in money" not in text_of(digest_of([wasteful, lease(Phase.REQUESTED)]))

@@ -168,6 +168,52 @@ def test_a_pid_the_cursor_passed_is_read_again_and_a_reuse_is_seen(tmp_path: Pat
     assert _cycle(attributor, 4000, 5000) == ["ir-9", "ir-10"]
 
 
+def _listed(attributor: Attributor, pids: list[int]) -> list[str | None]:
+    attributor.begin_cycle()
+    found = attributor.workloads(pids)
+    attributor.end_cycle()
+    return [(w.ir if w else None) for w in (found[pid] for pid in pids)]
+
+
+def test_a_steady_cycle_starts_from_the_last_answers_and_answers_as_the_per_pid_path(tmp_path: Path) -> None:
+    """While the pids, the cursor and the pod list stay the same, a cycle starts from the last one's answers and
+    re-reads only the rotation's turn and the pids that were gone: the same answers and the same reads as asking
+    pid by pid (a cycle's later calls, which never start from the last cycle's answers)."""
+    pids = [4000 + k for k in range(3 * VERIFY_EVERY)]
+    for pid in pids:
+        _proc(tmp_path, pid, start=100, env={"GPUFARM_IR": f"IR-{pid}"})
+    _cursor(tmp_path, 9000)
+    fs, twin_fs = CountingProcFs(tmp_path), CountingProcFs(tmp_path)
+    attributor, twin = Attributor(fs), Attributor(twin_fs)
+    changes = 0
+    for cycle in range(3 * VERIFY_EVERY):
+        if cycle == 3:  # a process ends without the cursor moving
+            for name in ("stat", "cgroup", "environ"):
+                (tmp_path / "4005" / name).unlink()
+        if cycle == 30:  # its pid comes back as another process
+            _proc(tmp_path, 4005, start=300, env={"GPUFARM_IR": "IR-1"})
+        if cycle == 34:  # a running process is replaced under its pid
+            _proc(tmp_path, 4012, start=400, env={"GPUFARM_IR": "IR-2"})
+        before = _listed(attributor, pids)
+        assert before == _cycle(twin, *pids)
+        assert fs.reads == twin_fs.reads
+        changes += before.count(None) + before.count("ir-1") + before.count("ir-2")
+    assert changes > 0  # each change was seen, on its pid's turn
+    assert attributor.cached == twin.cached == len(pids)
+
+
+def test_a_steady_cycle_follows_the_pod_list_and_the_cursor(tmp_path: Path) -> None:
+    _proc(tmp_path, 4000, start=100, env={"GPUFARM_IR": "IR-5"})
+    _cursor(tmp_path, 9000)
+    fs = CountingProcFs(tmp_path)
+    attributor = Attributor(fs)
+    assert _listed(attributor, [4000]) == ["ir-5"]
+    assert _listed(attributor, [4000]) == ["ir-5"]
+    _proc(tmp_path, 4000, start=200, env={"GPUFARM_IR": "IR-6"})
+    _cursor(tmp_path, 4000)  # the cursor wrapped round and handed 4000 out again
+    assert _listed(attributor, [4000]) == ["ir-6"]
+
+
 def test_without_a_readable_cursor_every_start_time_is_read(tmp_path: Path) -> None:
     _proc(tmp_path, 4000, start=100)
     (tmp_path / "loadavg").write_text("garbage\n")

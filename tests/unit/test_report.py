@@ -17,6 +17,7 @@ from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.kernel.ports import MetricPoint, TimeseriesResult
+from gpufarm.core.money.lease_cost import lease_hours
 from gpufarm.reporting.build import build_report
 from gpufarm.reporting.make import make_report
 from gpufarm.reporting.query import GroupBy, Period, ReportQuery, month_period, parse_query, since_period
@@ -24,7 +25,6 @@ from gpufarm.reporting.read import read_leases
 from gpufarm.reporting.render_csv import render_csv
 from gpufarm.reporting.render_json import report_json
 from gpufarm.reporting.render_table import render_table
-from gpufarm.reporting.window import lease_hours
 
 pytestmark = pytest.mark.unit
 
@@ -147,6 +147,10 @@ def _alloc(**kw: Any) -> Allocation:
     return Allocation.from_record(next(iter(incidents.records.values())))
 
 
+def _bounds(period: Period) -> tuple[datetime, datetime]:
+    return period.start, period.end
+
+
 def test_whole_months_count_as_accrued_and_a_cut_month_by_its_share() -> None:
     # Held 8 GPUs from Nov 21 00:00 to Dec 1 00:00 (240 h x 8 = 1920), ended; busy 1440, idle 320, unmeasured 160.
     ended = _alloc(
@@ -160,18 +164,18 @@ def test_whole_months_count_as_accrued_and_a_cut_month_by_its_share() -> None:
         ended="released",
     )
     november = month_period("2026-11", NOW)
-    hours = lease_hours(ended, november, NOW)
+    hours = lease_hours(ended, november.start, november.end, NOW)
     assert (hours.held, hours.busy, hours.idle, hours.unmeasured) == (1920, 1440, 320, 160)
     # The last 5 days of November: half the lease's holding in that month.
     tail = Period(_t(26, month=11), _t(10), "tail")
-    half = lease_hours(ended, tail, NOW)
+    half = lease_hours(ended, tail.start, tail.end, NOW)
     assert half.held == pytest.approx(960) and half.busy == pytest.approx(720) and half.unmeasured == pytest.approx(80)
-    assert lease_hours(ended, month_period("2026-12", NOW), NOW).held == 0
+    assert lease_hours(ended, *_bounds(month_period("2026-12", NOW)), NOW).held == 0
 
 
 def test_a_live_lease_adds_its_unaccrued_stretch_as_unmeasured_never_idle() -> None:
     live = _alloc(allocated=_t(10, 8), until=_t(10, 10), held=16, busy=8, idle=8, months=("2026-12=16.000",))
-    hours = lease_hours(live, since_period("1d", NOW), NOW)
+    hours = lease_hours(live, *_bounds(since_period("1d", NOW)), NOW)
     # 2 h accrued (16 GPU-h: 8 busy, 8 idle) and 2 h since the last accrual (16 GPU-h, unmeasured).
     assert (hours.held, hours.busy, hours.idle, hours.unmeasured) == (32, 8, 8, 16)
 

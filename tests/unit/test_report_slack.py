@@ -27,6 +27,7 @@ NOW = datetime(2026, 12, 10, 12, 0, tzinfo=UTC)
 MEMBERS_YAML = FARM_YAML.replace(
     "  nlp:\n    max_days: 30\n", f"  nlp:\n    members: {{usergroup: {NLP_GROUP}}}\n    max_days: 30\n"
 ).replace("  vision:\n    max_days: 14\n", f"  vision:\n    members: {{usergroup: {VISION_GROUP}}}\n    max_days: 14\n")
+MEMBERS_YAML += "rates:\n  currency: USD\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.00}}\n"
 
 
 class TeamChat(FakeChat):
@@ -55,6 +56,7 @@ def _lease(incidents: FakeIncidents, team: str, project: str, hours: float) -> N
             f.TEAM: team,
             f.PROJECT: project,
             f.ENVIRONMENT: "hpc",
+            f.GPU_MODEL: "H100",
             f.GPU_COUNT: "8",
             f.HOST_GPUS: ["node-1=8"],
             f.HOSTS: ["node-1"],
@@ -101,7 +103,10 @@ def test_a_researcher_gets_their_teams_summary_and_the_csv_by_dm(world: tuple[Gp
     message = report_answer(svc.context, ALICE, None)
     text = _text(message)
     assert "GPU report: last 30d" in text and "by project (team nlp)" in text
-    assert "*llm*: 192.0 GPU-h held · 96.0 busy · 96.0 idle · 0.0 unmeasured · util 50% · 1 lease(s)" in text
+    assert (
+        "*llm*: 192.0 GPU-h held (384.00 USD) · 96.0 busy (192.00 USD) · 96.0 idle (192.00 USD) · "
+        "0.0 idle-held (0.00 USD) · 0.0 unmeasured (0.00 USD) · util 50% · 1 lease(s)"
+    ) in text
     assert "sent to you in a direct message" in text
     [(filename, content)] = chat.files.values()
     assert filename == "gpufarm-report-nlp-2026-12-10.csv"

@@ -175,17 +175,20 @@ AWS_INVENTORY = {
     ("servicequotas:GetServiceQuota", "quota:ec2/L-DB2E81BA"),
     ("servicequotas:GetAWSDefaultServiceQuota", "*"),
 }
+# The cached list prices (gpufarm.adapters.price_cache): read where GPU-hours are priced; the sync refreshes them.
+PRICE_READ = ("s3:GetObject", "ProfileBucket")
+PRICE_REFRESH = {("pricing:GetProducts", "*"), ("s3:PutObject", "ProfileBucket"), ("s3:ListBucket", "ProfileBucket")}
 # What each function's code calls in AWS (follow each handler through gpufarm.handlers.runtime).
 CALLS = {
     "SlackIngressFunction": EVERY | secret_grants("slack_ingress") | {INVOKE},  # verify, farm, modal, hand off
     # Reads; incident changes queued as commands.
-    "SlackWorkerFunction": EVERY | secret_grants("slack_worker") | {WORKER_DLQ, SEND},
+    "SlackWorkerFunction": EVERY | secret_grants("slack_worker") | {WORKER_DLQ, SEND, PRICE_READ},
     # URL: read the incident, queue it; SQS: allocate, reclaim.
-    "IncidentWebhookFunction": EVERY | secret_grants("incident_webhook") | {SEND},
+    "IncidentWebhookFunction": EVERY | secret_grants("incident_webhook") | {SEND, PRICE_READ},
     # Idle warning and reclaim, queued in the incident's pool group.
     "IdleAlertFunction": EVERY | secret_grants("idle_alert") | {SEND},
     # The sync; pool repairs go through the allocation queue.
-    "QuotaSyncFunction": EVERY | secret_grants("quota_sync") | {SEND} | AWS_INVENTORY,
+    "QuotaSyncFunction": EVERY | secret_grants("quota_sync") | {SEND, PRICE_READ} | AWS_INVENTORY | PRICE_REFRESH,
     # A run's page, for a signed link.
     "ProfilePagesFunction": EVERY | secret_grants("profile_pages") | {("s3:GetObject", "ProfileBucket")},
     # An upload-token holder's traces: PUT URLs presigned for incoming/, read, stored under profiles/, deleted; the
@@ -198,7 +201,8 @@ CALLS = {
         ("s3:GetObject", "ProfileBucket"),
         ("s3:DeleteObject", "ProfileBucket"),
     },
-    "DailyDigestFunction": EVERY | secret_grants("daily_digest"),  # reads Datadog, posts to Slack; writes nothing
+    # Reads Datadog and the cached list prices, posts to Slack; writes nothing.
+    "DailyDigestFunction": EVERY | secret_grants("daily_digest") | {PRICE_READ},
 }
 
 
@@ -296,6 +300,9 @@ CODE_CALLS = {
     r"\.delete_object\(\s*Bucket": "s3:DeleteObject",
     r"\.head_object\(\s*Bucket": "s3:GetObject",
     r"generate_presigned_url\(\s*\"put_object\"": "s3:PutObject",
+    r"\.get_products\(": "pricing:GetProducts",
+    # adapters.price_cache: S3 answers a missing cache NoSuchKey only to a caller that may list the bucket.
+    r"s3:ListBucket": "s3:ListBucket",
 }
 CLIENT_RE = re.compile(r"(?:_LazyClient|aws_client|boto3\.client|create_client)\(\s*\"(\w+)\"")
 
@@ -304,7 +311,7 @@ def test_the_code_calls_no_aws_api_beyond_the_grants(raw: dict[str, Any]) -> Non
     # A new AWS call in the layer (an EC2 describe, a Service Quotas read...) needs a grant and a row in CALLS; a
     # grant whose call has gone is a permission nothing uses.
     text = "\n".join(path.read_text() for path in LAYER_CODE.rglob("*.py"))
-    assert set(CLIENT_RE.findall(text)) <= {"lambda", "sqs", "ssm", "secretsmanager", "s3"}
+    assert set(CLIENT_RE.findall(text)) <= {"lambda", "sqs", "ssm", "secretsmanager", "s3", "pricing"}
     called = {action for pattern, action in CODE_CALLS.items() if re.search(pattern, text)}
     # No policy for uploaders: researchers hold an upload token, never an AWS credential (docs/security.md).
     assert "ProfileUploadPolicy" not in raw["Resources"]

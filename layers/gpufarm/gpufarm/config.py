@@ -83,6 +83,9 @@ class Settings(BaseModel):
     # Signs the per-lease upload tokens `/gpu profile-token` gives (gpufarm.core.kernel.upload_token).
     upload_token_secret: SecretStr | None = None
     profile_link_secret_previous: SecretStr | None = None
+    # Where the clouds' list prices last read are cached: s3://<bucket>/<key> or a file (gpufarm.adapters.price_cache);
+    # unset: only the farm file's written prices.
+    price_cache: str | None = Field(default=None, min_length=1, max_length=600)
     profile_link_days: int = Field(
         default=30, ge=1, le=365, description="The longest a page link lives (run links and dashboard iframes)"
     )

@@ -1,11 +1,14 @@
 """Demo stage "report": the month's report, written as HTML and CSV, and the paths printed.
 
-Alice holds 8 H100 on the HPC pool for an hour while its agent reports 6 of them busy; the scheduled sync measures
-and accrues the lease's GPU-hours into its incident, and she releases it. Then `gpufarm report --month <this
+Alice holds 8 H100 on the HPC pool for an hour while its agent reports 6 of them busy and 1 idle-held (memory
+held, no work); the scheduled sync measures and accrues the lease's GPU-hours into its incident, idle-held apart,
+and she releases it. Then `gpufarm report --month <this
 month>` runs as an operator would run it, once as CSV and once as self-contained HTML (plotly inlined, no CDN),
 over everything this demo's leases held; the CSV must have a row for each of the farm's teams and non-zero held
-GPU-hours for nlp, and the HTML its three charts. Bad input is refused with exit 2 and writes nothing. The files go
-to GPUFARM_REPORT_DIR, else a `gpufarm-demo-report` folder in the system's temporary directory.
+GPU-hours for nlp, and the HTML its three charts. Each row's cost stands beside its hours, split by kind (busy,
+idle, idle-held, unmeasured), and the kinds add up to the held cost to the cent; a row no rate prices says so.
+Bad input is refused with exit 2 and writes nothing. The files go to GPUFARM_REPORT_DIR, else a
+`gpufarm-demo-report` folder in the system's temporary directory.
 """
 
 from __future__ import annotations
@@ -56,20 +59,21 @@ def run(ctx: DemoContext) -> None:
 
 
 def _busy(ir: int, host: str, start: int) -> list[dict[str, Any]]:
-    """6 busy GPUs of the lease, one point a minute for STEP_S seconds, as gpufarm-node sends them."""
+    """6 busy and 1 idle-held GPUs of the lease, one point a minute for STEP_S seconds, as gpufarm-node sends them."""
     return [
         {
-            "metric": "gpufarm.ir.gpus_busy",
+            "metric": metric,
             "type": 3,
-            "points": [{"timestamp": t, "value": 6.0} for t in range(start, start + STEP_S, 60)],
+            "points": [{"timestamp": t, "value": value} for t in range(start, start + STEP_S, 60)],
             "tags": [f"gpu_ir:ir-{ir}", f"ir:ir-{ir}", "environment:onprem-hpc"],
             "resources": [{"name": host, "type": "host"}],
         }
+        for metric, value in (("gpufarm.ir.gpus_busy", 6.0), ("gpufarm.ir.gpus_idle_held", 1.0))
     ]
 
 
 def _hold_a_lease(ctx: DemoContext, farm: LocalFarm) -> None:
-    with ctx.step(f"{ALICE.name} holds 8 H100 for an hour, 6 of them busy, then releases them"):
+    with ctx.step(f"{ALICE.name} holds 8 H100 for an hour, 6 of them busy and 1 idle-held, then releases them"):
         farm.slash(ALICE, REQUEST)
         farm.settle()
         answers = farm.messages(user=ALICE.id, kind="response", contains="/report-demo`")
@@ -91,8 +95,8 @@ def _hold_a_lease(ctx: DemoContext, farm: LocalFarm) -> None:
         ctx.check(
             ended and lease.hours_held > 0,
             f"IR-{ir} ended with its GPU-hours in the incident",
-            f"held {lease.hours_held:.1f}, busy {lease.hours_busy:.1f}, idle {lease.hours_idle:.1f}, "
-            f"unmeasured {lease.hours_unmeasured:.1f}",
+            f"held {lease.hours_held:.1f}, busy {lease.hours_busy:.1f}, idle {lease.hours_idle:.1f} "
+            f"(of which idle-held {lease.hours_idle_held:.1f}), unmeasured {lease.hours_unmeasured:.1f}",
         )
 
 
@@ -150,6 +154,7 @@ def _write(ctx: DemoContext, month: str) -> None:
             f"held {held:.1f}, busy {nlp.get('gpu_hours_busy')}, idle {nlp.get('gpu_hours_idle')}, "
             f"unmeasured {nlp.get('gpu_hours_unmeasured')}, leases {nlp.get('leases')}",
         )
+        _money(ctx, rows)
         code, text = _invoke(["--month", month, "--format", "html", "--out", str(html_path)])
         page = html_path.read_text() if html_path.exists() else ""
         ctx.check(
@@ -166,6 +171,27 @@ def _write(ctx: DemoContext, month: str) -> None:
         ctx.info(f"report written: {html_path}")
 
 
+KINDS = ("busy", "idle", "idle_held", "unmeasured")
+
+
+def _money(ctx: DemoContext, rows: dict[str, dict[str, str]]) -> None:
+    """Cost beside hours by kind: each priced row's kinds add up to its held cost; an unpriced row has no amount."""
+    from decimal import Decimal
+
+    priced = {team: row for team, row in rows.items() if row.get("cost_held")}
+    for team, row in sorted(priced.items()):
+        split = ", ".join(f"{k.replace('_', '-')} {row[f'gpu_hours_{k}']} h {row[f'cost_{k}']}" for k in KINDS)
+        ctx.info(f"  {team}: held {row['gpu_hours_held']} h = {row['cost_held']} {row['currency']}: {split}")
+    adds_up = all(sum(Decimal(row[f"cost_{k}"]) for k in KINDS) == Decimal(row["cost_held"]) for row in priced.values())
+    unpriced = [t for t, row in rows.items() if not row.get("cost_held") and int(row.get("unpriced_leases") or 0)]
+    said = f"{len(priced)} row(s) priced" + (f"; unpriced (no rate): {', '.join(sorted(unpriced))}" if unpriced else "")
+    ctx.check(
+        adds_up and all(not rows[t].get(f"cost_{k}") for t in unpriced for k in KINDS),
+        "the kinds (busy, idle, idle-held, unmeasured) add up to the held cost; unpriced rows have no amount",
+        said,
+    )
+
+
 def _measured(ctx: DemoContext, month: str) -> None:
     """The leases whose hosts ran an agent, with their measured busy and idle GPU-hours, and why the rest have
     none."""
@@ -176,14 +202,16 @@ def _measured(ctx: DemoContext, month: str) -> None:
     def hours(row: dict[str, str], name: str) -> float:
         return float(row.get(f"gpu_hours_{name}") or 0)
 
-    measured = [r for r in leases if hours(r, "busy") + hours(r, "idle") > 0]
+    measured = [r for r in leases if hours(r, "busy") + hours(r, "idle") + hours(r, "idle_held") > 0]
     ctx.check(
         bool(measured), "leases whose hosts ran an agent have measured busy and idle GPU-hours", f"{len(measured)}"
     )
     for row in measured:
+        cost = f" ({row['cost_held']} {row['currency']})" if row.get("cost_held") else " (unpriced)"
         ctx.info(
-            f"  {row['ir']}: held {hours(row, 'held'):,.1f} h, busy {hours(row, 'busy'):,.1f}, "
-            f"idle {hours(row, 'idle'):,.1f}, unmeasured {hours(row, 'unmeasured'):,.1f}"
+            f"  {row['ir']}: held {hours(row, 'held'):,.1f} h{cost}, busy {hours(row, 'busy'):,.1f}, "
+            f"idle {hours(row, 'idle'):,.1f}, idle-held {hours(row, 'idle_held'):,.1f}, "
+            f"unmeasured {hours(row, 'unmeasured'):,.1f}"
         )
     rest = [r for r in leases if r not in measured and hours(r, "unmeasured") > 0]
     ctx.info(

@@ -32,6 +32,11 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("profiler runs: a real trace on a lease, its page and metrics", "gpufarm_sandbox.demo.profile_stage"),
     ("the operators' daily digest: what needs an operator today", "gpufarm_sandbox.demo.digest_stage"),
     ("report: the month's GPU-hours as HTML and CSV", "gpufarm_sandbox.demo.report_stage"),
+    (
+        "chargeback: the month's file for finance, equal to the ledger to the cent; the capacity outlook",
+        "gpufarm_sandbox.demo.chargeback_stage",
+    ),
+    ("budget: a budget in money crosses 80 %, told once with its forecast", "gpufarm_sandbox.demo.budget_stage"),
     ("lending: a borrowed lease preempted on notice after its first hour", "gpufarm_sandbox.demo.lending_stage"),
     ("quota change: asked in chat, approved, applied at once, ended", "gpufarm_sandbox.demo.quota_change_stage"),
     # Last: its clock jump to the window's start ends every lease the stages above left.

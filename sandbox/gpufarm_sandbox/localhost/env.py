@@ -41,6 +41,8 @@ DROPPED_LOCALLY = frozenset({"GPUFARM_SECRETS_NAME", "GPUFARM_SECRET_KEYS", "GPU
 # Variables only a local run with profiler runs sets (gpufarm_sandbox.localhost.profiles, with the bucket the pages
 # function serves from): without it the pages function is not configured, so nothing should link to it.
 SET_BY_PROFILES = frozenset({"GPUFARM_PROFILE_PAGES_URL"})
+# The price cache: an S3 object in Lambda, a file of the local host's own locally (gpufarm_sandbox.localhost.host).
+PRICE_CACHE_ENV = "GPUFARM_PRICE_CACHE"
 SECRET_NAMES = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 

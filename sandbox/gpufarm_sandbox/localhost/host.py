@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ from werkzeug.wrappers import Request, Response
 
 from gpufarm_sandbox.emulator.clock import Clock
 from gpufarm_sandbox.emulator.web import Auth, Route
-from gpufarm_sandbox.localhost.env import Resolver, Urls, build_environment
+from gpufarm_sandbox.localhost.env import PRICE_CACHE_ENV, Resolver, Urls, build_environment
 from gpufarm_sandbox.localhost.env import local_parameters as _local_parameters
 from gpufarm_sandbox.localhost.function_host import Lane
 from gpufarm_sandbox.localhost.function_url import MAX_SYNC_PAYLOAD, url_error, url_event, url_response
@@ -88,6 +89,10 @@ class LocalHost:
         self.template: Template = load_template(path)
         self.urls = Urls(sandbox.base_url.rstrip("/"))
         self.env: dict[str, str] = build_environment(self.template, sandbox, self.urls, self.root, parameters)
+        # The cached list prices: a file of this host's own in place of the profile bucket's object (the sync
+        # refreshes it from the simulated price lists: gpufarm_sandbox.pricelists), gone when the host closes.
+        self._prices = tempfile.TemporaryDirectory(prefix="gpufarm-local-prices-")
+        self.env[PRICE_CACHE_ENV] = str(Path(self._prices.name) / "prices.json")
         self.functions = {fid: LocalFunction(spec, self.root) for fid, spec in self.template.functions.items()}
         self.resolver = Resolver(self.template, self.urls, _local_parameters(self.template, parameters))
         self.lock = threading.RLock()
@@ -230,6 +235,7 @@ class LocalHost:
         self._scheduler.stop()
         for pool in self._pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
+        self._prices.cleanup()
 
     # -- running functions -----------------------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ GPUFARM_LOCAL_INVOKE_URL), hands the runtime:
 - invokes and queue messages handed to the local host;
 - the example farm file when no farm configuration is set;
 - the farm file's AWS and Azure inventory sources on simulated clouds (gpufarm_sandbox.clouds: moto for EC2, a
-  stubbed Azure transport).
+  stubbed Azure transport);
+- the clouds' price lists, simulated (gpufarm_sandbox.pricelists).
 The production wiring knows none of these names.
 
 The clock, invokes and queue messages travel over HTTP to whatever host the URLs name, except when the host
@@ -220,6 +221,10 @@ def local_seams(settings: Settings, env: Mapping[str, str]) -> dict[str, Any]:
     from gpufarm_sandbox.clouds import clouds_for
 
     parts["inventory_sources"] = clouds_for(base).sources
+    # The clouds' price lists, simulated in this process (the farm's cloud pools priced without a cloud).
+    from gpufarm_sandbox.pricelists import SimulatedPriceLists
+
+    parts["price_lists"] = SimulatedPriceLists().lists()
     if not settings.farm_config and not settings.farm_config_parameter:
         example = find_example_farm()
         if example is not None:

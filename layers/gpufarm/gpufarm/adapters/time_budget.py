@@ -84,3 +84,21 @@ def allows(wait_s: float) -> bool:
     """True when waiting `wait_s` and then making one more call still ends within the budget."""
     budget = _BUDGET.get()
     return budget is None or time.monotonic() + max(0.0, wait_s) + CALL_ALLOWANCE_S <= budget.work_until
+
+
+@contextmanager
+def step(seconds: float) -> Iterator[None]:
+    """A step of the invocation with a budget of its own: at most `seconds` from now, and never past the
+    invocation's (a step outside an invocation still has its own). Waits inside it ask `allows` as anywhere."""
+    now = time.monotonic()
+    outer = _BUDGET.get()
+    until = now + max(0.0, seconds)
+    if outer is None:
+        budget = _Budget(work_until=until, answer_until=until)
+    else:
+        budget = _Budget(work_until=min(outer.work_until, until), answer_until=outer.answer_until)
+    token = _BUDGET.set(budget)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)

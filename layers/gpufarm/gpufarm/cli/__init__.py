@@ -1,5 +1,5 @@
-"""The `gpufarm` command: its own subcommands (`datadog`, `doctor`, `slack`, `report`, `profile`, `secrets`, one
-module each here, imported only when used), plus those other distributions register.
+"""The `gpufarm` command: its own subcommands (`datadog`, `doctor`, `slack`, `report`, `rates`, `profile`,
+`secrets`, one module each here, imported only when used), plus those other distributions register.
 
 The runtime ships only its own commands. `gpufarm-sandbox` adds `sandbox`, `local` and `demo` through the
 `gpufarm.commands` entry-point group, so an operator's install (or the Lambda layer) carries none of them.
@@ -22,6 +22,7 @@ OWN_COMMANDS = {
     "doctor": "gpufarm.cli.doctor:doctor",
     "slack": "gpufarm.cli.slack:slack",
     "profile": "gpufarm.cli.profile:profile",
+    "rates": "gpufarm.cli.rates:rates",
     "report": "gpufarm.cli.report:report",
     "secrets": "gpufarm.cli.secrets:secrets",
 }

@@ -3,6 +3,12 @@
 Built from the incidents (their accrued GPU-hours and history) of the deployment the settings name (Datadog, or
 the sandbox beside `gpufarm local`), with the farm configuration the runtime reads (GPUFARM_FARM_CONFIG or the
 SSM parameter; `--farm-config` names a file). The HTML adds charts from the ledger gauges and is self-contained.
+Money is at the rate card: the farm file's written prices and the clouds' list prices the sync cached
+(GPUFARM_PRICE_CACHE; without it the written prices alone).
+
+`--outlook` writes the demand and capacity outlook instead (gpufarm.reporting.outlook: unmet demand per pool and model
+over the period, free capacity four weeks ahead); `--format chargeback` the month's chargeback CSV for finance
+(gpufarm.reporting.chargeback; it needs `--month`).
 
 Exit status: 0 written; 1 a service failed or the configuration is missing; 2 bad input (a bad or too long
 period, --since and --month together, an unknown team or project, a bad option, an invalid farm configuration):
@@ -14,26 +20,31 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
+from datetime import datetime
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import click
 
-from gpufarm.core.config.farm import FarmConfigError
+from gpufarm.core.config.farm import FarmConfig, FarmConfigError
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
+from gpufarm.core.money.card import CloudPrice, PriceKey, RateCard
+from gpufarm.handlers import runtime as rt
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import DEFAULT_SINCE, GroupBy
 
 SEAMS_GROUP = "gpufarm.seams"
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
-FORMATS = ("table", "csv", "json", "html")
+FORMATS = ("table", "csv", "json", "html", "chargeback")
 REPORT_EPILOG = """\b
 Exit status:
   0  written
   1  a service failed, or the configuration is missing (nothing written)
   2  bad input: a bad or too long period, --since with --month, an unknown team or project, an invalid farm
-     configuration (nothing written)
+     configuration, chargeback without --month or for a month not begun, --outlook with chargeback (nothing
+     written)
 """
 
 
@@ -81,7 +92,20 @@ def write_atomically(path: Path, text: str) -> None:
 )
 @click.option("--team", default=None, help="Only this team's leases (a team of the farm file).")
 @click.option("--project", default=None, help="Only this project's leases.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="table",
+    show_default=True,
+    help="chargeback: the month's CSV for finance (with --month).",
+)
+@click.option(
+    "--outlook",
+    is_flag=True,
+    default=False,
+    help="Unmet demand per pool and model over the period, and free capacity four weeks ahead.",
+)
 @click.option(
     "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Write here instead of stdout."
 )
@@ -99,13 +123,23 @@ def report(
     team: str | None,
     project: str | None,
     fmt: str,
+    outlook: bool,
     out: Path | None,
     farm_config: Path | None,
 ) -> None:
     """GPU-hours held, busy, idle and unmeasured, utilisation, leases, warnings, keeps, exemptions, reclaims,
     waiting time, quota and budget use, per group over a period."""
     try:
-        text = build_text(since=since, month=month, by=by, team=team, project=project, fmt=fmt, farm_config=farm_config)
+        text = build_text(
+            since=since,
+            month=month,
+            by=by,
+            team=team,
+            project=project,
+            fmt=fmt,
+            farm_config=farm_config,
+            outlook=outlook,
+        )
         if out is not None:
             write_atomically(out, text)
     except ValidationFailed as exc:
@@ -132,10 +166,10 @@ def build_text(
     project: str | None,
     fmt: str,
     farm_config: Path | None,
+    outlook: bool = False,
 ) -> str:
-    """Make the report through the runtime's collaborators and render it."""
+    """Make the report (the outlook, the chargeback) through the runtime's collaborators and render it."""
     from gpufarm.core.config.farm import parse_farm
-    from gpufarm.handlers import runtime as rt
     from gpufarm.reporting.make import make_report
     from gpufarm.reporting.query import parse_query
 
@@ -147,6 +181,10 @@ def build_text(
     runtime = rt.current()
     farm = parse_farm(farm_config.read_text()) if farm_config is not None else runtime.farm()
     now = runtime.clock().now()
+    if outlook or fmt == "chargeback":
+        return _special(
+            runtime, farm, now, since=since, month=month, team=team, project=project, fmt=fmt, outlook=outlook
+        )
     # The period, grouping and team are checked before Datadog's client is built: bad input is exit 2 even where
     # no key is configured.
     parse_query(farm, now, since=since, month=month, by=by, team=team)
@@ -162,5 +200,47 @@ def build_text(
         # Only the HTML's charts read metrics.
         metrics=runtime.gateway() if fmt == "html" else None,
         with_usage=fmt == "html",
+        card=RateCard(farm.rates, list_prices(runtime)),
     )
     return render(built, fmt)
+
+
+def list_prices(runtime: rt.Runtime) -> Mapping[PriceKey, CloudPrice] | None:
+    """The clouds' list prices the sync cached (GPUFARM_PRICE_CACHE), none without a cache: the farm file's written
+    prices alone then."""
+    book = runtime.prices()
+    return book.known() if book is not None else None
+
+
+def _special(
+    runtime: rt.Runtime,
+    farm: FarmConfig,
+    now: datetime,
+    *,
+    since: str | None,
+    month: str | None,
+    team: str | None,
+    project: str | None,
+    fmt: str,
+    outlook: bool,
+) -> str:
+    """The outlook or the chargeback, each validated before anything is read."""
+    if outlook:
+        from gpufarm.reporting.outlook import check_scope, make_outlook
+        from gpufarm.reporting.query import parse_query
+        from gpufarm.reporting.render_outlook import render_outlook
+
+        if fmt == "chargeback":
+            raise ValidationFailed("format", "--outlook is not a chargeback: choose table, csv, json or html")
+        check_scope(team, project)
+        parse_query(farm, now, since=since, month=month)
+        return render_outlook(
+            make_outlook(runtime.lease_reads(), runtime.hosts(), farm, now, since=since, month=month), fmt
+        )
+    from gpufarm.reporting.chargeback import check_options, make_chargeback
+    from gpufarm.reporting.query import month_period
+    from gpufarm.reporting.render_chargeback import render_chargeback
+
+    chosen = check_options(month, since, team, project)
+    month_period(chosen, now)
+    return render_chargeback(make_chargeback(runtime.lease_reads(), farm, now, chosen, list_prices(runtime)))

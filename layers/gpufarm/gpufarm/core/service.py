@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
-from gpufarm.core.accounting import gpu_hours, quota
+from gpufarm.core.accounting import budget_alerts, budget_view, gpu_hours, quota
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.chat.home import HomeData
 from gpufarm.core.chat.links import Links
+from gpufarm.core.config.accounting import BudgetPeriod
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.context.outcome import Outcome
@@ -36,6 +37,7 @@ from gpufarm.core.kernel.ports import (
 )
 from gpufarm.core.kernel.serial import IdleScope, IncidentCommand
 from gpufarm.core.leases import allocation, ending, extension, home, process, queries, requests, upload_tokens
+from gpufarm.core.money.prices import PriceBook, PriceFeed
 from gpufarm.core.sync import expiry, gauges, repair, run, sweep
 
 T = TypeVar("T")
@@ -60,6 +62,8 @@ class GpuFarm:
         usage: MetricsQuery | None = None,
         sources: Sequence[InventorySource] = (),
         events: EventSink | None = None,
+        prices: PriceBook | None = None,
+        price_feed: PriceFeed | None = None,
     ) -> None:
         self.context = LeaseContext(
             incidents=incidents,
@@ -75,6 +79,8 @@ class GpuFarm:
             usage=usage,
             sources=sources,
             events=events,
+            prices=prices,
+            price_feed=price_feed,
         )
 
     # ==== Slack-facing use cases (slack_worker) ==========================================================
@@ -162,6 +168,10 @@ class GpuFarm:
             return work()
         return home.refreshed(self.context, work)
 
+    def budget(self, user: str, team: str | None = None) -> Message:
+        """`/gpu budget [team]`: the budgets' burn, forecast and what each live lease costs to its end."""
+        return budget_view.budget(self.context, user, team)
+
     def quota(self, team: str | None = None) -> Message:
         """Quotas and use per team, and free/total GPUs per pool."""
         return quota.quota(self.context, team)
@@ -201,13 +211,23 @@ class GpuFarm:
         """The sync's verdict, re-checked on the incident as it is now: resolve when expired or idle past grace."""
         return expiry.expire(self.context, ir)
 
-    def accrue(self, ir: int, until: datetime, busy_of: Mapping[str, float | None]) -> Outcome:
-        """The sync's accrual of a lease's GPU-hours, re-checked on the incident as it is now."""
-        return gpu_hours.record_accrual(self.context, ir, until, busy_of)
+    def accrue(
+        self,
+        ir: int,
+        until: datetime,
+        busy_of: Mapping[str, float | None],
+        held_of: Mapping[str, float] | None = None,
+    ) -> Outcome:
+        """The sync's accrual of a lease's GPU-hours (idle-held devices per host in `held_of`), re-checked."""
+        return gpu_hours.record_accrual(self.context, ir, until, busy_of, held_of)
 
     def remind(self, ir: int) -> Outcome:
         """Once per end, before it: tell the holder when the lease ends, with Extend and Release."""
         return expiry.remind(self.context, ir)
+
+    def budget_alert(self, team: str, project: str | None, period: BudgetPeriod) -> str:
+        """In the team's budget group: tell the budget's thresholds crossed and not yet told, once."""
+        return budget_alerts.tell(self.context, team, project, period)
 
     def sync(self) -> run.SyncReport:
         """Expire, reclaim idle past grace, repair drift per pool or shard, publish gauges."""

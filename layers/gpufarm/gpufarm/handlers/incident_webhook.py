@@ -12,6 +12,8 @@ Two triggers, one function:
 same groups to repair drift without racing an allocation, and
   every other change to an incident (Slack actions, a new request's policy decision, idle alerts, expiries)
   arrives as {"command": ...} in the incident's pool group (gpufarm.core.commands.executor; docs/design.md, rule 7).
+  A budget threshold the sync found crossed arrives as {"budget": {"team", "project", "period"}} in the team's
+  budget group, which alone writes the team's budget period incidents (gpufarm.core.accounting.budget_alerts).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufarm.core.commands import executor
+from gpufarm.core.config.accounting import BudgetPeriod
 from gpufarm.core.kernel.errors import GpufarmError, NotFound, UpstreamError
 from gpufarm.core.kernel.model import NAME_PATTERN, Allocation
 from gpufarm.core.kernel.serial import IncidentCommand, incident_step
@@ -61,6 +64,16 @@ class IncidentEvent(BaseModel):
         return "string" if isinstance(self.incident_fields, str) else "absent"
 
 
+class BudgetTarget(BaseModel):
+    """A budget whose thresholds the sync found crossed and not told (gpufarm.core.accounting.budget_alerts)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    team: str = Field(pattern=NAME_PATTERN)
+    project: str | None = Field(default=None, min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    period: BudgetPeriod
+
+
 class QueueMessage(BaseModel):
     """One unit of serialized pool work."""
 
@@ -72,14 +85,15 @@ class QueueMessage(BaseModel):
     shard: int = Field(default=0, ge=0, lt=MAX_SHARDS)
     shards: int = Field(default=1, ge=1, le=MAX_SHARDS)
     command: IncidentCommand | None = None
+    budget: BudgetTarget | None = None
     reason: str = Field(default="", max_length=120)
     # How a webhook call for a doctor's probe arrived (gpufarm.core.leases.probe).
     arrival: str | None = Field(default=None, max_length=200)
 
     @model_validator(mode="after")
     def _one_target(self) -> QueueMessage:
-        if sum(x is not None for x in (self.incident_id, self.pool, self.command)) != 1:
-            raise ValueError("a message names one of an incident_id, a pool or a command")
+        if sum(x is not None for x in (self.incident_id, self.pool, self.command, self.budget)) != 1:
+            raise ValueError("a message names one of an incident_id, a pool, a command or a budget")
         if self.shard >= self.shards or (self.shards > 1 and self.pool is None):
             raise ValueError("a shard is one of a pool's shards")
         return self
@@ -188,11 +202,15 @@ def process_message(runtime: rt.Runtime, body: str) -> list[str]:
 
 
 def _run(svc: GpuFarm, message: QueueMessage) -> list[str]:
-    """The message's unit of work: an incident command, a pool's repair, or an incident's lifecycle step."""
+    """The message's unit of work: an incident command, a pool's repair, a budget's alerts, or an incident's
+    lifecycle step."""
     if message.command is not None:
         telemetry.correlate(ir=message.command.ir)
         command = message.command
         return [f"IR-{command.ir} {command.op.value}: {executor.execute(svc.context, command)}"]
+    if message.budget is not None:
+        target = message.budget
+        return [svc.budget_alert(target.team, target.project, target.period)]
     if message.pool is not None:
         repair = svc.reconcile_pool(message.pool, message.shard, message.shards)
         done = [f"tags removed: {t}" for t in repair.removed] + [f"tags restored: {t}" for t in repair.restored]

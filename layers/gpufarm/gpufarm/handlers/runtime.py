@@ -36,12 +36,14 @@ if TYPE_CHECKING:
         AsyncInvoker,
         Clock,
         Event,
+        HostTags,
         IncidentStore,
         InventorySource,
         LeaseReads,
         MonitorStates,
         WorkQueue,
     )
+    from gpufarm.core.money.prices import PriceBook, PriceFeed
     from gpufarm.core.service import GpuFarm
 
 log = logging.getLogger(__name__)
@@ -256,6 +258,8 @@ class Runtime:
                     ),
                     usage=LazyQuery(lambda: self._port("metrics_query")),
                     events=self._events(),
+                    prices=self.prices(),
+                    price_feed=self.price_feed(),
                 )
                 self._parts["service"] = svc
             elif svc.context.farm is not farm:
@@ -264,6 +268,42 @@ class Runtime:
                 svc.context.operators_channel = self.settings.operators_channel or farm.operators_channel
             svc.context.sources = self.inventory_sources(farm)
             return svc
+
+    def prices(self) -> PriceBook | None:
+        """The clouds' list prices last read (the cache GPUFARM_PRICE_CACHE names: gpufarm.adapters.price_cache),
+        or an override's; None: the rate card has the farm file's written prices only. Building it reads nothing."""
+
+        def build() -> PriceBook | None:
+            if not self.settings.price_cache:
+                return None
+            from gpufarm.adapters.price_cache import PriceCache
+
+            return PriceCache(self.settings.price_cache, self.settings)
+
+        book: PriceBook | None = self._get("prices", build)
+        return book
+
+    def price_feed(self) -> PriceFeed | None:
+        """What the sync refreshes the cached prices with: the clouds' price lists (a seam's or an override's
+        `price_lists`, else AWS's and Azure's) and the cache; None without a cache."""
+
+        def build() -> PriceFeed | None:
+            from gpufarm.adapters.price_cache import PriceCache
+            from gpufarm.core.money.prices import PriceFeed
+
+            cache = self.prices()
+            if not isinstance(cache, PriceCache):
+                return None
+            lists = self._parts.get("price_lists")
+            if lists is None:
+                from gpufarm.adapters.price_lists import cloud_price_lists
+
+                settings = self.settings
+                lists = cloud_price_lists(attempts=settings.max_retries + 1, http_timeout=settings.http_timeout)
+            return PriceFeed(lists, cache)
+
+        feed: PriceFeed | None = self._get("price_feed", build)
+        return feed
 
     def inventory_sources(self, farm: FarmConfig) -> tuple[InventorySource, ...]:
         """The farm file's cloud inventory sources (inventory.aws, inventory.azure), rebuilt when the farm changes.
@@ -285,6 +325,11 @@ class Runtime:
         """Incidents (Datadog), for handlers that read one before queueing work."""
         store: IncidentStore = self._port("incidents")
         return store
+
+    def hosts(self) -> HostTags:
+        """Hosts and their tags (Datadog), for the reports that read the inventory (`gpufarm report --outlook`)."""
+        hosts: HostTags = self._port("hosts")
+        return hosts
 
     def lease_reads(self) -> IncidentStore | LeaseReads:
         """Leases as reports read them: the incidents override when a test or seam set one, else Datadog over plain

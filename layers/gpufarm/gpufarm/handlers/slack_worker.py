@@ -1,6 +1,6 @@
 """The Slack worker (async invoke from the ingress): do the part that touches Datadog, then answer the user.
 
-Reads (status, list, quota, help) are answered here. Changes to an incident are not made here: each becomes an
+Reads (status, list, quota, budget, help) are answered here. Changes to an incident are not made here: each becomes an
 incident command queued in the incident's pool group (gpufarm.core.commands.executor), and the queue consumer answers
 once it has run, so two actions on one incident never interleave (docs/design.md, rule 7). A new request is
 refused here only when it can never fit; otherwise it becomes a create command in its pool's group (dedup id from
@@ -156,6 +156,7 @@ _ANSWERS: dict[Verb, Callable[[GpuFarm, Job, Command], Message]] = {
     Verb.WHY: _why,
     Verb.LIST: lambda svc, job, cmd: svc.list_allocations(cmd.scope.value if cmd.scope else "mine", job.user, cmd.team),
     Verb.QUOTA: _quota,
+    Verb.BUDGET: lambda svc, job, cmd: svc.budget(job.user, cmd.team),
     Verb.CALENDAR: _calendar,
     Verb.REPORT: lambda svc, job, cmd: report_answer(svc.context, job.user, cmd.team),
     # Answered through the response_url, ephemeral: the token is the asker's alone (reply never posts it).

@@ -1,11 +1,14 @@
 """Build a report from leases (pure): per group GPU-hours held / busy / idle / unmeasured, counts and waits.
 
-Held, busy, idle and unmeasured are the incidents' accrued GPU-hours inside the period (gpufarm.reporting.window);
+Held, busy, idle and unmeasured are the incidents' accrued GPU-hours inside the period (gpufarm.core.money.lease_cost);
 **unmeasured** hours (no agent answer when they accrued, or held since the last accrual) are never counted as
 idle, and the leases holding them are listed. Warnings, keeps, exemptions, reclaims and waits come from each
 lease's history (gpufarm.reporting.events). Team rows add the team's entitlement and what it holds now; team and
 project rows their GPU-hour budgets' burn (gpufarm.core.accounting.burn) in the budget's period holding the report's
 end.
+
+Money (gpufarm.reporting.money): each lease's hours by kind at its rate from the farm's rate card, beside every
+hours column; per pool and model, the capacity no lease held (from the inventory gauges, where read) and its cost.
 """
 
 from __future__ import annotations
@@ -13,18 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from gpufarm.core.accounting import accrued, burn
+from gpufarm.core.accounting import burn
 from gpufarm.core.config.accounting import Budget
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel import accrued
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
-from gpufarm.reporting import quota_changes, reasons, squatting
+from gpufarm.core.money.card import RateCard
+from gpufarm.core.money.lease_cost import lease_hours
+from gpufarm.reporting import money, quota_changes, reasons, squatting
 from gpufarm.reporting.events import lease_events
-from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, Report, Row, UsageSeries
+from gpufarm.reporting.model import MAX_LEASE_LINES, BudgetUse, LeaseLine, PoolLine, Report, Row, UsageSeries
 from gpufarm.reporting.query import GroupBy, ReportQuery
 from gpufarm.reporting.read import MAX_LEASES, Leases
 from gpufarm.reporting.reserved import add_reserved
-from gpufarm.reporting.window import lease_hours
 
 NONE = "(none)"
 
@@ -74,6 +79,7 @@ def _add(row: Row, other: Row) -> None:
     row.held += other.held
     row.busy += other.busy
     row.idle += other.idle
+    row.idle_held += other.idle_held
     row.unmeasured += other.unmeasured
     row.unmeasured_leases += other.unmeasured_leases
     row.idle_warnings += other.idle_warnings
@@ -84,10 +90,11 @@ def _add(row: Row, other: Row) -> None:
     row.reclaims.update(other.reclaims)
     row.waits += other.waits
     row.reserved += other.reserved
+    money.add_rows(row, other)
 
 
-def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Row, LeaseLine] | None:
-    hours = lease_hours(alloc, query.period, now)
+def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime, card: RateCard) -> tuple[Row, LeaseLine] | None:
+    hours = lease_hours(alloc, query.period.start, query.period.end, now)
     events = lease_events(alloc, query.period)
     if hours.held <= 0 and events.ended is None and events.waited_hours is None and not events.counts:
         return None
@@ -97,6 +104,7 @@ def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Ro
         held=hours.held,
         busy=hours.busy,
         idle=hours.idle,
+        idle_held=hours.idle_held,
         unmeasured=hours.unmeasured,
         unmeasured_leases=1 if hours.unmeasured > 0 else 0,
         idle_warnings=events.counts["warned"],
@@ -105,6 +113,8 @@ def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Ro
         squatter_episodes=squatting.episodes(events.counts),
         squatter_stops=squatting.stops(events.counts),
     )
+    priced = money.lease_money(card, alloc, hours) if hours.held > 0 else None
+    money.add_lease(row, priced, hours.held)
     if events.ended is not None:
         row.reclaims[events.ended] += 1
     if events.waited_hours is not None:
@@ -118,6 +128,8 @@ def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime) -> tuple[Ro
         hours.busy,
         hours.idle,
         hours.unmeasured,
+        hours.idle_held,
+        money.wasted(priced),
     )
     return row, line
 
@@ -133,23 +145,31 @@ def _team_extras(row: Row, farm: FarmConfig, live: Sequence[LeaseFacts]) -> None
 def _budget_uses(applicable: Iterable[Budget], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
     out = []
     for budget in applicable:
+        if budget.gpu_hours is None:
+            continue  # a budget in money: `/gpu budget` and the gauges show it (gpufarm.core.accounting.spend)
         used = burn.burn(budget, leases, at)
         out.append(BudgetUse(budget.label(), used.period, used.burned, budget.gpu_hours))
     return out
 
 
-def _grouped(chosen: Sequence[LeaseFacts], query: ReportQuery, now: datetime) -> tuple[dict[str, Row], list[LeaseLine]]:
-    """The rows by group key and the lease lines of the leases with anything inside the period."""
+def _grouped(
+    chosen: Sequence[LeaseFacts], query: ReportQuery, now: datetime, card: RateCard
+) -> tuple[dict[str, Row], list[LeaseLine], dict[tuple[str, str], float]]:
+    """The rows by group key, the lease lines of the leases with anything inside the period, and the GPU-hours
+    held per pool and model."""
     rows: dict[str, Row] = {}
     lines: list[LeaseLine] = []
+    pools: dict[tuple[str, str], float] = {}
     for alloc in chosen:
-        found = _lease_row(alloc, query, now)
+        found = _lease_row(alloc, query, now, card)
         if found is None:
             continue
         part, line = found
         _add(rows.setdefault(part.key, Row(part.key)), part)
         lines.append(line)
-    return rows, lines
+        pool = (alloc.environment or NONE, (alloc.gpu_model or NONE).upper())
+        pools[pool] = pools.get(pool, 0.0) + part.held
+    return rows, lines, pools
 
 
 def _add_quotas_and_budgets(
@@ -175,12 +195,19 @@ def build_report(
     *,
     usage: Sequence[UsageSeries] = (),
     usage_note: str | None = None,
+    card: RateCard | None = None,
+    capacity: tuple[dict[tuple[str, str], float] | None, str] | None = None,
 ) -> Report:
-    """The report for `query` from the leases read (see the module docstring); rows by held GPU-hours, largest first."""
+    """The report for `query` from the leases read (see the module docstring); rows by held GPU-hours, largest first.
+
+    card: the rate card (default: the farm file's written prices alone); capacity: the mean GPUs per pool and model
+    read from the inventory gauges (gpufarm.reporting.capacity) and its note, for the unallocated hours.
+    """
+    card = card if card is not None else RateCard(farm.rates)
     # Quota changes are incidents too: never a lease row, their effect in the entitlement and the notes.
     chosen = [a for a in quota_changes.leases_only(read.leases) if selected(a, query)]
     farm = quota_changes.with_changes(farm, read.leases, now)
-    rows, lines = _grouped(chosen, query, now)
+    rows, lines, held_by_pool = _grouped(chosen, query, now, card)
     add_reserved(rows, chosen, query.period, lambda a: group_key(a, query.by))
     if query.by is GroupBy.TEAM and query.project is None:
         # A team with quotas and no lease in the period still has a row: what it may hold is part of the answer.
@@ -196,6 +223,10 @@ def build_report(
         notes.append(f"more than {MAX_LEASES:,} leases: the report was cut there")
     if usage_note:
         notes.append(usage_note)
+    said = money.money_note(total, card.currency)
+    notes += [said] if said else []
+    pools, capacity_note = _pools(query, farm, card, held_by_pool, capacity)
+    notes += [capacity_note] if capacity_note else []
     notes += quota_changes.notes(read.leases, now)
     return Report(
         query=query,
@@ -209,4 +240,22 @@ def build_report(
         notes=notes,
         usage=list(usage),
         reasons=reasons.counted(chosen, query.period),
+        currency=card.currency,
+        pools=pools,
     )
+
+
+def _pools(
+    query: ReportQuery,
+    farm: FarmConfig,
+    card: RateCard,
+    held: dict[tuple[str, str], float],
+    capacity: tuple[dict[tuple[str, str], float] | None, str] | None,
+) -> tuple[list[PoolLine], str | None]:
+    """Per pool and model, the unallocated capacity, and where capacity came from: for the whole farm only (a
+    team's or a project's report has no spare capacity of its own)."""
+    if query.team is not None or query.project is not None:
+        return [], None
+    gpus, note = capacity if capacity is not None else (None, None)
+    offered = {name: env.gpu_models for name, env in farm.environments.items()}
+    return money.pool_lines(card, offered, held, gpus, query.period.hours), note

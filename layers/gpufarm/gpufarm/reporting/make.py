@@ -2,7 +2,9 @@
 
 Shared by `gpufarm report` and `/gpu report`. The period, grouping and team are checked before anything is read;
 a project is checked against the projects the farm's budgets and the leases read name, before anything is built
-or written. Bad input raises ValidationFailed (rule 10: a clear answer, nothing changed).
+or written. Bad input raises ValidationFailed (rule 10: a clear answer, nothing changed). Money comes from the
+rate card given (default: the farm file's written prices); the pools' capacity, for the unallocated hours, from
+the inventory gauges when `metrics` is given (gpufarm.reporting.capacity).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from datetime import datetime
 
 from gpufarm.core.config.farm import FarmConfig
 from gpufarm.core.kernel.ports import IncidentStore, LeaseReads, MetricsHistory
+from gpufarm.core.money.card import RateCard
 from gpufarm.reporting.build import build_report, months_to_read
+from gpufarm.reporting.capacity import read_capacity
 from gpufarm.reporting.model import Report
 from gpufarm.reporting.query import GroupBy, budget_projects, known_project, parse_query
 from gpufarm.reporting.read import MAX_LEASES, read_leases
@@ -32,6 +36,7 @@ def make_report(
     metrics: MetricsHistory | None = None,
     with_usage: bool = False,
     limit: int = MAX_LEASES,
+    card: RateCard | None = None,
 ) -> Report:
     """The report asked for (see the module docstring); usage over time is read only `with_usage` (HTML)."""
     first = parse_query(farm, now, since=since, month=month, by=by, team=team)
@@ -39,4 +44,6 @@ def make_report(
     # The period, grouping and team are those already checked; only the project waits for the leases read.
     query = replace(first, project=known_project(project, budget_projects(farm) | read.projects()))
     usage, note = read_usage(metrics, query) if with_usage else ([], None)
-    return build_report(query, read, farm, now, usage=usage, usage_note=note)
+    whole_farm = query.team is None and query.project is None
+    capacity = read_capacity(metrics, query.period) if whole_farm else None
+    return build_report(query, read, farm, now, usage=usage, usage_note=note, card=card, capacity=capacity)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 
 from gpufarm.reporting.query import ReportQuery
 
@@ -36,9 +37,15 @@ class Row:
     leases: int = 0
     held: float = 0.0
     busy: float = 0.0
+    # Idle with no process, and idle with memory held and no work (gpufarm.core.money.lease_cost: apart).
     idle: float = 0.0
+    idle_held: float = 0.0
     unmeasured: float = 0.0
     unmeasured_leases: int = 0
+    # Money (gpufarm.reporting.money): each kind's cost of the priced leases in cents, and the leases priced or not.
+    cost: dict[str, Decimal] = field(default_factory=dict)
+    priced_leases: int = 0
+    unpriced_leases: int = 0
     idle_warnings: int = 0
     keeps: int = 0
     exemptions: int = 0
@@ -57,7 +64,7 @@ class Row:
     @property
     def utilisation(self) -> float | None:
         """Busy share of the measured GPU-hours, in percent (None when nothing was measured)."""
-        measured = self.busy + self.idle
+        measured = self.busy + self.idle + self.idle_held
         return 100.0 * self.busy / measured if measured > 0 else None
 
     @property
@@ -99,6 +106,28 @@ class LeaseLine:
     busy: float
     idle: float
     unmeasured: float
+    idle_held: float = 0.0
+    # Its idle and idle-held cost in the card's currency, in cents (None: unpriced).
+    wasted: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class PoolLine:
+    """One pool and model over the period: its capacity, what leases held of it, and the rest, unallocated.
+
+    Capacity is the mean of the `gpufarm.inventory.gpus.total` gauge the sync publishes (None when it was not
+    read) times the period's hours; unallocated is capacity less the held GPU-hours, never below 0.
+    """
+
+    environment: str
+    model: str
+    held: float
+    gpus: float | None = None
+    capacity: float | None = None
+    unallocated: float | None = None
+    # The unallocated hours' cost in cents at the pool's whole-GPU rate (None: unpriced or not measured).
+    unallocated_cost: Decimal | None = None
+    priced: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,3 +153,6 @@ class Report:
     usage: list[UsageSeries] = field(default_factory=list)
     # Reasons given in the period, by code (gpufarm.reporting.reasons).
     reasons: Counter[str] = field(default_factory=Counter)
+    # The rate card's currency, and per pool and model the capacity no lease held (gpufarm.reporting.money).
+    currency: str = ""
+    pools: list[PoolLine] = field(default_factory=list)

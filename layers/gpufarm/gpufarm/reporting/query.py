@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from gpufarm.core.accounting.accrued import month_spans
 from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.kernel.accrued import month_spans
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.model import isoformat, validate_name

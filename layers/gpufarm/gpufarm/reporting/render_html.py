@@ -170,13 +170,15 @@ def _row_html(row: Row, total: bool = False) -> str:
     return f'<tr class="total">{cells}</tr>' if total else f"<tr>{cells}</tr>"
 
 
-_HEADERS = (
-    "group",
-    "leases",
-    "held GPU-h",
-    "busy GPU-h",
-    "idle GPU-h",
-    "unmeasured GPU-h",
+_HOURS = ("held", "busy", "idle", "idle-held", "unmeasured")
+
+
+def _headers(currency: str) -> tuple[str, ...]:
+    figures = [name for kind in _HOURS for name in (f"{kind} GPU-h", f"{kind} {currency or 'cost'}")]
+    return ("group", "leases", *figures, *_TAIL)
+
+
+_TAIL = (
     "util %",
     "idle warnings",
     "keeps",
@@ -189,7 +191,7 @@ _HEADERS = (
 
 
 def _table(report: Report) -> str:
-    head = "".join(f"<th>{html_text(h)}</th>" for h in _HEADERS)
+    head = "".join(f"<th>{html_text(h)}</th>" for h in _headers(report.currency))
     body = "".join(_row_html(r) for r in report.rows) + _row_html(report.total, total=True)
     return f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -203,6 +205,33 @@ def _lease_list(title: str, lines: list[LeaseLine], part: str) -> str:
         for x in lines
     )
     return f"<section><h2>{html_text(title)}</h2><ul>{items}</ul></section>"
+
+
+def _pools(report: Report) -> str:
+    """Per pool and model: capacity, held, and the unallocated rest with its cost."""
+    if not report.pools:
+        return ""
+    head = "".join(
+        f"<th>{html_text(h)}</th>"
+        for h in ("pool", "model", "GPUs", "capacity GPU-h", "held GPU-h", "unallocated GPU-h", report.currency)
+    )
+
+    def figure(value: float | None) -> str:
+        return "not read" if value is None else f"{value:,.1f}"
+
+    body = "".join(
+        "<tr>"
+        + _cell(p.environment)
+        + _cell(p.model)
+        + "".join(_cell(figure(v), True) for v in (p.gpus, p.capacity, p.held, p.unallocated))
+        + _cell(
+            "unpriced" if not p.priced else "-" if p.unallocated_cost is None else f"{p.unallocated_cost:,.2f}", True
+        )
+        + "</tr>"
+        for p in report.pools
+    )
+    table = f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f"<section><h2>Unallocated capacity</h2><div class='table-wrap'>{table}</div></section>"
 
 
 def render_html(report: Report) -> str:
@@ -226,6 +255,7 @@ def render_html(report: Report) -> str:
         f"<section><h2>Notes</h2><ul>{notes}</ul></section>"
         + _lease_list("Unmeasured GPU-hours", report.unmeasured, "unmeasured")
         + _lease_list("Top idle leases", report.top_idle, "idle")
+        + _pools(report)
     )
     data = script_json(figures)
     scripts = (

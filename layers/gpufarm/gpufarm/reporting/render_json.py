@@ -7,16 +7,30 @@ other format's cells pass through theirs, so the formats say the same.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any
 
 from gpufarm.core.kernel.model import isoformat
+from gpufarm.reporting import money
 from gpufarm.reporting.cells import NOTE_CHARS, json_text
 from gpufarm.reporting.columns import reclaims_by_reason
-from gpufarm.reporting.model import LeaseLine, Report, Row
+from gpufarm.reporting.model import LeaseLine, PoolLine, Report, Row
 
 
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
+
+
+def _money(value: Decimal | None) -> float | None:
+    """An amount in cents as a JSON number (null: unpriced)."""
+    return None if value is None else float(value)
+
+
+def cost_json(row: Row) -> dict[str, Any]:
+    """A row's money per kind (null with `unpriced` true when no rate priced any of its leases)."""
+    out: dict[str, Any] = {kind: _money(money.amount(row, kind)) for kind in money.SHOWN}
+    unpriced = row.unpriced_leases > 0 and row.priced_leases == 0
+    return out | {"unpriced": unpriced, "incomplete": money.incomplete(row), "unpriced_leases": row.unpriced_leases}
 
 
 def row_json(row: Row) -> dict[str, Any]:
@@ -28,9 +42,11 @@ def row_json(row: Row) -> dict[str, Any]:
             "held": _round(row.held),
             "busy": _round(row.busy),
             "idle": _round(row.idle),
+            "idle_held": _round(row.idle_held),
             "unmeasured": _round(row.unmeasured),
             "reserved": _round(row.reserved),
         },
+        "cost": cost_json(row),
         "unmeasured_leases": row.unmeasured_leases,
         "utilisation_percent": _round(row.utilisation),
         "idle_warnings": row.idle_warnings,
@@ -62,6 +78,23 @@ def _lease(line: LeaseLine) -> dict[str, Any]:
         "busy": _round(line.busy),
         "idle": _round(line.idle),
         "unmeasured": _round(line.unmeasured),
+        "idle_held": _round(line.idle_held),
+        "wasted_cost": _money(line.wasted),
+    }
+
+
+def _pool(pool: PoolLine) -> dict[str, Any]:
+    return {
+        "environment": json_text(pool.environment),
+        "gpu_model": json_text(pool.model),
+        "gpus": _round(pool.gpus),
+        "gpu_hours": {
+            "capacity": _round(pool.capacity),
+            "held": _round(pool.held),
+            "unallocated": _round(pool.unallocated),
+        },
+        "unallocated_cost": _money(pool.unallocated_cost),
+        "unpriced": not pool.priced,
     }
 
 
@@ -74,12 +107,14 @@ def report_json(report: Report) -> dict[str, Any]:
         "team": None if report.query.team is None else json_text(report.query.team),
         "project": None if report.query.project is None else json_text(report.query.project),
         "generated": isoformat(report.generated),
+        "currency": json_text(report.currency),
         "rows": [row_json(r) for r in report.rows],
         "total": row_json(report.total),
         "unmeasured_leases": [_lease(x) for x in report.unmeasured],
         "top_idle_leases": [_lease(x) for x in report.top_idle],
         "notes": [json_text(n, NOTE_CHARS) for n in report.notes],
         "reasons": {json_text(code): n for code, n in sorted(report.reasons.items())},
+        "pools": [_pool(p) for p in report.pools],
     }
 
 

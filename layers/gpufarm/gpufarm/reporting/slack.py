@@ -20,7 +20,7 @@ from gpufarm.core.governance.membership import MembershipUnavailable
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.model import validate_name
-from gpufarm.reporting import reasons
+from gpufarm.reporting import money, reasons
 from gpufarm.reporting.cells import NOTE_CHARS
 from gpufarm.reporting.make import make_report
 from gpufarm.reporting.model import Report, Row
@@ -37,11 +37,19 @@ SINCE = "30d"
 MAX_SUMMARY_ROWS = 10
 
 
-def _row_line(row: Row) -> str:
+def _cost(row: Row, kind: str, currency: str) -> str:
+    """` (1,234.56 EUR)`, ` (unpriced)`, or ` (1,234.56* EUR)` when some of the row's leases are unpriced."""
+    text = money.money_text(row, kind)
+    return f" ({text})" if text == money.UNPRICED else f" ({text} {inert(currency)})"
+
+
+def _row_line(row: Row, currency: str) -> str:
     util = "-" if row.utilisation is None else f"{row.utilisation:.0f}%"
     line = (
-        f"*{inert(visible(row.key))}*: {row.held:,.1f} GPU-h held · {row.busy:,.1f} busy · {row.idle:,.1f} idle · "
-        f"{row.unmeasured:,.1f} unmeasured · util {util} · {row.leases} lease(s)"
+        f"*{inert(visible(row.key))}*: {row.held:,.1f} GPU-h held{_cost(row, 'held', currency)} · "
+        f"{row.busy:,.1f} busy{_cost(row, 'busy', currency)} · {row.idle:,.1f} idle{_cost(row, 'idle', currency)} · "
+        f"{row.idle_held:,.1f} idle-held{_cost(row, 'idle_held', currency)} · "
+        f"{row.unmeasured:,.1f} unmeasured{_cost(row, 'unmeasured', currency)} · util {util} · {row.leases} lease(s)"
     )
     extras = []
     if row.idle_warnings or row.keeps or row.exemptions:
@@ -68,12 +76,16 @@ def summary(report: Report, attached: str) -> Message:
     title = f"*GPU report: {described}*"
     total = report.total
     util = "-" if total.utilisation is None else f"{total.utilisation:.0f}%"
+    cur = report.currency
     head = (
-        f"{title}\n{total.held:,.1f} GPU-hours held: {total.busy:,.1f} busy, {total.idle:,.1f} idle, "
-        f"{total.unmeasured:,.1f} unmeasured (never counted as idle); utilisation {util}; {total.leases} lease(s)"
+        f"{title}\n{total.held:,.1f} GPU-hours held{_cost(total, 'held', cur)}: "
+        f"{total.busy:,.1f} busy{_cost(total, 'busy', cur)}, {total.idle:,.1f} idle{_cost(total, 'idle', cur)}, "
+        f"{total.idle_held:,.1f} idle-held{_cost(total, 'idle_held', cur)}, "
+        f"{total.unmeasured:,.1f} unmeasured{_cost(total, 'unmeasured', cur)} (never counted as idle); "
+        f"utilisation {util}; {total.leases} lease(s)"
     )
     shown = report.rows[:MAX_SUMMARY_ROWS]
-    rows = "\n".join(_row_line(r) for r in shown) or "no GPU-hours in this period"
+    rows = "\n".join(_row_line(r, cur) for r in shown) or "no GPU-hours in this period"
     if len(report.rows) > len(shown):
         rows += f"\n… and {len(report.rows) - len(shown)} more in the CSV"
     notes = [visible(n, NOTE_CHARS) for n in report.notes]
@@ -111,7 +123,16 @@ def report_answer(ctx: LeaseContext, user: str, word: str | None) -> Message:
     with ctx.reading():
         team, project, operator = _scope(ctx, user, word)
         by = GroupBy.PROJECT if team is not None else GroupBy.TEAM
-        report = make_report(ctx.incidents, ctx.farm, ctx.now(), since=SINCE, by=by.value, team=team, project=project)
+        report = make_report(
+            ctx.incidents,
+            ctx.farm,
+            ctx.now(),
+            since=SINCE,
+            by=by.value,
+            team=team,
+            project=project,
+            card=ctx.rate_card(),
+        )
         if project is not None and not operator and ctx.farm.membership_checked:
             mine = set(ctx.membership().teams_of(user))
             others = sorted(r.key for r in report.rows if r.leases and r.key not in mine)

@@ -21,6 +21,9 @@ On a shared host the `ir:` tags name every lease on it, so each device is counte
 cannot say which lease a device serves (a sliced pool that needs exact attribution runs gpufarm-node, as its idle
 monitors say too). A failed query measures nothing here: only these pools' hosts are unmeasured this sync, never
 idle, and the node agent's measurement stands. The answer is bounded (MAX_GROUPS groups, MAX_GPUS per host).
+
+The check reads activity, not the memory an idle process holds, so these pools cannot tell **idle-held** devices
+from idle ones: their leases' idle-held GPU-hours stay 0 and all their idle hours count as idle (no process).
 """
 
 from __future__ import annotations

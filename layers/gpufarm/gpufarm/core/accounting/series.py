@@ -24,6 +24,7 @@ def ledger_series(acc: Accounts, burned: Iterable[Burn], timestamp: int) -> list
         gauge("gpufarm.ledger.gpus.allocated", line.allocated, **tags)
         gauge("gpufarm.ledger.gpus.used", line.used, **tags)
         gauge("gpufarm.ledger.gpus.idle", line.idle, **tags)
+        gauge("gpufarm.ledger.gpus.idle_held", line.idle_held, **tags)
         gauge("gpufarm.ledger.gpus.unmeasured", line.unmeasured, **tags)
     for (env, model), gpus in sorted(acc.allocated.items()):
         gauge("gpufarm.inventory.gpus.allocated", gpus, environment=env, gpu_model=model)
@@ -32,7 +33,15 @@ def ledger_series(acc: Accounts, burned: Iterable[Burn], timestamp: int) -> list
     gauge("gpufarm.ledger.measured", 1 if acc.measured else 0)
     for b in burned:
         tags = {"team": b.budget.team, "project": b.budget.project or "all", "period": b.period}
-        gauge("gpufarm.budget.gpu_hours", b.budget.gpu_hours, **tags)
         gauge("gpufarm.budget.burned", b.burned, **tags)
-        gauge("gpufarm.budget.remaining", b.remaining, **tags)
+        if b.budget.amount is None:
+            gauge("gpufarm.budget.gpu_hours", b.budget.limit, **tags)
+            gauge("gpufarm.budget.remaining", b.remaining, **tags)
+            continue
+        # A budget in money: its amount, the priced leases' cost and what is left, and whether a lease is unpriced.
+        money = {**tags, "currency": b.currency.lower()}
+        gauge("gpufarm.budget.amount", float(b.budget.amount), **money)
+        gauge("gpufarm.budget.spent", b.used, **money)
+        gauge("gpufarm.budget.amount_remaining", b.remaining, **money)
+        gauge("gpufarm.budget.incomplete", 1 if b.incomplete else 0, **tags)
     return series

@@ -14,6 +14,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from gpufarm.core.kernel.lifecycle import Phase, State
 
 # An open-ended hold (a lease with no known end) runs to here: beyond any horizon.
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
@@ -28,6 +31,31 @@ class Hold:
     gpus: int
     team: str
     reserved: bool = False
+
+
+class Holder(Protocol):
+    """What the calendar reads of a lease or reservation: the lifecycle's Allocation, or a report's LeaseFacts."""
+
+    @property
+    def ir(self) -> int: ...
+    @property
+    def state(self) -> State: ...
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def team(self) -> str | None: ...
+    @property
+    def environment(self) -> str | None: ...
+    @property
+    def gpu_model(self) -> str | None: ...
+    @property
+    def gpu_count(self) -> int: ...
+    @property
+    def expires_at(self) -> datetime | None: ...
+    @property
+    def reserved_from(self) -> datetime | None: ...
+    @property
+    def reserved_until(self) -> datetime | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from gpufarm.core.calendar.admission import Booking, decide, stamp, well_formed, window
-from gpufarm.core.calendar.booking import FOREVER, Calendar, Hold, Limits
+from gpufarm.core.calendar.booking import FOREVER, Calendar, Hold, Holder, Limits
 from gpufarm.core.chat.block_kit import Message, context, linked, section
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.config.farm import FarmConfig
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 _ALL = 1 << 30
 
 
-def holds(live: Iterable[Allocation], environment: str, gpu_model: str, now: datetime, *, skip: int = 0) -> list[Hold]:
+def holds(live: Iterable[Holder], environment: str, gpu_model: str, now: datetime, *, skip: int = 0) -> list[Hold]:
     """What the pool's live leases and reservations of a model hold from now: a lease until its expected end (for
     ever when it has none), a reservation over its window; `skip` (the one being decided) left out."""
     model = gpu_model.upper()

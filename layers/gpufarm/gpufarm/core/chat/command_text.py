@@ -34,6 +34,7 @@ class Verb(StrEnum):
     RELEASE = "release"
     EXTEND = "extend"
     QUOTA = "quota"
+    BUDGET = "budget"  # the budgets' burn, forecast and live leases' cost (gpufarm.core.accounting.budget_view)
     APPROVE = "approve"
     REJECT = "reject"
     RECLAIM = "reclaim"
@@ -141,7 +142,9 @@ class Command:
 
 
 # The verbs that name no allocation; every other verb takes an incident number first.
-_WITHOUT_IR = frozenset({Verb.HELP, Verb.REQUEST, Verb.LIST, Verb.QUOTA, Verb.REPORT, Verb.RESERVE, Verb.CALENDAR})
+_WITHOUT_IR = frozenset(
+    {Verb.HELP, Verb.REQUEST, Verb.LIST, Verb.QUOTA, Verb.BUDGET, Verb.REPORT, Verb.RESERVE, Verb.CALENDAR}
+)
 
 
 def parse_command(text: str) -> Command:
@@ -162,7 +165,7 @@ def parse_command(text: str) -> Command:
 
 
 def _parse_without_ir(verb: Verb, rest: list[str]) -> Command:
-    """Help, request, list, quota and report: the words after the verb, none of them an incident number."""
+    """Help, request, list, quota, budget and report: the words after the verb, none of them an incident number."""
     if verb is Verb.HELP:
         return Command(Verb.HELP)
     if verb is Verb.REQUEST:
@@ -182,9 +185,10 @@ def _parse_without_ir(verb: Verb, rest: list[str]) -> Command:
             environment=rest[0].lower()[:63] if rest else None,
             gpu_model=_printable(rest[1], 32) if len(rest) > 1 else None,
         )
-    # Quota and report. Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by the
-    # farm's teams).
-    _at_most(rest, 1, "/gpu quota [team]" if verb is Verb.QUOTA else "/gpu report [team | project]")
+    # Quota, budget and report. Report's one word is a team or a project (gpufarm.reporting.slack tells them apart by
+    # the farm's teams).
+    usage = {Verb.QUOTA: "/gpu quota [team]", Verb.BUDGET: "/gpu budget [team]"}
+    _at_most(rest, 1, usage.get(verb, "/gpu report [team | project]"))
     return Command(verb, team=rest[0].lower() if rest else None)
 
 

@@ -19,6 +19,8 @@ HELP = """*`/gpu` — GPUs from the farm, tracked as Datadog incidents*
 • `/gpu release IR-123 [now]` — give the GPUs back (a Release button confirms it unless `now`)
 • `/gpu extend IR-123 [days]` — keep them longer
 • `/gpu quota [team]` — quotas and what is in use
+• `/gpu budget [team]` — budgets this period: burn, when they run out at this rate, and what each live lease will
+  cost to its end
 • `/gpu quota request team=nlp +16 H100 env=onprem-hpc until 2027-01-31 reason="..."` — ask the operators for a
   temporary quota change
 • `/gpu report [team | project]` — the last 30 days' GPU-hours (held, busy, idle), the CSV by DM

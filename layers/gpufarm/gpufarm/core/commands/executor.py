@@ -159,7 +159,10 @@ def _unattended(ctx: LeaseContext, cmd: IncidentCommand) -> str:
     if cmd.op is Op.ACCRUE:
         if cmd.accrue is None:
             raise ValidationFailed("accrue", "an accrue command carries its time and measurement")
-        return gpu_hours.record_accrual(ctx, ir, cmd.accrue.until, gpu_hours.scope_busy(cmd.accrue)).action
+        scope = cmd.accrue
+        return gpu_hours.record_accrual(
+            ctx, ir, scope.until, gpu_hours.scope_busy(scope), gpu_hours.scope_idle_held(scope)
+        ).action
     if cmd.op is Op.IDLE:
         return alerts.idle_triggered(ctx, ir, cmd.idle).action
     if cmd.op is Op.BUSY:

@@ -21,6 +21,7 @@ from gpufarm.core.config.idle_choice import IdleChoiceSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
 from gpufarm.core.config.lending import LendingSettings
+from gpufarm.core.config.rates import RateSettings
 from gpufarm.core.config.reservations import ReservationSettings
 from gpufarm.core.config.scheduling import SchedulingSettings
 from gpufarm.core.config.squatters import SquatterPolicy
@@ -132,6 +133,10 @@ class TeamMembers(_Strict):
         return self
 
 
+# A cost center as finance systems name them: letters, digits, and `-`, `_`, `.`, `/`, at most 40 characters.
+COST_CENTER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_./-]{0,39}$"
+
+
 class TeamSpec(_Strict):
     """A team: who belongs to it, its quotas per pool and model, and the longest allocation it may hold."""
 
@@ -141,6 +146,10 @@ class TeamSpec(_Strict):
     members: TeamMembers | None = None
     max_days: int = Field(default=30, ge=1, le=MAX_DURATION_DAYS)
     quotas: dict[Name, dict[ModelName, ModelQuota]] = Field(default_factory=dict)
+    # The cost center finance charges the team's GPU-hours to (the chargeback's column; gpufarm.reporting.chargeback).
+    cost_center: str | None = Field(default=None, pattern=COST_CENTER_PATTERN)
+    # The team's Slack channel: its budget alerts go there (else by DM to the users `members` names).
+    channel: str | None = Field(default=None, pattern=r"^[CG][A-Z0-9]{2,20}$")
 
 
 class IdleKind(StrEnum):
@@ -440,16 +449,20 @@ class FarmConfig(_Strict):
     idle_choice: IdleChoiceSettings = IdleChoiceSettings()
     # Bookings on the pools' calendars (gpufarm.core.config.reservations).
     reservations: ReservationSettings = ReservationSettings()
+    # What a GPU-hour costs per pool and model (gpufarm.core.config.rates, gpufarm.core.money.card).
+    rates: RateSettings = RateSettings()
 
     @model_validator(mode="after")
     def _references_resolve(self) -> FarmConfig:
         agent_pools = [n for n, e in self.environments.items() if e.metrics_source is MetricsSource.DATADOG_AGENT]
-        problems = self.inventory.problems({n: e.gpu_models for n, e in self.environments.items()}, agent_pools)
-        problems += budget_problems(self.budgets, self.teams)
+        offered = {n: e.gpu_models for n, e in self.environments.items()}
+        problems = self.inventory.problems(offered, agent_pools)
+        problems += budget_problems(self.budgets, self.teams, priced=bool(self.rates.environments))
         problems += self.enforcement.problems({n: e.enforce for n, e in self.environments.items()}, self.teams)
         problems += self.lending.problems(self.environments, self.teams)
         problems += self.scheduling.problems(self.environments) + self.idle_choice.problems(self.environments)
         problems += self.reservations.problems(set(self.environments))
+        problems += self.rates.problems(offered)
         if problems:
             raise ValueError("; ".join(problems))
         for env_name, env in self.environments.items():

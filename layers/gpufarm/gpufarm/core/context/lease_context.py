@@ -53,6 +53,8 @@ from gpufarm.core.kernel.ports import (
 )
 from gpufarm.core.kernel.tags import other_holders, untagged
 from gpufarm.core.kernel.units import holdings
+from gpufarm.core.money.card import RateCard
+from gpufarm.core.money.prices import PriceBook, PriceFeed
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,8 @@ class LeaseContext:
         usage: MetricsQuery | None = None,
         sources: Sequence[InventorySource] = (),
         events: EventSink | None = None,
+        prices: PriceBook | None = None,
+        price_feed: PriceFeed | None = None,
     ) -> None:
         self.incidents = incidents
         self.hosts = hosts
@@ -93,6 +97,10 @@ class LeaseContext:
         self.sources: Sequence[InventorySource] = tuple(sources)
         # The Datadog event stream: the sync posts one event per inventory source it skipped.
         self.events = events
+        # The clouds' list prices last read (the rate card's cloud half); None: only the farm file's prices.
+        self.prices = prices
+        # The clouds' price lists and the cache they are kept in: the sync's refresh (gpufarm.core.sync.prices).
+        self.price_feed = price_feed
         # The view of the invocation running on each thread (the local function host runs several at once).
         self._local = threading.local()
 
@@ -102,6 +110,10 @@ class LeaseContext:
         other = copy.copy(self)
         other.incidents = incidents
         return other
+
+    def rate_card(self) -> RateCard:
+        """The farm's rate card with the list prices last read (gpufarm.core.money.card)."""
+        return RateCard(self.farm.rates, self.prices.known() if self.prices is not None else None)
 
     # -- the invocation ------------------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from gpufarm.core.accounting.budget_text import figure
 from gpufarm.core.accounting.budgets import Burn
 from gpufarm.core.accounting.overrides import Override
 from gpufarm.core.chat.block_kit import MAX_SECTION_TEXT, Message, context, section
@@ -26,13 +27,17 @@ from gpufarm.core.chat.escape import inert, mention
 from gpufarm.core.chat.links import Links
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.farm import FarmConfig
-from gpufarm.core.digest import quota_changes
+from gpufarm.core.digest import quota_changes, wasted
+from gpufarm.core.digest.outlook import TITLE as OUTLOOK_TITLE
+from gpufarm.core.digest.outlook import outlook_lines
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.display import visible
+from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.model import Allocation, isoformat
 from gpufarm.core.leases import terms
 from gpufarm.core.leases.ordering import FIFO, Order
+from gpufarm.core.money.card import RateCard
 from gpufarm.core.squatters import counts as squatting
 
 MAX_LINES = 15
@@ -68,7 +73,7 @@ class DigestFacts:
     until: datetime
     leases: Sequence[Allocation]
     farm: FarmConfig
-    # Leases that ended in the window with squatting in their history (their episodes count with the live ones').
+    # Leases that ended in the window (their squatting counts with the live ones', their hours with the day's).
     ended: Sequence[Allocation] = ()
     # Free and total GPUs per (pool, model).
     capacity: Mapping[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
@@ -81,6 +86,10 @@ class DigestFacts:
     changes: Sequence[Override] = ()
     # The order of each fair-share pool's queue per (pool, model) (gpufarm.core.leases.ordering); FIFO where absent.
     orders: Mapping[tuple[str, str], Order] = field(default_factory=dict)
+    # Requests that ended with a reason in the window's months (refused, withdrawn), for the outlook's unmet demand.
+    unmet: Sequence[LeaseFacts] = ()
+    # The rate card, for the day in money (gpufarm.core.digest.wasted); None: no money section.
+    card: RateCard | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,9 @@ def build(facts: DigestFacts, settings: DigestSettings, links: Links) -> Digest 
     if not news:
         return None
     capacity = Section("Free capacity (free / total GPUs)", capacity_lines(facts.capacity), news=False)
-    shown = [*news, *([capacity] if capacity.lines else [])]
+    money = Section(wasted.TITLE, _money_lines(facts), news=False)
+    ahead = outlook_lines(live, facts.unmet, facts.capacity, since=facts.since, until=facts.until, now=facts.now)
+    shown = [*news, *(p for p in (money, capacity) if p.lines), Section(OUTLOOK_TITLE, ahead, news=False)]
     title = f"GPU farm digest, {clock.day(facts.until)}"[:HEADER_CHARS]
     blocks = [{"type": "header", "text": {"type": "plain_text", "text": title}}]
     blocks += [section(_text(p)) for p in shown]
@@ -300,12 +311,22 @@ def pressure_lines(facts: DigestFacts, settings: DigestSettings) -> list[str]:
     for b in sorted(facts.burns, key=lambda b: (-b.percent, b.budget.label())):
         if b.percent < settings.budget_percent:
             continue
+        if b.budget.in_money:
+            out.append(f"`{inert(b.budget.label())}` budget for {b.period}: {figure(b)}")
+            continue
         out.append(
             f"`{inert(b.budget.label())}` budget for {b.period}: "
-            f"{b.burned:,.0f} of {b.budget.gpu_hours:,.0f} GPU-hours "
+            f"{b.burned:,.0f} of {b.budget.limit:,.0f} GPU-hours "
             f"({b.percent:.0f} %), {b.remaining:,.0f} left"
         )
     return out
+
+
+def _money_lines(facts: DigestFacts) -> list[str]:
+    """The day's hours and cost by kind and its top wasted cost, over the live leases and those that ended."""
+    if facts.card is None:
+        return []
+    return wasted.lines([*facts.ended, *facts.leases], facts.card, facts.since, facts.until, facts.now)
 
 
 def capacity_lines(capacity: Mapping[tuple[str, str], tuple[int, int]]) -> list[str]:

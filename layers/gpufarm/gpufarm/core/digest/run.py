@@ -9,9 +9,10 @@ does). The run's moment is the schedule's own time when the event carries it (Ev
 settings: nothing is stored (docs/design.md, rule 1), a retried run reports the same window, and two digests
 never count one repair twice. The reads are one view of the invocation (LeaseContext.reading): the live incidents and
 the host list once, one metrics query for unattributed use, the budgets' searches (gpufarm.core.accounting.budgets),
-and, for the squatter section, one search of the leases that ended after accruing in the window's months (as the
-budgets read ended leases), at most MAX_ENDED, of which those resolved since the window began with squatting in their
-history are kept.
+and, for the squatter section and the day's money, one search of the leases that ended after accruing in the
+window's months (as the budgets read ended leases), at most MAX_ENDED, of which those resolved since the window
+began are kept; for the outlook line, one search of the requests that ended with a reason in the window's months
+(refused, withdrawn), at most MAX_ENDED.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from gpufarm.core.context.lease_context import LeaseContext
 from gpufarm.core.digest.build import DigestFacts, QuotaUse, build
 from gpufarm.core.governance.policy import team_usage
 from gpufarm.core.kernel.errors import GpufarmError
-from gpufarm.core.kernel.lifecycle import Phase
+from gpufarm.core.kernel.lease_facts import LeaseFacts
+from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation
-from gpufarm.core.kernel.search import ended_query
+from gpufarm.core.kernel.search import IncidentQuery, ended_query
 from gpufarm.core.leases import fair_share
 from gpufarm.core.leases.ordering import Order
 from gpufarm.core.squatters.counts import squatted
@@ -126,24 +128,46 @@ def window_months(since: datetime, until: datetime) -> list[str]:
 
 
 def ended_squatted(ctx: LeaseContext, since: datetime, until: datetime) -> list[Allocation]:
-    """Leases resolved since `since` whose history holds squatting: one search of the leases that ended after
-    accruing in the window's months, read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
+    """Leases resolved since `since` whose history holds squatting (of ended_in_window)."""
+    return [a for a in ended_in_window(ctx, since, until) if squatted(a)]
+
+
+def ended_in_window(ctx: LeaseContext, since: datetime, until: datetime) -> list[Allocation]:
+    """Leases resolved since `since`: one search of the leases that ended after accruing in the window's months,
+    read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
     query = ended_query(window_months(since, until))
     found: list[Allocation] = []
     try:
         for index, record in enumerate(ctx.incidents.search(query)):
             if index >= MAX_ENDED:
                 log.warning(
-                    "digest: more than %d leases ended in the window; the rest's squatting not counted", MAX_ENDED
+                    "digest: more than %d leases ended in the window; the rest's squatting and hours not counted",
+                    MAX_ENDED,
                 )
                 break
             if record.resolved is not None and record.resolved < since:
                 continue
-            alloc = Allocation.from_record(record)
-            if squatted(alloc):
-                found.append(alloc)
+            found.append(Allocation.from_record(record))
     except GpufarmError as exc:
-        log.warning("ended leases could not be read for the digest's squatters: %s", exc)
+        log.warning("ended leases could not be read for the digest (squatters, the day's money): %s", exc)
+        return []
+    return found
+
+
+def ended_unmet(ctx: LeaseContext, since: datetime, until: datetime) -> list[LeaseFacts]:
+    """Requests that ended with a reason in the window's months (the outlook's refusals and withdrawals): one search,
+    read up to MAX_ENDED; [] when it cannot be read (said in the log)."""
+    query = IncidentQuery.where({State.RESOLVED}, gpufarm_reason_month=window_months(since, until))
+    found: list[LeaseFacts] = []
+    try:
+        for index, record in enumerate(ctx.incidents.search(query)):
+            if index >= MAX_ENDED:
+                log.warning("digest: more than %d requests ended in the window; the rest not in the outlook", MAX_ENDED)
+                break
+            if record.resolved is None or record.resolved >= since:
+                found.append(LeaseFacts.decode(record.public_id, record.state, record.fields, record.modified))
+    except GpufarmError as exc:
+        log.warning("ended requests could not be read for the digest's outlook: %s", exc)
         return []
     return found
 
@@ -172,13 +196,15 @@ def gather(ctx: LeaseContext, since: datetime, until: datetime) -> DigestFacts:
         until=until,
         leases=live,
         farm=ctx.farm,
-        ended=ended_squatted(ctx, since, until),
+        ended=ended_in_window(ctx, since, until),
         capacity=ctx.inventory_summary(),
         quotas=quotas,
         burns=burned,
         unattributed=unattributed(ctx.usage, since, now),
         changes=changes,
         orders=_orders(ctx, live),
+        unmet=ended_unmet(ctx, since, until),
+        card=ctx.rate_card(),
     )
 
 

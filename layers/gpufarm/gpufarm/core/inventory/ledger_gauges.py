@@ -118,6 +118,25 @@ LEDGER_GAUGES = (
         "held GPUs the agents saw not busy",
     ),
     GaugeSpec(
+        "gpufarm.ledger.gpus.idle_held",
+        ("team", "project", "environment", "gpu_model"),
+        "gpu",
+        "of the idle GPUs, those holding memory with no work (gpufarm-node pools only)",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.cost.per_hour",
+        ("team", "project", "environment", "gpu_model", "kind", "currency"),
+        "currency",
+        "what the held GPUs cost an hour at the rate card, by kind (busy, idle, idle_held, unmeasured); "
+        "none for an unpriced pool or model, never 0",
+    ),
+    GaugeSpec(
+        "gpufarm.ledger.cost.unallocated_per_hour",
+        ("environment", "gpu_model", "currency"),
+        "currency",
+        "what a pool's GPUs no lease holds cost an hour at its whole-GPU rate; none when unpriced",
+    ),
+    GaugeSpec(
         "gpufarm.ledger.gpus.unmeasured",
         ("team", "project", "environment", "gpu_model"),
         "gpu",
@@ -171,6 +190,32 @@ LEDGER_GAUGES = (
         ("team", "project", "period"),
         "hour",
         "GPU-hours left in the budget's current period",
+    ),
+    # Budgets in money (gpufarm.core.accounting.spend): the amount, what the priced leases cost, and whether a lease
+    # on a pool with no rate leaves the burn incomplete (then spent is the priced part only, never "under budget").
+    GaugeSpec(
+        "gpufarm.budget.amount",
+        ("team", "project", "period", "currency"),
+        "currency",
+        "a budget in money for its current period, in the rate card's currency",
+    ),
+    GaugeSpec(
+        "gpufarm.budget.spent",
+        ("team", "project", "period", "currency"),
+        "currency",
+        "what the budget's leases cost in the current period (the priced ones; see gpufarm.budget.incomplete)",
+    ),
+    GaugeSpec(
+        "gpufarm.budget.amount_remaining",
+        ("team", "project", "period", "currency"),
+        "currency",
+        "money left in the budget's current period",
+    ),
+    GaugeSpec(
+        "gpufarm.budget.incomplete",
+        ("team", "project", "period"),
+        "",
+        "1 when a lease of a budget in money is on a pool with no rate (its burn is incomplete), else 0",
     ),
     # Quota changes in effect (gpufarm.core.accounting.overrides) and GPUs borrowed beyond quota
     # (gpufarm.core.leases.lending); gpufarm.quota.entitled already includes the changes.

@@ -115,6 +115,8 @@ EXEMPT_BY = "exempt_by"
 GPU_HOURS_HELD = "gpu_hours_held"
 GPU_HOURS_BUSY = "gpu_hours_busy"
 GPU_HOURS_IDLE = "gpu_hours_idle"
+# Of the idle GPU-hours, those whose devices held memory with no work on them (the agent's idle_held state).
+GPU_HOURS_IDLE_HELD = "gpu_hours_idle_held"
 GPU_HOURS_UNMEASURED = "gpu_hours_unmeasured"
 GPU_HOURS_UNTIL = "gpu_hours_until"
 GPU_HOURS_BY_MONTH = "gpu_hours_by_month"
@@ -134,6 +136,11 @@ KIND = "gpufarm_kind"
 QUOTA_OVERRIDE = "quota-override"  # the kind of a quota change's incident
 QUOTA_DELTA = "gpufarm_quota_delta"
 QUOTA_UNTIL = "gpufarm_quota_until"
+# A budget period's incident (gpufarm.core.accounting.budget_alerts): the period it records (`2026-12`, `2026-Q4`)
+# and the alert thresholds already told in it, `<percent>=<time>` each, so each is told once per period.
+BUDGET_PERIOD = "budget-period"  # the kind of a budget period's incident
+BUDGET_PERIOD_LABEL = "gpufarm_budget_period"
+BUDGET_ALERTS = "gpufarm_budget_alerts"
 # A reservation's window on the pool's calendar (gpufarm.core.calendar): from when to when its GPUs are booked.
 RESERVED_FROM = "reserved_from"
 RESERVED_UNTIL = "reserved_until"
@@ -224,6 +231,12 @@ SCHEMA: tuple[FieldSpec, ...] = (
     FieldSpec(GPU_HOURS_BUSY, "GPU-hours busy", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw busy"),
     FieldSpec(GPU_HOURS_IDLE, "GPU-hours idle", FieldKind.TEXTBOX, "Of the held GPU-hours, those the agents saw idle"),
     FieldSpec(
+        GPU_HOURS_IDLE_HELD,
+        "GPU-hours idle-held",
+        FieldKind.TEXTBOX,
+        "Of the idle GPU-hours, those with memory held and no work",
+    ),
+    FieldSpec(
         GPU_HOURS_UNMEASURED,
         "GPU-hours unmeasured",
         FieldKind.TEXTBOX,
@@ -253,9 +266,23 @@ SCHEMA: tuple[FieldSpec, ...] = (
         PREEMPT_AT, "Preempted at", FieldKind.TEXTBOX, "ISO 8601 UTC time a borrowing lease is reclaimed on notice"
     ),
     FieldSpec(PREEMPT_FOR, "Preempted for", FieldKind.TEXTBOX, "The request of the lending team that needs the GPUs"),
-    FieldSpec(KIND, "gpufarm kind", FieldKind.TEXTBOX, "Empty for a lease; quota-override for a quota change"),
+    FieldSpec(
+        KIND,
+        "gpufarm kind",
+        FieldKind.TEXTBOX,
+        "Empty for a lease; quota-override for a quota change; budget-period for a budget's alerts",
+    ),
     FieldSpec(QUOTA_DELTA, "Quota change", FieldKind.TEXTBOX, "Signed GPUs a quota override adds to the team's quota"),
     FieldSpec(QUOTA_UNTIL, "Quota change until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a quota override"),
+    FieldSpec(
+        BUDGET_PERIOD_LABEL, "Budget period", FieldKind.TEXTBOX, "YYYY-MM or YYYY-Qn of a budget period's incident"
+    ),
+    FieldSpec(
+        BUDGET_ALERTS,
+        "Budget alerts told",
+        FieldKind.TEXTARRAY,
+        "percent=time of each budget threshold told in the period (told once)",
+    ),
     FieldSpec(RESERVED_FROM, "Reserved from", FieldKind.TEXTBOX, "ISO 8601 UTC start of a reservation's window"),
     FieldSpec(RESERVED_UNTIL, "Reserved until", FieldKind.TEXTBOX, "ISO 8601 UTC end of a reservation's window"),
 )

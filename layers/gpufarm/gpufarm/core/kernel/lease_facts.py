@@ -44,6 +44,7 @@ class LeaseFacts:
     hours_held: float = 0.0
     hours_busy: float = 0.0
     hours_idle: float = 0.0
+    hours_idle_held: float = 0.0
     hours_unmeasured: float = 0.0
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
@@ -57,6 +58,12 @@ class LeaseFacts:
     kind: str | None = None
     quota_delta: int | None = None
     quota_until: datetime | None = None
+    # The units held on a shared pool (`host=<unit>`), for pricing MIG slices (gpufarm.core.money.lease_rate).
+    devices: tuple[str, ...] = ()
+    # The lease's expected end, and since when an approved request waits for hosts (cleared at allocation): the
+    # outlook's holds ahead and waits (gpufarm.core.outlook).
+    expires_at: datetime | None = None
+    waiting_since: datetime | None = None
 
     @property
     def is_quota_override(self) -> bool:
@@ -92,6 +99,7 @@ class LeaseFacts:
             hours_held=fv.hours(get(f.GPU_HOURS_HELD)),
             hours_busy=fv.hours(get(f.GPU_HOURS_BUSY)),
             hours_idle=fv.hours(get(f.GPU_HOURS_IDLE)),
+            hours_idle_held=fv.hours(get(f.GPU_HOURS_IDLE_HELD)),
             hours_unmeasured=fv.hours(get(f.GPU_HOURS_UNMEASURED)),
             hours_until=fv.parse_time(fv.text(get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(fv.items(get(f.GPU_HOURS_BY_MONTH))),
@@ -99,10 +107,13 @@ class LeaseFacts:
             reserved_until=fv.parse_time(fv.text(get(f.RESERVED_UNTIL))),
             modified=modified,
             gpu_model=fv.text(get(f.GPU_MODEL)),
+            devices=tuple(fv.items(get(f.DEVICES))),
             approved_by=fv.text(get(f.APPROVED_BY)),
             kind=fv.text(get(f.KIND)),
             quota_delta=fv.whole(get(f.QUOTA_DELTA)),
             quota_until=fv.parse_time(fv.text(get(f.QUOTA_UNTIL))),
+            expires_at=fv.parse_time(fv.text(get(f.EXPIRES_AT))),
+            waiting_since=fv.parse_time(fv.text(get(f.WAITING_SINCE))),
         )
 
     @classmethod
@@ -125,6 +136,7 @@ class LeaseFacts:
             hours_held=alloc.hours_held,
             hours_busy=alloc.hours_busy,
             hours_idle=alloc.hours_idle,
+            hours_idle_held=alloc.hours_idle_held,
             hours_unmeasured=alloc.hours_unmeasured,
             hours_until=alloc.hours_until,
             hours_by_month=alloc.hours_by_month,
@@ -132,8 +144,11 @@ class LeaseFacts:
             reserved_until=alloc.reserved_until,
             modified=alloc.modified,
             gpu_model=alloc.gpu_model,
+            devices=alloc.devices,
             approved_by=alloc.approved_by,
             kind=alloc.kind,
             quota_delta=alloc.quota_delta,
             quota_until=alloc.quota_until,
+            expires_at=alloc.expires_at,
+            waiting_since=alloc.waiting_since,
         )

@@ -208,6 +208,8 @@ class Allocation(BaseModel):
     hours_held: float = 0.0
     hours_busy: float = 0.0
     hours_idle: float = 0.0
+    # Of hours_idle, those with memory held and no work (idle-held).
+    hours_idle_held: float = 0.0
     hours_unmeasured: float = 0.0
     hours_until: datetime | None = None
     hours_by_month: tuple[str, ...] = ()
@@ -235,6 +237,11 @@ class Allocation(BaseModel):
     def is_quota_override(self) -> bool:
         """True for a quota change's incident (gpufarm.core.accounting.overrides): never a lease."""
         return self.kind == QUOTA_OVERRIDE
+
+    @property
+    def is_budget_period(self) -> bool:
+        """True for a budget period's incident (gpufarm.core.accounting.budget_alerts): never a lease."""
+        return self.kind == f.BUDGET_PERIOD
 
     @property
     def ir_label(self) -> str:
@@ -293,6 +300,7 @@ class Allocation(BaseModel):
             hours_held=_hours(v.get(f.GPU_HOURS_HELD)),
             hours_busy=_hours(v.get(f.GPU_HOURS_BUSY)),
             hours_idle=_hours(v.get(f.GPU_HOURS_IDLE)),
+            hours_idle_held=_hours(v.get(f.GPU_HOURS_IDLE_HELD)),
             hours_unmeasured=_hours(v.get(f.GPU_HOURS_UNMEASURED)),
             hours_until=parse_time(_text(v.get(f.GPU_HOURS_UNTIL))),
             hours_by_month=tuple(_list(v.get(f.GPU_HOURS_BY_MONTH))),

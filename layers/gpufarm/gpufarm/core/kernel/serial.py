@@ -100,12 +100,13 @@ MAX_ACCRUE_HOSTS = 512
 
 
 class AccrueScope(BaseModel):
-    """What an accrue command measured: up to when the lease accrues, and its busy devices per host."""
+    """What an accrue command measured: up to when the lease accrues, its busy and idle-held devices per host."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     until: datetime
     busy: tuple[Annotated[str, Field(pattern=BUSY_ENTRY)], ...] = Field(default=(), max_length=MAX_ACCRUE_HOSTS)
+    idle_held: tuple[Annotated[str, Field(pattern=BUSY_ENTRY)], ...] = Field(default=(), max_length=MAX_ACCRUE_HOSTS)
 
 
 class ProfileScope(BaseModel):

@@ -25,6 +25,9 @@ def process(ctx: LeaseContext, incident_id: str, arrival: str | None = None) -> 
     if alloc.is_quota_override:
         # A quota change holds no hosts: its phases say pending, in effect or ended (gpufarm.core.accounting.overrides).
         return [Outcome(alloc.ir, "nothing to do (quota override)")]
+    if alloc.is_budget_period:
+        # A budget period's incident records the alerts told; it is created ended and holds nothing.
+        return [Outcome(alloc.ir, "nothing to do (budget period)")]
     if alloc.state is State.RESOLVED:
         outcomes = [reclaim(ctx, alloc)]
         if outcomes[0].action == "reclaimed" and alloc.environment:

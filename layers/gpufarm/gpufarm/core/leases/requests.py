@@ -71,7 +71,16 @@ def decide(ctx: LeaseContext, weighed: Grant, *, project: str | None, days: int)
     decision = decide_grant(ask, farm, team_used=weighed.team_used, pool_capacity=capacity)
     # Beyond quota only: approved on the idle quota other teams lend, where the pool lets the team borrow.
     decision = lending.borrow(ctx, ask, weighed.team_used, decision)
-    return budgets.gate(ctx, decision, team=ask.team, project=project, gpus=ask.charged, days=days)
+    return budgets.gate(
+        ctx,
+        decision,
+        team=ask.team,
+        project=project,
+        gpus=ask.charged,
+        days=days,
+        environment=ask.environment,
+        model=ask.gpu_model,
+    )
 
 
 @invocation

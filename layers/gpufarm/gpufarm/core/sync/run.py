@@ -1,5 +1,6 @@
 """The scheduled sync: expiries and reminders as commands, one drift repair per pool (or per shard of a large
-pool), the leases due their GPU-hours accrued, and the gauges.
+pool), the leases due their GPU-hours accrued, the budgets' thresholds crossed, the gauges, and the clouds' list
+prices when due.
 
 Work per invocation is bounded by the farm's pools, not by the farm: the sync reads the live incidents and the host
 list once (one invocation's reads, gpufarm.core.context), queues each expiry as a command in its incident's pool
@@ -10,10 +11,10 @@ a queue (one writer, the unit tests) each runs at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpufarm.core.accounting import agent_usage, gpu_hours
+from gpufarm.core.accounting import agent_usage, budget_alerts, budgets, gpu_hours
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.inventory.source_events import post_source_events
 from gpufarm.core.inventory.sources import read_in_background
@@ -23,6 +24,7 @@ from gpufarm.core.leases import terms
 from gpufarm.core.sync import expiry
 from gpufarm.core.sync.gauges import publish_gauges
 from gpufarm.core.sync.inventory_read import inventory_sources, read_ledger
+from gpufarm.core.sync.prices import refresh_prices
 from gpufarm.core.sync.repair import reconcile_pool, shards_for
 
 SYNC_BUCKET_S = 300
@@ -46,8 +48,12 @@ class SyncReport:
     # busy-GPU query answered (gpufarm.core.accounting.gpu_hours).
     accrued: list[int] = field(default_factory=list)
     measured: bool = False
+    # Budget thresholds crossed and not yet told, sent to be told once (gpufarm.core.accounting.budget_alerts).
+    budget_alerts: list[str] = field(default_factory=list)
     # What the inventory sources found: nodes without an agent, down hosts, unknown nodes, sources skipped.
     inventory: dict[str, Any] = field(default_factory=dict)
+    # The clouds' list prices: refreshed when due, last (gpufarm.core.sync.prices); what the refresh did.
+    prices: dict[str, Any] = field(default_factory=dict)
 
 
 @invocation
@@ -72,7 +78,12 @@ def sync(ctx: LeaseContext) -> SyncReport:
     report.measured = usage.measured
     ending = {*report.expired, *report.withdrawn, *report.idle_reclaimed}  # their end writes their final hours
     report.accrued = gpu_hours.queue_accruals(ctx, usage, f"sync-{bucket}", skip=ending)
-    report.series = publish_gauges(ctx, ledger, usage)
+    # The budgets' burn is read once, for their alerts (after the accruals) and their gauges.
+    burned = budgets.burns(ctx, ctx.farm.budgets) if ctx.farm.budgets else []
+    report.budget_alerts = budget_alerts.check(ctx, burned, f"sync-{bucket}")
+    report.series = publish_gauges(ctx, ledger, usage, burned)
+    # Last: the sync's own work never waits on a price list, and the refresh never fails the sync.
+    report.prices = asdict(refresh_prices(ctx))
     return report
 
 

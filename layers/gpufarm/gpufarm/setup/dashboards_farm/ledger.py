@@ -1,5 +1,6 @@
-"""The quota ledger dashboard: entitled / allocated / used / idle / unmeasured per team, project, environment and
-model; reserved GPU-hours and the pools' calendars; budget burn; inventory; unattributed usage per host and team.
+"""The quota ledger dashboard: entitled / allocated / used / idle / idle-held / unmeasured per team, project,
+environment and model, and what they cost an hour by kind; each pool's unallocated GPUs' cost; reserved GPU-hours,
+the pools' calendars and the four weeks' free capacity; budget burn; inventory; unattributed usage per host and team.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gpufarm.setup.dashboards_farm.common import (
     env_values,
     model_values,
 )
+from gpufarm.setup.dashboards_farm.outlook import outlook_charts
 from gpufarm.setup.dashboards_widgets import Chart, Formula, Series, note, scope, template_variable
 
 
@@ -58,12 +60,35 @@ def quota_ledger(farm: FarmConfig) -> dict[str, Any]:
                     Series("held", "sum:gpufarm.ledger.gpus.allocated", "allocated GPUs and slices"),
                     Series("used", "sum:gpufarm.ledger.gpus.used", "used (busy)"),
                     Series("idle", "sum:gpufarm.ledger.gpus.idle", "idle"),
+                    Series("idle_held", "sum:gpufarm.ledger.gpus.idle_held", "of idle: idle-held (memory, no work)"),
                     Series("unmeasured", "sum:gpufarm.ledger.gpus.unmeasured", "unmeasured (no metrics)"),
                 ],
                 where=q,
                 by=" by {team,project,environment,gpu_model}",
             ),
+            Chart(
+                "table",
+                "Cost an hour of the held GPUs per team, project and pool, by kind (rate card; unpriced pools absent)",
+                [Series("cost", "sum:gpufarm.ledger.cost.per_hour", "cost an hour")],
+                where=q,
+                by=" by {team,project,environment,kind,currency}",
+            ),
+            Chart(
+                "timeseries",
+                "Cost an hour per team and kind (busy, idle, idle-held, unmeasured)",
+                [Series("cost", "sum:gpufarm.ledger.cost.per_hour", "cost an hour")],
+                where=q,
+                by=" by {team,kind}",
+            ),
+            Chart(
+                "table",
+                "Unallocated capacity: what each pool's GPUs no lease holds cost an hour",
+                [Series("unallocated", "sum:gpufarm.ledger.cost.unallocated_per_hour", "cost an hour")],
+                where=scope(ENV, MODEL),
+                by=" by {environment,gpu_model,currency}",
+            ),
             *calendar_charts(),
+            *outlook_charts(),
             Chart(
                 "table",
                 "Used now: busy devices per team, environment and model (node agents)",
