@@ -321,15 +321,7 @@ def _field_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> li
     counted: dict[str, Counter[str] | None] = {name: Counter() for name, _ in specs}
     for incident in found:
         for name, value in (*incident.fields.items(), (SLUG, incident.slug)):
-            counter = counted.get(name)
-            if counter is None or value is None:
-                continue
-            if isinstance(value, list):
-                counter.update(value)
-            else:
-                counter[value] += 1
-            if len(counter) > MAX_FIELD_FACET_VALUES:
-                counted[name] = None
+            _count_value(counted, name, value)
     out = []
     for name, allowed in sorted(specs):
         counter = counted[name]
@@ -339,6 +331,19 @@ def _field_facets(found: Sequence[StoredIncident], config: IncidentConfig) -> li
             continue
         out.append({"name": name, "facets": facets})
     return out
+
+
+def _count_value(counted: dict[str, Counter[str] | None], name: str, value: Any) -> None:
+    """Count one field value; a field past MAX_FIELD_FACET_VALUES distinct values is dropped (None)."""
+    counter = counted.get(name)
+    if counter is None or value is None:
+        return
+    if isinstance(value, list):
+        counter.update(value)
+    else:
+        counter[value] += 1
+    if len(counter) > MAX_FIELD_FACET_VALUES:
+        counted[name] = None
 
 
 def _user_facet(user_id: str, count: int) -> dict[str, Any]:
