@@ -243,6 +243,40 @@ def test_search_answers_as_recorded(api: IncidentsApi, mixed: list[str]) -> None
     assert [s["end"] is None for s in resolved["field_analytics"]["state"]["resolved"]["spans"]] == [True]
 
 
+def test_search_answers_from_views_kept_per_change_are_the_views_rendered_whole(
+    api: IncidentsApi, mixed: list[str], sandbox: Sandbox, sandbox_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A page is its incidents' views kept as text since their last change, with field analytics as of now; asking
+    # for the users renders the page whole. Both must read the same, before and after a change and a later clock.
+    now = [sandbox.clock.now() + 7200]
+    monkeypatch.setattr(sandbox.clock, "now", lambda: now[0])
+    url = f"{sandbox_url}/api/v2/incidents/search?" + urllib.parse.urlencode(
+        {"query": "state:(active OR stable OR resolved)", "page[size]": 2, "page[offset]": 1}
+    )
+
+    def both() -> dict[str, Any]:
+        kept, whole = http(url), http(url + "&include=users")
+        assert kept[0] == whole[0] == 200
+        whole[1].pop("included")
+        assert kept[1] == whole[1]
+        return dict(kept[1])
+
+    before = both()
+    api.update_incident(incident_id=mixed[0], body=patch_body(mixed[0], fields={"team": dropdown("vision")}))
+    now[0] += 3600
+    after = both()
+    changed = after["data"]["attributes"]["incidents"][1]["data"]
+    assert changed["id"] == mixed[0] and changed["attributes"]["fields"]["team"]["value"] == "vision"
+    spans = changed["attributes"]["field_analytics"]["state"]["active"]
+    assert (
+        spans["duration"]
+        == before["data"]["attributes"]["incidents"][1]["data"]["attributes"]["field_analytics"]["state"]["active"][
+            "duration"
+        ]
+        + 3600
+    )
+
+
 def test_search_pages_end_short(api: IncidentsApi, mixed: list[str]) -> None:
     query = "state:(active OR stable OR resolved)"
     status, first, _ = call(api, "search_incidents", query=query, page_size=2)

@@ -425,3 +425,54 @@ def test_a_requests_decision_on_a_large_pool_lists_none_of_it(svc: GpuFarm, host
     assert hosts.lists == [] and hosts.listed == 0
     # One sample (it shows both clusters) and one count per (cluster, size).
     assert len(hosts.pages) == 3
+
+
+def test_a_scope_read_fresh_sees_what_was_created_since_and_answers_the_scopes_inside_it(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    first = _lease(svc, incidents, phase=Phase.ALLOCATED)
+    reads = Reads(incidents, hosts)
+    assert [a.ir for a in reads.live("hpc", "nlp")] == [first]
+    created = _lease(svc, incidents, phase=Phase.REQUESTED)
+    other = _lease(svc, incidents, team="vision", phase=Phase.WAITING)
+    assert [a.ir for a in reads.live("hpc", "nlp")] == [first]  # read before the create: kept for the invocation
+    assert [a.ir for a in reads.fresh("hpc")] == [first, created, other]
+    # The team in the pool, and the pool's waiting requests, are answered from the fresh read, not the older one.
+    assert [a.ir for a in reads.live("hpc", "nlp")] == [first, created]
+    assert [a.ir for a in reads.live("hpc", phases={Phase.WAITING})] == [other]
+    assert incidents.searches == [live_query("hpc", "nlp"), live_query("hpc")]
+
+
+def test_a_teams_leases_in_its_quota_pools_come_from_the_pools_read_and_one_search_for_the_rest(
+    svc: GpuFarm, incidents: FakeIncidents, hosts: CountingHosts
+) -> None:
+    hpc = _lease(svc, incidents, phase=Phase.ALLOCATED)
+    cloud = _lease(svc, incidents, env="cloud", phase=Phase.ALLOCATED)
+    _lease(svc, incidents, env="cloud", team="vision", phase=Phase.ALLOCATED)
+    reads = Reads(incidents, hosts)
+    reads.live("hpc")
+    assert reads.holds_scope("hpc") and reads.holds_scope("hpc", "nlp") and not reads.holds_scope("cloud", "nlp")
+    assert [a.ir for a in reads.live_in_pools("nlp", ["hpc", "cloud", "slices"])] == [hpc, cloud]
+    rest = incidents.searches[1]
+    assert len(incidents.searches) == 2 and dict(rest.fields) == {"environment": ("cloud", "slices"), "team": ("nlp",)}
+    # Each pool's team scope is kept: asked again, nothing more is read.
+    assert [a.ir for a in reads.live("cloud", "nlp")] == [cloud]
+    assert reads.live_in_pools("nlp", ["cloud", "hpc"]) == [reads.get(hpc), reads.get(cloud)]
+    assert len(incidents.searches) == 2
+
+
+def test_a_context_writing_through_a_commands_record_shares_the_invocations_reads(
+    svc: GpuFarm, incidents: FakeIncidents
+) -> None:
+    ir = _lease(svc, incidents, phase=Phase.ALLOCATED)
+    ctx = svc.context
+    recorded = ctx.with_incidents(FakeIncidents(FakeClock()))
+    with ctx.reading() as outer:
+        assert [a.ir for a in outer.live("hpc")] == [ir]
+        joined = recorded.reads()
+        # The record's own store is read through, what the invocation read is shared both ways.
+        assert joined.incidents is recorded.incidents and joined is not outer
+        assert [a.ir for a in joined.live("hpc", "nlp")] == [ir]
+        joined.live("cloud")
+        assert outer.holds_scope("cloud")
+    assert len(incidents.searches) == 1

@@ -4,6 +4,7 @@ capacity kept from new leases and extensions, allocated at the start by the swee
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -16,10 +17,11 @@ from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel.errors import Conflict, ValidationFailed
+from gpufarm.core.kernel.errors import Conflict, UpstreamError, ValidationFailed
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
-from gpufarm.core.kernel.model import Allocation, isoformat
+from gpufarm.core.kernel.model import Allocation, IncidentRecord, isoformat
+from gpufarm.core.kernel.search import IncidentQuery, live_query
 from gpufarm.core.service import GpuFarm
 from gpufarm.reporting.build import build_report
 from gpufarm.reporting.query import GroupBy, ReportQuery, since_period
@@ -125,6 +127,43 @@ def test_an_overlapping_booking_beyond_the_pool_is_refused_with_the_nearest_wind
     refused = world.svc.allocation(world.newest())
     assert (refused.phase, refused.state) == (Phase.REJECTED, State.RESOLVED)
     assert refused.history[-1].endswith("[reservation-no-capacity]")
+
+
+def test_a_pool_read_that_fails_part_way_admits_nothing_and_the_redelivery_decides(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.reserve(4, 3, "2d", team="vision")
+    world.reserve(4, 3, "2d", team="vision")
+    whole = world.incidents.search
+
+    def failing(query: IncidentQuery) -> Iterator[IncidentRecord]:
+        found = whole(query)
+        if dict(query.fields).get(f.ENVIRONMENT) == ("hpc",) and f.TEAM not in dict(query.fields):
+            yield next(found)  # the pool's first page came, the next one failed
+            raise UpstreamError("Datadog is unavailable (503)")
+        yield from found
+
+    monkeypatch.setattr(world.incidents, "search", failing)
+    with pytest.raises(UpstreamError):
+        world.reserve(8, 3, "2d")
+    undecided = world.svc.allocation(world.newest())
+    assert (undecided.phase, undecided.state) == (Phase.REQUESTED, State.ACTIVE)
+    # The queue redelivers the booking: decided on the pool read whole.
+    monkeypatch.setattr(world.incidents, "search", whole)
+    assert "reserved: 8 H100 in hpc" in world.svc.decide_request(undecided.ir).text
+    assert world.svc.allocation(undecided.ir).phase is Phase.RESERVED
+
+
+def test_a_booking_and_the_home_after_it_read_the_pool_once(world: World) -> None:
+    world.lease(8, 3, team="vision")
+    world.incidents.searches.clear()
+    # The queue consumer's unit of work: the create, its twin check and the decision, then the requester's Home.
+    answer = world.svc.refreshing_homes(lambda: world.reserve(8, 3, "2d"))
+    assert "reserved: 8 H100 in hpc" in answer
+    # The twin check reads the pool afresh and the decision weighs it; the Home's quota rows come from that read
+    # (the teams' quotas are all in hpc), its list of the user's leases through the requester facet.
+    assert world.incidents.searches == [live_query("hpc"), live_query(requester=USER)]
+    assert "reserved" in json.dumps(world.chat.homes[USER])
 
 
 def test_the_decision_that_counts_refuses_what_was_booked_since_the_precheck(world: World) -> None:

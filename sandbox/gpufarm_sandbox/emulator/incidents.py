@@ -9,6 +9,7 @@ only. The parts live beside this module: the search language (incidents_search),
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -41,7 +42,7 @@ from gpufarm_sandbox.emulator.incidents_config import (
     iso,
 )
 from gpufarm_sandbox.emulator.incidents_notifications import CREATED_TRIGGER, MODIFIED_TRIGGER, NotificationRules
-from gpufarm_sandbox.emulator.incidents_record import FieldValue, StoredIncident, state_changed
+from gpufarm_sandbox.emulator.incidents_record import FieldValue, StoredIncident, field_analytics, state_changed
 from gpufarm_sandbox.emulator.incidents_search import (
     Node,
     QueryError,
@@ -58,6 +59,7 @@ from gpufarm_sandbox.emulator.web import ApiError, Route, empty_response, json_o
 from gpufarm_sandbox.emulator.webhooks import WebhooksModule
 
 INCIDENTS = "/api/v2/incidents"
+SEP = (",", ":")  # compact JSON, as json_response writes it
 SORTS = ("created", "-created")
 
 
@@ -66,6 +68,11 @@ SORTS = ("created", "-created")
 
 # How many distinct searches keep their matches between pages.
 SEARCH_CACHE = 32
+# How many incidents keep their search view as JSON text between answers (about 10 KB each).
+RENDER_CACHE = 20_000
+# Where an incident's search view, rendered once per change, takes its field analytics (they age with the clock).
+_ANALYTICS = '"field_analytics":null'
+_NO_INCIDENTS = '"incidents":[]'
 # Facets that are the incident's own attributes rather than a field.
 _SPECIAL_FACETS = frozenset({"public_id", "id", "customer_impacted", "is_test", "incident_type", "commander", SLUG})
 
@@ -83,6 +90,11 @@ class IncidentsModule(BaseModule):
         # version, and its later pages are cut from them, as a real index serves page after page.
         self._version = 0
         self._searches: dict[tuple[str, str], tuple[tuple[Any, ...], list[StoredIncident], dict[str, Any]]] = {}
+        # Each incident's search view as JSON text, around its field analytics, with the version of its last change
+        # and the field definitions it was rendered with: a page of a search is its incidents' texts joined, each
+        # rendered again only once it changed (the view of 100 incidents is most of a page's cost).
+        self._changed: dict[str, int] = {}
+        self._texts: dict[str, tuple[tuple[Any, ...], str, str]] = {}
         self.config = IncidentConfig(context)
         self.rules = NotificationRules(context, self.config, webhooks)
         self.views = IncidentViews(self.config, context.clock)
@@ -109,6 +121,8 @@ class IncidentsModule(BaseModule):
         self._next_public_id = 1
         self._version += 1
         self._searches.clear()
+        self._changed.clear()
+        self._texts.clear()
         self.config.reset()
         self.rules.reset()
 
@@ -177,6 +191,8 @@ class IncidentsModule(BaseModule):
             self._incident(incident_id)
             del self._incidents[incident_id]
             self._version += 1
+            self._changed.pop(incident_id, None)
+            self._texts.pop(incident_id, None)
         return empty_response(204)
 
     def _list(self, request: Request) -> Response:
@@ -212,10 +228,33 @@ class IncidentsModule(BaseModule):
                 raise ApiError(400, f"Invalid query: unknown facet '{unknown[0]}'")
             found, facets = self._matching(text, sort, self._quirked(query))
             page = found[offset : offset + size]
-            out = self.views.search_answer(found, page, offset, facets)
             if "users" in include:
+                out = self.views.search_answer(found, page, offset, facets)
                 out["included"] = self.views.included_users(page)
-        return json_response(out)
+                return json_response(out)
+            envelope = json.dumps(self.views.search_answer(found, page, offset, facets, rendered=False), separators=SEP)
+            head, marker, tail = envelope.partition(_NO_INCIDENTS)
+            assert marker, "a search answer holds its incidents' list"
+            now = self.ctx.clock.now()
+            items = ",".join(self.incident_text(i, now) for i in page)
+        return Response(f'{head}"incidents":[{items}]{tail}', content_type="application/json")
+
+    def incident_text(self, incident: StoredIncident, now: float) -> str:
+        """One search result (`{"data": ...}`) as JSON text: the view rendered once per change of the incident (or of
+        the field definitions), its field analytics as of `now`; the same text as rendering it whole."""
+        key = (self._changed.get(incident.id), tuple(id(d) for d in self.config.fields.values()))
+        kept = self._texts.get(incident.id)
+        if kept is None or kept[0] != key:
+            text = json.dumps({"data": self.views.incident(incident, full=True)}, separators=SEP)
+            before, marker, after = text.partition(_ANALYTICS)
+            assert marker, "an incident's search view holds its field analytics"
+            kept = (key, before, after)
+            self._texts.pop(incident.id, None)
+            if len(self._texts) >= RENDER_CACHE:
+                self._texts.pop(next(iter(self._texts)))
+            self._texts[incident.id] = kept
+        analytics = json.dumps(field_analytics(incident, now), separators=SEP)
+        return f'{kept[1]}"field_analytics":{analytics}{kept[2]}'
 
     # -- incidents: state changes -----------------------------------------------------------------------
 
@@ -260,6 +299,7 @@ class IncidentsModule(BaseModule):
         self._next_public_id += 1
         self._incidents[incident.id] = incident
         self._version += 1
+        self._changed[incident.id] = self._version
         return incident
 
     def _apply_update(
@@ -272,6 +312,7 @@ class IncidentsModule(BaseModule):
         # Everything is validated above; nothing below can fail, so a bad PATCH changes nothing.
         now = self.ctx.clock.now_dt()
         self._version += 1
+        self._changed[incident.id] = self._version
         old_state = incident.state
         incident.fields.update(values)
         for key, value in updates.items():

@@ -45,15 +45,24 @@ class IncidentViews:
         return out
 
     def search_answer(
-        self, found: list[StoredIncident], page: list[StoredIncident], offset: int, facets: dict[str, Any]
+        self,
+        found: list[StoredIncident],
+        page: list[StoredIncident],
+        offset: int,
+        facets: dict[str, Any],
+        *,
+        rendered: bool = True,
     ) -> dict[str, Any]:
+        """A search answer; without `rendered`, its `incidents` list left empty for the caller to fill with the
+        page's incidents rendered already (IncidentsModule's page text, `incident_text`)."""
+        items = [{"data": self.incident(i, full=True, analytics=True)} for i in page] if rendered else []
         return {
             "data": {
                 "type": "incidents_search_results",
                 "attributes": {
                     "total": len(found),
                     "facets": facets,
-                    "incidents": [{"data": self.incident(i, full=True, analytics=True)} for i in page],
+                    "incidents": items,
                 },
                 "relationships": {
                     "incidents_relationship": {"data": [{"type": "incidents", "id": i.id} for i in page]}

@@ -22,6 +22,7 @@ from gpufarm.adapters import datadog_client as dc
 from gpufarm.adapters.incident_search import (
     BROKEN,
     HTTP_BAD_REQUEST,
+    MAX_PAGE_READERS,
     NO_SUCH_VALUE,
     SEARCH_PAGE,
     Attempt,
@@ -54,6 +55,9 @@ KNOWN_IDS = 4096
 # How many IR -> UUID pairs a gateway remembers (about 150 bytes each). The pair never changes once an incident
 # exists, so the index holds a fact, not state: an entry is only ever confirmed or dropped, never trusted blindly.
 IR_INDEX_SIZE = 50_000
+# Pages of one search read at once once its first page gives the total: a pool's 40 pages in a tenth of the calls'
+# round trips, within the rate-limit gate (docs/datadog.md, "Rate limits") and the invocation's time budget.
+PAGE_READERS = 4
 
 
 class DatadogIncidents:
@@ -74,6 +78,7 @@ class DatadogIncidents:
         create_backoff_s: float = 0.5,
         request_id_scan: int = 50,
         search_page_size: int = SEARCH_PAGE,
+        page_readers: int = PAGE_READERS,
         sleep: Callable[[float], None] = time.sleep,
         rate_limit_wait_s: float = dc.RATE_LIMIT_WAIT_S,
         rate_limit_retries: int = dc.RATE_LIMIT_RETRIES,
@@ -91,6 +96,8 @@ class DatadogIncidents:
         # human pace) can have been created in between. One page keeps each create to one extra read.
         self.request_id_scan = max(1, request_id_scan)
         self.search_page_size = max(1, min(SEARCH_PAGE, search_page_size))
+        # How many pages of a search read whole are read at once (gpufarm.adapters.incident_search.search_pages).
+        self.page_readers = max(1, min(MAX_PAGE_READERS, page_readers))
         self._sleep = sleep
         # Ids already read back as gpufarm's type: updating them needs no re-check (bounded, oldest dropped).
         self._own_ids: OrderedDict[str, None] = OrderedDict()
@@ -272,7 +279,8 @@ class DatadogIncidents:
                     del self._ir_index[ir]
         # Every state, newest first: public_id grows with creation time, so once the numbers drop below the
         # one asked for it cannot come. Each page decoded fills the index on the way.
-        for record in self.search(IncidentQuery(), newest_first=True):
+        # Read one page at a time: the search stops after the first page or two.
+        for record in self._search(IncidentQuery(), newest_first=True, limit=None, page_size=self.search_page_size):
             if record.public_id == ir:
                 return record
             if record.public_id < ir:
@@ -312,7 +320,9 @@ class DatadogIncidents:
         the facets (gpufarm.adapters.incident_search)."""
         if query.scan is not None:
             newest_first = True
-        return self._search(query, newest_first=newest_first, limit=None, page_size=self.search_page_size)
+        return self._search(
+            query, newest_first=newest_first, limit=None, page_size=self.search_page_size, readers=self.page_readers
+        )
 
     def find_by_request_id(self, request_id: str) -> IncidentRecord | None:
         """The incident created for a Slack request, so a retried create never makes a second one.
@@ -365,7 +375,7 @@ class DatadogIncidents:
         return False
 
     def _search(
-        self, query: IncidentQuery, *, newest_first: bool, limit: int | None, page_size: int
+        self, query: IncidentQuery, *, newest_first: bool, limit: int | None, page_size: int, readers: int = 1
     ) -> Iterator[IncidentRecord]:
         sort = {"sort": _newest_first()} if newest_first else {}
 
@@ -378,7 +388,7 @@ class DatadogIncidents:
         def keep(attempt: Attempt, page: list[Any]) -> list[IncidentRecord]:
             return self._kept(query, attempt, page)
 
-        return search_pages(query, self.facets, text, fetch, keep, page_size=page_size, limit=limit)
+        return search_pages(query, self.facets, text, fetch, keep, page_size=page_size, limit=limit, readers=readers)
 
     def _kept(self, query: IncidentQuery, attempt: Attempt, page: list[Any]) -> list[IncidentRecord]:
         """The page's incidents of gpufarm's type that the query matches; facets seen ignored are remembered."""

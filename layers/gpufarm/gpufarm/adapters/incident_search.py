@@ -9,9 +9,11 @@ life, logged once: the answer is the same in every case, only the reads differ.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
@@ -40,6 +42,8 @@ NO_SUCH_MONTH = "1900-01"
 
 HTTP_BAD_REQUEST = 400
 SEARCH_PAGE = 100  # Datadog's maximum page[size] for incidents
+# The most pages of one search read at once, once its first page has given the total (`search_pages`).
+MAX_PAGE_READERS = 8
 
 CONFIRMED = "confirmed"
 FELL_BACK = "fell back"
@@ -183,9 +187,15 @@ def search_pages(
     *,
     page_size: int,
     limit: int | None = None,
+    readers: int = 1,
 ) -> Iterator[T]:
     """Every page of a search, sent the narrowest way Datadog has not refused (a 400 on a facet is remembered and
-    the next attempt sent without it), each page's items passed through `keep`, at most `limit` kept."""
+    the next attempt sent without it), each page's items passed through `keep`, at most `limit` kept.
+
+    With `readers` above 1, a search read whole (no `limit`, no `scan`) reads the pages its first page's `total`
+    announces up to that many at a time (`_Ahead`), each within the invocation's time budget and through the same
+    rate-limit gate as any call; pages are still kept in order, and a page that fails fails the whole search (the
+    caller decides nothing on a partial read)."""
     for attempt in facets.attempts(query):
         sent = text(attempt)
         try:
@@ -196,18 +206,54 @@ def search_pages(
                 facets.lose(refused, f"refused ({failed.outcome.message})")
                 continue
             raise failed.error() from None
-        pages = _pages(
-            query,
-            first,
-            partial(keep, attempt),
-            sent=sent,
-            fetch=fetch,
-            page_size=page_size,
-            limit=limit,
-        )
+        whole = limit is None and query.scan is None
+        ahead = _Ahead(fetch, sent, page_size, min(max(1, readers), MAX_PAGE_READERS) if whole else 1)
+        pages = _pages(query, first, partial(keep, attempt), fetch=ahead.page, page_size=page_size, limit=limit)
         del first  # held by the pages alone, so it goes with them (see _pages)
-        yield from pages
+        try:
+            yield from pages
+        finally:
+            ahead.close()
         return
+
+
+class _Ahead:
+    """The pages of one search after its first, read up to `readers` at a time at the offsets the first page's
+    `total` announces, never more than `readers` ahead of the page kept last (a read whole holds a few pages at a
+    time, not the search); an offset not announced (the total grew, a page came short) is read when asked for."""
+
+    def __init__(self, fetch: Fetch, sent: str, page_size: int, readers: int) -> None:
+        self._fetch = fetch
+        self._sent = sent
+        self._page_size = page_size
+        self._readers = readers
+        self._pool: ThreadPoolExecutor | None = None
+        self._offsets: list[int] = []
+        self._planned: dict[int, Future[dict[str, Any]]] = {}
+
+    def page(self, offset: int, total: Any) -> dict[str, Any]:
+        """The page at `offset` (`total`: as the last page read gave it); raises Failed as `fetch` does."""
+        if self._readers > 1 and self._pool is None and isinstance(total, int) and total - offset > self._page_size:
+            self._pool = ThreadPoolExecutor(self._readers, thread_name_prefix="incident-search")
+            self._offsets = list(range(offset, total, self._page_size))[::-1]
+        while self._pool is not None and self._offsets and len(self._planned) < self._readers:
+            at = self._offsets.pop()
+            # Each read runs in a copy of this context: the invocation's time budget bounds its waits too.
+            self._planned[at] = self._pool.submit(contextvars.copy_context().run, self._fetch, self._sent, at)
+        planned = self._planned.pop(offset, None)
+        if planned is None:
+            return self._fetch(self._sent, offset)
+        return planned.result()
+
+    def close(self) -> None:
+        """Drop the pages not asked for (those already on the wire are waited for, then thrown away)."""
+        if self._pool is not None:
+            for future in self._planned.values():
+                future.cancel()
+            self._planned.clear()
+            self._offsets.clear()
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 def _pages(
@@ -215,8 +261,7 @@ def _pages(
     attributes: dict[str, Any],
     keep: Callable[[list[Any]], list[T]],
     *,
-    sent: str,
-    fetch: Fetch,
+    fetch: Callable[[int, Any], dict[str, Any]],
     page_size: int,
     limit: int | None,
 ) -> Iterator[T]:
@@ -242,7 +287,7 @@ def _pages(
         # parsed page at a time, not two (3,000 leases' report: a page is some 100,000 objects).
         del page, attributes
         try:
-            attributes = fetch(sent, offset)
+            attributes = fetch(offset, total)
         except Failed as failed:
             raise failed.error() from None
 

@@ -13,27 +13,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from gpufarm.core.kernel.field_values import isoformat
-from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
+from gpufarm.core.kernel.lifecycle import HOLDING, State
+from gpufarm.core.kernel.pool_record import PoolRecord
 
 if TYPE_CHECKING:
     from gpufarm.core.config.farm import FarmConfig
 
 
-class OverrideFacts(Protocol):
+class OverrideFacts(PoolRecord, Protocol):
     """The fields of an incident an override is read from."""
 
-    @property
-    def ir(self) -> int: ...
-    @property
-    def state(self) -> State: ...
-    @property
-    def phase(self) -> Phase: ...
-    @property
-    def team(self) -> str | None: ...
-    @property
-    def environment(self) -> str | None: ...
-    @property
-    def gpu_model(self) -> str | None: ...
     @property
     def approved_by(self) -> str | None: ...
     @property

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
+from gpufarm.core.kernel.pool_record import PoolRecord
 
 # An open-ended hold (a lease with no known end) runs to here: beyond any horizon.
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
@@ -33,21 +34,9 @@ class Hold:
     reserved: bool = False
 
 
-class Holder(Protocol):
+class Holder(PoolRecord, Protocol):
     """What the calendar reads of a lease or reservation: the lifecycle's Allocation, or a report's LeaseFacts."""
 
-    @property
-    def ir(self) -> int: ...
-    @property
-    def state(self) -> State: ...
-    @property
-    def phase(self) -> Phase: ...
-    @property
-    def team(self) -> str | None: ...
-    @property
-    def environment(self) -> str | None: ...
-    @property
-    def gpu_model(self) -> str | None: ...
     @property
     def gpu_count(self) -> int: ...
     @property

@@ -39,8 +39,15 @@ _ALL = 1 << 30
 
 
 def limits(ctx: LeaseContext, environment: str, gpu_model: str, team: str) -> Limits:
-    """The pool's GPUs of the model and the team's quota there (0 without one)."""
-    capacity = ctx.reads().capacity(environment, gpu_model.upper(), _ALL, units=ctx.shared(environment))
+    """The pool's GPUs of the model and the team's quota there (0 without one).
+
+    A dedicated pool's GPUs are counted per host size (a sample page and one count per size, `Reads.host_sizes`)
+    rather than listed: the calendar needs the pool's whole size, and listing a pool of thousands of hosts costs a
+    page per thousand."""
+    shared = ctx.shared(environment)
+    if not shared:
+        ctx.reads().host_sizes(environment, gpu_model.upper())
+    capacity = ctx.reads().capacity(environment, gpu_model.upper(), _ALL, units=shared)
     quota = ctx.farm.quota(team, environment, gpu_model)
     return Limits(capacity, quota.gpus if quota else 0)
 

@@ -122,7 +122,7 @@ class LeaseContext:
         """One invocation's reads: opened here, or joined when one is open on this thread."""
         current: Reads | None = getattr(self._local, "reads", None)
         if current is not None:
-            yield current
+            yield self.reads()
             return
         reads = Reads(self.incidents, self.hosts)
         self._local.reads = reads
@@ -155,9 +155,13 @@ class LeaseContext:
         return alloc
 
     def reads(self) -> Reads:
-        """The open view, or a fresh one for a single step called outside any invocation."""
+        """The open view, or a fresh one for a single step called outside any invocation. A context writing through
+        another store (`with_incidents`: one command's record) reads through that store too, sharing what the
+        invocation has read."""
         current: Reads | None = getattr(self._local, "reads", None)
-        return current if current is not None else Reads(self.incidents, self.hosts)
+        if current is None:
+            return Reads(self.incidents, self.hosts)
+        return current if current.incidents is self.incidents else current.through(self.incidents)
 
     def membership(self) -> Membership:
         """The invocation's membership lookups (a fresh one outside any invocation)."""

@@ -26,7 +26,7 @@ length of one invocation is safe because every writer of a pool runs in the pool
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpufarm.core.kernel.errors import NotFound
 from gpufarm.core.kernel.hosts import (
@@ -42,6 +42,7 @@ from gpufarm.core.kernel.ir import format_ir, ir_tag_value
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, IncidentRecord
 from gpufarm.core.kernel.ports import HostInfo, HostPages, HostTags, IncidentStore
+from gpufarm.core.kernel.search import LIVE_STATES, IncidentQuery
 from gpufarm.core.kernel.search import live_query as live_query  # noqa: PLC0414
 
 USER_SOURCE = "user"
@@ -100,6 +101,11 @@ class Reads:
     # Quota overrides each pool's (or the farm's) live search found, as this invocation's writes left them.
     _overrides: dict[tuple[str | None, str | None], dict[int, Allocation]] = field(default_factory=dict)
 
+    def through(self, incidents: IncidentStore) -> Reads:
+        """This view reading through another store (one command's record: gpufarm.core.commands.record), what it
+        has read shared both ways."""
+        return replace(self, incidents=incidents)
+
     # -- incidents --------------------------------------------------------------------------------------------
 
     def live(
@@ -112,19 +118,55 @@ class Reads:
         scope: Scope = (environment, team, frozenset(phases) if phases is not None else None)
         known = self._live.get(scope)
         if known is None:
-            wider = next((s for s in self._live if _covers(s, scope)), None)
+            # The latest read that covers it (a scope read `fresh` is newer than a wider one read before).
+            wider = next((s for s in reversed(self._live) if _covers(s, scope)), None)
             if wider is not None:
                 known = {ir: a for ir, a in self._live[wider].items() if _in_scope(a, scope)}
+                self._live[scope] = known
             else:
-                query = live_query(*scope)
-                found = {a.ir: a for a in (Allocation.from_record(r) for r in self.incidents.search(query))}
-                # What this invocation wrote wins over the search, whose index may not show the write yet.
-                found |= self._written
-                known = {ir: a for ir, a in found.items() if _live_in(a, scope)}
-                self._keep_overrides(scope, found)
-                self._by_ir |= {ir: a for ir, a in known.items() if ir not in self._written}
-            self._live[scope] = known
+                known = self._search(live_query(*scope), [scope])[0]
         return sorted(known.values(), key=lambda a: a.ir)
+
+    def live_in_pools(self, team: str, environments: Iterable[str]) -> list[Allocation]:
+        """A team's live allocations in some pools, in IR order: each pool this invocation has read (or read the
+        team in) answered from that read, the others by one search through the team facet and the pools' values,
+        kept as each pool's team scope."""
+        pools = sorted(set(environments))
+        unread = [env for env in pools if not self.holds_scope(env, team)]
+        if unread:
+            query = IncidentQuery.where(LIVE_STATES, team=team, environment=unread)
+            self._search(query, [(env, team, None) for env in unread])
+        return sorted((a for env in pools for a in self.live(env, team)), key=lambda a: a.ir)
+
+    def fresh(self, environment: str | None = None, team: str | None = None) -> list[Allocation]:
+        """Live allocations of a team in a pool (a pool, or all) searched now, whatever this invocation read before
+        (a check that must see incidents created since: gpufarm.core.context.twins), in IR order. What it finds
+        answers that scope and every scope inside it for the rest of the invocation: one read serves the check and
+        the decision after it."""
+        scope: Scope = (environment, team, None)
+        for inside in [s for s in self._live if _covers(scope, s)]:
+            del self._live[inside]
+        return sorted(self._search(live_query(*scope), [scope])[0].values(), key=lambda a: a.ir)
+
+    def _search(self, query: IncidentQuery, scopes: list[Scope]) -> list[dict[int, Allocation]]:
+        """One search, kept as what the invocation read of each scope it covers (their live incidents by IR)."""
+        found = {a.ir: a for a in (Allocation.from_record(r) for r in self.incidents.search(query))}
+        # What this invocation wrote wins over the search, whose index may not show the write yet.
+        found |= self._written
+        out = []
+        for scope in scopes:
+            known = {ir: a for ir, a in found.items() if _live_in(a, scope)}
+            self._keep_overrides(scope, found)
+            self._by_ir |= {ir: a for ir, a in known.items() if ir not in self._written}
+            self._live[scope] = known
+            out.append(known)
+        return out
+
+    def holds_scope(self, environment: str | None = None, team: str | None = None) -> bool:
+        """True when this invocation has read every live incident of a team in a pool (a pool, or all) already, so
+        `live` answers that scope without a search of its own."""
+        wanted: Scope = (environment, team, None)
+        return any(_covers(read, wanted) for read in self._live)
 
     def _keep_overrides(self, scope: Scope, found: dict[int, Allocation]) -> None:
         """The quota overrides a search of a pool, a team in a pool, or the farm found, kept for `overrides`."""

@@ -80,13 +80,23 @@ def _quotas(ctx: LeaseContext, teams: Sequence[str], changed: Mapping[int, Alloc
     for name in teams:
         if name not in ctx.farm.teams:
             continue
-        held = _merged(ctx.live(team=name), changed, _of_team(name))
+        held = _merged(_team_leases(ctx, name), changed, _of_team(name))
         rows += [
             QuotaRow(name, env, model, q.gpus, q.hard_limit, team_usage(held, name, env, model, charge=ctx.held))
             for env, models in sorted(ctx.farm.teams[name].quotas.items())
             for model, q in sorted(models.items())
         ]
     return rows
+
+
+def _team_leases(ctx: LeaseContext, team: str) -> list[Allocation]:
+    """The team's live leases in the pools its quotas name (all a quota row counts): answered from the pools this
+    invocation has read already when one of them is (the pool's writer read it whole to decide: a booking), the
+    other pools then by one search; else one search through the team facet."""
+    pools = sorted(ctx.farm.teams[team].quotas)
+    if not any(ctx.reads().holds_scope(env) for env in pools):
+        return ctx.live(team=team)
+    return ctx.reads().live_in_pools(team, pools)
 
 
 def _budgets(ctx: LeaseContext, user: str, teams: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -190,16 +200,20 @@ def refreshes(command: IncidentCommand | None) -> bool:
 
 def refreshed(ctx: LeaseContext, work: Callable[[], T]) -> T:
     """Run `work`, then publish the Home of each requester whose lease it wrote, once each (see the module)."""
-    with ctx.changes() as written:
+    # One invocation's reads for the work and the Homes after it: a pool the work read whole answers the quota rows
+    # of its teams (`_team_leases`); the work's writes update what was read, so the Homes show the farm after it.
+    with ctx.reading(), ctx.changes() as written:
         result = work()
-    users = sorted({a.requester for a in written.values() if a.requester and not a.is_probe})
-    if len(users) > MAX_REFRESHED_USERS:
-        log.info(
-            "%d Homes changed at once; %d refreshed now, the rest at their next change", len(users), MAX_REFRESHED_USERS
-        )
-    for user in users[:MAX_REFRESHED_USERS]:
-        try:
-            publish(ctx, user, written)
-        except GpufarmError as exc:
-            log.warning("could not refresh %s's Home: %s", user, exc)
+        users = sorted({a.requester for a in written.values() if a.requester and not a.is_probe})
+        if len(users) > MAX_REFRESHED_USERS:
+            log.info(
+                "%d Homes changed at once; %d refreshed now, the rest at their next change",
+                len(users),
+                MAX_REFRESHED_USERS,
+            )
+        for user in users[:MAX_REFRESHED_USERS]:
+            try:
+                publish(ctx, user, written)
+            except GpufarmError as exc:
+                log.warning("could not refresh %s's Home: %s", user, exc)
     return result

@@ -130,7 +130,8 @@ def create_request(ctx: LeaseContext, request: GpuRequest) -> tuple[Allocation, 
             {**request.to_fields(Phase.REQUESTED, ctx.now()), f.HISTORY: [requested.line()]},
             initial_note=f"Requested from Slack by <@{request.requester}>",
         )
-        record = twins.settle(ctx, request.request_id, created, request.title())
+        # A booking's check reads its pool afresh, which its decision then reads from (twins.first_for).
+        record = twins.settle(ctx, request.request_id, created, request.title(), pool=request.is_reservation)
         act = record.id == created.id
     alloc = Allocation.from_record(record)
     return alloc, act and undecided(alloc)
