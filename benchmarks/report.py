@@ -353,6 +353,7 @@ def main() -> None:
         child_env["XDG_CACHE_HOME"] = str(work / "cache")
         first = run_report(child_env, ["--since", f"{args.days}d"])
         child_env["REPORT_FLOOR_RATES"] = json.dumps({f"{e}/{m}": float(p) for (e, m), p in RATES.items()})
+        child_env["REPORT_FLOOR_DAYS"] = str(args.days)
         floor_args = [str(FLOOR), server.url, Settings().incident_type, *floor_queries(farm_file, args.days)]
         compared = side_by_side(child_env, api, ["report", "--since", f"{args.days}d"], floor_args, args.rounds)
         # Each count is one request of its own: the requests between two counts are one fewer than they differ.

@@ -306,7 +306,10 @@ def test_csv_json_and_table_say_the_same(incidents: FakeIncidents) -> None:
     _farm_of_three(incidents)
     report = make_report(incidents, VIEW, NOW, month="2026-12")
     rows = list(csv.DictReader(io.StringIO(render_csv(report))))
-    assert [r["team"] for r in rows] == ["nlp", "vision", "total"]
+    pools = [f"pool:{e}/{m}" for e, m in [("cloud", "A100"), ("cloud", "H100"), ("hpc", "H100")]]
+    assert [r["team"] for r in rows][:3] == ["nlp", "vision", "total"] and set(pools) <= {r["team"] for r in rows}
+    # No metrics given: each pool lists its held hours, its capacity empty (not read), never 0.
+    assert all(r["capacity_gpu_hours"] == r["unallocated_cost"] == "" for r in rows)
     assert rows[0]["gpu_hours_held"] == "400.0" and rows[0]["gpu_hours_unmeasured"] == "208.0"
     assert rows[0]["reclaimed_idle"] == "1" and rows[1]["reclaimed_released"] == "1"
     assert rows[0]["quota_entitled_gpus"] == "20" and rows[0]["budgets"] == "nlp 2026-12: 400/1,000 (40%)"
@@ -371,7 +374,7 @@ def test_html_is_self_contained_with_three_charts(incidents: FakeIncidents) -> N
 
 
 def test_the_gateways_timeseries_answer_is_decoded_without_empty_buckets() -> None:
-    from gpufarm.adapters.datadog import timeseries_results
+    from gpufarm.adapters.timeseries_query import timeseries_results
 
     answer = {
         "series": [{"group_tags": ["team:nlp"], "query_index": 0}, {"group_tags": ["team:vision"]}, "garbage"],

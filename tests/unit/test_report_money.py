@@ -161,6 +161,24 @@ def test_the_csv_has_a_documented_money_column_beside_each_hours_column(report: 
     assert all(f"`{name}`" in documented for name in ("cost_held", "cost_idle_held", "unpriced_leases", "currency"))
 
 
+def test_the_csv_lists_each_pools_capacity_unallocated_and_its_cost_empty_when_not_read(report: Report) -> None:
+    rows = {r["team"]: r for r in csv.DictReader(io.StringIO(render_csv(report)))}
+    hpc, cloud = rows["pool:hpc/H100"], rows["pool:cloud/H100"]
+    assert (hpc["gpu_hours_held"], hpc["capacity_gpu_hours"], hpc["unallocated_gpu_hours"]) == (
+        "288.0",
+        "3648.0",
+        "3360.0",
+    )
+    assert hpc["unallocated_cost"] == "8400.00" and hpc["currency"] == "EUR" and hpc["leases"] == ""
+    # The gauge has no series of the cloud pool: its capacity is not known, so empty, never 0.
+    assert cloud["gpu_hours_held"] == "48.0" and cloud["capacity_gpu_hours"] == cloud["unallocated_cost"] == ""
+    assert rows["nlp"]["capacity_gpu_hours"] == rows["total"]["unallocated_gpu_hours"] == ""
+    from pathlib import Path
+
+    documented = (Path(__file__).resolve().parents[2] / "docs/operate.md").read_text()
+    assert all(f"`{n}`" in documented for n in ("capacity_gpu_hours", "unallocated_gpu_hours", "unallocated_cost"))
+
+
 def test_the_json_gives_money_with_null_and_a_flag_when_unpriced(report: Report) -> None:
     doc = json.loads(json.dumps(report_json(report)))
     assert doc["currency"] == "EUR"

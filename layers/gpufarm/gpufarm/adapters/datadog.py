@@ -19,11 +19,12 @@ import json
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gpufarm.adapters import datadog_client as dc
+from gpufarm.adapters import timeseries_query as tq
 
 # The queries and the store are datadog_incidents'; importers of the gateway read them here too.
 from gpufarm.adapters.datadog_incidents import DatadogIncidents
@@ -32,7 +33,6 @@ from gpufarm.core.kernel.ports import (
     Event,
     HostInfo,
     HostPage,
-    MetricPoint,
     MetricSeries,
     ScalarResult,
     TimeseriesResult,
@@ -249,8 +249,8 @@ class DatadogGateway(DatadogIncidents):
             "data": {
                 "type": "scalar_request",
                 "attributes": {
-                    "from": _epoch_ms(start),
-                    "to": _epoch_ms(end),
+                    "from": tq.epoch_ms(start),
+                    "to": tq.epoch_ms(end),
                     "queries": [{"data_source": "metrics", "name": "a", "query": query, "aggregator": aggregator}],
                 },
             }
@@ -289,25 +289,11 @@ class DatadogGateway(DatadogIncidents):
         self, query: str, start: datetime, end: datetime, *, max_points: int = 300
     ) -> list[TimeseriesResult]:
         """A query's groups over time (API v2 /query/timeseries), the interval chosen for at most max_points."""
-        if end <= start:
-            raise ValidationFailed("end", "the query window must end after it starts")
-        span_ms = _epoch_ms(end) - _epoch_ms(start)
-        interval_ms = max(60_000, math.ceil(span_ms / max(1, max_points) / 60_000) * 60_000)
-        body = {
-            "data": {
-                "type": "timeseries_request",
-                "attributes": {
-                    "from": _epoch_ms(start),
-                    "to": _epoch_ms(end),
-                    "interval": interval_ms,
-                    "queries": [{"data_source": "metrics", "name": "a", "query": query}],
-                },
-            }
-        }
+        body = tq.request_body(query, start, end, max_points)
         with dc.errors("query metrics"):
             response = self._metrics.query_timeseries_data(body=body)
         attributes = dc.plain_dict(dc.get(dc.get(response, "data"), "attributes") or {})
-        return timeseries_results(attributes)
+        return tq.timeseries_results(attributes)
 
 
 # -- conversions ----------------------------------------------------------------------------------------
@@ -366,12 +352,6 @@ def _by_source(listed: Any) -> dict[str, tuple[str, ...]]:
         known = by_source.get(name.lower(), ())
         by_source[name.lower()] = known + tuple(str(t) for t in tags or () if str(t) not in known)
     return by_source
-
-
-def _epoch_ms(moment: datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _series_json(series: MetricSeries) -> dict[str, Any]:
@@ -450,25 +430,6 @@ def scalar_results(columns: Sequence[Mapping[str, Any]]) -> list[ScalarResult]:
             tags.extend(f"{name}:{v}" for v in items)
         results.append(ScalarResult(tuple(tags), float(value) if value is not None else None))
     return results
-
-
-def timeseries_results(attributes: Mapping[str, Any]) -> list[TimeseriesResult]:
-    """Groups of a v2 timeseries answer: `series[i].group_tags` with `values[i]` over the shared `times` (ms)."""
-    times = [int(t) // 1000 for t in attributes.get("times") or []]
-    values = list(attributes.get("values") or [])
-    out: list[TimeseriesResult] = []
-    for i, series in enumerate(attributes.get("series") or []):
-        if not isinstance(series, Mapping):
-            continue
-        row = values[i] if i < len(values) and isinstance(values[i], list) else []
-        points = tuple(
-            MetricPoint(t, float(v))
-            for t, v in zip(times, row, strict=False)
-            if isinstance(v, int | float) and math.isfinite(float(v))
-        )
-        tags = tuple(str(t) for t in series.get("group_tags") or [])
-        out.append(TimeseriesResult(tags, points))
-    return out
 
 
 def _group_tags(name: object) -> tuple[str, ...]:

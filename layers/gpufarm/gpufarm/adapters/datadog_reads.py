@@ -1,12 +1,14 @@
 """gpufarm's leases read from Datadog over plain HTTP, as the light record reports need (the LeaseReads port).
 
-A report reads every live lease and a month's ended ones: thousands of incidents, 30 pages or more. The incident
-store (gpufarm.adapters.datadog_incidents) reads them through datadog-api-client and decodes each into an
-IncidentRecord; this reader sends the same searches through urllib3 alone and decodes each incident straight into a
-LeaseFacts (gpufarm.core.kernel.lease_facts), so a report imports neither the client library nor a model per
-incident. Everything else is the store's: the same keys, timeouts, retry and rate-limit policy and gate
-(gpufarm.adapters.datadog_http), the same type lookup, the same searches and facet fallback
-(gpufarm.adapters.incident_search), the same check that every incident is of gpufarm's type and matches the query.
+A report reads every live lease and a month's ended ones: thousands of incidents, 30 pages or more. The incident store
+(gpufarm.adapters.datadog_incidents) reads them through datadog-api-client and decodes each into an IncidentRecord; this
+reader sends the same searches through urllib3 alone and decodes each incident straight into a LeaseFacts
+(gpufarm.core.kernel.lease_facts), so a report imports neither the client library nor a model per incident. Everything
+else is the store's: the same keys, timeouts, retry and rate-limit policy and gate (gpufarm.adapters.datadog_http), the
+same type lookup, the same searches and facet fallback (gpufarm.adapters.incident_search), the same check that every
+incident is of gpufarm's type and matches the query. It also answers a report's one metrics query (the pools' capacity,
+gpufarm.reporting.capacity) the same way: the gateway's request body and bounded reading
+(gpufarm.adapters.timeseries_query) over the same connection, policy and gate.
 
 Every value from Datadog is bounded before use: an answer that is not a search page fails the read
 (UpstreamError); an incident that is not an object, has no id or no whole IR number is skipped and said once per
@@ -15,15 +17,18 @@ reader; each field is decoded as the lifecycle decodes it (a malformed value rea
 
 from __future__ import annotations
 
+import json
 import logging
 import urllib.parse
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import urllib3
 
 from gpufarm import __version__
 from gpufarm.adapters import datadog_http as dh
+from gpufarm.adapters import timeseries_query as tq
 from gpufarm.adapters.incident_search import (
     SEARCH_PAGE,
     Attempt,
@@ -40,10 +45,11 @@ from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.field_values import parse_time
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import Phase, State
+from gpufarm.core.kernel.ports import TimeseriesResult
 from gpufarm.core.kernel.search import IncidentQuery
 
 if TYPE_CHECKING:
-    from gpufarm.core.kernel.ports import LeaseReads
+    from gpufarm.core.kernel.ports import LeaseReads, MetricsHistory
 
 log = logging.getLogger(__name__)
 
@@ -123,20 +129,38 @@ class DatadogLeaseReads:
 
         return search_pages(query, self.facets, text, fetch, keep, page_size=page_size)
 
+    def timeseries(
+        self, query: str, start: datetime, end: datetime, *, max_points: int = 300
+    ) -> list[TimeseriesResult]:
+        """A query's groups over time (API v2 /query/timeseries), as the gateway asks it (the MetricsHistory port):
+        the same body and the same bounded reading of the answer (gpufarm.adapters.timeseries_query)."""
+        body = json.dumps(tq.request_body(query, start, end, max_points)).encode()
+        try:
+            answer = self._call("POST", tq.PATH, body=body)
+        except dh.Failed as failed:
+            raise failed.error() from None
+        return tq.timeseries_results(tq.answer_attributes(answer))
+
     def _get(self, path: str, params: Mapping[str, str]) -> Any:
         """GET a path of the Datadog API and decode its JSON; dh.Failed (classified) when it fails."""
-        url = f"{self.base_url}{path}"
         if params:
-            url += "?" + urllib.parse.urlencode(params)
+            path += "?" + urllib.parse.urlencode(params)
+        return self._call("GET", path)
+
+    def _call(self, method: str, path: str, body: bytes | None = None) -> Any:
+        """Send a request to the Datadog API and decode its JSON; dh.Failed (classified) when it fails."""
+        url = f"{self.base_url}{path}"
+        what = f"{method} {path.partition('?')[0]}"
         self.rate_limits.hold(url)
+        headers = {"Content-Type": "application/json"} if body is not None else None
         try:
-            response = self._http.request("GET", url, preload_content=True)
+            response = self._http.request(method, url, body=body, headers=headers, preload_content=True)
         except urllib3.exceptions.HTTPError as exc:
-            raise dh.Failed(f"GET {path}", dh.transport_outcome(exc)) from None
+            raise dh.Failed(what, dh.transport_outcome(exc)) from None
         self.rate_limits.observe(url, response.headers)
         if not 200 <= response.status <= 299:
             outcome = dh.status_outcome(response.status, response.data, response.reason, response.headers)
-            raise dh.Failed(f"GET {path}", outcome)
+            raise dh.Failed(what, outcome)
         if not response.data:
             return None
         try:
@@ -206,4 +230,8 @@ if TYPE_CHECKING:
 
     def _implements_the_port(reads: DatadogLeaseReads) -> LeaseReads:
         """mypy proves here that DatadogLeaseReads is LeaseReads."""
+        return reads
+
+    def _reads_metrics(reads: DatadogLeaseReads) -> MetricsHistory:
+        """And that it is MetricsHistory (a report's capacity read, gpufarm.reporting.capacity)."""
         return reads

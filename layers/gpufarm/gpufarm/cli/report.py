@@ -200,8 +200,8 @@ def build_text(
         by=by,
         team=team,
         project=project,
-        # Only the HTML's charts read metrics.
-        metrics=runtime.gateway() if fmt == "html" else None,
+        # Every format reads the pools' capacity (one query); the HTML's charts read usage through the gateway.
+        metrics=runtime.gateway() if fmt == "html" else runtime.report_metrics(),
         with_usage=fmt == "html",
         card=RateCard(farm.rates, list_prices(runtime)),
     )

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         IncidentStore,
         InventorySource,
         LeaseReads,
+        MetricsHistory,
         MonitorStates,
         WorkQueue,
     )
@@ -321,6 +322,17 @@ class Runtime:
 
         reads: LeaseReads = self._get("lease_reads", build)
         return reads
+
+    def report_metrics(self) -> MetricsHistory:
+        """Metrics as reports read them (the pools' capacity): the override when a test set one, the gateway where
+        the incidents were overridden too, else the leases' light reader (one connection, no client library)."""
+        if "metrics" in self._parts or "incidents" in self._parts:
+            history: MetricsHistory = self._port("metrics")
+            return history
+        reads = self.lease_reads()
+        from gpufarm.adapters.datadog_reads import DatadogLeaseReads
+
+        return reads if isinstance(reads, DatadogLeaseReads) else self.gateway()
 
     def monitor_states(self) -> MonitorStates:
         """What Datadog's monitors say of a group now (the idle webhook's check against stale alerts)."""
