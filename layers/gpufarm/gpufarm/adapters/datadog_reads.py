@@ -152,7 +152,8 @@ class DatadogLeaseReads:
         url = f"{self.base_url}{path}"
         what = f"{method} {path.partition('?')[0]}"
         self.rate_limits.hold(url)
-        headers = {"Content-Type": "application/json"} if body is not None else None
+        # A request's own headers replace the pool's: the keys are sent again with the body's type.
+        headers = {**self._http.headers, "Content-Type": "application/json"} if body is not None else None
         try:
             response = self._http.request(method, url, body=body, headers=headers, preload_content=True)
         except urllib3.exceptions.HTTPError as exc:
