@@ -136,7 +136,7 @@ class DatadogLeaseReads:
         the same body and the same bounded reading of the answer (gpufarm.adapters.timeseries_query)."""
         body = json.dumps(tq.request_body(query, start, end, max_points)).encode()
         try:
-            answer = self._call("POST", tq.PATH, body=body)
+            answer = self._post("/api/v2/query/timeseries", body)
         except dh.Failed as failed:
             raise failed.error() from None
         return tq.timeseries_results(tq.answer_attributes(answer))
@@ -146,6 +146,10 @@ class DatadogLeaseReads:
         if params:
             path += "?" + urllib.parse.urlencode(params)
         return self._call("GET", path)
+
+    def _post(self, path: str, body: bytes) -> Any:
+        """POST a JSON body to a path of the Datadog API and decode its JSON; dh.Failed (classified) when it fails."""
+        return self._call("POST", path, body)
 
     def _call(self, method: str, path: str, body: bytes | None = None) -> Any:
         """Send a request to the Datadog API and decode its JSON; dh.Failed (classified) when it fails."""

@@ -16,7 +16,6 @@ from typing import Any
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 from gpufarm.core.kernel.ports import MetricPoint, TimeseriesResult
 
-PATH = "/api/v2/query/timeseries"
 MAX_SERIES = 5_000
 MAX_POINTS_READ = 5_000
 
