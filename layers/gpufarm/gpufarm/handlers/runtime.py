@@ -323,15 +323,18 @@ class Runtime:
         reads: LeaseReads = self._get("lease_reads", build)
         return reads
 
-    def report_metrics(self) -> MetricsHistory:
-        """Metrics as reports read them (the pools' capacity): the override when a test set one, the gateway where
-        the incidents were overridden too, else the leases' light reader (one connection, no client library)."""
-        if "metrics" in self._parts or "incidents" in self._parts:
-            history: MetricsHistory = self._port("metrics")
+    def report_metrics(self) -> MetricsHistory | None:
+        """Metrics as reports read them (the pools' capacity): the override when a test set one, none where a test
+        replaced the incidents alone (no Datadog to read: capacity not read), else the leases' light reader (one
+        connection, no client library)."""
+        if "metrics" in self._parts:
+            history: MetricsHistory = self._parts["metrics"]
             return history
-        reads = self.lease_reads()
+        if "incidents" in self._parts:
+            return None
         from gpufarm.adapters.datadog_reads import DatadogLeaseReads
 
+        reads = self.lease_reads()
         return reads if isinstance(reads, DatadogLeaseReads) else self.gateway()
 
     def monitor_states(self) -> MonitorStates:
