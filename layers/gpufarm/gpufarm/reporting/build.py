@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from gpufarm.core.accounting import burn
+from gpufarm.core.accounting.spend import spend
 from gpufarm.core.config.budget_terms import BudgetTerms
 from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel import accrued
@@ -142,13 +143,29 @@ def _team_extras(row: Row, farm: FarmView, live: Sequence[LeaseFacts]) -> None:
     row.held_now = sum(sum(accrued.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in HOLDING)
 
 
-def _budget_uses(applicable: Iterable[BudgetTerms], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
+def _budget_uses(
+    applicable: Iterable[BudgetTerms], leases: Sequence[LeaseFacts], at: datetime, card: RateCard
+) -> list[BudgetUse]:
+    """Each budget's burn in its period holding `at`: GPU-hours, or for a budget in money what the rate card
+    prices its leases at (gpufarm.core.accounting.spend), incomplete when a lease is unpriced."""
     out = []
     for budget in applicable:
-        if budget.gpu_hours is None:
-            continue  # a budget in money: `/gpu budget` and the gauges show it (gpufarm.core.accounting.spend)
-        used = burn.burn(budget, leases, at)
-        out.append(BudgetUse(budget.label(), used.period, used.burned, budget.gpu_hours))
+        if budget.amount is not None:
+            spent = spend(card, budget, leases, at)
+            out.append(
+                BudgetUse(
+                    budget.label(),
+                    spent.period,
+                    spent.burned,
+                    amount=budget.amount,
+                    spent=spent.spent,
+                    currency=spent.currency,
+                    unpriced=spent.unpriced,
+                )
+            )
+        elif budget.gpu_hours is not None:
+            used = burn.burn(budget, leases, at)
+            out.append(BudgetUse(budget.label(), used.period, used.burned, budget.gpu_hours))
     return out
 
 
@@ -174,7 +191,7 @@ def _grouped(
 
 
 def _add_quotas_and_budgets(
-    rows: Iterable[Row], query: ReportQuery, farm: FarmView, chosen: Sequence[LeaseFacts]
+    rows: Iterable[Row], query: ReportQuery, farm: FarmView, chosen: Sequence[LeaseFacts], card: RateCard
 ) -> None:
     """A team's quota and what it holds now, and the budgets of each team or project row."""
     live = [a for a in chosen if a.phase in HOLDING]
@@ -183,9 +200,9 @@ def _add_quotas_and_budgets(
         if query.by is GroupBy.TEAM:
             _team_extras(row, farm, live)
             team_budgets = [b for b in farm.budgets if b.team == row.key and b.project is None]
-            row.budgets = _budget_uses(team_budgets, chosen, at)
+            row.budgets = _budget_uses(team_budgets, chosen, at, card)
         elif query.by is GroupBy.PROJECT:
-            row.budgets = _budget_uses([b for b in farm.budgets if b.project == row.key], chosen, at)
+            row.budgets = _budget_uses([b for b in farm.budgets if b.project == row.key], chosen, at, card)
 
 
 def _every_team_row(rows: dict[str, Row], query: ReportQuery, farm: FarmView) -> None:
@@ -218,7 +235,7 @@ def build_report(
     rows, lines, held_by_pool = _grouped(chosen, query, now, card)
     add_reserved(rows, chosen, query.period, lambda a: group_key(a, query.by))
     _every_team_row(rows, query, farm)
-    _add_quotas_and_budgets(rows.values(), query, farm, chosen)
+    _add_quotas_and_budgets(rows.values(), query, farm, chosen, card)
     total = Row("total")
     for row in rows.values():
         _add(total, row)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
+from gpufarm.core.money.card import round_cents
 from gpufarm.reporting.query import ReportQuery
 
 HOURS_DIGITS = 1
@@ -16,17 +17,50 @@ MAX_LEASE_LINES = 20
 
 @dataclass(frozen=True)
 class BudgetUse:
-    """One GPU-hour budget of a row's team or project, in its period (gpufarm.core.accounting.budgets)."""
+    """One budget of a row's team or project in its period (gpufarm.core.accounting.burn): GPU-hours, or money.
+
+    `burned` is the GPU-hours its leases held; a GPU-hour budget's limit is `gpu_hours`. A budget in money has its
+    `amount`, what the priced leases cost (`spent`, unrounded) in `currency`, and the pools nothing prices
+    (`unpriced`): any makes it **incomplete**, shown as such and never as under budget.
+    """
 
     label: str
     period: str
     burned: float
-    gpu_hours: float
+    gpu_hours: float | None = None
+    amount: Decimal | None = None
+    spent: Decimal | None = None
+    currency: str = ""
+    unpriced: tuple[str, ...] = ()
+
+    @property
+    def in_money(self) -> bool:
+        """True for a budget of an amount of money."""
+        return self.amount is not None
+
+    @property
+    def incomplete(self) -> bool:
+        """A budget in money some of whose leases no rate prices."""
+        return self.in_money and (bool(self.unpriced) or self.spent is None)
 
     @property
     def percent(self) -> float:
-        """Share burned."""
-        return 100.0 * self.burned / self.gpu_hours
+        """Share burned (of the priced part, for an incomplete budget in money)."""
+        if self.amount is not None:
+            return 100.0 * float(self.spent or 0) / float(self.amount) if self.amount else 0.0
+        return 100.0 * self.burned / self.gpu_hours if self.gpu_hours else 0.0
+
+    def text(self) -> str:
+        """`nlp 2026-11: 1,200/2,000 (60%)`, `nlp 2026-11: EUR 1,200.00/2,000.00 (60%)`, or an incomplete one:
+        `nlp 2026-11: EUR 1,200.00 priced/2,000.00, incomplete (no rate prices cloud)`."""
+        head = f"{self.label} {self.period}: "
+        if self.amount is None:
+            return f"{head}{self.burned:,.0f}/{self.gpu_hours or 0:,.0f} ({self.percent:.0f}%)"
+        spent, amount = round_cents(self.spent or Decimal(0)), round_cents(self.amount)
+        if self.incomplete:
+            pools = ", ".join(self.unpriced) or "some leases"
+            return f"{head}{self.currency} {spent:,} priced/{amount:,}, incomplete (no rate prices {pools})"
+        return f"{head}{self.currency} {spent:,}/{amount:,} ({self.percent:.0f}%)"
 
 
 @dataclass
@@ -82,10 +116,8 @@ class Row:
         return ", ".join(f"{reason} {n}" for reason, n in sorted(self.reclaims.items())) or "-"
 
     def budgets_text(self) -> str:
-        """`nlp 2026-11: 1,200/2,000 (60%)`."""
-        return "; ".join(
-            f"{b.label} {b.period}: {b.burned:,.0f}/{b.gpu_hours:,.0f} ({b.percent:.0f}%)" for b in self.budgets
-        )
+        """`nlp 2026-11: 1,200/2,000 (60%); nlp 2026-11: EUR 1,200.00/2,000.00 (60%)` (BudgetUse.text)."""
+        return "; ".join(b.text() for b in self.budgets)
 
     def quota_text(self) -> str:
         """`12/16 GPUs` held now of the entitlement, or '' for rows without one."""

@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpufarm.core.kernel.field_values import isoformat
+from gpufarm.core.money.card import round_cents
 from gpufarm.reporting import money
 from gpufarm.reporting.cells import NOTE_CHARS, json_text
 from gpufarm.reporting.columns import reclaims_by_reason
@@ -62,6 +63,11 @@ def row_json(row: Row) -> dict[str, Any]:
                 "period": json_text(b.period),
                 "burned": _round(b.burned),
                 "gpu_hours": b.gpu_hours,
+                "amount": _money(b.amount),
+                "spent": None if b.spent is None else _money(round_cents(b.spent)),
+                "currency": json_text(b.currency) if b.in_money else None,
+                "incomplete": b.incomplete,
+                "unpriced": [json_text(p) for p in b.unpriced],
             }
             for b in row.budgets
         ],

@@ -13,13 +13,13 @@ from datetime import datetime
 from decimal import Decimal
 
 from gpufarm.core.accounting.burn import Burn, applies, lease_burn, period_bounds, period_label, period_months
-from gpufarm.core.config.accounting import Budget
+from gpufarm.core.config.budget_terms import BudgetTerms
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.money.card import RateCard
 from gpufarm.core.money.lease_cost import lease_cost, lease_hours
 
 
-def spend(card: RateCard, budget: Budget, leases: Iterable[LeaseFacts], now: datetime) -> Burn:
+def spend(card: RateCard, budget: BudgetTerms, leases: Iterable[LeaseFacts], now: datetime) -> Burn:
     """The budget's burn in GPU-hours and, priced, in money (each lease counted once)."""
     start, end = period_bounds(budget.period, now)
     months = period_months(budget.period, now)
