@@ -1,8 +1,9 @@
 """A report's pool capacity: the GPUs of each pool and model over its period, from the inventory gauge the sync
 publishes (`gpufarm.inventory.gpus.total` per environment and model, gpufarm.core.sync.gauges).
 
-One timeseries query whatever the farm's size, each pool's mean over the period's buckets. Capacity is read only
-where the report reads metrics; a failed or absent read leaves the unallocated hours unknown with a note, and
+One timeseries query whatever the farm's size, each pool's mean over the period's buckets: `gpufarm report` reads it
+in every format (the light reader, gpufarm.adapters.datadog_reads; the HTML's through the gateway), `/gpu report`
+not (no metrics given). A failed or absent read leaves the unallocated hours unknown with a note, and
 changes no other figure (those come from the incidents).
 """
 
@@ -28,7 +29,7 @@ MAX_GPUS = 1_000_000
 def read_capacity(metrics: MetricsHistory | None, period: Period) -> tuple[dict[tuple[str, str], float] | None, str]:
     """Mean GPUs per (pool, MODEL) over the period, or None with the reason it could not be read."""
     if metrics is None:
-        return None, "unallocated capacity: not read (the inventory gauges are read where the report reads metrics)"
+        return None, "unallocated capacity: not read (no metrics to read the inventory gauges from)"
     try:
         results = metrics.timeseries(CAPACITY_QUERY, period.start, period.end, max_points=MAX_POINTS)
     except GpufarmError as exc:
