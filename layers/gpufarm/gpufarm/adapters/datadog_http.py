@@ -251,12 +251,12 @@ def _limit_key(url: str) -> str:
 def parse_json(data: bytes | str) -> Any:
     """A Datadog answer's JSON, parsed by orjson with the cycle collector paused.
 
-    orjson: the pool's search answers are the read path's largest cost (about 9.5 KB an incident, 38 MB for a pool
-    of 4,000; docs/datadog.md, "Reading a pool"), and orjson parses them in about a third of `json.loads`'s time
-    (benchmarks/RESULTS.md, "Reservations"). Invalid JSON raises `orjson.JSONDecodeError`, a ValueError as
-    `json.loads` raised. The collector paused: a page of 100 incidents is some 100,000 new containers, each
-    allocation counting towards a collection that walks every object the process holds (the leases read so far
-    included) and frees nothing (parsed JSON holds no cycles)."""
+    orjson: a pool's search answers are the read path's largest cost (about 10 KB an incident, about 40 MB for a
+    pool of 4,000), and orjson parses them in half to two thirds of `json.loads`'s CPU, holding the interpreter lock
+    as much shorter while a search's other pages are read (docs/datadog.md, "Decoding bulk reads"). Invalid JSON
+    raises `orjson.JSONDecodeError`, a ValueError as `json.loads` raised. The collector paused: a page of 100
+    incidents is some 100,000 new containers, each allocation counting towards a collection that walks every
+    object the process holds (the leases read so far included) and frees nothing (parsed JSON holds no cycles)."""
     paused = gc.isenabled()
     if paused:
         gc.disable()
