@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.model import isoformat
@@ -139,7 +140,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(25)
     raw = [incident_fields(i, rng) for i in range(args.leases)]
-    farm = parse_farm(farm_yaml())
+    farm = FarmView.of(parse_farm(farm_yaml()))
     card = RateCard(farm.rates)
     period = month_period(MONTH, NOW)
 

@@ -19,7 +19,9 @@ same query texts) with urllib3, parses them with json.loads and sums per team wi
 hours at its pool's rate looked up in a dict (the equivalent of the report's pricing). `--rounds` pairs of fresh
 processes, floor and report alternating (which goes first alternates), both checked to make the same requests;
 CPU, wall and peak RSS as median and spread, and the report's ratio to the floor per pair (goal: <= 1.3 x in CPU
-and peak RSS).
+and peak RSS). The farm's validated dump (gpufarm.adapters.farm_dump) is kept in the run's own cache directory: one
+report before the pairs validates the farm (printed as `table_first_after_a_farm_change`), the compared ones read
+the dump, as every report does until the farm changes.
 
 Run: .venv/bin/python benchmarks/report.py [--leases 3000] [--days 30] [--rounds 5]
 [--screenshot docs/screenshots/report.png] (`make screenshots` makes the report's screenshot with a smaller
@@ -262,13 +264,14 @@ def floor_queries(farm_file: Path, days: int) -> list[str]:
     reads, by their accrued months and by the month of their end's reason), each filtered on the type as the adapter
     does (`{type}` where the type's id goes)."""
     from gpufarm.core.config.farm import parse_farm
+    from gpufarm.core.config.farm_view import FarmView
     from gpufarm.core.context.reads import live_query
     from gpufarm.reporting import reasons
     from gpufarm.reporting.build import months_to_read
     from gpufarm.reporting.query import parse_query
     from gpufarm.reporting.read import ended_query
 
-    farm = parse_farm(farm_file.read_text())
+    farm = FarmView.of(parse_farm(farm_file.read_text()))
     query = parse_query(farm, datetime.now(UTC), since=f"{days}d")
     months = months_to_read(query, farm)
     texts = [live_query().text(), ended_query(months).text(), reasons.ended_query(months).text()]
@@ -345,6 +348,10 @@ def main() -> None:
         seed_leases(api, args.leases, args.days, datetime.now(UTC))
         seeded_s = time.perf_counter() - started
         child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("GPUFARM_", "DD_", "SLACK_"))}, **env}
+        # The farm's validated dump (gpufarm.adapters.farm_dump) in this run's own cache: the first report after a
+        # change of the farm validates it (measured on its own), the ones compared with the floor read the dump.
+        child_env["XDG_CACHE_HOME"] = str(work / "cache")
+        first = run_report(child_env, ["--since", f"{args.days}d"])
         child_env["REPORT_FLOOR_RATES"] = json.dumps({f"{e}/{m}": float(p) for (e, m), p in RATES.items()})
         floor_args = [str(FLOOR), server.url, Settings().incident_type, *floor_queries(farm_file, args.days)]
         compared = side_by_side(child_env, api, ["report", "--since", f"{args.days}d"], floor_args, args.rounds)
@@ -377,6 +384,7 @@ def main() -> None:
             "seed_s": {"metrics": round(metrics_s, 1), "total": round(seeded_s, 1)},
             "goal": {"wall_s": GOAL_S, "peak_rss_mb": GOAL_MB},
             "table": {k: v for k, v in table.items() if k != "stdout"} | {"requests": between - before - 1},
+            "table_first_after_a_farm_change": {k: v for k, v in first.items() if k != "stdout"},
             "html": {k: v for k, v in html.items() if k != "stdout"}
             | {
                 "requests": after - between - 1,

@@ -106,8 +106,13 @@ def dd_configuration(sandbox_url: str) -> Any:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Scan every log record and captured output of the session for secret values (tests/secret_scan.py)."""
+    """Scan every log record and captured output of the session for secret values (tests/secret_scan.py); keep
+    what commands cache (the farm's validated dump: gpufarm.adapters.farm_dump) in the session's own directory."""
+    import os
+    import tempfile
+
     secret_scan.register(config)
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="gpufarm-test-cache-")
 
 
 COST_MARKERS = ("unit", "contract", "integration", "hardening", "security")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from pydantic import SecretStr
+from gpufarm.config import SecretStr
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway

@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from helpers import APPLY_ENV, Receiver, farm_file
-from pydantic import SecretStr
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import ValidationFailed
@@ -270,7 +269,7 @@ def test_an_operator_may_name_gpufarm_s_type(admin: DatadogAdmin, settings: Sett
     type_id = next(t["id"] for t in admin.list_incident_types() if t["attributes"]["name"] == "ML leases")
     assert plan.changes[0].action is Action.CREATE
     # The runtime finds the same type by the same setting, and creates its incidents there.
-    gateway = DatadogGateway(settings.model_copy(update={"incident_type": "ML leases"}))
+    gateway = DatadogGateway(settings.replace(incident_type="ML leases"))
     record = gateway.create("GPU request", {f.STATE: "active", f.PHASE: "requested", f.REQUEST_ID: "req-named-1"})
     gateway.close()
     assert gateway.incident_type_id == type_id

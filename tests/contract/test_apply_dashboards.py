@@ -16,11 +16,10 @@ from click.testing import CliRunner
 from datadog_api_client import ApiClient
 from datadog_api_client.v1.api.metrics_api import MetricsApi
 from helpers import APPLY_ENV, farm_file
-from pydantic import SecretStr
 
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.setup import apply as setup

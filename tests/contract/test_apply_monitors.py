@@ -19,12 +19,11 @@ from datadog_api_client.v2.model.metric_point import MetricPoint
 from datadog_api_client.v2.model.metric_resource import MetricResource
 from datadog_api_client.v2.model.metric_series import MetricSeries
 from helpers import APPLY_ENV, Receiver, farm_file, http
-from pydantic import SecretStr
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.config.farm import IdleKind, parse_farm
 from gpufarm.handlers.idle_alert import IdleAlert
 from gpufarm.setup import apply as setup

@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from helpers import APPLY_ENV, farm_file, http
-from pydantic import SecretStr
 
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.cli import cli
 from gpufarm.cli import datadog as datadog_cli
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.config.farm import FarmConfig, parse_farm
 from gpufarm.core.kernel.errors import UpstreamError, ValidationFailed
 from gpufarm.setup import apply as setup

@@ -284,7 +284,7 @@ def test_using_the_gateway_never_imports_the_aggregate_models(dd_env: str) -> No
     code = """
 import sys
 from datetime import UTC, datetime, timedelta
-from pydantic import SecretStr
+from gpufarm.config import SecretStr
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.config import Settings
 from gpufarm.core.kernel.ports import MetricPoint, MetricSeries
@@ -516,7 +516,7 @@ def test_the_incident_type_is_looked_up_once_per_gateway(
     assert len(lookups) == 1
     gw.close()
 
-    pinned = DatadogGateway(settings.model_copy(update={"incident_type_id": fields_defined}))
+    pinned = DatadogGateway(settings.replace(incident_type_id=fields_defined))
     monkeypatch.setattr(pinned._incidents, "list_incident_types", lambda **kw: lookups.append(kw) or real(**kw))
     assert pinned.find_by_request_id("req-once-0") is not None
     assert len(lookups) == 1

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from datadog_api_client import ApiClient
-from pydantic import SecretStr
 from recorded import key_paths
 from slack_sdk import WebClient
 from werkzeug.wrappers import Request, Response
@@ -19,7 +18,7 @@ from werkzeug.wrappers import Request, Response
 from gpufarm.adapters.aws import function_url_answer
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.adapters.slack import SlackChat, SlackError
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.kernel.errors import GpufarmError, UpstreamError, ValidationFailed
 from gpufarm.setup.doctor.keys import REQUIRED_PERMISSIONS, check_keys, user_permissions
 from gpufarm.setup.doctor.report import Status
@@ -47,8 +46,8 @@ def test_the_current_user_reads_through_the_clients_models(client: ApiClient, sa
 
 def test_the_admin_tells_a_refused_api_key_from_a_refused_application_key(settings: Settings) -> None:
     cases = {
-        "api": settings.model_copy(update={"datadog_api_key": SecretStr("wrong")}),
-        "app": settings.model_copy(update={"datadog_app_key": SecretStr("wrong")}),
+        "api": settings.replace(datadog_api_key=SecretStr("wrong")),
+        "app": settings.replace(datadog_app_key=SecretStr("wrong")),
     }
     refused_api, refused_app = DatadogAdmin(cases["api"]), DatadogAdmin(cases["app"])
     try:
@@ -61,7 +60,7 @@ def test_the_admin_tells_a_refused_api_key_from_a_refused_application_key(settin
 
 
 def test_a_site_that_does_not_answer_is_an_error_not_a_refusal(settings: Settings) -> None:
-    admin = DatadogAdmin(settings.model_copy(update={"datadog_host": "http://127.0.0.1:9", "max_retries": 0}))
+    admin = DatadogAdmin(settings.replace(datadog_host="http://127.0.0.1:9", max_retries=0))
     try:
         with pytest.raises(GpufarmError):
             admin.api_key_valid()

@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeMetrics
 from helpers import Receiver, http
-from pydantic import SecretStr
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.adapters.incident_search import Facet
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import fields as f
@@ -214,7 +213,7 @@ def test_without_gpufarm_s_type_the_runtime_says_to_run_apply(settings: Settings
     with pytest.raises(UpstreamError, match="run `gpufarm datadog apply`"):
         gateway.create("GPU request", {f.STATE: "active"})
     with pytest.raises(UpstreamError, match="default type"):
-        DatadogGateway(settings.model_copy(update={"incident_type": "Incident"})).get_by_ir(1)
+        DatadogGateway(settings.replace(incident_type="Incident")).get_by_ir(1)
     gateway.close()
 
 

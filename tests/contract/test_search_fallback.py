@@ -10,13 +10,12 @@ from dataclasses import dataclass
 
 import pytest
 from helpers import http
-from pydantic import SecretStr
 
 from gpufarm.adapters.datadog import DatadogGateway
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.adapters.datadog_reads import DatadogLeaseReads
 from gpufarm.adapters.incident_search import BROKEN, CONFIRMED, FELL_BACK, Facet
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import IncidentRecord

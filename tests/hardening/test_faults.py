@@ -40,7 +40,7 @@ def test_a_fault_after_the_write_lands_the_write_and_loses_the_answer(target: Ta
         {f.STATE: "active", f.PHASE: Phase.REQUESTED.value, f.TEAM: "nlp", f.PROJECT: "after"},
     )
     # One attempt, no retries: the 503 that came after the write reaches the caller.
-    once = DatadogGateway(farm.settings.model_copy(update={"max_retries": 0}))
+    once = DatadogGateway(farm.settings.replace(max_retries=0))
     spec = {"rate": 1.0, "statuses": [503], "paths": f"^/api/v2/incidents/{created.id}$", "after": 1.0, "max_faults": 1}
     try:
         once.get(created.id)  # learns the incident is gpufarm's before the fault plan starts

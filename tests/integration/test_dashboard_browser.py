@@ -14,6 +14,7 @@ import pytest
 from browser_chromium import installed_chromium
 
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.setup.dashboards_widgets import walk
 from gpufarm_sandbox.browser import chromium
 from gpufarm_sandbox.dashboard_preview import build_preview
@@ -112,7 +113,7 @@ def test_the_html_report_draws_in_headless_chromium(tmp_path: Path) -> None:
         for metric in ("gpufarm.ledger.gpus.allocated", "gpufarm.ledger.gpus.used")
     ]
     report = build_report(
-        ReportQuery(since_period("7d", now), GroupBy.TEAM), Leases(tuple(leases)), farm, now, usage=usage
+        ReportQuery(since_period("7d", now), GroupBy.TEAM), Leases(tuple(leases)), FarmView.of(farm), now, usage=usage
     )
     page = tmp_path / "report.html"
     page.write_text(render_html(report))

@@ -22,12 +22,11 @@ import boto3
 import pytest
 from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics, FakeQueue
 from moto import mock_aws
-from pydantic import SecretStr, ValidationError
 
 from gpufarm.adapters.datadog_admin import DatadogAdmin
 from gpufarm.adapters.datadog_dashboards import ProjectDashboardEditor
 from gpufarm.adapters.profile_store import S3ProfileStore
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, SettingInvalid, Settings
 from gpufarm.core.config.farm import parse_farm
 from gpufarm.handlers import profile_pages, quota_sync
 from gpufarm.handlers import runtime as rt
@@ -168,7 +167,7 @@ def test_the_bound_is_a_setting_with_a_range(pages: Clock, monkeypatch: pytest.M
     monkeypatch.setenv("GPUFARM_PROFILE_LINK_DAYS", "6")
     assert _open(week)["statusCode"] == 403
     for days in ("0", "366", "1" + "0" * 5000):
-        with pytest.raises(ValidationError, match="profile_link_days"):
+        with pytest.raises(SettingInvalid, match="profile_link_days"):
             Settings(profile_link_days=days)
 
 

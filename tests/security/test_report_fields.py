@@ -24,6 +24,7 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents
 
 from gpufarm.cli.report import report as report_command
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.digest import run as digest_run
 from gpufarm.core.digest.build import MAX_LINE_CHARS
 from gpufarm.core.kernel import fields as f
@@ -45,6 +46,7 @@ pytestmark = pytest.mark.security
 NOW = datetime(2026, 12, 10, 12, 0, tzinfo=UTC)
 OPS = "U0000000OPS"
 FARM = parse_farm(FARM_YAML)
+VIEW = FarmView.of(FARM)
 
 # What a hand edit can put in a field: spreadsheet formulas, terminal escapes (clear screen, colour, an OSC 8
 # hyperlink, a C1 CSI), bidirectional overrides and isolates, markup for the HTML page and for plotly's labels,
@@ -116,7 +118,7 @@ def incidents() -> FakeIncidents:
 
 @pytest.fixture(params=["team", "project", "environment", "ir"])
 def hostile_report(request: pytest.FixtureRequest, incidents: FakeIncidents) -> Report:
-    report = make_report(incidents, FARM, NOW, since="30d", by=request.param)
+    report = make_report(incidents, VIEW, NOW, since="30d", by=request.param)
     # Every hostile value is a group of its own (or, by IR, a lease line): the renderers do see them.
     assert report.total.leases == len(HOSTILE)
     assert {x.project for x in report.top_idle} >= {v for v in HOSTILE if len(v) < 100}

@@ -17,6 +17,7 @@ from fakes import FARM_YAML, FakeClock, FakeIncidents
 
 from gpufarm.cli.report import report
 from gpufarm.core.config.farm import FarmConfigError, parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.model import isoformat
 from gpufarm.core.money.card import round_cents
@@ -106,7 +107,7 @@ def _rows(text: str) -> list[dict[str, str]]:
 
 
 def test_one_row_per_team_project_and_pool_with_cost_center_hours_and_money(store: FakeIncidents) -> None:
-    rows = _rows(render_chargeback(make_chargeback(store, parse_farm(FARM), NOW, "2026-11")))
+    rows = _rows(render_chargeback(make_chargeback(store, FarmView.of(parse_farm(FARM)), NOW, "2026-11")))
     assert list(rows[0]) == list(COLUMNS)
     keys = [(r["team"], r["project"], r["environment"]) for r in rows]
     assert keys == [
@@ -129,7 +130,7 @@ def test_one_row_per_team_project_and_pool_with_cost_center_hours_and_money(stor
 
 
 def test_unpriced_rows_are_flagged_and_left_out_of_the_money(store: FakeIncidents) -> None:
-    rows = _rows(render_chargeback(make_chargeback(store, parse_farm(FARM), NOW, "2026-11")))
+    rows = _rows(render_chargeback(make_chargeback(store, FarmView.of(parse_farm(FARM)), NOW, "2026-11")))
     by = {(r["team"], r["environment"]): r for r in rows}
     none, partial = by[("vision", "cloud")], by[("nlp", "cloud")]
     assert none["priced"] == "no" and none["cost_total"] == "" and none["cost_busy"] == ""
@@ -142,7 +143,7 @@ def test_unpriced_rows_are_flagged_and_left_out_of_the_money(store: FakeIncident
 
 
 def test_totals_equal_the_months_ledger_to_the_cent(store: FakeIncidents) -> None:
-    rows = _rows(render_chargeback(make_chargeback(store, parse_farm(FARM), NOW, "2026-11")))
+    rows = _rows(render_chargeback(make_chargeback(store, FarmView.of(parse_farm(FARM)), NOW, "2026-11")))
     *lines, total = rows
     # The file adds up: the totals line is the sum of the rounded rows.
     assert Decimal(total["cost_total"]) == sum(Decimal(r["cost_total"]) for r in lines if r["cost_total"])
@@ -195,5 +196,5 @@ def test_a_cost_center_is_checked_at_load() -> None:
 def test_hand_edited_fields_are_inert_in_the_file(store: FakeIncidents) -> None:
     record = store.by_ir(1)
     store.records[record.id] = record.model_copy(update={"fields": {**record.fields, f.PROJECT: "=HYPERLINK(1)"}})
-    text = render_chargeback(make_chargeback(store, parse_farm(FARM), NOW, "2026-11"))
+    text = render_chargeback(make_chargeback(store, FarmView.of(parse_farm(FARM)), NOW, "2026-11"))
     assert "'=HYPERLINK(1)" in text and ",=HYPERLINK" not in text

@@ -197,12 +197,13 @@ def test_the_digest_lists_the_changes_in_effect(world: World) -> None:
 
 
 def test_the_report_counts_the_change_in_the_entitlement_never_as_a_lease(world: World) -> None:
+    from gpufarm.core.config.farm_view import FarmView
     from gpufarm.reporting.make import make_report
 
     ir = world.ask_change(f"quota request team=vision +8 H100 env=hpc until {later(world, 2)} reason=deadline")
     world.svc.approve(ir, OPS)
     now = world.clock.now()
-    report = make_report(world.incidents, world.svc.context.farm, now, month=now.strftime("%Y-%m"))
+    report = make_report(world.incidents, FarmView.of(world.svc.context.farm), now, month=now.strftime("%Y-%m"))
     rows = {r.key: r for r in report.rows}
     assert (rows["vision"].entitled, rows["vision"].leases) == (8, 0)
     assert any(n.startswith(f"quota change in effect: IR-{ir}: vision +8 H100 in hpc") for n in report.notes)

@@ -13,6 +13,7 @@ import pytest
 from fakes import FARM_YAML, FakeClock, FakeIncidents
 
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.model import Allocation, isoformat
@@ -32,6 +33,7 @@ NOW = datetime(2026, 12, 10, 12, 0, tzinfo=UTC)
 FARM = parse_farm(
     FARM_YAML.replace("defaults:", "budgets:\n  - {team: nlp, period: month, gpu_hours: 1000}\ndefaults:")
 )
+VIEW = FarmView.of(FARM)
 
 
 def _t(day: int, hour: int = 0, month: int = 12) -> datetime:
@@ -113,7 +115,7 @@ def incidents() -> FakeIncidents:
 )
 def test_bad_input_is_refused_with_the_option_named(kwargs: dict[str, str], field: str, words: str) -> None:
     with pytest.raises(ValidationFailed) as caught:
-        parse_query(FARM, NOW, **kwargs)
+        parse_query(VIEW, NOW, **kwargs)
     assert caught.value.field == field
     assert words in caught.value.message
 
@@ -121,9 +123,9 @@ def test_bad_input_is_refused_with_the_option_named(kwargs: dict[str, str], fiel
 def test_an_unknown_project_is_refused_before_anything_is_built(incidents: FakeIncidents) -> None:
     lease(incidents, project="llm", allocated=_t(9), held=8.0, months=("2026-12=8.000",), until=_t(9, 1))
     with pytest.raises(ValidationFailed, match="unknown project 'ghost'; projects: llm"):
-        make_report(incidents, FARM, NOW, project="ghost")
+        make_report(incidents, VIEW, NOW, project="ghost")
     # The same project the leases name is known.
-    assert make_report(incidents, FARM, NOW, project="llm").total.leases == 1
+    assert make_report(incidents, VIEW, NOW, project="llm").total.leases == 1
 
 
 def test_periods_are_half_open_and_a_current_month_ends_now() -> None:
@@ -240,7 +242,7 @@ def _farm_of_three(incidents: FakeIncidents) -> None:
 
 def test_rows_per_team_carry_hours_counts_waits_quota_and_budget(incidents: FakeIncidents) -> None:
     _farm_of_three(incidents)
-    report = make_report(incidents, FARM, NOW, month="2026-12")
+    report = make_report(incidents, VIEW, NOW, month="2026-12")
     rows = {r.key: r for r in report.rows}
     nlp, vision = rows["nlp"], rows["vision"]
     assert (nlp.leases, nlp.held, nlp.busy, nlp.idle) == (2, 384 + 16, 150, 42)
@@ -262,19 +264,19 @@ def test_rows_per_team_carry_hours_counts_waits_quota_and_budget(incidents: Fake
 
 def test_grouping_by_project_ir_and_environment_and_filters(incidents: FakeIncidents) -> None:
     _farm_of_three(incidents)
-    by_project = make_report(incidents, FARM, NOW, by="project")
+    by_project = make_report(incidents, VIEW, NOW, by="project")
     assert sorted(r.key for r in by_project.rows) == ["asr", "llm", "seg"]
-    by_ir = make_report(incidents, FARM, NOW, by="ir")
+    by_ir = make_report(incidents, VIEW, NOW, by="ir")
     assert sorted(r.key for r in by_ir.rows) == ["IR-1", "IR-2", "IR-3"]
-    by_env = make_report(incidents, FARM, NOW, by="environment")
+    by_env = make_report(incidents, VIEW, NOW, by="environment")
     assert {r.key: r.leases for r in by_env.rows} == {"hpc": 2, "cloud": 1}
-    vision = make_report(incidents, FARM, NOW, team="vision")
+    vision = make_report(incidents, VIEW, NOW, team="vision")
     assert [r.key for r in vision.rows] == ["vision"] and vision.total.leases == 1
-    assert make_report(incidents, FARM, NOW, project="asr").total.held == 192 + 16
+    assert make_report(incidents, VIEW, NOW, project="asr").total.held == 192 + 16
 
 
 def test_a_team_without_leases_still_has_its_row(incidents: FakeIncidents) -> None:
-    report = make_report(incidents, FARM, NOW)
+    report = make_report(incidents, VIEW, NOW)
     assert [(r.key, r.leases, r.entitled) for r in report.rows] == [("nlp", 0, 20), ("vision", 0, 0)]
 
 
@@ -293,7 +295,7 @@ def test_reads_are_three_facet_narrowed_searches(incidents: FakeIncidents) -> No
 
 def test_an_older_month_does_not_read_later_leases(incidents: FakeIncidents) -> None:
     _farm_of_three(incidents)
-    report = make_report(incidents, FARM, NOW, month="2026-11")
+    report = make_report(incidents, VIEW, NOW, month="2026-11")
     assert report.total.held == 0 and report.total.leases == 0
 
 
@@ -302,7 +304,7 @@ def test_an_older_month_does_not_read_later_leases(incidents: FakeIncidents) -> 
 
 def test_csv_json_and_table_say_the_same(incidents: FakeIncidents) -> None:
     _farm_of_three(incidents)
-    report = make_report(incidents, FARM, NOW, month="2026-12")
+    report = make_report(incidents, VIEW, NOW, month="2026-12")
     rows = list(csv.DictReader(io.StringIO(render_csv(report))))
     assert [r["team"] for r in rows] == ["nlp", "vision", "total"]
     assert rows[0]["gpu_hours_held"] == "400.0" and rows[0]["gpu_hours_unmeasured"] == "208.0"
@@ -321,7 +323,7 @@ def test_csv_cells_never_start_a_formula() -> None:
     query = ReportQuery(since_period("1d", NOW), GroupBy.TEAM)
     from gpufarm.reporting.read import Leases
 
-    report = build_report(query, Leases(()), parse_farm(FARM_YAML), NOW)
+    report = build_report(query, Leases(()), FarmView.of(parse_farm(FARM_YAML)), NOW)
     report.rows[0].key = "=HYPERLINK(1)"
     assert "'=HYPERLINK(1)" in render_csv(report)
 
@@ -342,7 +344,7 @@ class _History:
 
 def test_usage_over_time_is_read_for_charts_and_a_failure_is_a_note(incidents: FakeIncidents) -> None:
     history = _History()
-    report = make_report(incidents, FARM, NOW, team="nlp", metrics=history, with_usage=True)
+    report = make_report(incidents, VIEW, NOW, team="nlp", metrics=history, with_usage=True)
     assert history.asked == [
         "sum:gpufarm.ledger.gpus.allocated{team:nlp} by {team}",
         "sum:gpufarm.ledger.gpus.used{team:nlp} by {team}",
@@ -351,7 +353,7 @@ def test_usage_over_time_is_read_for_charts_and_a_failure_is_a_note(incidents: F
         ("nlp", "gpufarm.ledger.gpus.allocated"),
         ("nlp", "gpufarm.ledger.gpus.used"),
     ]
-    failed = make_report(incidents, FARM, NOW, metrics=_History(fail=True), with_usage=True)
+    failed = make_report(incidents, VIEW, NOW, metrics=_History(fail=True), with_usage=True)
     assert failed.usage == [] and any("could not be read" in n for n in failed.notes)
 
 
@@ -359,7 +361,7 @@ def test_html_is_self_contained_with_three_charts(incidents: FakeIncidents) -> N
     from gpufarm.reporting.render_html import CHART_TITLES, render_html
 
     _farm_of_three(incidents)
-    report = make_report(incidents, FARM, NOW, metrics=_History(), with_usage=True)
+    report = make_report(incidents, VIEW, NOW, metrics=_History(), with_usage=True)
     page = render_html(report)
     assert page.startswith("<!doctype html>") and "https://" not in page.split("<script>")[0]
     assert "cdn" not in page.lower().split("<script>", 1)[0]

@@ -14,6 +14,7 @@ import pytest
 from fakes import FARM_YAML, FakeClock, FakeIncidents
 
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import UpstreamError
 from gpufarm.core.kernel.model import isoformat
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 10, 12, 0, tzinfo=UTC)
 RATES = "rates:\n  currency: EUR\n  environments:\n    hpc: {per_gpu_hour: {H100: 2.50}}\n"
-FARM = parse_farm(FARM_YAML + RATES)
+FARM = FarmView.of(parse_farm(FARM_YAML + RATES))
 
 
 def lease(incidents: FakeIncidents, *, team: str, env: str = "hpc", model: str = "H100", **hours: float) -> None:

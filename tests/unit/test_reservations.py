@@ -14,6 +14,7 @@ from fakes import FakeChat, FakeClock, FakeHosts, FakeIncidents, FakeMetrics
 from gpufarm.core.calendar.asking import build_reservation
 from gpufarm.core.calendar.view import calendar_answer
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.governance.policy import build_request
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import Conflict, UpstreamError, ValidationFailed
@@ -328,7 +329,7 @@ def test_reports_count_reserved_hours_until_the_window_ends_or_the_reservation_i
     world.svc.sync()
     leases = Leases(tuple(LeaseFacts.of(world.svc.allocation(ir)) for ir in range(1, world.newest() + 1)))
     query = ReportQuery(since_period("7d", world.clock.now()), GroupBy.TEAM)
-    report = build_report(query, leases, world.svc.context.farm, world.clock.now())
+    report = build_report(query, leases, FarmView.of(world.svc.context.farm), world.clock.now())
     rows = {row.key: row for row in report.rows}
     assert rows["nlp"].reserved == pytest.approx(8 * 48) and rows["vision"].reserved == 0
     assert report.total.reserved == pytest.approx(8 * 48)

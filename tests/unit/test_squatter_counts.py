@@ -13,6 +13,7 @@ from fakes import FARM_YAML
 
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.digest.build import squatter_lines
 from gpufarm.core.kernel import history
 from gpufarm.core.kernel.history import Step
@@ -93,7 +94,9 @@ def test_a_host_name_in_the_digest_is_inert() -> None:
 
 def test_the_report_counts_squatting_per_team_in_every_format() -> None:
     period = Period(DAY, DAY + timedelta(days=1), "2026-12-01")
-    report = build_report(ReportQuery(period, GroupBy.TEAM), Leases(tuple(_leases())), parse_farm(FARM_YAML), DAY)
+    report = build_report(
+        ReportQuery(period, GroupBy.TEAM), Leases(tuple(_leases())), FarmView.of(parse_farm(FARM_YAML)), DAY
+    )
     rows = {r.key: r for r in report.rows}
     assert (rows["nlp"].squatter_episodes, rows["nlp"].squatter_stops) == (1, 1)
     assert (rows["vision"].squatter_episodes, rows["vision"].squatter_stops) == (1, 0)

@@ -52,10 +52,8 @@ def test_every_function_logs_json_at_the_configured_level_into_its_own_group(raw
 def _readers() -> set[str]:
     """Every environment variable gpufarm's code or its tools read."""
     names = {rt.QUEUE_URL_ENV, SERVICE_ENV, powertools.POWERTOOLS_LOG_LEVEL_ENV}
-    for name, field in Settings.model_fields.items():
-        alias = field.validation_alias
-        choices = getattr(alias, "choices", None)
-        names |= {str(choice) for choice in choices} if choices else {f"GPUFARM_{name.upper()}"}
+    for setting in Settings.FIELDS.values():
+        names |= set(setting.variables)
     return names | EXTENSION_VARIABLES | _library_readers()
 
 

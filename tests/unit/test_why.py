@@ -12,6 +12,7 @@ from fakes import FARM_YAML, FakeChat, FakeClock, FakeHosts, FakeIncidents, ask_
 
 from gpufarm.core.chat.command_text import Verb, parse_command
 from gpufarm.core.config.farm import parse_farm
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel import reason_trail
 from gpufarm.core.kernel.errors import NotAllowed
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason
@@ -193,7 +194,7 @@ def test_reports_count_every_reason_given_in_the_period_ends_without_gpu_hours_i
     clock.advance(days=8)
     farm.sweep()  # the first expired: an end with its GPU-hours
     clock.advance(minutes=1)  # a period ends before its `now`
-    report = make_report(incidents, farm.context.farm, clock.now(), since="30d")
+    report = make_report(incidents, FarmView.of(farm.context.farm), clock.now(), since="30d")
     assert report.reasons == {"awaiting-operator": 1, "rejected-operator": 1, "ended-expired": 1}
     assert "reasons: awaiting-operator 1, ended-expired 1, rejected-operator 1" in render_table(report)
     assert farm.allocation(second).hours_held == 0  # found by the month of its end, not by GPU-hours

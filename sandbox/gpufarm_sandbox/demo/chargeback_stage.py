@@ -112,6 +112,7 @@ def _against_the_ledger(ctx: DemoContext, month: str, path: Path) -> None:
     """The chargeback and the month's report from one read and one moment: totals equal to the cent."""
     from gpufarm.cli.report import list_prices
     from gpufarm.core.config.farm import parse_farm
+    from gpufarm.core.config.farm_view import FarmView
     from gpufarm.core.money.card import RateCard, round_cents
     from gpufarm.core.money.lease_rate import lease_rate
     from gpufarm.handlers import runtime as rt
@@ -124,7 +125,7 @@ def _against_the_ledger(ctx: DemoContext, month: str, path: Path) -> None:
     for point in entry_points(group="gpufarm.seams"):
         rt.install_seams(point.load())
     runtime = rt.current()
-    farm = parse_farm(path.read_text(encoding="utf-8"))
+    farm = FarmView.of(parse_farm(path.read_text(encoding="utf-8")))
     now = runtime.clock().now()
     query = parse_query(farm, now, month=month, by="ir")
     read = read_leases(runtime.lease_reads(), query.period.months)

@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import SecretStr
-
-from gpufarm.config import Settings
+from gpufarm.config import SecretStr, Settings
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import GpufarmError
 from gpufarm.core.kernel.hosts import ALLOCATION_KEYS, GpuHost
@@ -66,13 +64,11 @@ def stage_settings(ctx: DemoContext) -> Settings:
     if secret is None or not secret.get_secret_value():
         # Nothing checks the header in a bare sandbox run; under `gpufarm local` the environment sets one.
         secret = SecretStr(secrets.token_urlsafe(24))
-    return ctx.settings.model_copy(
-        update={
-            "datadog_host": ctx.base_url,
-            "datadog_api_key": SecretStr(sorted(sandbox.dd_api_keys)[0]),
-            "datadog_app_key": SecretStr(sorted(sandbox.dd_app_keys)[0]),
-            "webhook_secret": secret,
-        }
+    return ctx.settings.replace(
+        datadog_host=ctx.base_url,
+        datadog_api_key=SecretStr(sorted(sandbox.dd_api_keys)[0]),
+        datadog_app_key=SecretStr(sorted(sandbox.dd_app_keys)[0]),
+        webhook_secret=secret,
     )
 
 

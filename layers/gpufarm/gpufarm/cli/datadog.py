@@ -100,7 +100,7 @@ def apply(
     try:
         settings = load_settings()
         if farm_config:
-            settings = settings.model_copy(update={"farm_config": farm_config, "farm_config_parameter": None})
+            settings = settings.replace(farm_config=farm_config, farm_config_parameter=None)
         farm = load_farm(settings, required=bool(farm_config))
         if prune and farm is None:
             raise click.UsageError("--prune needs the farm configuration (--farm-config or GPUFARM_FARM_CONFIG)")

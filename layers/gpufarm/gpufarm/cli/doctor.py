@@ -128,7 +128,7 @@ def _settings(settings: Settings, given: dict[str, Any]) -> Settings:
         updates |= {"farm_config": given["farm_config"], "farm_config_parameter": None}
     if given["incident_type"]:
         updates["incident_type"] = given["incident_type"].strip()
-    return settings.model_copy(update=updates) if updates else settings
+    return settings.replace(**updates) if updates else settings
 
 
 def _options(settings: Settings, given: dict[str, Any]) -> Options:

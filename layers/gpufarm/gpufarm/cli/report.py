@@ -27,7 +27,8 @@ from pathlib import Path
 
 import click
 
-from gpufarm.core.config.farm import FarmConfig, FarmConfigError
+from gpufarm.core.config.farm_error import FarmConfigError
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
 from gpufarm.core.money.card import CloudPrice, PriceKey, RateCard
 from gpufarm.handlers import runtime as rt
@@ -169,7 +170,7 @@ def build_text(
     outlook: bool = False,
 ) -> str:
     """Make the report (the outlook, the chargeback) through the runtime's collaborators and render it."""
-    from gpufarm.core.config.farm import parse_farm
+    from gpufarm.adapters.farm_dump import farm_view
     from gpufarm.reporting.make import make_report
     from gpufarm.reporting.query import parse_query
 
@@ -179,7 +180,9 @@ def build_text(
     for point in entry_points(group=SEAMS_GROUP):
         rt.install_seams(point.load())
     runtime = rt.current()
-    farm = parse_farm(farm_config.read_text()) if farm_config is not None else runtime.farm()
+    # The farm as reports read it: validated once per distinct text, then read from its kept dump
+    # (gpufarm.adapters.farm_dump), so an unchanged farm costs neither pydantic nor the farm's models.
+    farm = farm_view(farm_config.read_text()) if farm_config is not None else runtime.farm_view()
     now = runtime.clock().now()
     if outlook or fmt == "chargeback":
         return _special(
@@ -214,7 +217,7 @@ def list_prices(runtime: rt.Runtime) -> Mapping[PriceKey, CloudPrice] | None:
 
 def _special(
     runtime: rt.Runtime,
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     *,
     since: str | None,

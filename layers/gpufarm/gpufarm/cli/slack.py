@@ -28,7 +28,7 @@ def check(farm_config: str | None) -> None:
 
     settings = Settings()
     if farm_config:
-        settings = settings.model_copy(update={"farm_config": farm_config, "farm_config_parameter": None})
+        settings = settings.replace(farm_config=farm_config, farm_config_parameter=None)
     try:
         farm = load_farm(settings, required=True)
         chat = SlackChat.from_settings(settings)

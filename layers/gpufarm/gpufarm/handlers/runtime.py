@@ -17,13 +17,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 # Handlers catch rt.ConfigurationError (a missing setting, secret, secret key or parameter): an explicit re-export.
 from gpufarm.config import ConfigurationError as ConfigurationError  # noqa: PLC0414
 from gpufarm.config import Settings
 from gpufarm.core.kernel.errors import Conflict, GpufarmError, NotAllowed, NotFound, UpstreamError, ValidationFailed
+from gpufarm.handlers.lazy_ports import LazyEvents, LazyQuery
+from gpufarm.handlers.lazy_ports import SystemClock as SystemClock  # noqa: PLC0414 - its home before
 
 if TYPE_CHECKING:
     from gpufarm.adapters.datadog import DatadogGateway
@@ -32,10 +33,10 @@ if TYPE_CHECKING:
     from gpufarm.adapters.slack_signature import SignatureCheck
     from gpufarm.core.chat.links import DashboardLookup
     from gpufarm.core.config.farm import FarmConfig
+    from gpufarm.core.config.farm_view import FarmView
     from gpufarm.core.kernel.ports import (
         AsyncInvoker,
         Clock,
-        Event,
         HostTags,
         IncidentStore,
         InventorySource,
@@ -61,40 +62,6 @@ WEBHOOK_HTTP_TIMEOUT_S = 3.0
 SeamProvider = Callable[[Settings, Mapping[str, str]], Mapping[str, Any]]
 
 
-class SystemClock:
-    """Wall time (Lambda)."""
-
-    def now(self) -> datetime:
-        """Timezone-aware now."""
-        return datetime.now(UTC)
-
-    def epoch(self) -> float:
-        """Epoch seconds."""
-        return time.time()
-
-
-class LazyQuery:
-    """The Datadog query port, built on its first query: the cards that read it must not build the gateway early."""
-
-    def __init__(self, port: Callable[[], Any]) -> None:
-        self._port = port
-
-    def scalar(self, query: str, start: datetime, end: datetime, aggregator: str = "avg") -> Any:
-        """As MetricsQuery.scalar."""
-        return self._port().scalar(query, start, end, aggregator)
-
-
-class LazyEvents:
-    """The Datadog event port, built on its first event (most syncs post none)."""
-
-    def __init__(self, port: Callable[[], Any]) -> None:
-        self._port = port
-
-    def post_event(self, event: Event) -> None:
-        """As EventSink.post_event."""
-        self._port().post_event(event)
-
-
 class Runtime:
     """Lazily built collaborators for one environment."""
 
@@ -107,7 +74,7 @@ class Runtime:
             seams.update(provider(settings, environ))
         farm_config = seams.pop("farm_config", None)
         if farm_config and not settings.farm_config and not settings.farm_config_parameter:
-            self.settings = settings.model_copy(update={"farm_config": str(farm_config)})
+            self.settings = settings.replace(farm_config=str(farm_config))
         self._parts: dict[str, Any] = {**seams, **_overrides}
         self._farm: tuple[str, FarmConfig] | None = None
 
@@ -191,7 +158,7 @@ class Runtime:
 
         def build() -> Runtime:
             budget = {"http_timeout": WEBHOOK_HTTP_TIMEOUT_S, "max_retries": 0}
-            return Runtime(self.settings.model_copy(update=budget), self.environ)
+            return Runtime(self.settings.replace(**budget), self.environ)
 
         bounded: Runtime = self._get("for_webhook", build)
         return bounded
@@ -221,6 +188,15 @@ class Runtime:
             if self._farm is None or self._farm[0] != text:
                 self._farm = (text, parsed_farm(text))
             return self._farm[1]
+
+    def farm_view(self) -> FarmView:
+        """The farm as reports read it (gpufarm.core.config.farm_view): the farm set for this runtime, or the
+        configured farm's text through its kept validated dump (gpufarm.adapters.farm_dump)."""
+        from gpufarm.adapters.farm_dump import farm_view
+        from gpufarm.core.config.farm_view import FarmView
+
+        override = self._parts.get("farm")
+        return FarmView.of(override) if override is not None else farm_view(self._farm_text())
 
     def _farm_text(self) -> str:
         from gpufarm.adapters.aws import load_farm_text

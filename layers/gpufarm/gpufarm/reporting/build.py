@@ -17,8 +17,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from gpufarm.core.accounting import burn
-from gpufarm.core.config.accounting import Budget
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.budget_terms import BudgetTerms
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel import accrued
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.lifecycle import HOLDING
@@ -39,7 +39,7 @@ def budget_moment(query: ReportQuery) -> datetime:
     return query.period.end - timedelta(seconds=1)
 
 
-def months_to_read(query: ReportQuery, farm: FarmConfig) -> tuple[str, ...]:
+def months_to_read(query: ReportQuery, farm: FarmView) -> tuple[str, ...]:
     """The months whose ended leases the report needs: its own, and its budgets' periods."""
     at = budget_moment(query)
     months = set(query.period.months)
@@ -134,7 +134,7 @@ def _lease_row(alloc: LeaseFacts, query: ReportQuery, now: datetime, card: RateC
     return row, line
 
 
-def _team_extras(row: Row, farm: FarmConfig, live: Sequence[LeaseFacts]) -> None:
+def _team_extras(row: Row, farm: FarmView, live: Sequence[LeaseFacts]) -> None:
     spec = farm.teams.get(row.key)
     if spec is None:
         return
@@ -142,7 +142,7 @@ def _team_extras(row: Row, farm: FarmConfig, live: Sequence[LeaseFacts]) -> None
     row.held_now = sum(sum(accrued.held_by_host(a).values()) for a in live if a.team == row.key and a.phase in HOLDING)
 
 
-def _budget_uses(applicable: Iterable[Budget], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
+def _budget_uses(applicable: Iterable[BudgetTerms], leases: Sequence[LeaseFacts], at: datetime) -> list[BudgetUse]:
     out = []
     for budget in applicable:
         if budget.gpu_hours is None:
@@ -174,7 +174,7 @@ def _grouped(
 
 
 def _add_quotas_and_budgets(
-    rows: Iterable[Row], query: ReportQuery, farm: FarmConfig, chosen: Sequence[LeaseFacts]
+    rows: Iterable[Row], query: ReportQuery, farm: FarmView, chosen: Sequence[LeaseFacts]
 ) -> None:
     """A team's quota and what it holds now, and the budgets of each team or project row."""
     live = [a for a in chosen if a.phase in HOLDING]
@@ -188,7 +188,7 @@ def _add_quotas_and_budgets(
             row.budgets = _budget_uses([b for b in farm.budgets if b.project == row.key], chosen, at)
 
 
-def _every_team_row(rows: dict[str, Row], query: ReportQuery, farm: FarmConfig) -> None:
+def _every_team_row(rows: dict[str, Row], query: ReportQuery, farm: FarmView) -> None:
     """A team with quotas and no lease in the period still has a row: what it may hold is part of the answer."""
     if query.by is GroupBy.TEAM and query.project is None:
         for team in farm.teams if query.team is None else [query.team]:
@@ -198,7 +198,7 @@ def _every_team_row(rows: dict[str, Row], query: ReportQuery, farm: FarmConfig) 
 def build_report(
     query: ReportQuery,
     read: Leases,
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     *,
     usage: Sequence[UsageSeries] = (),
@@ -250,7 +250,7 @@ def build_report(
 
 def _pools(
     query: ReportQuery,
-    farm: FarmConfig,
+    farm: FarmView,
     card: RateCard,
     held: dict[tuple[str, str], float],
     capacity: tuple[dict[tuple[str, str], float] | None, str] | None,

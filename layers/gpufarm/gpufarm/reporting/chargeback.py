@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.lease_facts import LeaseFacts
 from gpufarm.core.kernel.ports import IncidentStore, LeaseReads
@@ -113,14 +113,14 @@ class Chargeback:
         return sum(1 for r in self.rows if r.priced != "yes")
 
 
-def cost_center(farm: FarmConfig, team: str | None) -> str:
+def cost_center(farm: FarmView, team: str | None) -> str:
     """The team's cost center in the farm file, else DEFAULT_COST_CENTER."""
     spec = farm.teams.get(team or "")
     return spec.cost_center if spec is not None and spec.cost_center else DEFAULT_COST_CENTER
 
 
 def build_chargeback(
-    leases: Iterable[LeaseFacts], farm: FarmConfig, card: RateCard, period: Period, now: datetime, *, cut: bool = False
+    leases: Iterable[LeaseFacts], farm: FarmView, card: RateCard, period: Period, now: datetime, *, cut: bool = False
 ) -> Chargeback:
     """The month's rows from the leases read (pure); a lease that held nothing in the month has no part in it."""
     rows: dict[tuple[str, str, str], ChargeRow] = {}
@@ -148,7 +148,7 @@ def check_options(month: str | None, since: str | None, team: str | None, projec
 
 def make_chargeback(
     incidents: IncidentStore | LeaseReads,
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     month: str,
     prices: Mapping[PriceKey, CloudPrice] | None = None,

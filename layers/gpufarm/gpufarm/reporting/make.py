@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel.ports import IncidentStore, LeaseReads, MetricsHistory
 from gpufarm.core.money.card import RateCard
 from gpufarm.reporting.build import build_report, months_to_read
@@ -25,7 +25,7 @@ from gpufarm.reporting.usage import read_usage
 
 def make_report(
     incidents: IncidentStore | LeaseReads,
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     *,
     since: str | None = None,

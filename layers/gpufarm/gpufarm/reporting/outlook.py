@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpufarm.core.config.farm import FarmConfig, PoolKind
-from gpufarm.core.context.reads import host_filter
+from gpufarm.core.config.farm_view import FarmView
+from gpufarm.core.config.pool_kind import PoolKind
 from gpufarm.core.kernel.errors import ValidationFailed
-from gpufarm.core.kernel.hosts import GpuHost
+from gpufarm.core.kernel.hosts import GpuHost, host_filter
 from gpufarm.core.kernel.ports import HostTags, IncidentStore, LeaseReads
 from gpufarm.core.outlook.capacity import PoolOutlook, first_short, outlook, pool_capacity
 from gpufarm.core.outlook.demand import Demand, unmet_demand
@@ -40,7 +40,7 @@ def check_scope(team: str | None, project: str | None) -> None:
         raise ValidationFailed("outlook", "--outlook is per pool and model: give neither --team nor --project")
 
 
-def read_capacity(hosts: HostTags, farm: FarmConfig) -> dict[tuple[str, str], int]:
+def read_capacity(hosts: HostTags, farm: FarmView) -> dict[tuple[str, str], int]:
     """GPUs per pool and offered model from one listing of the managed hosts."""
     found = [h for h in (GpuHost.from_tags(i.name, i.tags) for i in hosts.list_hosts(host_filter())) if h is not None]
     shared = [name for name, env in farm.environments.items() if env.kind is PoolKind.SHARED]
@@ -50,7 +50,7 @@ def read_capacity(hosts: HostTags, farm: FarmConfig) -> dict[tuple[str, str], in
 def make_outlook(
     incidents: IncidentStore | LeaseReads,
     hosts: HostTags,
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     *,
     since: str | None = None,

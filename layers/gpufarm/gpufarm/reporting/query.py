@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
-from gpufarm.core.config.farm import FarmConfig
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.kernel.accrued import month_spans
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import ValidationFailed
-from gpufarm.core.kernel.model import isoformat, validate_name
+from gpufarm.core.kernel.field_values import isoformat
+from gpufarm.core.kernel.names import validate_name
 
 # A report looks back at most this far: incidents keep their GPU-hours for ever, but a longer look is a new report.
 MAX_DAYS = 366
@@ -113,7 +114,7 @@ def month_period(text: str, now: datetime) -> Period:
 
 
 def parse_query(
-    farm: FarmConfig,
+    farm: FarmView,
     now: datetime,
     *,
     since: str | None = None,
@@ -154,6 +155,6 @@ def known_project(project: str | None, known_projects: Collection[str]) -> str |
     return project
 
 
-def budget_projects(farm: FarmConfig) -> set[str]:
+def budget_projects(farm: FarmView) -> set[str]:
     """Projects the farm file names (in its budgets)."""
     return {b.project for b in farm.budgets if b.project}

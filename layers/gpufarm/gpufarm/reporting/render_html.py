@@ -21,7 +21,7 @@ from typing import Any
 
 from gpufarm.config import ConfigurationError
 from gpufarm.core.kernel.display import MAX_SHOWN
-from gpufarm.core.kernel.model import isoformat
+from gpufarm.core.kernel.field_values import isoformat
 from gpufarm.reporting.cells import NOTE_CHARS, chart_label, html_text
 from gpufarm.reporting.columns import shown
 from gpufarm.reporting.model import LeaseLine, Report, Row

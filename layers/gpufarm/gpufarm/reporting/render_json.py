@@ -10,7 +10,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from gpufarm.core.kernel.model import isoformat
+from gpufarm.core.kernel.field_values import isoformat
 from gpufarm.reporting import money
 from gpufarm.reporting.cells import NOTE_CHARS, json_text
 from gpufarm.reporting.columns import reclaims_by_reason

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from gpufarm.core.kernel.model import isoformat
+from gpufarm.core.kernel.field_values import isoformat
 from gpufarm.core.outlook.capacity import PoolOutlook, Slot
 from gpufarm.core.outlook.demand import Demand
 from gpufarm.reporting.cells import NOTE_CHARS, csv_cell, html_text, json_text, table_cell

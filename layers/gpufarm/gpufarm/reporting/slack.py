@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpufarm.core.chat.block_kit import Message, context, section
 from gpufarm.core.chat.escape import inert
+from gpufarm.core.config.farm_view import FarmView
 from gpufarm.core.governance.membership import MembershipUnavailable
 from gpufarm.core.kernel.display import visible
 from gpufarm.core.kernel.errors import NotAllowed, UpstreamError, ValidationFailed
@@ -125,7 +126,7 @@ def report_answer(ctx: LeaseContext, user: str, word: str | None) -> Message:
         by = GroupBy.PROJECT if team is not None else GroupBy.TEAM
         report = make_report(
             ctx.incidents,
-            ctx.farm,
+            FarmView.of(ctx.farm),
             ctx.now(),
             since=SINCE,
             by=by.value,

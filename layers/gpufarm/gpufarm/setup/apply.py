@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pydantic import SecretStr
-
+from gpufarm.config import SecretStr
 from gpufarm.core.kernel.errors import NotFound, ValidationFailed
 from gpufarm.core.kernel.hosts import MANAGED_TAG
 from gpufarm.setup.api import SetupApi

@@ -49,7 +49,7 @@ ALL_STATES = ("active", "stable", "resolved")
 # Only state and phase changes concern the lifecycle handler; other field edits (purpose, notes) must not call it.
 RENOTIFY_ON = ("state", "phase")
 MAX_VALID_VALUES = 1000
-DEFAULT_INCIDENT_TYPE = str(Settings.model_fields["incident_type"].default)
+DEFAULT_INCIDENT_TYPE = str(Settings.FIELDS["incident_type"].default)
 INCIDENT_TYPE_DESCRIPTION = (
     "GPU allocations managed by gpufarm: each incident is one lease of GPUs, requested in Slack and tagged on its "
     "hosts as ir:ir-<number>. Created by `gpufarm datadog apply`; not for production incidents."

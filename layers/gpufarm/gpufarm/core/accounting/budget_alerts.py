@@ -32,6 +32,7 @@ from gpufarm.core.accounting.burn import Burn
 from gpufarm.core.accounting.forecast import forecast
 from gpufarm.core.chat.block_kit import Message
 from gpufarm.core.config.accounting import Budget, BudgetPeriod
+from gpufarm.core.config.budget_terms import BudgetTerms
 from gpufarm.core.context.lease_context import LeaseContext, invocation
 from gpufarm.core.kernel import fields as f
 from gpufarm.core.kernel.errors import UpstreamError
@@ -45,7 +46,7 @@ GROUP_PREFIX = "budget-"
 MAX_DMS = 20
 
 
-def request_id(budget: Budget, period: str) -> str:
+def request_id(budget: BudgetTerms, period: str) -> str:
     """The budget period incident's request id: `budget:nlp:-:2026-12`, `budget:nlp:llm-ko:2026-Q4`."""
     return f"budget:{budget.team}:{budget.project or '-'}:{period}"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from gpufarm.core.config.accounting import Budget, BudgetPeriod
+from gpufarm.core.config.budget_terms import BudgetPeriod, BudgetTerms
 from gpufarm.core.kernel import accrued
 from gpufarm.core.kernel.accrued import HeldLease
 from gpufarm.core.kernel.lifecycle import HOLDING
@@ -55,7 +55,7 @@ def lease_burn(alloc: HeldLease, months: Sequence[str], now: datetime) -> float:
     return hours
 
 
-def applies(budget: Budget, alloc: HeldLease) -> bool:
+def applies(budget: BudgetTerms, alloc: HeldLease) -> bool:
     """True when the lease counts against the budget."""
     return alloc.team == budget.team and (budget.project is None or alloc.project == budget.project)
 
@@ -64,7 +64,7 @@ def applies(budget: Budget, alloc: HeldLease) -> bool:
 class Burn:
     """One budget in its current period: the GPU-hours its leases held and, for a budget in money, what they cost."""
 
-    budget: Budget
+    budget: BudgetTerms
     period: str
     burned: float
     # A budget in money: the priced leases' cost (unrounded), and the pools of leases nothing prices.
@@ -95,7 +95,7 @@ class Burn:
         return 100.0 * self.used / self.budget.limit
 
 
-def burn(budget: Budget, leases: Iterable[HeldLease], now: datetime) -> Burn:
+def burn(budget: BudgetTerms, leases: Iterable[HeldLease], now: datetime) -> Burn:
     """The budget's burn from these leases (each counted once)."""
     months = period_months(budget.period, now)
     seen: set[int] = set()

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gpufarm.core.config.farm import FarmConfig, ModelQuota, TeamSpec
 from gpufarm.core.kernel.field_values import isoformat
 from gpufarm.core.kernel.lifecycle import HOLDING, State
 from gpufarm.core.kernel.pool_record import PoolRecord
+
+if TYPE_CHECKING:
+    from gpufarm.core.config.farm import FarmConfig
 
 
 class OverrideFacts(PoolRecord, Protocol):
@@ -66,19 +68,27 @@ def in_effect(overrides: Iterable[OverrideFacts], now: datetime) -> list[Overrid
     return [o for o in found if o is not None and o.until > now]
 
 
+def changed_quota(override: Override, quota: tuple[int, int | None]) -> tuple[int, int | None]:
+    """A quota's (gpus, hard_limit) with the override's change added (never below zero; no quota yet: (0, 0))."""
+    gpus = max(0, quota[0] + override.delta)
+    hard = None if quota[1] is None else max(gpus, quota[1] + override.delta)
+    return gpus, hard
+
+
 def apply(farm: FarmConfig, overrides: Sequence[Override]) -> FarmConfig:
     """The farm with each override's change added to its team's quota and hard limit (never below zero)."""
     if not overrides:
         return farm
+    from gpufarm.core.config.farm import ModelQuota, TeamSpec
+
     teams = dict(farm.teams)
     for o in overrides:
         team = teams.get(o.team)
         if team is None:
             continue
         pools = {env: dict(models) for env, models in team.quotas.items()}
-        base = pools.get(o.environment, {}).get(o.gpu_model, ModelQuota(gpus=0, hard_limit=0))
-        gpus = max(0, base.gpus + o.delta)
-        hard = None if base.hard_limit is None else max(gpus, base.hard_limit + o.delta)
+        base = pools.get(o.environment, {}).get(o.gpu_model)
+        gpus, hard = changed_quota(o, (0, 0) if base is None else (base.gpus, base.hard_limit))
         pools.setdefault(o.environment, {})[o.gpu_model] = ModelQuota.model_construct(gpus=gpus, hard_limit=hard)
         teams[o.team] = TeamSpec.model_construct(**{**dict(team), "quotas": pools})
     return farm.model_copy(update={"teams": teams})

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from gpufarm.core.kernel.lifecycle import HOLDING, Phase, State
 from gpufarm.core.kernel.pool_record import PoolRecord
 
 # An open-ended hold (a lease with no known end) runs to here: beyond any horizon.
@@ -177,3 +178,24 @@ def _min_table(values: Sequence[int]) -> list[list[int]]:
         table.append([min(prev[i], prev[i + width]) for i in range(len(prev) - width)])
         width *= 2
     return table
+
+
+def holds(live: Iterable[Holder], environment: str, gpu_model: str, now: datetime, *, skip: int = 0) -> list[Hold]:
+    """What the pool's live leases and reservations of a model hold from now: a lease until its expected end (for
+    ever when it has none), a reservation over its window; `skip` (the one being decided) left out."""
+    model = gpu_model.upper()
+    out: list[Hold] = []
+    for alloc in live:
+        if alloc.ir == skip or alloc.state is State.RESOLVED or alloc.environment != environment:
+            continue
+        if (alloc.gpu_model or "").upper() != model:
+            continue
+        team = alloc.team or ""
+        if alloc.phase in HOLDING:
+            out.append(Hold(now, alloc.expires_at or FOREVER, alloc.gpu_count, team))
+        elif (
+            alloc.reserved_from is not None and alloc.reserved_until is not None and alloc.phase is not Phase.REQUESTED
+        ):
+            # Booked, or at its start waiting for a host: its window is spoken for.
+            out.append(Hold(max(alloc.reserved_from, now), alloc.reserved_until, alloc.gpu_count, team, reserved=True))
+    return out

@@ -16,11 +16,11 @@ metrics must not read as an absent researcher.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from gpufarm.core.calendar.admission import Booking, decide, stamp, well_formed, window
-from gpufarm.core.calendar.booking import FOREVER, Calendar, Hold, Holder, Limits
+from gpufarm.core.calendar.booking import Calendar, Limits
+from gpufarm.core.calendar.booking import holds as holds  # noqa: PLC0414 - its home before
 from gpufarm.core.chat.block_kit import Message, context, linked, section
 from gpufarm.core.chat.escape import inert
 from gpufarm.core.config.farm import FarmConfig
@@ -36,27 +36,6 @@ log = logging.getLogger(__name__)
 
 # A pool's GPUs are counted whole (the calendar never asks "at least n").
 _ALL = 1 << 30
-
-
-def holds(live: Iterable[Holder], environment: str, gpu_model: str, now: datetime, *, skip: int = 0) -> list[Hold]:
-    """What the pool's live leases and reservations of a model hold from now: a lease until its expected end (for
-    ever when it has none), a reservation over its window; `skip` (the one being decided) left out."""
-    model = gpu_model.upper()
-    out: list[Hold] = []
-    for alloc in live:
-        if alloc.ir == skip or alloc.state is State.RESOLVED or alloc.environment != environment:
-            continue
-        if (alloc.gpu_model or "").upper() != model:
-            continue
-        team = alloc.team or ""
-        if alloc.phase in HOLDING:
-            out.append(Hold(now, alloc.expires_at or FOREVER, alloc.gpu_count, team))
-        elif (
-            alloc.reserved_from is not None and alloc.reserved_until is not None and alloc.phase is not Phase.REQUESTED
-        ):
-            # Booked, or at its start waiting for a host: its window is spoken for.
-            out.append(Hold(max(alloc.reserved_from, now), alloc.reserved_until, alloc.gpu_count, team, reserved=True))
-    return out
 
 
 def limits(ctx: LeaseContext, environment: str, gpu_model: str, team: str) -> Limits:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from decimal import Decimal
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpufarm.core.config.budget_terms import BudgetPeriod as BudgetPeriod  # noqa: PLC0414 - its home before
+from gpufarm.core.config.budget_terms import budget_label
 from gpufarm.core.kernel.model import Name
 
 MAX_BUDGETS = 500
@@ -39,13 +40,6 @@ class LedgerSettings(_Strict):
     window_minutes: int = Field(default=60, ge=5, le=24 * 60)
     # At most this many leases accrue in one sync (the ones waiting longest first); the rest wait for the next.
     max_accruals: int = Field(default=500, ge=1, le=10_000)
-
-
-class BudgetPeriod(StrEnum):
-    """The calendar period a budget covers (UTC)."""
-
-    MONTH = "month"
-    QUARTER = "quarter"
 
 
 class Budget(_Strict):
@@ -90,7 +84,7 @@ class Budget(_Strict):
 
     def label(self) -> str:
         """`nlp` or `nlp/llm-ko`."""
-        return f"{self.team}/{self.project}" if self.project else self.team
+        return budget_label(self.team, self.project)
 
 
 def budget_problems(budgets: Sequence[Budget], teams: Collection[str], *, priced: bool = True) -> list[str]:

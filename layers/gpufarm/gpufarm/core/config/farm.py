@@ -17,32 +17,22 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from gpufarm.core.config.accounting import MAX_BUDGETS, Budget, LedgerSettings, budget_problems
 from gpufarm.core.config.digest import DigestSettings
 from gpufarm.core.config.enforce import EnforcementSettings, Enforcer
+from gpufarm.core.config.farm_error import FarmConfigError as FarmConfigError  # noqa: PLC0414 - its home before
+from gpufarm.core.config.farm_error import unknown_team
 from gpufarm.core.config.idle_choice import IdleChoiceSettings
 from gpufarm.core.config.inventory import InventorySettings
 from gpufarm.core.config.keeps import KeepSettings
 from gpufarm.core.config.lending import LendingSettings
+from gpufarm.core.config.pool_kind import PoolKind as PoolKind  # noqa: PLC0414 - its home before
 from gpufarm.core.config.rates import RateSettings
 from gpufarm.core.config.reservations import ReservationSettings
 from gpufarm.core.config.scheduling import SchedulingSettings
 from gpufarm.core.config.squatters import SquatterPolicy
 from gpufarm.core.config.yaml_load import MAX_NUMBER_CHARS, NumberTooLong, bounded_loader
-from gpufarm.core.kernel.errors import GpufarmError, ValidationFailed
+from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.model import GPU_MODEL_PATTERN, MAX_DURATION_DAYS, MAX_GPU_COUNT, SLACK_USER_PATTERN, Name
 
 _MODEL_RE = re.compile(GPU_MODEL_PATTERN)
-
-
-class FarmConfigError(GpufarmError):
-    """The farm configuration is missing or invalid; the message says where."""
-
-
-class PoolKind(StrEnum):
-    """How a pool hands out GPUs."""
-
-    # Whole hosts, exclusively: cloud VMs, HPC nodes.
-    DEDICATED = "dedicated"
-    # GPU units (GPUs or MIG slices) without host exclusivity: GPU slicing on a shared cluster.
-    SHARED = "shared"
 
 
 def _model_name(text: str) -> str:
@@ -528,8 +518,7 @@ class FarmConfig(_Strict):
         """The team called `name`; ValidationFailed naming the known teams otherwise."""
         team = self.teams.get(name)
         if team is None:
-            known = ", ".join(sorted(self.teams)) or "none configured"
-            raise ValidationFailed("team", f"unknown team '{_short(name)}'; teams: {known}")
+            raise unknown_team(name, list(self.teams))
         return team
 
     def model(self, name: str) -> str:

@@ -32,14 +32,16 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from decimal import Decimal
-from enum import StrEnum
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from gpufarm.core.config.rate_terms import MAX_PRICE as MAX_PRICE  # noqa: PLC0414 - its home before
+from gpufarm.core.config.rate_terms import Cloud as Cloud  # noqa: PLC0414 - its home before
+from gpufarm.core.config.rate_terms import Purchase as Purchase  # noqa: PLC0414 - its home before
+from gpufarm.core.config.rate_terms import listed_models
 from gpufarm.core.kernel.model import GPU_MODEL_PATTERN, Name
 
-MAX_PRICE = Decimal("100000")
 _CURRENCY_RE = re.compile(r"^[A-Z]{3}$")
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$")
 _LOCATION_RE = re.compile(r"^[a-z][a-z0-9]{1,39}$")
@@ -80,22 +82,6 @@ VmSize = Annotated[str, _matches(_VM_SIZE_RE, "an Azure VM size (Standard_ND96is
 MigProfile = Annotated[str, _matches(_PROFILE_RE, "a MIG profile (1g.10gb)")]
 
 
-class Cloud(StrEnum):
-    """Where a pool's list prices come from."""
-
-    AWS = "aws"
-    AZURE = "azure"
-
-
-class Purchase(StrEnum):
-    """How a cloud pool's capacity is bought: on-demand at list price, or a discount factor of `rates.discounts`."""
-
-    ON_DEMAND = "on-demand"
-    RESERVED = "reserved"
-    SAVINGS_PLAN = "savings-plan"
-    SPOT = "spot"
-
-
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -114,11 +100,7 @@ class PoolRates(_Strict):
 
     def listed_models(self) -> dict[str, str]:
         """Model -> the SKU whose list price prices it (instance type or VM size), for this pool's cloud."""
-        if self.cloud is Cloud.AWS:
-            return dict(self.instance_types)
-        if self.cloud is Cloud.AZURE:
-            return dict(self.vm_sizes)
-        return {}
+        return listed_models(self.cloud, self.instance_types, self.vm_sizes)
 
     def problems(self, where: str, card_currency: str, offered: Collection[str]) -> list[str]:
         """What is wrong with this pool's rates."""

@@ -34,12 +34,10 @@ from gpufarm.core.kernel.hosts import (
     ENVIRONMENT_KEY,
     GPU_COUNT_KEY,
     GPU_MODEL_KEY,
-    IR_KEY,
-    MANAGED_TAG,
     GpuHost,
-    normalize_tag,
     tag_values,
 )
+from gpufarm.core.kernel.hosts import host_filter as host_filter  # noqa: PLC0414 - its home before
 from gpufarm.core.kernel.ir import format_ir, ir_tag_value
 from gpufarm.core.kernel.lifecycle import Phase, State
 from gpufarm.core.kernel.model import Allocation, IncidentRecord
@@ -57,15 +55,6 @@ Sizes = dict[tuple[str, int], int]
 # follow clusters), before the pool is listed whole.
 CENSUS_SAMPLE = 100
 CENSUS_PROBES = 3
-
-
-def host_filter(environment: str | None = None, ir: int | None = None, *, gpu_model: str | None = None) -> str:
-    """The host list's filter for managed hosts of one pool (and model), or those tagged with one IR."""
-    terms = [MANAGED_TAG]
-    terms += [normalize_tag(f"{ENVIRONMENT_KEY}:{environment}")] if environment is not None else []
-    terms += [normalize_tag(f"{GPU_MODEL_KEY}:{gpu_model}")] if gpu_model is not None else []
-    terms += [f"{IR_KEY}:{ir_tag_value(ir)}"] if ir is not None else []
-    return " ".join(terms)
 
 
 def _in_scope(alloc: Allocation, scope: Scope) -> bool:

@@ -313,6 +313,8 @@ def decode_value(obj: Any) -> FieldValue:
     value = obj.get("value") if type(obj) is dict or isinstance(obj, Mapping) else obj
     if value is None:
         return None
+    if type(value) is str:
+        return value
     if isinstance(value, list):
         return [str(v) for v in value]
     return str(value)

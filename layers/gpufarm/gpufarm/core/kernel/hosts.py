@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from gpufarm.core.kernel.bounded import ascii_digits
+from gpufarm.core.kernel.ir import ir_tag_value
 
 MANAGED_TAG = "gpufarm:managed"
 # The monitor tag of gpufarm's squatter monitor (gpufarm.setup.squatter_monitor): its groups name a lease it hurts,
@@ -227,3 +228,12 @@ class GpuHost:
             return None
         cluster = tag_value(tag_list, CLUSTER_KEY) or "default"
         return cls(name, model.upper(), gpus, env, cluster, tag_list)
+
+
+def host_filter(environment: str | None = None, ir: int | None = None, *, gpu_model: str | None = None) -> str:
+    """The host list's filter for managed hosts of one pool (and model), or those tagged with one IR."""
+    terms = [MANAGED_TAG]
+    terms += [normalize_tag(f"{ENVIRONMENT_KEY}:{environment}")] if environment is not None else []
+    terms += [normalize_tag(f"{GPU_MODEL_KEY}:{gpu_model}")] if gpu_model is not None else []
+    terms += [f"{IR_KEY}:{ir_tag_value(ir)}"] if ir is not None else []
+    return " ".join(terms)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gpufarm.core.kernel import fields as f
-from gpufarm.core.kernel.errors import ValidationFailed
 from gpufarm.core.kernel.field_values import decode_host_gpus as decode_host_gpus  # noqa: PLC0414
 from gpufarm.core.kernel.field_values import encode_host_gpus as encode_host_gpus  # noqa: PLC0414
 from gpufarm.core.kernel.field_values import enum as _enum
@@ -21,10 +19,10 @@ from gpufarm.core.kernel.field_values import text as _text
 from gpufarm.core.kernel.field_values import whole as _int
 from gpufarm.core.kernel.ir import format_ir, ir_tag
 from gpufarm.core.kernel.lifecycle import Phase, ReclaimReason, State
+from gpufarm.core.kernel.names import NAME_PATTERN as NAME_PATTERN  # noqa: PLC0414
+from gpufarm.core.kernel.names import lower_name as _lower_name
+from gpufarm.core.kernel.names import validate_name as validate_name  # noqa: PLC0414
 
-# Names end up in Datadog tags (`project:llm-ko`): lowercase, start with a letter, no tag-breaking characters.
-NAME_PATTERN = r"^[a-z][a-z0-9_.\-]{0,62}$"
-_NAME_RE = re.compile(NAME_PATTERN)
 GPU_MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,31}$"
 SLACK_USER_PATTERN = r"^[UW][A-Z0-9]{2,20}$"
 MAX_GPU_COUNT = 4096
@@ -38,26 +36,9 @@ def _no_control(text: str) -> str:
     return text
 
 
-def _lower_name(text: str) -> str:
-    value = text.strip().lower()
-    if not _NAME_RE.match(value):
-        raise ValueError(
-            "use 1-63 lowercase letters, digits, '-', '_' or '.', starting with a letter (it becomes a Datadog tag)"
-        )
-    return value
-
-
 Name = Annotated[str, AfterValidator(_lower_name)]
 GpuModel = Annotated[str, Field(pattern=GPU_MODEL_PATTERN), AfterValidator(str.upper)]
 Purpose = Annotated[str, Field(max_length=MAX_PURPOSE), AfterValidator(_no_control)]
-
-
-def validate_name(field: str, value: str) -> str:
-    """Validate one tag-safe name, raising ValidationFailed naming the field."""
-    try:
-        return _lower_name(value)
-    except ValueError as exc:
-        raise ValidationFailed(field, f"{field}: {exc}") from None
 
 
 # The request id prefix of `gpufarm doctor`'s probe incidents (gpufarm.core.leases.probe).

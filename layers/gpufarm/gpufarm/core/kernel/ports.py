@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gpufarm.core.kernel.lease_facts import LeaseFacts
-from gpufarm.core.kernel.model import IncidentRecord
 from gpufarm.core.kernel.search import IncidentQuery
+
+if TYPE_CHECKING:
+    # Annotations only: a path that reads leases as LeaseFacts (the report) loads no incident model.
+    from gpufarm.core.kernel.model import IncidentRecord
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The rate card: the price of one GPU-hour (or one MIG slice-hour) of a model in a pool, in the card's currency.
 
-Built from the farm file's `rates:` (gpufarm.core.config.rates) and the cloud list prices last read
+Built from the farm file's `rates:` (gpufarm.core.config.rates, or any record of its terms:
+gpufarm.core.config.rate_terms, as the reports' farm view gives them) and the cloud list prices last read
 (`CloudPrice`, keyed by `PriceKey`; read by the sync through the clouds' adapters and kept in a cache). Pure: it reads
 nothing. The order for a model in a pool: the pool's own `per_gpu_hour` (written by the operators: on-prem
 amortised cost, or an override of the list), else the cloud's list price of the model's instance type or VM size
@@ -17,7 +18,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
-from gpufarm.core.config.rates import Cloud, Purchase, RateSettings
+from gpufarm.core.config.rate_terms import Cloud, Purchase, RateTerms
 
 # A MIG profile's compute slices out of a GPU's seven (A100, H100, H200, B200).
 MIG_SLICES = 7
@@ -74,7 +75,7 @@ class Rate:
         return self.per_gpu_hour * Decimal(repr(gpu_hours))
 
 
-def mig_fraction(settings: RateSettings, profile: str | None) -> Decimal:
+def mig_fraction(settings: RateTerms, profile: str | None) -> Decimal:
     """A MIG profile's share of its GPU: the farm's `mig_fractions`, else its compute slices / 7; a whole GPU is 1."""
     if profile is None:
         return Decimal(1)
@@ -90,7 +91,7 @@ def mig_fraction(settings: RateSettings, profile: str | None) -> Decimal:
 class RateCard:
     """The prices of every pool and model the farm's rate card and the cached list prices give."""
 
-    def __init__(self, settings: RateSettings, prices: Mapping[PriceKey, CloudPrice] | None = None) -> None:
+    def __init__(self, settings: RateTerms, prices: Mapping[PriceKey, CloudPrice] | None = None) -> None:
         self.settings = settings
         self.currency = settings.currency
         self._prices = dict(prices or {})

@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from gpufarm.core.config.rates import MAX_PRICE, Cloud
+from gpufarm.core.config.rate_terms import MAX_PRICE, Cloud
 from gpufarm.core.money.card import CloudPrice, PriceKey
 from gpufarm.core.money.prices import MAX_PRICE_KEYS, PriceEntry, PriceState
 

@@ -1,7 +1,7 @@
 """Free capacity ahead per pool and model, week by week (or day by day): what the inventory holds, less what live
 leases hold until their expected ends and what reservations hold over their windows; pure.
 
-The holds are the calendar's (gpufarm.core.calendar.reservations.holds: a lease from now until its `expires_at`, for
+The holds are the calendar's (gpufarm.core.calendar.booking.holds: a lease from now until its `expires_at`, for
 ever when it has none; a booked reservation over its window), swept once into step functions
 (gpufarm.core.calendar.booking.use). Each slot shows its busiest moment: the most GPUs leases hold, the most
 reserved, and the fewest free, so a week reads "free" only when that many are free all week long. Free is
@@ -16,8 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpufarm.core.calendar.booking import Holder, use
-from gpufarm.core.calendar.reservations import holds
+from gpufarm.core.calendar.booking import Holder, holds, use
 from gpufarm.core.kernel.hosts import GpuHost
 
 WEEKS = 4
