@@ -52,6 +52,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/scale.py
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/agent_usage.py
+	$(BIN)/python benchmarks/reservations.py
+	$(BIN)/python benchmarks/reservations.py --sandbox
+	$(BIN)/python benchmarks/why.py
+	$(BIN)/python benchmarks/prices.py
+	$(BIN)/python benchmarks/outlook.py
 
 # docs/screenshots/*.png: the five dashboards as the sandbox draws them (needs chromium), with render times, the
 # HTML report of a seeded farm (report.png), and the Slack page with its App Home (slack-page.png, slack-home.png).

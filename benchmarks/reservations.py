@@ -19,8 +19,10 @@ Run: .venv/bin/python benchmarks/reservations.py [--leases 3000] [--reservations
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -113,8 +115,9 @@ def through_sandbox(leases: int, reservations: int, rounds: int) -> None:
             f"{time.perf_counter() - seeded:.1f} s"
         )
         warmed = time.perf_counter()
-        _warm(api)
+        pages = _warm(api)
         print(f"the sandbox's pool search warmed (every page rendered once) in {time.perf_counter() - warmed:.1f} s")
+        print(_parse_figures(pages))
         runner = scalefarm.Runner(api)
         print(
             "| round | worker (check, queue) | consumer (create, decide) | total wall | gpufarm CPU | sandbox CPU | "
@@ -162,9 +165,10 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _warm(api: object) -> None:
+def _warm(api: object) -> list[bytes]:
     """Read the pool's live incidents once, every page, outside any measured path: Datadog's index serves a search
-    warm, and the sandbox renders each incident's view once per change (its first read of a pool pays for 4,000)."""
+    warm, and the sandbox renders each incident's view once per change (its first read of a pool pays for 4,000).
+    Returns the pages as JSON text (re-encoded as `json.dumps` writes it) for `_parse_figures`."""
     import urllib.parse
 
     from gpufarm_sandbox import scalefarm
@@ -172,10 +176,40 @@ def _warm(api: object) -> None:
     assert isinstance(api, scalefarm.Api)
     query = urllib.parse.quote(f'state:(active OR stable) AND environment:("{POOL}")')
     offset, total = 0, 1
+    pages: list[bytes] = []
     while offset < total:
         page = api.ok("GET", f"/api/v2/incidents/search?query={query}&page[size]=100&page[offset]={offset}")
+        pages.append(json.dumps(page).encode())
         total = page["data"]["attributes"]["total"]
         offset += 100
+    return pages
+
+
+def _parse_figures(pages: list[bytes]) -> str:
+    """The pool's pages parsed by gpufarm's parser (`datadog_http.parse_json`: orjson) and by `json.loads`, both
+    with the cycle collector paused as parse_json pauses it: CPU medians of 3 passes over every page."""
+    import gc
+
+    from gpufarm.adapters.datadog_http import parse_json
+
+    def cpu(parse: Callable[[bytes], object]) -> float:
+        passes = []
+        for _ in range(3):
+            gc.disable()
+            try:
+                began = time.process_time()
+                for page in pages:
+                    parse(page)
+                passes.append(time.process_time() - began)
+            finally:
+                gc.enable()
+        return statistics.median(passes)
+
+    size = sum(len(page) for page in pages) / 1e6
+    return (
+        f"the pool's {len(pages)} search pages ({size:.1f} MB of JSON) parsed: parse_json (orjson) "
+        f"{cpu(parse_json):.3f} s CPU, json.loads {cpu(json.loads):.3f} s CPU"
+    )
 
 
 def _seed_reservations(api: object, count: int, now: datetime) -> None:

@@ -25,7 +25,6 @@ loadavg every start time is read every cycle.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -520,20 +519,27 @@ class _Steady:
 
     __slots__ = ("found", "generation", "gone", "pids", "seen", "turns")
 
-    def __init__(self, pids: list[int], generation: int, found: dict[int, Workload | None]) -> None:
+    def __init__(
+        self,
+        pids: list[int],
+        generation: int,
+        found: dict[int, Workload | None],
+        *,
+        seen: frozenset[int] | None = None,
+        gone: list[int] | None = None,
+        turns: dict[int, list[int]] | None = None,
+    ) -> None:
         self.pids = pids
         self.generation = generation
         self.found = found
-        self.seen = frozenset(pids)
-        self.gone = [pid for pid, workload in found.items() if workload is None]
+        self.seen = frozenset(pids) if seen is None else seen
+        self.gone = [pid for pid, workload in found.items() if workload is None] if gone is None else gone
         # Made by the first cycle that starts from these pids, then handed on.
-        self.turns: dict[int, list[int]] | None = None
+        self.turns = turns
 
     def next(self, found: dict[int, Workload | None], gone: list[int]) -> _Steady:
         """The same pids with this cycle's answers (`gone`: those that are None)."""
-        later = copy.copy(self)
-        later.found, later.gone = found, gone
-        return later
+        return _Steady(self.pids, self.generation, found, seen=self.seen, gone=gone, turns=self.turns)
 
     def holds(self, pids: list[int], generation: int, window: tuple[int, int] | None) -> bool:
         """Whether a cycle may start from these answers: the same pids in the same order, the same pod list, and

@@ -250,7 +250,8 @@ def main(ctx: click.Context, /, **opts: Any) -> None:
 def _agent(opts: dict[str, Any]) -> Iterator[Any]:
     """Build the agent from options; yields it started, closes it after."""
     try:
-        from gpufarm_node.nvml.source import NvmlUnavailable
+        import gpufarm_node.nvml.source  # noqa: F401  (pynvml: fails here, before anything starts, when it is missing)
+        from gpufarm_node.nvml.errors import NvmlUnavailable
     except ImportError as exc:
         click.echo(f"gpufarm-node: nvidia-ml-py is missing ({exc}); pip install gpufarm-node", err=True)
         sys.exit(EXIT_NO_NVML)

@@ -300,7 +300,7 @@ class SeriesBuilder:
         tags = self._with_ir(device.tags, lease or NO_IR)
         busy = device.processes if state == "busy" else None
         reported = cycle.reported.get(device.key, ()) if cycle.reported else ()
-        token = plan if plan is not None and plan[4] else None
+        token = plan if plan is not None and plan.known else None
         found, rows = self._squat.device(
             device.key, lease, tags, busy, cycle.workloads, reported=reported, processes_token=token
         )
@@ -338,7 +338,7 @@ class SeriesBuilder:
         plan: _Plan | None = self._tag_cache.get(key)
         if plan is None:
             plan = self._tag_cache[key] = self._plan(device_ir, device_tag, found)
-        by_ir, groups, named = plan[1], plan[2], plan[3]
+        by_ir, groups, named = plan.by_ir, plan.groups, plan.named
         memory = [p.used_memory or 0 for p in processes]
         for ir, positions in by_ir:
             totals = cycle.totals(ir)
@@ -366,7 +366,7 @@ class SeriesBuilder:
                 continue
             named.add((workload.namespace, workload.pod_name, workload.container_name))
             groups.setdefault(self._container_group(device_tag, ir, workload), []).append(position)
-        return found, list(by_ir.items()), list(groups.items()), named, None not in found
+        return _Plan(found, list(by_ir.items()), list(groups.items()), named)
 
     def _container_group(self, device_tag: str, ir: str, workload: Workload) -> tuple[str, ...]:
         """The tags of a container's series on one device (cached)."""
@@ -522,16 +522,28 @@ def _no_user(pid: int) -> str | None:
     return None
 
 
-# A device's processes by IR and by container tags (positions in its process list), for one sequence of workload
-# objects; the first item keeps those objects alive while the plan is cached.
-_Plan = tuple[
-    list[Workload | None],
-    list[tuple[str, list[int]]],
-    list[tuple[tuple[str, ...], list[int]]],
-    set[tuple[str | None, str | None, str | None]],
-    # Whether every process is known (has a workload): then the plan stands for exactly these processes.
-    bool,
-]
+class _Plan:
+    """A device's processes by IR and by container tags (positions in its process list), for one sequence of
+    workload objects; `found` keeps those objects alive while the plan is cached. A class, not a tuple: the plan is
+    also the squatter detector's token for these processes, compared by identity, and compiled code (mypyc) would
+    hand out a new tuple for each use of a fixed-length one."""
+
+    __slots__ = ("by_ir", "found", "groups", "known", "named")
+
+    def __init__(
+        self,
+        found: list[Workload | None],
+        by_ir: list[tuple[str, list[int]]],
+        groups: list[tuple[tuple[str, ...], list[int]]],
+        named: set[tuple[str | None, str | None, str | None]],
+    ) -> None:
+        self.found = found
+        self.by_ir = by_ir
+        self.groups = groups
+        self.named = named
+        # Whether every process is known (has a workload): then the plan stands for exactly these processes.
+        self.known = None not in found
+
 
 # In the order _ir_rollups lists their values; the last only when some device's activity is known.
 _IR_METRICS = (

@@ -10,8 +10,9 @@ import pytest
 
 from gpufarm_node.fake_nvml import FakeNvml
 from gpufarm_node.model import NodeSnapshot
+from gpufarm_node.nvml.errors import NvmlUnavailable
 from gpufarm_node.nvml.fields import process_means
-from gpufarm_node.nvml.source import NvmlSource, NvmlUnavailable
+from gpufarm_node.nvml.source import NvmlSource
 from gpufarm_node.topology import topology_from_dict
 
 START = 1_700_000_000.0

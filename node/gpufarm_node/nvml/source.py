@@ -29,6 +29,7 @@ import pynvml
 
 from gpufarm_node.model import GpuSnapshot, MemoryInfo, MigSnapshot, NodeSnapshot, ProcessSample
 from gpufarm_node.nvml.device import LOST, UNSUPPORTED, Device, GpmPair, GpuLost
+from gpufarm_node.nvml.errors import NvmlUnavailable
 from gpufarm_node.nvml.fields import (
     COUNTER_FIELDS,
     GPM_ENTRIES,
@@ -102,10 +103,6 @@ _EMPTY: Final = object()
 # The running-process lists come back as pynvml's friendly objects (plain attributes).
 _PID: Final = attrgetter("pid")
 _USED_MEMORY: Final = attrgetter("usedGpuMemory")
-
-
-class NvmlUnavailable(RuntimeError):
-    """NVML cannot be used on this host: no library, no driver, or a driver/library mismatch."""
 
 
 class NvmlSource:
