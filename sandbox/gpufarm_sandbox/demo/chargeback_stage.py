@@ -149,7 +149,8 @@ def _against_the_ledger(ctx: DemoContext, month: str, path: Path) -> None:
         total["cost_total"] == f"{figure:.2f}" and figure > 0,
         "the chargeback's totals equal the month's ledger to the cent",
         f"{total['cost_total']} {total['currency']} = ledger {figure:.2f} over {len(ledger)} priced rows, "
-        f"{float(total['gpu_hours_held']):,.2f} GPU-hours",
+        f"{float(total['gpu_hours_held']):,.2f} GPU-hours (both built at one moment, seconds after the file above: "
+        "its live leases have held a little more since)",
     )
 
 
