@@ -13,7 +13,6 @@ are exit 2. Last, `gpufarm report --outlook --format json` and the HPC pool's fo
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufarm_sandbox.demo.farm_copy import changed_farm
+from gpufarm_sandbox.demo.report_cli import invoke_report
 
 if TYPE_CHECKING:
     from gpufarm_sandbox.demo.context import DemoContext
@@ -51,25 +51,6 @@ def _priced(farm: dict[str, Any]) -> None:
         nlp.setdefault("cost_center", COST_CENTER)
 
 
-def _invoke(args: list[str]) -> tuple[int, str]:
-    """Run `gpufarm report ARGS` in this process, as the command line does; its exit status and output."""
-    import click
-
-    from gpufarm.cli.report import report
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            report.main(args, prog_name="gpufarm report", standalone_mode=False)
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        except click.ClickException as exc:
-            exc.show()
-            code = exc.exit_code
-    return code, out.getvalue()
-
-
 def run(ctx: DemoContext) -> None:
     """The month's chargeback, its totals against the ledger, bad months refused, the HPC pool's outlook."""
     if ctx.local is None:
@@ -87,7 +68,7 @@ def run(ctx: DemoContext) -> None:
 
 def _chargeback(ctx: DemoContext, month: str, path: str) -> None:
     with ctx.step(f"gpufarm report --month {month} --format chargeback: the month's file for finance"):
-        code, text = _invoke(["--month", month, "--format", "chargeback", "--farm-config", path])
+        code, text = invoke_report(["--month", month, "--format", "chargeback", "--farm-config", path])
         rows = list(csv.DictReader(io.StringIO(text))) if code == 0 else []
         detail = f"{len(rows) - 1} rows and the totals" if rows else text.strip()[:200]
         if not ctx.check(bool(rows) and rows[-1]["team"] == "TOTAL", "the chargeback is written", detail):
@@ -157,14 +138,14 @@ def _against_the_ledger(ctx: DemoContext, month: str, path: Path) -> None:
 def _refused(ctx: DemoContext, path: str) -> None:
     with ctx.step("a bad or future month is refused with exit 2"):
         for args in (["--month", "2026-13"], ["--month", "2999-01"], ["--since", "30d"]):
-            code, text = _invoke([*args, "--format", "chargeback", "--farm-config", path])
+            code, text = invoke_report([*args, "--format", "chargeback", "--farm-config", path])
             ctx.check(code == 2, f"gpufarm report {' '.join(args)} --format chargeback: exit 2", text.strip()[:100])
 
 
 def _outlook(ctx: DemoContext, path: str) -> None:
     env, model = POOL
     with ctx.step(f"gpufarm report --outlook: unmet demand, and {env} {model}'s four weeks ahead"):
-        code, text = _invoke(["--outlook", "--format", "json", "--farm-config", path])
+        code, text = invoke_report(["--outlook", "--format", "json", "--farm-config", path])
         document = json.loads(text) if code == 0 else {}
         pools = {(p["environment"], p["gpu_model"]): p for p in document.get("capacity", [])}
         pool = pools.get(POOL)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpufarm.core.kernel.lifecycle import Phase
 from gpufarm_sandbox import agentcheck
 from gpufarm_sandbox.demo.lifecycle_stage import LocalFarm, ir_in
+from gpufarm_sandbox.demo.report_cli import invoke_report
 from gpufarm_sandbox.example_farm import ALICE
 
 if TYPE_CHECKING:
@@ -100,27 +101,6 @@ def _hold_a_lease(ctx: DemoContext, farm: LocalFarm) -> None:
         )
 
 
-def _invoke(args: list[str]) -> tuple[int, str]:
-    """Run `gpufarm report ARGS` in this process, as the command line does; its exit status and output."""
-    import contextlib
-
-    import click
-
-    from gpufarm.cli.report import report
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            report.main(args, prog_name="gpufarm report", standalone_mode=False)
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        except click.ClickException as exc:
-            exc.show()
-            code = exc.exit_code
-    return code, out.getvalue()
-
-
 def _refused(ctx: DemoContext, month: str) -> None:
     with ctx.step("gpufarm report refuses bad input with exit 2, writing nothing"):
         target = report_dir() / "refused.csv"
@@ -131,7 +111,7 @@ def _refused(ctx: DemoContext, month: str) -> None:
             ["--since", "30d", "--month", month],
             ["--team", "ghost"],
         ):
-            code, text = _invoke([*args, "--format", "csv", "--out", str(target)])
+            code, text = invoke_report([*args, "--format", "csv", "--out", str(target)])
             ctx.check(code == 2 and not target.exists(), f"gpufarm report {' '.join(args)}: exit 2", text.strip()[:120])
 
 
@@ -140,7 +120,7 @@ def _write(ctx: DemoContext, month: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, html_path = folder / f"report-{month}.csv", folder / f"report-{month}.html"
     with ctx.step(f"gpufarm report --month {month}: the month's report as CSV and HTML"):
-        code, text = _invoke(["--month", month, "--format", "csv", "--out", str(csv_path)])
+        code, text = invoke_report(["--month", month, "--format", "csv", "--out", str(csv_path)])
         if not ctx.check(code == 0 and csv_path.exists(), "the CSV is written", text.strip()[:200]):
             return
         rows = {r["team"]: r for r in csv.DictReader(io.StringIO(csv_path.read_text()))}
@@ -155,14 +135,14 @@ def _write(ctx: DemoContext, month: str) -> None:
             f"unmeasured {nlp.get('gpu_hours_unmeasured')}, leases {nlp.get('leases')}",
         )
         _money(ctx, rows)
-        code, text = _invoke(["--month", month, "--format", "html", "--out", str(html_path)])
+        code, text = invoke_report(["--month", month, "--format", "html", "--out", str(html_path)])
         page = html_path.read_text() if html_path.exists() else ""
         ctx.check(
             code == 0 and page.count('class="chart"') == 3 and "<script src=" not in page,
             "the HTML is written, self-contained, with its three charts",
             f"{len(page.encode()):,} bytes",
         )
-        _, table = _invoke(["--month", month])
+        _, table = invoke_report(["--month", month])
         lines = table.splitlines()
         for line in lines[:10] + [x for x in lines if x.startswith("note:")]:
             ctx.info(line)
@@ -195,7 +175,7 @@ def _money(ctx: DemoContext, rows: dict[str, dict[str, str]]) -> None:
 def _measured(ctx: DemoContext, month: str) -> None:
     """The leases whose hosts ran an agent, with their measured busy and idle GPU-hours, and why the rest have
     none."""
-    code, text = _invoke(["--month", month, "--by", "ir", "--format", "csv"])
+    code, text = invoke_report(["--month", month, "--by", "ir", "--format", "csv"])
     rows = list(csv.DictReader(io.StringIO(text))) if code == 0 else []
     leases = [r for r in rows if r.get("ir", "").startswith("IR-")]
 
